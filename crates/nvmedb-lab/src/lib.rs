@@ -1,0 +1,6 @@
+//! nvmedb-lab: the laboratory. Experiments that drive the engine through its public API and
+//! turn their measurements into CSV, JSON, plots and summaries.
+
+#![warn(missing_docs)]
+
+pub mod machine;

@@ -1,0 +1,82 @@
+//! Named devices: the engine's view of a directory.
+//!
+//! Owns: the [`Storage`] trait (open/create, list and remove named devices — data files, log
+//! segments) and [`MemStorage`], its in-RAM implementation for tests. The real-directory
+//! implementation lives next to the O_DIRECT file device. Invariant: opening the same name twice
+//! yields the same medium (in memory: the same `Arc`), so a "reopen" in a test sees what was
+//! written.
+
+use super::{Device, IoError, IoOpKind, IoResult, MemDevice};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// A set of named devices, like files in a directory.
+pub trait Storage: Send + Sync {
+    /// Opens the device called `name`, creating it (empty) when `create` is true and it is
+    /// missing. A missing device without `create` is an `Os` error with `NotFound`.
+    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>>;
+    /// True if a device of that name exists.
+    fn exists(&self, name: &str) -> bool;
+    /// Names of all devices, sorted.
+    fn list(&self) -> IoResult<Vec<String>>;
+    /// Deletes a device.
+    fn remove(&self, name: &str) -> IoResult<()>;
+    /// Where the devices live, for messages ("/data/db" or "memory").
+    fn location(&self) -> String;
+}
+
+/// Named RAM devices.
+#[derive(Debug, Default)]
+pub struct MemStorage {
+    devices: Mutex<BTreeMap<String, Arc<MemDevice>>>,
+}
+
+impl MemStorage {
+    /// An empty storage.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The RAM device behind `name`, for tests that inspect or corrupt bytes.
+    pub fn mem_device(&self, name: &str) -> Option<Arc<MemDevice>> {
+        self.devices.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+}
+
+impl Storage for MemStorage {
+    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
+        let mut map = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = map.get(name) {
+            return Ok(d.clone());
+        }
+        if !create {
+            return Err(IoError::os(
+                name,
+                IoOpKind::Setup,
+                0,
+                0,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such device in memory storage"),
+            ));
+        }
+        let d = Arc::new(MemDevice::new(name));
+        map.insert(name.to_string(), d.clone());
+        Ok(d)
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.devices.lock().unwrap_or_else(|e| e.into_inner()).contains_key(name)
+    }
+
+    fn list(&self) -> IoResult<Vec<String>> {
+        Ok(self.devices.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect())
+    }
+
+    fn remove(&self, name: &str) -> IoResult<()> {
+        self.devices.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        Ok(())
+    }
+
+    fn location(&self) -> String {
+        "memory".into()
+    }
+}

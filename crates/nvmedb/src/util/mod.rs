@@ -1,0 +1,18 @@
+//! Small shared helpers with no engine knowledge: seeded randomness and checksums.
+//!
+//! Owns: `Rng` (a seeded, reproducible generator, so every randomised test and workload can be
+//! replayed from its printed seed) and `crc32c` helpers.
+
+mod rng;
+
+pub use rng::Rng;
+
+/// CRC32C (Castagnoli) of `bytes`, hardware-accelerated where the CPU supports it.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc32c::crc32c(bytes)
+}
+
+/// Continues a CRC32C over more bytes.
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}
