@@ -9,5 +9,6 @@
 pub mod error;
 pub mod io;
 pub mod util;
+pub mod wal;
 
 pub use error::{Error, Result};
