@@ -1,0 +1,633 @@
+//! The buffer pool proper: page table, fix/unfix, GCLOCK victim selection, write-back.
+//!
+//! Owns: `BufferPool`, its partitions (one for SHR-k, one per thread slot for SEP), the
+//! registered files, and the page guards. See the module invariants in `buffer/mod.rs`.
+
+use super::frames::{stripe_of, FrameArena, PageKeyBuild, NO_PAGE};
+use super::writer::WriterHandle;
+use super::{BufferPolicy, BufferStats, PageClass, PageId, PoolConfig, WalGate};
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, Device};
+use crate::page::{PageHeader, PageType};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+/// A registered file.
+struct FileEntry {
+    device: Arc<dyn Device>,
+    name: String,
+    next_page: AtomicU64,
+}
+
+/// One page-table lock and the hit counter of the pages it maps (padded against false sharing).
+#[repr(align(128))]
+struct Stripe {
+    map: Mutex<HashMap<u64, u32, PageKeyBuild>>,
+    hits: AtomicU64,
+}
+
+/// A set of frames with its own page table and clock hand.
+struct Partition {
+    arena: FrameArena,
+    stripes: Box<[Stripe]>,
+    hand: AtomicUsize,
+    misses: AtomicU64,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    background_writes: AtomicU64,
+    evictions: AtomicU64,
+    io_wait_ns: AtomicU64,
+    /// Frames currently being written back (at most one write-back per frame at a time).
+    writing: Box<[AtomicBool]>,
+}
+
+impl Partition {
+    fn new(page_size: usize, frames: usize, stripes: usize) -> Self {
+        Self {
+            arena: FrameArena::new(page_size, frames),
+            stripes: (0..stripes)
+                .map(|_| Stripe { map: Mutex::new(HashMap::default()), hits: AtomicU64::new(0) })
+                .collect(),
+            hand: AtomicUsize::new(0),
+            misses: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            background_writes: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            io_wait_ns: AtomicU64::new(0),
+            writing: (0..frames).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    fn stripe(&self, key: u64) -> &Stripe {
+        &self.stripes[stripe_of(key, self.stripes.len())]
+    }
+
+    fn unpin(&self, i: usize) {
+        let prev = self.arena.frames[i].pins.fetch_sub(1, AcqRel);
+        assert!(prev > 0, "unpin of unpinned frame {i}");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// Private copy buffer for write-back (sealing must not modify a page others may read).
+    static SCRATCH: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+    /// This thread's slot for SEP partition choice.
+    static THREAD_SLOT: usize = NEXT_THREAD_SLOT.fetch_add(1, Relaxed);
+}
+static NEXT_THREAD_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+/// A buffer pool over one or more files of the same page size.
+pub struct BufferPool {
+    config: PoolConfig,
+    parts: Box<[Partition]>,
+    files: RwLock<Vec<Option<Arc<FileEntry>>>>,
+    gate: RwLock<Option<Arc<dyn WalGate>>>,
+    writer: Mutex<Option<WriterHandle>>,
+}
+
+impl std::fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferPool").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// A shared (read) fix of a page. The page stays resident and unchanged while the guard lives.
+pub struct PageRef<'a> {
+    part: &'a Partition,
+    frame: usize,
+    pid: PageId,
+    latch: Option<RwLockReadGuard<'a, ()>>,
+}
+
+/// An exclusive (write) fix of a page. Mutable access marks the page dirty.
+pub struct PageMut<'a> {
+    part: &'a Partition,
+    frame: usize,
+    pid: PageId,
+    modified: bool,
+    latch: Option<RwLockWriteGuard<'a, ()>>,
+}
+
+impl PageRef<'_> {
+    /// The page this guard fixes.
+    pub fn page_id(&self) -> PageId {
+        self.pid
+    }
+}
+
+impl Deref for PageRef<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold the frame's latch shared and a pin.
+        unsafe { self.part.arena.bytes(self.frame) }
+    }
+}
+
+impl Drop for PageRef<'_> {
+    fn drop(&mut self) {
+        self.latch.take();
+        self.part.unpin(self.frame);
+    }
+}
+
+impl PageMut<'_> {
+    /// The page this guard fixes.
+    pub fn page_id(&self) -> PageId {
+        self.pid
+    }
+
+    /// Records the LSN of the change just made (the WAL rule uses it at write-back).
+    pub fn set_lsn(&mut self, lsn: u64) {
+        PageHeader::set_lsn(self, lsn);
+    }
+}
+
+impl Deref for PageMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold the frame's latch exclusively and a pin.
+        unsafe { self.part.arena.bytes(self.frame) }
+    }
+}
+
+impl DerefMut for PageMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.modified = true;
+        // SAFETY: we hold the frame's latch exclusively and a pin; &mut self prevents aliasing.
+        unsafe { self.part.arena.bytes_mut(self.frame) }
+    }
+}
+
+impl Drop for PageMut<'_> {
+    fn drop(&mut self) {
+        if self.modified {
+            // Set before the pin is released so an evictor that sees pins == 0 sees dirty too.
+            self.part.arena.frames[self.frame].dirty.store(true, Release);
+        }
+        self.latch.take();
+        self.part.unpin(self.frame);
+    }
+}
+
+enum FixMode {
+    Shared,
+    Exclusive,
+}
+
+enum Fixed<'a> {
+    Shared(PageRef<'a>),
+    Exclusive(PageMut<'a>),
+}
+
+impl BufferPool {
+    /// Creates a pool; allocates all frame memory now.
+    pub fn new(config: PoolConfig) -> Result<Arc<Self>> {
+        config.validate()?;
+        let parts: Box<[Partition]> = match config.policy {
+            BufferPolicy::Shared { stripes } => {
+                vec![Partition::new(config.page_size, config.frames, stripes)].into_boxed_slice()
+            }
+            BufferPolicy::Separated { partitions } => (0..partitions)
+                .map(|_| Partition::new(config.page_size, config.frames / partitions, 1))
+                .collect(),
+        };
+        let pool = Arc::new(Self {
+            config,
+            parts,
+            files: RwLock::new(Vec::new()),
+            gate: RwLock::new(None),
+            writer: Mutex::new(None),
+        });
+        if let Some(bw) = pool.config.background_writer {
+            *lock(&pool.writer) = Some(WriterHandle::start(Arc::downgrade(&pool), bw));
+        }
+        Ok(pool)
+    }
+
+    /// The configuration the pool was created with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.config.page_size
+    }
+
+    /// Bytes of frame memory allocated.
+    pub fn memory_bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.arena.bytes_total()).sum()
+    }
+
+    /// Makes `device` available as file `file_id`. Its current size decides how many pages
+    /// exist; [`BufferPool::allocate`] appends more.
+    pub fn register_file(&self, file_id: u32, device: Arc<dyn Device>) -> Result<()> {
+        let pages = device.capacity() / self.config.page_size as u64;
+        let name = device.info().name;
+        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
+        let idx = file_id as usize;
+        if files.len() <= idx {
+            files.resize_with(idx + 1, || None);
+        }
+        if files[idx].is_some() {
+            return Err(Error::AlreadyExists(format!("file id {file_id} is already registered")));
+        }
+        files[idx] = Some(Arc::new(FileEntry { device, name, next_page: AtomicU64::new(pages) }));
+        Ok(())
+    }
+
+    /// Number of pages file `file_id` has (including allocated pages not yet written).
+    pub fn file_pages(&self, file_id: u32) -> Result<u64> {
+        Ok(self.file(file_id)?.next_page.load(Acquire))
+    }
+
+    /// Installs the WAL rule hook consulted before every write-back.
+    pub fn set_wal_gate(&self, gate: Arc<dyn WalGate>) {
+        *self.gate.write().unwrap_or_else(|e| e.into_inner()) = Some(gate);
+    }
+
+    fn file(&self, file_id: u32) -> Result<Arc<FileEntry>> {
+        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
+        files.get(file_id as usize).and_then(|f| f.clone()).ok_or_else(|| {
+            Error::NotFound(format!("file id {file_id} is not registered with the buffer pool"))
+        })
+    }
+
+    fn partition(&self) -> &Partition {
+        if self.parts.len() == 1 {
+            &self.parts[0]
+        } else {
+            &self.parts[THREAD_SLOT.with(|s| *s) % self.parts.len()]
+        }
+    }
+
+    fn weight(&self, class: PageClass) -> u32 {
+        match class {
+            PageClass::Data => self.config.data_weight,
+            PageClass::Index => self.config.index_weight,
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if let BufferPolicy::Separated { .. } = self.config.policy {
+            return Err(Error::InvalidArgument(
+                "the SEP buffer policy is read-only (seed 004 uses it for scans); use SHR-k to modify pages"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Fixes a page for reading.
+    pub fn fix(&self, pid: PageId, class: PageClass) -> Result<PageRef<'_>> {
+        match self.fix_mode(pid, class, FixMode::Shared)? {
+            Fixed::Shared(g) => Ok(g),
+            Fixed::Exclusive(_) => unreachable!("shared fix returned an exclusive guard"),
+        }
+    }
+
+    /// Fixes a page for writing.
+    pub fn fix_mut(&self, pid: PageId, class: PageClass) -> Result<PageMut<'_>> {
+        self.check_writable()?;
+        match self.fix_mode(pid, class, FixMode::Exclusive)? {
+            Fixed::Exclusive(g) => Ok(g),
+            Fixed::Shared(_) => unreachable!("exclusive fix returned a shared guard"),
+        }
+    }
+
+    fn fix_mode(&self, pid: PageId, class: PageClass, mode: FixMode) -> Result<Fixed<'_>> {
+        let part = self.partition();
+        let key = pid.key();
+        loop {
+            let i = self.pin_page(part, pid, class)?;
+            let f = &part.arena.frames[i];
+            let fixed = match mode {
+                FixMode::Shared => {
+                    let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
+                    Fixed::Shared(PageRef { part, frame: i, pid, latch: Some(g) })
+                }
+                FixMode::Exclusive => {
+                    let g = f.latch.write().unwrap_or_else(|e| e.into_inner());
+                    Fixed::Exclusive(PageMut { part, frame: i, pid, modified: false, latch: Some(g) })
+                }
+            };
+            // A failed load leaves the frame invalid; the guard's drop unpins it. Retry.
+            if f.valid.load(Acquire) && f.page_key.load(Acquire) == key {
+                return Ok(fixed);
+            }
+        }
+    }
+
+    /// Returns a pinned frame holding `pid` (possibly still being loaded by another thread:
+    /// latch it and check `valid`).
+    fn pin_page(&self, part: &Partition, pid: PageId, class: PageClass) -> Result<usize> {
+        let key = pid.key();
+        let stripe = part.stripe(key);
+        loop {
+            {
+                let map = lock(&stripe.map);
+                if let Some(&i) = map.get(&key) {
+                    let f = &part.arena.frames[i as usize];
+                    f.pins.fetch_add(1, AcqRel);
+                    drop(map);
+                    let w = self.weight(class);
+                    if f.usage.load(Relaxed) < w {
+                        f.usage.store(w, Relaxed);
+                    }
+                    stripe.hits.fetch_add(1, Relaxed);
+                    return Ok(i as usize);
+                }
+            }
+            let file = self.file(pid.file)?;
+            let pages = file.next_page.load(Acquire);
+            if pid.page >= pages {
+                return Err(Error::InvalidArgument(format!(
+                    "page {} does not exist in {} (file {} has {pages} pages)",
+                    pid.page, file.name, pid.file
+                )));
+            }
+            let victim = self.claim_frame(part)?;
+            let f = &part.arena.frames[victim];
+            let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+            {
+                let mut map = lock(&stripe.map);
+                if map.contains_key(&key) {
+                    // Another thread loaded it meanwhile: give the frame back and take the hit.
+                    drop(map);
+                    drop(wl);
+                    part.unpin(victim);
+                    continue;
+                }
+                map.insert(key, victim as u32);
+                f.page_key.store(key, Release);
+            }
+            part.misses.fetch_add(1, Relaxed);
+            let offset = pid.page * self.config.page_size as u64;
+            // SAFETY: we hold the write latch of a frame we claimed.
+            let bytes = unsafe { part.arena.bytes_mut(victim) };
+            let start = Instant::now();
+            let loaded =
+                file.device.read_at(offset, bytes).map_err(Error::from).and_then(|()| {
+                    PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page).map(|_| ())
+                });
+            part.io_wait_ns.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+            part.reads.fetch_add(1, Relaxed);
+            match loaded {
+                Ok(()) => {
+                    f.usage.store(self.weight(class), Relaxed);
+                    f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+                    f.dirty.store(false, Relaxed);
+                    f.valid.store(true, Release);
+                    drop(wl);
+                    return Ok(victim);
+                }
+                Err(e) => {
+                    {
+                        let mut map = lock(&stripe.map);
+                        map.remove(&key);
+                        f.page_key.store(NO_PAGE, Release);
+                    }
+                    f.valid.store(false, Release);
+                    drop(wl);
+                    part.unpin(victim);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Finds a frame to reuse (GCLOCK) and returns it pinned once, mapped to no page.
+    fn claim_frame(&self, part: &Partition) -> Result<usize> {
+        let n = part.arena.len();
+        let max_weight = self.config.data_weight.max(self.config.index_weight) as usize;
+        let limit = n * (max_weight + 2) * 2 + 64;
+        for _ in 0..limit {
+            let i = part.hand.fetch_add(1, Relaxed) % n;
+            let f = &part.arena.frames[i];
+            if f.pins.load(Acquire) != 0 || f.sticky.load(Relaxed) {
+                continue;
+            }
+            let u = f.usage.load(Relaxed);
+            if u > 0 {
+                f.usage.store(u - 1, Relaxed);
+                continue;
+            }
+            let key = f.page_key.load(Acquire);
+            if key == NO_PAGE {
+                if f.pins.compare_exchange(0, 1, AcqRel, Acquire).is_ok() {
+                    if f.page_key.load(Acquire) == NO_PAGE {
+                        return Ok(i);
+                    }
+                    part.unpin(i);
+                }
+                continue;
+            }
+            if f.dirty.load(Acquire) {
+                self.write_back(part, i, key, false)?;
+                continue;
+            }
+            let stripe = part.stripe(key);
+            let mut map = lock(&stripe.map);
+            if f.page_key.load(Acquire) == key
+                && f.pins.load(Acquire) == 0
+                && !f.dirty.load(Acquire)
+                && !f.sticky.load(Relaxed)
+                && map.get(&key) == Some(&(i as u32))
+            {
+                map.remove(&key);
+                f.page_key.store(NO_PAGE, Release);
+                f.valid.store(false, Release);
+                f.pins.store(1, Release);
+                drop(map);
+                part.evictions.fetch_add(1, Relaxed);
+                return Ok(i);
+            }
+        }
+        Err(Error::ResourceExhausted(format!(
+            "buffer pool: no evictable frame among {n} (all pinned, sticky or being written); \
+             raise the buffer size or pin fewer pages"
+        )))
+    }
+
+    /// Writes frame `i` (holding `key`) back if it is dirty. Returns whether it wrote.
+    fn write_back(&self, part: &Partition, i: usize, key: u64, background: bool) -> Result<bool> {
+        let f = &part.arena.frames[i];
+        {
+            let map = lock(&part.stripe(key).map);
+            if f.page_key.load(Acquire) != key || map.get(&key) != Some(&(i as u32)) {
+                return Ok(false);
+            }
+            f.pins.fetch_add(1, AcqRel);
+        }
+        if part.writing[i].swap(true, AcqRel) {
+            part.unpin(i);
+            return Ok(false);
+        }
+        let result = self.write_back_pinned(part, i, key, background);
+        part.writing[i].store(false, Release);
+        part.unpin(i);
+        result
+    }
+
+    fn write_back_pinned(&self, part: &Partition, i: usize, key: u64, background: bool) -> Result<bool> {
+        let f = &part.arena.frames[i];
+        let pid = PageId::new((key >> 40) as u32, key & ((1 << 40) - 1));
+        let file = self.file(pid.file)?;
+        let page_size = self.config.page_size;
+        SCRATCH.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let scratch = slot.get_or_insert_with(|| AlignedBuf::new(65536));
+            let copy = &mut scratch[..page_size];
+            {
+                let _rl = f.latch.read().unwrap_or_else(|e| e.into_inner());
+                if !f.dirty.swap(false, AcqRel) {
+                    return Ok(false);
+                }
+                // SAFETY: we hold the latch shared and a pin.
+                copy.copy_from_slice(unsafe { part.arena.bytes(i) });
+            }
+            let lsn = PageHeader::lsn_of(copy);
+            let gate = self.gate.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(gate) = gate {
+                if let Err(e) = gate.ensure_durable(lsn) {
+                    f.dirty.store(true, Release);
+                    return Err(e);
+                }
+            }
+            PageHeader::seal(copy);
+            let offset = pid.page * page_size as u64;
+            let start = Instant::now();
+            let r = file.device.write_at(offset, copy);
+            part.io_wait_ns.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+            match r {
+                Ok(()) => {
+                    part.writes.fetch_add(1, Relaxed);
+                    if background {
+                        part.background_writes.fetch_add(1, Relaxed);
+                    }
+                    Ok(true)
+                }
+                Err(e) => {
+                    f.dirty.store(true, Release);
+                    Err(e.into())
+                }
+            }
+        })
+    }
+
+    /// Appends a new page to file `file_id`, initialised with a header of `page_type`, and
+    /// returns it fixed for writing (already dirty).
+    pub fn allocate(&self, file_id: u32, class: PageClass, page_type: PageType) -> Result<PageMut<'_>> {
+        self.check_writable()?;
+        let file = self.file(file_id)?;
+        let part = self.partition();
+        let victim = self.claim_frame(part)?;
+        let page_no = file.next_page.fetch_add(1, AcqRel);
+        let pid = PageId::new(file_id, page_no);
+        let key = pid.key();
+        let f = &part.arena.frames[victim];
+        let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: we hold the write latch of a frame we claimed.
+        let bytes = unsafe { part.arena.bytes_mut(victim) };
+        bytes.fill(0);
+        PageHeader::init(bytes, page_type, file_id, page_no);
+        {
+            let mut map = lock(&part.stripe(key).map);
+            let prev = map.insert(key, victim as u32);
+            assert!(prev.is_none(), "new page {pid} was already mapped");
+            f.page_key.store(key, Release);
+        }
+        f.usage.store(self.weight(class), Relaxed);
+        f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+        f.valid.store(true, Release);
+        Ok(PageMut { part, frame: victim, pid, modified: true, latch: Some(wl) })
+    }
+
+    /// Writes every dirty page, then syncs every registered file.
+    pub fn flush_all(&self) -> Result<()> {
+        for part in self.parts.iter() {
+            for i in 0..part.arena.len() {
+                loop {
+                    let f = &part.arena.frames[i];
+                    let key = f.page_key.load(Acquire);
+                    if key == NO_PAGE || !f.dirty.load(Acquire) {
+                        break;
+                    }
+                    if !self.write_back(part, i, key, false)? {
+                        // Another thread is writing it (or it moved): wait for that to finish.
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        let files: Vec<Arc<FileEntry>> =
+            self.files.read().unwrap_or_else(|e| e.into_inner()).iter().flatten().cloned().collect();
+        for file in files {
+            file.device.sync()?;
+        }
+        Ok(())
+    }
+
+    /// One background-writer sweep: writes dirty, unpinned pages just ahead of each clock hand.
+    pub(crate) fn background_sweep(&self, frames_per_sweep: usize) -> Result<usize> {
+        let mut written = 0;
+        for part in self.parts.iter() {
+            let n = part.arena.len();
+            let hand = part.hand.load(Relaxed);
+            for k in 0..frames_per_sweep.min(n) {
+                let i = (hand + k) % n;
+                let f = &part.arena.frames[i];
+                let key = f.page_key.load(Acquire);
+                if key != NO_PAGE && f.dirty.load(Acquire) && f.pins.load(Acquire) == 0 {
+                    written += usize::from(self.write_back(part, i, key, true)?);
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// Counters summed over partitions.
+    pub fn stats(&self) -> BufferStats {
+        let mut s = BufferStats::default();
+        for p in self.parts.iter() {
+            s.hits += p.stripes.iter().map(|st| st.hits.load(Relaxed)).sum::<u64>();
+            s.misses += p.misses.load(Relaxed);
+            s.reads += p.reads.load(Relaxed);
+            s.writes += p.writes.load(Relaxed);
+            s.background_writes += p.background_writes.load(Relaxed);
+            s.evictions += p.evictions.load(Relaxed);
+            s.io_wait_ns += p.io_wait_ns.load(Relaxed);
+        }
+        s
+    }
+
+    /// Number of frames currently holding a page.
+    pub fn resident_pages(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| p.arena.frames.iter().filter(|f| f.page_key.load(Relaxed) != NO_PAGE).count())
+            .sum()
+    }
+
+    /// The last error the background writer hit, if any.
+    pub fn background_writer_error(&self) -> Option<String> {
+        lock(&self.writer).as_ref().and_then(|w| w.last_error())
+    }
+}
+
+impl Drop for BufferPool {
+    fn drop(&mut self) {
+        if let Some(w) = lock(&self.writer).take() {
+            w.stop();
+        }
+    }
+}
