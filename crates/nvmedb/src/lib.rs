@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod btree;
 pub mod buffer;
 pub mod error;
 pub mod io;

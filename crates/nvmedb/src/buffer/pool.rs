@@ -488,7 +488,13 @@ impl BufferPool {
             let scratch = slot.get_or_insert_with(|| AlignedBuf::new(65536));
             let copy = &mut scratch[..page_size];
             {
-                let _rl = f.latch.read().unwrap_or_else(|e| e.into_inner());
+                // try_read: a thread holding this page exclusively may itself be waiting for a
+                // frame; never block on it (the caller moves on or retries).
+                let _rl = match f.latch.try_read() {
+                    Ok(g) => g,
+                    Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+                };
                 if !f.dirty.swap(false, AcqRel) {
                     return Ok(false);
                 }

@@ -2,12 +2,13 @@
 //! concurrency, policies, pinning, the WAL gate and the background writer.
 
 use super::*;
-use crate::io::{Device, DeviceInfo, IoError, IoOpKind, IoResult, MemDevice};
+use crate::io::MemDevice;
 use crate::page::{PageHeader, PageType, PAGE_HEADER_BYTES};
+use crate::util::testing::FlakyDevice;
 use crate::util::Rng;
 use crate::Error;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const PS: usize = 4096;
@@ -99,65 +100,12 @@ fn missing_page_and_unknown_file_are_clear_errors() {
     assert!(e.contains("file id 9"), "{e}");
 }
 
-/// A device that fails reads or writes while a switch is on.
-struct FlakyDevice {
-    inner: MemDevice,
-    fail_reads: AtomicBool,
-    fail_writes: AtomicBool,
-}
-
-impl Device for FlakyDevice {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-    fn alignment(&self) -> usize {
-        self.inner.alignment()
-    }
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
-        self.inner.ensure_capacity(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
-        if self.fail_reads.load(Ordering::SeqCst) {
-            return Err(IoError::os(
-                "flaky",
-                IoOpKind::Read,
-                offset,
-                buf.len(),
-                std::io::Error::from_raw_os_error(5),
-            ));
-        }
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
-        if self.fail_writes.load(Ordering::SeqCst) {
-            return Err(IoError::os(
-                "flaky",
-                IoOpKind::Write,
-                offset,
-                buf.len(),
-                std::io::Error::from_raw_os_error(5),
-            ));
-        }
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> IoResult<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn io_errors_surface_typed_and_lose_nothing() {
     for seed in 0..10u64 {
         let mut rng = Rng::new(seed);
         let pool = BufferPool::new(PoolConfig::new(PS, 3)).unwrap();
-        let dev = Arc::new(FlakyDevice {
-            inner: MemDevice::new("flaky"),
-            fail_reads: AtomicBool::new(false),
-            fail_writes: AtomicBool::new(false),
-        });
+        let dev = Arc::new(FlakyDevice::new("flaky"));
         pool.register_file(0, dev.clone()).unwrap();
         let mut model = BTreeMap::new();
         for p in 0..8u64 {

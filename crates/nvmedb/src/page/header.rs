@@ -118,6 +118,11 @@ impl PageHeader {
         u64_at(page, 24)
     }
 
+    /// Changes the page type (a B+tree root turning from leaf into inner node).
+    pub fn set_page_type(page: &mut [u8], page_type: PageType) {
+        page[6] = page_type as u8;
+    }
+
     /// Stores the LSN of the latest change.
     pub fn set_lsn(page: &mut [u8], lsn: u64) {
         page[24..32].copy_from_slice(&lsn.to_le_bytes());
