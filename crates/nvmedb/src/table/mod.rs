@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex};
 const KEY_LOCK_STRIPES: usize = 256;
 /// Attempts at a compensating step before the table is poisoned.
 const UNDO_ATTEMPTS: usize = 16;
+/// Attempts at following an index entry that a concurrent writer keeps moving.
+const READ_RETRIES: usize = 10_000;
 
 /// A compensating action that reverses one completed step of a multi-structure change.
 enum Undo {
@@ -143,7 +145,7 @@ impl Table {
     }
 
     fn rid_for(&self, pk: &[u8]) -> Result<Option<RowId>> {
-        self.inner.primary.get_with(pk, |v| RowId::from_bytes(v))?.map_or(Ok(None), |r| {
+        self.inner.primary.get_with(pk, RowId::from_bytes)?.map_or(Ok(None), |r| {
             r.map(Some).ok_or_else(|| Error::Corruption {
                 file: format!("t{}.idx", self.inner.id),
                 offset: 0,
@@ -225,12 +227,39 @@ impl Table {
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
-        let Some(rid) = self.rid_for(&pk)? else { return Ok(None) };
+        self.read_pk(&pk, f)
+    }
+
+    /// True if the row `v` has primary key `pk` (encoded).
+    fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> bool {
         let s = &self.inner.schema;
-        match self.inner.heap.read(rid, |b| f(RowView::new(s, b)))? {
-            Some(r) => Ok(Some(r)),
-            None => Err(self.dangling(rid)),
+        match s.columns[s.primary_key].ty {
+            ColumnType::Int => crate::btree::key::encode_i64(v.int(s.primary_key)) == pk,
+            _ => v.bytes(s.primary_key) == pk,
         }
+    }
+
+    /// Follows the primary index to the row and checks it is the row asked for. Readers take
+    /// no key lock, so a writer may move or delete the row between the index lookup and the
+    /// heap read (and the slot may even hold another row by then): look again, a bounded
+    /// number of times.
+    fn read_pk<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
+        let s = &self.inner.schema;
+        let mut f = Some(f);
+        let mut last = None;
+        for _ in 0..READ_RETRIES {
+            let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
+            let got = self.inner.heap.read(rid, |b| {
+                let v = RowView::new(s, b);
+                self.has_pk(&v, pk).then(|| (f.take().expect("called once"))(v))
+            })?;
+            if let Some(Some(r)) = got {
+                return Ok(Some(r));
+            }
+            last = Some(rid);
+            std::thread::yield_now();
+        }
+        Err(self.dangling(last.expect("at least one attempt")))
     }
 
     /// The row with primary key `key`, decoded.
@@ -370,13 +399,10 @@ impl Table {
             })
         };
         let (lo, hi) = (enc(lo)?, enc(hi)?);
-        let s = &self.inner.schema;
-        self.inner.primary.range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |_, v| {
-            let rid = RowId::from_bytes(v).ok_or_else(|| self.dangling(RowId { page: 0, slot: 0 }))?;
-            match self.inner.heap.read(rid, |b| f(RowView::new(s, b)))? {
-                Some(r) => r,
-                None => Ok(true), // deleted after the index entry was copied
-            }
+        self.inner.primary.range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |pk, _| {
+            // Resolve through the primary index again: the row may have moved since the
+            // entry was copied. A row deleted meanwhile is skipped.
+            Ok(self.read_pk(pk, |r| f(r))?.transpose()?.unwrap_or(true))
         })
     }
 
@@ -391,17 +417,20 @@ impl Table {
         s.check_value(&self.inner.name, s.indexes[pos].column, value)?;
         let mut prefix = Vec::new();
         Schema::secondary_prefix(value, &mut prefix);
-        let mut rids = Vec::new();
-        self.inner.secondaries[pos].range(Bound::Included(&prefix), Bound::Unbounded, |k, v| {
+        let mut pks = Vec::new();
+        self.inner.secondaries[pos].range(Bound::Included(&prefix), Bound::Unbounded, |k, _| {
             if !k.starts_with(&prefix) {
                 return Ok(false);
             }
-            rids.push(RowId::from_bytes(v));
+            pks.push(k[prefix.len()..].to_vec());
             Ok(true)
         })?;
-        let mut rows = Vec::with_capacity(rids.len());
-        for rid in rids.into_iter().flatten() {
-            if let Some(r) = self.inner.heap.read(rid, |b| RowView::new(s, b).to_values())? {
+        let col = s.indexes[pos].column;
+        let mut rows = Vec::with_capacity(pks.len());
+        for pk in pks {
+            // The row may have changed since the index entry was copied: keep it only if it
+            // still has the value looked for.
+            if let Some(Some(r)) = self.read_pk(&pk, |r| (r.value(col) == *value).then(|| r.to_values()))? {
                 rows.push(r);
             }
         }
