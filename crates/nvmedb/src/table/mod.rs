@@ -402,7 +402,7 @@ impl Table {
         self.inner.primary.range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |pk, _| {
             // Resolve through the primary index again: the row may have moved since the
             // entry was copied. A row deleted meanwhile is skipped.
-            Ok(self.read_pk(pk, |r| f(r))?.transpose()?.unwrap_or(true))
+            Ok(self.read_pk(pk, &mut f)?.transpose()?.unwrap_or(true))
         })
     }
 
