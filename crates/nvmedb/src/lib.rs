@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod io;
+pub mod trace;
 pub mod util;
 pub mod wal;
 
