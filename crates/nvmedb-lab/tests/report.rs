@@ -6,8 +6,9 @@ use nvmedb::util::Rng;
 use nvmedb_lab::machine::RunContext;
 use nvmedb_lab::model::{model_vs_measured_chart, ModelInput, ModelPoint};
 use nvmedb_lab::report::{
-    read_csv, read_json, write_csv, write_json, write_trace_csv, LineChart, PlotFiles, ReportError,
-    ResultsDir, Series, SeriesStyle, TextTable, TraceChart,
+    read_csv, read_json, trace_summary, trace_summary_table, write_csv, write_json, write_trace_csv,
+    LineChart, PlotFiles, ReportError, ResultsDir, Series, SeriesStyle, TextTable, TraceChart,
+    TraceSummaryRow,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -110,7 +111,8 @@ fn a_run_writes_every_kind_of_file() {
     let csv = write_csv(dir.file("results.csv"), &rows).expect("csv");
     let back: Vec<Row> = read_csv(&csv).expect("read csv");
     assert_eq!(back, rows);
-    let json = write_json(dir.file("results.json"), "primitive", &ctx, &config, &rows).expect("json");
+    let json = dir.write_json("results", &ctx, &config, &rows).expect("json");
+    assert_eq!(json, write_json(dir.file("results.json"), "primitive", &ctx, &config, &rows).expect("json"));
     let doc = read_json::<Config, Vec<Row>>(&json).expect("read json");
     assert_eq!(doc.experiment, "primitive");
     assert_eq!(doc.context, ctx);
@@ -152,8 +154,10 @@ fn a_run_writes_every_kind_of_file() {
             .map(|r| (r.buffer_pct, r.throughput_tps))
             .collect();
         let full = pts.last().map(|p| p.1).expect("100 %");
-        norm = norm.series(Series::new(device, pts.iter().map(|p| (p.0, 100.0 * p.1 / full)).collect()));
-        chart = chart.series(Series::new(device, pts));
+        let s = Series::new(device, pts.clone());
+        assert_eq!(s.normalised_at(100.0).expect("100 %").points[0].1, 100.0 * pts[0].1 / full);
+        norm = norm.series(s.normalised_at(100.0).expect("100 %"));
+        chart = chart.series(s);
     }
     chart = chart
         .footnote("optane, nand: emulated devices (achieved p50 latency in the legend)")
@@ -171,6 +175,14 @@ fn a_run_writes_every_kind_of_file() {
         .footnote("optane: emulated device, achieved read p50 11 µs");
     assert_plot_files(&tc.write(dir.path(), "trace_update").expect("trace chart"));
     let tcsv = write_trace_csv(dir.file("trace_update.csv"), &trace).expect("trace csv");
+    let summary = trace_summary(&trace);
+    let back: Vec<TraceSummaryRow> =
+        read_csv(dir.write_csv("trace_update_summary", &summary).expect("csv")).expect("read");
+    assert_eq!(back.len(), summary.len());
+    let cpu = back.iter().find(|r| r.kind == "cpu").expect("cpu row");
+    assert!(cpu.utilisation > 0.3 && cpu.utilisation < 1.0, "{cpu:?}");
+    dir.write_text("trace_update_summary.txt", &trace_summary_table("trace", &trace).to_string())
+        .expect("txt");
     let lines = std::fs::read_to_string(&tcsv).expect("read").lines().count();
     assert_eq!(lines, 1 + trace.threads.iter().map(|t| t.intervals.len()).sum::<usize>());
 

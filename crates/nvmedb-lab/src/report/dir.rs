@@ -5,6 +5,8 @@
 //! suffix), and the timestamp is UTC in the sortable form `YYYYMMDDTHHMMSSZ`.
 
 use super::{ReportError, Result};
+use crate::machine::RunContext;
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -59,6 +61,30 @@ impl ResultsDir {
     /// `file_name` inside the directory.
     pub fn file(&self, file_name: &str) -> PathBuf {
         self.path.join(file_name)
+    }
+
+    /// Writes `rows` to `<name>.csv`.
+    pub fn write_csv<T: Serialize>(&self, name: &str, rows: &[T]) -> Result<PathBuf> {
+        super::write_csv(self.file(&format!("{name}.csv")), rows)
+    }
+
+    /// Writes `<name>.json` with the run context, configuration and results (see
+    /// [`super::write_json`]).
+    pub fn write_json<C: Serialize, R: Serialize>(
+        &self,
+        name: &str,
+        context: &RunContext,
+        config: &C,
+        results: &R,
+    ) -> Result<PathBuf> {
+        super::write_json(self.file(&format!("{name}.json")), &self.experiment, context, config, results)
+    }
+
+    /// Writes `text` to `file_name` (summaries, notes).
+    pub fn write_text(&self, file_name: &str, text: &str) -> Result<PathBuf> {
+        let path = self.file(file_name);
+        std::fs::write(&path, text).map_err(ReportError::io(&path, "write"))?;
+        Ok(path)
     }
 }
 

@@ -24,7 +24,9 @@ pub use plot::{
     font_path, LegendPosition, LineChart, PlotFiles, Series, SeriesStyle, DEFAULT_FONT_PATH, FONT_ENV,
 };
 pub use table::{Align, TextTable};
-pub use trace_chart::{kind_color, write_trace_csv, TraceChart, TraceRow};
+pub use trace_chart::{
+    kind_color, trace_summary, trace_summary_table, write_trace_csv, TraceChart, TraceRow, TraceSummaryRow,
+};
 
 /// Result type of report operations.
 pub type Result<T, E = ReportError> = std::result::Result<T, E>;

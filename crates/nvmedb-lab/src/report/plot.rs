@@ -26,22 +26,35 @@ pub fn font_path() -> PathBuf {
     std::env::var_os(FONT_ENV).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_FONT_PATH))
 }
 
+/// Reads and checks a font file for plot text. The error names the file and how to get it.
+pub fn load_font(path: &Path) -> Result<&'static [u8]> {
+    let bytes = std::fs::read(path).map_err(|e| ReportError::Font {
+        path: path.to_path_buf(),
+        detail: format!(
+            "cannot read the plot font ({e}); install it (Debian: apt-get install fonts-dejavu-core) \
+             or set {FONT_ENV} to a .ttf file"
+        ),
+    })?;
+    if FontRef::try_from_slice(&bytes).is_err() {
+        return Err(ReportError::Font {
+            path: path.to_path_buf(),
+            detail: format!("not a TrueType/OpenType font file; set {FONT_ENV} to a .ttf file"),
+        });
+    }
+    // plotters keeps a &'static reference to its fonts; this happens once per process.
+    Ok(Box::leak(bytes.into_boxed_slice()))
+}
+
 /// Registers the plot font with plotters once per process and returns it for [`PngText`].
 pub(crate) fn ensure_font() -> Result<FontRef<'static>> {
     static LOADED: OnceLock<std::result::Result<FontRef<'static>, (PathBuf, String)>> = OnceLock::new();
     let r = LOADED.get_or_init(|| {
         let path = font_path();
-        let bytes = std::fs::read(&path).map_err(|e| {
-            (
-                path.clone(),
-                format!(
-                    "cannot read the plot font ({e}); install it (Debian: apt-get install fonts-dejavu-core) \
-                     or set {FONT_ENV} to a .ttf file"
-                ),
-            )
-        })?;
-        // plotters keeps a &'static reference to the font; it is loaded once per process.
-        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        let as_pair = |e: ReportError| match e {
+            ReportError::Font { path, detail } => (path, detail),
+            other => (path.clone(), other.to_string()),
+        };
+        let bytes = load_font(&path).map_err(as_pair)?;
         let bad = || (path.clone(), "not a TrueType/OpenType font file".to_string());
         let font = FontRef::try_from_slice(bytes).map_err(|_| bad())?;
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| bad())?;
@@ -200,6 +213,16 @@ impl Series {
     pub fn style(mut self, style: SeriesStyle) -> Self {
         self.style = style;
         self
+    }
+    /// The same series in percent of its y at `x` (e.g. each device's 100 % buffer value).
+    /// `None` if no point has that x or its y is 0.
+    pub fn normalised_at(&self, x: f64) -> Option<Series> {
+        let base = self.points.iter().find(|p| p.0 == x)?.1;
+        if base == 0.0 || !base.is_finite() {
+            return None;
+        }
+        let points = self.points.iter().map(|&(px, py)| (px, 100.0 * py / base)).collect();
+        Some(Series { points, ..self.clone() })
     }
     /// Sets the palette colour index (to pair a model curve with its measured points).
     pub fn color(mut self, index: usize) -> Self {
@@ -437,6 +460,27 @@ impl Figure for LineChart {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_or_bad_font_is_named() {
+        let missing = Path::new("/nonexistent/fonts/NoSuch.ttf");
+        let e = load_font(missing).expect_err("missing font");
+        let msg = e.to_string();
+        assert!(msg.contains("/nonexistent/fonts/NoSuch.ttf") && msg.contains("fonts-dejavu-core"), "{msg}");
+        let not_font = std::env::temp_dir().join(format!("nvmedb-not-a-font-{}.ttf", std::process::id()));
+        std::fs::write(&not_font, b"hello").expect("write");
+        let msg = load_font(&not_font).expect_err("not a font").to_string();
+        assert!(msg.contains("not a TrueType"), "{msg}");
+        std::fs::remove_file(&not_font).expect("cleanup");
+    }
+
+    #[test]
+    fn normalising_a_series() {
+        let s = Series::new("d", vec![(1.0, 50.0), (100.0, 200.0)]);
+        assert_eq!(s.normalised_at(100.0).expect("has x=100").points, vec![(1.0, 25.0), (100.0, 100.0)]);
+        assert!(s.normalised_at(7.0).is_none());
+        assert!(Series::new("z", vec![(1.0, 0.0)]).normalised_at(1.0).is_none());
+    }
 
     #[test]
     fn tick_labels_drop_needless_digits() {

@@ -7,7 +7,7 @@
 //! widened to one pixel so short I/Os still show.
 
 use super::plot::{err, fmt_tick, page, write_plot, DrawResult, Figure, PlotFiles};
-use super::{CsvWriter, ReportError, Result};
+use super::{CsvWriter, ReportError, Result, TextTable};
 use nvmedb::trace::{Interval, Trace, TraceKind};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -208,4 +208,67 @@ pub fn write_trace_csv(path: impl AsRef<Path>, trace: &Trace) -> Result<PathBuf>
         }
     }
     w.finish()
+}
+
+/// Per-kind summary of a trace, all threads together.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TraceSummaryRow {
+    /// Kind name ([`TraceKind::name`]).
+    pub kind: String,
+    /// Number of intervals.
+    pub count: u64,
+    /// Sum of durations, ns (nested intervals counted in each kind).
+    pub total_ns: u64,
+    /// Exclusive time, ns (each instant to the highest-priority kind active).
+    pub exclusive_ns: u64,
+    /// Mean duration, ns.
+    pub mean_ns: f64,
+    /// Longest interval, ns.
+    pub max_ns: u64,
+    /// Exclusive time over (threads × the span of the trace).
+    pub utilisation: f64,
+}
+
+/// One row per kind present in `trace`.
+pub fn trace_summary(trace: &Trace) -> Vec<TraceSummaryRow> {
+    let ex = trace.exclusive_ns();
+    let util = trace.utilisation(trace.span_ns());
+    TraceKind::ALL
+        .into_iter()
+        .filter_map(|k| {
+            let s = trace.kind_stats(k);
+            (s.count > 0).then(|| TraceSummaryRow {
+                kind: k.name().to_string(),
+                count: s.count,
+                total_ns: s.total_ns,
+                exclusive_ns: ex.get(k),
+                mean_ns: s.mean_ns,
+                max_ns: s.max_ns,
+                utilisation: util[k.index()],
+            })
+        })
+        .collect()
+}
+
+/// The summary as a printable table (times in µs).
+pub fn trace_summary_table(title: &str, trace: &Trace) -> TextTable {
+    let mut t =
+        TextTable::new(["kind", "count", "mean µs", "max µs", "exclusive ms", "share %"]).title(title);
+    for r in trace_summary(trace) {
+        t.row([
+            r.kind,
+            r.count.to_string(),
+            format!("{:.1}", r.mean_ns / 1e3),
+            format!("{:.1}", r.max_ns as f64 / 1e3),
+            format!("{:.2}", r.exclusive_ns as f64 / 1e6),
+            format!("{:.1}", 100.0 * r.utilisation),
+        ]);
+    }
+    t.note(format!(
+        "{} threads, span {:.2} ms, {} intervals dropped",
+        trace.threads.len(),
+        trace.span_ns() as f64 / 1e6,
+        trace.dropped()
+    ));
+    t
 }
