@@ -248,3 +248,40 @@ fn errors_name_the_file() {
     let e = c.write(root.join("missing"), "c").expect_err("missing dir");
     assert!(e.to_string().contains("missing/c.png"), "{e}");
 }
+
+/// The real tracer feeding a trace chart: the only test in this binary that turns tracing on.
+#[test]
+fn a_real_trace_becomes_a_chart() {
+    use nvmedb::trace::{self, TraceConfig};
+    use std::time::Duration;
+    trace::start(TraceConfig { capacity_per_thread: 4096 });
+    let handles: Vec<_> = (0..3)
+        .map(|c| {
+            std::thread::spawn(move || {
+                trace::set_thread_label(format!("client {c}"));
+                for i in 0..20u64 {
+                    let _cpu = trace::span(TraceKind::Cpu);
+                    std::hint::black_box((0..2_000u64).sum::<u64>());
+                    let kind = if i % 3 == 0 { TraceKind::DataWrite } else { TraceKind::DataRead };
+                    let _io = trace::span(kind);
+                    std::thread::sleep(Duration::from_micros(30));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("client");
+    }
+    trace::stop();
+    let t = trace::collect();
+    assert_eq!(t.threads.len(), 3);
+    let root = out_root("report-real-trace");
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = ResultsDir::create(&root, "trace").expect("dir");
+    let files = TraceChart::from_trace("real tracer, 3 threads", &t)
+        .annotate_durations(true)
+        .write(dir.path(), "trace")
+        .expect("chart");
+    assert_plot_files(&files);
+    assert!(ModelInput::from_trace(&t).expect("reads").t_io_us >= 30.0);
+}

@@ -52,6 +52,9 @@ pub struct TraceChart {
     pub duration_ns: u64,
     /// Canvas width in pixels; the height follows from the number of rows.
     pub width: u32,
+    /// Write each I/O and wait interval's duration (µs) on it where it fits, as in seed 001
+    /// Figs. 7/8.
+    pub annotate_durations: bool,
 }
 
 impl TraceChart {
@@ -71,6 +74,7 @@ impl TraceChart {
             rows,
             duration_ns: end,
             width: 1200,
+            annotate_durations: false,
         };
         if trace.dropped() > 0 {
             c.footnotes.push(format!("{} intervals dropped (trace buffers full)", trace.dropped()));
@@ -81,6 +85,18 @@ impl TraceChart {
     /// Sets the subtitle.
     pub fn subtitle(mut self, s: impl Into<String>) -> Self {
         self.subtitle = Some(s.into());
+        self
+    }
+
+    /// Turns duration labels on I/O and wait intervals on or off.
+    pub fn annotate_durations(mut self, on: bool) -> Self {
+        self.annotate_durations = on;
+        self
+    }
+
+    /// Sets the canvas width in pixels.
+    pub fn width(mut self, px: u32) -> Self {
+        self.width = px;
         self
     }
 
@@ -126,7 +142,7 @@ impl Figure for TraceChart {
         let area = page(root, &self.title, self.subtitle.as_deref(), &self.footnotes)?;
         let (w, h) = area.dim_in_pixel();
         let (legend_area, plot_area) = area.split_vertically(LEGEND_PX);
-        draw_legend(&legend_area, w)?;
+        draw_legend(&legend_area)?;
         let (div, unit) = self.unit();
         let t_end = self.duration_ns as f64 / div;
         let n = self.rows.len();
@@ -175,18 +191,38 @@ impl Figure for TraceChart {
             root.draw_text(&r.label, &label_style, (px - 6, py)).map_err(err)?;
         }
         let _ = h;
+        if self.annotate_durations {
+            let small =
+                TextStyle::from(("sans-serif", 11.0).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
+            for (row, r) in self.rows.iter().enumerate() {
+                let y_mid = (n - row) as f64 - 0.5;
+                for iv in r.intervals.iter().filter(|iv| iv.kind != TraceKind::Cpu) {
+                    let text = format!("{:.0}", iv.duration_ns() as f64 / 1e3);
+                    let (x0, py) = chart.backend_coord(&(iv.start_ns as f64 / div, y_mid));
+                    let (x1, _) = chart.backend_coord(&(iv.end_ns as f64 / div, y_mid));
+                    let (tw, _) = root.estimate_text_size(&text, &small).map_err(err)?;
+                    if x1 - x0 >= tw as i32 + 4 {
+                        let c = kind_color(iv.kind);
+                        let light = u32::from(c.0) * 3 + u32::from(c.1) * 6 + u32::from(c.2) > 1300;
+                        let style = small.color(if light { &BLACK } else { &WHITE });
+                        root.draw_text(&text, &style, ((x0 + x1) / 2, py)).map_err(err)?;
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }
 
-fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, width: u32) -> DrawResult {
+fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>) -> DrawResult {
     let style = TextStyle::from(("sans-serif", 14.0).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
-    let step = (width.saturating_sub(40) / TraceKind::COUNT as u32).max(120) as i32;
-    for (i, kind) in TraceKind::ALL.into_iter().enumerate() {
-        let x = 20 + i as i32 * step;
-        let y = (LEGEND_PX / 2) as i32;
+    let y = (LEGEND_PX / 2) as i32;
+    let mut x = 20i32;
+    for kind in TraceKind::ALL {
         area.draw(&Rectangle::new([(x, y - 7), (x + 24, y + 7)], kind_color(kind).filled())).map_err(err)?;
         area.draw_text(kind.label(), &style, (x + 30, y)).map_err(err)?;
+        let (text_w, _) = area.estimate_text_size(kind.label(), &style).map_err(err)?;
+        x += 30 + text_w as i32 + 28;
     }
     Ok(())
 }
