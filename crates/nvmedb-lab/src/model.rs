@@ -134,6 +134,14 @@ pub fn model_vs_measured_chart(title: &str, points: &[ModelPoint]) -> LineChart 
     chart
 }
 
+/// The model over a buffer sweep, to draw next to measured curves normalised to 100 %: for each
+/// `(x, hit_ratio)` (x usually the buffer %, the hit ratio the one the run achieved there), the
+/// point `(x, 100 · relative_at_hit_ratio(hit_ratio))`, as a dashed series.
+pub fn model_series(name: impl Into<String>, input: &ModelInput, sweep: &[(f64, f64)]) -> Series {
+    let points = sweep.iter().map(|&(x, h)| (x, 100.0 * input.relative_at_hit_ratio(h))).collect();
+    Series::new(name, points).style(SeriesStyle::Dashed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +168,14 @@ mod tests {
                                                                        // Seed 001 §4.1: CPU ~400 µs, I/O ~30 µs (Optane) and ~400 µs (NAND) -> 93 % and 50 %.
         assert_eq!((ModelInput::new(400.0, 30.0).relative() * 100.0).round(), 93.0);
         assert_eq!((ModelInput::new(400.0, 400.0).relative() * 100.0).round(), 50.0);
+    }
+
+    #[test]
+    fn model_series_over_a_sweep() {
+        let s = model_series("model", &ModelInput::new(100.0, 10.0), &[(1.0, 0.01), (100.0, 1.0)]);
+        assert_eq!(s.style, SeriesStyle::Dashed);
+        close(s.points[0].1, 100.0 * 100.1 / (100.0 + 0.01 * 0.1 + 0.99 * 10.0));
+        close(s.points[1].1, 100.0);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use nvmedb::trace::{Interval, ThreadTrace, Trace, TraceKind};
 use nvmedb::util::Rng;
 use nvmedb_lab::machine::RunContext;
-use nvmedb_lab::model::{model_vs_measured_chart, ModelInput, ModelPoint};
+use nvmedb_lab::model::{model_series, model_vs_measured_chart, ModelInput, ModelPoint};
 use nvmedb_lab::report::{
     read_csv, read_json, trace_summary, trace_summary_table, write_csv, write_json, write_trace_csv,
     LineChart, PlotFiles, ReportError, ResultsDir, Series, SeriesStyle, TextTable, TraceChart,
@@ -159,6 +159,10 @@ fn a_run_writes_every_kind_of_file() {
         norm = norm.series(s.normalised_at(100.0).expect("100 %"));
         chart = chart.series(s);
     }
+    let sweep: Vec<(f64, f64)> =
+        [1.0, 5.0, 10.0, 25.0, 50.0, 100.0].iter().map(|&p| (p, p / 100.0)).collect();
+    norm =
+        norm.series(model_series("model, t_cpu 100 µs, t_io 10 µs", &ModelInput::new(100.0, 10.0), &sweep));
     chart = chart
         .footnote("optane, nand: emulated devices (achieved p50 latency in the legend)")
         .footnote(ctx.one_line());

@@ -414,9 +414,12 @@ impl LineChart {
             let marker = s.style == SeriesStyle::Markers;
             let path_style = if marker { ShapeStyle::from(&TRANSPARENT) } else { legend_style };
             let radius = if s.style == SeriesStyle::Line || s.style == SeriesStyle::Dashed { 0 } else { 4 };
+            // A gap in the legend line marks a dashed series.
+            let second_from = if s.style == SeriesStyle::Dashed { 13 } else { 8 };
             anno.label(s.name.as_str()).legend(move |(x, y)| {
                 EmptyElement::at((x, y))
-                    + PathElement::new(vec![(0, 0), (20, 0)], path_style)
+                    + PathElement::new(vec![(0, 0), (8, 0)], path_style)
+                    + PathElement::new(vec![(second_from, 0), (21, 0)], path_style)
                     + Circle::new((10, 0), radius, c.filled())
             });
             if s.style == SeriesStyle::LineMarkers {
