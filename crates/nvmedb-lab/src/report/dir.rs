@@ -63,6 +63,23 @@ impl ResultsDir {
         self.path.join(file_name)
     }
 
+    /// Points `<root>/<experiment>/latest` at this run's directory (a relative symbolic link),
+    /// replacing the link an earlier run left. Returns the link's path.
+    pub fn link_latest(&self) -> Result<PathBuf> {
+        let (Some(parent), Some(name)) = (self.path.parent(), self.path.file_name()) else {
+            return Err(ReportError::InvalidData {
+                path: self.path.clone(),
+                detail: "results directory has no parent to hold a `latest` link".into(),
+            });
+        };
+        let link = parent.join("latest");
+        let tmp = parent.join(format!(".latest-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(name, &tmp).map_err(ReportError::io(&tmp, "create symbolic link"))?;
+        std::fs::rename(&tmp, &link).map_err(ReportError::io(&link, "replace symbolic link"))?;
+        Ok(link)
+    }
+
     /// Writes `rows` to `<name>.csv`.
     pub fn write_csv<T: Serialize>(&self, name: &str, rows: &[T]) -> Result<PathBuf> {
         super::write_csv(self.file(&format!("{name}.csv")), rows)
@@ -130,6 +147,13 @@ mod tests {
         assert_eq!(a.path(), root.join("exp").join("19700101T000000Z"));
         assert_eq!(b.path(), root.join("exp").join("19700101T000000Z-2"));
         assert_eq!(a.file("x.csv"), a.path().join("x.csv"));
+        let link = a.link_latest().expect("link");
+        assert_eq!(
+            std::fs::canonicalize(&link).expect("resolves"),
+            std::fs::canonicalize(a.path()).expect("dir")
+        );
+        b.link_latest().expect("relink");
+        assert_eq!(std::fs::read_link(&link).expect("link"), PathBuf::from("19700101T000000Z-2"));
         std::fs::remove_dir_all(&root).expect("cleanup");
     }
 }
