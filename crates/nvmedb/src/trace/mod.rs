@@ -230,8 +230,9 @@ pub fn span(kind: TraceKind) -> Span {
 /// Tracing stays on or off as it was. Buffers of threads that have exited are released.
 pub fn collect() -> Trace {
     let epoch = EPOCH_NS.load(Ordering::SeqCst);
-    let now = raw_ns(Instant::now());
     let mut threads = buffer::drain_all();
+    // Read the clock after draining, so every collected interval ends within the duration.
+    let now = raw_ns(Instant::now());
     for t in &mut threads {
         t.intervals.retain(|iv| iv.end_ns >= epoch);
         for iv in &mut t.intervals {
