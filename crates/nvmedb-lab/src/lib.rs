@@ -4,3 +4,5 @@
 #![warn(missing_docs)]
 
 pub mod machine;
+pub mod model;
+pub mod report;

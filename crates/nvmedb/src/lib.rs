@@ -31,6 +31,7 @@ pub mod error;
 pub mod io;
 pub mod page;
 pub mod table;
+pub mod trace;
 pub mod util;
 pub mod wal;
 
