@@ -3,4 +3,5 @@
 
 #![warn(missing_docs)]
 
+pub mod iobench;
 pub mod machine;
