@@ -1,6 +1,9 @@
 //! The `nvmedb` command: a thin layer over `nvmedb-lab` and the engine.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use nvmedb::io::{Backend, SingleOpPath};
+use nvmedb_lab::iobench::{self, Engine, IoBenchConfig, Pattern};
+use std::path::PathBuf;
 
 /// nvmedb: a storage engine for microsecond-latency NVMe storage, and its laboratory.
 #[derive(Parser, Debug)]
@@ -14,6 +17,129 @@ struct Cli {
 enum Commands {
     /// Print facts about this machine as the lab records them.
     Machine,
+    /// An fio-like micro-benchmark of a file (O_DIRECT) or an emulated device profile.
+    Iobench(Box<IobenchArgs>),
+}
+
+/// Flags of `nvmedb iobench` (fio's names where fio has one).
+#[derive(Args, Debug)]
+struct IobenchArgs {
+    /// A file path (O_DIRECT), or an emulated profile: dram, optane, nand, san, hdd.
+    #[arg(long, default_value = "optane")]
+    device: String,
+    /// randread, randwrite, randrw, read, write or rw (read/write/rw are sequential).
+    #[arg(long, default_value = "randread")]
+    rw: String,
+    /// Percentage of reads for randrw/rw (fio's rwmixread).
+    #[arg(long = "read-pct", alias = "rwmixread", default_value_t = 50)]
+    read_pct: u8,
+    /// Block size: bytes or with a K/M suffix (a multiple of 4K).
+    #[arg(long, default_value = "4k")]
+    bs: String,
+    /// Operations in flight per thread.
+    #[arg(long, alias = "iodepth", default_value_t = 1)]
+    depth: usize,
+    /// Worker threads (fio's numjobs).
+    #[arg(long, alias = "numjobs", default_value_t = 1)]
+    threads: usize,
+    /// Measured seconds (after the warm-up).
+    #[arg(long, alias = "runtime", default_value_t = 5.0)]
+    duration: f64,
+    /// Warm-up seconds, not measured.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Bytes of the device the workload covers (K/M/G suffixes). Files shorter than this are
+    /// first written to this size.
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// queue: keep --depth operations in flight through the device's queue (io_uring for files);
+    /// sync: one read_at/write_at at a time (like fio's psync; --depth must be 1).
+    #[arg(long, default_value = "queue")]
+    engine: String,
+    /// Kernel interface for files: auto, io_uring or pread (also NVMEDB_IO_BACKEND).
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// How the sync engine's single calls reach an io_uring file: pread or ring.
+    #[arg(long = "single-op", default_value = "pread")]
+    single_op: String,
+    /// For file-backed profiles (nand, san, hdd): the file under the emulation (RAM otherwise).
+    #[arg(long = "backing-file")]
+    backing_file: Option<PathBuf>,
+    /// Override a profile parameter, e.g. --profile-set read_latency_us=12 (repeatable).
+    #[arg(long = "profile-set")]
+    profile_set: Vec<String>,
+    /// A profile config file: `key = value` lines, optional `[profile]` sections.
+    #[arg(long = "profile-config")]
+    profile_config: Option<PathBuf>,
+    /// Seed of offsets, the read/write choice and emulated jitter.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Hide the progress bar.
+    #[arg(long = "no-progress")]
+    no_progress: bool,
+    /// JSON result file (default results/iobench-<time>.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.trim_end_matches("ib").trim_end_matches('b');
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        Some('t') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a size (e.g. 4096, 4k, 1G)"))?;
+    Ok((v * mult as f64) as u64)
+}
+
+fn to_config(a: &IobenchArgs) -> Result<IoBenchConfig, String> {
+    let (pattern, read_pct) = match a.rw.as_str() {
+        "randread" => (Pattern::Random, 100),
+        "randwrite" => (Pattern::Random, 0),
+        "randrw" => (Pattern::Random, a.read_pct),
+        "read" => (Pattern::Sequential, 100),
+        "write" => (Pattern::Sequential, 0),
+        "rw" | "readwrite" => (Pattern::Sequential, a.read_pct),
+        other => {
+            return Err(format!("--rw {other}: expected randread, randwrite, randrw, read, write or rw"))
+        }
+    };
+    let engine = match a.engine.as_str() {
+        "queue" | "io_uring" => Engine::Queue,
+        "sync" | "psync" => Engine::Sync,
+        other => return Err(format!("--engine {other}: expected queue or sync")),
+    };
+    let backend = Backend::parse(&a.backend)
+        .ok_or_else(|| format!("--backend {}: expected auto, io_uring or pread", a.backend))?;
+    let single_op = match a.single_op.as_str() {
+        "pread" => SingleOpPath::Pread,
+        "ring" | "thread_ring" => SingleOpPath::ThreadRing,
+        other => return Err(format!("--single-op {other}: expected pread or ring")),
+    };
+    Ok(IoBenchConfig {
+        device: a.device.clone(),
+        backing_file: a.backing_file.clone(),
+        profile_overrides: a.profile_set.clone(),
+        profile_config: a.profile_config.clone(),
+        pattern,
+        read_pct,
+        block_bytes: parse_size(&a.bs).map_err(|e| format!("--bs: {e}"))? as usize,
+        depth: a.depth,
+        threads: a.threads,
+        duration_s: a.duration,
+        warmup_s: a.warmup,
+        size_bytes: parse_size(&a.size).map_err(|e| format!("--size: {e}"))?,
+        engine,
+        backend,
+        single_op,
+        seed: a.seed,
+        progress: !a.no_progress,
+        out: a.out.clone(),
+    })
 }
 
 fn main() {
@@ -23,5 +149,61 @@ fn main() {
             let ctx = nvmedb_lab::machine::RunContext::capture();
             println!("{}", ctx.one_line());
         }
+        Commands::Iobench(args) => {
+            let outcome = to_config(&args).and_then(|cfg| iobench::run(&cfg)).and_then(|report| {
+                println!("{}", report.table());
+                let path = report.save()?;
+                println!("{}", report.result_line());
+                println!("result file: {}", path.display());
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                eprintln!("nvmedb iobench: {e}");
+                std::process::exit(2);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("24K"), Ok(24576));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn iobench_flags_map_to_a_config() {
+        let cli = Cli::try_parse_from([
+            "nvmedb",
+            "iobench",
+            "--device",
+            "nand",
+            "--rw",
+            "randrw",
+            "--read-pct",
+            "70",
+            "--bs",
+            "16k",
+            "--iodepth",
+            "32",
+            "--profile-set",
+            "read_latency_us=80",
+        ])
+        .unwrap();
+        let Commands::Iobench(a) = cli.command else { panic!("not iobench") };
+        let c = to_config(&a).unwrap();
+        assert_eq!((c.pattern, c.read_pct, c.block_bytes, c.depth), (Pattern::Random, 70, 16384, 32));
+        assert_eq!(c.profile_overrides, vec!["read_latency_us=80".to_string()]);
+        let bad = Cli::try_parse_from(["nvmedb", "iobench", "--rw", "sideways"]).unwrap();
+        let Commands::Iobench(a) = bad.command else { panic!("not iobench") };
+        assert!(to_config(&a).unwrap_err().contains("--rw sideways"));
     }
 }

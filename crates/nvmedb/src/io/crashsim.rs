@@ -43,6 +43,18 @@ struct SimState {
     pending: Vec<(u64, Vec<u8>)>,
 }
 
+/// What happens to one unsynced write at a planned crash ([`CrashSimDevice::crash_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFate {
+    /// Lost entirely.
+    Dropped,
+    /// Reached the medium whole.
+    Persisted,
+    /// Only its first `n` sectors of [`SECTOR_BYTES`] reached the medium (`n` is clamped to the
+    /// write's sector count).
+    Torn(usize),
+}
+
 /// A RAM device that models volatile write caching and power loss.
 #[derive(Debug)]
 pub struct CrashSimDevice {
@@ -76,19 +88,29 @@ impl CrashSimDevice {
     /// Simulates a power cut: each unsynced write is dropped, persisted or torn, chosen by `rng`.
     /// Afterwards reads see exactly the durable image.
     pub fn crash(&self, rng: &mut Rng) -> CrashOutcome {
+        self.crash_with(|_, _, len| match rng.below(3) {
+            0 => WriteFate::Dropped,
+            1 => WriteFate::Persisted,
+            _ => WriteFate::Torn(rng.below((len / SECTOR_BYTES) as u64) as usize),
+        })
+    }
+
+    /// Simulates a power cut where `decide(index, offset, len)` chooses the fate of each unsynced
+    /// write, in the order they were issued (index 0 is the oldest). Afterwards reads see exactly
+    /// the durable image. A torn write keeps a prefix of whole sectors.
+    pub fn crash_with(&self, mut decide: impl FnMut(usize, u64, usize) -> WriteFate) -> CrashOutcome {
         let mut st = self.lock();
         let mut outcome = CrashOutcome::default();
         let pending = std::mem::take(&mut st.pending);
-        for (offset, bytes) in pending {
-            match rng.below(3) {
-                0 => outcome.dropped += 1,
-                1 => {
+        for (i, (offset, bytes)) in pending.into_iter().enumerate() {
+            match decide(i, offset, bytes.len()) {
+                WriteFate::Dropped => outcome.dropped += 1,
+                WriteFate::Persisted => {
                     write_into(&mut st.durable, offset, &bytes);
                     outcome.persisted += 1;
                 }
-                _ => {
-                    let sectors = bytes.len() / SECTOR_BYTES;
-                    let keep = rng.below(sectors as u64) as usize * SECTOR_BYTES;
+                WriteFate::Torn(sectors) => {
+                    let keep = sectors.min(bytes.len() / SECTOR_BYTES) * SECTOR_BYTES;
                     if keep > 0 {
                         write_into(&mut st.durable, offset, &bytes[..keep]);
                     }

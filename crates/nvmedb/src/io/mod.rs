@@ -2,8 +2,11 @@
 //!
 //! Owns: the `Device` seam (positional, aligned, batched reads and writes of whole blocks, plus
 //! sync), the queue interface used for deep asynchronous I/O ([`IoQueue`]), aligned buffers, and
-//! the typed [`IoError`]. Implementations: [`MemDevice`] (RAM) and, in sibling modules, O_DIRECT
-//! files through io_uring or pread/pwrite, emulated device profiles and a fault injector.
+//! the typed [`IoError`]. Implementations: [`MemDevice`] (RAM), [`FileDevice`] (O_DIRECT files
+//! through io_uring or pread/pwrite, [`DirStorage`] for a directory of them),
+//! [`EmulatedDevice`] (latency of a [`DeviceProfile`]: `dram`, `optane`, `nand`, `san`, `hdd`),
+//! [`FaultyDevice`] (seeded EIO, ENOSPC, latency spikes) and [`CrashSimDevice`] (power loss
+//! with torn writes).
 //!
 //! Invariants every implementation keeps: offsets, lengths and buffer addresses are multiples of
 //! [`Device::alignment`] or the call fails with [`IoError::Misaligned`] before touching the
@@ -12,14 +15,22 @@
 
 mod aligned;
 mod crashsim;
+mod emulated;
 mod error;
+mod faulty;
+mod file;
 mod mem;
+pub mod profile;
 mod storage;
 
 pub use aligned::{AlignedBuf, DIRECT_IO_ALIGN};
-pub use crashsim::{CrashOutcome, CrashSimDevice, CrashSimStorage, SECTOR_BYTES};
+pub use crashsim::{CrashOutcome, CrashSimDevice, CrashSimStorage, WriteFate, SECTOR_BYTES};
+pub use emulated::{open_emulated, wait_until, EmuQueue, EmulatedDevice};
 pub use error::{IoError, IoOpKind, IoResult};
+pub use faulty::{FaultAction, FaultPlan, FaultRule, FaultyDevice, InjectedFault};
+pub use file::{Backend, DirStorage, FileDevice, FileOptions, SingleOpPath, UringQueue, BACKEND_ENV};
 pub use mem::MemDevice;
+pub use profile::{Backing, DeviceProfile, ProfileError, PROFILE_NAMES};
 pub use storage::{MemStorage, Storage};
 
 /// What a device is, for reports and error messages.

@@ -1,0 +1,340 @@
+//! Emulated devices: a latency model wrapped around any [`Device`].
+//!
+//! Owns: [`EmulatedDevice`] (the model's state: IOPS-cap pacing, service channels, GC stalls,
+//! the recent write share, the last offset for sequential detection), [`EmuQueue`] (depth-N
+//! overlap: each operation completes at its own due time), [`wait_until`] (sleep for the bulk,
+//! spin only the last few µs), and [`open_emulated`] which enforces the backing rule.
+//!
+//! Invariants: an operation's data reaches the inner device at submission and its completion is
+//! reported no earlier than `due = start + service time`, where `start` is the later of the
+//! submission time, the IOPS-cap slot, the end of any GC stall and (with channels) the first free
+//! channel; the inner device's own latency counts inside that window, so the emulated latency is
+//! a floor. The model's state is behind one short mutex, never held while waiting.
+
+use super::{
+    check_alignment,
+    profile::{Backing, DeviceProfile},
+    Completion, Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoRequest, IoResult, MemDevice, QueuedOp,
+    QueuedOpKind,
+};
+use crate::util::Rng;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+thread_local! {
+    static SLACK_SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread's running estimate of how late a sleep wakes up, in ns (a VM's vCPU that
+    /// halted while idle takes tens of µs to be scheduled again).
+    static OVERSHOOT_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Upper bound on the learned wake-up lateness.
+const MAX_OVERSHOOT_NS: u64 = 300_000;
+
+/// Asks the kernel for 1 ns timer slack on this thread (default 50 µs), once per thread, so a
+/// sleep ends close to when it was asked to.
+fn tighten_timer_slack() {
+    SLACK_SET.with(|s| {
+        if !s.get() {
+            // SAFETY: prctl(PR_SET_TIMERSLACK) takes a plain integer and affects only this thread.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+            s.set(true);
+        }
+    });
+}
+
+/// Waits until `deadline`: sleeps while more than `spin` (plus the thread's learned wake-up
+/// lateness) remains, then spins. Costs CPU only for the last few µs of every wait.
+pub fn wait_until(deadline: Instant, spin: Duration) {
+    tighten_timer_slack();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let left = deadline - now;
+        let late = Duration::from_nanos(OVERSHOOT_NS.with(|c| c.get()));
+        if left > spin + late {
+            let nap = left - spin - late;
+            std::thread::sleep(nap);
+            let overshoot = (Instant::now() - now).saturating_sub(nap).as_nanos() as u64;
+            OVERSHOOT_NS.with(|c| {
+                // EWMA with weight 1/8 per observation.
+                let est = (c.get() * 7 + overshoot.min(MAX_OVERSHOOT_NS)) / 8;
+                c.set(est);
+            });
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct EmuState {
+    rng: Rng,
+    /// Earliest start of the next operation under the IOPS cap.
+    cap_next: Instant,
+    /// Busy-until time of each channel (empty: unlimited channels).
+    channels: Vec<Instant>,
+    /// Operations may not start before this (a GC stall in progress).
+    gc_until: Instant,
+    /// End offset of the previous operation, for sequential detection.
+    last_end: u64,
+    /// Exponentially weighted share of writes among recent operations.
+    write_share: f64,
+    /// Number of GC stalls triggered.
+    gc_stalls: u64,
+}
+
+/// A device whose latency follows a [`DeviceProfile`].
+#[derive(Debug)]
+pub struct EmulatedDevice<D: Device> {
+    inner: D,
+    /// Name used in errors and reports: the inner device's name plus the profile.
+    name: String,
+    profile: DeviceProfile,
+    spin: Duration,
+    state: Mutex<EmuState>,
+}
+
+fn us(v: f64) -> Duration {
+    Duration::from_nanos((v.max(0.0) * 1000.0) as u64)
+}
+
+impl<D: Device> EmulatedDevice<D> {
+    /// Wraps `inner`; `seed` drives jitter, spikes and GC stalls. The caller is responsible for
+    /// the backing rule ([`open_emulated`] enforces it).
+    pub fn new(inner: D, profile: DeviceProfile, seed: u64) -> Self {
+        let now = Instant::now();
+        let channels = vec![now; profile.channels as usize];
+        let spin = us(profile.spin_us);
+        let name = format!("{} (emulated {})", inner.info().name, profile.name);
+        Self {
+            inner,
+            name,
+            spin,
+            profile,
+            state: Mutex::new(EmuState {
+                rng: Rng::new(seed),
+                cap_next: now,
+                channels,
+                gc_until: now,
+                last_end: u64::MAX,
+                write_share: 0.0,
+                gc_stalls: 0,
+            }),
+        }
+    }
+
+    /// The profile in force.
+    pub fn profile(&self) -> &DeviceProfile {
+        &self.profile
+    }
+
+    /// The wrapped device.
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    /// Number of garbage-collection stalls the model has triggered so far.
+    pub fn gc_stalls(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).gc_stalls
+    }
+
+    /// When an operation submitted at `now` completes.
+    fn schedule(&self, write: bool, offset: u64, len: usize, now: Instant) -> Instant {
+        let p = &self.profile;
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.write_share = st.write_share * 0.97 + if write { 0.03 } else { 0.0 };
+        let sequential = p.sequential_latency_us > 0.0 && offset == st.last_end;
+        st.last_end = offset + len as u64;
+        let mut svc_us = if sequential {
+            p.sequential_latency_us
+        } else if write {
+            p.write_latency_us
+        } else {
+            p.read_latency_us * (1.0 + p.read_mix_slowdown * st.write_share)
+        };
+        if p.jitter_us > 0.0 {
+            svc_us += (st.rng.unit_f64() * 2.0 - 1.0) * p.jitter_us;
+        }
+        if p.spike_probability > 0.0 && st.rng.chance(p.spike_probability) {
+            svc_us += p.spike_us;
+        }
+        let svc = us(svc_us);
+        let mut start = now;
+        if p.iops_cap > 0.0 {
+            start = start.max(st.cap_next);
+            st.cap_next = start + Duration::from_secs_f64(1.0 / p.iops_cap);
+        }
+        start = start.max(st.gc_until);
+        if let Some(ch) = st.channels.iter_mut().min() {
+            start = start.max(*ch);
+            *ch = start + svc;
+        }
+        let due = start + svc;
+        if write && p.gc_stall_probability > 0.0 && st.rng.chance(p.gc_stall_probability) {
+            st.gc_until = st.gc_until.max(due + us(p.gc_stall_us));
+            st.gc_stalls += 1;
+        }
+        due
+    }
+}
+
+impl<D: Device> Device for EmulatedDevice<D> {
+    fn info(&self) -> DeviceInfo {
+        let inner = self.inner.info();
+        DeviceInfo {
+            name: self.name.clone(),
+            backend: format!("emulated {} over {}", self.profile.name, inner.backend),
+            emulated_profile: Some(self.profile.name.clone()),
+        }
+    }
+
+    fn alignment(&self) -> usize {
+        self.inner.alignment()
+    }
+
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+
+    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
+        self.inner.ensure_capacity(len)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
+        check_alignment(&self.name, self.alignment(), offset, buf.len(), buf.as_ptr() as usize)?;
+        let due = self.schedule(false, offset, buf.len(), Instant::now());
+        let r = self.inner.read_at(offset, buf);
+        wait_until(due, self.spin);
+        r
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
+        check_alignment(&self.name, self.alignment(), offset, buf.len(), buf.as_ptr() as usize)?;
+        let due = self.schedule(true, offset, buf.len(), Instant::now());
+        let r = self.inner.write_at(offset, buf);
+        wait_until(due, self.spin);
+        r
+    }
+
+    fn submit_batch(&self, reqs: &mut [IoRequest<'_>]) -> IoResult<()> {
+        // A batch's operations overlap: each is scheduled at the batch's submission time.
+        for req in reqs.iter() {
+            let addr = match req {
+                IoRequest::Read { buf, .. } => buf.as_ptr() as usize,
+                IoRequest::Write { buf, .. } => buf.as_ptr() as usize,
+            };
+            check_alignment(&self.name, self.alignment(), req.offset(), req.len(), addr)?;
+        }
+        let now = Instant::now();
+        let mut last_due = now;
+        for req in reqs.iter() {
+            let due = self.schedule(matches!(req, IoRequest::Write { .. }), req.offset(), req.len(), now);
+            last_due = last_due.max(due);
+        }
+        let r = self.inner.submit_batch(reqs);
+        wait_until(last_due, self.spin);
+        r
+    }
+
+    fn sync(&self) -> IoResult<()> {
+        self.inner.sync()
+    }
+
+    fn open_queue(&self, depth: usize) -> IoResult<Box<dyn IoQueue + '_>> {
+        Ok(Box::new(EmuQueue { device: self, depth: depth.max(1), pending: Vec::new() }))
+    }
+}
+
+/// A queue on an [`EmulatedDevice`]: up to `depth` operations overlap, each completing at its
+/// own due time.
+pub struct EmuQueue<'d, D: Device> {
+    device: &'d EmulatedDevice<D>,
+    depth: usize,
+    pending: Vec<(Instant, Completion)>,
+}
+
+impl<D: Device> IoQueue for EmuQueue<'_, D> {
+    fn submit(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
+        assert!(self.pending.len() + ops.len() <= self.depth, "queue depth {} exceeded", self.depth);
+        for op in &ops {
+            let (d, a) = (self.device, self.device.alignment());
+            check_alignment(&d.name, a, op.offset, op.buf.len(), op.buf.as_ptr() as usize)?;
+        }
+        for mut op in ops {
+            let now = Instant::now();
+            let write = op.kind == QueuedOpKind::Write;
+            let due = self.device.schedule(write, op.offset, op.buf.len(), now);
+            let result = match op.kind {
+                QueuedOpKind::Read => self.device.inner.read_at(op.offset, &mut op.buf),
+                QueuedOpKind::Write => self.device.inner.write_at(op.offset, &op.buf),
+            };
+            self.pending.push((due, Completion { tag: op.tag, buf: op.buf, result }));
+        }
+        Ok(())
+    }
+
+    fn reap(&mut self, min: usize, out: &mut Vec<Completion>) -> IoResult<()> {
+        let mut got = 0;
+        loop {
+            let now = Instant::now();
+            let mut i = 0;
+            while i < self.pending.len() {
+                if self.pending[i].0 <= now {
+                    out.push(self.pending.swap_remove(i).1);
+                    got += 1;
+                } else {
+                    i += 1;
+                }
+            }
+            if got >= min || self.pending.is_empty() {
+                return Ok(());
+            }
+            let next = self.pending.iter().map(|(d, _)| *d).min().unwrap_or(now);
+            wait_until(next, self.device.spin);
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// Opens the built-in or overridden `profile` over RAM or over the file at `file`.
+///
+/// A profile whose backing is [`Backing::Ram`] (faster than the real disk: its latency must
+/// replace the medium's) refuses a file. A file-backed profile without a file uses RAM.
+pub fn open_emulated(
+    profile: DeviceProfile,
+    file: Option<&Path>,
+    file_opts: &super::FileOptions,
+    seed: u64,
+) -> IoResult<Arc<dyn Device>> {
+    match (profile.backing, file) {
+        (Backing::Ram, Some(path)) => Err(IoError::os(
+            &path.display().to_string(),
+            IoOpKind::Setup,
+            0,
+            0,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "profile `{}` ({} µs reads) is faster than a real disk and must be backed by RAM, \
+                     not a file",
+                    profile.name, profile.read_latency_us
+                ),
+            ),
+        )),
+        (Backing::File, Some(path)) => {
+            let f = super::FileDevice::open_with(path, file_opts)?;
+            Ok(Arc::new(EmulatedDevice::new(f, profile, seed)))
+        }
+        (_, None) => {
+            let name = format!("memory:{}", profile.name);
+            Ok(Arc::new(EmulatedDevice::new(MemDevice::new(name), profile, seed)))
+        }
+    }
+}
