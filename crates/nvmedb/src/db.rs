@@ -107,6 +107,21 @@ fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) ->
 }
 
 impl Database {
+    /// Opens (or creates, per `options.create_if_missing`) the database in directory `path`,
+    /// with O_DIRECT files doing their I/O through io_uring (pread/pwrite where io_uring is
+    /// unavailable).
+    pub fn open(path: impl AsRef<std::path::Path>, options: Options) -> Result<Self> {
+        let path = path.as_ref();
+        if !path.exists() && !options.create_if_missing {
+            return Err(Error::NotFound(format!(
+                "no database at {} (create_if_missing is off)",
+                path.display()
+            )));
+        }
+        let storage = crate::io::DirStorage::new(path, crate::io::FileOptions::default())?;
+        Self::open_with_storage(Arc::new(storage), options)
+    }
+
     /// Opens (or creates, per `options.create_if_missing`) the database held by `storage`.
     pub fn open_with_storage(storage: Arc<dyn Storage>, options: Options) -> Result<Self> {
         let (mut store, data) = if storage.exists(CATALOG_FILE) {

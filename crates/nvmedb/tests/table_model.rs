@@ -211,3 +211,30 @@ fn corrupted_heap_page_is_reported_with_file_and_page() {
         other => panic!("expected corruption, got {other}"),
     }
 }
+
+#[test]
+fn database_on_a_real_directory_survives_close_and_reopen() {
+    let dir = std::env::temp_dir().join(format!("nvmedb-dir-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let db = Database::open(&dir, tiny_options()).unwrap();
+        let t = db.create_table("items", schema()).unwrap();
+        for id in 0..500 {
+            t.insert(&row(id, id % 4, format!("name-{id}").as_bytes())).unwrap();
+        }
+        db.close().unwrap();
+    }
+    let db = Database::open(&dir, Options { create_if_missing: false, ..tiny_options() }).unwrap();
+    let t = db.table("items").unwrap();
+    assert_eq!(t.check_integrity().unwrap(), 500);
+    assert_eq!(t.lookup("by_grp", &Value::Int(3)).unwrap().len(), 125);
+    drop(db);
+    // A directory with foreign files is refused.
+    let foreign = std::env::temp_dir().join(format!("nvmedb-foreign-{}", std::process::id()));
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("README"), b"not a database").unwrap();
+    let e = Database::open(&foreign, tiny_options()).unwrap_err().to_string();
+    assert!(e.contains("not an nvmedb database"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&foreign);
+}
