@@ -379,7 +379,9 @@ impl BufferPool {
                 file.device.read_at(offset, bytes).map_err(Error::from).and_then(|()| {
                     PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page).map(|_| ())
                 });
-            part.io_wait_ns.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+            let end = Instant::now();
+            crate::trace::record(crate::trace::TraceKind::DataRead, start, end);
+            part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
             part.reads.fetch_add(1, Relaxed);
             match loaded {
                 Ok(()) => {
@@ -513,7 +515,9 @@ impl BufferPool {
             let offset = pid.page * page_size as u64;
             let start = Instant::now();
             let r = file.device.write_at(offset, copy);
-            part.io_wait_ns.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+            let end = Instant::now();
+            crate::trace::record(crate::trace::TraceKind::DataWrite, start, end);
+            part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
             match r {
                 Ok(()) => {
                     part.writes.fetch_add(1, Relaxed);
