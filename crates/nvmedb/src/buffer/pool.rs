@@ -534,6 +534,110 @@ impl BufferPool {
         })
     }
 
+    /// Reads the non-resident pages among `pages` of file `file_id` with one batched device
+    /// submission (many reads in flight), so that later fixes hit. Pages already resident are
+    /// skipped; pages past the end of the file are ignored. Returns how many pages were read.
+    ///
+    /// Used by scans for read-ahead; under SEP it fills the calling thread's partition.
+    pub fn prefetch(&self, file_id: u32, pages: std::ops::Range<u64>, class: PageClass) -> Result<usize> {
+        let file = self.file(file_id)?;
+        let end = pages.end.min(file.next_page.load(Acquire));
+        let part = self.partition();
+        // Claim and map a frame for every missing page; hold each frame's write latch until
+        // its read is verified so concurrent fixes of those pages wait for the data.
+        let mut claimed: Vec<(usize, PageId, RwLockWriteGuard<'_, ()>)> = Vec::new();
+        let mut failure = None;
+        for page in pages.start..end {
+            let pid = PageId::new(file_id, page);
+            let key = pid.key();
+            if lock(&part.stripe(key).map).contains_key(&key) {
+                continue;
+            }
+            let victim = match self.claim_frame(part) {
+                Ok(v) => v,
+                // Out of frames: read-ahead is advice, read what we have.
+                Err(Error::ResourceExhausted(_)) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let f = &part.arena.frames[victim];
+            let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+            let mut map = lock(&part.stripe(key).map);
+            if map.contains_key(&key) {
+                drop(map);
+                drop(wl);
+                part.unpin(victim);
+                continue;
+            }
+            map.insert(key, victim as u32);
+            f.page_key.store(key, Release);
+            drop(map);
+            claimed.push((victim, pid, wl));
+        }
+        let page_size = self.config.page_size as u64;
+        let start = Instant::now();
+        let io_result = {
+            let mut reqs: Vec<crate::io::IoRequest<'_>> = claimed
+                .iter()
+                .map(|(i, pid, _)| crate::io::IoRequest::Read {
+                    offset: pid.page * page_size,
+                    // SAFETY: we hold the write latch of each claimed frame, and frames are
+                    // distinct, so these slices do not alias.
+                    buf: unsafe { part.arena.bytes_mut(*i) },
+                })
+                .collect();
+            if reqs.is_empty() {
+                Ok(())
+            } else {
+                file.device.submit_batch(&mut reqs)
+            }
+        };
+        let end_t = Instant::now();
+        crate::trace::record(crate::trace::TraceKind::DataRead, start, end_t);
+        part.io_wait_ns.fetch_add((end_t - start).as_nanos() as u64, Relaxed);
+        part.reads.fetch_add(claimed.len() as u64, Relaxed);
+        part.misses.fetch_add(claimed.len() as u64, Relaxed);
+        let mut first_err: Option<Error> = io_result.err().map(Error::from);
+        let read = claimed.len();
+        for (i, pid, wl) in claimed {
+            let f = &part.arena.frames[i];
+            let offset = pid.page * page_size;
+            // SAFETY: we still hold the frame's write latch.
+            let bytes = unsafe { part.arena.bytes(i) };
+            let verified = if first_err.is_some() {
+                Err(None)
+            } else {
+                PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page).map_err(Some)
+            };
+            match verified {
+                Ok(_) => {
+                    f.usage.store(self.weight(class), Relaxed);
+                    f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+                    f.dirty.store(false, Relaxed);
+                    f.valid.store(true, Release);
+                }
+                Err(e) => {
+                    if let Some(e) = e {
+                        first_err.get_or_insert(e);
+                    }
+                    let key = pid.key();
+                    let mut map = lock(&part.stripe(key).map);
+                    map.remove(&key);
+                    f.page_key.store(NO_PAGE, Release);
+                    f.valid.store(false, Release);
+                }
+            }
+            drop(wl);
+            part.unpin(i);
+        }
+        match (first_err, failure) {
+            (Some(e), _) | (None, Some(e)) => Err(e),
+            (None, None) => Ok(read),
+        }
+    }
+
     /// Appends a new page to file `file_id`, initialised with a header of `page_type`, and
     /// returns it fixed for writing (already dirty).
     pub fn allocate(&self, file_id: u32, class: PageClass, page_type: PageType) -> Result<PageMut<'_>> {

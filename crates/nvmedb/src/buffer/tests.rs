@@ -303,3 +303,42 @@ fn policy_parsing_and_config_validation() {
     cfg.frames = 1;
     assert!(matches!(cfg.validate(), Err(Error::Config { ref key, .. }) if key == "frames"));
 }
+
+#[test]
+fn prefetch_reads_missing_pages_in_one_batch_and_later_fixes_hit() {
+    let (pool, dev) = pool(16, BufferPolicy::Shared { stripes: 4 });
+    for p in 0..12u64 {
+        let mut g = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+        set_body_u64(&mut g, p * 7);
+    }
+    pool.flush_all().unwrap();
+    // A second pool over the same device starts cold.
+    let cold = BufferPool::new(PoolConfig::new(PS, 16)).unwrap();
+    cold.register_file(0, dev).unwrap();
+    drop(cold.fix(PageId::new(0, 3), PageClass::Data).unwrap());
+    let read = cold.prefetch(0, 0..20, PageClass::Data).unwrap();
+    assert_eq!(read, 11, "12 pages exist, one was resident");
+    let before = cold.stats();
+    for p in 0..12u64 {
+        assert_eq!(body_u64(&cold.fix(PageId::new(0, p), PageClass::Data).unwrap()), p * 7);
+    }
+    let d = cold.stats().since(&before);
+    assert_eq!((d.hits, d.misses), (12, 0));
+}
+
+#[test]
+fn prefetch_of_a_corrupt_page_reports_it_and_leaves_it_unmapped() {
+    let (pool, dev) = pool(8, BufferPolicy::Shared { stripes: 1 });
+    for _ in 0..4u64 {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    pool.flush_all().unwrap();
+    let mut img = dev.snapshot();
+    img[2 * PS + 99] ^= 1;
+    dev.restore(img);
+    let cold = BufferPool::new(PoolConfig::new(PS, 8)).unwrap();
+    cold.register_file(0, dev).unwrap();
+    assert!(matches!(cold.prefetch(0, 0..4, PageClass::Data), Err(Error::Corruption { .. })));
+    assert!(cold.fix(PageId::new(0, 1), PageClass::Data).is_ok());
+    assert!(matches!(cold.fix(PageId::new(0, 2), PageClass::Data), Err(Error::Corruption { .. })));
+}

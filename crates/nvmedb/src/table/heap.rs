@@ -159,9 +159,27 @@ impl HeapFile {
 
     /// Calls `f(row id, row bytes)` for every row, page by page, until it returns `Ok(false)`.
     /// The page is latched shared while `f` runs: `f` must not modify this table.
-    pub fn scan(&self, mut f: impl FnMut(RowId, &[u8]) -> Result<bool>) -> Result<()> {
+    pub fn scan(&self, f: impl FnMut(RowId, &[u8]) -> Result<bool>) -> Result<()> {
         let pages = self.pages()?;
-        for page in 0..pages {
+        self.scan_pages(0..pages, f)
+    }
+
+    /// Like [`HeapFile::scan`] over the pages in `range` only, reading ahead with batched
+    /// submissions of [`READ_AHEAD_PAGES`] pages.
+    pub fn scan_pages(
+        &self,
+        range: std::ops::Range<u64>,
+        mut f: impl FnMut(RowId, &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let end = range.end.min(self.pages()?);
+        let window = READ_AHEAD_PAGES.min((self.pool.config().frames / 4).max(1) as u64);
+        let mut prefetched_to = range.start;
+        for page in range.start..end {
+            if page >= prefetched_to {
+                let to = (page + window).min(end);
+                self.pool.prefetch(self.file, page..to, PageClass::Data)?;
+                prefetched_to = to;
+            }
             let g: PageRef<'_> = self.pool.fix(self.pid(page), PageClass::Data)?;
             self.check_heap_page(page, &g)?;
             for slot in slotted::live_slots(&g) {
@@ -174,3 +192,6 @@ impl HeapFile {
         Ok(())
     }
 }
+
+/// Pages a scan reads ahead in one batched submission (capped at a quarter of the pool).
+pub const READ_AHEAD_PAGES: u64 = 32;

@@ -384,6 +384,25 @@ impl Table {
         self.inner.heap.scan(|_, b| f(RowView::new(s, b)))
     }
 
+    /// Part `part` of `parts` of a full scan: a contiguous share of the heap pages, so `parts`
+    /// threads together scan the table once (seed 004's parallel scan).
+    pub fn scan_partition(
+        &self,
+        part: usize,
+        parts: usize,
+        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        if parts == 0 || part >= parts {
+            return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
+        }
+        let pages = self.inner.heap.pages()?;
+        let per = pages.div_ceil(parts as u64);
+        let start = (part as u64 * per).min(pages);
+        let end = (start + per).min(pages);
+        let s = &self.inner.schema;
+        self.inner.heap.scan_pages(start..end, |_, b| f(RowView::new(s, b)))
+    }
+
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
     pub fn range(
         &self,
