@@ -3,6 +3,7 @@
 
 #![warn(missing_docs)]
 
+pub mod enginebench;
 pub mod iobench;
 pub mod machine;
 pub mod model;

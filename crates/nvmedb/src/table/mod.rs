@@ -45,6 +45,8 @@ pub(crate) struct TableInner {
     key_locks: Box<[Mutex<()>]>,
     /// Set when a failed change could not be reversed; every later call reports it.
     poisoned: Mutex<Option<String>>,
+    /// Fast check of `poisoned` for the read path.
+    is_poisoned: std::sync::atomic::AtomicBool,
 }
 
 /// A handle to a table; cheap to clone and safe to share between threads.
@@ -78,6 +80,7 @@ impl Table {
                 secondaries,
                 key_locks: (0..KEY_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
                 poisoned: Mutex::new(None),
+                is_poisoned: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -110,10 +113,18 @@ impl Table {
     }
 
     fn check_poisoned(&self) -> Result<()> {
+        if !self.inner.is_poisoned.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.inner.poisoned.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(why) => Err(Error::Poisoned(format!("table `{}`: {why}", self.inner.name))),
             None => Ok(()),
         }
+    }
+
+    fn poison(&self, why: String) {
+        *self.inner.poisoned.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        self.inner.is_poisoned.store(true, std::sync::atomic::Ordering::Release);
     }
 
     fn apply_undo(&self, u: &Undo) -> Result<()> {
@@ -133,7 +144,7 @@ impl Table {
         for u in undo.iter().rev() {
             if !(0..UNDO_ATTEMPTS).any(|_| self.apply_undo(u).is_ok()) {
                 let why = format!("a failed change could not be reversed after: {err}; reopen the database");
-                *self.inner.poisoned.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                self.poison(why.clone());
                 return Error::Poisoned(format!("table `{}`: {why}", self.inner.name));
             }
         }
@@ -311,7 +322,7 @@ impl Table {
         //    here cannot be reversed step by step, so it poisons the table.
         let poison = |e: Error| -> Error {
             let why = format!("an update that moved a row failed half-way: {e}; reopen the database");
-            *self.inner.poisoned.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            self.poison(why.clone());
             Error::Poisoned(format!("table `{}`: {why}", self.inner.name))
         };
         if new_rid != rid {
