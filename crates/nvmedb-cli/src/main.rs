@@ -128,6 +128,9 @@ struct EngineArgs {
     /// Skip the fio reference runs.
     #[arg(long)]
     no_fio: bool,
+    /// Parts to run (comma-separated): memory, miss, scan.
+    #[arg(long, default_value = "memory,miss,scan", value_delimiter = ',')]
+    parts: Vec<String>,
     /// JSON result file (default results/enginebench-<time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -293,6 +296,7 @@ fn main() {
                     scan_threads: a.scan_threads,
                     reps: a.reps,
                     use_fio: !a.no_fio,
+                    parts: a.parts.clone(),
                     ..Default::default()
                 };
                 let report = nvmedb_lab::enginebench::run(&cfg)?;

@@ -48,6 +48,8 @@ pub struct EngineBenchConfig {
     pub reps: usize,
     /// Run fio as the reference where it is installed.
     pub use_fio: bool,
+    /// Parts to run: any of "memory", "miss", "scan".
+    pub parts: Vec<String>,
 }
 
 impl Default for EngineBenchConfig {
@@ -66,6 +68,7 @@ impl Default for EngineBenchConfig {
             scan_policies: vec!["shr-1".into(), "shr-16".into(), "shr-512".into(), "sep".into()],
             reps: 3,
             use_fio: true,
+            parts: vec!["memory".into(), "miss".into(), "scan".into()],
         }
     }
 }
@@ -371,8 +374,9 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
         scans: Vec::new(),
     };
 
+    let wants = |p: &str| cfg.parts.iter().any(|x| x == p);
     // 1. In-memory lookups: the whole table cached.
-    for &threads in &cfg.memory_threads {
+    for &threads in cfg.memory_threads.iter().filter(|_| wants("memory")) {
         let db = Database::open(
             &cfg.data_dir,
             options(cfg, BufferSize::PercentOfData(110.0), BufferPolicy::Shared { stripes: 16 }),
@@ -404,7 +408,7 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
     }
 
     // 2. Lookups with a 1 % buffer, interleaved with fio and iobench on the same file.
-    {
+    if wants("miss") {
         let threads = cfg.miss_threads;
         let db = Database::open(
             &cfg.data_dir,
@@ -478,6 +482,9 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
     }
 
     // 3. Full scans per policy.
+    if !wants("scan") {
+        return Ok(report);
+    }
     let limit = iobench_seq(&heap, cfg.page_size, cfg.duration_s, table_bytes)?;
     report.device_limit_iops = Some(limit);
     println!("device limit: iobench {} KiB sequential read QD32: {limit:.0} IOPS", cfg.page_size / 1024);

@@ -23,18 +23,26 @@ struct FileEntry {
     next_page: AtomicU64,
 }
 
-/// One page-table lock and the hit counter of the pages it maps (padded against false sharing).
+/// One page-table lock (padded against false sharing).
 #[repr(align(128))]
 struct Stripe {
     map: Mutex<HashMap<u64, u32, PageKeyBuild>>,
-    hits: AtomicU64,
 }
+
+/// Hit counters sharded by thread slot, so counting a hit writes a cache line no other
+/// thread writes.
+const HIT_SHARDS: usize = 64;
+
+#[repr(align(128))]
+#[derive(Default)]
+struct PaddedCounter(AtomicU64);
 
 /// A set of frames with its own page table and clock hand.
 struct Partition {
     arena: FrameArena,
     stripes: Box<[Stripe]>,
     hand: AtomicUsize,
+    hits: Box<[PaddedCounter]>,
     misses: AtomicU64,
     reads: AtomicU64,
     writes: AtomicU64,
@@ -49,10 +57,9 @@ impl Partition {
     fn new(page_size: usize, frames: usize, stripes: usize) -> Self {
         Self {
             arena: FrameArena::new(page_size, frames),
-            stripes: (0..stripes)
-                .map(|_| Stripe { map: Mutex::new(HashMap::default()), hits: AtomicU64::new(0) })
-                .collect(),
+            stripes: (0..stripes).map(|_| Stripe { map: Mutex::new(HashMap::default()) }).collect(),
             hand: AtomicUsize::new(0),
+            hits: (0..HIT_SHARDS).map(|_| PaddedCounter::default()).collect(),
             misses: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
@@ -343,7 +350,7 @@ impl BufferPool {
                     if f.usage.load(Relaxed) < w {
                         f.usage.store(w, Relaxed);
                     }
-                    stripe.hits.fetch_add(1, Relaxed);
+                    part.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
                     return Ok(i as usize);
                 }
             }
@@ -713,7 +720,7 @@ impl BufferPool {
     pub fn stats(&self) -> BufferStats {
         let mut s = BufferStats::default();
         for p in self.parts.iter() {
-            s.hits += p.stripes.iter().map(|st| st.hits.load(Relaxed)).sum::<u64>();
+            s.hits += p.hits.iter().map(|c| c.0.load(Relaxed)).sum::<u64>();
             s.misses += p.misses.load(Relaxed);
             s.reads += p.reads.load(Relaxed);
             s.writes += p.writes.load(Relaxed);
