@@ -160,6 +160,18 @@ impl BTree {
         key: &[u8],
         op: &mut dyn FnMut(&mut PageMut<'_>) -> LeafOutcome<R>,
     ) -> Result<LeafOutcome<R>> {
+        // One mini-transaction: the leaf's change is logged atomically (or rolled back).
+        let mtr = self.pool.begin_mtr();
+        let r = self.with_leaf_mut_inner(key, op)?;
+        mtr.commit()?;
+        Ok(r)
+    }
+
+    fn with_leaf_mut_inner<R>(
+        &self,
+        key: &[u8],
+        op: &mut dyn FnMut(&mut PageMut<'_>) -> LeafOutcome<R>,
+    ) -> Result<LeafOutcome<R>> {
         loop {
             let root = self.fix(self.root)?;
             if node::is_leaf(&root) {
@@ -194,6 +206,25 @@ impl BTree {
     ) -> Result<R> {
         let worst = node::entry_space(&vec![0u8; self.max_entry_bytes().saturating_sub(8)], &[0u8; 8]);
         loop {
+            // Each attempt is one mini-transaction: a split and the entry that caused it are
+            // logged together, and an attempt that fails half-way leaves no trace.
+            let mtr = self.pool.begin_mtr();
+            let attempt = self.split_attempt(key, worst, op)?;
+            mtr.commit()?;
+            if let Some(r) = attempt {
+                return Ok(r);
+            }
+            // Pathological sizes: the half still lacks room. Start over; the tree has grown.
+        }
+    }
+
+    fn split_attempt<R>(
+        &self,
+        key: &[u8],
+        worst: usize,
+        op: &mut dyn FnMut(&mut PageMut<'_>) -> LeafOutcome<R>,
+    ) -> Result<Option<R>> {
+        {
             let mut stack: Vec<PageMut<'_>> = vec![self.fix_mut(self.root)?];
             loop {
                 let top = stack.last().expect("stack holds the current node");
@@ -208,13 +239,13 @@ impl BTree {
                 stack.push(next);
             }
             if let LeafOutcome::Done(r) = op(stack.last_mut().expect("leaf")) {
-                return Ok(r);
+                return Ok(Some(r));
             }
             self.split_leaf(&mut stack, key)?;
             if let LeafOutcome::Done(r) = op(stack.last_mut().expect("leaf")) {
-                return Ok(r);
+                return Ok(Some(r));
             }
-            // Pathological sizes: the half still lacks room. Start over; the tree has grown.
+            Ok(None)
         }
     }
 

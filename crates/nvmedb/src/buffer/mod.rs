@@ -14,10 +14,12 @@
 //! - every page read from a device is checksum-verified before a guard hands it out.
 
 mod frames;
+pub mod mtr;
 mod pool;
 mod writer;
 
-pub use pool::{BufferPool, PageMut, PageRef};
+pub use mtr::PageLogger;
+pub use pool::{BufferPool, Mtr, PageMut, PageRef};
 
 use crate::Result;
 

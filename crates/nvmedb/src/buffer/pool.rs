@@ -4,6 +4,7 @@
 //! registered files, and the page guards. See the module invariants in `buffer/mod.rs`.
 
 use super::frames::{stripe_of, FrameArena, PageKeyBuild, NO_PAGE};
+use super::mtr::{change_for, encode_page_change, PageLogger};
 use super::writer::WriterHandle;
 use super::{BufferPolicy, BufferStats, PageClass, PageId, PoolConfig, WalGate};
 use crate::error::{Error, Result};
@@ -99,6 +100,10 @@ pub struct BufferPool {
     files: RwLock<Vec<Option<Arc<FileEntry>>>>,
     gate: RwLock<Option<Arc<dyn WalGate>>>,
     writer: Mutex<Option<WriterHandle>>,
+    /// The WAL hook receiving page changes, and this pool's tag in the log.
+    logger: std::sync::OnceLock<(Arc<dyn PageLogger>, u8)>,
+    /// Set when a page change could not be logged outside a mini-transaction.
+    log_failure: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for BufferPool {
@@ -117,10 +122,13 @@ pub struct PageRef<'a> {
 
 /// An exclusive (write) fix of a page. Mutable access marks the page dirty.
 pub struct PageMut<'a> {
+    pool: &'a BufferPool,
     part: &'a Partition,
     frame: usize,
     pid: PageId,
     modified: bool,
+    /// Copy of the page as fixed (only while the pool logs changes; `None` for a new page).
+    before: Option<Box<[u8]>>,
     latch: Option<RwLockWriteGuard<'a, ()>>,
 }
 
@@ -176,6 +184,22 @@ impl DerefMut for PageMut<'_> {
 
 impl Drop for PageMut<'_> {
     fn drop(&mut self) {
+        if self.modified && self.pool.logger.get().is_some() {
+            let latch = self.latch.take().expect("latch held until drop");
+            // SAFETY (lifetime erasure): the guard borrows a latch inside `self.pool`. It is
+            // stored in this thread's open mini-transaction for that pool, which borrows the
+            // pool too and releases every stored guard when it ends, so the latch outlives it.
+            let latch: RwLockWriteGuard<'static, ()> = unsafe { std::mem::transmute(latch) };
+            let d = Deferred {
+                part: self.part as *const Partition,
+                frame: self.frame,
+                pid: self.pid,
+                before: self.before.take(),
+                latch,
+            };
+            self.pool.defer_change(d);
+            return;
+        }
         if self.modified {
             // Set before the pin is released so an evictor that sees pins == 0 sees dirty too.
             self.part.arena.frames[self.frame].dirty.store(true, Release);
@@ -213,6 +237,8 @@ impl BufferPool {
             files: RwLock::new(Vec::new()),
             gate: RwLock::new(None),
             writer: Mutex::new(None),
+            logger: std::sync::OnceLock::new(),
+            log_failure: Mutex::new(None),
         });
         if let Some(bw) = pool.config.background_writer {
             *lock(&pool.writer) = Some(WriterHandle::start(Arc::downgrade(&pool), bw));
@@ -324,7 +350,19 @@ impl BufferPool {
                 }
                 FixMode::Exclusive => {
                     let g = f.latch.write().unwrap_or_else(|e| e.into_inner());
-                    Fixed::Exclusive(PageMut { part, frame: i, pid, modified: false, latch: Some(g) })
+                    let before = self.logger.get().map(|_| {
+                        // SAFETY: we hold the frame's write latch.
+                        Box::<[u8]>::from(unsafe { part.arena.bytes(i) })
+                    });
+                    Fixed::Exclusive(PageMut {
+                        pool: self,
+                        part,
+                        frame: i,
+                        pid,
+                        modified: false,
+                        before,
+                        latch: Some(g),
+                    })
                 }
             };
             // A failed load leaves the frame invalid; the guard's drop unpins it. Retry.
@@ -670,7 +708,7 @@ impl BufferPool {
         f.usage.store(self.weight(class), Relaxed);
         f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
         f.valid.store(true, Release);
-        Ok(PageMut { part, frame: victim, pid, modified: true, latch: Some(wl) })
+        Ok(PageMut { pool: self, part, frame: victim, pid, modified: true, before: None, latch: Some(wl) })
     }
 
     /// Writes every dirty page, then syncs every registered file.
@@ -742,6 +780,169 @@ impl BufferPool {
     /// The last error the background writer hit, if any.
     pub fn background_writer_error(&self) -> Option<String> {
         lock(&self.writer).as_ref().and_then(|w| w.last_error())
+    }
+}
+
+/// A page changed inside a mini-transaction, still latched and pinned.
+struct Deferred {
+    part: *const Partition,
+    frame: usize,
+    pid: PageId,
+    before: Option<Box<[u8]>>,
+    latch: RwLockWriteGuard<'static, ()>,
+}
+
+struct OpenMtr {
+    pool: *const BufferPool,
+    depth: usize,
+    pages: Vec<Deferred>,
+}
+
+thread_local! {
+    static OPEN_MTRS: RefCell<Vec<OpenMtr>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An open mini-transaction on one pool: every page changed while it is open is logged in one
+/// record when it commits, and restored if it ends without committing. Nested scopes on the
+/// same pool join the outermost one.
+#[must_use = "a mini-transaction must be committed, or its changes are rolled back"]
+pub struct Mtr<'a> {
+    pool: &'a BufferPool,
+    done: bool,
+}
+
+impl Mtr<'_> {
+    /// Logs the changes (when this is the outermost scope) and releases the pages.
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        self.pool.end_mtr(true)
+    }
+}
+
+impl Drop for Mtr<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.pool.end_mtr(false);
+        }
+    }
+}
+
+impl BufferPool {
+    /// Installs the WAL hook: from now on every page change is logged (see [`Mtr`]). `tag`
+    /// names this pool in the log. Can be set once.
+    pub fn set_page_logger(&self, logger: Arc<dyn PageLogger>, tag: u8) -> Result<()> {
+        self.logger
+            .set((logger, tag))
+            .map_err(|_| Error::InvalidArgument("the buffer pool already has a page logger".into()))
+    }
+
+    /// True when page changes are logged.
+    pub fn is_logging(&self) -> bool {
+        self.logger.get().is_some()
+    }
+
+    /// Opens (or joins) this thread's mini-transaction on this pool.
+    pub fn begin_mtr(&self) -> Mtr<'_> {
+        let me = self as *const BufferPool;
+        OPEN_MTRS.with(|m| {
+            let mut m = m.borrow_mut();
+            match m.iter_mut().find(|o| o.pool == me) {
+                Some(o) => o.depth += 1,
+                None => m.push(OpenMtr { pool: me, depth: 1, pages: Vec::new() }),
+            }
+        });
+        Mtr { pool: self, done: false }
+    }
+
+    /// The failure that poisoned logging outside a mini-transaction, if any.
+    pub fn log_failure(&self) -> Option<String> {
+        lock(&self.log_failure).clone()
+    }
+
+    fn defer_change(&self, d: Deferred) {
+        let me = self as *const BufferPool;
+        let orphan = OPEN_MTRS.with(|m| {
+            let mut m = m.borrow_mut();
+            match m.iter_mut().find(|o| o.pool == me) {
+                Some(o) => {
+                    o.pages.push(d);
+                    None
+                }
+                None => Some(d),
+            }
+        });
+        if let Some(d) = orphan {
+            // A change outside any mini-transaction: log it on its own.
+            if let Err(e) = self.finish_changes(vec![d], true) {
+                *lock(&self.log_failure) = Some(e.to_string());
+            }
+        }
+    }
+
+    fn end_mtr(&self, commit: bool) -> Result<()> {
+        let me = self as *const BufferPool;
+        let pages = OPEN_MTRS.with(|m| {
+            let mut m = m.borrow_mut();
+            let idx = m.iter().position(|o| o.pool == me).expect("mini-transaction scope is open");
+            m[idx].depth -= 1;
+            if m[idx].depth > 0 {
+                return None;
+            }
+            Some(m.remove(idx).pages)
+        });
+        match pages {
+            None if commit => Ok(()),
+            None => Err(Error::InvalidArgument("inner mini-transaction scope ended without commit".into())),
+            Some(pages) => self.finish_changes(pages, commit),
+        }
+    }
+
+    /// Logs (or rolls back) deferred changes, then releases their latches and pins.
+    fn finish_changes(&self, pages: Vec<Deferred>, commit: bool) -> Result<()> {
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let result =
+            if commit { self.log_changes(&pages) } else { Err(Error::InvalidArgument("rolled back".into())) };
+        for d in pages {
+            // SAFETY: `d.part` points into `self.parts`, alive while `self` is.
+            let part = unsafe { &*d.part };
+            let f = &part.arena.frames[d.frame];
+            match (&result, &d.before) {
+                (Ok(lsn), _) => {
+                    // SAFETY: the deferred guard still holds the frame's write latch.
+                    PageHeader::set_lsn(unsafe { part.arena.bytes_mut(d.frame) }, *lsn);
+                    f.dirty.store(true, Release);
+                }
+                (Err(_), Some(before)) => {
+                    // SAFETY: as above.
+                    unsafe { part.arena.bytes_mut(d.frame) }.copy_from_slice(before);
+                }
+                // A new page cannot be un-allocated: it stays, unreferenced and unlogged.
+                (Err(_), None) => f.dirty.store(true, Release),
+            }
+            drop(d.latch);
+            part.unpin(d.frame);
+        }
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if commit => Err(e),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn log_changes(&self, pages: &[Deferred]) -> Result<u64> {
+        let (logger, tag) = self.logger.get().expect("changes are deferred only while logging");
+        let horizon = logger.full_image_horizon();
+        let mut payload = Vec::with_capacity(64 + pages.len() * 64);
+        payload.extend_from_slice(&(self.config.page_size as u32).to_le_bytes());
+        payload.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+        for d in pages {
+            // SAFETY: `d.part` is alive (see finish_changes); the latch is held.
+            let after = unsafe { (*d.part).arena.bytes(d.frame) };
+            encode_page_change(&mut payload, d.pid, &change_for(d.before.as_deref(), after, horizon));
+        }
+        logger.log_page_changes(*tag, &payload)
     }
 }
 

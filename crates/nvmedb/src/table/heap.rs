@@ -104,19 +104,27 @@ impl HeapFile {
         loop {
             let hint = self.insert_page.load(Acquire);
             if hint != NO_PAGE {
+                let mtr = self.pool.begin_mtr();
                 let mut g = self.pool.fix_mut(self.pid(hint), PageClass::Data)?;
                 if let Some(slot) = slotted::insert(&mut g, row) {
+                    drop(g);
+                    mtr.commit()?;
                     return Ok(RowId { page: hint, slot: slot as u16 });
                 }
+                drop(g);
+                mtr.commit()?;
             }
             let _alloc = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
             if self.insert_page.load(Acquire) != hint {
                 continue; // another thread appended a page meanwhile
             }
+            let mtr = self.pool.begin_mtr();
             let mut g = self.pool.allocate(self.file, PageClass::Data, PageType::Heap)?;
             slotted::init(&mut g);
             let slot = slotted::insert(&mut g, row).ok_or_else(|| self.too_big(row.len()))?;
             let page = g.page_id().page;
+            drop(g);
+            mtr.commit()?;
             self.insert_page.store(page, Release);
             return Ok(RowId { page, slot: slot as u16 });
         }
@@ -138,23 +146,32 @@ impl HeapFile {
         if row.len() > self.max_row_bytes() {
             return Err(self.too_big(row.len()));
         }
+        let mtr = self.pool.begin_mtr();
         let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
         let Some(prev) = slotted::get(&g, rid.slot as usize) else { return Ok(None) };
         old(prev);
         if slotted::update(&mut g, rid.slot as usize, row) {
+            drop(g);
+            mtr.commit()?;
             return Ok(Some(rid));
         }
         slotted::delete(&mut g, rid.slot as usize);
         drop(g);
+        // Commit before inserting: the insert may pick this very page.
+        mtr.commit()?;
         self.insert(row).map(Some)
     }
 
     /// Frees the row at `rid`, calling `old` with its bytes; false if there was none.
     pub fn delete(&self, rid: RowId, old: impl FnOnce(&[u8])) -> Result<bool> {
+        let mtr = self.pool.begin_mtr();
         let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
         let Some(prev) = slotted::get(&g, rid.slot as usize) else { return Ok(false) };
         old(prev);
-        Ok(slotted::delete(&mut g, rid.slot as usize))
+        let deleted = slotted::delete(&mut g, rid.slot as usize);
+        drop(g);
+        mtr.commit()?;
+        Ok(deleted)
     }
 
     /// Calls `f(row id, row bytes)` for every row, page by page, until it returns `Ok(false)`.
