@@ -2,8 +2,29 @@
 //!
 //! Owns: the [`LogSink`] seam — append bytes, ask for the persisted position, wait until a
 //! position is persisted — that the duplexed file log, the `xlog` fast path and replication all
-//! implement. Invariant of every sink: `durable_lsn()` never runs ahead of bytes that would
-//! survive a crash, and it never goes backwards.
+//! implement; and its first implementation, [`FileLog`]: CRC32C-checked records with LSNs,
+//! segment files with recycling, group commit, and log duplexing (every flush goes to two
+//! storages in parallel, a commit waits for both, and [`LogReader`] uses whichever copy is
+//! intact). The byte format is documented in `docs/format-wal.md`.
+//!
+//! Invariant of every sink: `durable_lsn()` never runs ahead of bytes that would survive a
+//! crash, and it never goes backwards.
+//!
+//! Files: `format.rs` (record and segment header encoding), `segment.rs` (slots and finding the
+//! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog.rs` (the writer).
+
+mod filelog;
+mod format;
+mod reader;
+mod segment;
+
+pub use filelog::{FileLog, RecoveredLog, WalOptions, WalStats};
+pub use format::{
+    BLOCK_BYTES, FORMAT_VERSION, KIND_DATA, KIND_FILLER, KIND_USER_MIN, RECORD_HEADER_BYTES,
+    SEGMENT_HEADER_BLOCK_BYTES,
+};
+pub use reader::{LogReader, LogRecord};
+pub use segment::{SegmentDesc, SEGMENT_PREFIX};
 
 use crate::Result;
 
@@ -12,8 +33,9 @@ pub type Lsn = u64;
 
 /// Where log bytes go.
 pub trait LogSink: Send + Sync {
-    /// Appends `bytes` (one or more whole records) to the log. Returns the LSN range
-    /// `[start, end)` the bytes occupy. The bytes are not durable until `durable_lsn() >= end`.
+    /// Appends `bytes` to the log. Returns the LSN range `[start, end)` the bytes occupy. The
+    /// bytes are not durable until `durable_lsn() >= end`. A sink may frame the bytes: the
+    /// [`FileLog`] stores them as the payload of one record (header included in the range).
     fn append(&self, bytes: &[u8]) -> Result<(Lsn, Lsn)>;
 
     /// The position up to which every appended byte is durable.
