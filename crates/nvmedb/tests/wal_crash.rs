@@ -36,7 +36,7 @@ fn run_seed(seed: u64) {
         segment_bytes: 64 * 1024,
         max_batch_bytes: rng.range(4096, 24 * 1024) as usize,
         max_queued_batches: rng.range(1, 4) as usize,
-        group_commit_wait_us: 0,
+        group_commit_wait_us: rng.below(2) * 30,
         keep_free_segments: rng.below(3) as usize,
     };
     // What the last recovery found: it must never disappear.

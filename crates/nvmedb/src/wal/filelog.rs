@@ -28,7 +28,7 @@ use crate::wal::reader::LogReader;
 use crate::wal::segment::{discover, slot_name, Segment, SegmentDesc};
 use crate::wal::{LogSink, Lsn};
 use crate::{Error, Result};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -39,9 +39,10 @@ use std::time::{Duration, Instant};
 pub struct WalOptions {
     /// Size of each segment file in bytes (multiple of 4096, at least 64 KiB).
     pub segment_bytes: u64,
-    /// How long a flush leader waits for more commits to join its batch, in microseconds, unless
-    /// the batch reaches `max_batch_bytes` first. 0: flush at once (commits arriving during a
-    /// flush still share the next one).
+    /// Upper bound, in microseconds, on how long a flush leader waits for more committers to
+    /// join its batch. It waits only while fewer committers wait than at the end of recent
+    /// flushes and the batch is below `max_batch_bytes`, so a lone committer never waits.
+    /// 0: flush at once (commits arriving during a flush still share the next one).
     pub group_commit_wait_us: u64,
     /// A batch is sealed (and its flush may start without waiting) once it holds this many
     /// bytes; one flush writes at most this plus one record and the filler.
@@ -56,7 +57,7 @@ impl Default for WalOptions {
     fn default() -> Self {
         Self {
             segment_bytes: 64 << 20,
-            group_commit_wait_us: 0,
+            group_commit_wait_us: 200,
             max_batch_bytes: 1 << 20,
             max_queued_batches: 4,
             keep_free_segments: 4,
@@ -168,6 +169,13 @@ struct State {
     free_slots: Vec<String>,
     next_slot: u64,
     stats: WalStats,
+    /// Committers blocked in `wait_durable`, by the LSN each waits for.
+    waiters: BTreeMap<Lsn, usize>,
+    /// Sum of the counts in `waiters`.
+    waiter_count: usize,
+    /// Estimated number of concurrent committers: how many were waiting when the last flushes
+    /// ended (decays by one per flush). A leader waits for this much company.
+    expected_company: usize,
 }
 
 /// A copy-B write handed to the helper thread.
@@ -337,6 +345,9 @@ impl FileLog {
             free_slots: d.free_slots,
             next_slot: d.max_slot.map_or(0, |m| m + 1),
             stats: WalStats::default(),
+            waiters: BTreeMap::new(),
+            waiter_count: 0,
+            expected_company: 1,
         };
         let helper = Arc::new(Helper { state: Mutex::new(HelperState::Idle), cv: Condvar::new() });
         let h2 = helper.clone();
@@ -525,7 +536,7 @@ impl Inner {
         if st.flushing {
             return Ok(self.space_cv.wait(st).unwrap_or_else(|e| e.into_inner()));
         }
-        let (st, r) = self.flush_one(st);
+        let (st, r) = self.flush_one(st, false);
         r.map(|()| st)
     }
 
@@ -586,40 +597,74 @@ impl Inner {
 
     fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
         let mut st = self.lock();
-        loop {
+        let mut registered = false;
+        let r = loop {
             if let Some(p) = &st.poisoned {
-                return Err(Error::Poisoned(p.clone()));
+                break Err(Error::Poisoned(p.clone()));
             }
             let d = self.durable.load(Ordering::Acquire);
             if d >= lsn {
                 st.stats.commits += 1;
-                return Ok(d);
+                break Ok(d);
             }
             if lsn > st.next_lsn {
-                return Err(Error::InvalidArgument(format!(
+                break Err(Error::InvalidArgument(format!(
                     "wait_durable({lsn}) beyond the end of the log {}",
                     st.next_lsn
                 )));
+            }
+            if !registered {
+                registered = true;
+                *st.waiters.entry(lsn).or_insert(0) += 1;
+                st.waiter_count += 1;
+                self.batch_cv.notify_all();
             }
             if st.flushing {
                 st = self.flushed_cv.wait(st).unwrap_or_else(|e| e.into_inner());
                 continue;
             }
-            let (g, r) = self.flush_one(st);
+            let (g, r) = self.flush_one(st, true);
             st = g;
-            r?;
+            if let Err(e) = r {
+                break Err(e);
+            }
+        };
+        // A flush that made `lsn` durable already removed this waiter; otherwise remove it now.
+        if registered && lsn > self.durable.load(Ordering::Acquire) {
+            let st = &mut *st;
+            if let Some(c) = st.waiters.get_mut(&lsn) {
+                *c -= 1;
+                st.waiter_count -= 1;
+                if *c == 0 {
+                    st.waiters.remove(&lsn);
+                }
+            }
         }
+        r
     }
 
     /// Leads one flush: takes the oldest sealed batch (or seals the open one, after waiting up
     /// to `group_commit_wait_us` for company), writes it to both copies and syncs them.
     /// Precondition: no flush runs and something is pending.
-    fn flush_one<'a>(&'a self, mut st: MutexGuard<'a, State>) -> (MutexGuard<'a, State>, Result<()>) {
+    ///
+    /// With `may_wait` (a committer leads) and `group_commit_wait_us > 0`, the leader waits until
+    /// as many committers wait as did at the end of recent flushes (`expected_company`), the
+    /// batch reaches `max_batch_bytes`, or the time bound passes, whichever comes first. This
+    /// merges the committers released by one flush with those that arrived during it, instead of
+    /// letting two half-size groups alternate.
+    fn flush_one<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        may_wait: bool,
+    ) -> (MutexGuard<'a, State>, Result<()>) {
         assert!(!st.flushing, "two flush leaders");
         st.flushing = true;
-        if st.sealed.is_empty() && self.opts.group_commit_wait_us > 0 {
+        if may_wait && st.sealed.is_empty() && self.opts.group_commit_wait_us > 0 {
             let deadline = Instant::now() + Duration::from_micros(self.opts.group_commit_wait_us);
-            while st.sealed.is_empty() && st.open.buf.len() < self.opts.max_batch_bytes {
+            while st.sealed.is_empty()
+                && st.open.buf.len() < self.opts.max_batch_bytes
+                && st.waiter_count < st.expected_company
+            {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
@@ -666,6 +711,16 @@ impl Inner {
                 }
                 let prev = self.durable.swap(batch.end_lsn(), Ordering::AcqRel);
                 assert_eq!(prev, batch.start_lsn, "flushes must make the stream durable in order");
+                // Committers waiting now = the concurrency to expect for the next flush.
+                let sample = st.waiter_count;
+                st.expected_company = sample.max(st.expected_company.saturating_sub(1)).max(1);
+                let durable = batch.end_lsn();
+                let done: Vec<Lsn> = st.waiters.range(..=durable).map(|(k, _)| *k).collect();
+                for k in done {
+                    if let Some(c) = st.waiters.remove(&k) {
+                        st.waiter_count -= c;
+                    }
+                }
                 st.stats.flushes += 1;
                 st.stats.records_flushed += batch.records;
                 st.stats.filler_bytes += batch.filler;
