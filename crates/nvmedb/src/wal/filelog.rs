@@ -20,10 +20,12 @@
 
 use crate::io::{AlignedBuf, Device, IoError, Storage};
 use crate::util::Rng;
+use crate::wal::duplex::{Helper, Job};
 use crate::wal::format::{
     encode_filler, encode_record, filler_bytes_for, log_tag, RecordHeader, SegmentHeader, BLOCK_BYTES,
     KIND_DATA, KIND_USER_MIN, MAX_FILLER_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES,
 };
+use crate::wal::options::{RecoveredLog, WalOptions, WalStats};
 use crate::wal::reader::LogReader;
 use crate::wal::segment::{discover, slot_name, Segment, SegmentDesc};
 use crate::wal::{LogSink, Lsn};
@@ -33,105 +35,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Options of a [`FileLog`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WalOptions {
-    /// Size of each segment file in bytes (multiple of 4096, at least 64 KiB).
-    pub segment_bytes: u64,
-    /// Upper bound, in microseconds, on how long a flush leader waits for more committers to
-    /// join its batch. It waits only while fewer committers wait than at the end of recent
-    /// flushes and the batch is below `max_batch_bytes`, so a lone committer never waits.
-    /// 0: flush at once (commits arriving during a flush still share the next one).
-    pub group_commit_wait_us: u64,
-    /// A batch is sealed (and its flush may start without waiting) once it holds this many
-    /// bytes; one flush writes at most this plus one record and the filler.
-    pub max_batch_bytes: usize,
-    /// Sealed batches that may wait for the flusher; appenders block beyond it.
-    pub max_queued_batches: usize,
-    /// Segments freed by `truncate_before` kept for recycling; the rest are deleted.
-    pub keep_free_segments: usize,
-}
-
-impl Default for WalOptions {
-    fn default() -> Self {
-        Self {
-            segment_bytes: 64 << 20,
-            group_commit_wait_us: 200,
-            max_batch_bytes: 1 << 20,
-            max_queued_batches: 4,
-            keep_free_segments: 4,
-        }
-    }
-}
-
-impl WalOptions {
-    /// Checks every option; the error names the offending key.
-    pub fn validate(&self) -> Result<()> {
-        let cfg = |key: &str, detail: String| Err(Error::Config { key: format!("wal.{key}"), detail });
-        if self.segment_bytes % BLOCK_BYTES as u64 != 0 || self.segment_bytes < 64 * 1024 {
-            return cfg(
-                "segment_bytes",
-                format!("{} must be a multiple of 4096 and >= 65536", self.segment_bytes),
-            );
-        }
-        if self.max_batch_bytes < BLOCK_BYTES || self.max_batch_bytes as u64 > self.segment_bytes / 2 {
-            return cfg(
-                "max_batch_bytes",
-                format!("{} must be between 4096 and half the segment size", self.max_batch_bytes),
-            );
-        }
-        if self.max_queued_batches == 0 || self.max_queued_batches > 1024 {
-            return cfg("max_queued_batches", format!("{} must be in 1..=1024", self.max_queued_batches));
-        }
-        if self.group_commit_wait_us > 1_000_000 {
-            return cfg("group_commit_wait_us", format!("{} must be at most 1 s", self.group_commit_wait_us));
-        }
-        Ok(())
-    }
-
-    /// Largest payload one record may carry with these options.
-    pub fn max_payload_bytes(&self) -> usize {
-        let room = self.segment_bytes - SEGMENT_HEADER_BLOCK_BYTES - MAX_FILLER_BYTES as u64;
-        (room as usize - RECORD_HEADER_BYTES).min(u32::MAX as usize)
-    }
-}
-
-/// Counters of a [`FileLog`] since it was opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WalStats {
-    /// Records appended (fillers excluded).
-    pub records_appended: u64,
-    /// Calls of `wait_durable` that returned `Ok` ("commits").
-    pub commits: u64,
-    /// Flushes performed (each writes both copies and syncs both).
-    pub flushes: u64,
-    /// Records made durable by those flushes (fillers excluded).
-    pub records_flushed: u64,
-    /// Bytes written per copy (segment header blocks included).
-    pub bytes_written: u64,
-    /// Bytes of filler records written per copy.
-    pub filler_bytes: u64,
-    /// Segments started in a new slot file.
-    pub segments_created: u64,
-    /// Segments started in a recycled slot file.
-    pub segments_recycled: u64,
-}
-
-/// What open found in the storages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecoveredLog {
-    /// Identifier of the log (random, fixed at creation).
-    pub log_id: u64,
-    /// Base LSN of the oldest live segment (0 for a new log).
-    pub start_lsn: Lsn,
-    /// End of the recovered log: appends continue here.
-    pub end_lsn: Lsn,
-    /// Live segments found.
-    pub segments: usize,
-    /// True when nothing was found and a new log was started.
-    pub created: bool,
-}
 
 /// One batch of records that one flush writes.
 #[derive(Debug)]
@@ -176,81 +79,6 @@ struct State {
     /// Estimated number of concurrent committers: how many were waiting when the last flushes
     /// ended (decays by one per flush). A leader waits for this much company.
     expected_company: usize,
-}
-
-/// A copy-B write handed to the helper thread.
-struct Job {
-    dev: Arc<dyn Device>,
-    offset: u64,
-    buf: Arc<AlignedBuf>,
-}
-
-enum HelperState {
-    Idle,
-    Job(Job),
-    Done(std::result::Result<(), IoError>),
-    Stop,
-}
-
-/// The second copy's writer: one job at a time, so the two copies are written in parallel.
-struct Helper {
-    state: Mutex<HelperState>,
-    cv: Condvar,
-}
-
-impl Helper {
-    fn lock(&self) -> MutexGuard<'_, HelperState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn run(&self) {
-        loop {
-            let job = {
-                let mut st = self.lock();
-                loop {
-                    match std::mem::replace(&mut *st, HelperState::Idle) {
-                        HelperState::Job(j) => break j,
-                        HelperState::Stop => {
-                            *st = HelperState::Stop;
-                            return;
-                        }
-                        other => {
-                            *st = other;
-                            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                        }
-                    }
-                }
-            };
-            let r = job.dev.write_at(job.offset, &job.buf).and_then(|()| job.dev.sync());
-            *self.lock() = HelperState::Done(r);
-            self.cv.notify_all();
-        }
-    }
-
-    fn submit(&self, job: Job) {
-        let mut st = self.lock();
-        assert!(matches!(*st, HelperState::Idle), "helper already busy");
-        *st = HelperState::Job(job);
-        self.cv.notify_all();
-    }
-
-    fn wait(&self) -> std::result::Result<(), IoError> {
-        let mut st = self.lock();
-        loop {
-            match std::mem::replace(&mut *st, HelperState::Idle) {
-                HelperState::Done(r) => return r,
-                other => {
-                    *st = other;
-                    st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                }
-            }
-        }
-    }
-
-    fn stop(&self) {
-        *self.lock() = HelperState::Stop;
-        self.cv.notify_all();
-    }
 }
 
 struct Inner {
@@ -349,7 +177,7 @@ impl FileLog {
             waiter_count: 0,
             expected_company: 1,
         };
-        let helper = Arc::new(Helper { state: Mutex::new(HelperState::Idle), cv: Condvar::new() });
+        let helper = Arc::new(Helper::new());
         let h2 = helper.clone();
         let helper_thread = std::thread::Builder::new()
             .name("nvmedb-wal-copy2".into())

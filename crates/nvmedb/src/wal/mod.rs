@@ -11,18 +11,23 @@
 //! crash, and it never goes backwards.
 //!
 //! Files: `format.rs` (record and segment header encoding), `segment.rs` (slots and finding the
-//! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog.rs` (the writer).
+//! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog.rs` (the writer:
+//! batching, group commit, segment switch), `duplex.rs` (the second copy's writer thread),
+//! `options.rs` (options, counters).
 
+mod duplex;
 mod filelog;
 mod format;
+mod options;
 mod reader;
 mod segment;
 
-pub use filelog::{FileLog, RecoveredLog, WalOptions, WalStats};
+pub use filelog::FileLog;
 pub use format::{
     BLOCK_BYTES, FORMAT_VERSION, KIND_DATA, KIND_FILLER, KIND_USER_MIN, RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BLOCK_BYTES,
 };
+pub use options::{RecoveredLog, WalOptions, WalStats};
 pub use reader::{LogReader, LogRecord};
 pub use segment::{SegmentDesc, SEGMENT_PREFIX};
 
