@@ -37,6 +37,19 @@ impl Gate {
             st = self.cv.wait(st).unwrap();
         }
     }
+    /// Like `wait_held`, but gives up after a generous deadlock guard; returns success.
+    fn wait_held_guarded(&self, n: usize) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut st = self.state.lock().unwrap();
+        while st.1 < n {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self.cv.wait_timeout(st, deadline - now).unwrap().0;
+        }
+        true
+    }
 }
 
 struct GateStorage {
@@ -204,4 +217,31 @@ fn bounded_queue_appenders_flush_themselves_when_nobody_waits() {
     let got: Vec<_> = LogReader::open(a, b, 0).unwrap().collect::<nvmedb::Result<_>>().unwrap();
     assert_eq!(got.len(), 1200);
     assert!(got.last().unwrap().end_lsn <= end);
+}
+
+#[test]
+fn both_copies_are_written_and_synced_in_parallel() {
+    // Copy A's sync is held; copy B must still reach its own sync, which it could not if the
+    // copies were written one after the other.
+    let gate_a = Arc::new(Gate::default());
+    let gate_b = Arc::new(Gate::default());
+    let a: Arc<dyn Storage> = Arc::new(GateStorage { inner: MemStorage::new(), gate: gate_a.clone() });
+    let b: Arc<dyn Storage> = Arc::new(GateStorage { inner: MemStorage::new(), gate: gate_b.clone() });
+    let log = Arc::new(FileLog::open(a, b, WalOptions::default()).unwrap());
+    gate_a.set_closed(true);
+    gate_b.set_closed(true);
+    let t = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let (_, e) = log.append(b"both").unwrap();
+            log.wait_durable(e).unwrap()
+        })
+    };
+    gate_a.wait_held(1);
+    let parallel = gate_b.wait_held_guarded(1);
+    gate_a.set_closed(false);
+    gate_b.set_closed(false);
+    t.join().unwrap();
+    assert!(parallel, "copy B was not written while copy A's sync was in progress");
+    assert_eq!(log.stats().flushes, 1);
 }

@@ -24,7 +24,7 @@ use crate::{Error, Result};
 use std::sync::Arc;
 
 /// Bytes read from a copy at a time.
-const WINDOW_BYTES: usize = 1 << 20;
+const WINDOW_BYTES: usize = 4 << 20;
 
 /// One record read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
