@@ -5,26 +5,35 @@
 //! small helpers to build logs, derive payloads from a seed and read a whole log back.
 #![allow(dead_code)]
 
-use nvmedb::io::{CrashSimStorage, Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage};
+use nvmedb::io::{AlignedBuf, CrashSimStorage, Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage};
+use nvmedb::util::Rng;
 use nvmedb::wal::{FileLog, LogReader, LogRecord, WalOptions};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-/// Power-cut wrapper: `budget` write/sync operations succeed, then all fail.
+/// Power-cut wrapper: `budget` write/sync operations succeed, then all fail. With
+/// `split_blocks`, each write is issued as separate 4 KiB writes in a seeded random order (each
+/// costing one unit of budget), so a crash can persist the blocks of one write out of order.
 pub struct CutStorage {
     pub inner: Arc<dyn Storage>,
     pub budget: Arc<AtomicI64>,
+    pub split_blocks: Option<Arc<Mutex<Rng>>>,
 }
 
 impl CutStorage {
     pub fn new(inner: Arc<dyn Storage>, budget: Arc<AtomicI64>) -> Self {
-        Self { inner, budget }
+        Self { inner, budget, split_blocks: None }
+    }
+
+    pub fn reordering(inner: Arc<dyn Storage>, budget: Arc<AtomicI64>, seed: u64) -> Self {
+        Self { inner, budget, split_blocks: Some(Arc::new(Mutex::new(Rng::new(seed)))) }
     }
 }
 
 struct CutDevice {
     inner: Arc<dyn Device>,
     budget: Arc<AtomicI64>,
+    split_blocks: Option<Arc<Mutex<Rng>>>,
 }
 
 fn cut(budget: &AtomicI64, name: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
@@ -55,8 +64,27 @@ impl Device for CutDevice {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
-        cut(&self.budget, &self.inner.info().name, IoOpKind::Write, offset, buf.len())?;
-        self.inner.write_at(offset, buf)
+        let Some(rng) = &self.split_blocks else {
+            cut(&self.budget, &self.inner.info().name, IoOpKind::Write, offset, buf.len())?;
+            return self.inner.write_at(offset, buf);
+        };
+        let blocks = buf.len() / 4096;
+        let mut order: Vec<usize> = (0..blocks).collect();
+        {
+            let mut r = rng.lock().unwrap();
+            for i in (1..blocks).rev() {
+                let j = r.below(i as u64 + 1) as usize;
+                order.swap(i, j);
+            }
+        }
+        let mut one = AlignedBuf::new(4096);
+        for i in order {
+            let off = offset + (i * 4096) as u64;
+            cut(&self.budget, &self.inner.info().name, IoOpKind::Write, off, 4096)?;
+            one.copy_from_slice(&buf[i * 4096..(i + 1) * 4096]);
+            self.inner.write_at(off, &one)?;
+        }
+        Ok(())
     }
     fn sync(&self) -> IoResult<()> {
         cut(&self.budget, &self.inner.info().name, IoOpKind::Sync, 0, 0)?;
@@ -67,7 +95,11 @@ impl Device for CutDevice {
 impl Storage for CutStorage {
     fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
         let inner = self.inner.open(name, create)?;
-        Ok(Arc::new(CutDevice { inner, budget: self.budget.clone() }))
+        Ok(Arc::new(CutDevice {
+            inner,
+            budget: self.budget.clone(),
+            split_blocks: self.split_blocks.clone(),
+        }))
     }
     fn exists(&self, name: &str) -> bool {
         self.inner.exists(name)
