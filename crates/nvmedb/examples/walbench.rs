@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run -p nvmedb --example walbench -- /work/walbench [--seconds 3] [--threads 1,4,20]
-//!     [--payload 100] [--recovery-mb 1024] [--no-fio]
+//!     [--payload 100] [--recovery-mb 1024] [--wait-us 200] [--no-fio]
 //! ```
 //!
 //! For each client-thread count it runs `append` + `wait_durable` in a loop on a fresh log whose
@@ -141,6 +141,7 @@ struct Args {
     payload: usize,
     recovery_mb: u64,
     fio: bool,
+    wait_us: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -152,6 +153,7 @@ fn parse_args() -> Result<Args, String> {
         payload: 100,
         recovery_mb: 1024,
         fio: true,
+        wait_us: WalOptions::default().group_commit_wait_us,
     };
     let mut dir = None;
     while let Some(x) = it.next() {
@@ -169,6 +171,7 @@ fn parse_args() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "--no-fio" => a.fio = false,
+            "--wait-us" => a.wait_us = val("--wait-us")?.parse().map_err(|e| format!("--wait-us: {e}"))?,
             d if !d.starts_with("--") && dir.is_none() => dir = Some(PathBuf::from(d)),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -230,7 +233,8 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 }
 
 fn commit_run(args: &Args, threads: usize) -> nvmedb::Result<(f64, f64)> {
-    let (log, _a, _b) = fresh_log(&args.dir, WalOptions::default())?;
+    let opts = WalOptions { group_commit_wait_us: args.wait_us, ..WalOptions::default() };
+    let (log, _a, _b) = fresh_log(&args.dir, opts)?;
     let log = Arc::new(log);
     let stop = Arc::new(AtomicBool::new(false));
     let measuring = Arc::new(AtomicBool::new(false));
@@ -339,10 +343,12 @@ fn main() {
         std::process::exit(1);
     }
     println!(
-        "walbench: dir {} (both log copies on this file system), payload {} B, {} s per point",
+        "walbench: dir {} (both log copies on this file system), payload {} B, {} s per point, \
+         group_commit_wait_us {}",
         args.dir.display(),
         args.payload,
-        args.seconds
+        args.seconds,
+        args.wait_us
     );
     let fio = if args.fio { run_fio(&args.dir) } else { None };
     match fio {

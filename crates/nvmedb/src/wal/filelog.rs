@@ -79,6 +79,10 @@ struct State {
     /// Estimated number of concurrent committers: how many were waiting when the last flushes
     /// ended (decays by one per flush). A leader waits for this much company.
     expected_company: usize,
+    /// Moving average of the time a flush takes (write and sync of both copies), in ns. A
+    /// leader never waits for company longer than this: past that point, letting the late
+    /// committers form the next batch while this one flushes is at least as good.
+    flush_ewma_ns: u64,
 }
 
 struct Inner {
@@ -176,6 +180,7 @@ impl FileLog {
             waiters: BTreeMap::new(),
             waiter_count: 0,
             expected_company: 1,
+            flush_ewma_ns: 0,
         };
         let helper = Arc::new(Helper::new());
         let h2 = helper.clone();
@@ -477,7 +482,8 @@ impl Inner {
     ///
     /// With `may_wait` (a committer leads) and `group_commit_wait_us > 0`, the leader waits until
     /// as many committers wait as did at the end of recent flushes (`expected_company`), the
-    /// batch reaches `max_batch_bytes`, or the time bound passes, whichever comes first. This
+    /// batch reaches `max_batch_bytes`, or the time bound passes (the smaller of
+    /// `group_commit_wait_us` and the average flush time), whichever comes first. This
     /// merges the committers released by one flush with those that arrived during it, instead of
     /// letting two half-size groups alternate.
     fn flush_one<'a>(
@@ -488,7 +494,8 @@ impl Inner {
         assert!(!st.flushing, "two flush leaders");
         st.flushing = true;
         if may_wait && st.sealed.is_empty() && self.opts.group_commit_wait_us > 0 {
-            let deadline = Instant::now() + Duration::from_micros(self.opts.group_commit_wait_us);
+            let bound_ns = (self.opts.group_commit_wait_us * 1000).min(st.flush_ewma_ns);
+            let deadline = Instant::now() + Duration::from_nanos(bound_ns);
             while st.sealed.is_empty()
                 && st.open.buf.len() < self.opts.max_batch_bytes
                 && st.waiter_count < st.expected_company
@@ -525,7 +532,9 @@ impl Inner {
             },
         };
         drop(st);
+        let started = Instant::now();
         let result = self.write_batch(&batch, target);
+        let took_ns = started.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
         let mut st = self.lock();
         st.flushing = false;
         let r = match result {
@@ -549,6 +558,8 @@ impl Inner {
                         st.waiter_count -= c;
                     }
                 }
+                st.flush_ewma_ns =
+                    if st.flush_ewma_ns == 0 { took_ns } else { (7 * st.flush_ewma_ns + took_ns) / 8 };
                 st.stats.flushes += 1;
                 st.stats.records_flushed += batch.records;
                 st.stats.filler_bytes += batch.filler;

@@ -15,7 +15,8 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// Upper bound, in microseconds, on how long a flush leader waits for more committers to
     /// join its batch. It waits only while fewer committers wait than at the end of recent
-    /// flushes and the batch is below `max_batch_bytes`, so a lone committer never waits.
+    /// flushes and the batch is below `max_batch_bytes`, so a lone committer never waits, and
+    /// never longer than the average flush takes (so on a 10 µs device it waits at most ~10 µs).
     /// 0: flush at once (commits arriving during a flush still share the next one).
     pub group_commit_wait_us: u64,
     /// A batch is sealed (and its flush may start without waiting) once it holds this many
