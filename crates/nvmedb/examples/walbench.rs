@@ -372,9 +372,18 @@ fn main() {
     if let (Some(&(1, one)), Some(&(tn, last))) = (rates.first(), rates.last()) {
         println!("{tn} threads / 1 thread = {:.1}x", last / one);
     }
-    if let Some(iops) = fio {
+    // The disk is shared: measure the reference again after the runs and compare with both.
+    let fio_after = if args.fio { run_fio(&args.dir) } else { None };
+    if let Some(after) = fio_after {
+        println!("fio again after the commit runs: {after:.0} IOPS");
+    }
+    if let (Some(before), Some(after)) = (fio, fio_after) {
+        let mean = (before + after) / 2.0;
         for (t, c) in &rates {
-            println!("{t} threads: {:.2}x fio's fdatasync rate", c / iops);
+            println!(
+                "{t} threads: {:.2}x fio's fdatasync rate (mean of before/after {mean:.0} IOPS)",
+                c / mean
+            );
         }
     }
     if args.recovery_mb > 0 {
