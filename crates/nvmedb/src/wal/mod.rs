@@ -7,6 +7,21 @@
 //! storages in parallel, a commit waits for both, and [`LogReader`] uses whichever copy is
 //! intact). The byte format is documented in `docs/format-wal.md`.
 //!
+//! # Using the file log
+//!
+//! - Open (or create) with [`FileLog::open`]`(primary, secondary, `[`WalOptions`]`)`: two
+//!   [`Storage`](crate::io::Storage)s, ideally on two devices. Open finds the end of the log
+//!   (using whichever copy is intact) and [`FileLog::recovered`] says where it is.
+//! - Recovery reads with [`FileLog::reader`]`(from_lsn)` (or [`LogReader::open`] on the
+//!   storages): an iterator of [`LogRecord`] `{ lsn, end_lsn, kind, payload }` in LSN order.
+//!   A damaged record in the middle of the log is `Error::Corruption { file, offset, .. }`.
+//! - Log with [`LogSink::append`] (kind [`KIND_DATA`]) or [`FileLog::append_record`]`(kind,
+//!   payload)` with kinds `>= KIND_USER_MIN`; both return `[start, end)`. Commit with
+//!   [`LogSink::wait_durable`]`(end)`; concurrent commits share flushes (group commit).
+//!   A page changed by a record may be written back once `durable_lsn() >= end`.
+//! - After a checkpoint, [`FileLog::truncate_before`]`(redo_start_lsn)` releases old segments
+//!   for recycling. [`FileLog::stats`] counts commits, flushes and bytes.
+//!
 //! Invariant of every sink: `durable_lsn()` never runs ahead of bytes that would survive a
 //! crash, and it never goes backwards.
 //!
@@ -29,7 +44,7 @@ pub use format::{
 };
 pub use options::{RecoveredLog, WalOptions, WalStats};
 pub use reader::{LogReader, LogRecord};
-pub use segment::{SegmentDesc, SEGMENT_PREFIX};
+pub use segment::{live_segments, SegmentDesc, SEGMENT_PREFIX};
 
 use crate::Result;
 

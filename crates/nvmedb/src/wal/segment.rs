@@ -191,6 +191,13 @@ pub(crate) fn discover(storages: &[Arc<dyn Storage>; 2]) -> Result<Discovery> {
     Ok(Discovery { chain, free_slots, max_slot, log_id })
 }
 
+/// The live segments of the log kept in `primary` and `secondary`, oldest first (for
+/// inspection tools; opening a log or a reader finds them itself).
+pub fn live_segments(primary: Arc<dyn Storage>, secondary: Arc<dyn Storage>) -> Result<Vec<SegmentDesc>> {
+    let d = discover(&[primary, secondary])?;
+    Ok(d.chain.iter().map(Segment::desc).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
