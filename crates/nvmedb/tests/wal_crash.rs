@@ -151,7 +151,7 @@ fn run_seed(seed: u64) {
 }
 
 #[test]
-fn acknowledged_records_survive_power_cuts_and_torn_writes() {
+fn wal_acknowledged_records_survive_power_cuts_and_torn_writes() {
     let first = env_u64("NVMEDB_WAL_SEED", 0);
     let count = env_u64("NVMEDB_WAL_SEEDS", 1000);
     for seed in first..first + count {

@@ -71,7 +71,7 @@ fn destroy(st: &CrashSimStorage) {
 }
 
 #[test]
-fn destroying_either_copy_loses_nothing_and_the_log_continues() {
+fn wal_destroying_either_copy_loses_nothing_and_the_log_continues() {
     for victim in 0..2 {
         let w = write_log(150);
         destroy(if victim == 0 { &w.a } else { &w.b });
@@ -90,7 +90,7 @@ fn destroying_either_copy_loses_nothing_and_the_log_continues() {
 }
 
 #[test]
-fn a_torn_or_corrupt_copy_is_bypassed_record_by_record() {
+fn wal_a_torn_or_corrupt_copy_is_bypassed_record_by_record() {
     let w = write_log(150);
     // Damage copy A in the middle of several records and wipe copy B's tail blocks.
     for (i, (s, _, _)) in w.recs.iter().enumerate().filter(|(i, _)| i % 10 == 3) {
@@ -109,7 +109,7 @@ fn a_torn_or_corrupt_copy_is_bypassed_record_by_record() {
 }
 
 #[test]
-fn corruption_in_both_copies_mid_log_is_reported_with_file_and_offset() {
+fn wal_corruption_in_both_copies_mid_log_is_reported_with_file_and_offset() {
     // In the newest segment (found by open) and in an older one (found by a reader).
     for which in ["last segment", "older segment"] {
         let w = write_log(150);
@@ -143,7 +143,7 @@ fn corruption_in_both_copies_mid_log_is_reported_with_file_and_offset() {
 }
 
 #[test]
-fn a_lost_newest_segment_in_one_copy_is_served_by_the_other() {
+fn wal_a_lost_newest_segment_in_one_copy_is_served_by_the_other() {
     let w = write_log(150);
     let last = w.segments.last().unwrap();
     w.a.remove(&last.name).unwrap();

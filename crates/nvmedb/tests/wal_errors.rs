@@ -12,7 +12,7 @@ use std::sync::Arc;
 use wal_common::{dynp, payload, read_all, sim_pair, small_opts, CutStorage};
 
 #[test]
-fn a_failed_flush_poisons_the_log_and_loses_no_acknowledged_record() {
+fn wal_a_failed_flush_poisons_the_log_and_loses_no_acknowledged_record() {
     for failing_copy in 0..2 {
         let (a, b) = sim_pair();
         let budget_a = Arc::new(AtomicI64::new(i64::MAX));
@@ -48,7 +48,7 @@ fn a_failed_flush_poisons_the_log_and_loses_no_acknowledged_record() {
 }
 
 #[test]
-fn invalid_options_and_arguments_are_named() {
+fn wal_invalid_options_and_arguments_are_named() {
     let (a, b) = sim_pair();
     let bad = WalOptions { segment_bytes: 10_000, ..WalOptions::default() };
     match FileLog::open(dynp(&a), dynp(&b), bad) {

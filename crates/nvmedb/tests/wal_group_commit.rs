@@ -106,7 +106,7 @@ impl Storage for GateStorage {
 }
 
 #[test]
-fn commits_arriving_during_a_flush_share_the_next_one() {
+fn wal_commits_arriving_during_a_flush_share_the_next_one() {
     let gate = Arc::new(Gate::default());
     let a: Arc<dyn Storage> = Arc::new(GateStorage { inner: MemStorage::new(), gate: gate.clone() });
     let b: Arc<dyn Storage> = Arc::new(MemStorage::new());
@@ -145,7 +145,7 @@ fn commits_arriving_during_a_flush_share_the_next_one() {
 }
 
 #[test]
-fn many_threads_commit_with_fewer_flushes_than_commits() {
+fn wal_many_threads_commit_with_fewer_flushes_than_commits() {
     let a: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let b: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let opts = WalOptions { segment_bytes: 256 * 1024, max_batch_bytes: 32 * 1024, ..WalOptions::default() };
@@ -188,7 +188,7 @@ fn many_threads_commit_with_fewer_flushes_than_commits() {
 }
 
 #[test]
-fn bounded_queue_appenders_flush_themselves_when_nobody_waits() {
+fn wal_bounded_queue_appenders_flush_themselves_when_nobody_waits() {
     let a: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let b: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let opts = WalOptions {
@@ -220,7 +220,7 @@ fn bounded_queue_appenders_flush_themselves_when_nobody_waits() {
 }
 
 #[test]
-fn both_copies_are_written_and_synced_in_parallel() {
+fn wal_both_copies_are_written_and_synced_in_parallel() {
     // Copy A's sync is held; copy B must still reach its own sync, which it could not if the
     // copies were written one after the other.
     let gate_a = Arc::new(Gate::default());

@@ -37,7 +37,7 @@ fn opts() -> WalOptions {
 
 /// The child: commits until killed (or a bound, if the parent died).
 #[test]
-fn kill_child_entry() {
+fn wal_kill_child_entry() {
     let Ok(dir) = std::env::var(CHILD_ENV) else { return };
     let iter: u64 = std::env::var("NVMEDB_WAL_KILL_ITER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let (a, b) = storages(Path::new(&dir));
@@ -66,7 +66,7 @@ fn kill_child_entry() {
 }
 
 #[test]
-fn acknowledged_records_survive_kill_9() {
+fn wal_acknowledged_records_survive_kill_9() {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
@@ -82,7 +82,7 @@ fn acknowledged_records_survive_kill_9() {
     for iter in 0..iters {
         let kill_after = rng.range(1, 400);
         let mut child = Command::new(&exe)
-            .args(["--exact", "kill_child_entry", "--nocapture", "--test-threads=1"])
+            .args(["--exact", "wal_kill_child_entry", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, &dir)
             .env("NVMEDB_WAL_KILL_ITER", iter.to_string())
             .stdout(Stdio::piped())

@@ -99,7 +99,7 @@ fn promote(confirmed: &mut Vec<LogRecord>, pending: &mut Vec<LogRecord>, durable
 }
 
 #[test]
-fn log_matches_a_vec_of_records_under_random_operations() {
+fn wal_log_matches_a_vec_of_records_under_random_operations() {
     let first = env_u64("NVMEDB_WAL_SEED", 0);
     let count = env_u64("NVMEDB_WAL_MODEL_SEEDS", 150);
     for seed in first..first + count {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use wal_common::{dynp, payload, sim_pair};
 
 #[test]
-fn truncated_segments_are_recycled_and_stale_records_never_resurface() {
+fn wal_truncated_segments_are_recycled_and_stale_records_never_resurface() {
     let (a, b) = sim_pair();
     let opts = WalOptions {
         segment_bytes: 64 * 1024,
@@ -66,7 +66,7 @@ fn truncated_segments_are_recycled_and_stale_records_never_resurface() {
 }
 
 #[test]
-fn reading_before_the_oldest_segment_is_not_found() {
+fn wal_reading_before_the_oldest_segment_is_not_found() {
     let (a, b) = sim_pair();
     let opts = WalOptions {
         segment_bytes: 64 * 1024,

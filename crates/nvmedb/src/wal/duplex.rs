@@ -4,7 +4,7 @@
 //! and syncs copy B while the flush leader writes and syncs copy A. Invariant: at most one job is
 //! in flight (the slot is bounded), and every submitted job is answered with its result.
 
-use crate::io::{AlignedBuf, Device, IoError};
+use crate::io::{AlignedBuf, Device, IoError, IoOpKind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A copy-B write handed to the helper thread.
@@ -50,7 +50,19 @@ impl Helper {
                     }
                 }
             };
-            let r = job.dev.write_at(job.offset, &job.buf).and_then(|()| job.dev.sync());
+            // A panicking device must not leave the flush leader waiting forever.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                job.dev.write_at(job.offset, &job.buf).and_then(|()| job.dev.sync())
+            }))
+            .unwrap_or_else(|_| {
+                Err(IoError::os(
+                    &job.dev.info().name,
+                    IoOpKind::Write,
+                    job.offset,
+                    job.buf.len(),
+                    std::io::Error::other("device panicked while writing the log's second copy"),
+                ))
+            });
             *self.lock() = HelperState::Done(r);
             self.cv.notify_all();
         }
