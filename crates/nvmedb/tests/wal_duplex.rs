@@ -151,3 +151,16 @@ fn wal_a_lost_newest_segment_in_one_copy_is_served_by_the_other() {
     let log = open(&w.a, &w.b, small_opts());
     assert_eq!(log.recovered().end_lsn, w.durable);
 }
+
+#[test]
+fn wal_copies_of_two_different_logs_are_refused_not_recycled() {
+    let x = write_log(150);
+    let y = write_log(150);
+    match FileLog::open(dynp(&x.a), dynp(&y.b), small_opts()) {
+        Err(Error::Corruption { detail, .. }) => assert!(detail.contains("different logs"), "{detail}"),
+        other => panic!("expected corruption, got {other:?}"),
+    }
+    // Nothing was overwritten: each log still reads back whole.
+    check_all(&x, dynp(&x.a), dynp(&x.b));
+    check_all(&y, dynp(&y.a), dynp(&y.b));
+}

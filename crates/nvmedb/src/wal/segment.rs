@@ -6,7 +6,7 @@
 //! the copy whose header is valid and has the higher sequence number (a recycled slot whose new
 //! header reached only one copy is the new segment); the chain is the run of consecutive
 //! sequence numbers ending at the highest one, with non-decreasing base LSNs; two slots never
-//! claim the same sequence number (that is reported as corruption).
+//! claim the same sequence number, and all valid headers carry one log id (otherwise: corruption).
 
 use crate::io::{AlignedBuf, Device, Storage};
 use crate::wal::format::{SegmentHeader, BLOCK_BYTES, SEGMENT_HEADER_BLOCK_BYTES};
@@ -133,6 +133,16 @@ pub(crate) fn discover(storages: &[Arc<dyn Storage>; 2]) -> Result<Discovery> {
             }
             let dev = s.open(name, false)?;
             if let Ok(h) = read_header(&*dev)? {
+                if let Some(b) = best.filter(|b| b.log_id != h.log_id) {
+                    return Err(Error::Corruption {
+                        file: file_label(storages, c, name),
+                        offset: 0,
+                        detail: format!(
+                            "the two copies of this segment belong to different logs ({:#x} and {:#x})",
+                            b.log_id, h.log_id
+                        ),
+                    });
+                }
                 if best.is_none_or(|b| h.seq > b.seq) {
                     best = Some(h);
                 }
@@ -144,17 +154,23 @@ pub(crate) fn discover(storages: &[Arc<dyn Storage>; 2]) -> Result<Discovery> {
             None => headerless.push(name.clone()),
         }
     }
-    // The log is the one of the newest segment; segments of another log id are free slots.
+    // A log's segments all carry its id (recycling keeps it; a new id is drawn only when no
+    // valid header exists). A segment of another log means the paths are misconfigured: refuse
+    // rather than recycle (overwrite) another log's files.
     let log_id = found.iter().max_by_key(|s| s.header.seq).map(|s| s.header.log_id);
-    let mut free_slots = headerless;
-    let mut mine = Vec::new();
-    for s in found {
-        if Some(s.header.log_id) == log_id {
-            mine.push(s);
-        } else {
-            free_slots.push(s.name);
-        }
+    if let (Some(id), Some(other)) = (log_id, found.iter().find(|s| Some(s.header.log_id) != log_id)) {
+        return Err(Error::Corruption {
+            file: file_label(storages, 0, &other.name),
+            offset: 0,
+            detail: format!(
+                "segment belongs to log {:#x}, but the newest segment belongs to log {id:#x}: the two \
+                 log paths hold files of different logs",
+                other.header.log_id
+            ),
+        });
     }
+    let free_slots = headerless;
+    let mut mine = found;
     mine.sort_by_key(|s| s.header.seq);
     for w in mine.windows(2) {
         if w[0].header.seq == w[1].header.seq {
@@ -174,6 +190,7 @@ pub(crate) fn discover(storages: &[Arc<dyn Storage>; 2]) -> Result<Discovery> {
         start -= 1;
     }
     let chain: Vec<Segment> = mine.split_off(start);
+    let mut free_slots = free_slots;
     free_slots.extend(mine.into_iter().map(|s| s.name));
     for w in chain.windows(2) {
         if w[1].header.base_lsn < w[0].header.base_lsn {
