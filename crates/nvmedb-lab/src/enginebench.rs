@@ -187,6 +187,9 @@ fn options(cfg: &EngineBenchConfig, table_buffer: BufferSize, policy: BufferPoli
         pin_indexes: true,
         background_writer: None,
         create_if_missing: true,
+        // Read-only benchmarks: no log (the load would otherwise sync every row).
+        wal: false,
+        ..Options::default()
     }
 }
 

@@ -214,7 +214,9 @@ struct VecLogger {
 }
 
 impl crate::buffer::PageLogger for VecLogger {
-    fn log_page_changes(&self, _tag: u8, payload: &[u8]) -> crate::Result<u64> {
+    fn log_page_changes(&self, _tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> crate::Result<u64> {
+        let payload = build(0);
+        let payload = &payload;
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(crate::Error::Io(crate::io::IoError::os(
                 "log",
@@ -229,14 +231,11 @@ impl crate::buffer::PageLogger for VecLogger {
         r.push((lsn, payload.to_vec()));
         Ok(lsn)
     }
-    fn full_image_horizon(&self) -> u64 {
-        0
-    }
 }
 
 #[test]
 fn redo_of_every_logged_change_rebuilds_the_tree() {
-    use crate::buffer::mtr::{apply_page_change, decode_page_changes};
+    use crate::buffer::mtr::{apply_page_change, decode_mtr};
     let logger = Arc::new(VecLogger {
         records: std::sync::Mutex::new(Vec::new()),
         next_lsn: std::sync::atomic::AtomicU64::new(1),
@@ -274,7 +273,8 @@ fn redo_of_every_logged_change_rebuilds_the_tree() {
     // Replay the log onto empty pages.
     let mut pages: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     for (lsn, payload) in logger.records.lock().unwrap().iter() {
-        let (ps, changes) = decode_page_changes(payload).expect("decodes");
+        let rec = decode_mtr(payload).expect("decodes");
+        let (ps, changes) = (rec.page_size, rec.changes);
         for (pid, ch) in changes {
             let page = pages.entry(pid.page).or_insert_with(|| vec![0u8; ps]);
             apply_page_change(page, &ch, *lsn);

@@ -22,11 +22,27 @@ use crate::page::PageHeader;
 
 /// Receives atomic groups of page changes (the WAL implements it).
 pub trait PageLogger: Send + Sync {
-    /// Appends one redo record holding `payload` (see [`encode_page_change`]) for the pool
-    /// tagged `pool_tag`; returns the LSN to stamp on the changed pages.
-    fn log_page_changes(&self, pool_tag: u8, payload: &[u8]) -> Result<u64>;
-    /// Pages whose LSN is below this are logged as full images at their next change.
-    fn full_image_horizon(&self) -> u64;
+    /// Appends one redo record for the pool tagged `pool_tag`. The logger calls `build` with
+    /// the current full-image horizon (pages whose LSN is below it must be logged whole) and
+    /// appends the payload it returns, both under one lock that a checkpoint's change of the
+    /// horizon excludes. Returns the LSN to stamp on the changed pages.
+    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64>;
+}
+
+thread_local! {
+    /// Logical information to log with this thread's next mini-transaction commit.
+    static ANNOTATION: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Attaches `bytes` to the next mini-transaction this thread commits (any pool): they are
+/// logged in the same record as its page changes, so they are durable exactly when those are.
+pub fn annotate_next_commit(bytes: Vec<u8>) {
+    ANNOTATION.with(|a| *a.borrow_mut() = Some(bytes));
+}
+
+/// Removes a pending annotation (returns it), e.g. when an operation ended without changes.
+pub fn take_annotation() -> Option<Vec<u8>> {
+    ANNOTATION.with(|a| a.borrow_mut().take())
 }
 
 /// Byte range of the LSN field, excluded from diffs (redo stamps it).
@@ -95,8 +111,46 @@ pub fn encode_page_change(out: &mut Vec<u8>, pid: PageId, change: &PageChange) {
     }
 }
 
-/// Decodes a payload written by a mini-transaction commit: `(page size, changes)`.
+/// Appends the annotation trailer (length u32 then bytes; length 0 = none).
+pub fn encode_annotation(out: &mut Vec<u8>, annotation: Option<&[u8]>) {
+    let a = annotation.unwrap_or(&[]);
+    out.extend_from_slice(&(a.len() as u32).to_le_bytes());
+    out.extend_from_slice(a);
+}
+
+/// A decoded mini-transaction record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MtrRecord {
+    /// Page size of the pool.
+    pub page_size: usize,
+    /// Page changes in commit order.
+    pub changes: Vec<(PageId, PageChange)>,
+    /// Logical information attached with [`annotate_next_commit`].
+    pub annotation: Option<Vec<u8>>,
+}
+
+/// Decodes a payload written by a mini-transaction commit.
+pub fn decode_mtr(payload: &[u8]) -> Option<MtrRecord> {
+    let (page_size, changes, used) = decode_changes_prefix(payload)?;
+    let rest = &payload[used..];
+    let n = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    if rest.len() != 4 + n {
+        return None;
+    }
+    let annotation = (n > 0).then(|| rest[4..].to_vec());
+    Some(MtrRecord { page_size, changes, annotation })
+}
+
+/// Decodes the page changes of a payload without a trailer: `(page size, changes)`.
 pub fn decode_page_changes(payload: &[u8]) -> Option<(usize, Vec<(PageId, PageChange)>)> {
+    let (ps, ch, used) = decode_changes_prefix(payload)?;
+    (used == payload.len()).then_some((ps, ch))
+}
+
+/// Page size, page changes, and bytes consumed.
+type ChangesPrefix = (usize, Vec<(PageId, PageChange)>, usize);
+
+fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
     let mut pos = 0;
     let mut take = |n: usize| -> Option<&[u8]> {
         let s = payload.get(pos..pos + n)?;
@@ -136,10 +190,7 @@ pub fn decode_page_changes(payload: &[u8]) -> Option<(usize, Vec<(PageId, PageCh
         };
         changes.push((PageId::new(file, page), change));
     }
-    if pos != payload.len() {
-        return None;
-    }
-    Some((page_size, changes))
+    Some((page_size, changes, pos))
 }
 
 /// Applies a logged change to `page` (a full page buffer) and stamps `lsn`.

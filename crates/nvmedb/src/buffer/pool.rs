@@ -933,16 +933,20 @@ impl BufferPool {
 
     fn log_changes(&self, pages: &[Deferred]) -> Result<u64> {
         let (logger, tag) = self.logger.get().expect("changes are deferred only while logging");
-        let horizon = logger.full_image_horizon();
-        let mut payload = Vec::with_capacity(64 + pages.len() * 64);
-        payload.extend_from_slice(&(self.config.page_size as u32).to_le_bytes());
-        payload.extend_from_slice(&(pages.len() as u32).to_le_bytes());
-        for d in pages {
-            // SAFETY: `d.part` is alive (see finish_changes); the latch is held.
-            let after = unsafe { (*d.part).arena.bytes(d.frame) };
-            encode_page_change(&mut payload, d.pid, &change_for(d.before.as_deref(), after, horizon));
-        }
-        logger.log_page_changes(*tag, &payload)
+        let annotation = super::mtr::take_annotation();
+        let mut build = |horizon: u64| {
+            let mut payload = Vec::with_capacity(64 + pages.len() * 64);
+            payload.extend_from_slice(&(self.config.page_size as u32).to_le_bytes());
+            payload.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+            for d in pages {
+                // SAFETY: `d.part` is alive (see finish_changes); the latch is held.
+                let after = unsafe { (*d.part).arena.bytes(d.frame) };
+                encode_page_change(&mut payload, d.pid, &change_for(d.before.as_deref(), after, horizon));
+            }
+            super::mtr::encode_annotation(&mut payload, annotation.as_deref());
+            payload
+        };
+        logger.log_page_changes(*tag, &mut build)
     }
 }
 

@@ -41,6 +41,10 @@ pub struct CatalogData {
     pub index_page_size: u32,
     /// Next table id to hand out.
     pub next_table_id: u32,
+    /// Redo start of the last completed checkpoint (0: none; redo from the log's start).
+    pub checkpoint_redo_lsn: u64,
+    /// Oldest log position a transaction active at that checkpoint may need for undo.
+    pub checkpoint_undo_lsn: u64,
     /// Tables.
     pub tables: Vec<TableMeta>,
 }
@@ -98,6 +102,8 @@ fn encode(c: &CatalogData) -> Vec<u8> {
     w.u32(c.table_page_size);
     w.u32(c.index_page_size);
     w.u32(c.next_table_id);
+    w.u64(c.checkpoint_redo_lsn);
+    w.u64(c.checkpoint_undo_lsn);
     w.u32(c.tables.len() as u32);
     for t in &c.tables {
         w.u32(t.id);
@@ -131,6 +137,8 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
         table_page_size: r.u32()?,
         index_page_size: r.u32()?,
         next_table_id: r.u32()?,
+        checkpoint_redo_lsn: r.u64()?,
+        checkpoint_undo_lsn: r.u64()?,
         tables: Vec::new(),
     };
     let n = r.u32()?;
@@ -286,6 +294,8 @@ mod tests {
             table_page_size: 16384,
             index_page_size: 4096,
             next_table_id: n,
+            checkpoint_redo_lsn: 7,
+            checkpoint_undo_lsn: 5,
             tables: (0..n)
                 .map(|i| TableMeta {
                     id: i,

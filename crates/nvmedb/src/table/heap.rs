@@ -98,6 +98,12 @@ impl HeapFile {
 
     /// Stores a row and returns its id.
     pub fn insert(&self, row: &[u8]) -> Result<RowId> {
+        self.insert_annotated(row, &mut |_| {})
+    }
+
+    /// Like [`HeapFile::insert`]; `annotate(row id)` runs once the row id is known and before
+    /// the change is logged (it attaches the transaction's undo information).
+    pub fn insert_annotated(&self, row: &[u8], annotate: &mut dyn FnMut(RowId)) -> Result<RowId> {
         if row.len() > self.max_row_bytes() {
             return Err(self.too_big(row.len()));
         }
@@ -107,9 +113,11 @@ impl HeapFile {
                 let mtr = self.pool.begin_mtr();
                 let mut g = self.pool.fix_mut(self.pid(hint), PageClass::Data)?;
                 if let Some(slot) = slotted::insert(&mut g, row) {
+                    let rid = RowId { page: hint, slot: slot as u16 };
+                    annotate(rid);
                     drop(g);
                     mtr.commit()?;
-                    return Ok(RowId { page: hint, slot: slot as u16 });
+                    return Ok(rid);
                 }
                 drop(g);
                 mtr.commit()?;
@@ -123,10 +131,12 @@ impl HeapFile {
             slotted::init(&mut g);
             let slot = slotted::insert(&mut g, row).ok_or_else(|| self.too_big(row.len()))?;
             let page = g.page_id().page;
+            let rid = RowId { page, slot: slot as u16 };
+            annotate(rid);
             drop(g);
             mtr.commit()?;
             self.insert_page.store(page, Release);
-            return Ok(RowId { page, slot: slot as u16 });
+            return Ok(rid);
         }
     }
 

@@ -15,7 +15,9 @@ pub use heap::{HeapFile, RowId};
 pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
 
 use crate::btree::BTree;
+use crate::buffer::mtr::{annotate_next_commit, take_annotation};
 use crate::error::{Error, Result};
+use crate::wal::engine::{TxnLog, TxnOp};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +49,8 @@ pub(crate) struct TableInner {
     poisoned: Mutex<Option<String>>,
     /// Fast check of `poisoned` for the read path.
     is_poisoned: std::sync::atomic::AtomicBool,
+    /// The log, when the database is durable: every change runs as a transaction.
+    txn: Option<Arc<TxnLog>>,
 }
 
 /// A handle to a table; cheap to clone and safe to share between threads.
@@ -69,6 +73,7 @@ impl Table {
         heap: HeapFile,
         primary: BTree,
         secondaries: Vec<BTree>,
+        txn: Option<Arc<TxnLog>>,
     ) -> Self {
         Self {
             inner: Arc::new(TableInner {
@@ -81,6 +86,7 @@ impl Table {
                 key_locks: (0..KEY_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
                 poisoned: Mutex::new(None),
                 is_poisoned: std::sync::atomic::AtomicBool::new(false),
+                txn,
             }),
         }
     }
@@ -110,6 +116,103 @@ impl Table {
             .iter()
             .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         self.inner.key_locks[(h % KEY_LOCK_STRIPES as u64) as usize].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one change under the key's lock. With a log, the change is a transaction: its undo
+    /// information rides in the first page change it logs, and it commits (durably) before the
+    /// key lock is released.
+    fn auto_commit<R>(&self, pk: &[u8], body: impl FnOnce(Option<u64>) -> Result<R>) -> Result<R> {
+        let _k = self.key_lock(pk);
+        let Some(ctx) = &self.inner.txn else { return body(None) };
+        let txn = ctx.begin();
+        let r = body(Some(txn));
+        // An annotation still pending means the change logged nothing.
+        let logged = take_annotation().is_none();
+        match (r, logged) {
+            (Ok(v), true) => ctx.commit(txn).map(|()| v),
+            (Ok(v), false) => {
+                ctx.forget(txn);
+                Ok(v)
+            }
+            (Err(e), true) => {
+                // The change was reversed step by step (or the table is poisoned): record it.
+                let _ = ctx.abort(txn);
+                Err(e)
+            }
+            (Err(e), false) => {
+                ctx.forget(txn);
+                Err(e)
+            }
+        }
+    }
+
+    /// Recovery's undo of one logged operation: makes the table's state for the key what it
+    /// was before `op` (absent, or the `before` row), whatever part of `op` had happened.
+    /// Idempotent.
+    pub(crate) fn restore(&self, op: &TxnOp) -> Result<()> {
+        let s = &self.inner.schema;
+        let pk = &op.pk;
+        let _k = self.key_lock(pk);
+        let cur_rid = self.rid_for(pk)?;
+        let cur_row = match cur_rid {
+            Some(rid) => self.inner.heap.read(rid, |b| b.to_vec())?,
+            None => None,
+        };
+        let value_of = |row: &[u8], col: usize| RowView::new(s, row).value(col);
+        // 1. Secondary entries the operation or a later state left that `before` lacks.
+        for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
+            let want = op.before.as_deref().map(|b| value_of(b, ix.column));
+            for row in [op.after.as_deref(), cur_row.as_deref()].into_iter().flatten() {
+                let v = value_of(row, ix.column);
+                if Some(&v) != want.as_ref() {
+                    tree.delete(&Schema::secondary_key_bytes(&v, pk))?;
+                }
+            }
+        }
+        let logged_rid = (op.rid != u64::MAX).then(|| RowId::from_bytes(&op.rid.to_le_bytes())).flatten();
+        let holds_key = |rid: RowId| -> Result<bool> {
+            Ok(self.inner.heap.read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?.unwrap_or(false))
+        };
+        match &op.before {
+            None => {
+                if let Some(rid) = cur_rid {
+                    if holds_key(rid)? {
+                        self.inner.heap.delete(rid, |_| {})?;
+                    }
+                    self.inner.primary.delete(pk)?;
+                }
+                // A row inserted before its index entry was: find it where the log says.
+                if let Some(rid) = logged_rid {
+                    if holds_key(rid)? {
+                        self.inner.heap.delete(rid, |_| {})?;
+                    }
+                }
+            }
+            Some(before) => {
+                let rid = match cur_rid {
+                    Some(rid) if holds_key(rid)? => {
+                        let new =
+                            self.inner.heap.update(rid, before, |_| {})?.ok_or_else(|| self.dangling(rid))?;
+                        if new != rid {
+                            self.inner.primary.upsert(pk, &new.to_bytes())?;
+                        }
+                        new
+                    }
+                    _ => {
+                        let rid = self.inner.heap.insert(before)?;
+                        self.inner.primary.upsert(pk, &rid.to_bytes())?;
+                        rid
+                    }
+                };
+                for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
+                    tree.upsert(
+                        &Schema::secondary_key_bytes(&value_of(before, ix.column), pk),
+                        &rid.to_bytes(),
+                    )?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn check_poisoned(&self) -> Result<()> {
@@ -185,14 +288,26 @@ impl Table {
         s.encode_row(&self.inner.name, row, &mut bytes)?;
         let pk = self.pk_bytes(&row[s.primary_key])?;
         self.check_index_entries(row, &pk)?;
-        let _k = self.key_lock(&pk);
+        self.auto_commit(&pk, |txn| self.insert_locked(txn, row, &pk, &bytes))
+    }
+
+    fn insert_locked(&self, txn: Option<u64>, row: &[Value], pk: &[u8], bytes: &[u8]) -> Result<()> {
+        let s = &self.inner.schema;
+        let pk = pk.to_vec();
         if self.rid_for(&pk)?.is_some() {
             return Err(Error::AlreadyExists(format!(
                 "table `{}`: primary key {:?}",
                 self.inner.name, row[s.primary_key]
             )));
         }
-        let rid = self.inner.heap.insert(&bytes)?;
+        let table = self.inner.id;
+        let rid = self.inner.heap.insert_annotated(bytes, &mut |rid| {
+            if let Some(txn) = txn {
+                let rid = u64::from_le_bytes(rid.to_bytes());
+                let op = TxnOp { txn, table, pk: pk.clone(), rid, before: None, after: Some(bytes.to_vec()) };
+                annotate_next_commit(op.encode());
+            }
+        })?;
         let mut undo = vec![Undo::HeapDelete(rid)];
         if let Err(e) = self.inner.primary.insert(&pk, &rid.to_bytes()) {
             return Err(self.roll_back(undo, e));
@@ -287,15 +402,33 @@ impl Table {
         s.encode_row(&self.inner.name, row, &mut bytes)?;
         let pk = self.pk_bytes(&row[s.primary_key])?;
         self.check_index_entries(row, &pk)?;
-        let _k = self.key_lock(&pk);
+        self.auto_commit(&pk, |txn| self.update_locked(txn, row, &pk, &bytes))
+    }
+
+    fn update_locked(&self, txn: Option<u64>, row: &[Value], pk: &[u8], bytes: &[u8]) -> Result<bool> {
+        let s = &self.inner.schema;
+        let pk = pk.to_vec();
         let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
-        let old_values = match self.inner.heap.read(rid, |b| {
-            let v = RowView::new(s, b);
-            s.indexes.iter().map(|ix| v.value(ix.column)).collect::<Vec<_>>()
-        })? {
-            Some(v) => v,
-            None => return Err(self.dangling(rid)),
+        let Some(old_row) = self.inner.heap.read(rid, |b| b.to_vec())? else {
+            return Err(self.dangling(rid));
         };
+        let old_values: Vec<Value> = {
+            let v = RowView::new(s, &old_row);
+            s.indexes.iter().map(|ix| v.value(ix.column)).collect()
+        };
+        if let Some(txn) = txn {
+            let rid = u64::from_le_bytes(rid.to_bytes());
+            let op = TxnOp {
+                txn,
+                table: self.inner.id,
+                pk: pk.clone(),
+                rid,
+                before: Some(old_row),
+                after: Some(bytes.to_vec()),
+            };
+            annotate_next_commit(op.encode());
+        }
+        let bytes = bytes.to_vec();
         // 1. New secondary entries first (pointing at the current row), so a failure later
         //    only has to remove them.
         let mut undo = Vec::new();
@@ -358,17 +491,27 @@ impl Table {
     /// error the steps already done are reversed.
     pub fn delete(&self, key: &Value) -> Result<bool> {
         self.check_poisoned()?;
-        let s = &self.inner.schema;
         let pk = self.pk_bytes(key)?;
-        let _k = self.key_lock(&pk);
+        self.auto_commit(&pk, |txn| self.delete_locked(txn, &pk))
+    }
+
+    fn delete_locked(&self, txn: Option<u64>, pk: &[u8]) -> Result<bool> {
+        let s = &self.inner.schema;
+        let pk = pk.to_vec();
         let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
-        let old_values = match self.inner.heap.read(rid, |b| {
-            let v = RowView::new(s, b);
-            s.indexes.iter().map(|ix| v.value(ix.column)).collect::<Vec<_>>()
-        })? {
-            Some(v) => v,
-            None => return Err(self.dangling(rid)),
+        let Some(old_row) = self.inner.heap.read(rid, |b| b.to_vec())? else {
+            return Err(self.dangling(rid));
         };
+        let old_values: Vec<Value> = {
+            let v = RowView::new(s, &old_row);
+            s.indexes.iter().map(|ix| v.value(ix.column)).collect()
+        };
+        if let Some(txn) = txn {
+            let rid = u64::from_le_bytes(rid.to_bytes());
+            let op =
+                TxnOp { txn, table: self.inner.id, pk: pk.clone(), rid, before: Some(old_row), after: None };
+            annotate_next_commit(op.encode());
+        }
         let mut undo = Vec::new();
         for (n, (tree, old)) in self.inner.secondaries.iter().zip(&old_values).enumerate() {
             let k = Schema::secondary_key_bytes(old, &pk);

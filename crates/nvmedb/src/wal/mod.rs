@@ -31,6 +31,7 @@
 //! `options.rs` (options, counters).
 
 mod duplex;
+pub mod engine;
 mod filelog;
 mod format;
 mod options;

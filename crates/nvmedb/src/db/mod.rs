@@ -7,11 +7,17 @@
 //! root pages have been written and synced.
 
 use crate::btree::BTree;
+mod recovery;
+
+pub use recovery::RecoveryReport;
+
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
 use crate::table::{HeapFile, Schema, Table};
+use crate::wal::engine::{EngineLog, TxnLog, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE};
+use crate::wal::{FileLog, WalOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -46,6 +52,15 @@ pub struct Options {
     pub background_writer: Option<BackgroundWriter>,
     /// Create the database if the storage holds none.
     pub create_if_missing: bool,
+    /// Keep a write-ahead log (on by default for [`Database::open`]): every change is a
+    /// transaction that is durable when it returns, and a crash loses nothing acknowledged.
+    /// Without it, changes are durable only after [`Database::flush`] or close.
+    pub wal: bool,
+    /// Where the second copy of the log goes (default: `<dir>/wal-mirror`; put it on another
+    /// device to survive losing one).
+    pub log_mirror_dir: Option<std::path::PathBuf>,
+    /// Log options (segment size, group commit).
+    pub wal_options: WalOptions,
 }
 
 impl Default for Options {
@@ -59,6 +74,9 @@ impl Default for Options {
             pin_indexes: true,
             background_writer: None,
             create_if_missing: true,
+            wal: true,
+            log_mirror_dir: None,
+            wal_options: WalOptions::default(),
         }
     }
 }
@@ -69,6 +87,12 @@ struct DbInner {
     index_pool: Arc<BufferPool>,
     catalog: Mutex<(CatalogStore, CatalogData)>,
     tables: RwLock<HashMap<String, Table>>,
+    /// The log and transaction bookkeeping, when the database is durable.
+    txn: Option<Arc<TxnLog>>,
+    /// What recovery did at open.
+    recovery: RecoveryReport,
+    /// One checkpoint at a time.
+    checkpoint_lock: Mutex<()>,
 }
 
 /// An open database. Cheap to clone; all clones share the same state.
@@ -118,12 +142,33 @@ impl Database {
                 path.display()
             )));
         }
-        let storage = crate::io::DirStorage::new(path, crate::io::FileOptions::default())?;
-        Self::open_with_storage(Arc::new(storage), options)
+        let fo = crate::io::FileOptions::default();
+        let storage = crate::io::DirStorage::new(path, fo.clone())?;
+        let log = if options.wal {
+            let a: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(path.join("wal"), fo.clone())?);
+            let mirror = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
+            let b: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(mirror, fo)?);
+            Some((a, b))
+        } else {
+            None
+        };
+        Self::open_with_storages(Arc::new(storage), log, options)
     }
 
-    /// Opens (or creates, per `options.create_if_missing`) the database held by `storage`.
+    /// Opens (or creates) the database held by `storage`, without a log (`options.wal` is
+    /// ignored): changes are durable only after [`Database::flush`] or close.
     pub fn open_with_storage(storage: Arc<dyn Storage>, options: Options) -> Result<Self> {
+        Self::open_with_storages(storage, None, options)
+    }
+
+    /// Opens (or creates) the database held by `storage`, with its log duplexed on the two
+    /// storages of `log` (when given): recovers from a crash first (redo from the last
+    /// checkpoint, then undo of unfinished transactions), then checkpoints.
+    pub fn open_with_storages(
+        storage: Arc<dyn Storage>,
+        log: Option<(Arc<dyn Storage>, Arc<dyn Storage>)>,
+        options: Options,
+    ) -> Result<Self> {
         let (mut store, data) = if storage.exists(CATALOG_FILE) {
             let dev = storage.open(CATALOG_FILE, false)?;
             let (store, data) = CatalogStore::load(dev)?;
@@ -170,11 +215,21 @@ impl Database {
                     table_page_size: options.table_page_size as u32,
                     index_page_size: options.index_page_size as u32,
                     next_table_id: 0,
+                    checkpoint_redo_lsn: 0,
+                    checkpoint_undo_lsn: 0,
                     tables: Vec::new(),
                 };
                 store.store(&d)?;
                 d
             }
+        };
+        let file_log = match log {
+            Some((a, b)) => Some(FileLog::open(a, b, options.wal_options.clone())?),
+            None => None,
+        };
+        let (losers, max_txn, mut report) = match &file_log {
+            Some(fl) => recovery::redo(storage.as_ref(), &data, fl)?,
+            None => Default::default(),
         };
         let tps = data.table_page_size as usize;
         let ips = data.index_page_size as usize;
@@ -193,20 +248,86 @@ impl Database {
         icfg.pin_index_pages = options.pin_indexes;
         let table_pool = BufferPool::new(tcfg)?;
         let index_pool = BufferPool::new(icfg)?;
+        let txn = file_log.map(|fl| {
+            let end = fl.end_lsn();
+            Arc::new(TxnLog::new(Arc::new(EngineLog::new(fl, end)), max_txn))
+        });
+        if let Some(t) = &txn {
+            table_pool.set_page_logger(t.log().clone(), TAG_TABLE)?;
+            index_pool.set_page_logger(t.log().clone(), TAG_INDEX)?;
+            table_pool.set_wal_gate(t.log().clone());
+            index_pool.set_wal_gate(t.log().clone());
+        }
         let mut tables = HashMap::new();
+        let mut by_id = HashMap::new();
         for t in &data.tables {
-            let table = Self::attach(&storage, &table_pool, &index_pool, t)?;
+            let table = Self::attach(&storage, &table_pool, &index_pool, t, txn.clone())?;
+            by_id.insert(t.id, table.clone());
             tables.insert(t.name.clone(), table);
         }
-        Ok(Self {
+        // Undo what unfinished transactions did, newest first.
+        if let Some(t) = &txn {
+            for (&id, ops) in losers.iter().rev() {
+                for op in ops.iter().rev() {
+                    if let Some(table) = by_id.get(&op.table) {
+                        table.restore(op)?;
+                        report.ops_undone += 1;
+                    }
+                }
+                t.abort(id)?;
+            }
+        }
+        report.micros = report.micros.max(1);
+        let db = Self {
             inner: Arc::new(DbInner {
                 storage,
                 table_pool,
                 index_pool,
                 catalog: Mutex::new((store, data)),
                 tables: RwLock::new(tables),
+                txn,
+                recovery: report,
+                checkpoint_lock: Mutex::new(()),
             }),
-        })
+        };
+        if db.inner.txn.is_some() {
+            db.checkpoint()?;
+        }
+        Ok(db)
+    }
+
+    /// What recovery did when this database was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    /// A fuzzy checkpoint: raises the full-image horizon, writes every dirty page (while other
+    /// threads keep working), records the new redo start in the catalog, and releases log
+    /// segments no longer needed. Without a log it is [`Database::flush`].
+    pub fn checkpoint(&self) -> Result<()> {
+        let Some(t) = &self.inner.txn else { return self.flush() };
+        let _one = self.inner.checkpoint_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let redo = t.log().begin_checkpoint();
+        let undo = t.oldest_active_lsn().map_or(redo, |a| a.min(redo));
+        self.flush()?;
+        {
+            let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
+            let mut next = cat.1.clone();
+            next.checkpoint_redo_lsn = redo;
+            next.checkpoint_undo_lsn = undo;
+            cat.0.store(&next)?;
+            cat.1 = next;
+        }
+        let mut payload = redo.to_le_bytes().to_vec();
+        payload.extend_from_slice(&undo.to_le_bytes());
+        t.log().append(KIND_CHECKPOINT, &payload)?;
+        t.log().file_log().truncate_before(undo)?;
+        Ok(())
+    }
+
+    /// The log, when the database keeps one.
+    pub fn engine_log(&self) -> Option<&Arc<EngineLog>> {
+        self.inner.txn.as_ref().map(|t| t.log())
     }
 
     fn attach(
@@ -214,13 +335,14 @@ impl Database {
         table_pool: &Arc<BufferPool>,
         index_pool: &Arc<BufferPool>,
         t: &TableMeta,
+        txn: Option<Arc<TxnLog>>,
     ) -> Result<Table> {
         table_pool.register_file(t.id, storage.open(&heap_name(t.id), true)?)?;
         index_pool.register_file(t.id, storage.open(&index_name(t.id), true)?)?;
         let heap = HeapFile::open(table_pool.clone(), t.id, &heap_name(t.id))?;
         let primary = BTree::open(index_pool.clone(), t.id, t.primary_root);
         let secondaries = t.index_roots.iter().map(|&r| BTree::open(index_pool.clone(), t.id, r)).collect();
-        Ok(Table::new(t.id, t.name.clone(), t.schema.clone(), heap, primary, secondaries))
+        Ok(Table::new(t.id, t.name.clone(), t.schema.clone(), heap, primary, secondaries, txn))
     }
 
     /// Creates a table. Its name must be new.
@@ -262,7 +384,15 @@ impl Database {
         let heap = HeapFile::open(self.inner.table_pool.clone(), id, &heap_name(id))?;
         let secondaries =
             meta.index_roots.iter().map(|&r| BTree::open(self.inner.index_pool.clone(), id, r)).collect();
-        let table = Table::new(id, meta.name.clone(), meta.schema, heap, primary, secondaries);
+        let table = Table::new(
+            id,
+            meta.name.clone(),
+            meta.schema,
+            heap,
+            primary,
+            secondaries,
+            self.inner.txn.clone(),
+        );
         self.inner.tables.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), table.clone());
         Ok(table)
     }
@@ -317,8 +447,9 @@ impl Database {
         self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
     }
 
-    /// Flushes and closes this handle (other clones stay usable).
+    /// Checkpoints (or flushes, without a log) and closes this handle (other clones stay
+    /// usable).
     pub fn close(self) -> Result<()> {
-        self.flush()
+        self.checkpoint()
     }
 }

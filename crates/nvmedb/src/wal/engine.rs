@@ -1,0 +1,241 @@
+//! The engine's use of the log: record kinds, the page logger and the WAL rule hook.
+//!
+//! Owns: [`EngineLog`], which turns mini-transaction commits into records of the duplexed
+//! [`FileLog`], transaction commits and aborts into their records, and enforces the buffer
+//! rule (a dirty page is written only after the log covers its LSN). It also owns the
+//! full-image horizon: a checkpoint raises it under the same lock under which page changes
+//! decide between a full image and a diff and are appended, so no page change can slip past a
+//! checkpoint with a diff that redo could not apply to a page torn after the checkpoint.
+
+use super::{FileLog, LogSink, Lsn, KIND_USER_MIN};
+use crate::buffer::{PageLogger, WalGate};
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Page changes of the table pool (payload: a mini-transaction record).
+pub const KIND_PAGES_TABLE: u8 = KIND_USER_MIN;
+/// Page changes of the index pool.
+pub const KIND_PAGES_INDEX: u8 = KIND_USER_MIN + 1;
+/// A transaction committed (payload: transaction id u64).
+pub const KIND_COMMIT: u8 = KIND_USER_MIN + 2;
+/// A transaction's changes were undone (payload: transaction id u64).
+pub const KIND_ABORT: u8 = KIND_USER_MIN + 3;
+/// A checkpoint completed (payload: redo start u64, undo start u64).
+pub const KIND_CHECKPOINT: u8 = KIND_USER_MIN + 4;
+
+/// Pool tag of the table pool in page-change records.
+pub const TAG_TABLE: u8 = 0;
+/// Pool tag of the index pool.
+pub const TAG_INDEX: u8 = 1;
+
+/// The record kind carrying page changes of the pool tagged `tag`.
+pub fn kind_for_tag(tag: u8) -> u8 {
+    if tag == TAG_TABLE {
+        KIND_PAGES_TABLE
+    } else {
+        KIND_PAGES_INDEX
+    }
+}
+
+/// The engine's log: a [`FileLog`] plus the checkpoint horizon.
+pub struct EngineLog {
+    log: FileLog,
+    /// Redo start of the last checkpoint; guarded for the page-change decision by `horizon_lock`.
+    horizon: AtomicU64,
+    horizon_lock: RwLock<()>,
+}
+
+impl EngineLog {
+    /// Wraps an open log; pages whose LSN is below `horizon` get full images.
+    pub fn new(log: FileLog, horizon: Lsn) -> Self {
+        Self { log, horizon: AtomicU64::new(horizon), horizon_lock: RwLock::new(()) }
+    }
+
+    /// The underlying file log.
+    pub fn file_log(&self) -> &FileLog {
+        &self.log
+    }
+
+    /// Appends a record of an engine kind; returns its end LSN.
+    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
+        Ok(self.log.append_record(kind, payload)?.1)
+    }
+
+    /// Waits until the log is durable up to `lsn`.
+    pub fn wait_durable(&self, lsn: Lsn) -> Result<()> {
+        if self.log.durable_lsn() < lsn {
+            self.log.wait_durable(lsn)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a checkpoint: raises the full-image horizon to the current end of the log and
+    /// returns it (the checkpoint's redo start). Every page change logged after this returns
+    /// uses the new horizon.
+    pub fn begin_checkpoint(&self) -> Lsn {
+        let _w = self.horizon_lock.write().unwrap_or_else(|e| e.into_inner());
+        let end = self.log.end_lsn();
+        self.horizon.store(end, Ordering::Release);
+        end
+    }
+
+    /// The current full-image horizon.
+    pub fn horizon(&self) -> Lsn {
+        self.horizon.load(Ordering::Acquire)
+    }
+}
+
+impl PageLogger for EngineLog {
+    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64> {
+        let _r = self.horizon_lock.read().unwrap_or_else(|e| e.into_inner());
+        let payload = build(self.horizon.load(Ordering::Acquire));
+        Ok(self.log.append_record(kind_for_tag(pool_tag), &payload)?.1)
+    }
+}
+
+impl WalGate for EngineLog {
+    fn ensure_durable(&self, lsn: u64) -> Result<()> {
+        self.wait_durable(lsn)
+    }
+}
+
+/// Transaction bookkeeping over the engine log: ids, the set of active transactions (for the
+/// checkpoint's undo start), and commit/abort records.
+pub struct TxnLog {
+    log: Arc<EngineLog>,
+    next_txn: AtomicU64,
+    active: Mutex<BTreeMap<u64, Lsn>>,
+}
+
+impl TxnLog {
+    /// Hands out ids above `last_txn`.
+    pub fn new(log: Arc<EngineLog>, last_txn: u64) -> Self {
+        Self { log, next_txn: AtomicU64::new(last_txn + 1), active: Mutex::new(BTreeMap::new()) }
+    }
+
+    /// The engine log.
+    pub fn log(&self) -> &Arc<EngineLog> {
+        &self.log
+    }
+
+    /// Starts a transaction.
+    pub fn begin(&self) -> u64 {
+        let id = self.next_txn.fetch_add(1, Ordering::Relaxed);
+        let first = self.log.file_log().end_lsn();
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).insert(id, first);
+        id
+    }
+
+    /// Logs the commit and waits until it is durable (group commit shares the flush).
+    pub fn commit(&self, txn: u64) -> Result<()> {
+        let end = self.log.append(KIND_COMMIT, &txn.to_le_bytes());
+        self.forget(txn);
+        self.log.wait_durable(end?)
+    }
+
+    /// Logs that the transaction's changes were undone.
+    pub fn abort(&self, txn: u64) -> Result<()> {
+        let r = self.log.append(KIND_ABORT, &txn.to_le_bytes());
+        self.forget(txn);
+        r.map(|_| ())
+    }
+
+    /// Ends a transaction that logged nothing.
+    pub fn forget(&self, txn: u64) {
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).remove(&txn);
+    }
+
+    /// Log position from which every active transaction's operations can be read.
+    pub fn oldest_active_lsn(&self) -> Option<Lsn> {
+        self.active.lock().unwrap_or_else(|e| e.into_inner()).values().min().copied()
+    }
+}
+
+/// One logical operation of a transaction, logged with the first page change it makes, so
+/// recovery can undo it if the transaction did not commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnOp {
+    /// Transaction id.
+    pub txn: u64,
+    /// Table id.
+    pub table: u32,
+    /// Encoded primary key.
+    pub pk: Vec<u8>,
+    /// Row id the operation started from or created (`u64::MAX` if none yet).
+    pub rid: u64,
+    /// The row before the operation (`None`: the key was absent — an insert).
+    pub before: Option<Vec<u8>>,
+    /// The row after the operation (`None`: a delete).
+    pub after: Option<Vec<u8>>,
+}
+
+impl TxnOp {
+    /// Encodes for an annotation.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.pk.len());
+        out.push(1); // annotation kind: transaction operation
+        out.extend_from_slice(&self.txn.to_le_bytes());
+        out.extend_from_slice(&self.table.to_le_bytes());
+        out.extend_from_slice(&self.rid.to_le_bytes());
+        for part in [Some(&self.pk), self.before.as_ref(), self.after.as_ref()] {
+            match part {
+                Some(b) => {
+                    out.push(1);
+                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    out.extend_from_slice(b);
+                }
+                None => out.push(0),
+            }
+        }
+        out
+    }
+
+    /// Decodes [`TxnOp::encode`].
+    pub fn decode(b: &[u8]) -> Result<Self> {
+        let bad = || Error::InvalidArgument("malformed transaction operation in the log".into());
+        let mut pos = 0;
+        let mut take = |n: usize| -> Result<&[u8]> {
+            let s = b.get(pos..pos + n).ok_or_else(bad)?;
+            pos += n;
+            Ok(s)
+        };
+        if take(1)?[0] != 1 {
+            return Err(bad());
+        }
+        let txn = u64::from_le_bytes(take(8)?.try_into().map_err(|_| bad())?);
+        let table = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?);
+        let rid = u64::from_le_bytes(take(8)?.try_into().map_err(|_| bad())?);
+        let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
+        for _ in 0..3 {
+            if take(1)?[0] == 1 {
+                let n = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?) as usize;
+                parts.push(Some(take(n)?.to_vec()));
+            } else {
+                parts.push(None);
+            }
+        }
+        let after = parts.pop().ok_or_else(bad)?;
+        let before = parts.pop().ok_or_else(bad)?;
+        let pk = parts.pop().flatten().ok_or_else(bad)?;
+        Ok(Self { txn, table, pk, rid, before, after })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn txn_ops_round_trip() {
+        let ops = [
+            TxnOp { txn: 7, table: 2, pk: vec![1, 2], rid: 99, before: None, after: Some(vec![5; 10]) },
+            TxnOp { txn: 8, table: 0, pk: vec![3], rid: u64::MAX, before: Some(vec![1]), after: None },
+        ];
+        for op in ops {
+            assert_eq!(TxnOp::decode(&op.encode()).unwrap(), op);
+        }
+        assert!(TxnOp::decode(&[1, 2, 3]).is_err());
+    }
+}
