@@ -603,9 +603,14 @@ impl LockManager {
     /// net.
     fn detect(&self, me: TxnId) {
         let _serial = lock(&self.detector);
-        for _ in 0..8 {
+        // Killing another transaction breaks one cycle through `me`; others may remain (their
+        // members checked before `me` waited, so nobody else will find them): repeat until
+        // no cycle through `me` is left, or `me` itself is the victim.
+        for round in 0..64 {
             let Some(cycle) = self.find_cycle(me) else { return };
             let victim = match self.opts.victim {
+                // After many rounds, stop hunting and abort the requester.
+                _ if round >= 32 => me,
                 VictimPolicy::Requester => me,
                 VictimPolicy::Youngest => cycle.iter().copied().max().unwrap_or(me),
             };
@@ -613,10 +618,13 @@ impl LockManager {
             *lock(&w.cycle) = cycle;
             if w.state.compare_exchange(WAITING, VICTIM, AcqRel, Acquire).is_ok() {
                 self.counters.deadlocks.fetch_add(1, Relaxed);
+                if victim == me {
+                    return;
+                }
                 w.thread.unpark();
-                return;
             }
-            // The chosen victim was granted or timed out meanwhile: look again.
+            // Either another cycle may remain, or the chosen victim was granted or timed out
+            // meanwhile: look again.
         }
     }
 
