@@ -262,6 +262,7 @@ fn timeout_is_typed_and_leaves_queue_clean() {
     lm.lock(1, 5, b"k", X).unwrap();
     let e = lm.lock(2, 5, b"k", S).unwrap_err();
     assert!(e.is_retryable());
+    assert_eq!(lm.active_txns(), 1, "a timed-out transaction holding nothing leaves no trace");
     match e {
         Error::LockTimeout { txn: 2, key, mode: S, waited } => {
             assert_eq!(key.table, 5);
@@ -279,6 +280,7 @@ fn timeout_is_typed_and_leaves_queue_clean() {
     lm.release_all(1);
     lm.release_all(2);
     assert_eq!(lm.entry_count(), 0);
+    assert_eq!(lm.active_txns(), 0);
     assert!(lm.stats().timeouts >= 2);
 }
 

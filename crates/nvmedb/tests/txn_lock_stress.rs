@@ -139,6 +139,7 @@ fn run(opts: LockOptions, threads: usize, per_thread: usize, seed: u64) {
     assert_eq!(actual, expected, "lost update");
     assert_eq!(actual.iter().sum::<i64>(), INITIAL * ACCOUNTS as i64);
     assert_eq!(bank.lm.entry_count(), 0, "lock entries leaked");
+    assert_eq!(bank.lm.active_txns(), 0, "transaction slots leaked");
     let st = bank.lm.stats();
     println!(
         "transfers {} retries {retries} audits {audits} | waits {} spin-grants {} parked {} deadlocks {} timeouts {} p50 {:?} p99 {:?}",

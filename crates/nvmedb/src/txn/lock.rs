@@ -406,14 +406,23 @@ impl LockManager {
         lock(&self.txn_shard(txn).map).entry(txn).or_default().held.push(key);
     }
 
-    fn set_waiting(&self, txn: TxnId, w: Option<(LockKey, Arc<Waiter>)>) {
+    fn set_waiting(&self, txn: TxnId, key: LockKey, w: Arc<Waiter>) {
         let mut m = lock(&self.txn_shard(txn).map);
         let slot = m.entry(txn).or_default();
-        assert!(
-            w.is_none() || slot.waiting.is_none(),
-            "transaction {txn} requested a lock while already waiting for one"
-        );
-        slot.waiting = w;
+        assert!(slot.waiting.is_none(), "transaction {txn} requested a lock while already waiting for one");
+        slot.waiting = Some((key, w));
+    }
+
+    /// Ends a wait in the registry, recording the key if it was newly granted. A transaction
+    /// that holds nothing leaves no trace (the registry is bounded by live lock holders).
+    fn end_wait(&self, txn: TxnId, newly_held: Option<LockKey>) {
+        let mut m = lock(&self.txn_shard(txn).map);
+        let slot = m.entry(txn).or_default();
+        slot.waiting = None;
+        slot.held.extend(newly_held);
+        if slot.held.is_empty() {
+            m.remove(&txn);
+        }
     }
 
     fn waiting_of(&self, txn: TxnId) -> Option<(LockKey, Arc<Waiter>)> {
@@ -423,7 +432,7 @@ impl LockManager {
     /// The wait protocol: spin on the waiter's own state word, then (after one deadlock
     /// check) park until granted, chosen as victim, or timed out.
     fn wait(&self, txn: TxnId, h: u64, lk: LockKey, w: Arc<Waiter>) -> Result<LockOutcome> {
-        self.set_waiting(txn, Some((lk.clone(), Arc::clone(&w))));
+        self.set_waiting(txn, lk.clone(), Arc::clone(&w));
         let c = &self.counters;
         c.waits.fetch_add(1, Relaxed);
         let start = Instant::now();
@@ -460,22 +469,24 @@ impl LockManager {
         }
         let waited = start.elapsed();
         c.record_wait(u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX));
-        self.set_waiting(txn, None);
         match st {
             GRANTED => {
                 if w.upgrade {
+                    self.end_wait(txn, None);
                     Ok(LockOutcome::Upgraded)
                 } else {
-                    self.note_held(txn, lk);
+                    self.end_wait(txn, Some(lk));
                     Ok(LockOutcome::Granted)
                 }
             }
             VICTIM => {
+                self.end_wait(txn, None);
                 self.withdraw(h, &lk, &w);
                 let cycle = std::mem::take(&mut *lock(&w.cycle));
                 Err(Error::Deadlock { txn, key: lk, cycle })
             }
             CANCELLED => {
+                self.end_wait(txn, None);
                 c.timeouts.fetch_add(1, Relaxed);
                 Err(Error::LockTimeout { txn, key: lk, mode: w.mode, waited })
             }
@@ -531,7 +542,9 @@ impl LockManager {
 
     /// Releases every lock `txn` holds (at commit or abort) and grants what its release
     /// unblocks. Returns the number of keys released. Must not be called while `txn` is
-    /// waiting for a lock.
+    /// waiting for a lock. Afterwards the manager has forgotten `txn`: a transaction retried
+    /// after a deadlock may reuse its id, and so keep its age under
+    /// [`VictimPolicy::Youngest`] (it cannot be chosen as victim forever).
     pub fn release_all(&self, txn: TxnId) -> usize {
         let Some(slot) = lock(&self.txn_shard(txn).map).remove(&txn) else { return 0 };
         assert!(slot.waiting.is_none(), "release_all({txn}) while the transaction waits for a lock");
@@ -582,6 +595,12 @@ impl LockManager {
     /// or waits for anything: entries are freed with their last holder.
     pub fn entry_count(&self) -> usize {
         self.shards.iter().map(|s| lock(&s.table).values().map(|b| 1 + b.more.len()).sum::<usize>()).sum()
+    }
+
+    /// Number of transactions the manager tracks (holding or waiting for a lock). Zero once
+    /// every transaction has released: finished transactions leave nothing behind.
+    pub fn active_txns(&self) -> usize {
+        self.txns.iter().map(|s| lock(&s.map).len()).sum()
     }
 
     /// A snapshot of the counters.

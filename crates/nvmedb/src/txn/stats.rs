@@ -24,7 +24,8 @@ pub struct LockStats {
     pub waits: u64,
     /// Waits that were granted while still spinning.
     pub spin_grants: u64,
-    /// Waits that parked at least once (granted, victim or timed out).
+    /// Waits not granted while spinning: they ran the deadlock check and parked (whether
+    /// they ended granted, as victim or timed out).
     pub parked_waits: u64,
     /// Park calls (a parked wait may park several slices).
     pub park_calls: u64,
