@@ -5,7 +5,9 @@
 //! vice versa), and each variant names the file, offset, page, table or key at fault.
 
 use crate::io::IoError;
+use crate::txn::{LockKey, LockMode, TxnId};
 use std::fmt;
+use std::time::Duration;
 
 /// Any error the engine returns.
 #[derive(Debug)]
@@ -38,6 +40,37 @@ pub enum Error {
     ResourceExhausted(String),
     /// The handle failed earlier with an I/O error and refuses further work until reopened.
     Poisoned(String),
+    /// The transaction was chosen as the victim of a lock deadlock. Retryable: abort the
+    /// transaction (its other locks are still held until then) and run it again.
+    Deadlock {
+        /// The victim: the transaction that must abort.
+        txn: TxnId,
+        /// The lock it was waiting for when chosen.
+        key: LockKey,
+        /// The wait-for cycle, starting at the transaction that detected it.
+        cycle: Vec<TxnId>,
+    },
+    /// A lock wait exceeded the lock timeout (the safety net behind deadlock detection).
+    /// Retryable: abort the transaction and run it again.
+    LockTimeout {
+        /// The transaction that gave up.
+        txn: TxnId,
+        /// The lock it was waiting for.
+        key: LockKey,
+        /// The mode it asked for.
+        mode: LockMode,
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+impl Error {
+    /// True when the operation failed only because of concurrency (deadlock victim, lock
+    /// timeout): the caller should abort the transaction and retry it. False for every
+    /// error that a retry would not cure (I/O, corruption, bad arguments...).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Deadlock { .. } | Error::LockTimeout { .. })
+    }
 }
 
 impl fmt::Display for Error {
@@ -53,6 +86,12 @@ impl fmt::Display for Error {
             Error::AlreadyExists(m) => write!(f, "already exists: {m}"),
             Error::ResourceExhausted(m) => write!(f, "resource exhausted: {m}"),
             Error::Poisoned(m) => write!(f, "handle poisoned by an earlier failure: {m}"),
+            Error::Deadlock { txn, key, cycle } => {
+                write!(f, "deadlock: transaction {txn} chosen as victim waiting for {key} (cycle {cycle:?})")
+            }
+            Error::LockTimeout { txn, key, mode, waited } => {
+                write!(f, "lock timeout: transaction {txn} waited {waited:?} for {mode:?} lock on {key}")
+            }
         }
     }
 }

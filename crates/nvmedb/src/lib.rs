@@ -33,6 +33,7 @@ pub mod io;
 pub mod page;
 pub mod table;
 pub mod trace;
+pub mod txn;
 pub mod util;
 pub mod wal;
 
