@@ -38,6 +38,6 @@ pub mod util;
 pub mod wal;
 
 pub use buffer::{BufferPolicy, BufferStats};
-pub use db::{BufferSize, Database, Options};
+pub use db::{BufferSize, Database, Options, Transaction};
 pub use error::{Error, Result};
 pub use table::{ColumnType, RowView, Schema, Table, Value};

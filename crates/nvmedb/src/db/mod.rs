@@ -8,14 +8,16 @@
 
 use crate::btree::BTree;
 mod recovery;
+mod transaction;
 
 pub use recovery::RecoveryReport;
+pub use transaction::Transaction;
 
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
-use crate::table::{HeapFile, Schema, Table};
+use crate::table::{HeapFile, Schema, Table, TxnShared};
 use crate::wal::engine::{EngineLog, TxnLog, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE};
 use crate::wal::{FileLog, WalOptions};
 use std::collections::HashMap;
@@ -61,6 +63,8 @@ pub struct Options {
     pub log_mirror_dir: Option<std::path::PathBuf>,
     /// Log options (segment size, group commit).
     pub wal_options: WalOptions,
+    /// Lock waits: spin, park, timeout, deadlock detection.
+    pub lock_options: crate::txn::LockOptions,
 }
 
 impl Default for Options {
@@ -77,6 +81,7 @@ impl Default for Options {
             wal: true,
             log_mirror_dir: None,
             wal_options: WalOptions::default(),
+            lock_options: crate::txn::LockOptions::default(),
         }
     }
 }
@@ -87,8 +92,8 @@ struct DbInner {
     index_pool: Arc<BufferPool>,
     catalog: Mutex<(CatalogStore, CatalogData)>,
     tables: RwLock<HashMap<String, Table>>,
-    /// The log and transaction bookkeeping, when the database is durable.
-    txn: Option<Arc<TxnLog>>,
+    /// Transactions: the log (when the database is durable), locks, ids.
+    txn: Arc<TxnShared>,
     /// What recovery did at open.
     recovery: RecoveryReport,
     /// One checkpoint at a time.
@@ -248,16 +253,17 @@ impl Database {
         icfg.pin_index_pages = options.pin_indexes;
         let table_pool = BufferPool::new(tcfg)?;
         let index_pool = BufferPool::new(icfg)?;
-        let txn = file_log.map(|fl| {
+        let txn_log = file_log.map(|fl| {
             let end = fl.end_lsn();
             Arc::new(TxnLog::new(Arc::new(EngineLog::new(fl, end)), max_txn))
         });
-        if let Some(t) = &txn {
+        if let Some(t) = &txn_log {
             table_pool.set_page_logger(t.log().clone(), TAG_TABLE)?;
             index_pool.set_page_logger(t.log().clone(), TAG_INDEX)?;
             table_pool.set_wal_gate(t.log().clone());
             index_pool.set_wal_gate(t.log().clone());
         }
+        let txn = Arc::new(TxnShared::new(txn_log.clone(), options.lock_options.clone())?);
         let mut tables = HashMap::new();
         let mut by_id = HashMap::new();
         for t in &data.tables {
@@ -266,7 +272,7 @@ impl Database {
             tables.insert(t.name.clone(), table);
         }
         // Undo what unfinished transactions did, newest first.
-        if let Some(t) = &txn {
+        if let Some(t) = &txn_log {
             for (&id, ops) in losers.iter().rev() {
                 for op in ops.iter().rev() {
                     if let Some(table) = by_id.get(&op.table) {
@@ -290,7 +296,7 @@ impl Database {
                 checkpoint_lock: Mutex::new(()),
             }),
         };
-        if db.inner.txn.is_some() {
+        if db.inner.txn.log.is_some() {
             db.checkpoint()?;
         }
         Ok(db)
@@ -305,7 +311,7 @@ impl Database {
     /// threads keep working), records the new redo start in the catalog, and releases log
     /// segments no longer needed. Without a log it is [`Database::flush`].
     pub fn checkpoint(&self) -> Result<()> {
-        let Some(t) = &self.inner.txn else { return self.flush() };
+        let Some(t) = &self.inner.txn.log else { return self.flush() };
         let _one = self.inner.checkpoint_lock.lock().unwrap_or_else(|e| e.into_inner());
         let redo = t.log().begin_checkpoint();
         let undo = t.oldest_active_lsn().map_or(redo, |a| a.min(redo));
@@ -325,9 +331,13 @@ impl Database {
         Ok(())
     }
 
+    pub(crate) fn txn_shared(&self) -> &Arc<TxnShared> {
+        &self.inner.txn
+    }
+
     /// The log, when the database keeps one.
     pub fn engine_log(&self) -> Option<&Arc<EngineLog>> {
-        self.inner.txn.as_ref().map(|t| t.log())
+        self.inner.txn.log.as_ref().map(|t| t.log())
     }
 
     fn attach(
@@ -335,7 +345,7 @@ impl Database {
         table_pool: &Arc<BufferPool>,
         index_pool: &Arc<BufferPool>,
         t: &TableMeta,
-        txn: Option<Arc<TxnLog>>,
+        txn: Arc<TxnShared>,
     ) -> Result<Table> {
         table_pool.register_file(t.id, storage.open(&heap_name(t.id), true)?)?;
         index_pool.register_file(t.id, storage.open(&index_name(t.id), true)?)?;

@@ -12,11 +12,13 @@ pub mod heap;
 pub mod schema;
 
 pub use heap::{HeapFile, RowId};
+
 pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
 
 use crate::btree::BTree;
 use crate::buffer::mtr::{annotate_next_commit, take_annotation};
 use crate::error::{Error, Result};
+use crate::txn::{LockManager, LockMode, LockOptions};
 use crate::wal::engine::{TxnLog, TxnOp};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -49,8 +51,44 @@ pub(crate) struct TableInner {
     poisoned: Mutex<Option<String>>,
     /// Fast check of `poisoned` for the read path.
     is_poisoned: std::sync::atomic::AtomicBool,
-    /// The log, when the database is durable: every change runs as a transaction.
-    txn: Option<Arc<TxnLog>>,
+    /// Transactions: the log (when the database is durable), locks, ids.
+    txn: Arc<TxnShared>,
+}
+
+/// Transaction machinery shared by every table of a database.
+pub(crate) struct TxnShared {
+    /// The log; `None` for a database without durability.
+    pub(crate) log: Option<Arc<TxnLog>>,
+    /// Key locks for strict two-phase locking.
+    pub(crate) locks: LockManager,
+    next_id: std::sync::atomic::AtomicU64,
+    /// Explicit transactions in progress (auto-commit reads then take shared locks).
+    pub(crate) explicit_active: std::sync::atomic::AtomicUsize,
+}
+
+impl TxnShared {
+    pub(crate) fn new(log: Option<Arc<TxnLog>>, lock_options: LockOptions) -> Result<Self> {
+        Ok(Self {
+            log,
+            locks: LockManager::new(lock_options)?,
+            next_id: std::sync::atomic::AtomicU64::new(1),
+            explicit_active: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// A new transaction id (registered with the log when there is one).
+    pub(crate) fn begin(&self) -> u64 {
+        match &self.log {
+            Some(l) => l.begin(),
+            None => self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    fn forget(&self, txn: u64) {
+        if let Some(l) = &self.log {
+            l.forget(txn);
+        }
+    }
 }
 
 /// A handle to a table; cheap to clone and safe to share between threads.
@@ -73,7 +111,7 @@ impl Table {
         heap: HeapFile,
         primary: BTree,
         secondaries: Vec<BTree>,
-        txn: Option<Arc<TxnLog>>,
+        txn: Arc<TxnShared>,
     ) -> Self {
         Self {
             inner: Arc::new(TableInner {
@@ -118,32 +156,101 @@ impl Table {
         self.inner.key_locks[(h % KEY_LOCK_STRIPES as u64) as usize].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs one change under the key's lock. With a log, the change is a transaction: its undo
-    /// information rides in the first page change it logs, and it commits (durably) before the
-    /// key lock is released.
-    fn auto_commit<R>(&self, pk: &[u8], body: impl FnOnce(Option<u64>) -> Result<R>) -> Result<R> {
-        let _k = self.key_lock(pk);
-        let Some(ctx) = &self.inner.txn else { return body(None) };
-        let txn = ctx.begin();
-        let r = body(Some(txn));
-        // An annotation still pending means the change logged nothing.
-        let logged = take_annotation().is_none();
-        match (r, logged) {
-            (Ok(v), true) => ctx.commit(txn).map(|()| v),
-            (Ok(v), false) => {
-                ctx.forget(txn);
-                Ok(v)
-            }
-            (Err(e), true) => {
-                // The change was reversed step by step (or the table is poisoned): record it.
-                let _ = ctx.abort(txn);
-                Err(e)
-            }
-            (Err(e), false) => {
-                ctx.forget(txn);
-                Err(e)
-            }
+    /// Runs one change as its own transaction: an exclusive lock on the key, the key's
+    /// physical lock, the change (its undo information rides in the first page change it
+    /// logs), and — with a log — a durable commit before either lock is released.
+    fn auto_commit<R>(
+        &self,
+        pk: &[u8],
+        body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
+    ) -> Result<R> {
+        let shared = &self.inner.txn;
+        let txn = shared.begin();
+        if let Err(e) = shared.locks.lock(txn, self.inner.id, pk, LockMode::Exclusive) {
+            shared.locks.release_all(txn);
+            shared.forget(txn);
+            return Err(e);
         }
+        let result = {
+            let _k = self.key_lock(pk);
+            let mut rec = None;
+            let r = body(txn, shared.log.is_some(), &mut rec);
+            // An annotation still pending means the change logged nothing.
+            let logged = take_annotation().is_none();
+            match (&shared.log, r, logged) {
+                (Some(log), Ok(v), true) => log.commit(txn).map(|()| v),
+                (Some(log), Err(e), true) => {
+                    // The change was reversed step by step (or the table is poisoned).
+                    let _ = log.abort(txn);
+                    Err(e)
+                }
+                (_, r, _) => {
+                    shared.forget(txn);
+                    r
+                }
+            }
+        };
+        shared.locks.release_all(txn);
+        result
+    }
+
+    /// Runs one change inside explicit transaction `txn` (which already holds the key's
+    /// exclusive lock) and returns its undo record.
+    fn in_txn<R>(
+        &self,
+        txn: u64,
+        pk: &[u8],
+        body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
+    ) -> Result<(R, Option<TxnOp>)> {
+        let _k = self.key_lock(pk);
+        let mut rec = None;
+        let r = body(txn, self.inner.txn.log.is_some(), &mut rec);
+        take_annotation();
+        Ok((r?, rec))
+    }
+
+    /// Explicit-transaction insert (the caller holds the key's exclusive lock).
+    pub(crate) fn txn_insert(&self, txn: u64, row: &[Value]) -> Result<Option<TxnOp>> {
+        self.check_poisoned()?;
+        let s = &self.inner.schema;
+        let mut bytes = Vec::new();
+        s.encode_row(&self.inner.name, row, &mut bytes)?;
+        let pk = self.pk_bytes(&row[s.primary_key])?;
+        self.check_index_entries(row, &pk)?;
+        Ok(self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))?.1)
+    }
+
+    /// Explicit-transaction update.
+    pub(crate) fn txn_update(&self, txn: u64, row: &[Value]) -> Result<(bool, Option<TxnOp>)> {
+        self.check_poisoned()?;
+        let s = &self.inner.schema;
+        let mut bytes = Vec::new();
+        s.encode_row(&self.inner.name, row, &mut bytes)?;
+        let pk = self.pk_bytes(&row[s.primary_key])?;
+        self.check_index_entries(row, &pk)?;
+        self.in_txn(txn, &pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
+    }
+
+    /// Explicit-transaction delete.
+    pub(crate) fn txn_delete(&self, txn: u64, key: &Value) -> Result<(bool, Option<TxnOp>)> {
+        self.check_poisoned()?;
+        let pk = self.pk_bytes(key)?;
+        self.in_txn(txn, &pk, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
+    }
+
+    /// Encoded primary key of `key` (for lock keys).
+    pub(crate) fn lock_key(&self, key: &Value) -> Result<Vec<u8>> {
+        self.pk_bytes(key)
+    }
+
+    /// Reads a row inside a transaction (the caller holds at least a shared lock on the key).
+    pub(crate) fn txn_read<R>(
+        &self,
+        key_bytes: &[u8],
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        self.check_poisoned()?;
+        self.read_pk(key_bytes, f)
     }
 
     /// Recovery's undo of one logged operation: makes the table's state for the key what it
@@ -288,10 +395,18 @@ impl Table {
         s.encode_row(&self.inner.name, row, &mut bytes)?;
         let pk = self.pk_bytes(&row[s.primary_key])?;
         self.check_index_entries(row, &pk)?;
-        self.auto_commit(&pk, |txn| self.insert_locked(txn, row, &pk, &bytes))
+        self.auto_commit(&pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))
     }
 
-    fn insert_locked(&self, txn: Option<u64>, row: &[Value], pk: &[u8], bytes: &[u8]) -> Result<()> {
+    fn insert_locked(
+        &self,
+        txn: u64,
+        log: bool,
+        rec: &mut Option<TxnOp>,
+        row: &[Value],
+        pk: &[u8],
+        bytes: &[u8],
+    ) -> Result<()> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
         if self.rid_for(&pk)?.is_some() {
@@ -302,11 +417,12 @@ impl Table {
         }
         let table = self.inner.id;
         let rid = self.inner.heap.insert_annotated(bytes, &mut |rid| {
-            if let Some(txn) = txn {
-                let rid = u64::from_le_bytes(rid.to_bytes());
-                let op = TxnOp { txn, table, pk: pk.clone(), rid, before: None, after: Some(bytes.to_vec()) };
+            let rid = u64::from_le_bytes(rid.to_bytes());
+            let op = TxnOp { txn, table, pk: pk.clone(), rid, before: None, after: Some(bytes.to_vec()) };
+            if log {
                 annotate_next_commit(op.encode());
             }
+            *rec = Some(op);
         })?;
         let mut undo = vec![Undo::HeapDelete(rid)];
         if let Err(e) = self.inner.primary.insert(&pk, &rid.to_bytes()) {
@@ -350,9 +466,24 @@ impl Table {
     }
 
     /// Reads the row with primary key `key`, passing a zero-copy view to `f`.
+    ///
+    /// The read sees only committed data: it waits for a change of the same key that is still
+    /// committing, and, while explicit transactions run, takes a shared lock on the key.
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
+        let shared = &self.inner.txn;
+        if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let txn = shared.begin();
+            let r = shared
+                .locks
+                .lock(txn, self.inner.id, &pk, LockMode::Shared)
+                .and_then(|_| self.read_pk(&pk, f));
+            shared.locks.release_all(txn);
+            shared.forget(txn);
+            return r;
+        }
+        drop(self.key_lock(&pk));
         self.read_pk(&pk, f)
     }
 
@@ -402,10 +533,18 @@ impl Table {
         s.encode_row(&self.inner.name, row, &mut bytes)?;
         let pk = self.pk_bytes(&row[s.primary_key])?;
         self.check_index_entries(row, &pk)?;
-        self.auto_commit(&pk, |txn| self.update_locked(txn, row, &pk, &bytes))
+        self.auto_commit(&pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
     }
 
-    fn update_locked(&self, txn: Option<u64>, row: &[Value], pk: &[u8], bytes: &[u8]) -> Result<bool> {
+    fn update_locked(
+        &self,
+        txn: u64,
+        log: bool,
+        rec: &mut Option<TxnOp>,
+        row: &[Value],
+        pk: &[u8],
+        bytes: &[u8],
+    ) -> Result<bool> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
         let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
@@ -416,7 +555,7 @@ impl Table {
             let v = RowView::new(s, &old_row);
             s.indexes.iter().map(|ix| v.value(ix.column)).collect()
         };
-        if let Some(txn) = txn {
+        {
             let rid = u64::from_le_bytes(rid.to_bytes());
             let op = TxnOp {
                 txn,
@@ -426,7 +565,10 @@ impl Table {
                 before: Some(old_row),
                 after: Some(bytes.to_vec()),
             };
-            annotate_next_commit(op.encode());
+            if log {
+                annotate_next_commit(op.encode());
+            }
+            *rec = Some(op);
         }
         let bytes = bytes.to_vec();
         // 1. New secondary entries first (pointing at the current row), so a failure later
@@ -492,10 +634,10 @@ impl Table {
     pub fn delete(&self, key: &Value) -> Result<bool> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
-        self.auto_commit(&pk, |txn| self.delete_locked(txn, &pk))
+        self.auto_commit(&pk, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
     }
 
-    fn delete_locked(&self, txn: Option<u64>, pk: &[u8]) -> Result<bool> {
+    fn delete_locked(&self, txn: u64, log: bool, rec: &mut Option<TxnOp>, pk: &[u8]) -> Result<bool> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
         let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
@@ -506,11 +648,14 @@ impl Table {
             let v = RowView::new(s, &old_row);
             s.indexes.iter().map(|ix| v.value(ix.column)).collect()
         };
-        if let Some(txn) = txn {
+        {
             let rid = u64::from_le_bytes(rid.to_bytes());
             let op =
                 TxnOp { txn, table: self.inner.id, pk: pk.clone(), rid, before: Some(old_row), after: None };
-            annotate_next_commit(op.encode());
+            if log {
+                annotate_next_commit(op.encode());
+            }
+            *rec = Some(op);
         }
         let mut undo = Vec::new();
         for (n, (tree, old)) in self.inner.secondaries.iter().zip(&old_values).enumerate() {

@@ -1,0 +1,159 @@
+//! Explicit transactions: commit, abort (with secondary indexes), isolation through locks,
+//! deadlock as a retryable error, durability across reopen.
+
+use nvmedb::io::MemStorage;
+use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
+use std::sync::Arc;
+
+fn options() -> Options {
+    Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        table_buffer: BufferSize::Bytes(16 * 4096),
+        index_buffer: BufferSize::Bytes(16 * 4096),
+        ..Options::default()
+    }
+}
+
+fn schema() -> Schema {
+    Schema::new(vec![("id", ColumnType::Int), ("bal", ColumnType::Int)]).with_index("by_bal", "bal").unwrap()
+}
+
+#[test]
+fn abort_restores_rows_and_indexes() {
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let t = db.create_table("acct", schema()).unwrap();
+    for i in 0..10 {
+        t.insert(&[Value::Int(i), Value::Int(100)]).unwrap();
+    }
+    let mut tx = db.begin();
+    tx.update(&t, &[Value::Int(1), Value::Int(50)]).unwrap();
+    tx.delete(&t, &Value::Int(2)).unwrap();
+    tx.insert(&t, &[Value::Int(77), Value::Int(5)]).unwrap();
+    assert_eq!(tx.get(&t, &Value::Int(1)).unwrap(), Some(vec![Value::Int(1), Value::Int(50)]));
+    tx.abort().unwrap();
+    assert_eq!(t.get(&Value::Int(1)).unwrap(), Some(vec![Value::Int(1), Value::Int(100)]));
+    assert!(t.get(&Value::Int(2)).unwrap().is_some());
+    assert!(t.get(&Value::Int(77)).unwrap().is_none());
+    assert_eq!(t.lookup("by_bal", &Value::Int(100)).unwrap().len(), 10);
+    assert_eq!(t.check_integrity().unwrap(), 10);
+    // Dropping without commit aborts too.
+    {
+        let mut tx = db.begin();
+        tx.update(&t, &[Value::Int(3), Value::Int(1)]).unwrap();
+    }
+    assert_eq!(t.get(&Value::Int(3)).unwrap(), Some(vec![Value::Int(3), Value::Int(100)]));
+}
+
+#[test]
+fn deadlock_is_a_retryable_error() {
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let t = db.create_table("acct", schema()).unwrap();
+    t.insert(&[Value::Int(1), Value::Int(0)]).unwrap();
+    t.insert(&[Value::Int(2), Value::Int(0)]).unwrap();
+    let barrier = std::sync::Barrier::new(2);
+    let outcomes: Vec<bool> = std::thread::scope(|s| {
+        let hs: Vec<_> = [(1i64, 2i64), (2, 1)]
+            .into_iter()
+            .map(|(a, b)| {
+                let (db, t, barrier) = (&db, &t, &barrier);
+                s.spawn(move || {
+                    let mut tx = db.begin();
+                    tx.update(t, &[Value::Int(a), Value::Int(10)]).unwrap();
+                    barrier.wait();
+                    match tx.update(t, &[Value::Int(b), Value::Int(20)]) {
+                        Ok(_) => {
+                            tx.commit().unwrap();
+                            true
+                        }
+                        Err(e) => {
+                            assert!(e.is_retryable(), "{e}");
+                            assert!(matches!(e, Error::Deadlock { .. }), "{e}");
+                            tx.abort().unwrap();
+                            false
+                        }
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(outcomes.iter().filter(|&&ok| ok).count(), 1, "exactly one victim: {outcomes:?}");
+    assert_eq!(t.check_integrity().unwrap(), 2);
+}
+
+#[test]
+fn concurrent_transfers_conserve_money() {
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let t = db.create_table("acct", schema()).unwrap();
+    for i in 0..20 {
+        t.insert(&[Value::Int(i), Value::Int(1000)]).unwrap();
+    }
+    std::thread::scope(|s| {
+        for th in 0..4u64 {
+            let (db, t) = (&db, &t);
+            s.spawn(move || {
+                let mut rng = nvmedb::util::Rng::new(th);
+                let mut done = 0;
+                while done < 300 {
+                    let a = rng.below(20) as i64;
+                    let b = (a + 1 + rng.below(19) as i64) % 20;
+                    let amt = rng.below(50) as i64;
+                    let mut tx = db.begin();
+                    let r = (|| -> nvmedb::Result<()> {
+                        let ra = tx.get_for_update(t, &Value::Int(a))?.unwrap();
+                        let rb = tx.get_for_update(t, &Value::Int(b))?.unwrap();
+                        tx.update(t, &[Value::Int(a), Value::Int(ra[1].as_int().unwrap() - amt)])?;
+                        tx.update(t, &[Value::Int(b), Value::Int(rb[1].as_int().unwrap() + amt)])?;
+                        Ok(())
+                    })();
+                    match r {
+                        Ok(()) => {
+                            tx.commit().unwrap();
+                            done += 1;
+                        }
+                        Err(e) if e.is_retryable() => tx.abort().unwrap(),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    });
+    let mut total = 0;
+    t.scan(|r| {
+        total += r.int(1);
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(total, 20 * 1000);
+    assert_eq!(t.check_integrity().unwrap(), 20);
+}
+
+#[test]
+fn committed_transactions_survive_reopen_and_uncommitted_do_not() {
+    let dir = std::env::temp_dir().join(format!("nvmedb-txn-reopen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let db = Database::open(&dir, options()).unwrap();
+        let t = db.create_table("acct", schema()).unwrap();
+        let mut tx = db.begin();
+        for i in 0..50 {
+            tx.insert(&t, &[Value::Int(i), Value::Int(i)]).unwrap();
+        }
+        tx.commit().unwrap();
+        let mut tx = db.begin();
+        tx.update(&t, &[Value::Int(0), Value::Int(-1)]).unwrap();
+        // Leak the transaction: as if the process died before committing.
+        std::mem::forget(tx);
+        // No close: the data pages may never be written.
+        std::mem::forget(db);
+    }
+    let db = Database::open(&dir, options()).unwrap();
+    let t = db.table("acct").unwrap();
+    assert_eq!(t.check_integrity().unwrap(), 50);
+    assert_eq!(t.get(&Value::Int(0)).unwrap(), Some(vec![Value::Int(0), Value::Int(0)]));
+    let rep = db.recovery_report();
+    assert!(rep.records > 0, "{rep:?}");
+    drop(db);
+    let _ = std::fs::remove_dir_all(&dir);
+}
