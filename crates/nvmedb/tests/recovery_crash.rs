@@ -154,7 +154,7 @@ fn check(db: &Database, model: &BTreeMap<i64, Row>, in_flight: Option<(i64, Opti
 
 #[test]
 fn every_acknowledged_change_survives_a_power_cut() {
-    let seeds: u64 = std::env::var("NVMEDB_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let seeds: u64 = std::env::var("NVMEDB_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
     let first: u64 = std::env::var("NVMEDB_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     let mut stats = (0u64, 0u64, 0u64);
     for seed in first..first + seeds {

@@ -326,7 +326,8 @@ impl Database {
         }
         let mut payload = redo.to_le_bytes().to_vec();
         payload.extend_from_slice(&undo.to_le_bytes());
-        t.log().append(KIND_CHECKPOINT, &payload)?;
+        let end = t.log().append(KIND_CHECKPOINT, &payload)?;
+        t.log().wait_durable(end)?;
         t.log().file_log().truncate_before(undo)?;
         Ok(())
     }
