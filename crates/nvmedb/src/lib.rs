@@ -10,5 +10,6 @@ pub mod error;
 pub mod io;
 pub mod util;
 pub mod wal;
+pub mod xlog;
 
 pub use error::{Error, Result};
