@@ -105,7 +105,7 @@ fn child(dir: PathBuf) -> ! {
     for t in 0..3u64 {
         let log = Arc::clone(&log);
         hs.push(std::thread::spawn(move || {
-            let mut rng = Rng::new(seed ^ (t + 1) * 0x1234_5678);
+            let mut rng = Rng::new(seed ^ ((t + 1) * 0x1234_5678));
             let w = log.writer().expect("writer");
             // Bounded: the parent kills us long before this ends.
             for _ in 0..200_000 {
