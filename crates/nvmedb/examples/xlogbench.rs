@@ -1,0 +1,324 @@
+//! xlogbench: commit latency and throughput through the fast log path (xlog) versus
+//! write + fdatasync of 4 KiB blocks to an O_DIRECT file on the real disk.
+//!
+//! ```sh
+//! cargo run --release -p nvmedb --example xlogbench -- /work/xlogbench [--secs 1] [--bytes 4096] \
+//!     [--threads 1,4,20] [--csv out.csv] [--sweep]
+//! ```
+//!
+//! A commit is "append `bytes` + wait until durable": `x_pwrite` + `x_fsync` on the fast side,
+//! `pwrite` of one aligned block + `fdatasync` on the baseline. Each thread commits in a closed
+//! loop for `--secs`; latencies are per commit. Every row states what "durable" means for it.
+//! `--sweep` adds a write-size sweep (seed 002 Fig. 10 style) to the CSV.
+
+use nvmedb::io::{check_alignment, AlignedBuf, Device, DeviceInfo, IoError, IoOpKind, IoResult};
+use nvmedb::xlog::{MsyncPolicy, XLog, XLogConfig};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Minimal O_DIRECT file device for the benchmark (the engine's own lives in the I/O layer).
+struct DirectFile {
+    name: String,
+    file: File,
+}
+
+impl DirectFile {
+    fn open(path: &Path, len: u64) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
+        if file.metadata()?.len() < len {
+            file.set_len(len)?;
+        }
+        Ok(Self { name: path.display().to_string(), file })
+    }
+}
+
+impl Device for DirectFile {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: self.name.clone(),
+            backend: "pread/pwrite O_DIRECT (bench)".into(),
+            emulated_profile: None,
+        }
+    }
+    fn alignment(&self) -> usize {
+        4096
+    }
+    fn capacity(&self) -> u64 {
+        self.file.metadata().map(|m| m.len()).unwrap_or(0)
+    }
+    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
+        if self.capacity() < len {
+            self.file.set_len(len).map_err(|e| IoError::os(&self.name, IoOpKind::Setup, 0, 0, e))?;
+        }
+        Ok(())
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
+        check_alignment(&self.name, 4096, offset, buf.len(), buf.as_ptr() as usize)?;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| IoError::os(&self.name, IoOpKind::Read, offset, buf.len(), e))
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
+        check_alignment(&self.name, 4096, offset, buf.len(), buf.as_ptr() as usize)?;
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| IoError::os(&self.name, IoOpKind::Write, offset, buf.len(), e))
+    }
+    fn sync(&self) -> IoResult<()> {
+        self.file.sync_data().map_err(|e| IoError::os(&self.name, IoOpKind::Sync, 0, 0, e))
+    }
+}
+
+struct Row {
+    variant: String,
+    threads: usize,
+    bytes: usize,
+    commits: u64,
+    secs: f64,
+    lat_ns: Vec<u64>,
+    durability: String,
+}
+
+impl Row {
+    fn pct(&self, p: f64) -> f64 {
+        if self.lat_ns.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((self.lat_ns.len() as f64 - 1.0) * p).round() as usize;
+        self.lat_ns[i] as f64 / 1000.0
+    }
+    fn tput(&self) -> f64 {
+        self.commits as f64 / self.secs
+    }
+}
+
+/// Runs `threads` closed-loop committers for `secs`; `commit` is called with the thread index.
+fn run_threads<F>(threads: usize, secs: f64, commit: F) -> (u64, f64, Vec<u64>)
+where
+    F: Fn(usize) -> nvmedb::Result<()> + Sync,
+{
+    const MAX_SAMPLES: usize = 2_000_000;
+    let stop = AtomicBool::new(false);
+    let total = AtomicU64::new(0);
+    let t0 = Instant::now();
+    let lats = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let (stop, total, commit) = (&stop, &total, &commit);
+                s.spawn(move || {
+                    let mut lat = Vec::with_capacity(1 << 16);
+                    while !stop.load(Ordering::Relaxed) {
+                        let a = Instant::now();
+                        commit(t).expect("commit failed");
+                        if lat.len() < MAX_SAMPLES {
+                            lat.push(a.elapsed().as_nanos() as u64);
+                        }
+                        total.fetch_add(1, Ordering::Relaxed);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().flat_map(|h| h.join().expect("bench thread")).collect::<Vec<u64>>()
+    });
+    let elapsed = t0.elapsed().as_secs_f64();
+    let mut lats = lats;
+    lats.sort_unstable();
+    (total.load(Ordering::Relaxed), elapsed, lats)
+}
+
+fn bench_fdatasync(dir: &Path, threads: usize, bytes: usize, secs: f64) -> Row {
+    let blocks = 16384u64; // 64 MiB region, reused round-robin
+    let block = bytes.div_ceil(4096) * 4096;
+    let path = dir.join("baseline.odirect");
+    let dev = DirectFile::open(&path, blocks * block as u64).expect("open O_DIRECT baseline file");
+    let next = AtomicU64::new(0);
+    let bufs: Vec<AlignedBuf> = (0..threads)
+        .map(|t| {
+            let mut b = AlignedBuf::new(block);
+            b.fill(t as u8 + 1);
+            b
+        })
+        .collect();
+    let (commits, elapsed, lat) = run_threads(threads, secs, |t| {
+        let i = next.fetch_add(1, Ordering::Relaxed) % blocks;
+        dev.write_at(i * block as u64, &bufs[t])?;
+        dev.sync()?;
+        Ok(())
+    });
+    Row {
+        variant: "odirect+fdatasync".into(),
+        threads,
+        bytes: block,
+        commits,
+        secs: elapsed,
+        lat_ns: lat,
+        durability: format!(
+            "O_DIRECT pwrite + fdatasync per commit on {}: survives power loss",
+            path.display()
+        ),
+    }
+}
+
+fn open_xlog(dir: &Path, ring_dir: &Path, tag: &str, msync: MsyncPolicy) -> XLog {
+    let ring = ring_dir.join(format!("xlogbench-{tag}-{}.ring", std::process::id()));
+    let _ = std::fs::remove_file(&ring);
+    let conv = dir.join(format!("xlogbench-{tag}.conv"));
+    let _ = std::fs::remove_file(&conv);
+    let mut cfg = XLogConfig::new(&ring);
+    cfg.ring_bytes = 8 << 20;
+    cfg.conv_pages = 16384; // 64 MiB conventional ring
+    cfg.destage_batch_pages = 32;
+    cfg.msync = msync;
+    cfg.spin_iters = 200;
+    let dev = Arc::new(DirectFile::open(&conv, cfg.conv_pages * 4096).expect("open conventional ring file"));
+    XLog::open(cfg, dev).expect("open xlog")
+}
+
+fn bench_xlog(log: &XLog, variant: &str, threads: usize, bytes: usize, secs: f64) -> Row {
+    let writers: Vec<_> = (0..threads).map(|_| log.writer().expect("writer")).collect();
+    let payloads: Vec<Vec<u8>> = (0..threads).map(|t| vec![t as u8 + 1; bytes]).collect();
+    let (commits, elapsed, lat) = run_threads(threads, secs, |t| {
+        writers[t].x_pwrite(&payloads[t])?;
+        writers[t].x_fsync()?;
+        Ok(())
+    });
+    Row {
+        variant: variant.into(),
+        threads,
+        bytes,
+        commits,
+        secs: elapsed,
+        lat_ns: lat,
+        durability: log.durability(),
+    }
+}
+
+fn print_row(r: &Row) {
+    println!(
+        "{:<22} threads {:>2}  bytes {:>5}  commits/s {:>10.0}  p50 {:>9.2} us  p99 {:>9.2} us  p99.9 {:>9.2} us",
+        r.variant,
+        r.threads,
+        r.bytes,
+        r.tput(),
+        r.pct(0.50),
+        r.pct(0.99),
+        r.pct(0.999)
+    );
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut dir: Option<PathBuf> = None;
+    let mut secs = 1.0;
+    let mut bytes = 4096usize;
+    let mut threads = vec![1usize, 4, 20];
+    let mut csv: Option<PathBuf> = None;
+    let mut sweep = false;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--secs" => secs = args.next().and_then(|v| v.parse().ok()).expect("--secs <float>"),
+            "--bytes" => bytes = args.next().and_then(|v| v.parse().ok()).expect("--bytes <n>"),
+            "--threads" => {
+                threads = args
+                    .next()
+                    .expect("--threads 1,4,20")
+                    .split(',')
+                    .map(|s| s.parse().expect("thread count"))
+                    .collect()
+            }
+            "--csv" => csv = Some(PathBuf::from(args.next().expect("--csv <path>"))),
+            "--sweep" => sweep = true,
+            other if !other.starts_with("--") => dir = Some(PathBuf::from(other)),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let dir = dir.expect("usage: xlogbench <dir on the real disk> [--secs S] [--bytes N] [--threads 1,4,20] [--csv F] [--sweep]");
+    std::fs::create_dir_all(&dir).expect("create bench dir");
+    let shm = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { dir.clone() };
+
+    let mut rows = Vec::new();
+    println!(
+        "# xlogbench: commit = append {bytes} B + wait durable; {secs} s per point; dir {}",
+        dir.display()
+    );
+    let fast = open_xlog(&dir, &shm, "tmpfs", MsyncPolicy::Never);
+    let disk = open_xlog(&dir, &dir, "disk", MsyncPolicy::Always);
+    println!("# xlog-tmpfs durability: {}", fast.durability());
+    println!("# xlog-disk-msync durability: {}", disk.durability());
+    for &t in &threads {
+        for r in [
+            bench_xlog(&fast, "xlog-tmpfs", t, bytes, secs),
+            bench_xlog(&disk, "xlog-disk-msync", t, bytes, secs),
+            bench_fdatasync(&dir, t, bytes, secs),
+        ] {
+            print_row(&r);
+            rows.push(r);
+        }
+    }
+    if let (Some(b), Some(x)) = (
+        rows.iter().find(|r| r.variant == "odirect+fdatasync" && r.threads == threads[0]),
+        rows.iter().find(|r| r.variant == "xlog-tmpfs" && r.threads == threads[0]),
+    ) {
+        println!(
+            "# p99 ratio fdatasync / xlog-tmpfs at {} thread(s): {:.1}x",
+            threads[0],
+            b.pct(0.99) / x.pct(0.99)
+        );
+    }
+    if sweep {
+        for size in [16usize, 64, 256, 1024, 4096, 16384] {
+            let r = bench_xlog(&fast, "xlog-tmpfs-size", 1, size, secs / 2.0);
+            print_row(&r);
+            rows.push(r);
+        }
+    }
+    let s = fast.stats();
+    println!(
+        "# xlog-tmpfs stats: frames {} destage pages {} batches {} filler bytes {} queue waits {} space waits {}",
+        s.frames.load(Ordering::Relaxed),
+        s.destage_pages.load(Ordering::Relaxed),
+        s.destage_batches.load(Ordering::Relaxed),
+        s.filler_bytes.load(Ordering::Relaxed),
+        s.queue_waits.load(Ordering::Relaxed),
+        s.space_waits.load(Ordering::Relaxed)
+    );
+    if let Some(p) = csv {
+        let mut f = File::create(&p).expect("create csv");
+        writeln!(f, "variant,threads,bytes,commits,secs,commits_per_s,p50_us,p99_us,p999_us,durability")
+            .expect("csv");
+        for r in &rows {
+            writeln!(
+                f,
+                "{},{},{},{},{:.3},{:.0},{:.2},{:.2},{:.2},\"{}\"",
+                r.variant,
+                r.threads,
+                r.bytes,
+                r.commits,
+                r.secs,
+                r.tput(),
+                r.pct(0.5),
+                r.pct(0.99),
+                r.pct(0.999),
+                r.durability.replace('"', "'")
+            )
+            .expect("csv");
+        }
+        println!("# wrote {}", p.display());
+    }
+    fast.close().expect("close fast");
+    disk.close().expect("close disk");
+}
