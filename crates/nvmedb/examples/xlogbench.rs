@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo run --release -p nvmedb --example xlogbench -- /work/xlogbench [--secs 1] [--bytes 4096] \
-//!     [--threads 1,4,20] [--csv out.csv] [--sweep]
+//!     [--threads 1,4,20] [--rate 2000] [--csv out.csv] [--sweep]
 //! ```
 //!
 //! A commit is "append `bytes` + wait until durable": `x_pwrite` + `x_fsync` on the fast side,
@@ -82,6 +82,7 @@ impl Device for DirectFile {
 
 struct Row {
     variant: String,
+    offered: Option<f64>,
     threads: usize,
     bytes: usize,
     commits: u64,
@@ -103,8 +104,10 @@ impl Row {
     }
 }
 
-/// Runs `threads` closed-loop committers for `secs`; `commit` is called with the thread index.
-fn run_threads<F>(threads: usize, secs: f64, commit: F) -> (u64, f64, Vec<u64>)
+/// Runs `threads` committers for `secs`; `commit` is called with the thread index. With
+/// `rate` (total commits per second) each thread paces itself to its share; without, each
+/// thread commits in a closed loop.
+fn run_threads<F>(threads: usize, secs: f64, rate: Option<f64>, commit: F) -> (u64, f64, Vec<u64>)
 where
     F: Fn(usize) -> nvmedb::Result<()> + Sync,
 {
@@ -118,7 +121,18 @@ where
                 let (stop, total, commit) = (&stop, &total, &commit);
                 s.spawn(move || {
                     let mut lat = Vec::with_capacity(1 << 16);
+                    let interval = rate.map(|r| Duration::from_secs_f64(threads as f64 / r));
+                    let mut next = Instant::now();
                     while !stop.load(Ordering::Relaxed) {
+                        if let Some(iv) = interval {
+                            next += iv;
+                            let now = Instant::now();
+                            if next > now {
+                                std::thread::sleep(next - now);
+                            } else if now - next > iv * 10 {
+                                next = now; // far behind: do not burst to catch up
+                            }
+                        }
                         let a = Instant::now();
                         commit(t).expect("commit failed");
                         if lat.len() < MAX_SAMPLES {
@@ -140,7 +154,7 @@ where
     (total.load(Ordering::Relaxed), elapsed, lats)
 }
 
-fn bench_fdatasync(dir: &Path, threads: usize, bytes: usize, secs: f64) -> Row {
+fn bench_fdatasync(dir: &Path, threads: usize, bytes: usize, secs: f64, rate: Option<f64>) -> Row {
     let blocks = 16384u64; // 64 MiB region, reused round-robin
     let block = bytes.div_ceil(4096) * 4096;
     let path = dir.join("baseline.odirect");
@@ -153,7 +167,7 @@ fn bench_fdatasync(dir: &Path, threads: usize, bytes: usize, secs: f64) -> Row {
             b
         })
         .collect();
-    let (commits, elapsed, lat) = run_threads(threads, secs, |t| {
+    let (commits, elapsed, lat) = run_threads(threads, secs, rate, |t| {
         let i = next.fetch_add(1, Ordering::Relaxed) % blocks;
         dev.write_at(i * block as u64, &bufs[t])?;
         dev.sync()?;
@@ -161,6 +175,7 @@ fn bench_fdatasync(dir: &Path, threads: usize, bytes: usize, secs: f64) -> Row {
     });
     Row {
         variant: "odirect+fdatasync".into(),
+        offered: rate,
         threads,
         bytes: block,
         commits,
@@ -181,23 +196,24 @@ fn open_xlog(dir: &Path, ring_dir: &Path, tag: &str, msync: MsyncPolicy) -> XLog
     let mut cfg = XLogConfig::new(&ring);
     cfg.ring_bytes = 8 << 20;
     cfg.conv_pages = 16384; // 64 MiB conventional ring
-    cfg.destage_batch_pages = 32;
+    cfg.destage_batch_pages = 256; // up to 1 MiB per destage write + sync
     cfg.msync = msync;
     cfg.spin_iters = 200;
     let dev = Arc::new(DirectFile::open(&conv, cfg.conv_pages * 4096).expect("open conventional ring file"));
     XLog::open(cfg, dev).expect("open xlog")
 }
 
-fn bench_xlog(log: &XLog, variant: &str, threads: usize, bytes: usize, secs: f64) -> Row {
+fn bench_xlog(log: &XLog, variant: &str, threads: usize, bytes: usize, secs: f64, rate: Option<f64>) -> Row {
     let writers: Vec<_> = (0..threads).map(|_| log.writer().expect("writer")).collect();
     let payloads: Vec<Vec<u8>> = (0..threads).map(|t| vec![t as u8 + 1; bytes]).collect();
-    let (commits, elapsed, lat) = run_threads(threads, secs, |t| {
+    let (commits, elapsed, lat) = run_threads(threads, secs, rate, |t| {
         writers[t].x_pwrite(&payloads[t])?;
         writers[t].x_fsync()?;
         Ok(())
     });
     Row {
         variant: variant.into(),
+        offered: rate,
         threads,
         bytes,
         commits,
@@ -209,8 +225,9 @@ fn bench_xlog(log: &XLog, variant: &str, threads: usize, bytes: usize, secs: f64
 
 fn print_row(r: &Row) {
     println!(
-        "{:<22} threads {:>2}  bytes {:>5}  commits/s {:>10.0}  p50 {:>9.2} us  p99 {:>9.2} us  p99.9 {:>9.2} us",
+        "{:<22} {:>9} threads {:>2}  bytes {:>5}  commits/s {:>10.0}  p50 {:>9.2} us  p99 {:>9.2} us  p99.9 {:>9.2} us",
         r.variant,
+        r.offered.map_or("closed".to_string(), |o| format!("@{o:.0}/s")),
         r.threads,
         r.bytes,
         r.tput(),
@@ -228,6 +245,7 @@ fn main() {
     let mut threads = vec![1usize, 4, 20];
     let mut csv: Option<PathBuf> = None;
     let mut sweep = false;
+    let mut rate = 2000.0f64;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--secs" => secs = args.next().and_then(|v| v.parse().ok()).expect("--secs <float>"),
@@ -242,6 +260,7 @@ fn main() {
             }
             "--csv" => csv = Some(PathBuf::from(args.next().expect("--csv <path>"))),
             "--sweep" => sweep = true,
+            "--rate" => rate = args.next().and_then(|v| v.parse().ok()).expect("--rate <commits/s>"),
             other if !other.starts_with("--") => dir = Some(PathBuf::from(other)),
             other => panic!("unknown argument {other}"),
         }
@@ -259,29 +278,40 @@ fn main() {
     let disk = open_xlog(&dir, &dir, "disk", MsyncPolicy::Always);
     println!("# xlog-tmpfs durability: {}", fast.durability());
     println!("# xlog-disk-msync durability: {}", disk.durability());
-    for &t in &threads {
-        for r in [
-            bench_xlog(&fast, "xlog-tmpfs", t, bytes, secs),
-            bench_xlog(&disk, "xlog-disk-msync", t, bytes, secs),
-            bench_fdatasync(&dir, t, bytes, secs),
-        ] {
-            print_row(&r);
-            rows.push(r);
+    println!(
+        "# baseline durability: O_DIRECT pwrite + fdatasync per commit under {}: survives power loss",
+        dir.display()
+    );
+    // Latency at an offered load the conventional side can absorb (`--rate`, default 2000
+    // commits/s in total), then throughput in a closed loop (saturation: for the fast side this
+    // ends up bounded by destage bandwidth once the ring is full).
+    for (phase, r) in [("latency at offered load", Some(rate)), ("closed-loop throughput", None)] {
+        println!("## {phase}");
+        for &t in &threads {
+            for row in [
+                bench_xlog(&fast, "xlog-tmpfs", t, bytes, secs, r),
+                bench_xlog(&disk, "xlog-disk-msync", t, bytes, secs, r),
+                bench_fdatasync(&dir, t, bytes, secs, r),
+            ] {
+                print_row(&row);
+                rows.push(row);
+            }
         }
     }
-    if let (Some(b), Some(x)) = (
-        rows.iter().find(|r| r.variant == "odirect+fdatasync" && r.threads == threads[0]),
-        rows.iter().find(|r| r.variant == "xlog-tmpfs" && r.threads == threads[0]),
-    ) {
-        println!(
-            "# p99 ratio fdatasync / xlog-tmpfs at {} thread(s): {:.1}x",
-            threads[0],
-            b.pct(0.99) / x.pct(0.99)
-        );
+    for &t in &threads {
+        let find = |v: &str| rows.iter().find(|x| x.variant == v && x.threads == t && x.offered.is_some());
+        if let (Some(b), Some(x)) = (find("odirect+fdatasync"), find("xlog-tmpfs")) {
+            println!(
+                "# at {t} thread(s), offered {rate:.0}/s: p99 fdatasync {:.1} us / xlog-tmpfs {:.1} us = {:.1}x",
+                b.pct(0.99),
+                x.pct(0.99),
+                b.pct(0.99) / x.pct(0.99)
+            );
+        }
     }
     if sweep {
         for size in [16usize, 64, 256, 1024, 4096, 16384] {
-            let r = bench_xlog(&fast, "xlog-tmpfs-size", 1, size, secs / 2.0);
+            let r = bench_xlog(&fast, "xlog-tmpfs-size", 1, size, secs / 2.0, None);
             print_row(&r);
             rows.push(r);
         }
@@ -298,13 +328,17 @@ fn main() {
     );
     if let Some(p) = csv {
         let mut f = File::create(&p).expect("create csv");
-        writeln!(f, "variant,threads,bytes,commits,secs,commits_per_s,p50_us,p99_us,p999_us,durability")
-            .expect("csv");
+        writeln!(
+            f,
+            "variant,offered_per_s,threads,bytes,commits,secs,commits_per_s,p50_us,p99_us,p999_us,durability"
+        )
+        .expect("csv");
         for r in &rows {
             writeln!(
                 f,
-                "{},{},{},{},{:.3},{:.0},{:.2},{:.2},{:.2},\"{}\"",
+                "{},{},{},{},{},{:.3},{:.0},{:.2},{:.2},{:.2},\"{}\"",
                 r.variant,
+                r.offered.map_or(String::new(), |o| format!("{o:.0}")),
                 r.threads,
                 r.bytes,
                 r.commits,
@@ -321,4 +355,9 @@ fn main() {
     }
     fast.close().expect("close fast");
     disk.close().expect("close disk");
+    for d in [&shm, &dir] {
+        for tag in ["tmpfs", "disk"] {
+            let _ = std::fs::remove_file(d.join(format!("xlogbench-{tag}-{}.ring", std::process::id())));
+        }
+    }
 }

@@ -376,11 +376,12 @@ impl Inner {
             ring_pos: g.ring_pos,
             epoch: self.epoch,
         };
-        // Payload first, header last: a crash between them leaves no valid frame (a gap).
-        self.region.persist(off + FRAME_HEADER, g.len)?;
+        // Payload stored first, header last, then one persist of the whole frame: a process
+        // crash before the header store leaves no frame (a gap); a power loss that tears the
+        // frame is caught by the CRC, which covers the payload.
         fence(Ordering::Release);
         self.region.write(off, &h.encode(payload));
-        self.region.persist(off, FRAME_HEADER)?;
+        self.region.persist(off, FRAME_HEADER + g.len)?;
         for m in &self.mirrors {
             m.on_frame(g.stream_pos, payload)?;
         }

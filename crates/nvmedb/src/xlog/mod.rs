@@ -77,7 +77,7 @@ pub struct XLogConfig {
 
 impl XLogConfig {
     /// Defaults: 4 MiB ring, 32 KiB queue, 4 KiB pages, 16 MiB conventional ring at offset 0,
-    /// 16-page batches, 200 µs latency threshold, msync on, neutral scheduling.
+    /// 64-page batches, 200 µs latency threshold, msync on, neutral scheduling.
     pub fn new(ring_path: impl Into<PathBuf>) -> Self {
         Self {
             ring_path: ring_path.into(),
@@ -86,7 +86,7 @@ impl XLogConfig {
             page_bytes: 4096,
             conv_offset: 0,
             conv_pages: 4096,
-            destage_batch_pages: 16,
+            destage_batch_pages: 64,
             destage_latency: Duration::from_micros(200),
             msync: MsyncPolicy::Always,
             sched_mode: SchedMode::Neutral,
