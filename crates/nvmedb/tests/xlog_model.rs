@@ -430,3 +430,21 @@ fn xlog_scheduler_conventional_writers() {
     assert_eq!(st.writes.load(Ordering::Relaxed), 1);
     assert!(log.durability().contains("tmpfs") || log.durability().contains("disk"));
 }
+
+/// A region whose headers are both damaged is reported, never silently reinitialised.
+#[test]
+fn xlog_damaged_header_is_corruption() {
+    use std::os::unix::fs::FileExt;
+    let ring = TmpRing::new("hdr");
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
+    let log = XLog::open(small_cfg(&ring), Arc::clone(&dev)).expect("open");
+    log.append(b"some bytes").expect("append");
+    log.close().expect("close");
+    let f = std::fs::OpenOptions::new().write(true).open(&ring.0).expect("open ring file");
+    f.write_all_at(&[0xAB; 8], 24).expect("damage slot 0");
+    f.write_all_at(&[0xAB; 8], 512 + 24).expect("damage slot 1");
+    match XLog::open(small_cfg(&ring), dev) {
+        Err(nvmedb::Error::Corruption { .. }) => {}
+        other => panic!("expected corruption, got {other:?}"),
+    }
+}

@@ -258,6 +258,17 @@ impl XLog {
                 h
             }
             None => {
+                let mut area = vec![0u8; HEADER_AREA];
+                region.read(0, &mut area);
+                if area.iter().any(|&b| b != 0) {
+                    return Err(Error::Corruption {
+                        file: cfg.ring_path.display().to_string(),
+                        offset: 0,
+                        detail: "neither header slot is valid but the header area is not empty; refusing to \
+                                 reinitialise a log that may hold data"
+                            .into(),
+                    });
+                }
                 report.created = true;
                 let h = RegionHeader {
                     slot_seq: 0,
