@@ -431,7 +431,8 @@ fn xlog_scheduler_conventional_writers() {
     assert!(log.durability().contains("tmpfs") || log.durability().contains("disk"));
 }
 
-/// A region whose headers are both damaged is reported, never silently reinitialised.
+/// A live region cannot be opened twice; a region whose headers are both damaged is reported,
+/// never silently reinitialised.
 #[test]
 fn xlog_damaged_header_is_corruption() {
     use std::os::unix::fs::FileExt;
@@ -439,6 +440,10 @@ fn xlog_damaged_header_is_corruption() {
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let log = XLog::open(small_cfg(&ring), Arc::clone(&dev)).expect("open");
     log.append(b"some bytes").expect("append");
+    assert!(
+        XLog::open(small_cfg(&ring), Arc::clone(&dev)).is_err(),
+        "a second handle on a live region must be refused"
+    );
     log.close().expect("close");
     let f = std::fs::OpenOptions::new().write(true).open(&ring.0).expect("open ring file");
     f.write_all_at(&[0xAB; 8], 24).expect("damage slot 0");

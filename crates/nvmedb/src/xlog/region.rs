@@ -6,7 +6,8 @@
 //! persistent memory), then as a plain shared mapping; a plain mapping is classified as tmpfs
 //! (by `statfs`) or as a disk file.
 //!
-//! Invariants: the mapping's length equals the file's length and never changes while mapped;
+//! Invariants: one process (one handle) maps a region at a time (exclusive `flock`); the
+//! mapping's length equals the file's length and never changes while mapped;
 //! [`PmemRegion::persist`] returns only after the bytes in the range are as durable as the
 //! backing can make them (cache lines flushed for DAX, `msync(MS_SYNC)` for a disk file when
 //! msync is on, a store fence otherwise); the region is unmapped exactly once, on drop.
@@ -86,6 +87,8 @@ pub struct PmemRegion {
     backing: Backing,
     path: PathBuf,
     page: usize,
+    /// Kept open: it holds the exclusive `flock` that keeps a second process out.
+    _file: std::fs::File,
 }
 
 // SAFETY: the region is plain shared memory; all concurrent access goes through raw-pointer
@@ -125,6 +128,14 @@ impl PmemRegion {
             });
         }
         let fd = file.as_raw_fd();
+        // SAFETY: flock on a valid fd has no memory-safety preconditions.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::InvalidArgument(format!(
+                "{} is in use by another process or handle (flock: {e}); one XLog per region",
+                path.display()
+            )));
+        }
         // SAFETY: a fresh mapping of a valid fd for `len` bytes; the kernel picks the address.
         let dax = unsafe {
             libc::mmap(
@@ -166,7 +177,7 @@ impl PmemRegion {
             .ok_or_else(|| Error::InvalidArgument("mmap returned null".into()))?;
         // SAFETY: sysconf has no memory-safety preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        Ok(Self { ptr, len, backing, path: path.to_path_buf(), page })
+        Ok(Self { ptr, len, backing, path: path.to_path_buf(), page, _file: file })
     }
 
     /// What backs the mapping.
