@@ -178,14 +178,16 @@ impl Destager {
         self.header.conv_stream_end = self.cur_stream;
         self.header.conv_next_seq = self.next_seq;
         write_header(&inner.region, &self.header)?;
-        inner.conv_next_seq.store(self.next_seq, Ordering::Release);
-        inner.destaged.store(self.cur_stream, Ordering::Release);
-        inner.destage_cursor.store(self.cur_stream, Ordering::Release);
+        // Free the ring space before publishing `destaged`: writers waiting for space wake on a
+        // change of `destaged` and must then find the space.
         {
             let mut st = inner.lock_alloc();
             assert!(self.cur_ring <= st.credit_ring, "ring head passed the credit counter");
             st.head_ring = self.cur_ring;
         }
+        inner.conv_next_seq.store(self.next_seq, Ordering::Release);
+        inner.destaged.store(self.cur_stream, Ordering::Release);
+        inner.destage_cursor.store(self.cur_stream, Ordering::Release);
         inner.stats.destage_batches.fetch_add(1, Ordering::Relaxed);
         inner.stats.destage_pages.fetch_add(k, Ordering::Relaxed);
         inner.notify_all();

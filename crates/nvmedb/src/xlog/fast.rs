@@ -344,11 +344,13 @@ impl Inner {
             } else {
                 self.stats.queue_waits.fetch_add(1, Ordering::Relaxed);
             }
-            let (ring_snapshot, credit_snapshot) = (self.lock_alloc().head_ring, credit);
+            // Every destage batch advances `destaged` and then frees ring space; every
+            // completion at the counter advances `credit`: either may unblock us.
+            let (destaged_snapshot, credit_snapshot) = (self.destaged.load(Ordering::Acquire), credit);
             let r = self.wait_until(|| {
-                self.error().is_some()
-                    || self.lock_alloc().head_ring != ring_snapshot
+                self.destaged.load(Ordering::Acquire) != destaged_snapshot
                     || self.credit.load(Ordering::Acquire) != credit_snapshot
+                    || self.error().is_some()
             });
             if let Err(e) = r {
                 self.blocked.fetch_sub(1, Ordering::Relaxed);
