@@ -3,13 +3,14 @@
 //!
 //! ```sh
 //! cargo run --release -p nvmedb --example xlogbench -- /work/xlogbench [--secs 1] [--bytes 4096] \
-//!     [--threads 1,4,20] [--rate 2000] [--csv out.csv] [--sweep]
+//!     [--threads 1,4,20] [--rate 2000] [--csv out.csv] [--sweep] [--fig11]
 //! ```
 //!
 //! A commit is "append `bytes` + wait until durable": `x_pwrite` + `x_fsync` on the fast side,
 //! `pwrite` of one aligned block + `fdatasync` on the baseline. Each thread commits in a closed
 //! loop for `--secs`; latencies are per commit. Every row states what "durable" means for it.
-//! `--sweep` adds a write-size sweep (seed 002 Fig. 10 style) to the CSV.
+//! `--sweep` adds a write-size sweep (seed 002 Fig. 10 style) and `--fig11` a queue-size x
+//! write-size sweep (Fig. 11 style) to the output and the CSV.
 
 use nvmedb::io::{check_alignment, AlignedBuf, Device, DeviceInfo, IoError, IoOpKind, IoResult};
 use nvmedb::xlog::{MsyncPolicy, XLog, XLogConfig};
@@ -189,12 +190,17 @@ fn bench_fdatasync(dir: &Path, threads: usize, bytes: usize, secs: f64, rate: Op
 }
 
 fn open_xlog(dir: &Path, ring_dir: &Path, tag: &str, msync: MsyncPolicy) -> XLog {
+    open_xlog_q(dir, ring_dir, tag, msync, 32 << 10)
+}
+
+fn open_xlog_q(dir: &Path, ring_dir: &Path, tag: &str, msync: MsyncPolicy, queue_bytes: usize) -> XLog {
     let ring = ring_dir.join(format!("xlogbench-{tag}-{}.ring", std::process::id()));
     let _ = std::fs::remove_file(&ring);
     let conv = dir.join(format!("xlogbench-{tag}.conv"));
     let _ = std::fs::remove_file(&conv);
     let mut cfg = XLogConfig::new(&ring);
     cfg.ring_bytes = 8 << 20;
+    cfg.queue_bytes = queue_bytes;
     cfg.conv_pages = 16384; // 64 MiB conventional ring
     cfg.destage_batch_pages = 256; // up to 1 MiB per destage write + sync
     cfg.msync = msync;
@@ -245,6 +251,7 @@ fn main() {
     let mut threads = vec![1usize, 4, 20];
     let mut csv: Option<PathBuf> = None;
     let mut sweep = false;
+    let mut fig11 = false;
     let mut rate = 2000.0f64;
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -260,6 +267,7 @@ fn main() {
             }
             "--csv" => csv = Some(PathBuf::from(args.next().expect("--csv <path>"))),
             "--sweep" => sweep = true,
+            "--fig11" => fig11 = true,
             "--rate" => rate = args.next().and_then(|v| v.parse().ok()).expect("--rate <commits/s>"),
             other if !other.starts_with("--") => dir = Some(PathBuf::from(other)),
             other => panic!("unknown argument {other}"),
@@ -314,6 +322,20 @@ fn main() {
             let r = bench_xlog(&fast, "xlog-tmpfs-size", 1, size, secs / 2.0, None);
             print_row(&r);
             rows.push(r);
+        }
+    }
+    if fig11 {
+        // Seed 002 Fig. 11 style: queue size x group-commit (write) size, tmpfs, 1 thread.
+        for q in [4usize << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10] {
+            let log = open_xlog_q(&dir, &shm, &format!("q{q}"), MsyncPolicy::Never, q);
+            for size in [1024usize, 4096, 16384, 65536] {
+                let mut r = bench_xlog(&log, &format!("xlog-tmpfs-q{q}"), 1, size, secs / 4.0, None);
+                r.variant = format!("fig11-queue{q}");
+                print_row(&r);
+                rows.push(r);
+            }
+            log.close().expect("close");
+            let _ = std::fs::remove_file(shm.join(format!("xlogbench-q{q}-{}.ring", std::process::id())));
         }
     }
     let s = fast.stats();
