@@ -96,7 +96,8 @@ pub(crate) struct Inner {
     pub epoch: u32,
     pub sched: std::sync::Arc<IoScheduler>,
     pub alloc: Mutex<AllocState>,
-    /// Held by `x_pwrite` for its whole call so its frames are adjacent in the stream.
+    /// Taken around every reservation, and held by a multi-frame `x_pwrite` for its whole call
+    /// so its frames are adjacent in the stream.
     pub order: Mutex<()>,
     /// Contiguously persisted stream bytes: the credit counter.
     pub credit: AtomicU64,
@@ -278,6 +279,14 @@ impl Inner {
     /// the ring space do not allow it (back-pressure), then writes a padding frame first when
     /// the frame would straddle the ring end.
     pub fn alloc(&self, writer: usize, len: usize) -> Result<Grant> {
+        // A multi-frame x_pwrite holds `order` across its frames; everyone else takes it only
+        // for the reservation, so nothing lands between that x_pwrite's frames.
+        let _order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        self.alloc_ordered(writer, len)
+    }
+
+    /// `alloc` for a caller that already holds `order`.
+    pub fn alloc_ordered(&self, writer: usize, len: usize) -> Result<Grant> {
         if len == 0 || len > self.max_frame_payload {
             return Err(Error::InvalidArgument(format!(
                 "xlog allocation of {len} bytes: must be 1..={} (the negotiated queue minus a frame header)",

@@ -644,29 +644,48 @@ impl XWriter {
     /// stream range `[start, end)`. Durable once the counter reaches `end` (see `x_fsync`).
     pub fn x_pwrite(&self, buf: &[u8]) -> Result<(Lsn, Lsn)> {
         let inner = &self.inner;
+        if buf.is_empty() {
+            let end = inner.allocated.load(Ordering::Acquire);
+            return Ok((end, end));
+        }
+        // Fast path: the whole buffer fits one frame and the credits cover it.
+        if buf.len() <= inner.max_frame_payload && buf.len() as u64 <= inner.queue_credits() {
+            let g = inner.alloc(self.id, buf.len())?;
+            // SAFETY: the grant's payload range belongs to this writer until completion.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), inner.payload_ptr(&g), buf.len()) };
+            inner.complete(g)?;
+            let end = g.stream_pos + buf.len() as u64;
+            self.last_end.fetch_max(end, Ordering::AcqRel);
+            return Ok((g.stream_pos, end));
+        }
+        // Several frames: hold the order lock so they are adjacent in the stream.
         let _order = inner.order.lock().unwrap_or_else(|e| e.into_inner());
         let mut start = None;
-        let mut end = inner.allocated.load(Ordering::Acquire);
+        let mut end = 0;
         let mut off = 0;
         while off < buf.len() {
             let mut credits = inner.queue_credits() as usize;
-            if credits <= format::FRAME_HEADER {
+            if credits <= format::FRAME_HEADER && credits < buf.len() - off {
                 // Out of credits: wait for the counter to move (back-pressure).
                 inner.stats.queue_waits.fetch_add(1, Ordering::Relaxed);
                 inner.blocked.fetch_add(1, Ordering::Relaxed);
                 let r = inner.wait_until(|| {
-                    inner.queue_credits() as usize > format::FRAME_HEADER || inner.error().is_some()
+                    inner.queue_credits() as usize > format::FRAME_HEADER.min(buf.len() - off)
+                        || inner.error().is_some()
                 });
                 inner.blocked.fetch_sub(1, Ordering::Relaxed);
                 r?;
                 credits = inner.queue_credits() as usize;
-                if credits <= format::FRAME_HEADER {
+                if credits == 0 {
                     continue;
                 }
             }
             let n = (buf.len() - off).min(credits).min(inner.max_frame_payload);
-            let g = inner.alloc(self.id, n)?;
+            let g = inner.alloc_ordered(self.id, n)?;
             start.get_or_insert(g.stream_pos);
+            if let Some(s) = start {
+                assert_eq!(g.stream_pos, s + off as u64, "x_pwrite frames are not adjacent");
+            }
             // SAFETY: the grant's payload range belongs to this writer until completion.
             unsafe { std::ptr::copy_nonoverlapping(buf[off..off + n].as_ptr(), inner.payload_ptr(&g), n) };
             inner.complete(g)?;
