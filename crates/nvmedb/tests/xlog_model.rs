@@ -38,6 +38,30 @@ fn seed() -> u64 {
     std::env::var("XLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(Rng::seed_from_time)
 }
 
+/// Aborts the test process with the seed if the test has not finished after two minutes: a bug
+/// that leaves a gap (a frame never completed) would otherwise block writers forever. Not a
+/// timing assertion: healthy runs take well under a second.
+struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+fn watchdog(name: &'static str, seed: u64) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
+            eprintln!("{name}: no progress for 120 s, aborting (replay with XLOG_SEED={seed})");
+            std::process::abort();
+        }
+    });
+    Watchdog(Some(tx))
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
 /// A ring file on tmpfs when available, removed on drop.
 struct TmpRing(PathBuf);
 
@@ -83,6 +107,7 @@ fn small_cfg(ring: &TmpRing) -> XLogConfig {
 fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
     let seed = seed();
     eprintln!("xlog model seed {seed}");
+    let _wd = watchdog("model", seed);
     let ring = TmpRing::new("model");
     let log = Arc::new(XLog::open(small_cfg(&ring), Arc::new(MemDevice::new("conv"))).expect("open"));
     let filled: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::new(Mutex::new(BTreeMap::new()));
@@ -198,6 +223,7 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
 /// than the negotiated queue in flight.
 #[test]
 fn xlog_backpressure_is_honoured() {
+    let _wd = watchdog("backpressure", 0);
     let ring = TmpRing::new("bp");
     let cfg = small_cfg(&ring);
     let q = cfg.queue_bytes;
@@ -246,6 +272,7 @@ fn xlog_backpressure_is_honoured() {
 fn xlog_simulated_crash_stops_at_first_gap() {
     let seed = seed();
     eprintln!("xlog crash seed {seed}");
+    let _wd = watchdog("crash", seed);
     let mut rng = Rng::new(seed);
     let ring = TmpRing::new("crash");
     let dev = Arc::new(CrashSimDevice::new("conv"));
@@ -309,6 +336,7 @@ fn xlog_simulated_crash_stops_at_first_gap() {
 #[test]
 fn xlog_tail_read_returns_exactly_the_written_stream() {
     let seed = seed();
+    let _wd = watchdog("tail", seed);
     let mut rng = Rng::new(seed);
     let ring = TmpRing::new("tail");
     let cfg = small_cfg(&ring);
@@ -460,6 +488,7 @@ fn xlog_damaged_header_is_corruption() {
 fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
     let seed = seed();
     eprintln!("xlog pwrite seed {seed}");
+    let _wd = watchdog("pwrite", seed);
     let ring = TmpRing::new("pw");
     let log = Arc::new(XLog::open(small_cfg(&ring), Arc::new(MemDevice::new("conv"))).expect("open"));
     type Records = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
