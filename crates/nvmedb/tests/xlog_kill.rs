@@ -157,6 +157,17 @@ fn xlog_kill9_recovers_every_acknowledged_byte() {
             .spawn()
             .expect("spawn child");
         let stdout = child.stdout.take().expect("child stdout");
+        // Watchdog: a child that hangs before enough acknowledgements must not hang the suite.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let pid = child.id() as i32;
+        let wd = std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120))
+            {
+                eprintln!("xlog kill test: child {pid} made no progress for 120 s (seed {seed}); killing it");
+                // SAFETY: kill(2) with a pid we spawned; no memory is involved.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        });
         let mut acks = 0;
         let kill_after = 100 + (seed.wrapping_add(round) % 400) as usize;
         for line in BufReader::new(stdout).lines() {
@@ -172,6 +183,8 @@ fn xlog_kill9_recovers_every_acknowledged_byte() {
         }
         child.kill().expect("SIGKILL child");
         let status = child.wait().expect("wait child");
+        let _ = tx.send(());
+        let _ = wd.join();
         assert!(!status.success(), "round {round}: child should have been killed, exited with {status}");
         assert!(acks >= kill_after, "seed {seed} round {round}: child stopped early after {acks} acks");
 
