@@ -539,3 +539,22 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
     }
     assert_eq!(pos, end, "seed {seed}");
 }
+
+/// Bad configurations are refused with the option's name.
+#[test]
+fn xlog_config_errors_name_the_key() {
+    let ring = TmpRing::new("cfg");
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
+    let mut c = small_cfg(&ring);
+    c.destage_batch_pages = (c.conv_pages + 1) as usize;
+    match XLog::open(c, Arc::clone(&dev)) {
+        Err(nvmedb::Error::Config { key, .. }) => assert_eq!(key, "xlog.destage_batch_pages"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+    let mut c = small_cfg(&ring);
+    c.ring_bytes = c.queue_bytes;
+    match XLog::open(c, dev) {
+        Err(nvmedb::Error::Config { key, .. }) => assert_eq!(key, "xlog.ring_bytes"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}

@@ -119,6 +119,18 @@ impl XLogConfig {
         if self.conv_pages < 2 {
             return bad("conv_pages", "the conventional ring needs at least 2 pages".into());
         }
+        if self.destage_batch_pages == 0 || self.destage_batch_pages as u64 > self.conv_pages {
+            return bad(
+                "destage_batch_pages",
+                format!(
+                    "{} must be between 1 and conv_pages ({})",
+                    self.destage_batch_pages, self.conv_pages
+                ),
+            );
+        }
+        if self.max_writers == 0 {
+            return bad("max_writers", "at least one writer handle is needed".into());
+        }
         Ok(())
     }
 }
