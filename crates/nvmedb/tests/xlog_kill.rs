@@ -170,8 +170,14 @@ fn xlog_kill9_recovers_every_acknowledged_byte() {
         });
         let mut acks = 0;
         let kill_after = 100 + (seed.wrapping_add(round) % 400) as usize;
-        for line in BufReader::new(stdout).lines() {
-            let line = line.expect("read child stdout");
+        // Keep the pipe open until the child is dead, so the child never sees EPIPE.
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).expect("read child stdout") == 0 {
+                break;
+            }
             if let Some(v) = line.strip_prefix("ACK ") {
                 let v: u64 = v.trim().parse().expect("ack value");
                 max_ack = max_ack.max(v);
@@ -183,6 +189,7 @@ fn xlog_kill9_recovers_every_acknowledged_byte() {
         }
         child.kill().expect("SIGKILL child");
         let status = child.wait().expect("wait child");
+        drop(reader);
         let _ = tx.send(());
         let _ = wd.join();
         assert!(!status.success(), "round {round}: child should have been killed, exited with {status}");
