@@ -47,13 +47,23 @@ pub(crate) struct Destager {
     pub header: RegionHeader,
     pub latency: Duration,
     pub batch_pages: usize,
+    /// Pages per scheduled device write (a batch is split so the scheduler can interleave
+    /// conventional writes between its parts).
+    pub write_pages: usize,
     buf: AlignedBuf,
 }
 
 impl Destager {
-    pub fn new(inner: Arc<Inner>, header: RegionHeader, latency: Duration, batch_pages: usize) -> Self {
+    pub fn new(
+        inner: Arc<Inner>,
+        header: RegionHeader,
+        latency: Duration,
+        batch_pages: usize,
+        write_pages: usize,
+    ) -> Self {
         let pb = inner.page_bytes;
         let batch_pages = batch_pages.max(1);
+        let write_pages = if write_pages == 0 { batch_pages } else { write_pages.min(batch_pages) };
         let align = inner.sched.device().alignment().max(512);
         Self {
             cur_ring: header.head_ring_pos,
@@ -65,6 +75,7 @@ impl Destager {
             header,
             latency,
             batch_pages,
+            write_pages,
         }
     }
 
@@ -163,10 +174,16 @@ impl Destager {
         let first = self.next_seq % n_slots;
         let k = npages as u64;
         let head_part = k.min(n_slots - first) as usize;
+        debug_assert!(npages <= n_slots as usize, "batch larger than the conventional ring");
         let dev_off = |slot: u64| inner.conv_offset + slot * pb as u64;
-        inner.sched.write_at(WriteClass::Destage, dev_off(first), &buf[..head_part * pb])?;
-        if head_part < npages {
-            inner.sched.write_at(WriteClass::Destage, dev_off(0), &buf[head_part * pb..npages * pb])?;
+        let mut p = 0;
+        while p < npages {
+            // Contiguous on the device up to the ring end, and at most `write_pages` per write.
+            let slot = (self.next_seq + p as u64) % n_slots;
+            let limit = if p < head_part { head_part } else { npages };
+            let q = (p + self.write_pages).min(limit);
+            inner.sched.write_at(WriteClass::Destage, dev_off(slot), &buf[p * pb..q * pb])?;
+            p = q;
         }
         inner.sched.device().sync()?;
         self.next_seq += k;

@@ -59,8 +59,11 @@ pub struct XLogConfig {
     pub conv_offset: u64,
     /// Conventional log ring length in pages.
     pub conv_pages: u64,
-    /// Pages per destage batch at most.
+    /// Pages per destage batch at most (one device sync per batch).
     pub destage_batch_pages: usize,
+    /// Pages per scheduled device write within a batch (0: one write per batch). Smaller
+    /// writes let the scheduler interleave conventional writes (opportunistic destaging).
+    pub destage_write_pages: usize,
     /// Latency threshold: a partial page is destaged once its oldest byte waited this long.
     pub destage_latency: Duration,
     /// Whether a disk-file mapping is msynced before the counter covers it.
@@ -87,6 +90,7 @@ impl XLogConfig {
             conv_offset: 0,
             conv_pages: 4096,
             destage_batch_pages: 64,
+            destage_write_pages: 0,
             destage_latency: Duration::from_micros(200),
             msync: MsyncPolicy::Always,
             sched_mode: SchedMode::Neutral,
@@ -328,7 +332,13 @@ impl XLog {
         inner.allocated.store(end_stream, Ordering::Release);
         let mut inner = Arc::new(inner);
         // Crash protocol: destage everything contiguous, synchronously.
-        let mut d = Destager::new(Arc::clone(&inner), header, cfg.destage_latency, cfg.destage_batch_pages);
+        let mut d = Destager::new(
+            Arc::clone(&inner),
+            header,
+            cfg.destage_latency,
+            cfg.destage_batch_pages,
+            cfg.destage_write_pages,
+        );
         if header.conv_stream_end > end_stream {
             return Err(Error::Corruption {
                 file: cfg.ring_path.display().to_string(),
@@ -365,7 +375,13 @@ impl XLog {
             assert_eq!(st.credit_ring, head_ring, "recovery left undestaged frames");
             st.head_ring = head_ring;
         }
-        let d = Destager::new(Arc::clone(&inner), header, cfg.destage_latency, cfg.destage_batch_pages);
+        let d = Destager::new(
+            Arc::clone(&inner),
+            header,
+            cfg.destage_latency,
+            cfg.destage_batch_pages,
+            cfg.destage_write_pages,
+        );
         let handle = std::thread::Builder::new()
             .name("xlog-destage".into())
             .spawn(move || d.run())
