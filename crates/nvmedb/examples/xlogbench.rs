@@ -3,17 +3,19 @@
 //!
 //! ```sh
 //! cargo run --release -p nvmedb --example xlogbench -- /work/xlogbench [--secs 1] [--bytes 4096] \
-//!     [--threads 1,4,20] [--rate 2000] [--csv out.csv] [--sweep] [--fig11]
+//!     [--threads 1,4,20] [--rate 2000] [--csv out.csv] [--sweep] [--fig11] [--fig12]
 //! ```
 //!
 //! A commit is "append `bytes` + wait until durable": `x_pwrite` + `x_fsync` on the fast side,
 //! `pwrite` of one aligned block + `fdatasync` on the baseline. Each thread commits in a closed
 //! loop for `--secs`; latencies are per commit. Every row states what "durable" means for it.
 //! `--sweep` adds a write-size sweep (seed 002 Fig. 10 style) and `--fig11` a queue-size x
-//! write-size sweep (Fig. 11 style) to the output and the CSV.
+//! write-size sweep (Fig. 11 style) to the output and the CSV; `--fig12` runs the scheduler
+//! experiment (Fig. 12 style) on an emulated one-channel device and writes `<csv>.fig12.csv`.
 
+use nvmedb::io::MemDevice;
 use nvmedb::io::{check_alignment, AlignedBuf, Device, DeviceInfo, IoError, IoOpKind, IoResult};
-use nvmedb::xlog::{MsyncPolicy, XLog, XLogConfig};
+use nvmedb::xlog::{MsyncPolicy, SchedMode, XLog, XLogConfig};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -79,6 +81,138 @@ impl Device for DirectFile {
     fn sync(&self) -> IoResult<()> {
         self.file.sync_data().map_err(|e| IoError::os(&self.name, IoOpKind::Sync, 0, 0, e))
     }
+}
+
+/// A RAM device with one channel of fixed bandwidth: each write holds the channel for
+/// `len / bandwidth`. Emulated, and labelled so in the output.
+struct Throttled {
+    mem: MemDevice,
+    bytes_per_s: f64,
+    channel: std::sync::Mutex<()>,
+}
+
+impl Device for Throttled {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: "throttled-ram".into(),
+            backend: "memory".into(),
+            emulated_profile: Some(format!("one channel, {:.0} MB/s writes", self.bytes_per_s / 1e6)),
+        }
+    }
+    fn alignment(&self) -> usize {
+        self.mem.alignment()
+    }
+    fn capacity(&self) -> u64 {
+        self.mem.capacity()
+    }
+    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
+        self.mem.ensure_capacity(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
+        self.mem.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
+        let _ch = self.channel.lock().unwrap_or_else(|e| e.into_inner());
+        let t = Instant::now();
+        self.mem.write_at(offset, buf)?;
+        let busy = Duration::from_secs_f64(buf.len() as f64 / self.bytes_per_s);
+        while t.elapsed() < busy {
+            std::thread::sleep(busy - t.elapsed());
+        }
+        Ok(())
+    }
+    fn sync(&self) -> IoResult<()> {
+        Ok(())
+    }
+}
+
+/// Seed 002 Fig. 12 style: a conventional workload at 50 % of an emulated device's bandwidth
+/// and a fast-side workload at 30–60 %, under each scheduler mode. Returns CSV lines.
+fn fig12(shm: &Path, secs: f64) -> Vec<String> {
+    const BW: f64 = 200e6;
+    const UNIT: usize = 64 << 10;
+    const REC: usize = 16 << 10;
+    let mut out = Vec::new();
+    println!("## fig12: emulated one-channel device at {:.0} MB/s (emulated, not the real disk)", BW / 1e6);
+    for mode in [SchedMode::Neutral, SchedMode::ConventionalPriority, SchedMode::DestagePriority] {
+        for fast_pct in [30.0f64, 45.0, 60.0] {
+            let dev = Arc::new(Throttled {
+                mem: MemDevice::new("fig12"),
+                bytes_per_s: BW,
+                channel: Default::default(),
+            });
+            let ring = shm.join(format!("xlogbench-fig12-{}.ring", std::process::id()));
+            let _ = std::fs::remove_file(&ring);
+            let mut cfg = XLogConfig::new(&ring);
+            cfg.ring_bytes = 8 << 20;
+            cfg.conv_offset = 64 << 20;
+            cfg.conv_pages = 4096;
+            cfg.destage_batch_pages = 64;
+            cfg.destage_write_pages = UNIT / 4096;
+            cfg.sched_mode = mode;
+            cfg.msync = MsyncPolicy::Never;
+            let log = XLog::open(cfg, dev).expect("open fig12 xlog");
+            let conv = log.scheduler().conventional_device();
+            let stop = AtomicBool::new(false);
+            let conv_bytes = AtomicU64::new(0);
+            let fast_bytes = AtomicU64::new(0);
+            let d0 = log.status().destaged;
+            let t0 = Instant::now();
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let buf = AlignedBuf::new(UNIT);
+                    let iv = Duration::from_secs_f64(UNIT as f64 / (0.5 * BW));
+                    let mut next = Instant::now();
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        next += iv;
+                        let now = Instant::now();
+                        if next > now {
+                            std::thread::sleep(next - now);
+                        } else if now - next > iv * 10 {
+                            next = now;
+                        }
+                        conv.write_at((i % 512) * UNIT as u64, &buf).expect("conventional write");
+                        conv_bytes.fetch_add(UNIT as u64, Ordering::Relaxed);
+                        i += 1;
+                    }
+                });
+                s.spawn(|| {
+                    let w = log.writer().expect("writer");
+                    let rec = vec![7u8; REC];
+                    let iv = Duration::from_secs_f64(REC as f64 / (fast_pct / 100.0 * BW));
+                    let mut next = Instant::now();
+                    while !stop.load(Ordering::Relaxed) {
+                        next += iv;
+                        let now = Instant::now();
+                        if next > now {
+                            std::thread::sleep(next - now);
+                        } else if now - next > iv * 10 {
+                            next = now;
+                        }
+                        w.x_pwrite(&rec).expect("x_pwrite");
+                        fast_bytes.fetch_add(REC as u64, Ordering::Relaxed);
+                    }
+                });
+                std::thread::sleep(Duration::from_secs_f64(secs));
+                stop.store(true, Ordering::Relaxed);
+            });
+            let el = t0.elapsed().as_secs_f64();
+            let destaged = log.status().destaged - d0;
+            let (c, f, d) = (
+                conv_bytes.load(Ordering::Relaxed) as f64 / el / BW * 100.0,
+                fast_bytes.load(Ordering::Relaxed) as f64 / el / BW * 100.0,
+                destaged as f64 / el / BW * 100.0,
+            );
+            println!(
+                "fig12 {mode:?}: offered conventional 50% fast {fast_pct:.0}% -> achieved conventional {c:.1}% fast {f:.1}% destaged {d:.1}% of bandwidth"
+            );
+            out.push(format!("{mode:?},50,{fast_pct:.0},{c:.2},{f:.2},{d:.2}"));
+            log.close().expect("close fig12");
+            let _ = std::fs::remove_file(&ring);
+        }
+    }
+    out
 }
 
 struct Row {
@@ -252,6 +386,7 @@ fn main() {
     let mut csv: Option<PathBuf> = None;
     let mut sweep = false;
     let mut fig11 = false;
+    let mut fig12_on = false;
     let mut rate = 2000.0f64;
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -268,6 +403,7 @@ fn main() {
             "--csv" => csv = Some(PathBuf::from(args.next().expect("--csv <path>"))),
             "--sweep" => sweep = true,
             "--fig11" => fig11 = true,
+            "--fig12" => fig12_on = true,
             "--rate" => rate = args.next().and_then(|v| v.parse().ok()).expect("--rate <commits/s>"),
             other if !other.starts_with("--") => dir = Some(PathBuf::from(other)),
             other => panic!("unknown argument {other}"),
@@ -338,6 +474,7 @@ fn main() {
             let _ = std::fs::remove_file(shm.join(format!("xlogbench-q{q}-{}.ring", std::process::id())));
         }
     }
+    let fig12_rows = if fig12_on { fig12(&shm, secs) } else { Vec::new() };
     let s = fast.stats();
     println!(
         "# xlog-tmpfs stats: frames {} destage pages {} batches {} filler bytes {} queue waits {} space waits {}",
@@ -374,6 +511,19 @@ fn main() {
             .expect("csv");
         }
         println!("# wrote {}", p.display());
+        if !fig12_rows.is_empty() {
+            let p12 = p.with_extension("fig12.csv");
+            let mut f = File::create(&p12).expect("create fig12 csv");
+            writeln!(
+                f,
+                "mode,conventional_offered_pct,fast_offered_pct,conventional_pct,fast_pct,destaged_pct"
+            )
+            .expect("csv");
+            for l in &fig12_rows {
+                writeln!(f, "{l}").expect("csv");
+            }
+            println!("# wrote {}", p12.display());
+        }
     }
     fast.close().expect("close fast");
     disk.close().expect("close disk");
