@@ -590,3 +590,44 @@ fn xlog_conventional_ring_wraps_in_order() {
     let mut b = [0u8; 10];
     assert!(behind.try_pread(&mut b).is_err(), "a reader behind the ring must get an error");
 }
+
+/// A ring on a disk file system is classified as such, persists with msync, and recovers; an
+/// allocation dropped without x_free is zero-filled and completed instead of stalling the log.
+#[test]
+fn xlog_disk_file_backing_and_abandoned_allocation() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("xlog-disk-{}.ring", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mut cfg = XLogConfig::new(&path);
+    cfg.ring_bytes = 64 << 10;
+    cfg.queue_bytes = 8 << 10;
+    cfg.conv_pages = 64;
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
+    let log = XLog::open(cfg.clone(), Arc::clone(&dev)).expect("open");
+    match log.backing() {
+        nvmedb::xlog::Backing::DiskFile { msync } => assert!(msync),
+        nvmedb::xlog::Backing::Tmpfs => {
+            eprintln!("CARGO_TARGET_TMPDIR is on tmpfs; msync path not exercised")
+        }
+        nvmedb::xlog::Backing::Dax => {}
+    }
+    let w = log.writer().expect("writer");
+    let (_, e1) = w.x_pwrite(b"before").expect("pwrite");
+    {
+        let mut a = w.x_alloc(5).expect("alloc");
+        a.buf()[0] = 1; // dropped without x_free
+    }
+    let (_, e2) = w.x_pwrite(b"after").expect("pwrite");
+    assert_eq!(w.x_fsync().expect("fsync"), e2, "an abandoned allocation must not stall the counter");
+    assert_eq!(log.stats().abandoned.load(Ordering::Relaxed), 1);
+    drop(w);
+    log.crash();
+    let log = XLog::open(cfg, dev).expect("reopen");
+    assert_eq!(log.recovery().stream_end, e2);
+    let s = log.read_stream(0, e2).expect("read");
+    assert_eq!(&s[..e1 as usize], b"before");
+    assert_eq!(&s[e1 as usize..e1 as usize + 5], &[0u8; 5]);
+    assert_eq!(&s[e1 as usize + 5..], b"after");
+    log.close().expect("close");
+    let _ = std::fs::remove_file(&path);
+}
