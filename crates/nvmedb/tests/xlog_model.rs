@@ -631,3 +631,24 @@ fn xlog_disk_file_backing_and_abandoned_allocation() {
     log.close().expect("close");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A failing mirror shows in the status register as a failed link; local commits go on, and
+/// with lazy replication the writer's counter is the local one.
+#[test]
+fn xlog_mirror_failure_marks_the_link() {
+    struct Broken;
+    impl Mirror for Broken {
+        fn on_frame(&self, _pos: u64, _bytes: &[u8]) -> nvmedb::Result<()> {
+            Err(nvmedb::Error::InvalidArgument("link down".into()))
+        }
+    }
+    let ring = TmpRing::new("mirrorfail");
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
+    let sched = Arc::new(IoScheduler::new(dev, SchedMode::Neutral, 1));
+    let shadows = Arc::new(ShadowCounters::new(ReplicationMode::Lazy, 1, 0));
+    let repl = Replication { shadows: Some(shadows), mirrors: vec![Arc::new(Broken) as Arc<dyn Mirror>] };
+    let log = XLog::open_with(small_cfg(&ring), sched, repl).expect("open");
+    let (_, e) = log.append(b"hello").expect("append");
+    assert_eq!(log.wait_durable(e).expect("wait"), e);
+    assert_eq!(log.status().links, vec![nvmedb::xlog::LinkState::Failed]);
+}

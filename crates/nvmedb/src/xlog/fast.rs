@@ -392,9 +392,20 @@ impl Inner {
         // frame is caught by the CRC, which covers the payload.
         fence(Ordering::Release);
         self.region.write(off, &h.encode(payload));
-        self.region.persist(off, FRAME_HEADER + g.len)?;
-        for m in &self.mirrors {
-            m.on_frame(g.stream_pos, payload)?;
+        if let Err(e) = self.region.persist(off, FRAME_HEADER + g.len) {
+            // The frame can never be credited: poison the log so waiters fail instead of
+            // waiting behind a gap forever.
+            self.fail(format!("persisting the frame at stream {}: {e}", g.stream_pos));
+            return Err(e);
+        }
+        for (i, m) in self.mirrors.iter().enumerate() {
+            // A replication error is a stalled shadow counter plus a status-register entry
+            // (seed 002 §7.1), never a local failure.
+            if m.on_frame(g.stream_pos, payload).is_err() {
+                if let Some(s) = self.shadows.as_ref().filter(|s| i < s.len()) {
+                    s.set_link(i, super::repl::LinkState::Failed);
+                }
+            }
         }
         self.stats.frames.fetch_add(1, Ordering::Relaxed);
         self.stats.payload_bytes.fetch_add(g.len as u64, Ordering::Relaxed);

@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 /// `on_frame` is called by the writer that completes a frame, after the frame is persisted
 /// locally and before the local counter may cover it; frames of different writers can arrive out
 /// of stream order (as TLPs do on the device), each exactly once. It must not block for long: a
-/// transport queues the bytes and ships them from its own thread.
+/// transport queues the bytes and ships them from its own thread. An error from mirror `i`
+/// marks secondary `i`'s link [`LinkState::Failed`] in the status register; the local write
+/// still completes (its shadow counter simply stops advancing).
 pub trait Mirror: Send + Sync {
     /// A frame's payload occupying stream positions `[stream_pos, stream_pos + bytes.len())`.
     fn on_frame(&self, stream_pos: u64, bytes: &[u8]) -> Result<()>;
