@@ -115,10 +115,14 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
     let stop = Arc::new(AtomicBool::new(false));
     const THREADS: u64 = 3;
     const PER_THREAD: usize = 300;
+    // Writers start only once the sampler runs, so the samples interleave with the writes.
+    let start = Arc::new(std::sync::Barrier::new(THREADS as usize + 1));
     let mut hs = Vec::new();
     for t in 0..THREADS {
-        let (log, filled, prefix) = (Arc::clone(&log), Arc::clone(&filled), Arc::clone(&prefix));
+        let (log, filled, prefix, start) =
+            (Arc::clone(&log), Arc::clone(&filled), Arc::clone(&prefix), Arc::clone(&start));
         hs.push(std::thread::spawn(move || {
+            start.wait();
             let mut rng = Rng::new(seed ^ (t + 1));
             let w = log.writer().expect("writer");
             for _ in 0..PER_THREAD {
@@ -158,11 +162,14 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
     }
     // Sampler: credit <= contiguous filled prefix, and monotone.
     let sampler = {
-        let (log, prefix, stop) = (Arc::clone(&log), Arc::clone(&prefix), Arc::clone(&stop));
+        let (log, prefix, stop, start) =
+            (Arc::clone(&log), Arc::clone(&prefix), Arc::clone(&stop), Arc::clone(&start));
         std::thread::spawn(move || {
             let mut last = 0;
             let mut samples = 0u64;
-            while !stop.load(Ordering::SeqCst) {
+            start.wait();
+            loop {
+                let finished = stop.load(Ordering::SeqCst);
                 let c = log.status().credit;
                 let p = prefix.load(Ordering::SeqCst);
                 assert!(c <= p, "seed {seed}: credit {c} ahead of the contiguous filled prefix {p}");
@@ -172,6 +179,9 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
                 assert!(st.ring_used_bytes <= st.ring_bytes, "seed {seed}: {st:?}");
                 last = c;
                 samples += 1;
+                if finished {
+                    break;
+                }
                 std::thread::yield_now();
             }
             samples

@@ -436,20 +436,25 @@ impl XLog {
         self.inner.max_frame_payload
     }
 
-    /// Reads the status register.
+    /// Reads the status register. The snapshot keeps `destaged <= visible_credit <= credit <=
+    /// allocated` (each is read before the larger ones).
     pub fn status(&self) -> XStatus {
         let i = &self.inner;
         let (alloc_ring, head_ring) = {
             let st = i.lock_alloc();
             (st.alloc_ring, st.head_ring)
         };
+        // Read the smaller (monotone) positions first so the snapshot keeps
+        // destaged <= credit <= allocated even while they move.
+        let destaged = i.destaged.load(Ordering::Acquire);
+        let visible_credit = i.visible_credit();
         let credit = i.credit.load(Ordering::Acquire);
         let allocated = i.allocated.load(Ordering::Acquire);
         XStatus {
             credit,
-            visible_credit: i.visible_credit(),
+            visible_credit,
             allocated,
-            destaged: i.destaged.load(Ordering::Acquire),
+            destaged,
             queue_bytes: i.queue_bytes,
             queue_outstanding: allocated.saturating_sub(credit),
             ring_used_bytes: alloc_ring - head_ring,
