@@ -297,6 +297,11 @@ impl Inner {
         let mut blocked = false;
         loop {
             self.check_usable()?;
+            // Snapshot destage progress *before* checking the space: the destager frees space
+            // before it publishes `destaged`, so any freeing after this load changes it and
+            // wakes the wait below (a snapshot taken after the check could miss the last batch
+            // and wait forever).
+            let destaged_snapshot = self.destaged.load(Ordering::Acquire);
             let mut st = self.lock_alloc();
             let in_lap = st.alloc_ring % self.ring_bytes;
             let pad = if self.ring_bytes - in_lap < fb { self.ring_bytes - in_lap } else { 0 };
@@ -353,9 +358,9 @@ impl Inner {
             } else {
                 self.stats.queue_waits.fetch_add(1, Ordering::Relaxed);
             }
-            // Every destage batch advances `destaged` and then frees ring space; every
-            // completion at the counter advances `credit`: either may unblock us.
-            let (destaged_snapshot, credit_snapshot) = (self.destaged.load(Ordering::Acquire), credit);
+            // A destage batch (frees space, then advances `destaged`) or a completion at the
+            // counter (advances `credit`, read under the lock above) may unblock us.
+            let credit_snapshot = credit;
             let r = self.wait_until(|| {
                 self.destaged.load(Ordering::Acquire) != destaged_snapshot
                     || self.credit.load(Ordering::Acquire) != credit_snapshot
