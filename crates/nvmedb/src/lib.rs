@@ -36,6 +36,7 @@ pub mod trace;
 pub mod txn;
 pub mod util;
 pub mod wal;
+pub mod xlog;
 
 pub use buffer::{BufferPolicy, BufferStats};
 pub use db::{BufferSize, Database, Options, Transaction};
