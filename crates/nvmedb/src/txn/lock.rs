@@ -442,8 +442,13 @@ impl LockManager {
             while st == WAITING {
                 std::hint::spin_loop();
                 i = i.wrapping_add(1);
-                if i % 16 == 0 && start.elapsed() >= self.opts.spin {
-                    break;
+                if i % 16 == 0 {
+                    if start.elapsed() >= self.opts.spin {
+                        break;
+                    }
+                    if self.opts.spin_yield && i % 64 == 0 {
+                        thread::yield_now();
+                    }
                 }
                 st = w.state.load(Acquire);
             }
