@@ -5,7 +5,8 @@
 //! 2. Contended: 2/4/20 threads run transactions that X-lock two keys of a small hot set (in
 //!    key order, so no deadlocks), hold them for `--hold-ns` of CPU work, and commit; for each
 //!    wait setting: the legacy "poll, then sleep 1 ms" (seed 000's starting point), park at
-//!    once (woken on release), and the default "spin 10 µs, then park".
+//!    once (woken on release), "spin 10 µs, then park", and the default "spin 10 µs yielding
+//!    the CPU every ~1 µs, then park".
 //!
 //! ```text
 //! cargo run --release -p nvmedb --example lockbench -- [--secs 1] [--hot 8] [--hold-ns 2000] [--threads 2,4,20]
@@ -154,10 +155,11 @@ fn main() {
         args.secs
     );
     uncontended();
-    let settings: [(&str, LockOptions); 3] = [
+    let settings: [(&str, LockOptions); 4] = [
         ("sleep-1ms", LockOptions::legacy_sleep_1ms()),
         ("park", LockOptions::park_only()),
-        ("spin-10us", LockOptions::default()),
+        ("spin-10us", LockOptions { spin_yield: false, ..LockOptions::default() }),
+        ("spin+yield", LockOptions::default()),
     ];
     for &threads in &args.threads {
         for (name, opts) in &settings {

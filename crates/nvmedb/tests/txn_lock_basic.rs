@@ -205,6 +205,9 @@ fn upgrade_deadlock_two_readers() {
     until_waiting(&lm, 1);
     let e = lm.lock(2, 0, b"a", X).unwrap_err();
     assert!(matches!(e, Error::Deadlock { txn: 2, .. }), "{e}");
+    // The victim keeps its locks until the caller aborts it; the survivor still waits.
+    assert_eq!(lm.held_mode(2, 0, b"a"), Some(S));
+    assert!(lm.waiting_for(1).is_some());
     lm.release_all(2);
     assert_eq!(t1.join().unwrap().unwrap(), LockOutcome::Upgraded);
     lm.release_all(1);

@@ -112,6 +112,7 @@ fn concurrent_compatibility_random_schedules() {
             LockManager::new(LockOptions {
                 lock_timeout: Duration::from_secs(10),
                 spin: Duration::from_micros(5 * round),
+                spin_yield: round != 1,
                 ..Default::default()
             })
             .unwrap(),

@@ -442,8 +442,13 @@ impl LockManager {
             while st == WAITING {
                 std::hint::spin_loop();
                 i = i.wrapping_add(1);
-                if i % 16 == 0 && start.elapsed() >= self.opts.spin {
-                    break;
+                if i % 16 == 0 {
+                    if start.elapsed() >= self.opts.spin {
+                        break;
+                    }
+                    if self.opts.spin_yield && i % 64 == 0 {
+                        thread::yield_now();
+                    }
                 }
                 st = w.state.load(Acquire);
             }
@@ -621,6 +626,12 @@ impl LockManager {
     /// registered its wait, so it sees the whole cycle. The lock timeout remains as a safety
     /// net.
     fn detect(&self, me: TxnId) {
+        // Cheap pre-check without the detector mutex: if nothing `me` waits for is itself
+        // waiting, `me` closes no cycle now (a blocker that starts waiting later runs its own
+        // check, and sees `me` waiting).
+        if self.blockers(me).into_iter().all(|b| self.waiting_for(b).is_none()) {
+            return;
+        }
         let _serial = lock(&self.detector);
         // Killing another transaction breaks one cycle through `me`; others may remain (their
         // members checked before `me` waited, so nobody else will find them): repeat until

@@ -14,6 +14,24 @@
 //! — rows inserted into a range another transaction scanned — need range or predicate locks,
 //! which this layer does not provide; the lab's workloads lock individual keys.)
 //!
+//! How the transaction layer uses it:
+//! 1. `begin`: assign a [`TxnId`] larger than every earlier one;
+//! 2. before reading a key: `lock(txn, table, key, Shared)`; before writing it:
+//!    `lock(txn, table, key, Exclusive)`;
+//! 3. if a `lock` fails with an error for which [`Error::is_retryable`](crate::Error::is_retryable)
+//!    is true ([`Error::Deadlock`](crate::Error::Deadlock) or
+//!    [`Error::LockTimeout`](crate::Error::LockTimeout)): roll the transaction back, then
+//!    `release_all(txn)`, then run it again (keeping its id keeps its age, so it is not chosen
+//!    as victim forever under [`VictimPolicy::Youngest`]);
+//! 4. `commit`: make the commit record durable, *then* `release_all(txn)` (releasing before
+//!    the commit is durable would let others read data a crash could still undo).
+//!
+//! Deadlocks are detected, not avoided: when a waiter stops spinning it searches the wait-for
+//! graph (edges: a waiter → the holders it conflicts with and the conflicting requests queued
+//! ahead of it) for a cycle through itself, and marks one member the victim (the youngest by
+//! default). The victim's request fails with `Error::Deadlock` naming the cycle; its other
+//! locks stay until its caller aborts it. The lock timeout backs this up.
+//!
 //! Invariants of the lock table (asserted in debug builds):
 //! - the holders of a key are pairwise compatible (many S, or exactly one X);
 //! - a transaction appears at most once among the holders of a key and waits on at most one
@@ -35,7 +53,7 @@ mod tests;
 
 pub use lock::{LockManager, LockOutcome};
 pub use options::{LockOptions, VictimPolicy};
-pub use stats::LockStats;
+pub use stats::{LockStats, WAIT_BUCKETS};
 
 use std::fmt;
 

@@ -31,6 +31,10 @@ pub struct LockOptions {
     pub shards: usize,
     /// How long a waiter spins before parking. Zero parks at once.
     pub spin: Duration,
+    /// While spinning, yield the CPU (`sched_yield`) every ~1 µs instead of only pausing, so
+    /// that a lock holder preempted on this core can run and release. Matters when runnable
+    /// threads outnumber cores; costs a system call per yield.
+    pub spin_yield: bool,
     /// Longest single park before the waiter re-checks (its deadline, and, when
     /// `wake_on_release` is off, whether it was granted). With `wake_on_release` off this is
     /// the legacy poll-sleep interval.
@@ -48,12 +52,18 @@ pub struct LockOptions {
 }
 
 impl Default for LockOptions {
-    /// Tuned for 10 µs storage: spin 10 µs, then park (woken on grant), 100 µs slices,
-    /// deadlock detection on, 1 s timeout.
+    /// Tuned for 10 µs storage: spin 10 µs (yielding every ~1 µs), then park (woken on
+    /// grant), 100 µs slices, deadlock detection on, youngest victim, 1 s timeout.
+    ///
+    /// Why yield while spinning: a pure spin assumes the lock holder is running on another
+    /// core. When runnable threads outnumber cores the spinner instead sits on the core the
+    /// preempted holder needs (lockbench, 2 cores, 20 threads: pure spin 24–29 k txn/s, spin
+    /// with yield 150–160 k, park at once 47–90 k).
     fn default() -> Self {
         Self {
             shards: 64,
             spin: Duration::from_micros(10),
+            spin_yield: true,
             park: Duration::from_micros(100),
             lock_timeout: Duration::from_secs(1),
             deadlock_detection: true,
