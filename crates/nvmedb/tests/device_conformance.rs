@@ -373,3 +373,12 @@ fn backend_names_parse() {
     assert_eq!(Backend::parse("auto"), Some(Backend::Auto));
     assert_eq!(Backend::parse("aio"), None);
 }
+
+#[test]
+fn file_device_io_uring_batched_queue_submission_conforms() {
+    let opts = FileOptions { backend: Backend::IoUring, queue_submit_batch: 32, ..FileOptions::default() };
+    if file_device("probe-batch", opts.clone()).is_none() {
+        return;
+    }
+    conformance(&|| file_device("uring-batched", opts.clone()).expect("io_uring"));
+}
