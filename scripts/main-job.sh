@@ -13,4 +13,4 @@ cargo build --release -p nvmedb-cli
 if [ "$#" -gt 0 ]; then
   exec ./target/release/nvmedb iobench "$@"
 fi
-exec ./target/release/nvmedb iobench --device optane --rw randread --bs 4k --depth 1 --duration 5 --warmup 1
+exec ./target/release/nvmedb iobench --device optane --rw randread --bs 4k --depth 1 --size 256M --duration 5 --warmup 1
