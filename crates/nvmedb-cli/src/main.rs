@@ -19,6 +19,121 @@ enum Commands {
     Machine,
     /// An fio-like micro-benchmark of a file (O_DIRECT) or an emulated device profile.
     Iobench(Box<IobenchArgs>),
+    /// Laboratory experiments.
+    #[command(subcommand)]
+    Lab(LabCommand),
+    /// Show a database's catalog and page counts, or decode one page.
+    Inspect(InspectArgs),
+}
+
+/// Flags of `nvmedb inspect`.
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// Database directory.
+    dir: PathBuf,
+    /// Table whose page to decode (with --heap-page or --index-page).
+    #[arg(long)]
+    table: Option<String>,
+    /// Decode this page of the table's heap file.
+    #[arg(long)]
+    heap_page: Option<u64>,
+    /// Decode this page of the table's index file.
+    #[arg(long)]
+    index_page: Option<u64>,
+}
+
+fn inspect(a: &InspectArgs) -> Result<String, String> {
+    use nvmedb::io::{DirStorage, FileOptions, Storage};
+    use std::sync::Arc;
+    if !a.dir.join(nvmedb::db::CATALOG_FILE).exists() {
+        return Err(format!(
+            "{} is not an nvmedb database (no {})",
+            a.dir.display(),
+            nvmedb::db::CATALOG_FILE
+        ));
+    }
+    let storage: Arc<dyn Storage> =
+        Arc::new(DirStorage::new(&a.dir, FileOptions::default()).map_err(|e| e.to_string())?);
+    let opts = nvmedb::Options {
+        create_if_missing: false,
+        table_buffer: nvmedb::BufferSize::Bytes(1 << 20),
+        index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
+        ..Default::default()
+    };
+    let db = nvmedb::Database::open_with_storage(storage.clone(), opts).map_err(|e| e.to_string())?;
+    let cat = db.catalog();
+    let Some(name) = &a.table else {
+        return nvmedb::inspect::describe_database(&db, storage.as_ref()).map_err(|e| e.to_string());
+    };
+    let t = cat
+        .tables
+        .iter()
+        .find(|t| &t.name == name)
+        .ok_or_else(|| format!("no table `{name}` in {}", a.dir.display()))?;
+    match (a.heap_page, a.index_page) {
+        (Some(p), None) => nvmedb::inspect::describe_page(
+            storage.as_ref(),
+            &format!("t{}.heap", t.id),
+            cat.table_page_size as usize,
+            p,
+            Some(&t.schema),
+        ),
+        (None, Some(p)) => nvmedb::inspect::describe_page(
+            storage.as_ref(),
+            &format!("t{}.idx", t.id),
+            cat.index_page_size as usize,
+            p,
+            None,
+        ),
+        _ => return Err("give exactly one of --heap-page N or --index-page N with --table".into()),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// `nvmedb lab …` experiments.
+#[derive(Subcommand, Debug)]
+enum LabCommand {
+    /// Buffer manager and table micro-benchmarks: in-memory lookups, 1 % buffer lookups vs
+    /// fio on the same file, and full scans under SHR-1/16/512 and SEP.
+    Engine(EngineArgs),
+}
+
+/// Flags of `nvmedb lab engine`.
+#[derive(Args, Debug)]
+struct EngineArgs {
+    /// Database directory on the disk under test (reused across runs when it matches).
+    #[arg(long, default_value = "nvmedb-data/enginebench")]
+    data_dir: PathBuf,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// Payload bytes per row.
+    #[arg(long, default_value_t = 1000)]
+    payload: u32,
+    /// Page size of table and index files (bytes or with a K suffix).
+    #[arg(long, default_value = "16k")]
+    page_size: String,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Threads for the 1 % buffer lookups.
+    #[arg(long, default_value_t = 32)]
+    miss_threads: usize,
+    /// Threads for the scans.
+    #[arg(long, default_value_t = 2)]
+    scan_threads: usize,
+    /// Repetitions of each measurement.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Skip the fio reference runs.
+    #[arg(long)]
+    no_fio: bool,
+    /// Parts to run (comma-separated): memory, miss, scan.
+    #[arg(long, default_value = "memory,miss,scan", value_delimiter = ',')]
+    parts: Vec<String>,
+    /// JSON result file (default results/enginebench-<time>.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// Flags of `nvmedb iobench` (fio's names where fio has one).
@@ -163,6 +278,46 @@ fn main() {
             });
             if let Err(e) = outcome {
                 eprintln!("nvmedb iobench: {e}");
+                std::process::exit(2);
+            }
+        }
+        Commands::Inspect(a) => match inspect(&a) {
+            Ok(text) => print!("{text}"),
+            Err(e) => {
+                eprintln!("nvmedb inspect: {e}");
+                std::process::exit(2);
+            }
+        },
+        Commands::Lab(LabCommand::Engine(a)) => {
+            let outcome = parse_size(&a.page_size).and_then(|ps| {
+                let cfg = nvmedb_lab::enginebench::EngineBenchConfig {
+                    data_dir: a.data_dir.clone(),
+                    rows: a.rows,
+                    payload_bytes: a.payload,
+                    page_size: ps as usize,
+                    duration_s: a.duration,
+                    miss_threads: a.miss_threads,
+                    scan_threads: a.scan_threads,
+                    reps: a.reps,
+                    use_fio: !a.no_fio,
+                    parts: a.parts.clone(),
+                    ..Default::default()
+                };
+                let report = nvmedb_lab::enginebench::run(&cfg)?;
+                let path = a.out.clone().unwrap_or_else(|| {
+                    PathBuf::from(format!("results/enginebench-{}.json", report.context.started_unix_s))
+                });
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                }
+                let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+                std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("machine: {}", report.context.one_line());
+                println!("result file: {}", path.display());
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                eprintln!("nvmedb lab engine: {e}");
                 std::process::exit(2);
             }
         }

@@ -3,5 +3,8 @@
 
 #![warn(missing_docs)]
 
+pub mod enginebench;
 pub mod iobench;
 pub mod machine;
+pub mod model;
+pub mod report;

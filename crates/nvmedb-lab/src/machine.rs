@@ -4,11 +4,11 @@
 //! embeds one, so a number can always be traced to its command, configuration, commit, machine
 //! and time.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::process::Command;
 
 /// Provenance of one run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunContext {
     /// The command line, as typed.
     pub command: String,

@@ -34,6 +34,8 @@ pub enum Error {
     NotFound(String),
     /// The object already exists (table name, unique key).
     AlreadyExists(String),
+    /// A bounded resource ran out (all buffer frames pinned, a queue full...).
+    ResourceExhausted(String),
     /// The handle failed earlier with an I/O error and refuses further work until reopened.
     Poisoned(String),
 }
@@ -49,6 +51,7 @@ impl fmt::Display for Error {
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::NotFound(m) => write!(f, "not found: {m}"),
             Error::AlreadyExists(m) => write!(f, "already exists: {m}"),
+            Error::ResourceExhausted(m) => write!(f, "resource exhausted: {m}"),
             Error::Poisoned(m) => write!(f, "handle poisoned by an earlier failure: {m}"),
         }
     }

@@ -4,6 +4,8 @@
 //! replayed from its printed seed) and `crc32c` helpers.
 
 mod rng;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use rng::Rng;
 

@@ -1,0 +1,559 @@
+//! Engine micro-benchmarks for the buffer manager and tables (issue "Buffer manager, B+tree
+//! tables and the embedded API"): in-memory point lookups, point lookups with a 1 % buffer
+//! against the device's random-read limit (fio and iobench on the same file, page size and
+//! concurrency, in the same run), and full scans under SHR-1/16/512 and SEP.
+//!
+//! Owns: the benchmark driver and its JSON result. Invariant: every figure it prints is
+//! measured in this run, and every engine figure is printed beside the device figure it is
+//! compared with.
+
+use crate::iobench::{self, Engine, IoBenchConfig, Pattern};
+use crate::machine::RunContext;
+use indicatif::{ProgressBar, ProgressStyle};
+use nvmedb::buffer::BufferPolicy;
+use nvmedb::util::Rng;
+use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineBenchConfig {
+    /// Directory of the database (real disk; must not be tmpfs).
+    pub data_dir: PathBuf,
+    /// Rows in the table.
+    pub rows: u64,
+    /// Bytes of the payload column of each row.
+    pub payload_bytes: u32,
+    /// Table and index page size.
+    pub page_size: usize,
+    /// Seconds per measurement.
+    pub duration_s: f64,
+    /// Threads for the in-memory lookup test.
+    pub memory_threads: Vec<usize>,
+    /// Threads (= outstanding reads) for the 1 % buffer lookup test.
+    pub miss_threads: usize,
+    /// Table buffer for the miss test, percent of the table.
+    pub miss_buffer_pct: f64,
+    /// Threads for the scan test.
+    pub scan_threads: usize,
+    /// Table buffer for the scan test, percent of the table.
+    pub scan_buffer_pct: f64,
+    /// Policies compared by the scan test.
+    pub scan_policies: Vec<String>,
+    /// Repetitions of each measurement.
+    pub reps: usize,
+    /// Run fio as the reference where it is installed.
+    pub use_fio: bool,
+    /// Parts to run: any of "memory", "miss", "scan".
+    pub parts: Vec<String>,
+}
+
+impl Default for EngineBenchConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("nvmedb-data/enginebench"),
+            rows: 1_000_000,
+            payload_bytes: 1000,
+            page_size: 16384,
+            duration_s: 5.0,
+            memory_threads: vec![1, 2],
+            miss_threads: 32,
+            miss_buffer_pct: 1.0,
+            scan_threads: 2,
+            scan_buffer_pct: 5.0,
+            scan_policies: vec!["shr-1".into(), "shr-16".into(), "shr-512".into(), "sep".into()],
+            reps: 3,
+            use_fio: true,
+            parts: vec!["memory".into(), "miss".into(), "scan".into()],
+        }
+    }
+}
+
+/// min / median / max of repeated measurements.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    /// Smallest.
+    pub min: f64,
+    /// Median.
+    pub median: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// Summarises `v` (not empty).
+    pub fn of(mut v: Vec<f64>) -> Self {
+        v.sort_by(f64::total_cmp);
+        Self { min: v[0], median: v[v.len() / 2], max: v[v.len() - 1] }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.0} [{:.0}..{:.0}]", self.median, self.min, self.max)
+    }
+}
+
+/// In-memory lookup result for one thread count.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryLookups {
+    /// Client threads.
+    pub threads: usize,
+    /// Lookups per second.
+    pub lookups_per_s: Spread,
+    /// Lookups per second per core used (threads capped at the cores available).
+    pub lookups_per_s_per_core: f64,
+    /// Buffer hit ratio achieved.
+    pub hit_ratio: f64,
+}
+
+/// 1 % buffer lookup result with its device references.
+#[derive(Debug, Clone, Serialize)]
+pub struct MissLookups {
+    /// Client threads (outstanding reads).
+    pub threads: usize,
+    /// Lookups per second.
+    pub lookups_per_s: Spread,
+    /// Table page reads per second achieved by the engine.
+    pub engine_read_iops: Spread,
+    /// Table buffer hit ratio achieved.
+    pub hit_ratio: f64,
+    /// fio on the heap file: psync with `threads` jobs (same concurrency, blocking reads).
+    pub fio_psync_iops: Option<Spread>,
+    /// fio on the heap file: io_uring with depth `threads` (same number in flight).
+    pub fio_uring_iops: Option<Spread>,
+    /// iobench on the heap file, sync engine with `threads` threads.
+    pub iobench_sync_iops: Spread,
+    /// Engine read IOPS / fio psync IOPS.
+    pub ratio_vs_fio_psync: Option<f64>,
+    /// Engine read IOPS / fio io_uring IOPS.
+    pub ratio_vs_fio_uring: Option<f64>,
+}
+
+/// Scan result for one policy.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScanResult {
+    /// Policy label (SHR-k or SEP).
+    pub policy: String,
+    /// Seconds per full scan.
+    pub seconds: Spread,
+    /// Page reads per second.
+    pub read_iops: Spread,
+    /// MiB/s read.
+    pub mib_per_s: f64,
+    /// Share of the device's sequential-read limit (iobench, page size, depth 32) reached.
+    pub share_of_device_limit: f64,
+}
+
+/// Everything the benchmark measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineBenchReport {
+    /// Provenance.
+    pub context: RunContext,
+    /// Configuration.
+    pub config: EngineBenchConfig,
+    /// Heap file size in bytes.
+    pub table_bytes: u64,
+    /// In-memory lookups.
+    pub memory: Vec<MemoryLookups>,
+    /// 1 % buffer lookups.
+    pub miss: Option<MissLookups>,
+    /// Device limit for scans: iobench sequential read, page size, depth 32.
+    pub device_limit_iops: Option<f64>,
+    /// Scans per policy.
+    pub scans: Vec<ScanResult>,
+}
+
+fn schema(payload: u32) -> Schema {
+    Schema::new(vec![
+        ("id", ColumnType::Int),
+        ("c1", ColumnType::Int),
+        ("payload", ColumnType::Char(payload)),
+    ])
+}
+
+fn options(cfg: &EngineBenchConfig, table_buffer: BufferSize, policy: BufferPolicy) -> Options {
+    Options {
+        table_page_size: cfg.page_size,
+        index_page_size: cfg.page_size,
+        table_buffer,
+        // Indexes stay cached (seeds 000/001); frame memory is only touched when used.
+        index_buffer: BufferSize::Bytes(1 << 30),
+        policy,
+        pin_indexes: true,
+        background_writer: None,
+        create_if_missing: true,
+    }
+}
+
+fn progress(len: u64, msg: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(msg.to_string());
+    pb
+}
+
+/// Loads the table unless the directory already holds it with the right row count.
+fn load(cfg: &EngineBenchConfig) -> Result<(), String> {
+    let opts = options(cfg, BufferSize::Bytes(256 << 20), BufferPolicy::Shared { stripes: 16 });
+    if cfg.data_dir.join("catalog.nvdb").exists() {
+        let db = Database::open(&cfg.data_dir, opts.clone()).map_err(|e| e.to_string())?;
+        if let Ok(t) = db.table("bench") {
+            let have = t.read(&Value::Int(cfg.rows as i64 - 1), |_| ()).map_err(|e| e.to_string())?.is_some()
+                && t.read(&Value::Int(cfg.rows as i64), |_| ()).map_err(|e| e.to_string())?.is_none();
+            if have {
+                return Ok(());
+            }
+        }
+        drop(db);
+        std::fs::remove_dir_all(&cfg.data_dir).map_err(|e| format!("{}: {e}", cfg.data_dir.display()))?;
+    }
+    let db = Database::open(&cfg.data_dir, opts).map_err(|e| e.to_string())?;
+    let t = db.create_table("bench", schema(cfg.payload_bytes)).map_err(|e| e.to_string())?;
+    let pb = progress(cfg.rows, "loading");
+    let payload = vec![b'x'; cfg.payload_bytes as usize];
+    for id in 0..cfg.rows {
+        t.insert(&[Value::Int(id as i64), Value::Int(id as i64), Value::Bytes(payload.clone())])
+            .map_err(|e| e.to_string())?;
+        if id % 4096 == 0 {
+            pb.set_position(id);
+        }
+    }
+    pb.finish_and_clear();
+    db.close().map_err(|e| e.to_string())
+}
+
+/// Runs random point lookups from `threads` threads for `secs`; returns lookups/s.
+fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Result<f64, String> {
+    let t = db.table("bench").map_err(|e| e.to_string())?;
+    let stop = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let errors = std::sync::Mutex::new(None);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for th in 0..threads {
+            let (t, stop, done, errors) = (&t, &stop, &done, &errors);
+            s.spawn(move || {
+                let mut rng = Rng::new(seed.wrapping_mul(1000) + th as u64);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..64 {
+                        let k = rng.below(rows) as i64;
+                        match t.read(&Value::Int(k), |r| r.int(1)) {
+                            Ok(Some(v)) => debug_assert_eq!(v, k),
+                            Ok(None) => {
+                                *errors.lock().unwrap_or_else(|e| e.into_inner()) =
+                                    Some(format!("row {k} missing"));
+                                stop.store(true, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                                stop.store(true, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    n += 64;
+                }
+                done.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        stop.store(true, Ordering::Relaxed);
+    });
+    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    Ok(done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Runs fio on `file` and returns read IOPS, or `None` if fio is missing or fails.
+pub fn fio_randread_iops(
+    file: &std::path::Path,
+    bs: usize,
+    jobs: usize,
+    depth: usize,
+    engine: &str,
+    secs: f64,
+) -> Option<f64> {
+    let out = Command::new("fio")
+        .args([
+            "--name=ref",
+            &format!("--filename={}", file.display()),
+            "--rw=randread",
+            &format!("--bs={bs}"),
+            "--direct=1",
+            &format!("--ioengine={engine}"),
+            &format!("--iodepth={depth}"),
+            &format!("--numjobs={jobs}"),
+            "--group_reporting",
+            "--time_based",
+            &format!("--runtime={}", secs.ceil() as u64),
+            "--ramp_time=1",
+            "--output-format=json",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["jobs"][0]["read"]["iops"].as_f64()
+}
+
+fn iobench_file(
+    file: &std::path::Path,
+    bs: usize,
+    threads: usize,
+    depth: usize,
+    engine: Engine,
+    secs: f64,
+    size: u64,
+) -> Result<f64, String> {
+    let cfg = IoBenchConfig {
+        device: file.display().to_string(),
+        pattern: Pattern::Random,
+        read_pct: 100,
+        block_bytes: bs,
+        depth,
+        threads,
+        duration_s: secs,
+        warmup_s: 0.5,
+        size_bytes: size / bs as u64 * bs as u64,
+        engine,
+        progress: false,
+        out: Some(
+            std::env::temp_dir().join(format!("nvmedb-enginebench-iobench-{}.json", std::process::id())),
+        ),
+        ..IoBenchConfig::default()
+    };
+    Ok(iobench::run(&cfg)?.iops)
+}
+
+fn iobench_seq(file: &std::path::Path, bs: usize, secs: f64, size: u64) -> Result<f64, String> {
+    let cfg = IoBenchConfig {
+        device: file.display().to_string(),
+        pattern: Pattern::Sequential,
+        read_pct: 100,
+        block_bytes: bs,
+        depth: 32,
+        threads: 1,
+        duration_s: secs,
+        warmup_s: 0.5,
+        size_bytes: size / bs as u64 * bs as u64,
+        engine: Engine::Queue,
+        progress: false,
+        out: Some(
+            std::env::temp_dir().join(format!("nvmedb-enginebench-iobench-{}.json", std::process::id())),
+        ),
+        ..IoBenchConfig::default()
+    };
+    Ok(iobench::run(&cfg)?.iops)
+}
+
+/// Runs the whole benchmark.
+pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    load(cfg)?;
+    let heap = cfg.data_dir.join("t0.heap");
+    let table_bytes = std::fs::metadata(&heap).map_err(|e| format!("{}: {e}", heap.display()))?.len();
+    let mut report = EngineBenchReport {
+        context: RunContext::capture(),
+        config: cfg.clone(),
+        table_bytes,
+        memory: Vec::new(),
+        miss: None,
+        device_limit_iops: None,
+        scans: Vec::new(),
+    };
+
+    let wants = |p: &str| cfg.parts.iter().any(|x| x == p);
+    // 1. In-memory lookups: the whole table cached.
+    for &threads in cfg.memory_threads.iter().filter(|_| wants("memory")) {
+        let db = Database::open(
+            &cfg.data_dir,
+            options(cfg, BufferSize::PercentOfData(110.0), BufferPolicy::Shared { stripes: 16 }),
+        )
+        .map_err(|e| e.to_string())?;
+        // Warm-up: every heap and index page into the buffer.
+        let t = db.table("bench").map_err(|e| e.to_string())?;
+        t.range(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_| Ok(true))
+            .map_err(|e| e.to_string())?;
+        lookups(&db, cfg.rows, threads, 0.5, 0)?;
+        let before = db.buffer_stats().0;
+        let mut v = Vec::new();
+        for rep in 0..cfg.reps {
+            v.push(lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 1)?);
+        }
+        let d = db.buffer_stats().0.since(&before);
+        let s = Spread::of(v);
+        report.memory.push(MemoryLookups {
+            threads,
+            lookups_per_s: s,
+            lookups_per_s_per_core: s.median / threads.min(cores) as f64,
+            hit_ratio: d.hit_ratio(),
+        });
+        println!(
+            "in-memory lookups, {threads} thread(s): {s} lookups/s ({:.2} M/s per core), hit ratio {:.4}",
+            s.median / threads.min(cores) as f64 / 1e6,
+            d.hit_ratio()
+        );
+    }
+
+    // 2. Lookups with a 1 % buffer, interleaved with fio and iobench on the same file.
+    if wants("miss") {
+        let threads = cfg.miss_threads;
+        let db = Database::open(
+            &cfg.data_dir,
+            options(
+                cfg,
+                BufferSize::PercentOfData(cfg.miss_buffer_pct),
+                BufferPolicy::Shared { stripes: 512 },
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        lookups(&db, cfg.rows, threads, 1.0, 0)?;
+        let (mut lk, mut eng, mut fio_p, mut fio_u, mut iob) = (vec![], vec![], vec![], vec![], vec![]);
+        let mut hit = 0.0;
+        let fio_ok = cfg.use_fio && Command::new("fio").arg("--version").output().is_ok();
+        for rep in 0..cfg.reps {
+            let before = db.buffer_stats().0;
+            let t0 = Instant::now();
+            lk.push(lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 10)?);
+            let d = db.buffer_stats().0.since(&before);
+            eng.push(d.reads as f64 / t0.elapsed().as_secs_f64());
+            hit = d.hit_ratio();
+            if fio_ok {
+                if let Some(x) = fio_randread_iops(&heap, cfg.page_size, threads, 1, "psync", cfg.duration_s)
+                {
+                    fio_p.push(x);
+                }
+                if let Some(x) =
+                    fio_randread_iops(&heap, cfg.page_size, 1, threads, "io_uring", cfg.duration_s)
+                {
+                    fio_u.push(x);
+                }
+            }
+            iob.push(iobench_file(
+                &heap,
+                cfg.page_size,
+                threads,
+                1,
+                Engine::Sync,
+                cfg.duration_s,
+                table_bytes,
+            )?);
+        }
+        let eng_s = Spread::of(eng);
+        let fp = (!fio_p.is_empty()).then(|| Spread::of(fio_p));
+        let fu = (!fio_u.is_empty()).then(|| Spread::of(fio_u));
+        let m = MissLookups {
+            threads,
+            lookups_per_s: Spread::of(lk),
+            engine_read_iops: eng_s,
+            hit_ratio: hit,
+            ratio_vs_fio_psync: fp.map(|f| eng_s.median / f.median),
+            ratio_vs_fio_uring: fu.map(|f| eng_s.median / f.median),
+            fio_psync_iops: fp,
+            fio_uring_iops: fu,
+            iobench_sync_iops: Spread::of(iob),
+        };
+        println!(
+            "{}% buffer lookups, {threads} threads: {} lookups/s, engine reads {} IOPS, hit ratio {:.3}",
+            cfg.miss_buffer_pct, m.lookups_per_s, m.engine_read_iops, m.hit_ratio
+        );
+        println!(
+            "  same file, {} KiB random reads: fio psync x{threads}: {} IOPS (engine/fio {}), fio io_uring QD{threads}: {} IOPS (engine/fio {}), iobench sync x{threads}: {} IOPS",
+            cfg.page_size / 1024,
+            m.fio_psync_iops.map_or("n/a".into(), |s| s.to_string()),
+            m.ratio_vs_fio_psync.map_or("n/a".into(), |r| format!("{:.1} %", r * 100.0)),
+            m.fio_uring_iops.map_or("n/a".into(), |s| s.to_string()),
+            m.ratio_vs_fio_uring.map_or("n/a".into(), |r| format!("{:.1} %", r * 100.0)),
+            m.iobench_sync_iops
+        );
+        report.miss = Some(m);
+    }
+
+    // 3. Full scans per policy.
+    if !wants("scan") {
+        return Ok(report);
+    }
+    let limit = iobench_seq(&heap, cfg.page_size, cfg.duration_s, table_bytes)?;
+    report.device_limit_iops = Some(limit);
+    println!("device limit: iobench {} KiB sequential read QD32: {limit:.0} IOPS", cfg.page_size / 1024);
+    for name in &cfg.scan_policies {
+        let policy =
+            BufferPolicy::parse(name, cfg.scan_threads).ok_or_else(|| format!("unknown policy `{name}`"))?;
+        let db = Database::open(
+            &cfg.data_dir,
+            options(cfg, BufferSize::PercentOfData(cfg.scan_buffer_pct), policy),
+        )
+        .map_err(|e| e.to_string())?;
+        let t = db.table("bench").map_err(|e| e.to_string())?;
+        let (mut secs, mut iops) = (vec![], vec![]);
+        for _ in 0..cfg.reps {
+            let before = db.buffer_stats().0;
+            let t0 = Instant::now();
+            let rows = AtomicU64::new(0);
+            let err = std::sync::Mutex::new(None);
+            std::thread::scope(|s| {
+                for part in 0..cfg.scan_threads {
+                    let (t, rows, err) = (&t, &rows, &err);
+                    s.spawn(move || {
+                        let mut n = 0u64;
+                        let r = t.scan_partition(part, cfg.scan_threads, |row| {
+                            n += u64::from(row.int(0) >= 0);
+                            Ok(true)
+                        });
+                        if let Err(e) = r {
+                            *err.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                        }
+                        rows.fetch_add(n, Ordering::Relaxed);
+                    });
+                }
+            });
+            if let Some(e) = err.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                return Err(e);
+            }
+            if rows.load(Ordering::Relaxed) != cfg.rows {
+                return Err(format!(
+                    "scan saw {} rows, table has {}",
+                    rows.load(Ordering::Relaxed),
+                    cfg.rows
+                ));
+            }
+            let el = t0.elapsed().as_secs_f64();
+            let d = db.buffer_stats().0.since(&before);
+            secs.push(el);
+            iops.push(d.reads as f64 / el);
+        }
+        let iops = Spread::of(iops);
+        let r = ScanResult {
+            policy: policy.label(),
+            seconds: Spread::of(secs),
+            read_iops: iops,
+            mib_per_s: iops.median * cfg.page_size as f64 / (1 << 20) as f64,
+            share_of_device_limit: iops.median / limit,
+        };
+        println!(
+            "scan {:>7}, {} threads: {:.2} s [{:.2}..{:.2}], {} read IOPS, {:.0} MiB/s, {:.0} % of the device limit",
+            r.policy,
+            cfg.scan_threads,
+            r.seconds.median,
+            r.seconds.min,
+            r.seconds.max,
+            r.read_iops,
+            r.mib_per_s,
+            r.share_of_device_limit * 100.0
+        );
+        report.scans.push(r);
+    }
+    Ok(report)
+}

@@ -1,0 +1,159 @@
+//! The results directory of one run: `<root>/<experiment>/<UTC timestamp>/`.
+//!
+//! Owns: creating that directory and naming files inside it. Invariants: a run never writes
+//! into another run's directory (a name clash within the same second gets a `-2`, `-3` ...
+//! suffix), and the timestamp is UTC in the sortable form `YYYYMMDDTHHMMSSZ`.
+
+use super::{ReportError, Result};
+use crate::machine::RunContext;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The directory one run writes all its files into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultsDir {
+    experiment: String,
+    path: PathBuf,
+}
+
+impl ResultsDir {
+    /// Creates `<root>/<experiment>/<UTC timestamp now>/` (and its parents).
+    pub fn create(root: impl AsRef<Path>, experiment: &str) -> Result<Self> {
+        let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Self::create_at(root, experiment, secs)
+    }
+
+    /// As [`ResultsDir::create`], with the timestamp of `unix_s` (seconds since the epoch).
+    pub fn create_at(root: impl AsRef<Path>, experiment: &str, unix_s: u64) -> Result<Self> {
+        let parent = root.as_ref().join(experiment);
+        std::fs::create_dir_all(&parent).map_err(ReportError::io(&parent, "create directory"))?;
+        let stamp = utc_timestamp(unix_s);
+        for n in 1u32.. {
+            let name = if n == 1 { stamp.clone() } else { format!("{stamp}-{n}") };
+            let path = parent.join(name);
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(Self { experiment: experiment.to_string(), path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => continue,
+                Err(e) => return Err(ReportError::io(&path, "create directory")(e)),
+            }
+        }
+        unreachable!("the loop returns within 1000 tries")
+    }
+
+    /// Uses an existing directory as is (for tests and re-plotting old runs).
+    pub fn open(path: impl AsRef<Path>, experiment: &str) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        std::fs::create_dir_all(&path).map_err(ReportError::io(&path, "create directory"))?;
+        Ok(Self { experiment: experiment.to_string(), path })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The experiment name.
+    pub fn experiment(&self) -> &str {
+        &self.experiment
+    }
+
+    /// `file_name` inside the directory.
+    pub fn file(&self, file_name: &str) -> PathBuf {
+        self.path.join(file_name)
+    }
+
+    /// Points `<root>/<experiment>/latest` at this run's directory (a relative symbolic link),
+    /// replacing the link an earlier run left. Returns the link's path.
+    pub fn link_latest(&self) -> Result<PathBuf> {
+        let (Some(parent), Some(name)) = (self.path.parent(), self.path.file_name()) else {
+            return Err(ReportError::InvalidData {
+                path: self.path.clone(),
+                detail: "results directory has no parent to hold a `latest` link".into(),
+            });
+        };
+        let link = parent.join("latest");
+        let tmp = parent.join(format!(".latest-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(name, &tmp).map_err(ReportError::io(&tmp, "create symbolic link"))?;
+        std::fs::rename(&tmp, &link).map_err(ReportError::io(&link, "replace symbolic link"))?;
+        Ok(link)
+    }
+
+    /// Writes `rows` to `<name>.csv`.
+    pub fn write_csv<T: Serialize>(&self, name: &str, rows: &[T]) -> Result<PathBuf> {
+        super::write_csv(self.file(&format!("{name}.csv")), rows)
+    }
+
+    /// Writes `<name>.json` with the run context, configuration and results (see
+    /// [`super::write_json`]).
+    pub fn write_json<C: Serialize, R: Serialize>(
+        &self,
+        name: &str,
+        context: &RunContext,
+        config: &C,
+        results: &R,
+    ) -> Result<PathBuf> {
+        super::write_json(self.file(&format!("{name}.json")), &self.experiment, context, config, results)
+    }
+
+    /// Writes `text` to `file_name` (summaries, notes).
+    pub fn write_text(&self, file_name: &str, text: &str) -> Result<PathBuf> {
+        let path = self.file(file_name);
+        std::fs::write(&path, text).map_err(ReportError::io(&path, "write"))?;
+        Ok(path)
+    }
+}
+
+/// `unix_s` as a UTC timestamp `YYYYMMDDTHHMMSSZ`.
+pub fn utc_timestamp(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let rem = unix_s % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_and_sortable() {
+        assert_eq!(utc_timestamp(0), "19700101T000000Z");
+        assert_eq!(utc_timestamp(951_782_400), "20000229T000000Z");
+        assert_eq!(utc_timestamp(1_795_302_168), "20261121T230248Z");
+    }
+
+    #[test]
+    fn same_second_runs_get_distinct_directories() {
+        let root = std::env::temp_dir().join(format!("nvmedb-lab-dir-{}", std::process::id()));
+        let a = ResultsDir::create_at(&root, "exp", 0).expect("first");
+        let b = ResultsDir::create_at(&root, "exp", 0).expect("second");
+        assert_eq!(a.path(), root.join("exp").join("19700101T000000Z"));
+        assert_eq!(b.path(), root.join("exp").join("19700101T000000Z-2"));
+        assert_eq!(a.file("x.csv"), a.path().join("x.csv"));
+        let link = a.link_latest().expect("link");
+        assert_eq!(
+            std::fs::canonicalize(&link).expect("resolves"),
+            std::fs::canonicalize(a.path()).expect("dir")
+        );
+        b.link_latest().expect("relink");
+        assert_eq!(std::fs::read_link(&link).expect("link"), PathBuf::from("19700101T000000Z-2"));
+        std::fs::remove_dir_all(&root).expect("cleanup");
+    }
+}

@@ -1,0 +1,594 @@
+//! B+tree indexes on buffer-pool pages.
+//!
+//! Owns: `BTree`, a map from byte-string keys to byte-string values (integer keys are encoded
+//! order-preservingly by [`key`]). Lookups descend with shared latch coupling; modifications
+//! first try optimistically (shared latches down to the leaf's parent, the leaf exclusive) and,
+//! when a leaf must split, retry pessimistically holding exclusive latches from the deepest
+//! node that cannot split downwards. The root page never moves (a root split moves its entries
+//! into two new children), so a tree is named by its root page for its whole life.
+//!
+//! Invariants: latches are taken top-down, and across leaves only left to right, so latching
+//! cannot deadlock; keys in every node strictly increase; every key in a subtree lies within
+//! the separator keys of its parent; all leaves are at level 0 and linked left to right.
+//! Deletion does not merge nodes (underfull nodes are allowed, as in many production trees).
+
+pub mod key;
+pub mod node;
+
+use crate::buffer::{BufferPool, PageClass, PageId, PageMut, PageRef};
+use crate::error::{Error, Result};
+use crate::page::{PageHeader, PageType};
+use node::NO_PAGE;
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// A B+tree stored in file `file` of a buffer pool, rooted at page `root`.
+#[derive(Clone)]
+pub struct BTree {
+    pool: Arc<BufferPool>,
+    file: u32,
+    root: u64,
+}
+
+impl std::fmt::Debug for BTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BTree {{ file: {}, root: {} }}", self.file, self.root)
+    }
+}
+
+/// Result of [`BTree::check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TreeShape {
+    /// Entries in leaves.
+    pub entries: u64,
+    /// Levels (1 = the root is a leaf).
+    pub height: usize,
+    /// Leaf pages.
+    pub leaves: u64,
+    /// Inner pages.
+    pub inner: u64,
+}
+
+enum LeafOutcome<R> {
+    Done(R),
+    NeedsSplit,
+}
+
+impl BTree {
+    /// Creates an empty tree (allocates its root leaf) in `file`.
+    pub fn create(pool: Arc<BufferPool>, file: u32) -> Result<Self> {
+        let mut root = pool.allocate(file, PageClass::Index, PageType::BtreeLeaf)?;
+        node::init(&mut root, 0, NO_PAGE);
+        let root_no = root.page_id().page;
+        drop(root);
+        Ok(Self { pool, file, root: root_no })
+    }
+
+    /// Opens an existing tree.
+    pub fn open(pool: Arc<BufferPool>, file: u32, root: u64) -> Self {
+        Self { pool, file, root }
+    }
+
+    /// Root page number.
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// Largest key + value an entry may have.
+    pub fn max_entry_bytes(&self) -> usize {
+        node::max_entry_payload(self.pool.page_size())
+    }
+
+    fn pid(&self, page: u64) -> PageId {
+        PageId::new(self.file, page)
+    }
+
+    fn corrupt(&self, page: u64, detail: impl Into<String>) -> Error {
+        Error::Corruption {
+            file: format!("index file {}", self.file),
+            offset: page * self.pool.page_size() as u64,
+            detail: format!("B+tree page {page}: {}", detail.into()),
+        }
+    }
+
+    fn check_node(&self, page: u64, bytes: &[u8]) -> Result<()> {
+        match PageHeader::page_type_of(bytes) {
+            Some(PageType::BtreeLeaf) if node::is_leaf(bytes) => Ok(()),
+            Some(PageType::BtreeInner) if !node::is_leaf(bytes) => Ok(()),
+            other => Err(self
+                .corrupt(page, format!("not a B+tree node (type {other:?}, level {})", node::level(bytes)))),
+        }
+    }
+
+    fn check_entry(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let max = self.max_entry_bytes();
+        if key.len() + value.len() > max || key.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "index entry of {} key bytes + {} value bytes: keys must be non-empty and an entry at most \
+                 {max} bytes for {}-byte index pages",
+                key.len(),
+                value.len(),
+                self.pool.page_size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn fix(&self, page: u64) -> Result<PageRef<'_>> {
+        let g = self.pool.fix(self.pid(page), PageClass::Index)?;
+        self.check_node(page, &g)?;
+        Ok(g)
+    }
+
+    fn fix_mut(&self, page: u64) -> Result<PageMut<'_>> {
+        let g = self.pool.fix_mut(self.pid(page), PageClass::Index)?;
+        self.check_node(page, &g)?;
+        Ok(g)
+    }
+
+    /// Descends with shared latch coupling to the leaf covering `key` (`None`: leftmost).
+    fn find_leaf(&self, key: Option<&[u8]>) -> Result<PageRef<'_>> {
+        let mut g = self.fix(self.root)?;
+        while !node::is_leaf(&g) {
+            let child = match key {
+                Some(k) => node::child_for(&g, k),
+                None => node::link(&g),
+            };
+            let next = self.fix(child)?;
+            if node::level(&next) + 1 != node::level(&g) {
+                return Err(self.corrupt(child, "child level does not follow its parent's"));
+            }
+            g = next;
+        }
+        Ok(g)
+    }
+
+    /// Looks `key` up and passes its value to `f`.
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let leaf = self.find_leaf(Some(key))?;
+        Ok(node::search(&leaf, key).ok().map(|i| f(node::value(&leaf, i))))
+    }
+
+    /// Looks `key` up.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, |v| v.to_vec())
+    }
+
+    /// Runs `op` on the leaf covering `key`, latched exclusively. Optimistic path.
+    fn with_leaf_mut<R>(
+        &self,
+        key: &[u8],
+        op: &mut dyn FnMut(&mut PageMut<'_>) -> LeafOutcome<R>,
+    ) -> Result<LeafOutcome<R>> {
+        // One mini-transaction: the leaf's change is logged atomically (or rolled back).
+        let mtr = self.pool.begin_mtr();
+        let r = self.with_leaf_mut_inner(key, op)?;
+        mtr.commit()?;
+        Ok(r)
+    }
+
+    fn with_leaf_mut_inner<R>(
+        &self,
+        key: &[u8],
+        op: &mut dyn FnMut(&mut PageMut<'_>) -> LeafOutcome<R>,
+    ) -> Result<LeafOutcome<R>> {
+        loop {
+            let root = self.fix(self.root)?;
+            if node::is_leaf(&root) {
+                drop(root);
+                let mut leaf = self.fix_mut(self.root)?;
+                if !node::is_leaf(&leaf) {
+                    continue; // the root split meanwhile
+                }
+                return Ok(op(&mut leaf));
+            }
+            let mut g = root;
+            while node::level(&g) > 1 {
+                let next = self.fix(node::child_for(&g, key))?;
+                g = next;
+            }
+            let leaf_no = node::child_for(&g, key);
+            let mut leaf = self.fix_mut(leaf_no)?;
+            drop(g);
+            if !node::is_leaf(&leaf) {
+                return Err(self.corrupt(leaf_no, "expected a leaf below a level-1 node"));
+            }
+            return Ok(op(&mut leaf));
+        }
+    }
+
+    /// Pessimistic path: exclusive latches from the deepest safe node; runs `op` at the leaf
+    /// and, while it reports that the entry does not fit, splits the leaf (and ancestors).
+    fn with_leaf_mut_splitting<R>(
+        &self,
+        key: &[u8],
+        op: &mut dyn FnMut(&mut PageMut<'_>) -> LeafOutcome<R>,
+    ) -> Result<R> {
+        let worst = node::entry_space(&vec![0u8; self.max_entry_bytes().saturating_sub(8)], &[0u8; 8]);
+        loop {
+            // Each attempt is one mini-transaction: a split and the entry that caused it are
+            // logged together, and an attempt that fails half-way leaves no trace.
+            let mtr = self.pool.begin_mtr();
+            let attempt = self.split_attempt(key, worst, op)?;
+            mtr.commit()?;
+            if let Some(r) = attempt {
+                return Ok(r);
+            }
+            // Pathological sizes: the half still lacks room. Start over; the tree has grown.
+        }
+    }
+
+    fn split_attempt<R>(
+        &self,
+        key: &[u8],
+        worst: usize,
+        op: &mut dyn FnMut(&mut PageMut<'_>) -> LeafOutcome<R>,
+    ) -> Result<Option<R>> {
+        {
+            let mut stack: Vec<PageMut<'_>> = vec![self.fix_mut(self.root)?];
+            loop {
+                let top = stack.last().expect("stack holds the current node");
+                if node::is_leaf(top) {
+                    break;
+                }
+                let child = node::child_for(top, key);
+                let next = self.fix_mut(child)?;
+                if !node::is_leaf(&next) && node::free_space(&next) >= worst {
+                    stack.clear(); // `next` can absorb a separator: ancestors are safe to release
+                }
+                stack.push(next);
+            }
+            if let LeafOutcome::Done(r) = op(stack.last_mut().expect("leaf")) {
+                return Ok(Some(r));
+            }
+            self.split_leaf(&mut stack, key)?;
+            if let LeafOutcome::Done(r) = op(stack.last_mut().expect("leaf")) {
+                return Ok(Some(r));
+            }
+            Ok(None)
+        }
+    }
+
+    /// Splits the leaf on top of `stack` in two, pushing separators up as needed. Afterwards
+    /// the stack's top is the half that covers `key`.
+    fn split_leaf<'a>(&'a self, stack: &mut Vec<PageMut<'a>>, key: &[u8]) -> Result<()> {
+        // Allocate every page the splits will need before changing anything, so an I/O error
+        // while finding frames leaves the tree exactly as it was.
+        let needed = self.pages_needed_to_split(stack)?;
+        let mut fresh = Vec::with_capacity(needed);
+        for _ in 0..needed {
+            fresh.push(self.pool.allocate(self.file, PageClass::Index, PageType::BtreeLeaf)?);
+        }
+        let mut take_page = |page_type: PageType| {
+            let mut g = fresh.pop().expect("pages_needed_to_split counted every new page");
+            PageHeader::set_page_type(&mut g, page_type);
+            g
+        };
+        let mut idx = stack.len() - 1;
+        let mut pending: Option<(Vec<u8>, Vec<u8>)> = None;
+        loop {
+            let n = &mut stack[idx];
+            if let Some((k, v)) = &pending {
+                let pos = match node::search(n, k) {
+                    Ok(_) => return Err(self.corrupt(n.page_id().page, "separator key already present")),
+                    Err(i) => i,
+                };
+                if node::fits(n, k, v) {
+                    node::insert_at(n, pos, k, v);
+                    return Ok(());
+                }
+            }
+            let mut entries = node::entries(n);
+            if let Some((k, v)) = pending.take() {
+                let pos = entries.binary_search_by(|e| e.0.as_slice().cmp(&k)).unwrap_or_else(|i| i);
+                entries.insert(pos, (k, v));
+            }
+            if entries.len() < 2 {
+                return Err(self.corrupt(n.page_id().page, "node to split holds fewer than two entries"));
+            }
+            let level = node::level(n);
+            let leaf = level == 0;
+            let mid = split_point(&entries);
+            let sep = entries[mid].0.clone();
+            let right_start = if leaf { mid } else { mid + 1 };
+            let page_type = if leaf { PageType::BtreeLeaf } else { PageType::BtreeInner };
+            if n.page_id().page == self.root {
+                let mut left = take_page(page_type);
+                let mut right = take_page(page_type);
+                let right_no = right.page_id().page;
+                let left_no = left.page_id().page;
+                if leaf {
+                    node::init(&mut left, 0, right_no);
+                    node::init(&mut right, 0, NO_PAGE);
+                } else {
+                    node::init(&mut left, level, node::link(n));
+                    node::init(&mut right, level, child_of(&entries[mid].1));
+                }
+                node::rebuild(&mut left, &entries[..mid]);
+                node::rebuild(&mut right, &entries[right_start..]);
+                let root = &mut stack[idx];
+                PageHeader::set_page_type(root, PageType::BtreeInner);
+                node::init(root, level + 1, left_no);
+                node::insert_at(root, 0, &sep, &right_no.to_le_bytes());
+                if leaf {
+                    stack.truncate(idx + 1);
+                    stack.push(if key >= sep.as_slice() { right } else { left });
+                }
+                return Ok(());
+            }
+            let mut right = take_page(page_type);
+            let right_no = right.page_id().page;
+            let n = &mut stack[idx];
+            if leaf {
+                node::init(&mut right, 0, node::link(n));
+                node::set_link(n, right_no);
+            } else {
+                node::init(&mut right, level, child_of(&entries[mid].1));
+            }
+            node::rebuild(&mut right, &entries[right_start..]);
+            node::rebuild(n, &entries[..mid]);
+            if leaf && key >= sep.as_slice() {
+                stack[idx] = right;
+            } else {
+                drop(right);
+            }
+            assert!(idx > 0, "split reached a released ancestor: the safe-node rule was broken");
+            idx -= 1;
+            pending = Some((sep, right_no.to_le_bytes().to_vec()));
+        }
+    }
+
+    /// How many new pages splitting the leaf on top of `stack` takes (the same decisions
+    /// `split_leaf` makes, without changing anything).
+    fn pages_needed_to_split(&self, stack: &[PageMut<'_>]) -> Result<usize> {
+        let mut pending: Option<Vec<u8>> = None;
+        for (pages, n) in stack.iter().rev().enumerate() {
+            if let Some(k) = &pending {
+                if node::fits(n, k, &[0u8; 8]) {
+                    return Ok(pages);
+                }
+            }
+            let mut entries = node::entries(n);
+            if let Some(k) = pending.take() {
+                let pos = entries.binary_search_by(|e| e.0.as_slice().cmp(&k)).unwrap_or_else(|i| i);
+                entries.insert(pos, (k, vec![0u8; 8]));
+            }
+            if entries.len() < 2 {
+                return Err(self.corrupt(n.page_id().page, "node to split holds fewer than two entries"));
+            }
+            if n.page_id().page == self.root {
+                return Ok(pages + 2);
+            }
+            pending = Some(entries[split_point(&entries)].0.clone());
+        }
+        Err(self.corrupt(self.root, "split reached a released ancestor: the safe-node rule was broken"))
+    }
+
+    /// Inserts `key` → `value` if `key` is absent. Returns false (tree unchanged) if present.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        self.check_entry(key, value)?;
+        let mut op = |leaf: &mut PageMut<'_>| match node::search(leaf, key) {
+            Ok(_) => LeafOutcome::Done(false),
+            Err(i) if node::fits(leaf, key, value) => {
+                node::insert_at(leaf, i, key, value);
+                LeafOutcome::Done(true)
+            }
+            Err(_) => LeafOutcome::NeedsSplit,
+        };
+        match self.with_leaf_mut(key, &mut op)? {
+            LeafOutcome::Done(r) => Ok(r),
+            LeafOutcome::NeedsSplit => self.with_leaf_mut_splitting(key, &mut op),
+        }
+    }
+
+    /// Sets `key` → `value`; returns the previous value.
+    pub fn upsert(&self, key: &[u8], value: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_entry(key, value)?;
+        let mut op = |leaf: &mut PageMut<'_>| match node::search(leaf, key) {
+            Ok(i) => {
+                let old = node::value(leaf, i).to_vec();
+                if node::overwrite_value(leaf, i, value) {
+                    return LeafOutcome::Done(Some(old));
+                }
+                node::remove_at(leaf, i);
+                if node::fits(leaf, key, value) {
+                    node::insert_at(leaf, i, key, value);
+                    LeafOutcome::Done(Some(old))
+                } else {
+                    node::insert_at(leaf, i, key, &old);
+                    LeafOutcome::NeedsSplit
+                }
+            }
+            Err(i) if node::fits(leaf, key, value) => {
+                node::insert_at(leaf, i, key, value);
+                LeafOutcome::Done(None)
+            }
+            Err(_) => LeafOutcome::NeedsSplit,
+        };
+        match self.with_leaf_mut(key, &mut op)? {
+            LeafOutcome::Done(r) => Ok(r),
+            LeafOutcome::NeedsSplit => self.with_leaf_mut_splitting(key, &mut op),
+        }
+    }
+
+    /// Removes `key`; returns its value if it was present.
+    pub fn delete(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut op = |leaf: &mut PageMut<'_>| match node::search(leaf, key) {
+            Ok(i) => {
+                let old = node::value(leaf, i).to_vec();
+                node::remove_at(leaf, i);
+                LeafOutcome::Done(Some(old))
+            }
+            Err(_) => LeafOutcome::Done(None),
+        };
+        match self.with_leaf_mut(key, &mut op)? {
+            LeafOutcome::Done(r) => Ok(r),
+            LeafOutcome::NeedsSplit => unreachable!("delete never needs a split"),
+        }
+    }
+
+    /// Calls `f(key, value)` for every entry with `lo <= key <= hi` (per the bounds) in key
+    /// order until `f` returns `Ok(false)`. No latch is held while `f` runs: entries are copied
+    /// a leaf at a time and the next leaf is found by descending again from the last key seen.
+    pub fn range(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut from: Bound<Vec<u8>> = match lo {
+            Bound::Included(k) => Bound::Included(k.to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let below_hi = |k: &[u8]| match hi {
+            Bound::Included(h) => k <= h,
+            Bound::Excluded(h) => k < h,
+            Bound::Unbounded => true,
+        };
+        let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        loop {
+            batch.clear();
+            let mut leaf = match &from {
+                Bound::Unbounded => self.find_leaf(None)?,
+                Bound::Included(k) | Bound::Excluded(k) => self.find_leaf(Some(k))?,
+            };
+            let mut at_end = false;
+            loop {
+                let start = match &from {
+                    Bound::Unbounded => 0,
+                    Bound::Included(k) => node::search(&leaf, k).unwrap_or_else(|i| i),
+                    Bound::Excluded(k) => node::search(&leaf, k).map_or_else(|i| i, |i| i + 1),
+                };
+                for i in start..node::count(&leaf) {
+                    let k = node::key(&leaf, i);
+                    if !below_hi(k) {
+                        at_end = true;
+                        break;
+                    }
+                    batch.push((k.to_vec(), node::value(&leaf, i).to_vec()));
+                }
+                let next = node::link(&leaf);
+                if next == NO_PAGE {
+                    at_end = true;
+                }
+                if at_end || !batch.is_empty() {
+                    break;
+                }
+                leaf = self.fix(next)?; // empty leaf: move right (left-to-right coupling)
+            }
+            drop(leaf);
+            for (k, v) in &batch {
+                if !f(k, v)? {
+                    return Ok(());
+                }
+            }
+            match batch.last() {
+                Some((k, _)) if !at_end => from = Bound::Excluded(k.clone()),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Walks the whole tree and checks every structural invariant.
+    pub fn check(&self) -> Result<TreeShape> {
+        let mut shape = TreeShape::default();
+        let root = self.fix(self.root)?;
+        shape.height = node::level(&root) + 1;
+        drop(root);
+        self.check_subtree(self.root, None, None, &mut shape)?;
+        // The leaf chain must visit every leaf in key order.
+        let mut leaf = self.find_leaf(None)?;
+        let mut seen = 0u64;
+        let mut prev: Option<Vec<u8>> = None;
+        loop {
+            seen += node::count(&leaf) as u64;
+            if let (Some(p), true) = (&prev, node::count(&leaf) > 0) {
+                if node::key(&leaf, 0) <= p.as_slice() {
+                    return Err(self.corrupt(leaf.page_id().page, "leaf chain out of key order"));
+                }
+            }
+            if node::count(&leaf) > 0 {
+                prev = Some(node::key(&leaf, node::count(&leaf) - 1).to_vec());
+            }
+            let next = node::link(&leaf);
+            if next == NO_PAGE {
+                break;
+            }
+            leaf = self.fix(next)?;
+        }
+        if seen != shape.entries {
+            return Err(self.corrupt(
+                self.root,
+                format!("leaf chain holds {seen} entries, tree walk {}", shape.entries),
+            ));
+        }
+        Ok(shape)
+    }
+
+    fn check_subtree(
+        &self,
+        page: u64,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        shape: &mut TreeShape,
+    ) -> Result<usize> {
+        let g = self.fix(page)?;
+        node::check(&g).map_err(|e| self.corrupt(page, e))?;
+        for i in 0..node::count(&g) {
+            let k = node::key(&g, i);
+            if lo.is_some_and(|l| k < l) || hi.is_some_and(|h| k >= h) {
+                return Err(self.corrupt(page, format!("key {i} outside its parent's separators")));
+            }
+        }
+        let level = node::level(&g);
+        if level == 0 {
+            shape.leaves += 1;
+            shape.entries += node::count(&g) as u64;
+            return Ok(0);
+        }
+        shape.inner += 1;
+        let n = node::count(&g);
+        let mut children = vec![(
+            node::link(&g),
+            lo.map(<[u8]>::to_vec),
+            if n > 0 { Some(node::key(&g, 0).to_vec()) } else { hi.map(<[u8]>::to_vec) },
+        )];
+        for i in 0..n {
+            let upper = if i + 1 < n { Some(node::key(&g, i + 1).to_vec()) } else { hi.map(<[u8]>::to_vec) };
+            children.push((node::child(&g, i), Some(node::key(&g, i).to_vec()), upper));
+        }
+        drop(g);
+        for (c, l, h) in children {
+            let child_level = {
+                let cg = self.fix(c)?;
+                node::level(&cg)
+            };
+            if child_level + 1 != level {
+                return Err(self.corrupt(c, format!("level {child_level} under a level-{level} node")));
+            }
+            self.check_subtree(c, l.as_deref(), h.as_deref(), shape)?;
+        }
+        Ok(level)
+    }
+}
+
+fn child_of(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v[..8].try_into().expect("8-byte child pointer"))
+}
+
+/// Index at which to split `entries` so both halves hold about the same number of bytes.
+fn split_point(entries: &[(Vec<u8>, Vec<u8>)]) -> usize {
+    let total: usize = entries.iter().map(|(k, v)| node::entry_space(k, v)).sum();
+    let mut acc = 0;
+    for (i, (k, v)) in entries.iter().enumerate() {
+        acc += node::entry_space(k, v);
+        if acc * 2 >= total {
+            return (i + 1).clamp(1, entries.len() - 1);
+        }
+    }
+    entries.len() / 2
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,286 @@
+//! B+tree node layout on a page.
+//!
+//! Owns: the byte layout of leaf and inner nodes. After the common 32-byte page header:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 32 | 2 | number of entries `n` |
+//! | 34 | 2 | level (0 = leaf) |
+//! | 36 | 4 | start of the entry heap (entries grow down from the trailer) |
+//! | 40 | 8 | leaf: right sibling page number (`NO_PAGE` if none); inner: leftmost child |
+//! | 48 | 12 × n | slots sorted by key: entry offset u32, then the key's first 8 bytes
+//! (zero-padded) as a big-endian "head" |
+//!
+//! The heads let a binary search run over the contiguous slot array and touch an entry only
+//! when two heads tie, which saves most cache misses of a search. An entry is `key_len u16, value_len u16, key, value`. In an inner node the value is the
+//! 8-byte child page number holding keys `>= key` (and `< next key`); keys below the first key
+//! go to the leftmost child.
+//!
+//! Invariants: keys strictly increase across the offset array; every entry lies inside
+//! `[heap_start, page_len - 4)`; the offset array never overlaps the heap.
+
+use crate::page::header::{PAGE_HEADER_BYTES, PAGE_TRAILER_BYTES};
+use std::cmp::Ordering;
+
+const COUNT: usize = PAGE_HEADER_BYTES;
+const LEVEL: usize = PAGE_HEADER_BYTES + 2;
+const HEAP_START: usize = PAGE_HEADER_BYTES + 4;
+const LINK: usize = PAGE_HEADER_BYTES + 8;
+const SLOTS: usize = PAGE_HEADER_BYTES + 16;
+const SLOT_BYTES: usize = 12;
+const ENTRY_HEADER: usize = 4;
+
+/// "No page" in sibling links.
+pub const NO_PAGE: u64 = u64::MAX;
+
+fn g16(p: &[u8], o: usize) -> usize {
+    u16::from_le_bytes([p[o], p[o + 1]]) as usize
+}
+fn p16(p: &mut [u8], o: usize, v: usize) {
+    debug_assert!(v <= u16::MAX as usize);
+    p[o..o + 2].copy_from_slice(&(v as u16).to_le_bytes());
+}
+fn g32(p: &[u8], o: usize) -> usize {
+    u32::from_le_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]]) as usize
+}
+fn p32(p: &mut [u8], o: usize, v: usize) {
+    p[o..o + 4].copy_from_slice(&(v as u32).to_le_bytes());
+}
+fn g64(p: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(p[o..o + 8].try_into().expect("8 bytes"))
+}
+fn p64(p: &mut [u8], o: usize, v: u64) {
+    p[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Largest key + value an entry may hold in a node of `page_size` bytes (at least four entries
+/// fit in a node, so splits always make progress).
+pub fn max_entry_payload(page_size: usize) -> usize {
+    (page_size - PAGE_TRAILER_BYTES - SLOTS) / 4 - SLOT_BYTES - ENTRY_HEADER
+}
+
+/// Initialises an empty node body at `level` with `link` (sibling for leaves, leftmost child
+/// for inner nodes).
+pub fn init(p: &mut [u8], level: usize, link: u64) {
+    p16(p, COUNT, 0);
+    p16(p, LEVEL, level);
+    p32(p, HEAP_START, p.len() - PAGE_TRAILER_BYTES);
+    p64(p, LINK, link);
+}
+
+/// Number of entries.
+pub fn count(p: &[u8]) -> usize {
+    g16(p, COUNT)
+}
+/// Level of the node (0 = leaf).
+pub fn level(p: &[u8]) -> usize {
+    g16(p, LEVEL)
+}
+/// True for a leaf.
+pub fn is_leaf(p: &[u8]) -> bool {
+    level(p) == 0
+}
+/// Right sibling (leaf) or leftmost child (inner).
+pub fn link(p: &[u8]) -> u64 {
+    g64(p, LINK)
+}
+/// Sets the right sibling (leaf) or leftmost child (inner).
+pub fn set_link(p: &mut [u8], v: u64) {
+    p64(p, LINK, v)
+}
+
+fn entry_off(p: &[u8], i: usize) -> usize {
+    g32(p, SLOTS + i * SLOT_BYTES)
+}
+
+fn head_at(p: &[u8], i: usize) -> u64 {
+    let o = SLOTS + i * SLOT_BYTES + 4;
+    u64::from_be_bytes(p[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// The first 8 bytes of `k`, zero-padded, as a big-endian integer (so integer order equals
+/// byte order of the prefixes).
+fn head_of(k: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = k.len().min(8);
+    b[..n].copy_from_slice(&k[..n]);
+    u64::from_be_bytes(b)
+}
+
+fn set_slot(p: &mut [u8], i: usize, off: usize, k: &[u8]) {
+    let o = SLOTS + i * SLOT_BYTES;
+    p32(p, o, off);
+    p[o + 4..o + 12].copy_from_slice(&head_of(k).to_be_bytes());
+}
+
+/// Key of entry `i`.
+pub fn key(p: &[u8], i: usize) -> &[u8] {
+    let o = entry_off(p, i);
+    let kl = g16(p, o);
+    &p[o + ENTRY_HEADER..o + ENTRY_HEADER + kl]
+}
+
+/// Value of entry `i`.
+pub fn value(p: &[u8], i: usize) -> &[u8] {
+    let o = entry_off(p, i);
+    let kl = g16(p, o);
+    let vl = g16(p, o + 2);
+    &p[o + ENTRY_HEADER + kl..o + ENTRY_HEADER + kl + vl]
+}
+
+/// Child page number of entry `i` of an inner node.
+pub fn child(p: &[u8], i: usize) -> u64 {
+    g64(value(p, i), 0)
+}
+
+/// Binary search: `Ok(i)` if entry `i` has `k`, else `Err(i)` where it would be inserted.
+pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
+    let h = head_of(k);
+    let (mut lo, mut hi) = (0, count(p));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let ord = match head_at(p, mid).cmp(&h) {
+            Ordering::Equal => key(p, mid).cmp(k),
+            other => other,
+        };
+        match ord {
+            Ordering::Less => lo = mid + 1,
+            Ordering::Greater => hi = mid,
+            Ordering::Equal => return Ok(mid),
+        }
+    }
+    Err(lo)
+}
+
+/// The child of an inner node that covers key `k`.
+pub fn child_for(p: &[u8], k: &[u8]) -> u64 {
+    match search(p, k) {
+        Ok(i) => child(p, i),
+        Err(0) => link(p),
+        Err(i) => child(p, i - 1),
+    }
+}
+
+fn heap_start(p: &[u8]) -> usize {
+    g32(p, HEAP_START)
+}
+
+fn used_entry_bytes(p: &[u8]) -> usize {
+    (0..count(p)).map(|i| ENTRY_HEADER + key(p, i).len() + value(p, i).len()).sum()
+}
+
+/// Bytes still available for entries (after compaction), counting their slot.
+pub fn free_space(p: &[u8]) -> usize {
+    p.len() - PAGE_TRAILER_BYTES - SLOTS - count(p) * SLOT_BYTES - used_entry_bytes(p)
+}
+
+/// Space an entry of this key and value needs, including its slot.
+pub fn entry_space(k: &[u8], v: &[u8]) -> usize {
+    SLOT_BYTES + ENTRY_HEADER + k.len() + v.len()
+}
+
+/// True if an entry of this size fits (possibly after compaction).
+pub fn fits(p: &[u8], k: &[u8], v: &[u8]) -> bool {
+    free_space(p) >= entry_space(k, v)
+}
+
+fn compact(p: &mut [u8]) {
+    let n = count(p);
+    let entries: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..n).map(|i| (key(p, i).to_vec(), value(p, i).to_vec())).collect();
+    let mut top = p.len() - PAGE_TRAILER_BYTES;
+    for (i, (k, v)) in entries.iter().enumerate() {
+        top -= ENTRY_HEADER + k.len() + v.len();
+        write_entry(p, top, k, v);
+        set_slot(p, i, top, k);
+    }
+    p32(p, HEAP_START, top);
+}
+
+fn write_entry(p: &mut [u8], at: usize, k: &[u8], v: &[u8]) {
+    p16(p, at, k.len());
+    p16(p, at + 2, v.len());
+    p[at + ENTRY_HEADER..at + ENTRY_HEADER + k.len()].copy_from_slice(k);
+    p[at + ENTRY_HEADER + k.len()..at + ENTRY_HEADER + k.len() + v.len()].copy_from_slice(v);
+}
+
+/// Inserts `(k, v)` at position `i` (the caller found `i` by [`search`] and checked [`fits`]).
+pub fn insert_at(p: &mut [u8], i: usize, k: &[u8], v: &[u8]) {
+    let n = count(p);
+    assert!(i <= n && fits(p, k, v), "insert_at: entry does not fit or bad position");
+    let need = ENTRY_HEADER + k.len() + v.len();
+    let slots_end = SLOTS + (n + 1) * SLOT_BYTES;
+    if heap_start(p) < slots_end + need {
+        compact(p);
+    }
+    let at = heap_start(p) - need;
+    write_entry(p, at, k, v);
+    p32(p, HEAP_START, at);
+    p.copy_within(SLOTS + i * SLOT_BYTES..SLOTS + n * SLOT_BYTES, SLOTS + (i + 1) * SLOT_BYTES);
+    set_slot(p, i, at, k);
+    p16(p, COUNT, n + 1);
+}
+
+/// Removes entry `i` (its bytes are reclaimed at the next compaction).
+pub fn remove_at(p: &mut [u8], i: usize) {
+    let n = count(p);
+    assert!(i < n, "remove_at {i} of {n}");
+    p.copy_within(SLOTS + (i + 1) * SLOT_BYTES..SLOTS + n * SLOT_BYTES, SLOTS + i * SLOT_BYTES);
+    p16(p, COUNT, n - 1);
+    if n == 1 {
+        p32(p, HEAP_START, p.len() - PAGE_TRAILER_BYTES);
+    }
+}
+
+/// Replaces the value of entry `i` in place when the length is unchanged; returns false
+/// otherwise (the caller removes and re-inserts).
+pub fn overwrite_value(p: &mut [u8], i: usize, v: &[u8]) -> bool {
+    let o = entry_off(p, i);
+    let kl = g16(p, o);
+    if g16(p, o + 2) != v.len() {
+        return false;
+    }
+    p[o + ENTRY_HEADER + kl..o + ENTRY_HEADER + kl + v.len()].copy_from_slice(v);
+    true
+}
+
+/// All entries, copied out (used by splits).
+pub fn entries(p: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    (0..count(p)).map(|i| (key(p, i).to_vec(), value(p, i).to_vec())).collect()
+}
+
+/// Replaces the whole entry set with `entries` (sorted), keeping level and link.
+pub fn rebuild(p: &mut [u8], entries: &[(Vec<u8>, Vec<u8>)]) {
+    let level = level(p);
+    let link = link(p);
+    init(p, level, link);
+    for (i, (k, v)) in entries.iter().enumerate() {
+        insert_at(p, i, k, v);
+    }
+}
+
+/// Checks the layout invariants; describes the first violation.
+pub fn check(p: &[u8]) -> Result<(), String> {
+    let n = count(p);
+    let hs = heap_start(p);
+    let end = p.len() - PAGE_TRAILER_BYTES;
+    if SLOTS + n * SLOT_BYTES > hs || hs > end {
+        return Err(format!("slot array end {} overlaps heap start {hs}", SLOTS + n * SLOT_BYTES));
+    }
+    for i in 0..n {
+        let o = entry_off(p, i);
+        if o < hs || o + ENTRY_HEADER > end || o + ENTRY_HEADER + g16(p, o) + g16(p, o + 2) > end {
+            return Err(format!("entry {i} at {o} outside heap {hs}..{end}"));
+        }
+        if i > 0 && key(p, i - 1) >= key(p, i) {
+            return Err(format!("keys not increasing at entry {i}"));
+        }
+        if head_at(p, i) != head_of(key(p, i)) {
+            return Err(format!("slot {i} head does not match its key"));
+        }
+        if !is_leaf(p) && value(p, i).len() != 8 {
+            return Err(format!("inner entry {i} has a {}-byte child pointer", value(p, i).len()));
+        }
+    }
+    Ok(())
+}

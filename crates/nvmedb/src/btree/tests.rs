@@ -1,0 +1,291 @@
+//! B+tree tests: model-based against `BTreeMap` with constant eviction, injected I/O errors,
+//! concurrency, range scans and bad input.
+
+use super::*;
+use crate::buffer::{BufferPool, PoolConfig};
+use crate::io::MemDevice;
+use crate::util::Rng;
+use std::collections::BTreeMap;
+
+fn tree(page_size: usize, frames: usize) -> BTree {
+    let pool = BufferPool::new(PoolConfig::new(page_size, frames)).unwrap();
+    pool.register_file(0, Arc::new(MemDevice::new("index.db"))).unwrap();
+    BTree::create(pool, 0).unwrap()
+}
+
+fn random_key(rng: &mut Rng, space: u64) -> Vec<u8> {
+    let k = rng.below(space);
+    // Mix fixed integer keys and variable-length string keys.
+    if k % 3 == 0 {
+        key::encode_i64(k as i64).to_vec()
+    } else {
+        format!("key-{k:0width$}", width = (k % 40) as usize).into_bytes()
+    }
+}
+
+#[test]
+fn model_based_random_operations_with_tiny_pool() {
+    for seed in 0..12u64 {
+        let mut rng = Rng::new(seed);
+        let t = tree(4096, 12);
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for step in 0..3000 {
+            let k = random_key(&mut rng, 2000);
+            let mut v = vec![0u8; rng.below(120) as usize];
+            rng.fill(&mut v);
+            match rng.below(10) {
+                0..=3 => {
+                    let inserted = t.insert(&k, &v).unwrap();
+                    assert_eq!(inserted, !model.contains_key(&k), "seed {seed} step {step}");
+                    model.entry(k).or_insert(v);
+                }
+                4..=5 => {
+                    let old = t.upsert(&k, &v).unwrap();
+                    assert_eq!(old, model.insert(k, v), "seed {seed} step {step}");
+                }
+                6..=7 => {
+                    assert_eq!(t.delete(&k).unwrap(), model.remove(&k), "seed {seed} step {step}");
+                }
+                _ => {
+                    assert_eq!(t.get(&k).unwrap(), model.get(&k).cloned(), "seed {seed} step {step}");
+                }
+            }
+            if step % 500 == 499 {
+                let shape = t.check().unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+                assert_eq!(shape.entries, model.len() as u64);
+            }
+        }
+        let shape = t.check().unwrap();
+        assert!(shape.height >= 2, "seed {seed}: tree never split: {shape:?}");
+        let mut all = Vec::new();
+        t.range(Bound::Unbounded, Bound::Unbounded, |k, v| {
+            all.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(all, model.into_iter().collect::<Vec<_>>(), "seed {seed}: full scan differs");
+        assert!(t.pool.stats().evictions > 0, "seed {seed}: pool never evicted");
+    }
+}
+
+#[test]
+fn range_bounds_match_the_model() {
+    let mut rng = Rng::new(99);
+    let t = tree(4096, 64);
+    let mut model = BTreeMap::new();
+    for i in 0..3000i64 {
+        let k = key::encode_i64(i * 2).to_vec();
+        t.insert(&k, &i.to_le_bytes()).unwrap();
+        model.insert(k, i.to_le_bytes().to_vec());
+    }
+    for _ in 0..200 {
+        let a = key::encode_i64(rng.below(6100) as i64 - 50).to_vec();
+        let b = key::encode_i64(rng.below(6100) as i64 - 50).to_vec();
+        let bounds = [Bound::Included(a.as_slice()), Bound::Excluded(a.as_slice()), Bound::Unbounded];
+        let his = [Bound::Included(b.as_slice()), Bound::Excluded(b.as_slice()), Bound::Unbounded];
+        let lo = bounds[rng.below(3) as usize];
+        let hi = his[rng.below(3) as usize];
+        if let (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) = (lo, hi) {
+            if x > y {
+                continue;
+            }
+        }
+        let mut got = Vec::new();
+        t.range(lo, hi, |k, _| {
+            got.push(k.to_vec());
+            Ok(true)
+        })
+        .unwrap();
+        let want: Vec<Vec<u8>> = model.range::<[u8], _>((lo, hi)).map(|(k, _)| k.clone()).collect();
+        assert_eq!(got, want);
+    }
+    // Early stop.
+    let mut n = 0;
+    t.range(Bound::Unbounded, Bound::Unbounded, |_, _| {
+        n += 1;
+        Ok(n < 10)
+    })
+    .unwrap();
+    assert_eq!(n, 10);
+}
+
+#[test]
+fn oversized_and_empty_keys_are_rejected_clearly() {
+    let t = tree(4096, 16);
+    let max = t.max_entry_bytes();
+    let e = t.insert(&vec![1u8; max + 1], b"").unwrap_err().to_string();
+    assert!(e.contains("4096-byte index pages") && e.contains(&format!("at most {max}")), "{e}");
+    assert!(t.insert(b"", b"v").is_err());
+    assert!(t.insert(&vec![1u8; max], b"").unwrap());
+}
+
+#[test]
+fn concurrent_inserts_lookups_and_deletes() {
+    let t = tree(4096, 48);
+    let threads = 4u64;
+    let per = 3000u64;
+    std::thread::scope(|s| {
+        for th in 0..threads {
+            let t = &t;
+            s.spawn(move || {
+                let mut rng = Rng::new(th);
+                for i in 0..per {
+                    let k = key::encode_i64((i * threads + th) as i64);
+                    assert!(t.insert(&k, &k).unwrap());
+                    let probe = key::encode_i64((rng.below(i + 1) * threads + th) as i64);
+                    let v = t.get(&probe).unwrap();
+                    assert!(v.is_none() || v.as_deref() == Some(&probe[..]));
+                    if i % 3 == 0 {
+                        assert_eq!(t.delete(&k).unwrap().as_deref(), Some(&k[..]));
+                    }
+                }
+            });
+        }
+    });
+    let shape = t.check().unwrap();
+    assert_eq!(shape.entries, threads * (per - per.div_ceil(3)));
+    for th in 0..threads {
+        for i in 0..per {
+            let k = key::encode_i64((i * threads + th) as i64);
+            assert_eq!(t.get(&k).unwrap().is_some(), i % 3 != 0);
+        }
+    }
+}
+
+#[test]
+fn large_pages_hold_more_and_split_correctly() {
+    let t = tree(65536, 16);
+    for i in 0..20_000i64 {
+        assert!(t.insert(&key::encode_i64(i), &[7u8; 16]).unwrap());
+    }
+    let shape = t.check().unwrap();
+    assert_eq!(shape.entries, 20_000);
+    assert_eq!(shape.height, 2);
+}
+
+#[test]
+fn injected_io_errors_fail_operations_without_corrupting_the_tree() {
+    use crate::util::testing::FlakyDevice;
+    use std::sync::atomic::Ordering;
+    for seed in 0..6u64 {
+        let mut rng = Rng::new(seed);
+        let pool = BufferPool::new(PoolConfig::new(4096, 10)).unwrap();
+        let dev = Arc::new(FlakyDevice::new("flaky-index"));
+        pool.register_file(0, dev.clone()).unwrap();
+        let t = BTree::create(pool, 0).unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut failures = 0;
+        for step in 0..2500 {
+            dev.fail_reads.store(rng.chance(0.05), Ordering::SeqCst);
+            dev.fail_writes.store(rng.chance(0.05), Ordering::SeqCst);
+            let k = random_key(&mut rng, 1500);
+            let v = vec![(step % 251) as u8; rng.below(100) as usize];
+            let r = match rng.below(4) {
+                0 | 1 => t.upsert(&k, &v).map(|_| {
+                    model.insert(k.clone(), v.clone());
+                }),
+                2 => t.delete(&k).map(|_| {
+                    model.remove(&k);
+                }),
+                _ => t.get(&k).map(|got| assert_eq!(got, model.get(&k).cloned(), "seed {seed} step {step}")),
+            };
+            match r {
+                Ok(()) => {}
+                Err(crate::Error::Io(_)) => failures += 1,
+                Err(e) => panic!("seed {seed} step {step}: unexpected error {e}"),
+            }
+        }
+        dev.fail_reads.store(false, Ordering::SeqCst);
+        dev.fail_writes.store(false, Ordering::SeqCst);
+        assert!(failures > 0, "seed {seed}: no fault hit");
+        let shape = t.check().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(shape.entries, model.len() as u64, "seed {seed}");
+        for (k, v) in &model {
+            assert_eq!(t.get(k).unwrap().as_ref(), Some(v), "seed {seed}");
+        }
+    }
+}
+
+/// Collects logged page changes in memory; can be told to fail.
+struct VecLogger {
+    records: std::sync::Mutex<Vec<(u64, Vec<u8>)>>,
+    next_lsn: std::sync::atomic::AtomicU64,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl crate::buffer::PageLogger for VecLogger {
+    fn log_page_changes(&self, _tag: u8, payload: &[u8]) -> crate::Result<u64> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::Error::Io(crate::io::IoError::os(
+                "log",
+                crate::io::IoOpKind::Write,
+                0,
+                payload.len(),
+                std::io::Error::from_raw_os_error(5),
+            )));
+        }
+        let mut r = self.records.lock().unwrap();
+        let lsn = self.next_lsn.fetch_add(payload.len() as u64 + 1, std::sync::atomic::Ordering::SeqCst);
+        r.push((lsn, payload.to_vec()));
+        Ok(lsn)
+    }
+    fn full_image_horizon(&self) -> u64 {
+        0
+    }
+}
+
+#[test]
+fn redo_of_every_logged_change_rebuilds_the_tree() {
+    use crate::buffer::mtr::{apply_page_change, decode_page_changes};
+    let logger = Arc::new(VecLogger {
+        records: std::sync::Mutex::new(Vec::new()),
+        next_lsn: std::sync::atomic::AtomicU64::new(1),
+        fail: std::sync::atomic::AtomicBool::new(false),
+    });
+    let pool = BufferPool::new(PoolConfig::new(4096, 16)).unwrap();
+    pool.set_page_logger(logger.clone(), 0).unwrap();
+    let dev = Arc::new(MemDevice::new("index.db"));
+    pool.register_file(0, dev.clone()).unwrap();
+    let t = BTree::create(pool.clone(), 0).unwrap();
+    let mut rng = Rng::new(5);
+    let mut model = BTreeMap::new();
+    for step in 0..4000 {
+        let k = random_key(&mut rng, 3000);
+        let v = vec![(step % 250) as u8; rng.below(60) as usize];
+        if rng.chance(0.7) {
+            t.upsert(&k, &v).unwrap();
+            model.insert(k, v);
+        } else {
+            t.delete(&k).unwrap();
+            model.remove(&k);
+        }
+        if step == 2000 {
+            // A logging failure: the operation fails and leaves no trace.
+            logger.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+            for _ in 0..20 {
+                let k = random_key(&mut rng, 3000);
+                assert!(t.upsert(&k, &[1; 40]).is_err());
+            }
+            logger.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(t.check().unwrap().entries, model.len() as u64);
+        }
+    }
+    pool.flush_all().unwrap();
+    // Replay the log onto empty pages.
+    let mut pages: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    for (lsn, payload) in logger.records.lock().unwrap().iter() {
+        let (ps, changes) = decode_page_changes(payload).expect("decodes");
+        for (pid, ch) in changes {
+            let page = pages.entry(pid.page).or_insert_with(|| vec![0u8; ps]);
+            apply_page_change(page, &ch, *lsn);
+        }
+    }
+    let img = dev.snapshot();
+    for (no, mut page) in pages {
+        crate::page::PageHeader::seal(&mut page);
+        let on_disk = &img[no as usize * 4096..(no as usize + 1) * 4096];
+        assert!(page == on_disk, "page {no} differs after redo");
+    }
+    let t2 = BTree::open(pool, 0, t.root());
+    assert_eq!(t2.check().unwrap().entries, model.len() as u64);
+}

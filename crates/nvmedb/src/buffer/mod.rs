@@ -1,0 +1,229 @@
+//! The buffer manager: a fixed set of page frames in front of the devices.
+//!
+//! Owns: frames and their metadata, the page table (striped), GCLOCK replacement, the
+//! shared (SHR-k) and separated (SEP) policies, page guards, dirty write-back (on eviction and
+//! by an optional background writer), and the counters.
+//!
+//! Invariants:
+//! - a page is in at most one frame of a partition, and the page table maps it there;
+//! - a frame with `pins > 0` is never evicted, and pins are only taken under the page table
+//!   stripe lock that maps the page (so eviction and a hit cannot both win);
+//! - a dirty page is written back only after the log covers its LSN ([`WalGate`]), from a copy
+//!   taken under the page's shared latch, and stays in the page table until the write is done,
+//!   so no reader can fetch a stale version from the device;
+//! - every page read from a device is checksum-verified before a guard hands it out.
+
+mod frames;
+pub mod mtr;
+mod pool;
+mod writer;
+
+pub use mtr::PageLogger;
+pub use pool::{BufferPool, Mtr, PageMut, PageRef};
+
+use crate::Result;
+
+/// Identifies a page: a file registered with the pool and a page number in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PageId {
+    /// File id as registered with [`BufferPool::register_file`].
+    pub file: u32,
+    /// Page number within the file (byte offset = page number × page size).
+    pub page: u64,
+}
+
+impl PageId {
+    /// Page `page` of file `file`.
+    pub fn new(file: u32, page: u64) -> Self {
+        Self { file, page }
+    }
+    pub(crate) fn key(self) -> u64 {
+        debug_assert!(self.page < (1 << 40) && self.file < (1 << 23));
+        (u64::from(self.file) << 40) | self.page
+    }
+}
+
+impl std::fmt::Display for PageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.page)
+    }
+}
+
+/// What a page is used for; sets its GCLOCK weight and whether it may be pinned for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageClass {
+    /// Table (heap) data.
+    Data,
+    /// Index (B+tree) pages: heavier GCLOCK weight, and kept resident when
+    /// [`PoolConfig::pin_index_pages`] is set.
+    Index,
+}
+
+/// How frames are shared between threads (seed 004's policies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferPolicy {
+    /// One pool shared by all threads, its page table split into `stripes` locks (SHR-k).
+    Shared {
+        /// Number of page-table locks (1, 16, 512 in seed 004).
+        stripes: usize,
+    },
+    /// Separated per-thread pools (SEP): each thread gets its own partition of the frames and
+    /// takes no lock another thread contends on. Read-only: exclusive fixes are refused.
+    Separated {
+        /// Number of partitions (normally the number of scanning threads).
+        partitions: usize,
+    },
+}
+
+impl BufferPolicy {
+    /// Parses "shr-16", "SHR-512", "sep" or "sep-4".
+    pub fn parse(s: &str, default_partitions: usize) -> Option<Self> {
+        let l = s.to_ascii_lowercase();
+        if let Some(n) = l.strip_prefix("shr-") {
+            return n.parse().ok().filter(|&n| n > 0).map(|stripes| BufferPolicy::Shared { stripes });
+        }
+        if l == "sep" {
+            return Some(BufferPolicy::Separated { partitions: default_partitions.max(1) });
+        }
+        l.strip_prefix("sep-")
+            .and_then(|n| n.parse().ok())
+            .filter(|&n| n > 0)
+            .map(|partitions| BufferPolicy::Separated { partitions })
+    }
+
+    /// Short name as in seed 004 ("SHR-16", "SEP").
+    pub fn label(&self) -> String {
+        match self {
+            BufferPolicy::Shared { stripes } => format!("SHR-{stripes}"),
+            BufferPolicy::Separated { .. } => "SEP".into(),
+        }
+    }
+}
+
+/// Background ("deferred") writer settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackgroundWriter {
+    /// Pause between sweeps.
+    pub interval: std::time::Duration,
+    /// Frames looked at per sweep, ahead of the clock hand.
+    pub frames_per_sweep: usize,
+}
+
+/// Buffer pool configuration.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Page (and frame) size in bytes: a power of two from 4 KiB to 64 KiB.
+    pub page_size: usize,
+    /// Number of frames (memory budget = frames × page size).
+    pub frames: usize,
+    /// Sharing policy.
+    pub policy: BufferPolicy,
+    /// GCLOCK weight given to data pages on each access.
+    pub data_weight: u32,
+    /// GCLOCK weight given to index pages on each access.
+    pub index_weight: u32,
+    /// Never evict index pages once loaded ("all indexes cached").
+    pub pin_index_pages: bool,
+    /// `None`: dirty pages are written only when evicted or flushed. `Some`: a background
+    /// writer also cleans pages ahead of the clock hand (seed 001 found this harmful on
+    /// low-latency devices; measure both).
+    pub background_writer: Option<BackgroundWriter>,
+}
+
+impl PoolConfig {
+    /// A shared pool (SHR-16) of `frames` frames of `page_size` bytes, no background writer.
+    pub fn new(page_size: usize, frames: usize) -> Self {
+        Self {
+            page_size,
+            frames,
+            policy: BufferPolicy::Shared { stripes: 16 },
+            data_weight: 1,
+            index_weight: 4,
+            pin_index_pages: false,
+            background_writer: None,
+        }
+    }
+
+    /// Checks the values; errors name the offending option.
+    pub fn validate(&self) -> Result<()> {
+        use crate::Error;
+        let cfg = |key: &str, detail: String| Err(Error::Config { key: key.into(), detail });
+        if !self.page_size.is_power_of_two() || !(4096..=65536).contains(&self.page_size) {
+            return cfg("page_size", format!("{} is not a power of two from 4096 to 65536", self.page_size));
+        }
+        let parts = match self.policy {
+            BufferPolicy::Shared { stripes: 0 } => {
+                return cfg("policy", "SHR needs at least one stripe".into())
+            }
+            BufferPolicy::Shared { .. } => 1,
+            BufferPolicy::Separated { partitions } => partitions,
+        };
+        if parts == 0 {
+            return cfg("policy", "SEP needs at least one partition".into());
+        }
+        if self.frames < 2 * parts {
+            return cfg(
+                "frames",
+                format!("{} frames is too few: need at least 2 per partition ({parts})", self.frames),
+            );
+        }
+        if self.data_weight == 0 || self.index_weight == 0 {
+            return cfg("gclock weight", "weights must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The hook through which the WAL rule is enforced: before a dirty page with LSN `lsn` is
+/// written, the log must be durable up to `lsn`.
+pub trait WalGate: Send + Sync {
+    /// Returns once the log is durable at least up to `lsn`.
+    fn ensure_durable(&self, lsn: u64) -> Result<()>;
+}
+
+/// Buffer pool counters (cumulative since the pool was created).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufferStats {
+    /// Fixes served from a frame.
+    pub hits: u64,
+    /// Fixes that had to load the page.
+    pub misses: u64,
+    /// Pages read from devices.
+    pub reads: u64,
+    /// Pages written to devices.
+    pub writes: u64,
+    /// Frames taken from one page for another.
+    pub evictions: u64,
+    /// Nanoseconds threads spent in device reads and writes.
+    pub io_wait_ns: u64,
+    /// Writes done by the background writer (a subset of `writes`).
+    pub background_writes: u64,
+}
+
+impl BufferStats {
+    /// Hits / (hits + misses), or 1.0 with no accesses.
+    pub fn hit_ratio(&self) -> f64 {
+        let total = self.hits + self.misses;
+        if total == 0 {
+            1.0
+        } else {
+            self.hits as f64 / total as f64
+        }
+    }
+
+    /// Counter differences `self - earlier`.
+    pub fn since(&self, earlier: &BufferStats) -> BufferStats {
+        BufferStats {
+            hits: self.hits - earlier.hits,
+            misses: self.misses - earlier.misses,
+            reads: self.reads - earlier.reads,
+            writes: self.writes - earlier.writes,
+            evictions: self.evictions - earlier.evictions,
+            io_wait_ns: self.io_wait_ns - earlier.io_wait_ns,
+            background_writes: self.background_writes - earlier.background_writes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

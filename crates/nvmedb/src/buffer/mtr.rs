@@ -1,0 +1,209 @@
+//! Mini-transactions: atomic, logged groups of page changes.
+//!
+//! Owns: the per-thread record of pages changed inside an open mini-transaction (their
+//! exclusive latches and before-images), the redo payload format, and [`PageLogger`], the hook
+//! through which the WAL receives page changes.
+//!
+//! Invariants:
+//! - while a pool has a logger, a page changed under an exclusive fix keeps its latch and pin
+//!   until the mini-transaction that changed it commits; commit appends *one* log record with
+//!   every changed page (so redo of a durable log prefix never sees half of a B+tree split),
+//!   stamps each page with that record's LSN, and only then releases the latches;
+//! - a mini-transaction that ends without commit (an error returned early, a panic) restores
+//!   every page it changed from its before-image, so the operation leaves no trace;
+//! - the first change of a page whose LSN is below the logger's full-image horizon (the last
+//!   checkpoint's redo start) is logged as a full page image, which is what repairs a page torn
+//!   by a crash during its write-back.
+
+use super::PageId;
+use crate::error::Result;
+use crate::page::header::PAGE_TRAILER_BYTES;
+use crate::page::PageHeader;
+
+/// Receives atomic groups of page changes (the WAL implements it).
+pub trait PageLogger: Send + Sync {
+    /// Appends one redo record holding `payload` (see [`encode_page_change`]) for the pool
+    /// tagged `pool_tag`; returns the LSN to stamp on the changed pages.
+    fn log_page_changes(&self, pool_tag: u8, payload: &[u8]) -> Result<u64>;
+    /// Pages whose LSN is below this are logged as full images at their next change.
+    fn full_image_horizon(&self) -> u64;
+}
+
+/// Byte range of the LSN field, excluded from diffs (redo stamps it).
+const LSN_RANGE: std::ops::Range<usize> = 24..32;
+/// Unchanged gaps shorter than this are folded into the surrounding changed range.
+const MERGE_GAP: usize = 16;
+
+/// One page's change as logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageChange {
+    /// The whole page (without the trailing checksum).
+    FullImage(Vec<u8>),
+    /// Changed byte ranges: (offset, new bytes).
+    Ranges(Vec<(u32, Vec<u8>)>),
+}
+
+/// Byte ranges where `before` and `after` differ (LSN field and checksum excluded).
+pub fn diff_ranges(before: &[u8], after: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    debug_assert_eq!(before.len(), after.len());
+    let end = after.len() - PAGE_TRAILER_BYTES;
+    let mut out: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut i = 0;
+    while i < end {
+        // Skip equal 8-byte words quickly.
+        if i + 8 <= end && before[i..i + 8] == after[i..i + 8] {
+            i += 8;
+            continue;
+        }
+        if before[i] == after[i] || LSN_RANGE.contains(&i) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut last_diff = i;
+        while i < end && i - last_diff <= MERGE_GAP {
+            if before[i] != after[i] && !LSN_RANGE.contains(&i) {
+                last_diff = i;
+            }
+            i += 1;
+        }
+        out.push((start as u32, after[start..=last_diff].to_vec()));
+        i = last_diff + 1;
+    }
+    out
+}
+
+/// Appends the encoding of one page change to `out`.
+pub fn encode_page_change(out: &mut Vec<u8>, pid: PageId, change: &PageChange) {
+    out.extend_from_slice(&pid.file.to_le_bytes());
+    out.extend_from_slice(&pid.page.to_le_bytes());
+    match change {
+        PageChange::FullImage(img) => {
+            out.push(1);
+            out.extend_from_slice(&(img.len() as u32).to_le_bytes());
+            out.extend_from_slice(img);
+        }
+        PageChange::Ranges(ranges) => {
+            out.push(2);
+            out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+            for (off, bytes) in ranges {
+                out.extend_from_slice(&off.to_le_bytes());
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(bytes);
+            }
+        }
+    }
+}
+
+/// Decodes a payload written by a mini-transaction commit: `(page size, changes)`.
+pub fn decode_page_changes(payload: &[u8]) -> Option<(usize, Vec<(PageId, PageChange)>)> {
+    let mut pos = 0;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = payload.get(pos..pos + n)?;
+        pos += n;
+        Some(s)
+    };
+    let u32_ = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4"));
+    let page_size = u32_(take(4)?) as usize;
+    let count = u32_(take(4)?) as usize;
+    let mut changes = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let file = u32_(take(4)?);
+        let page = u64::from_le_bytes(take(8)?.try_into().ok()?);
+        let kind = take(1)?[0];
+        let change = match kind {
+            1 => {
+                let n = u32_(take(4)?) as usize;
+                if n != page_size - PAGE_TRAILER_BYTES {
+                    return None;
+                }
+                PageChange::FullImage(take(n)?.to_vec())
+            }
+            2 => {
+                let n = u32_(take(4)?) as usize;
+                let mut ranges = Vec::with_capacity(n.min(4096));
+                for _ in 0..n {
+                    let off = u32_(take(4)?);
+                    let len = u32_(take(4)?) as usize;
+                    if off as usize + len > page_size - PAGE_TRAILER_BYTES {
+                        return None;
+                    }
+                    ranges.push((off, take(len)?.to_vec()));
+                }
+                PageChange::Ranges(ranges)
+            }
+            _ => return None,
+        };
+        changes.push((PageId::new(file, page), change));
+    }
+    if pos != payload.len() {
+        return None;
+    }
+    Some((page_size, changes))
+}
+
+/// Applies a logged change to `page` (a full page buffer) and stamps `lsn`.
+pub fn apply_page_change(page: &mut [u8], change: &PageChange, lsn: u64) {
+    match change {
+        PageChange::FullImage(img) => page[..img.len()].copy_from_slice(img),
+        PageChange::Ranges(ranges) => {
+            for (off, bytes) in ranges {
+                let o = *off as usize;
+                page[o..o + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+    }
+    PageHeader::set_lsn(page, lsn);
+}
+
+/// Chooses how to log a page: a full image when it is new or its LSN is below the horizon
+/// (its first change since the last checkpoint began), changed ranges otherwise.
+pub(crate) fn change_for(before: Option<&[u8]>, after: &[u8], horizon: u64) -> PageChange {
+    match before {
+        Some(b) if PageHeader::lsn_of(b) >= horizon => PageChange::Ranges(diff_ranges(b, after)),
+        _ => PageChange::FullImage(after[..after.len() - PAGE_TRAILER_BYTES].to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::Rng;
+
+    #[test]
+    fn diffs_reproduce_the_after_image() {
+        for seed in 0..200 {
+            let mut rng = Rng::new(seed);
+            let mut before = vec![0u8; 4096];
+            rng.fill(&mut before);
+            let mut after = before.clone();
+            for _ in 0..rng.below(20) {
+                let at = rng.below(4096 - 4) as usize;
+                let len = (rng.below(64) as usize).min(4092 - at);
+                rng.fill(&mut after[at..at + len]);
+            }
+            after[24..32].copy_from_slice(&[9; 8]); // LSN changes are not logged
+            let ranges = diff_ranges(&before, &after);
+            let mut redo = before.clone();
+            apply_page_change(&mut redo, &PageChange::Ranges(ranges.clone()), 77);
+            assert_eq!(&redo[..24], &after[..24], "seed {seed}");
+            assert_eq!(&redo[32..4092], &after[32..4092], "seed {seed}");
+            assert_eq!(PageHeader::lsn_of(&redo), 77);
+            let mut enc = 4096u32.to_le_bytes().to_vec();
+            enc.extend_from_slice(&1u32.to_le_bytes());
+            encode_page_change(&mut enc, PageId::new(3, 9), &PageChange::Ranges(ranges.clone()));
+            let (ps, dec) = decode_page_changes(&enc).unwrap();
+            assert_eq!(ps, 4096);
+            assert_eq!(dec, vec![(PageId::new(3, 9), PageChange::Ranges(ranges))]);
+        }
+    }
+
+    #[test]
+    fn truncated_payloads_do_not_decode() {
+        let mut enc = 4096u32.to_le_bytes().to_vec();
+        enc.extend_from_slice(&1u32.to_le_bytes());
+        encode_page_change(&mut enc, PageId::new(1, 2), &PageChange::FullImage(vec![5; 4092]));
+        assert!(decode_page_changes(&enc).is_some());
+        assert!(decode_page_changes(&enc[..enc.len() - 1]).is_none());
+    }
+}

@@ -1,0 +1,955 @@
+//! The buffer pool proper: page table, fix/unfix, GCLOCK victim selection, write-back.
+//!
+//! Owns: `BufferPool`, its partitions (one for SHR-k, one per thread slot for SEP), the
+//! registered files, and the page guards. See the module invariants in `buffer/mod.rs`.
+
+use super::frames::{stripe_of, FrameArena, PageKeyBuild, NO_PAGE};
+use super::mtr::{change_for, encode_page_change, PageLogger};
+use super::writer::WriterHandle;
+use super::{BufferPolicy, BufferStats, PageClass, PageId, PoolConfig, WalGate};
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, Device};
+use crate::page::{PageHeader, PageType};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+/// A registered file.
+struct FileEntry {
+    device: Arc<dyn Device>,
+    name: String,
+    next_page: AtomicU64,
+}
+
+/// One page-table lock (padded against false sharing).
+#[repr(align(128))]
+struct Stripe {
+    map: Mutex<HashMap<u64, u32, PageKeyBuild>>,
+}
+
+/// Hit counters sharded by thread slot, so counting a hit writes a cache line no other
+/// thread writes.
+const HIT_SHARDS: usize = 64;
+
+#[repr(align(128))]
+#[derive(Default)]
+struct PaddedCounter(AtomicU64);
+
+/// A set of frames with its own page table and clock hand.
+struct Partition {
+    arena: FrameArena,
+    stripes: Box<[Stripe]>,
+    hand: AtomicUsize,
+    hits: Box<[PaddedCounter]>,
+    misses: AtomicU64,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    background_writes: AtomicU64,
+    evictions: AtomicU64,
+    io_wait_ns: AtomicU64,
+    /// Frames currently being written back (at most one write-back per frame at a time).
+    writing: Box<[AtomicBool]>,
+}
+
+impl Partition {
+    fn new(page_size: usize, frames: usize, stripes: usize) -> Self {
+        Self {
+            arena: FrameArena::new(page_size, frames),
+            stripes: (0..stripes).map(|_| Stripe { map: Mutex::new(HashMap::default()) }).collect(),
+            hand: AtomicUsize::new(0),
+            hits: (0..HIT_SHARDS).map(|_| PaddedCounter::default()).collect(),
+            misses: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            background_writes: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            io_wait_ns: AtomicU64::new(0),
+            writing: (0..frames).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    fn stripe(&self, key: u64) -> &Stripe {
+        &self.stripes[stripe_of(key, self.stripes.len())]
+    }
+
+    fn unpin(&self, i: usize) {
+        let prev = self.arena.frames[i].pins.fetch_sub(1, AcqRel);
+        assert!(prev > 0, "unpin of unpinned frame {i}");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// Private copy buffer for write-back (sealing must not modify a page others may read).
+    static SCRATCH: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+    /// This thread's slot for SEP partition choice.
+    static THREAD_SLOT: usize = NEXT_THREAD_SLOT.fetch_add(1, Relaxed);
+}
+static NEXT_THREAD_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+/// A buffer pool over one or more files of the same page size.
+pub struct BufferPool {
+    config: PoolConfig,
+    parts: Box<[Partition]>,
+    files: RwLock<Vec<Option<Arc<FileEntry>>>>,
+    gate: RwLock<Option<Arc<dyn WalGate>>>,
+    writer: Mutex<Option<WriterHandle>>,
+    /// The WAL hook receiving page changes, and this pool's tag in the log.
+    logger: std::sync::OnceLock<(Arc<dyn PageLogger>, u8)>,
+    /// Set when a page change could not be logged outside a mini-transaction.
+    log_failure: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferPool").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// A shared (read) fix of a page. The page stays resident and unchanged while the guard lives.
+pub struct PageRef<'a> {
+    part: &'a Partition,
+    frame: usize,
+    pid: PageId,
+    latch: Option<RwLockReadGuard<'a, ()>>,
+}
+
+/// An exclusive (write) fix of a page. Mutable access marks the page dirty.
+pub struct PageMut<'a> {
+    pool: &'a BufferPool,
+    part: &'a Partition,
+    frame: usize,
+    pid: PageId,
+    modified: bool,
+    /// Copy of the page as fixed (only while the pool logs changes; `None` for a new page).
+    before: Option<Box<[u8]>>,
+    latch: Option<RwLockWriteGuard<'a, ()>>,
+}
+
+impl PageRef<'_> {
+    /// The page this guard fixes.
+    pub fn page_id(&self) -> PageId {
+        self.pid
+    }
+}
+
+impl Deref for PageRef<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold the frame's latch shared and a pin.
+        unsafe { self.part.arena.bytes(self.frame) }
+    }
+}
+
+impl Drop for PageRef<'_> {
+    fn drop(&mut self) {
+        self.latch.take();
+        self.part.unpin(self.frame);
+    }
+}
+
+impl PageMut<'_> {
+    /// The page this guard fixes.
+    pub fn page_id(&self) -> PageId {
+        self.pid
+    }
+
+    /// Records the LSN of the change just made (the WAL rule uses it at write-back).
+    pub fn set_lsn(&mut self, lsn: u64) {
+        PageHeader::set_lsn(self, lsn);
+    }
+}
+
+impl Deref for PageMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: we hold the frame's latch exclusively and a pin.
+        unsafe { self.part.arena.bytes(self.frame) }
+    }
+}
+
+impl DerefMut for PageMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.modified = true;
+        // SAFETY: we hold the frame's latch exclusively and a pin; &mut self prevents aliasing.
+        unsafe { self.part.arena.bytes_mut(self.frame) }
+    }
+}
+
+impl Drop for PageMut<'_> {
+    fn drop(&mut self) {
+        if self.modified && self.pool.logger.get().is_some() {
+            let latch = self.latch.take().expect("latch held until drop");
+            // SAFETY (lifetime erasure): the guard borrows a latch inside `self.pool`. It is
+            // stored in this thread's open mini-transaction for that pool, which borrows the
+            // pool too and releases every stored guard when it ends, so the latch outlives it.
+            let latch: RwLockWriteGuard<'static, ()> = unsafe { std::mem::transmute(latch) };
+            let d = Deferred {
+                part: self.part as *const Partition,
+                frame: self.frame,
+                pid: self.pid,
+                before: self.before.take(),
+                latch,
+            };
+            self.pool.defer_change(d);
+            return;
+        }
+        if self.modified {
+            // Set before the pin is released so an evictor that sees pins == 0 sees dirty too.
+            self.part.arena.frames[self.frame].dirty.store(true, Release);
+        }
+        self.latch.take();
+        self.part.unpin(self.frame);
+    }
+}
+
+enum FixMode {
+    Shared,
+    Exclusive,
+}
+
+enum Fixed<'a> {
+    Shared(PageRef<'a>),
+    Exclusive(PageMut<'a>),
+}
+
+impl BufferPool {
+    /// Creates a pool; allocates all frame memory now.
+    pub fn new(config: PoolConfig) -> Result<Arc<Self>> {
+        config.validate()?;
+        let parts: Box<[Partition]> = match config.policy {
+            BufferPolicy::Shared { stripes } => {
+                vec![Partition::new(config.page_size, config.frames, stripes)].into_boxed_slice()
+            }
+            BufferPolicy::Separated { partitions } => (0..partitions)
+                .map(|_| Partition::new(config.page_size, config.frames / partitions, 1))
+                .collect(),
+        };
+        let pool = Arc::new(Self {
+            config,
+            parts,
+            files: RwLock::new(Vec::new()),
+            gate: RwLock::new(None),
+            writer: Mutex::new(None),
+            logger: std::sync::OnceLock::new(),
+            log_failure: Mutex::new(None),
+        });
+        if let Some(bw) = pool.config.background_writer {
+            *lock(&pool.writer) = Some(WriterHandle::start(Arc::downgrade(&pool), bw));
+        }
+        Ok(pool)
+    }
+
+    /// The configuration the pool was created with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.config.page_size
+    }
+
+    /// Bytes of frame memory allocated.
+    pub fn memory_bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.arena.bytes_total()).sum()
+    }
+
+    /// Makes `device` available as file `file_id`. Its current size decides how many pages
+    /// exist; [`BufferPool::allocate`] appends more.
+    pub fn register_file(&self, file_id: u32, device: Arc<dyn Device>) -> Result<()> {
+        let pages = device.capacity() / self.config.page_size as u64;
+        let name = device.info().name;
+        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
+        let idx = file_id as usize;
+        if files.len() <= idx {
+            files.resize_with(idx + 1, || None);
+        }
+        if files[idx].is_some() {
+            return Err(Error::AlreadyExists(format!("file id {file_id} is already registered")));
+        }
+        files[idx] = Some(Arc::new(FileEntry { device, name, next_page: AtomicU64::new(pages) }));
+        Ok(())
+    }
+
+    /// Number of pages file `file_id` has (including allocated pages not yet written).
+    pub fn file_pages(&self, file_id: u32) -> Result<u64> {
+        Ok(self.file(file_id)?.next_page.load(Acquire))
+    }
+
+    /// Installs the WAL rule hook consulted before every write-back.
+    pub fn set_wal_gate(&self, gate: Arc<dyn WalGate>) {
+        *self.gate.write().unwrap_or_else(|e| e.into_inner()) = Some(gate);
+    }
+
+    fn file(&self, file_id: u32) -> Result<Arc<FileEntry>> {
+        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
+        files.get(file_id as usize).and_then(|f| f.clone()).ok_or_else(|| {
+            Error::NotFound(format!("file id {file_id} is not registered with the buffer pool"))
+        })
+    }
+
+    fn partition(&self) -> &Partition {
+        if self.parts.len() == 1 {
+            &self.parts[0]
+        } else {
+            &self.parts[THREAD_SLOT.with(|s| *s) % self.parts.len()]
+        }
+    }
+
+    fn weight(&self, class: PageClass) -> u32 {
+        match class {
+            PageClass::Data => self.config.data_weight,
+            PageClass::Index => self.config.index_weight,
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if let BufferPolicy::Separated { .. } = self.config.policy {
+            return Err(Error::InvalidArgument(
+                "the SEP buffer policy is read-only (seed 004 uses it for scans); use SHR-k to modify pages"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Fixes a page for reading.
+    pub fn fix(&self, pid: PageId, class: PageClass) -> Result<PageRef<'_>> {
+        match self.fix_mode(pid, class, FixMode::Shared)? {
+            Fixed::Shared(g) => Ok(g),
+            Fixed::Exclusive(_) => unreachable!("shared fix returned an exclusive guard"),
+        }
+    }
+
+    /// Fixes a page for writing.
+    pub fn fix_mut(&self, pid: PageId, class: PageClass) -> Result<PageMut<'_>> {
+        self.check_writable()?;
+        match self.fix_mode(pid, class, FixMode::Exclusive)? {
+            Fixed::Exclusive(g) => Ok(g),
+            Fixed::Shared(_) => unreachable!("exclusive fix returned a shared guard"),
+        }
+    }
+
+    fn fix_mode(&self, pid: PageId, class: PageClass, mode: FixMode) -> Result<Fixed<'_>> {
+        let part = self.partition();
+        let key = pid.key();
+        loop {
+            let i = self.pin_page(part, pid, class)?;
+            let f = &part.arena.frames[i];
+            let fixed = match mode {
+                FixMode::Shared => {
+                    let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
+                    Fixed::Shared(PageRef { part, frame: i, pid, latch: Some(g) })
+                }
+                FixMode::Exclusive => {
+                    let g = f.latch.write().unwrap_or_else(|e| e.into_inner());
+                    let before = self.logger.get().map(|_| {
+                        // SAFETY: we hold the frame's write latch.
+                        Box::<[u8]>::from(unsafe { part.arena.bytes(i) })
+                    });
+                    Fixed::Exclusive(PageMut {
+                        pool: self,
+                        part,
+                        frame: i,
+                        pid,
+                        modified: false,
+                        before,
+                        latch: Some(g),
+                    })
+                }
+            };
+            // A failed load leaves the frame invalid; the guard's drop unpins it. Retry.
+            if f.valid.load(Acquire) && f.page_key.load(Acquire) == key {
+                return Ok(fixed);
+            }
+        }
+    }
+
+    /// Returns a pinned frame holding `pid` (possibly still being loaded by another thread:
+    /// latch it and check `valid`).
+    fn pin_page(&self, part: &Partition, pid: PageId, class: PageClass) -> Result<usize> {
+        let key = pid.key();
+        let stripe = part.stripe(key);
+        loop {
+            {
+                let map = lock(&stripe.map);
+                if let Some(&i) = map.get(&key) {
+                    let f = &part.arena.frames[i as usize];
+                    f.pins.fetch_add(1, AcqRel);
+                    drop(map);
+                    let w = self.weight(class);
+                    if f.usage.load(Relaxed) < w {
+                        f.usage.store(w, Relaxed);
+                    }
+                    part.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+                    return Ok(i as usize);
+                }
+            }
+            let file = self.file(pid.file)?;
+            let pages = file.next_page.load(Acquire);
+            if pid.page >= pages {
+                return Err(Error::InvalidArgument(format!(
+                    "page {} does not exist in {} (file {} has {pages} pages)",
+                    pid.page, file.name, pid.file
+                )));
+            }
+            let victim = self.claim_frame(part)?;
+            let f = &part.arena.frames[victim];
+            let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+            {
+                let mut map = lock(&stripe.map);
+                if map.contains_key(&key) {
+                    // Another thread loaded it meanwhile: give the frame back and take the hit.
+                    drop(map);
+                    drop(wl);
+                    part.unpin(victim);
+                    continue;
+                }
+                map.insert(key, victim as u32);
+                f.page_key.store(key, Release);
+            }
+            part.misses.fetch_add(1, Relaxed);
+            let offset = pid.page * self.config.page_size as u64;
+            // SAFETY: we hold the write latch of a frame we claimed.
+            let bytes = unsafe { part.arena.bytes_mut(victim) };
+            let start = Instant::now();
+            let loaded =
+                file.device.read_at(offset, bytes).map_err(Error::from).and_then(|()| {
+                    PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page).map(|_| ())
+                });
+            let end = Instant::now();
+            crate::trace::record(crate::trace::TraceKind::DataRead, start, end);
+            part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
+            part.reads.fetch_add(1, Relaxed);
+            match loaded {
+                Ok(()) => {
+                    f.usage.store(self.weight(class), Relaxed);
+                    f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+                    f.dirty.store(false, Relaxed);
+                    f.valid.store(true, Release);
+                    drop(wl);
+                    return Ok(victim);
+                }
+                Err(e) => {
+                    {
+                        let mut map = lock(&stripe.map);
+                        map.remove(&key);
+                        f.page_key.store(NO_PAGE, Release);
+                    }
+                    f.valid.store(false, Release);
+                    drop(wl);
+                    part.unpin(victim);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Finds a frame to reuse (GCLOCK) and returns it pinned once, mapped to no page.
+    fn claim_frame(&self, part: &Partition) -> Result<usize> {
+        let n = part.arena.len();
+        let max_weight = self.config.data_weight.max(self.config.index_weight) as usize;
+        let limit = n * (max_weight + 2) * 2 + 64;
+        for _ in 0..limit {
+            let i = part.hand.fetch_add(1, Relaxed) % n;
+            let f = &part.arena.frames[i];
+            if f.pins.load(Acquire) != 0 || f.sticky.load(Relaxed) {
+                continue;
+            }
+            let u = f.usage.load(Relaxed);
+            if u > 0 {
+                f.usage.store(u - 1, Relaxed);
+                continue;
+            }
+            let key = f.page_key.load(Acquire);
+            if key == NO_PAGE {
+                if f.pins.compare_exchange(0, 1, AcqRel, Acquire).is_ok() {
+                    if f.page_key.load(Acquire) == NO_PAGE {
+                        return Ok(i);
+                    }
+                    part.unpin(i);
+                }
+                continue;
+            }
+            if f.dirty.load(Acquire) {
+                self.write_back(part, i, key, false)?;
+                continue;
+            }
+            let stripe = part.stripe(key);
+            let mut map = lock(&stripe.map);
+            if f.page_key.load(Acquire) == key
+                && f.pins.load(Acquire) == 0
+                && !f.dirty.load(Acquire)
+                && !f.sticky.load(Relaxed)
+                && map.get(&key) == Some(&(i as u32))
+            {
+                map.remove(&key);
+                f.page_key.store(NO_PAGE, Release);
+                f.valid.store(false, Release);
+                f.pins.store(1, Release);
+                drop(map);
+                part.evictions.fetch_add(1, Relaxed);
+                return Ok(i);
+            }
+        }
+        Err(Error::ResourceExhausted(format!(
+            "buffer pool: no evictable frame among {n} (all pinned, sticky or being written); \
+             raise the buffer size or pin fewer pages"
+        )))
+    }
+
+    /// Writes frame `i` (holding `key`) back if it is dirty. Returns whether it wrote.
+    fn write_back(&self, part: &Partition, i: usize, key: u64, background: bool) -> Result<bool> {
+        let f = &part.arena.frames[i];
+        {
+            let map = lock(&part.stripe(key).map);
+            if f.page_key.load(Acquire) != key || map.get(&key) != Some(&(i as u32)) {
+                return Ok(false);
+            }
+            f.pins.fetch_add(1, AcqRel);
+        }
+        if part.writing[i].swap(true, AcqRel) {
+            part.unpin(i);
+            return Ok(false);
+        }
+        let result = self.write_back_pinned(part, i, key, background);
+        part.writing[i].store(false, Release);
+        part.unpin(i);
+        result
+    }
+
+    fn write_back_pinned(&self, part: &Partition, i: usize, key: u64, background: bool) -> Result<bool> {
+        let f = &part.arena.frames[i];
+        let pid = PageId::new((key >> 40) as u32, key & ((1 << 40) - 1));
+        let file = self.file(pid.file)?;
+        let page_size = self.config.page_size;
+        SCRATCH.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            let scratch = slot.get_or_insert_with(|| AlignedBuf::new(65536));
+            let copy = &mut scratch[..page_size];
+            {
+                // try_read: a thread holding this page exclusively may itself be waiting for a
+                // frame; never block on it (the caller moves on or retries).
+                let _rl = match f.latch.try_read() {
+                    Ok(g) => g,
+                    Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+                };
+                if !f.dirty.swap(false, AcqRel) {
+                    return Ok(false);
+                }
+                // SAFETY: we hold the latch shared and a pin.
+                copy.copy_from_slice(unsafe { part.arena.bytes(i) });
+            }
+            let lsn = PageHeader::lsn_of(copy);
+            let gate = self.gate.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(gate) = gate {
+                if let Err(e) = gate.ensure_durable(lsn) {
+                    f.dirty.store(true, Release);
+                    return Err(e);
+                }
+            }
+            PageHeader::seal(copy);
+            let offset = pid.page * page_size as u64;
+            let start = Instant::now();
+            let r = file.device.write_at(offset, copy);
+            let end = Instant::now();
+            crate::trace::record(crate::trace::TraceKind::DataWrite, start, end);
+            part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
+            match r {
+                Ok(()) => {
+                    part.writes.fetch_add(1, Relaxed);
+                    if background {
+                        part.background_writes.fetch_add(1, Relaxed);
+                    }
+                    Ok(true)
+                }
+                Err(e) => {
+                    f.dirty.store(true, Release);
+                    Err(e.into())
+                }
+            }
+        })
+    }
+
+    /// Reads the non-resident pages among `pages` of file `file_id` with one batched device
+    /// submission (many reads in flight), so that later fixes hit. Pages already resident are
+    /// skipped; pages past the end of the file are ignored. Returns how many pages were read.
+    ///
+    /// Used by scans for read-ahead; under SEP it fills the calling thread's partition.
+    pub fn prefetch(&self, file_id: u32, pages: std::ops::Range<u64>, class: PageClass) -> Result<usize> {
+        let file = self.file(file_id)?;
+        let end = pages.end.min(file.next_page.load(Acquire));
+        let part = self.partition();
+        // Claim and map a frame for every missing page; hold each frame's write latch until
+        // its read is verified so concurrent fixes of those pages wait for the data.
+        let mut claimed: Vec<(usize, PageId, RwLockWriteGuard<'_, ()>)> = Vec::new();
+        let mut failure = None;
+        for page in pages.start..end {
+            let pid = PageId::new(file_id, page);
+            let key = pid.key();
+            if lock(&part.stripe(key).map).contains_key(&key) {
+                continue;
+            }
+            let victim = match self.claim_frame(part) {
+                Ok(v) => v,
+                // Out of frames: read-ahead is advice, read what we have.
+                Err(Error::ResourceExhausted(_)) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let f = &part.arena.frames[victim];
+            let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+            let mut map = lock(&part.stripe(key).map);
+            if map.contains_key(&key) {
+                drop(map);
+                drop(wl);
+                part.unpin(victim);
+                continue;
+            }
+            map.insert(key, victim as u32);
+            f.page_key.store(key, Release);
+            drop(map);
+            claimed.push((victim, pid, wl));
+        }
+        let page_size = self.config.page_size as u64;
+        let start = Instant::now();
+        let io_result = {
+            let mut reqs: Vec<crate::io::IoRequest<'_>> = claimed
+                .iter()
+                .map(|(i, pid, _)| crate::io::IoRequest::Read {
+                    offset: pid.page * page_size,
+                    // SAFETY: we hold the write latch of each claimed frame, and frames are
+                    // distinct, so these slices do not alias.
+                    buf: unsafe { part.arena.bytes_mut(*i) },
+                })
+                .collect();
+            if reqs.is_empty() {
+                Ok(())
+            } else {
+                file.device.submit_batch(&mut reqs)
+            }
+        };
+        let end_t = Instant::now();
+        crate::trace::record(crate::trace::TraceKind::DataRead, start, end_t);
+        part.io_wait_ns.fetch_add((end_t - start).as_nanos() as u64, Relaxed);
+        part.reads.fetch_add(claimed.len() as u64, Relaxed);
+        part.misses.fetch_add(claimed.len() as u64, Relaxed);
+        let mut first_err: Option<Error> = io_result.err().map(Error::from);
+        let read = claimed.len();
+        for (i, pid, wl) in claimed {
+            let f = &part.arena.frames[i];
+            let offset = pid.page * page_size;
+            // SAFETY: we still hold the frame's write latch.
+            let bytes = unsafe { part.arena.bytes(i) };
+            let verified = if first_err.is_some() {
+                Err(None)
+            } else {
+                PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page).map_err(Some)
+            };
+            match verified {
+                Ok(_) => {
+                    f.usage.store(self.weight(class), Relaxed);
+                    f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+                    f.dirty.store(false, Relaxed);
+                    f.valid.store(true, Release);
+                }
+                Err(e) => {
+                    if let Some(e) = e {
+                        first_err.get_or_insert(e);
+                    }
+                    let key = pid.key();
+                    let mut map = lock(&part.stripe(key).map);
+                    map.remove(&key);
+                    f.page_key.store(NO_PAGE, Release);
+                    f.valid.store(false, Release);
+                }
+            }
+            drop(wl);
+            part.unpin(i);
+        }
+        match (first_err, failure) {
+            (Some(e), _) | (None, Some(e)) => Err(e),
+            (None, None) => Ok(read),
+        }
+    }
+
+    /// Appends a new page to file `file_id`, initialised with a header of `page_type`, and
+    /// returns it fixed for writing (already dirty).
+    pub fn allocate(&self, file_id: u32, class: PageClass, page_type: PageType) -> Result<PageMut<'_>> {
+        self.check_writable()?;
+        let file = self.file(file_id)?;
+        let part = self.partition();
+        let victim = self.claim_frame(part)?;
+        let page_no = file.next_page.fetch_add(1, AcqRel);
+        let pid = PageId::new(file_id, page_no);
+        let key = pid.key();
+        let f = &part.arena.frames[victim];
+        let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: we hold the write latch of a frame we claimed.
+        let bytes = unsafe { part.arena.bytes_mut(victim) };
+        bytes.fill(0);
+        PageHeader::init(bytes, page_type, file_id, page_no);
+        {
+            let mut map = lock(&part.stripe(key).map);
+            let prev = map.insert(key, victim as u32);
+            assert!(prev.is_none(), "new page {pid} was already mapped");
+            f.page_key.store(key, Release);
+        }
+        f.usage.store(self.weight(class), Relaxed);
+        f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+        f.valid.store(true, Release);
+        Ok(PageMut { pool: self, part, frame: victim, pid, modified: true, before: None, latch: Some(wl) })
+    }
+
+    /// Writes every dirty page, then syncs every registered file.
+    pub fn flush_all(&self) -> Result<()> {
+        for part in self.parts.iter() {
+            for i in 0..part.arena.len() {
+                loop {
+                    let f = &part.arena.frames[i];
+                    let key = f.page_key.load(Acquire);
+                    if key == NO_PAGE || !f.dirty.load(Acquire) {
+                        break;
+                    }
+                    if !self.write_back(part, i, key, false)? {
+                        // Another thread is writing it (or it moved): wait for that to finish.
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        let files: Vec<Arc<FileEntry>> =
+            self.files.read().unwrap_or_else(|e| e.into_inner()).iter().flatten().cloned().collect();
+        for file in files {
+            file.device.sync()?;
+        }
+        Ok(())
+    }
+
+    /// One background-writer sweep: writes dirty, unpinned pages just ahead of each clock hand.
+    pub(crate) fn background_sweep(&self, frames_per_sweep: usize) -> Result<usize> {
+        let mut written = 0;
+        for part in self.parts.iter() {
+            let n = part.arena.len();
+            let hand = part.hand.load(Relaxed);
+            for k in 0..frames_per_sweep.min(n) {
+                let i = (hand + k) % n;
+                let f = &part.arena.frames[i];
+                let key = f.page_key.load(Acquire);
+                if key != NO_PAGE && f.dirty.load(Acquire) && f.pins.load(Acquire) == 0 {
+                    written += usize::from(self.write_back(part, i, key, true)?);
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// Counters summed over partitions.
+    pub fn stats(&self) -> BufferStats {
+        let mut s = BufferStats::default();
+        for p in self.parts.iter() {
+            s.hits += p.hits.iter().map(|c| c.0.load(Relaxed)).sum::<u64>();
+            s.misses += p.misses.load(Relaxed);
+            s.reads += p.reads.load(Relaxed);
+            s.writes += p.writes.load(Relaxed);
+            s.background_writes += p.background_writes.load(Relaxed);
+            s.evictions += p.evictions.load(Relaxed);
+            s.io_wait_ns += p.io_wait_ns.load(Relaxed);
+        }
+        s
+    }
+
+    /// Number of frames currently holding a page.
+    pub fn resident_pages(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| p.arena.frames.iter().filter(|f| f.page_key.load(Relaxed) != NO_PAGE).count())
+            .sum()
+    }
+
+    /// The last error the background writer hit, if any.
+    pub fn background_writer_error(&self) -> Option<String> {
+        lock(&self.writer).as_ref().and_then(|w| w.last_error())
+    }
+}
+
+/// A page changed inside a mini-transaction, still latched and pinned.
+struct Deferred {
+    part: *const Partition,
+    frame: usize,
+    pid: PageId,
+    before: Option<Box<[u8]>>,
+    latch: RwLockWriteGuard<'static, ()>,
+}
+
+struct OpenMtr {
+    pool: *const BufferPool,
+    depth: usize,
+    pages: Vec<Deferred>,
+}
+
+thread_local! {
+    static OPEN_MTRS: RefCell<Vec<OpenMtr>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An open mini-transaction on one pool: every page changed while it is open is logged in one
+/// record when it commits, and restored if it ends without committing. Nested scopes on the
+/// same pool join the outermost one.
+#[must_use = "a mini-transaction must be committed, or its changes are rolled back"]
+pub struct Mtr<'a> {
+    pool: &'a BufferPool,
+    done: bool,
+}
+
+impl Mtr<'_> {
+    /// Logs the changes (when this is the outermost scope) and releases the pages.
+    pub fn commit(mut self) -> Result<()> {
+        self.done = true;
+        self.pool.end_mtr(true)
+    }
+}
+
+impl Drop for Mtr<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.pool.end_mtr(false);
+        }
+    }
+}
+
+impl BufferPool {
+    /// Installs the WAL hook: from now on every page change is logged (see [`Mtr`]). `tag`
+    /// names this pool in the log. Can be set once.
+    pub fn set_page_logger(&self, logger: Arc<dyn PageLogger>, tag: u8) -> Result<()> {
+        self.logger
+            .set((logger, tag))
+            .map_err(|_| Error::InvalidArgument("the buffer pool already has a page logger".into()))
+    }
+
+    /// True when page changes are logged.
+    pub fn is_logging(&self) -> bool {
+        self.logger.get().is_some()
+    }
+
+    /// Opens (or joins) this thread's mini-transaction on this pool.
+    pub fn begin_mtr(&self) -> Mtr<'_> {
+        let me = self as *const BufferPool;
+        OPEN_MTRS.with(|m| {
+            let mut m = m.borrow_mut();
+            match m.iter_mut().find(|o| o.pool == me) {
+                Some(o) => o.depth += 1,
+                None => m.push(OpenMtr { pool: me, depth: 1, pages: Vec::new() }),
+            }
+        });
+        Mtr { pool: self, done: false }
+    }
+
+    /// The failure that poisoned logging outside a mini-transaction, if any.
+    pub fn log_failure(&self) -> Option<String> {
+        lock(&self.log_failure).clone()
+    }
+
+    fn defer_change(&self, d: Deferred) {
+        let me = self as *const BufferPool;
+        let orphan = OPEN_MTRS.with(|m| {
+            let mut m = m.borrow_mut();
+            match m.iter_mut().find(|o| o.pool == me) {
+                Some(o) => {
+                    o.pages.push(d);
+                    None
+                }
+                None => Some(d),
+            }
+        });
+        if let Some(d) = orphan {
+            // A change outside any mini-transaction: log it on its own.
+            if let Err(e) = self.finish_changes(vec![d], true) {
+                *lock(&self.log_failure) = Some(e.to_string());
+            }
+        }
+    }
+
+    fn end_mtr(&self, commit: bool) -> Result<()> {
+        let me = self as *const BufferPool;
+        let pages = OPEN_MTRS.with(|m| {
+            let mut m = m.borrow_mut();
+            let idx = m.iter().position(|o| o.pool == me).expect("mini-transaction scope is open");
+            m[idx].depth -= 1;
+            if m[idx].depth > 0 {
+                return None;
+            }
+            Some(m.remove(idx).pages)
+        });
+        match pages {
+            None if commit => Ok(()),
+            None => Err(Error::InvalidArgument("inner mini-transaction scope ended without commit".into())),
+            Some(pages) => self.finish_changes(pages, commit),
+        }
+    }
+
+    /// Logs (or rolls back) deferred changes, then releases their latches and pins.
+    fn finish_changes(&self, pages: Vec<Deferred>, commit: bool) -> Result<()> {
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let result =
+            if commit { self.log_changes(&pages) } else { Err(Error::InvalidArgument("rolled back".into())) };
+        for d in pages {
+            // SAFETY: `d.part` points into `self.parts`, alive while `self` is.
+            let part = unsafe { &*d.part };
+            let f = &part.arena.frames[d.frame];
+            match (&result, &d.before) {
+                (Ok(lsn), _) => {
+                    // SAFETY: the deferred guard still holds the frame's write latch.
+                    PageHeader::set_lsn(unsafe { part.arena.bytes_mut(d.frame) }, *lsn);
+                    f.dirty.store(true, Release);
+                }
+                (Err(_), Some(before)) => {
+                    // SAFETY: as above.
+                    unsafe { part.arena.bytes_mut(d.frame) }.copy_from_slice(before);
+                }
+                // A new page cannot be un-allocated: it stays, unreferenced and unlogged.
+                (Err(_), None) => f.dirty.store(true, Release),
+            }
+            drop(d.latch);
+            part.unpin(d.frame);
+        }
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if commit => Err(e),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn log_changes(&self, pages: &[Deferred]) -> Result<u64> {
+        let (logger, tag) = self.logger.get().expect("changes are deferred only while logging");
+        let horizon = logger.full_image_horizon();
+        let mut payload = Vec::with_capacity(64 + pages.len() * 64);
+        payload.extend_from_slice(&(self.config.page_size as u32).to_le_bytes());
+        payload.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+        for d in pages {
+            // SAFETY: `d.part` is alive (see finish_changes); the latch is held.
+            let after = unsafe { (*d.part).arena.bytes(d.frame) };
+            encode_page_change(&mut payload, d.pid, &change_for(d.before.as_deref(), after, horizon));
+        }
+        logger.log_page_changes(*tag, &payload)
+    }
+}
+
+impl Drop for BufferPool {
+    fn drop(&mut self) {
+        if let Some(w) = lock(&self.writer).take() {
+            w.stop();
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Buffer manager tests: model-based with constant eviction, corruption, I/O errors,
+//! concurrency, policies, pinning, the WAL gate and the background writer.
+
+use super::*;
+use crate::io::MemDevice;
+use crate::page::{PageHeader, PageType, PAGE_HEADER_BYTES};
+use crate::util::testing::FlakyDevice;
+use crate::util::Rng;
+use crate::Error;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const PS: usize = 4096;
+
+fn pool(frames: usize, policy: BufferPolicy) -> (Arc<BufferPool>, Arc<MemDevice>) {
+    let mut cfg = PoolConfig::new(PS, frames);
+    cfg.policy = policy;
+    let pool = BufferPool::new(cfg).unwrap();
+    let dev = Arc::new(MemDevice::new("test.db"));
+    pool.register_file(0, dev.clone()).unwrap();
+    (pool, dev)
+}
+
+fn body_u64(page: &[u8]) -> u64 {
+    u64::from_le_bytes(page[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8].try_into().unwrap())
+}
+fn set_body_u64(page: &mut [u8], v: u64) {
+    page[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+#[test]
+fn model_based_with_constant_eviction() {
+    for seed in 0..20u64 {
+        let mut rng = Rng::new(seed);
+        let (pool, _) = pool(4, BufferPolicy::Shared { stripes: 2 });
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        for step in 0..400 {
+            let op = rng.below(10);
+            if op < 2 || model.is_empty() {
+                let mut g = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+                let v = rng.next_u64();
+                set_body_u64(&mut g, v);
+                model.insert(g.page_id().page, v);
+            } else if op < 6 {
+                let p = rng.below(model.len() as u64);
+                let g = pool.fix(PageId::new(0, p), PageClass::Data).unwrap();
+                assert_eq!(body_u64(&g), model[&p], "seed {seed} step {step} page {p}");
+            } else {
+                let p = rng.below(model.len() as u64);
+                let mut g = pool.fix_mut(PageId::new(0, p), PageClass::Data).unwrap();
+                let v = rng.next_u64();
+                set_body_u64(&mut g, v);
+                model.insert(p, v);
+            }
+        }
+        let s = pool.stats();
+        assert!(s.evictions > 100 && s.reads > 100 && s.writes > 50, "seed {seed}: {s:?}");
+        pool.flush_all().unwrap();
+        for (&p, &v) in &model {
+            let g = pool.fix(PageId::new(0, p), PageClass::Data).unwrap();
+            assert_eq!(body_u64(&g), v);
+        }
+    }
+}
+
+#[test]
+fn corrupted_page_is_reported_with_file_and_page() {
+    let (pool, dev) = pool(2, BufferPolicy::Shared { stripes: 1 });
+    for _ in 0..4 {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    pool.flush_all().unwrap();
+    // Evict page 1 by touching others, then flip a byte of it on the device.
+    for p in [2, 3, 0, 2, 3] {
+        drop(pool.fix(PageId::new(0, p), PageClass::Data).unwrap());
+    }
+    let mut img = dev.snapshot();
+    img[PS + 1000] ^= 0x40;
+    dev.restore(img);
+    let err = pool.fix(PageId::new(0, 1), PageClass::Data).err().expect("corruption must be detected");
+    match &err {
+        Error::Corruption { file, offset, detail } => {
+            assert_eq!(file, "test.db");
+            assert_eq!(*offset, PS as u64);
+            assert!(detail.contains("page 1"), "{detail}");
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+    // The pool is still usable.
+    drop(pool.fix(PageId::new(0, 2), PageClass::Data).unwrap());
+}
+
+#[test]
+fn missing_page_and_unknown_file_are_clear_errors() {
+    let (pool, _) = pool(2, BufferPolicy::Shared { stripes: 1 });
+    let e = pool.fix(PageId::new(0, 5), PageClass::Data).err().unwrap().to_string();
+    assert!(e.contains("page 5 does not exist"), "{e}");
+    let e = pool.fix(PageId::new(9, 0), PageClass::Data).err().unwrap().to_string();
+    assert!(e.contains("file id 9"), "{e}");
+}
+
+#[test]
+fn io_errors_surface_typed_and_lose_nothing() {
+    for seed in 0..10u64 {
+        let mut rng = Rng::new(seed);
+        let pool = BufferPool::new(PoolConfig::new(PS, 3)).unwrap();
+        let dev = Arc::new(FlakyDevice::new("flaky"));
+        pool.register_file(0, dev.clone()).unwrap();
+        let mut model = BTreeMap::new();
+        for p in 0..8u64 {
+            let mut g = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+            set_body_u64(&mut g, p * 10);
+            model.insert(p, p * 10);
+        }
+        let mut failures = 0;
+        for step in 0..300 {
+            dev.fail_reads.store(rng.chance(0.2), Ordering::SeqCst);
+            dev.fail_writes.store(rng.chance(0.2), Ordering::SeqCst);
+            let p = rng.below(8);
+            if rng.chance(0.5) {
+                match pool.fix(PageId::new(0, p), PageClass::Data) {
+                    Ok(g) => assert_eq!(body_u64(&g), model[&p], "seed {seed} step {step}"),
+                    Err(Error::Io(e)) => {
+                        assert_eq!(e.raw_os_error(), Some(5));
+                        failures += 1;
+                    }
+                    Err(e) => panic!("seed {seed} step {step}: unexpected {e}"),
+                }
+            } else {
+                match pool.fix_mut(PageId::new(0, p), PageClass::Data) {
+                    Ok(mut g) => {
+                        let v = rng.next_u64();
+                        set_body_u64(&mut g, v);
+                        model.insert(p, v);
+                    }
+                    Err(Error::Io(_)) => failures += 1,
+                    Err(e) => panic!("seed {seed} step {step}: unexpected {e}"),
+                }
+            }
+        }
+        assert!(failures > 0, "seed {seed}: no fault was hit");
+        dev.fail_reads.store(false, Ordering::SeqCst);
+        dev.fail_writes.store(false, Ordering::SeqCst);
+        for (&p, &v) in &model {
+            let g = pool.fix(PageId::new(0, p), PageClass::Data).unwrap();
+            assert_eq!(body_u64(&g), v, "seed {seed}: page {p} lost its last update");
+        }
+    }
+}
+
+#[test]
+fn concurrent_increments_are_not_lost() {
+    let (pool, _) = pool(6, BufferPolicy::Shared { stripes: 4 });
+    const PAGES: u64 = 16;
+    for _ in 0..PAGES {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    let threads = 4;
+    let per_thread = 2000;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let pool = &pool;
+            s.spawn(move || {
+                let mut rng = Rng::new(t);
+                for _ in 0..per_thread {
+                    let p = rng.below(PAGES);
+                    let mut g = pool.fix_mut(PageId::new(0, p), PageClass::Data).unwrap();
+                    let v = body_u64(&g);
+                    set_body_u64(&mut g, v + 1);
+                    drop(g);
+                    let r = pool.fix(PageId::new(0, rng.below(PAGES)), PageClass::Data).unwrap();
+                    assert!(PageHeader::read(&r).is_some());
+                }
+            });
+        }
+    });
+    let total: u64 =
+        (0..PAGES).map(|p| body_u64(&pool.fix(PageId::new(0, p), PageClass::Data).unwrap())).sum();
+    assert_eq!(total, threads * per_thread);
+    assert!(pool.stats().evictions > 0);
+}
+
+#[test]
+fn separated_policy_reads_in_parallel_and_refuses_writes() {
+    let dev = Arc::new(MemDevice::new("sep.db"));
+    {
+        let pool2 = BufferPool::new(PoolConfig::new(PS, 8)).unwrap();
+        pool2.register_file(0, dev.clone()).unwrap();
+        for p in 0..32u64 {
+            let mut g = pool2.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+            set_body_u64(&mut g, p + 100);
+        }
+        pool2.flush_all().unwrap();
+    }
+    let mut cfg = PoolConfig::new(PS, 8);
+    cfg.policy = BufferPolicy::Separated { partitions: 2 };
+    let sep = BufferPool::new(cfg).unwrap();
+    sep.register_file(0, dev).unwrap();
+    assert!(matches!(sep.fix_mut(PageId::new(0, 0), PageClass::Data), Err(Error::InvalidArgument(_))));
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let sep = &sep;
+            s.spawn(move || {
+                for round in 0..3 {
+                    for p in 0..32u64 {
+                        let g = sep.fix(PageId::new(0, p), PageClass::Data).unwrap();
+                        assert_eq!(body_u64(&g), p + 100, "thread {t} round {round}");
+                    }
+                }
+            });
+        }
+    });
+    assert!(sep.stats().reads >= 64);
+}
+
+#[test]
+fn pinned_index_pages_stay_resident() {
+    let mut cfg = PoolConfig::new(PS, 8);
+    cfg.pin_index_pages = true;
+    let pool = BufferPool::new(cfg).unwrap();
+    pool.register_file(0, Arc::new(MemDevice::new("idx"))).unwrap();
+    pool.register_file(1, Arc::new(MemDevice::new("heap"))).unwrap();
+    for _ in 0..3 {
+        drop(pool.allocate(0, PageClass::Index, PageType::BtreeLeaf).unwrap());
+    }
+    for _ in 0..50 {
+        drop(pool.allocate(1, PageClass::Data, PageType::Heap).unwrap());
+    }
+    let before = pool.stats();
+    for p in 0..50u64 {
+        drop(pool.fix(PageId::new(1, p), PageClass::Data).unwrap());
+        drop(pool.fix(PageId::new(0, p % 3), PageClass::Index).unwrap());
+    }
+    let d = pool.stats().since(&before);
+    assert!(d.reads >= 40, "data pages must cycle through 5 frames: {d:?}");
+    assert_eq!(d.hits, 50, "all 50 index fixes must hit: {d:?}");
+}
+
+struct RecordingGate {
+    durable: AtomicU64,
+    max_asked: AtomicU64,
+}
+impl WalGate for RecordingGate {
+    fn ensure_durable(&self, lsn: u64) -> crate::Result<()> {
+        self.max_asked.fetch_max(lsn, Ordering::SeqCst);
+        self.durable.fetch_max(lsn, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn write_back_waits_for_the_log_to_cover_the_page_lsn() {
+    let (pool, dev) = pool(2, BufferPolicy::Shared { stripes: 1 });
+    let gate = Arc::new(RecordingGate { durable: AtomicU64::new(0), max_asked: AtomicU64::new(0) });
+    pool.set_wal_gate(gate.clone());
+    {
+        let mut g = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+        g.set_lsn(4242);
+    }
+    pool.flush_all().unwrap();
+    assert_eq!(gate.max_asked.load(Ordering::SeqCst), 4242);
+    let img = dev.snapshot();
+    assert_eq!(PageHeader::lsn_of(&img[..PS]), 4242);
+}
+
+#[test]
+fn background_writer_cleans_dirty_pages() {
+    let mut cfg = PoolConfig::new(PS, 16);
+    cfg.background_writer =
+        Some(BackgroundWriter { interval: std::time::Duration::from_millis(1), frames_per_sweep: 16 });
+    let pool = BufferPool::new(cfg).unwrap();
+    pool.register_file(0, Arc::new(MemDevice::new("bg"))).unwrap();
+    for _ in 0..8 {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    // Wait (bounded) for the writer to do its work; correctness does not depend on timing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pool.stats().background_writes < 8 && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert_eq!(pool.stats().background_writes, 8);
+    assert!(pool.background_writer_error().is_none());
+}
+
+#[test]
+fn exhausted_pool_is_a_clear_error() {
+    let (pool, _) = pool(2, BufferPolicy::Shared { stripes: 1 });
+    let _a = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+    let _b = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+    let e = pool.allocate(0, PageClass::Data, PageType::Heap).err().unwrap();
+    assert!(matches!(e, Error::ResourceExhausted(_)), "{e}");
+}
+
+#[test]
+fn policy_parsing_and_config_validation() {
+    assert_eq!(BufferPolicy::parse("SHR-512", 2), Some(BufferPolicy::Shared { stripes: 512 }));
+    assert_eq!(BufferPolicy::parse("sep", 3), Some(BufferPolicy::Separated { partitions: 3 }));
+    assert_eq!(BufferPolicy::parse("shr-0", 2), None);
+    let mut cfg = PoolConfig::new(3000, 8);
+    assert!(matches!(cfg.validate(), Err(Error::Config { ref key, .. }) if key == "page_size"));
+    cfg.page_size = 4096;
+    cfg.frames = 1;
+    assert!(matches!(cfg.validate(), Err(Error::Config { ref key, .. }) if key == "frames"));
+}
+
+#[test]
+fn prefetch_reads_missing_pages_in_one_batch_and_later_fixes_hit() {
+    let (pool, dev) = pool(16, BufferPolicy::Shared { stripes: 4 });
+    for p in 0..12u64 {
+        let mut g = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+        set_body_u64(&mut g, p * 7);
+    }
+    pool.flush_all().unwrap();
+    // A second pool over the same device starts cold.
+    let cold = BufferPool::new(PoolConfig::new(PS, 16)).unwrap();
+    cold.register_file(0, dev).unwrap();
+    drop(cold.fix(PageId::new(0, 3), PageClass::Data).unwrap());
+    let read = cold.prefetch(0, 0..20, PageClass::Data).unwrap();
+    assert_eq!(read, 11, "12 pages exist, one was resident");
+    let before = cold.stats();
+    for p in 0..12u64 {
+        assert_eq!(body_u64(&cold.fix(PageId::new(0, p), PageClass::Data).unwrap()), p * 7);
+    }
+    let d = cold.stats().since(&before);
+    assert_eq!((d.hits, d.misses), (12, 0));
+}
+
+#[test]
+fn prefetch_of_a_corrupt_page_reports_it_and_leaves_it_unmapped() {
+    let (pool, dev) = pool(8, BufferPolicy::Shared { stripes: 1 });
+    for _ in 0..4u64 {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    pool.flush_all().unwrap();
+    let mut img = dev.snapshot();
+    img[2 * PS + 99] ^= 1;
+    dev.restore(img);
+    let cold = BufferPool::new(PoolConfig::new(PS, 8)).unwrap();
+    cold.register_file(0, dev).unwrap();
+    assert!(matches!(cold.prefetch(0, 0..4, PageClass::Data), Err(Error::Corruption { .. })));
+    assert!(cold.fix(PageId::new(0, 1), PageClass::Data).is_ok());
+    assert!(matches!(cold.fix(PageId::new(0, 2), PageClass::Data), Err(Error::Corruption { .. })));
+}

@@ -1,0 +1,324 @@
+//! The embedded database handle.
+//!
+//! Owns: `Database` (open/create over a `Storage`, create and open tables, flush, stats),
+//! `Options`, and the mapping from tables to files: table `id` keeps its rows in device
+//! `t<id>.heap` (file `id` of the table pool) and its indexes in `t<id>.idx` (file `id` of the
+//! index pool); `catalog.nvdb` holds the catalog. Invariant: the catalog only names trees whose
+//! root pages have been written and synced.
+
+use crate::btree::BTree;
+use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
+use crate::table::{HeapFile, Schema, Table};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Name of the catalog device in a database directory.
+pub const CATALOG_FILE: &str = "catalog.nvdb";
+
+/// How much memory a buffer pool gets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BufferSize {
+    /// A fixed number of bytes.
+    Bytes(u64),
+    /// A percentage of the data present when the database is opened (at least 16 frames).
+    PercentOfData(f64),
+}
+
+/// Options for opening a database.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Page size of table (heap) files; fixed when the database is created.
+    pub table_page_size: usize,
+    /// Page size of index files; fixed when the database is created.
+    pub index_page_size: usize,
+    /// Memory for table pages.
+    pub table_buffer: BufferSize,
+    /// Memory for index pages.
+    pub index_buffer: BufferSize,
+    /// Buffer sharing policy of the table pool (the index pool is always shared).
+    pub policy: BufferPolicy,
+    /// Keep index pages resident once loaded ("all indexes cached").
+    pub pin_indexes: bool,
+    /// Optional background writer for the table pool.
+    pub background_writer: Option<BackgroundWriter>,
+    /// Create the database if the storage holds none.
+    pub create_if_missing: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            table_page_size: 16 * 1024,
+            index_page_size: 4 * 1024,
+            table_buffer: BufferSize::Bytes(64 << 20),
+            index_buffer: BufferSize::Bytes(64 << 20),
+            policy: BufferPolicy::Shared { stripes: 16 },
+            pin_indexes: true,
+            background_writer: None,
+            create_if_missing: true,
+        }
+    }
+}
+
+struct DbInner {
+    storage: Arc<dyn Storage>,
+    table_pool: Arc<BufferPool>,
+    index_pool: Arc<BufferPool>,
+    catalog: Mutex<(CatalogStore, CatalogData)>,
+    tables: RwLock<HashMap<String, Table>>,
+}
+
+/// An open database. Cheap to clone; all clones share the same state.
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<DbInner>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Database({})", self.inner.storage.location())
+    }
+}
+
+fn heap_name(id: u32) -> String {
+    format!("t{id}.heap")
+}
+fn index_name(id: u32) -> String {
+    format!("t{id}.idx")
+}
+
+fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) -> Result<usize> {
+    let bytes = match size {
+        BufferSize::Bytes(b) => b,
+        BufferSize::PercentOfData(p) => {
+            if !(p > 0.0 && p <= 1000.0) {
+                return Err(Error::Config {
+                    key: key.into(),
+                    detail: format!("{p}% is not a percentage in (0, 1000]"),
+                });
+            }
+            (data_bytes as f64 * p / 100.0) as u64
+        }
+    };
+    Ok(((bytes / page_size as u64) as usize).max(8))
+}
+
+impl Database {
+    /// Opens (or creates, per `options.create_if_missing`) the database in directory `path`,
+    /// with O_DIRECT files doing their I/O through io_uring (pread/pwrite where io_uring is
+    /// unavailable).
+    pub fn open(path: impl AsRef<std::path::Path>, options: Options) -> Result<Self> {
+        let path = path.as_ref();
+        if !path.exists() && !options.create_if_missing {
+            return Err(Error::NotFound(format!(
+                "no database at {} (create_if_missing is off)",
+                path.display()
+            )));
+        }
+        let storage = crate::io::DirStorage::new(path, crate::io::FileOptions::default())?;
+        Self::open_with_storage(Arc::new(storage), options)
+    }
+
+    /// Opens (or creates, per `options.create_if_missing`) the database held by `storage`.
+    pub fn open_with_storage(storage: Arc<dyn Storage>, options: Options) -> Result<Self> {
+        let (mut store, data) = if storage.exists(CATALOG_FILE) {
+            let dev = storage.open(CATALOG_FILE, false)?;
+            let (store, data) = CatalogStore::load(dev)?;
+            let data = data.ok_or_else(|| Error::Corruption {
+                file: format!("{}/{CATALOG_FILE}", storage.location()),
+                offset: 0,
+                detail: "the catalog is empty".into(),
+            })?;
+            (store, Some(data))
+        } else {
+            let others = storage.list()?;
+            if !others.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is not an nvmedb database: it holds {} file(s) (e.g. `{}`) but no {CATALOG_FILE}",
+                    storage.location(),
+                    others.len(),
+                    others[0]
+                )));
+            }
+            if !options.create_if_missing {
+                return Err(Error::NotFound(format!(
+                    "no database at {} (create_if_missing is off)",
+                    storage.location()
+                )));
+            }
+            let dev = storage.open(CATALOG_FILE, true)?;
+            (CatalogStore::load(dev)?.0, None)
+        };
+        let data = match data {
+            Some(d) => d,
+            None => {
+                for (key, ps) in [
+                    ("table_page_size", options.table_page_size),
+                    ("index_page_size", options.index_page_size),
+                ] {
+                    if !ps.is_power_of_two() || !(4096..=65536).contains(&ps) {
+                        return Err(Error::Config {
+                            key: key.into(),
+                            detail: format!("{ps} is not a power of two from 4096 to 65536"),
+                        });
+                    }
+                }
+                let d = CatalogData {
+                    table_page_size: options.table_page_size as u32,
+                    index_page_size: options.index_page_size as u32,
+                    next_table_id: 0,
+                    tables: Vec::new(),
+                };
+                store.store(&d)?;
+                d
+            }
+        };
+        let tps = data.table_page_size as usize;
+        let ips = data.index_page_size as usize;
+        let mut heap_bytes = 0;
+        let mut index_bytes = 0;
+        for t in &data.tables {
+            heap_bytes += storage.open(&heap_name(t.id), true)?.capacity();
+            index_bytes += storage.open(&index_name(t.id), true)?.capacity();
+        }
+        let mut tcfg =
+            PoolConfig::new(tps, frames_for(options.table_buffer, tps, heap_bytes, "table_buffer")?);
+        tcfg.policy = options.policy;
+        tcfg.background_writer = options.background_writer;
+        let mut icfg =
+            PoolConfig::new(ips, frames_for(options.index_buffer, ips, index_bytes, "index_buffer")?);
+        icfg.pin_index_pages = options.pin_indexes;
+        let table_pool = BufferPool::new(tcfg)?;
+        let index_pool = BufferPool::new(icfg)?;
+        let mut tables = HashMap::new();
+        for t in &data.tables {
+            let table = Self::attach(&storage, &table_pool, &index_pool, t)?;
+            tables.insert(t.name.clone(), table);
+        }
+        Ok(Self {
+            inner: Arc::new(DbInner {
+                storage,
+                table_pool,
+                index_pool,
+                catalog: Mutex::new((store, data)),
+                tables: RwLock::new(tables),
+            }),
+        })
+    }
+
+    fn attach(
+        storage: &Arc<dyn Storage>,
+        table_pool: &Arc<BufferPool>,
+        index_pool: &Arc<BufferPool>,
+        t: &TableMeta,
+    ) -> Result<Table> {
+        table_pool.register_file(t.id, storage.open(&heap_name(t.id), true)?)?;
+        index_pool.register_file(t.id, storage.open(&index_name(t.id), true)?)?;
+        let heap = HeapFile::open(table_pool.clone(), t.id, &heap_name(t.id))?;
+        let primary = BTree::open(index_pool.clone(), t.id, t.primary_root);
+        let secondaries = t.index_roots.iter().map(|&r| BTree::open(index_pool.clone(), t.id, r)).collect();
+        Ok(Table::new(t.id, t.name.clone(), t.schema.clone(), heap, primary, secondaries))
+    }
+
+    /// Creates a table. Its name must be new.
+    pub fn create_table(&self, name: &str, schema: Schema) -> Result<Table> {
+        schema.validate()?;
+        if name.is_empty() || name.len() > 255 {
+            return Err(Error::InvalidArgument("a table name needs 1 to 255 bytes".into()));
+        }
+        let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        if cat.1.tables.iter().any(|t| t.name == name) {
+            return Err(Error::AlreadyExists(format!("table `{name}`")));
+        }
+        let heap_max = crate::page::slotted::max_record_len(cat.1.table_page_size as usize);
+        if schema.max_row_bytes() > heap_max {
+            return Err(Error::InvalidArgument(format!(
+                "table `{name}`: rows of up to {} bytes do not fit {}-byte table pages (at most {heap_max})",
+                schema.max_row_bytes(),
+                cat.1.table_page_size
+            )));
+        }
+        let id = cat.1.next_table_id;
+        let st = &self.inner.storage;
+        self.inner.table_pool.register_file(id, st.open(&heap_name(id), true)?)?;
+        self.inner.index_pool.register_file(id, st.open(&index_name(id), true)?)?;
+        let primary = BTree::create(self.inner.index_pool.clone(), id)?;
+        let mut index_roots = Vec::new();
+        for _ in &schema.indexes {
+            index_roots.push(BTree::create(self.inner.index_pool.clone(), id)?.root());
+        }
+        // The catalog may only name roots that are on disk.
+        self.inner.index_pool.flush_all()?;
+        let meta =
+            TableMeta { id, name: name.to_string(), schema, primary_root: primary.root(), index_roots };
+        let mut next = cat.1.clone();
+        next.next_table_id = id + 1;
+        next.tables.push(meta.clone());
+        cat.0.store(&next)?;
+        cat.1 = next;
+        let heap = HeapFile::open(self.inner.table_pool.clone(), id, &heap_name(id))?;
+        let secondaries =
+            meta.index_roots.iter().map(|&r| BTree::open(self.inner.index_pool.clone(), id, r)).collect();
+        let table = Table::new(id, meta.name.clone(), meta.schema, heap, primary, secondaries);
+        self.inner.tables.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), table.clone());
+        Ok(table)
+    }
+
+    /// Opens a table by name.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.inner
+            .tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("table `{name}` in {}", self.inner.storage.location())))
+    }
+
+    /// Names of all tables, sorted.
+    pub fn table_names(&self) -> Vec<String> {
+        let mut v: Vec<String> =
+            self.inner.tables.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Writes every dirty page and syncs the files.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.table_pool.flush_all()?;
+        self.inner.index_pool.flush_all()
+    }
+
+    /// Counters of the table pool and the index pool.
+    pub fn buffer_stats(&self) -> (BufferStats, BufferStats) {
+        (self.inner.table_pool.stats(), self.inner.index_pool.stats())
+    }
+
+    /// The table buffer pool (for the lab and inspection).
+    pub fn table_pool(&self) -> &Arc<BufferPool> {
+        &self.inner.table_pool
+    }
+
+    /// The index buffer pool (for the lab and inspection).
+    pub fn index_pool(&self) -> &Arc<BufferPool> {
+        &self.inner.index_pool
+    }
+
+    /// Where the database lives.
+    pub fn location(&self) -> String {
+        self.inner.storage.location()
+    }
+
+    /// Catalog contents (for inspection).
+    pub fn catalog(&self) -> CatalogData {
+        self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+    }
+
+    /// Flushes and closes this handle (other clones stay usable).
+    pub fn close(self) -> Result<()> {
+        self.flush()
+    }
+}

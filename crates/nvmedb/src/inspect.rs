@@ -1,0 +1,161 @@
+//! Inspection: human-readable views of a database's catalog and of raw pages.
+//!
+//! Owns: the text `nvmedb inspect` prints. Pages are read straight from the device, not
+//! through the buffer pool, so a corrupt page can still be shown together with what is wrong
+//! with it.
+
+use crate::btree::node;
+use crate::db::Database;
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, Storage};
+use crate::page::{slotted, PageHeader, PageType};
+use crate::table::{RowView, Schema};
+use std::fmt::Write;
+
+fn hex(b: &[u8]) -> String {
+    let mut s: String = b.iter().take(24).map(|x| format!("{x:02x}")).collect();
+    if b.len() > 24 {
+        s.push('…');
+    }
+    s
+}
+
+/// The catalog, per-table file sizes and the buffer counters.
+pub fn describe_database(db: &Database, storage: &dyn Storage) -> Result<String> {
+    let cat = db.catalog();
+    let mut out = String::new();
+    let _ = writeln!(out, "database {}", db.location());
+    let _ = writeln!(
+        out,
+        "  table page size {} B, index page size {} B",
+        cat.table_page_size, cat.index_page_size
+    );
+    for t in &cat.tables {
+        let heap = storage.open(&format!("t{}.heap", t.id), false)?.capacity();
+        let idx = storage.open(&format!("t{}.idx", t.id), false)?.capacity();
+        let _ = writeln!(out, "table `{}` (id {})", t.name, t.id);
+        for (i, c) in t.schema.columns.iter().enumerate() {
+            let pk = if i == t.schema.primary_key { "  PRIMARY KEY" } else { "" };
+            let _ = writeln!(out, "    column {i}: {} {:?}{pk}", c.name, c.ty);
+        }
+        let _ = writeln!(out, "    primary index root: page {}", t.primary_root);
+        for (ix, root) in t.schema.indexes.iter().zip(&t.index_roots) {
+            let _ = writeln!(
+                out,
+                "    index `{}` on `{}`: root page {root}",
+                ix.name, t.schema.columns[ix.column].name
+            );
+        }
+        let _ = writeln!(
+            out,
+            "    t{}.heap: {} pages ({} B); t{}.idx: {} pages ({} B)",
+            t.id,
+            heap / u64::from(cat.table_page_size),
+            heap,
+            t.id,
+            idx / u64::from(cat.index_page_size),
+            idx
+        );
+    }
+    Ok(out)
+}
+
+/// Reads page `page_no` of device `file` (of `page_size` bytes) and decodes it. `schema`
+/// decodes heap rows when given.
+pub fn describe_page(
+    storage: &dyn Storage,
+    file: &str,
+    page_size: usize,
+    page_no: u64,
+    schema: Option<&Schema>,
+) -> Result<String> {
+    let dev = storage.open(file, false)?;
+    let offset = page_no * page_size as u64;
+    if offset + page_size as u64 > dev.capacity() {
+        return Err(Error::InvalidArgument(format!(
+            "{file} has {} pages of {page_size} B; page {page_no} does not exist",
+            dev.capacity() / page_size as u64
+        )));
+    }
+    let mut buf = AlignedBuf::new(page_size);
+    dev.read_at(offset, &mut buf)?;
+    let mut out = String::new();
+    let _ = writeln!(out, "{file} page {page_no} (offset {offset}, {page_size} B)");
+    let file_id = PageHeader::read(&buf).map_or(0, |h| h.file_id);
+    match PageHeader::verify(&buf, file, offset, file_id, page_no) {
+        Ok(_) => {
+            let _ = writeln!(out, "  checksum: ok");
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  CHECK FAILED: {e}");
+        }
+    }
+    let Some(h) = PageHeader::read(&buf) else {
+        let _ = writeln!(out, "  no valid header (magic or type unknown): first bytes {}", hex(&buf[..32]));
+        return Ok(out);
+    };
+    let _ = writeln!(
+        out,
+        "  type {:?}, file id {}, page number {}, LSN {}",
+        h.page_type, h.file_id, h.page_no, h.lsn
+    );
+    match h.page_type {
+        PageType::Heap => {
+            let live: Vec<usize> = slotted::live_slots(&buf).collect();
+            let _ = writeln!(
+                out,
+                "  slots {}, live rows {}, free {} B, layout {}",
+                slotted::slot_count(&buf),
+                live.len(),
+                slotted::free_space(&buf),
+                slotted::check(&buf).err().unwrap_or_else(|| "ok".into())
+            );
+            for &slot in live.iter().take(8) {
+                let row = slotted::get(&buf, slot).unwrap_or_default();
+                match schema {
+                    Some(s) => {
+                        let v = RowView::new(s, row);
+                        let vals: Vec<String> = (0..s.columns.len())
+                            .map(|c| match v.value(c) {
+                                crate::Value::Int(i) => i.to_string(),
+                                crate::Value::Bytes(b) => format!(
+                                    "'{}'",
+                                    String::from_utf8_lossy(&b[..b.len().min(24)]).trim_end_matches('\0')
+                                ),
+                            })
+                            .collect();
+                        let _ = writeln!(out, "    slot {slot}: ({})", vals.join(", "));
+                    }
+                    None => {
+                        let _ = writeln!(out, "    slot {slot}: {} B {}", row.len(), hex(row));
+                    }
+                }
+            }
+            if live.len() > 8 {
+                let _ = writeln!(out, "    … {} more rows", live.len() - 8);
+            }
+        }
+        PageType::BtreeLeaf | PageType::BtreeInner => {
+            let n = node::count(&buf);
+            let leaf = node::is_leaf(&buf);
+            let link = node::link(&buf);
+            let link = if link == node::NO_PAGE { "none".to_string() } else { link.to_string() };
+            let _ = writeln!(
+                out,
+                "  level {}, {} entries, free {} B, {} {link}, layout {}",
+                node::level(&buf),
+                n,
+                node::free_space(&buf),
+                if leaf { "right sibling" } else { "leftmost child" },
+                node::check(&buf).err().unwrap_or_else(|| "ok".into())
+            );
+            for i in (0..n).take(6).chain(n.saturating_sub(2).max(6)..n) {
+                let v = node::value(&buf, i);
+                let val = if leaf { hex(v) } else { format!("child {}", node::child(&buf, i)) };
+                let _ = writeln!(out, "    [{i}] key {} -> {val}", hex(node::key(&buf, i)));
+            }
+        }
+        PageType::Meta => {}
+    }
+    Ok(out)
+}

@@ -1,0 +1,116 @@
+//! Named devices behind an emulated device profile.
+//!
+//! Owns: [`EmulatedStorage`], which wraps every device another [`Storage`] opens in an
+//! [`EmulatedDevice`] with one profile, so a whole database (or one tablespace) runs "on" an
+//! emulated device. Invariant: a profile with [`Backing::Ram`] (faster than the real disk) is
+//! only ever placed over RAM storage, since its latency must replace the medium's.
+
+use super::{
+    Backing, Device, DeviceProfile, EmulatedDevice, IoError, IoOpKind, IoResult, MemStorage, Storage,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A storage whose devices all show the latency of one emulated profile.
+pub struct EmulatedStorage {
+    inner: Arc<dyn Storage>,
+    profile: DeviceProfile,
+    seed: u64,
+    /// One emulated device per name, so its queue model and statistics are shared by every
+    /// opener.
+    open: Mutex<HashMap<String, Arc<dyn Device>>>,
+}
+
+impl EmulatedStorage {
+    /// Wraps `inner`. Fails if `profile` must be RAM-backed and `inner` is not memory.
+    pub fn new(inner: Arc<dyn Storage>, profile: DeviceProfile, seed: u64) -> IoResult<Self> {
+        if profile.backing == Backing::Ram && inner.location() != "memory" {
+            return Err(IoError::os(
+                &inner.location(),
+                IoOpKind::Setup,
+                0,
+                0,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "profile `{}` is faster than a real disk and must wrap RAM storage",
+                        profile.name
+                    ),
+                ),
+            ));
+        }
+        Ok(Self { inner, profile, seed, open: Mutex::new(HashMap::new()) })
+    }
+
+    /// A RAM storage behind `profile`.
+    pub fn in_memory(profile: DeviceProfile, seed: u64) -> Self {
+        Self { inner: Arc::new(MemStorage::new()), profile, seed, open: Mutex::new(HashMap::new()) }
+    }
+
+    /// The profile in force.
+    pub fn profile(&self) -> &DeviceProfile {
+        &self.profile
+    }
+}
+
+impl Storage for EmulatedStorage {
+    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = open.get(name) {
+            return Ok(d.clone());
+        }
+        let dev = self.inner.open(name, create)?;
+        let seed = self.seed ^ name.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let emu: Arc<dyn Device> = Arc::new(EmulatedDevice::new(dev, self.profile.clone(), seed));
+        open.insert(name.to_string(), emu.clone());
+        Ok(emu)
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.inner.exists(name)
+    }
+
+    fn list(&self) -> IoResult<Vec<String>> {
+        self.inner.list()
+    }
+
+    fn remove(&self, name: &str) -> IoResult<()> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.inner.remove(name)
+    }
+
+    fn location(&self) -> String {
+        format!("{} (emulated `{}`)", self.inner.location(), self.profile.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::AlignedBuf;
+
+    #[test]
+    fn devices_are_emulated_and_shared() {
+        let p = DeviceProfile::builtin("optane").expect("optane profile");
+        let s = EmulatedStorage::in_memory(p, 1);
+        let a = s.open("x", true).unwrap();
+        let b = s.open("x", false).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.info().emulated_profile.as_deref(), Some("optane"));
+        let mut buf = AlignedBuf::new(4096);
+        buf[0] = 9;
+        a.write_at(0, &buf).unwrap();
+        let mut r = AlignedBuf::new(4096);
+        b.read_at(0, &mut r).unwrap();
+        assert_eq!(r[0], 9);
+    }
+
+    #[test]
+    fn ram_profiles_refuse_file_storage() {
+        let dir = std::env::temp_dir().join(format!("nvmedb-emu-{}", std::process::id()));
+        let ds = crate::io::DirStorage::new(&dir, crate::io::FileOptions::default()).unwrap();
+        let p = DeviceProfile::builtin("optane").unwrap();
+        assert!(EmulatedStorage::new(Arc::new(ds), p, 1).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,272 @@
+//! Slotted pages: variable-length records addressed by a stable slot number.
+//!
+//! Owns: the layout of heap pages. After the common header:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 32 | 4 | number of slots (live or free) |
+//! | 36 | 4 | start of the record area (records grow down from the trailer) |
+//! | 40 | 8 × slots | slot directory: (record offset u32, record length u32) |
+//!
+//! A free slot has offset 0. Invariants: the slot directory and the record area never overlap;
+//! every live record lies inside `[record_start, page_len - 4)`; slot numbers of live records
+//! never change (compaction moves bytes, not slots), so a row id (page, slot) stays valid until
+//! the row is deleted.
+
+use super::header::{PAGE_HEADER_BYTES, PAGE_TRAILER_BYTES};
+
+const COUNT_OFF: usize = PAGE_HEADER_BYTES;
+const START_OFF: usize = PAGE_HEADER_BYTES + 4;
+const DIR_OFF: usize = PAGE_HEADER_BYTES + 8;
+const SLOT_BYTES: usize = 8;
+
+fn get32(p: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]])
+}
+fn put32(p: &mut [u8], o: usize, v: u32) {
+    p[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Largest record a slotted page of `page_size` bytes can hold.
+pub fn max_record_len(page_size: usize) -> usize {
+    page_size - PAGE_TRAILER_BYTES - DIR_OFF - SLOT_BYTES
+}
+
+/// Prepares an empty slotted body (the header must already be initialised).
+pub fn init(page: &mut [u8]) {
+    put32(page, COUNT_OFF, 0);
+    put32(page, START_OFF, (page.len() - PAGE_TRAILER_BYTES) as u32);
+}
+
+/// Number of slots (live and free).
+pub fn slot_count(page: &[u8]) -> usize {
+    get32(page, COUNT_OFF) as usize
+}
+
+fn record_start(page: &[u8]) -> usize {
+    get32(page, START_OFF) as usize
+}
+
+fn slot(page: &[u8], i: usize) -> (usize, usize) {
+    let o = DIR_OFF + i * SLOT_BYTES;
+    (get32(page, o) as usize, get32(page, o + 4) as usize)
+}
+
+fn set_slot(page: &mut [u8], i: usize, off: usize, len: usize) {
+    let o = DIR_OFF + i * SLOT_BYTES;
+    put32(page, o, off as u32);
+    put32(page, o + 4, len as u32);
+}
+
+/// The record in slot `i`, or `None` if the slot is free or out of range.
+pub fn get(page: &[u8], i: usize) -> Option<&[u8]> {
+    if i >= slot_count(page) {
+        return None;
+    }
+    let (off, len) = slot(page, i);
+    if off == 0 {
+        return None;
+    }
+    Some(&page[off..off + len])
+}
+
+/// Bytes neither in the slot directory nor in live records (obtainable by compaction).
+fn unused_bytes(page: &[u8]) -> usize {
+    let dir_end = DIR_OFF + slot_count(page) * SLOT_BYTES;
+    let live: usize = (0..slot_count(page)).map(|i| slot(page, i)).filter(|s| s.0 != 0).map(|s| s.1).sum();
+    page.len() - PAGE_TRAILER_BYTES - dir_end - live
+}
+
+/// Bytes obtainable for a new record (including compaction), assuming a new slot is needed.
+pub fn free_space(page: &[u8]) -> usize {
+    unused_bytes(page).saturating_sub(SLOT_BYTES)
+}
+
+fn contiguous_free(page: &[u8]) -> usize {
+    record_start(page) - (DIR_OFF + slot_count(page) * SLOT_BYTES)
+}
+
+/// Moves all live records to the end of the page, closing holes.
+fn compact(page: &mut [u8]) {
+    let n = slot_count(page);
+    let mut live: Vec<(usize, Vec<u8>)> =
+        (0..n).filter_map(|i| get(page, i).map(|r| (i, r.to_vec()))).collect();
+    // Keep the original order of bytes in the area stable: place by slot number.
+    live.sort_by_key(|(i, _)| *i);
+    let mut end = page.len() - PAGE_TRAILER_BYTES;
+    for (i, rec) in &live {
+        end -= rec.len();
+        page[end..end + rec.len()].copy_from_slice(rec);
+        set_slot(page, *i, end, rec.len());
+    }
+    put32(page, START_OFF, end as u32);
+}
+
+/// Inserts a record; returns its slot, or `None` if it does not fit. Zero-length records are
+/// stored as one byte of overhead-free length 0 at a non-zero offset.
+pub fn insert(page: &mut [u8], rec: &[u8]) -> Option<usize> {
+    let n = slot_count(page);
+    let reuse = (0..n).find(|&i| slot(page, i).0 == 0);
+    let dir_growth = if reuse.is_some() { 0 } else { SLOT_BYTES };
+    if contiguous_free(page) < rec.len() + dir_growth {
+        if unused_bytes(page) < rec.len() + dir_growth {
+            return None;
+        }
+        compact(page);
+        if contiguous_free(page) < rec.len() + dir_growth {
+            return None;
+        }
+    }
+    let i = match reuse {
+        Some(i) => i,
+        None => {
+            put32(page, COUNT_OFF, (n + 1) as u32);
+            n
+        }
+    };
+    let start = record_start(page) - rec.len();
+    page[start..start + rec.len()].copy_from_slice(rec);
+    put32(page, START_OFF, start as u32);
+    // Offset 0 marks a free slot; records never start at 0 because the header is there.
+    set_slot(page, i, start, rec.len());
+    Some(i)
+}
+
+/// Replaces the record in slot `i`. Returns false (page unchanged) if it no longer fits.
+///
+/// # Panics
+/// If slot `i` is free (a caller bug: row ids of deleted rows must not be reused by callers).
+pub fn update(page: &mut [u8], i: usize, rec: &[u8]) -> bool {
+    let (off, len) = slot(page, i);
+    assert!(i < slot_count(page) && off != 0, "update of free slot {i}");
+    if rec.len() <= len {
+        page[off..off + rec.len()].copy_from_slice(rec);
+        set_slot(page, i, off, rec.len());
+        return true;
+    }
+    if unused_bytes(page) + len < rec.len() {
+        return false;
+    }
+    set_slot(page, i, 0, 0);
+    if contiguous_free(page) < rec.len() {
+        compact(page);
+    }
+    let start = record_start(page) - rec.len();
+    page[start..start + rec.len()].copy_from_slice(rec);
+    put32(page, START_OFF, start as u32);
+    set_slot(page, i, start, rec.len());
+    true
+}
+
+/// Frees slot `i`; returns false if it was already free.
+pub fn delete(page: &mut [u8], i: usize) -> bool {
+    if i >= slot_count(page) || slot(page, i).0 == 0 {
+        return false;
+    }
+    set_slot(page, i, 0, 0);
+    true
+}
+
+/// Slot numbers of live records, ascending.
+pub fn live_slots(page: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    (0..slot_count(page)).filter(move |&i| slot(page, i).0 != 0)
+}
+
+/// Checks the layout invariants; returns a description of the first violation.
+pub fn check(page: &[u8]) -> Result<(), String> {
+    let n = slot_count(page);
+    let dir_end = DIR_OFF + n * SLOT_BYTES;
+    let start = record_start(page);
+    let area_end = page.len() - PAGE_TRAILER_BYTES;
+    if dir_end > start || start > area_end {
+        return Err(format!("directory end {dir_end} / record start {start} / area end {area_end} overlap"));
+    }
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for i in 0..n {
+        let (off, len) = slot(page, i);
+        if off == 0 {
+            continue;
+        }
+        if off < start || off + len > area_end {
+            return Err(format!("slot {i} at {off}+{len} outside the record area {start}..{area_end}"));
+        }
+        spans.push((off, off + len));
+    }
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[0].1 > w[1].0 {
+            return Err(format!("records {:?} and {:?} overlap", w[0], w[1]));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page::{PageHeader, PageType};
+    use crate::util::Rng;
+    use std::collections::BTreeMap;
+
+    fn page(size: usize) -> Vec<u8> {
+        let mut p = vec![0u8; size];
+        PageHeader::init(&mut p, PageType::Heap, 1, 1);
+        init(&mut p);
+        p
+    }
+
+    #[test]
+    fn model_based_random_operations() {
+        for seed in 0..200u64 {
+            let mut rng = Rng::new(seed);
+            let mut p = page(4096);
+            let mut model: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+            for step in 0..300 {
+                let op = rng.below(10);
+                if op < 5 {
+                    let mut rec = vec![0u8; rng.below(300) as usize];
+                    rng.fill(&mut rec);
+                    match insert(&mut p, &rec) {
+                        Some(s) => {
+                            assert!(
+                                !model.contains_key(&s),
+                                "seed {seed} step {step}: slot {s} reused while live"
+                            );
+                            model.insert(s, rec);
+                        }
+                        None => assert!(
+                            unused_bytes(&p) < rec.len() + SLOT_BYTES,
+                            "seed {seed} step {step}: refused but fits"
+                        ),
+                    }
+                } else if op < 7 && !model.is_empty() {
+                    let s = *model.keys().nth(rng.below(model.len() as u64) as usize).unwrap();
+                    let mut rec = vec![0u8; rng.below(400) as usize];
+                    rng.fill(&mut rec);
+                    if update(&mut p, s, &rec) {
+                        model.insert(s, rec);
+                    }
+                } else if !model.is_empty() {
+                    let s = *model.keys().nth(rng.below(model.len() as u64) as usize).unwrap();
+                    assert!(delete(&mut p, s));
+                    model.remove(&s);
+                }
+                check(&p).unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+                for (s, rec) in &model {
+                    assert_eq!(get(&p, *s), Some(rec.as_slice()), "seed {seed} step {step} slot {s}");
+                }
+                assert_eq!(live_slots(&p).count(), model.len());
+            }
+        }
+    }
+
+    #[test]
+    fn largest_record_fits_exactly() {
+        let mut p = page(16384);
+        let rec = vec![7u8; max_record_len(16384)];
+        assert_eq!(insert(&mut p, &rec), Some(0));
+        assert_eq!(insert(&mut p, &[1]), None);
+        let mut q = page(16384);
+        assert_eq!(insert(&mut q, &vec![7u8; max_record_len(16384) + 1]), None);
+    }
+}

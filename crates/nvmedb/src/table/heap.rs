@@ -1,0 +1,214 @@
+//! Heap files: rows in slotted pages, addressed by row id.
+//!
+//! Owns: `HeapFile` (insert, read, update, delete, full scan) over one buffer-pool file, and
+//! the [`RowId`] encoding (page number << 16 | slot). Invariant: a row id stays valid until its
+//! row is deleted (updates that no longer fit move the row and return its new id; the caller
+//! re-points indexes). New rows go to the current insert page; a new page is appended when it
+//! is full (space freed by deletes on older pages is reused only by in-place updates).
+
+use crate::buffer::{BufferPool, PageClass, PageId, PageRef};
+use crate::error::{Error, Result};
+use crate::page::{slotted, PageHeader, PageType};
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex};
+
+/// Address of a row: page number and slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RowId {
+    /// Page number in the heap file.
+    pub page: u64,
+    /// Slot within the page.
+    pub slot: u16,
+}
+
+impl RowId {
+    /// Packs into 8 bytes for index values.
+    pub fn to_bytes(self) -> [u8; 8] {
+        ((self.page << 16) | u64::from(self.slot)).to_le_bytes()
+    }
+    /// Unpacks [`RowId::to_bytes`].
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let v = u64::from_le_bytes(b.try_into().ok()?);
+        Some(Self { page: v >> 16, slot: (v & 0xFFFF) as u16 })
+    }
+}
+
+const NO_PAGE: u64 = u64::MAX;
+
+/// A heap file of one table.
+pub struct HeapFile {
+    pool: Arc<BufferPool>,
+    file: u32,
+    name: String,
+    insert_page: AtomicU64,
+    alloc_lock: Mutex<()>,
+}
+
+impl HeapFile {
+    /// Opens the heap stored in `file` of `pool` (`name` is used in messages).
+    pub fn open(pool: Arc<BufferPool>, file: u32, name: &str) -> Result<Self> {
+        let pages = pool.file_pages(file)?;
+        let insert_page = if pages == 0 { NO_PAGE } else { pages - 1 };
+        Ok(Self {
+            pool,
+            file,
+            name: name.to_string(),
+            insert_page: AtomicU64::new(insert_page),
+            alloc_lock: Mutex::new(()),
+        })
+    }
+
+    /// Largest row the heap can store.
+    pub fn max_row_bytes(&self) -> usize {
+        slotted::max_record_len(self.pool.page_size())
+    }
+
+    /// Number of pages.
+    pub fn pages(&self) -> Result<u64> {
+        self.pool.file_pages(self.file)
+    }
+
+    fn pid(&self, page: u64) -> PageId {
+        PageId::new(self.file, page)
+    }
+
+    fn check_heap_page(&self, page: u64, bytes: &[u8]) -> Result<()> {
+        if PageHeader::page_type_of(bytes) != Some(PageType::Heap) {
+            return Err(Error::Corruption {
+                file: self.name.clone(),
+                offset: page * self.pool.page_size() as u64,
+                detail: format!("page {page} is not a heap page"),
+            });
+        }
+        slotted::check(bytes).map_err(|d| Error::Corruption {
+            file: self.name.clone(),
+            offset: page * self.pool.page_size() as u64,
+            detail: format!("heap page {page}: {d}"),
+        })
+    }
+
+    fn too_big(&self, len: usize) -> Error {
+        Error::InvalidArgument(format!(
+            "row of {len} bytes does not fit a {}-byte page of `{}` (at most {} bytes)",
+            self.pool.page_size(),
+            self.name,
+            self.max_row_bytes()
+        ))
+    }
+
+    /// Stores a row and returns its id.
+    pub fn insert(&self, row: &[u8]) -> Result<RowId> {
+        if row.len() > self.max_row_bytes() {
+            return Err(self.too_big(row.len()));
+        }
+        loop {
+            let hint = self.insert_page.load(Acquire);
+            if hint != NO_PAGE {
+                let mtr = self.pool.begin_mtr();
+                let mut g = self.pool.fix_mut(self.pid(hint), PageClass::Data)?;
+                if let Some(slot) = slotted::insert(&mut g, row) {
+                    drop(g);
+                    mtr.commit()?;
+                    return Ok(RowId { page: hint, slot: slot as u16 });
+                }
+                drop(g);
+                mtr.commit()?;
+            }
+            let _alloc = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
+            if self.insert_page.load(Acquire) != hint {
+                continue; // another thread appended a page meanwhile
+            }
+            let mtr = self.pool.begin_mtr();
+            let mut g = self.pool.allocate(self.file, PageClass::Data, PageType::Heap)?;
+            slotted::init(&mut g);
+            let slot = slotted::insert(&mut g, row).ok_or_else(|| self.too_big(row.len()))?;
+            let page = g.page_id().page;
+            drop(g);
+            mtr.commit()?;
+            self.insert_page.store(page, Release);
+            return Ok(RowId { page, slot: slot as u16 });
+        }
+    }
+
+    /// Passes the row at `rid` to `f`; `None` if the slot is free.
+    pub fn read<R>(&self, rid: RowId, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let g = self.pool.fix(self.pid(rid.page), PageClass::Data)?;
+        if PageHeader::page_type_of(&g) != Some(PageType::Heap) {
+            self.check_heap_page(rid.page, &g)?;
+        }
+        Ok(slotted::get(&g, rid.slot as usize).map(f))
+    }
+
+    /// Replaces the row at `rid` with `row`, calling `old` with the previous bytes first.
+    /// Returns the row's id afterwards (a new one if it had to move), or `None` if `rid` holds
+    /// no row.
+    pub fn update(&self, rid: RowId, row: &[u8], old: impl FnOnce(&[u8])) -> Result<Option<RowId>> {
+        if row.len() > self.max_row_bytes() {
+            return Err(self.too_big(row.len()));
+        }
+        let mtr = self.pool.begin_mtr();
+        let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
+        let Some(prev) = slotted::get(&g, rid.slot as usize) else { return Ok(None) };
+        old(prev);
+        if slotted::update(&mut g, rid.slot as usize, row) {
+            drop(g);
+            mtr.commit()?;
+            return Ok(Some(rid));
+        }
+        slotted::delete(&mut g, rid.slot as usize);
+        drop(g);
+        // Commit before inserting: the insert may pick this very page.
+        mtr.commit()?;
+        self.insert(row).map(Some)
+    }
+
+    /// Frees the row at `rid`, calling `old` with its bytes; false if there was none.
+    pub fn delete(&self, rid: RowId, old: impl FnOnce(&[u8])) -> Result<bool> {
+        let mtr = self.pool.begin_mtr();
+        let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
+        let Some(prev) = slotted::get(&g, rid.slot as usize) else { return Ok(false) };
+        old(prev);
+        let deleted = slotted::delete(&mut g, rid.slot as usize);
+        drop(g);
+        mtr.commit()?;
+        Ok(deleted)
+    }
+
+    /// Calls `f(row id, row bytes)` for every row, page by page, until it returns `Ok(false)`.
+    /// The page is latched shared while `f` runs: `f` must not modify this table.
+    pub fn scan(&self, f: impl FnMut(RowId, &[u8]) -> Result<bool>) -> Result<()> {
+        let pages = self.pages()?;
+        self.scan_pages(0..pages, f)
+    }
+
+    /// Like [`HeapFile::scan`] over the pages in `range` only, reading ahead with batched
+    /// submissions of [`READ_AHEAD_PAGES`] pages.
+    pub fn scan_pages(
+        &self,
+        range: std::ops::Range<u64>,
+        mut f: impl FnMut(RowId, &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let end = range.end.min(self.pages()?);
+        let window = READ_AHEAD_PAGES.min((self.pool.config().frames / 4).max(1) as u64);
+        let mut prefetched_to = range.start;
+        for page in range.start..end {
+            if page >= prefetched_to {
+                let to = (page + window).min(end);
+                self.pool.prefetch(self.file, page..to, PageClass::Data)?;
+                prefetched_to = to;
+            }
+            let g: PageRef<'_> = self.pool.fix(self.pid(page), PageClass::Data)?;
+            self.check_heap_page(page, &g)?;
+            for slot in slotted::live_slots(&g) {
+                let row = slotted::get(&g, slot).expect("live slot");
+                if !f(RowId { page, slot: slot as u16 }, row)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pages a scan reads ahead in one batched submission (capped at a quarter of the pool).
+pub const READ_AHEAD_PAGES: u64 = 32;

@@ -1,0 +1,517 @@
+//! Tables: rows in a heap file, a B+tree primary index, secondary indexes, and the catalog.
+//!
+//! Owns: `Table` (insert, get, update, delete, scans, range and secondary lookups) and the
+//! catalog format. Invariants: every live row has exactly one primary-index entry pointing at
+//! it and one entry per secondary index; modifications of one primary key are serialised by a
+//! striped key lock, so the row and its index entries change together with respect to other
+//! writers. (Isolation against readers and atomicity across crashes arrive with transactions
+//! and the WAL.)
+
+pub mod catalog;
+pub mod heap;
+pub mod schema;
+
+pub use heap::{HeapFile, RowId};
+pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
+
+use crate::btree::BTree;
+use crate::error::{Error, Result};
+use std::ops::Bound;
+use std::sync::{Arc, Mutex};
+
+const KEY_LOCK_STRIPES: usize = 256;
+/// Attempts at a compensating step before the table is poisoned.
+const UNDO_ATTEMPTS: usize = 16;
+/// Attempts at following an index entry that a concurrent writer keeps moving.
+const READ_RETRIES: usize = 10_000;
+
+/// A compensating action that reverses one completed step of a multi-structure change.
+enum Undo {
+    HeapDelete(RowId),
+    PrimaryDelete(Vec<u8>),
+    PrimaryInsert(Vec<u8>, RowId),
+    SecondaryDelete(usize, Vec<u8>),
+    SecondaryInsert(usize, Vec<u8>, RowId),
+}
+
+/// Shared state of an open table.
+pub(crate) struct TableInner {
+    pub(crate) id: u32,
+    pub(crate) name: String,
+    pub(crate) schema: Schema,
+    pub(crate) heap: HeapFile,
+    pub(crate) primary: BTree,
+    pub(crate) secondaries: Vec<BTree>,
+    key_locks: Box<[Mutex<()>]>,
+    /// Set when a failed change could not be reversed; every later call reports it.
+    poisoned: Mutex<Option<String>>,
+    /// Fast check of `poisoned` for the read path.
+    is_poisoned: std::sync::atomic::AtomicBool,
+}
+
+/// A handle to a table; cheap to clone and safe to share between threads.
+#[derive(Clone)]
+pub struct Table {
+    pub(crate) inner: Arc<TableInner>,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Table({})", self.inner.name)
+    }
+}
+
+impl Table {
+    pub(crate) fn new(
+        id: u32,
+        name: String,
+        schema: Schema,
+        heap: HeapFile,
+        primary: BTree,
+        secondaries: Vec<BTree>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(TableInner {
+                id,
+                name,
+                schema,
+                heap,
+                primary,
+                secondaries,
+                key_locks: (0..KEY_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+                poisoned: Mutex::new(None),
+                is_poisoned: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Table name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Table id (names its files).
+    pub fn id(&self) -> u32 {
+        self.inner.id
+    }
+
+    /// Schema.
+    pub fn schema(&self) -> &Schema {
+        &self.inner.schema
+    }
+
+    /// Number of heap pages.
+    pub fn heap_pages(&self) -> Result<u64> {
+        self.inner.heap.pages()
+    }
+
+    fn key_lock(&self, pk: &[u8]) -> std::sync::MutexGuard<'_, ()> {
+        let h = pk
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        self.inner.key_locks[(h % KEY_LOCK_STRIPES as u64) as usize].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_poisoned(&self) -> Result<()> {
+        if !self.inner.is_poisoned.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        match &*self.inner.poisoned.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(why) => Err(Error::Poisoned(format!("table `{}`: {why}", self.inner.name))),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&self, why: String) {
+        *self.inner.poisoned.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        self.inner.is_poisoned.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn apply_undo(&self, u: &Undo) -> Result<()> {
+        let i = &self.inner;
+        match u {
+            Undo::HeapDelete(rid) => i.heap.delete(*rid, |_| {}).map(|_| ()),
+            Undo::PrimaryDelete(pk) => i.primary.delete(pk).map(|_| ()),
+            Undo::PrimaryInsert(pk, rid) => i.primary.upsert(pk, &rid.to_bytes()).map(|_| ()),
+            Undo::SecondaryDelete(ix, k) => i.secondaries[*ix].delete(k).map(|_| ()),
+            Undo::SecondaryInsert(ix, k, rid) => i.secondaries[*ix].upsert(k, &rid.to_bytes()).map(|_| ()),
+        }
+    }
+
+    /// Reverses completed steps (newest first) after `err`, retrying each a bounded number of
+    /// times; if one cannot be reversed the table is poisoned. Returns `err` either way.
+    fn roll_back(&self, undo: Vec<Undo>, err: Error) -> Error {
+        for u in undo.iter().rev() {
+            if !(0..UNDO_ATTEMPTS).any(|_| self.apply_undo(u).is_ok()) {
+                let why = format!("a failed change could not be reversed after: {err}; reopen the database");
+                self.poison(why.clone());
+                return Error::Poisoned(format!("table `{}`: {why}", self.inner.name));
+            }
+        }
+        err
+    }
+
+    fn pk_bytes(&self, key: &Value) -> Result<Vec<u8>> {
+        self.inner.schema.primary_key_bytes(&self.inner.name, key)
+    }
+
+    fn rid_for(&self, pk: &[u8]) -> Result<Option<RowId>> {
+        self.inner.primary.get_with(pk, RowId::from_bytes)?.map_or(Ok(None), |r| {
+            r.map(Some).ok_or_else(|| Error::Corruption {
+                file: format!("t{}.idx", self.inner.id),
+                offset: 0,
+                detail: format!("primary index of `{}` holds a malformed row id", self.inner.name),
+            })
+        })
+    }
+
+    fn dangling(&self, rid: RowId) -> Error {
+        Error::Corruption {
+            file: format!("t{}.heap", self.inner.id),
+            offset: rid.page,
+            detail: format!(
+                "table `{}`: index points at empty slot {} of page {}",
+                self.inner.name, rid.slot, rid.page
+            ),
+        }
+    }
+
+    /// Inserts a row. Fails with `AlreadyExists` if the primary key is taken. On an I/O error
+    /// the steps already done are reversed, so the table is as before.
+    pub fn insert(&self, row: &[Value]) -> Result<()> {
+        self.check_poisoned()?;
+        let s = &self.inner.schema;
+        let mut bytes = Vec::new();
+        s.encode_row(&self.inner.name, row, &mut bytes)?;
+        let pk = self.pk_bytes(&row[s.primary_key])?;
+        self.check_index_entries(row, &pk)?;
+        let _k = self.key_lock(&pk);
+        if self.rid_for(&pk)?.is_some() {
+            return Err(Error::AlreadyExists(format!(
+                "table `{}`: primary key {:?}",
+                self.inner.name, row[s.primary_key]
+            )));
+        }
+        let rid = self.inner.heap.insert(&bytes)?;
+        let mut undo = vec![Undo::HeapDelete(rid)];
+        if let Err(e) = self.inner.primary.insert(&pk, &rid.to_bytes()) {
+            return Err(self.roll_back(undo, e));
+        }
+        undo.push(Undo::PrimaryDelete(pk.clone()));
+        for (n, (ix, tree)) in s.indexes.iter().zip(&self.inner.secondaries).enumerate() {
+            let k = Schema::secondary_key_bytes(&row[ix.column], &pk);
+            if let Err(e) = tree.insert(&k, &rid.to_bytes()) {
+                return Err(self.roll_back(undo, e));
+            }
+            undo.push(Undo::SecondaryDelete(n, k));
+        }
+        Ok(())
+    }
+
+    fn check_index_entries(&self, row: &[Value], pk: &[u8]) -> Result<()> {
+        let s = &self.inner.schema;
+        let max = self.inner.primary.max_entry_bytes();
+        if pk.len() + 8 > max {
+            return Err(Error::InvalidArgument(format!(
+                "table `{}`: primary key of {} bytes exceeds the {} bytes an index entry allows",
+                self.inner.name,
+                pk.len(),
+                max - 8
+            )));
+        }
+        for ix in &s.indexes {
+            let k = Schema::secondary_key_bytes(&row[ix.column], pk);
+            if k.len() + 8 > max {
+                return Err(Error::InvalidArgument(format!(
+                    "table `{}`, index `{}`: key of {} bytes exceeds the {} bytes an index entry allows",
+                    self.inner.name,
+                    ix.name,
+                    k.len(),
+                    max - 8
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the row with primary key `key`, passing a zero-copy view to `f`.
+    pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
+        self.check_poisoned()?;
+        let pk = self.pk_bytes(key)?;
+        self.read_pk(&pk, f)
+    }
+
+    /// True if the row `v` has primary key `pk` (encoded).
+    fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> bool {
+        let s = &self.inner.schema;
+        match s.columns[s.primary_key].ty {
+            ColumnType::Int => crate::btree::key::encode_i64(v.int(s.primary_key)) == pk,
+            _ => v.bytes(s.primary_key) == pk,
+        }
+    }
+
+    /// Follows the primary index to the row and checks it is the row asked for. Readers take
+    /// no key lock, so a writer may move or delete the row between the index lookup and the
+    /// heap read (and the slot may even hold another row by then): look again, a bounded
+    /// number of times.
+    fn read_pk<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
+        let s = &self.inner.schema;
+        let mut f = Some(f);
+        let mut last = None;
+        for _ in 0..READ_RETRIES {
+            let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
+            let got = self.inner.heap.read(rid, |b| {
+                let v = RowView::new(s, b);
+                self.has_pk(&v, pk).then(|| (f.take().expect("called once"))(v))
+            })?;
+            if let Some(Some(r)) = got {
+                return Ok(Some(r));
+            }
+            last = Some(rid);
+            std::thread::yield_now();
+        }
+        Err(self.dangling(last.expect("at least one attempt")))
+    }
+
+    /// The row with primary key `key`, decoded.
+    pub fn get(&self, key: &Value) -> Result<Option<Vec<Value>>> {
+        self.read(key, |r| r.to_values())
+    }
+
+    /// Replaces the row with the same primary key. Returns false if there is none. On an I/O
+    /// error the steps already done are reversed.
+    pub fn update(&self, row: &[Value]) -> Result<bool> {
+        self.check_poisoned()?;
+        let s = &self.inner.schema;
+        let mut bytes = Vec::new();
+        s.encode_row(&self.inner.name, row, &mut bytes)?;
+        let pk = self.pk_bytes(&row[s.primary_key])?;
+        self.check_index_entries(row, &pk)?;
+        let _k = self.key_lock(&pk);
+        let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
+        let old_values = match self.inner.heap.read(rid, |b| {
+            let v = RowView::new(s, b);
+            s.indexes.iter().map(|ix| v.value(ix.column)).collect::<Vec<_>>()
+        })? {
+            Some(v) => v,
+            None => return Err(self.dangling(rid)),
+        };
+        // 1. New secondary entries first (pointing at the current row), so a failure later
+        //    only has to remove them.
+        let mut undo = Vec::new();
+        let mut changed = Vec::new();
+        for (n, ((ix, tree), old)) in
+            s.indexes.iter().zip(&self.inner.secondaries).zip(&old_values).enumerate()
+        {
+            if *old != row[ix.column] {
+                let k = Schema::secondary_key_bytes(&row[ix.column], &pk);
+                if let Err(e) = tree.insert(&k, &rid.to_bytes()) {
+                    return Err(self.roll_back(undo, e));
+                }
+                undo.push(Undo::SecondaryDelete(n, k));
+                changed.push(n);
+            }
+        }
+        // 2. The row itself.
+        let new_rid = match self.inner.heap.update(rid, &bytes, |_| {}) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(self.roll_back(undo, self.dangling(rid))),
+            Err(e) => return Err(self.roll_back(undo, e)),
+        };
+        // 3. A moved row: re-point every index entry (rare: only when the row grew). A failure
+        //    here cannot be reversed step by step, so it poisons the table.
+        let poison = |e: Error| -> Error {
+            let why = format!("an update that moved a row failed half-way: {e}; reopen the database");
+            self.poison(why.clone());
+            Error::Poisoned(format!("table `{}`: {why}", self.inner.name))
+        };
+        if new_rid != rid {
+            self.inner.primary.upsert(&pk, &new_rid.to_bytes()).map_err(poison)?;
+            for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
+                let k = Schema::secondary_key_bytes(&row[ix.column], &pk);
+                tree.upsert(&k, &new_rid.to_bytes()).map_err(poison)?;
+            }
+        }
+        // 4. Old secondary entries go last.
+        for &n in &changed {
+            let k = Schema::secondary_key_bytes(&old_values[n], &pk);
+            self.inner.secondaries[n].delete(&k).map_err(poison)?;
+        }
+        Ok(true)
+    }
+
+    /// Sets one integer column of the row with primary key `key` (the primitive workload's
+    /// UPDATE of C1). Returns false if there is no such row.
+    pub fn update_int(&self, key: &Value, column: usize, value: i64) -> Result<bool> {
+        let Some(mut row) = self.get(key)? else { return Ok(false) };
+        if column >= row.len() {
+            return Err(Error::InvalidArgument(format!(
+                "table `{}` has no column {column}",
+                self.inner.name
+            )));
+        }
+        row[column] = Value::Int(value);
+        self.update(&row)
+    }
+
+    /// Deletes the row with primary key `key`. Returns false if there is none. On an I/O
+    /// error the steps already done are reversed.
+    pub fn delete(&self, key: &Value) -> Result<bool> {
+        self.check_poisoned()?;
+        let s = &self.inner.schema;
+        let pk = self.pk_bytes(key)?;
+        let _k = self.key_lock(&pk);
+        let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
+        let old_values = match self.inner.heap.read(rid, |b| {
+            let v = RowView::new(s, b);
+            s.indexes.iter().map(|ix| v.value(ix.column)).collect::<Vec<_>>()
+        })? {
+            Some(v) => v,
+            None => return Err(self.dangling(rid)),
+        };
+        let mut undo = Vec::new();
+        for (n, (tree, old)) in self.inner.secondaries.iter().zip(&old_values).enumerate() {
+            let k = Schema::secondary_key_bytes(old, &pk);
+            if let Err(e) = tree.delete(&k) {
+                return Err(self.roll_back(undo, e));
+            }
+            undo.push(Undo::SecondaryInsert(n, k, rid));
+        }
+        if let Err(e) = self.inner.primary.delete(&pk) {
+            return Err(self.roll_back(undo, e));
+        }
+        undo.push(Undo::PrimaryInsert(pk.clone(), rid));
+        match self.inner.heap.delete(rid, |_| {}) {
+            Ok(true) => Ok(true),
+            Ok(false) => Err(self.roll_back(undo, self.dangling(rid))),
+            Err(e) => Err(self.roll_back(undo, e)),
+        }
+    }
+
+    /// Full table scan in heap order until `f` returns `Ok(false)`. The row's page is latched
+    /// while `f` runs: `f` must not modify this table.
+    pub fn scan(&self, mut f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
+        let s = &self.inner.schema;
+        self.inner.heap.scan(|_, b| f(RowView::new(s, b)))
+    }
+
+    /// Part `part` of `parts` of a full scan: a contiguous share of the heap pages, so `parts`
+    /// threads together scan the table once (seed 004's parallel scan).
+    pub fn scan_partition(
+        &self,
+        part: usize,
+        parts: usize,
+        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        if parts == 0 || part >= parts {
+            return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
+        }
+        let pages = self.inner.heap.pages()?;
+        let per = pages.div_ceil(parts as u64);
+        let start = (part as u64 * per).min(pages);
+        let end = (start + per).min(pages);
+        let s = &self.inner.schema;
+        self.inner.heap.scan_pages(start..end, |_, b| f(RowView::new(s, b)))
+    }
+
+    /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
+    pub fn range(
+        &self,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
+            Ok(match b {
+                Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
+                Bound::Excluded(v) => Bound::Excluded(self.pk_bytes(v)?),
+                Bound::Unbounded => Bound::Unbounded,
+            })
+        };
+        let (lo, hi) = (enc(lo)?, enc(hi)?);
+        self.inner.primary.range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |pk, _| {
+            // Resolve through the primary index again: the row may have moved since the
+            // entry was copied. A row deleted meanwhile is skipped.
+            Ok(self.read_pk(pk, &mut f)?.transpose()?.unwrap_or(true))
+        })
+    }
+
+    /// All rows whose column indexed by `index` equals `value`, in primary-key order.
+    pub fn lookup(&self, index: &str, value: &Value) -> Result<Vec<Vec<Value>>> {
+        let s = &self.inner.schema;
+        let pos = s
+            .indexes
+            .iter()
+            .position(|ix| ix.name == index)
+            .ok_or_else(|| Error::NotFound(format!("index `{index}` on table `{}`", self.inner.name)))?;
+        s.check_value(&self.inner.name, s.indexes[pos].column, value)?;
+        let mut prefix = Vec::new();
+        Schema::secondary_prefix(value, &mut prefix);
+        let mut pks = Vec::new();
+        self.inner.secondaries[pos].range(Bound::Included(&prefix), Bound::Unbounded, |k, _| {
+            if !k.starts_with(&prefix) {
+                return Ok(false);
+            }
+            pks.push(k[prefix.len()..].to_vec());
+            Ok(true)
+        })?;
+        let col = s.indexes[pos].column;
+        let mut rows = Vec::with_capacity(pks.len());
+        for pk in pks {
+            // The row may have changed since the index entry was copied: keep it only if it
+            // still has the value looked for.
+            if let Some(Some(r)) = self.read_pk(&pk, |r| (r.value(col) == *value).then(|| r.to_values()))? {
+                rows.push(r);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Checks that the heap and every index agree: each row has its primary and secondary
+    /// entries, each entry points at a row with the right key, and every tree is well formed.
+    /// Returns the number of rows.
+    pub fn check_integrity(&self) -> Result<u64> {
+        let s = &self.inner.schema;
+        let bad = |d: String| Error::Corruption {
+            file: format!("t{}", self.inner.id),
+            offset: 0,
+            detail: format!("table `{}`: {d}", self.inner.name),
+        };
+        let pshape = self.inner.primary.check()?;
+        let mut rows = 0u64;
+        let mut problems: Option<Error> = None;
+        self.inner.heap.scan(|rid, b| {
+            rows += 1;
+            let v = RowView::new(s, b);
+            let pk = s.primary_key_bytes(&self.inner.name, &v.value(s.primary_key))?;
+            if self.inner.primary.get_with(&pk, RowId::from_bytes)?.flatten() != Some(rid) {
+                problems = Some(bad(format!("row at {rid:?} has no matching primary index entry")));
+                return Ok(false);
+            }
+            for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
+                let k = Schema::secondary_key_bytes(&v.value(ix.column), &pk);
+                if tree.get_with(&k, RowId::from_bytes)?.flatten() != Some(rid) {
+                    problems = Some(bad(format!("row at {rid:?} has no entry in index `{}`", ix.name)));
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })?;
+        if let Some(e) = problems {
+            return Err(e);
+        }
+        if pshape.entries != rows {
+            return Err(bad(format!("primary index has {} entries for {rows} rows", pshape.entries)));
+        }
+        for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
+            let shape = tree.check()?;
+            if shape.entries != rows {
+                return Err(bad(format!(
+                    "index `{}` has {} entries for {rows} rows",
+                    ix.name, shape.entries
+                )));
+            }
+        }
+        Ok(rows)
+    }
+}

@@ -1,0 +1,637 @@
+//! [`FileLog`]: the duplexed, segmented, group-committing log on two [`Storage`]s.
+//!
+//! Owns: LSN assignment, batching of appended records into flushes (group commit), writing
+//! each flush to both copies in parallel and syncing both, segment switching and recycling,
+//! and the durable position. Invariants:
+//! - LSNs are byte positions of one continuous stream: record `n + 1` starts where record `n`
+//!   ends; a segment's base LSN is exactly where the previous segment's records end.
+//! - Every flush writes whole, fresh 4 KiB blocks: a batch is padded with a filler record to
+//!   the block boundary when it is sealed, so no flush ever rewrites a block that holds records
+//!   of an earlier flush, and a torn write can only damage records of the flush being written,
+//!   none of which has been acknowledged.
+//! - At most one flush runs at a time, and a flush starts only after the previous one is
+//!   durable on both copies; `durable_lsn` advances only after both copies synced, and never
+//!   goes backwards. Records carry the LSN at which their flush began, which lets the reader
+//!   tell a torn tail from mid-log corruption.
+//! - After open, appends go to a new segment starting at the recovered end, so bytes recovery
+//!   may have seen are never overwritten.
+//! - Queues are bounded: at most `max_queued_batches` sealed batches wait; appenders block.
+//! - After an I/O error the log is poisoned: every later call returns `Error::Poisoned`.
+
+use crate::io::{AlignedBuf, Device, IoError, Storage};
+use crate::util::Rng;
+use crate::wal::duplex::{Helper, Job};
+use crate::wal::format::{
+    encode_filler, encode_record, filler_bytes_for, log_tag, RecordHeader, SegmentHeader, BLOCK_BYTES,
+    KIND_DATA, KIND_USER_MIN, MAX_FILLER_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES,
+};
+use crate::wal::options::{RecoveredLog, WalOptions, WalStats};
+use crate::wal::reader::LogReader;
+use crate::wal::segment::{discover, slot_name, Segment, SegmentDesc};
+use crate::wal::{LogSink, Lsn};
+use crate::{Error, Result};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One batch of records that one flush writes.
+#[derive(Debug)]
+struct Batch {
+    seq: u64,
+    new_segment: Option<SegmentHeader>,
+    file_off: u64,
+    start_lsn: Lsn,
+    buf: Vec<u8>,
+    records: u64,
+    filler: u64,
+}
+
+impl Batch {
+    fn end_lsn(&self) -> Lsn {
+        self.start_lsn + self.buf.len() as u64
+    }
+}
+
+/// Where the open batch lives.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    seq: u64,
+    segment_bytes: u64,
+}
+
+struct State {
+    next_lsn: Lsn,
+    open: Batch,
+    layout: Layout,
+    sealed: VecDeque<Batch>,
+    flushing: bool,
+    poisoned: Option<String>,
+    chain: Vec<Segment>,
+    free_slots: Vec<String>,
+    next_slot: u64,
+    stats: WalStats,
+    /// Committers blocked in `wait_durable`, by the LSN each waits for.
+    waiters: BTreeMap<Lsn, usize>,
+    /// Sum of the counts in `waiters`.
+    waiter_count: usize,
+    /// Estimated number of concurrent committers: how many were waiting when the last flushes
+    /// ended (decays by one per flush). A leader waits for this much company.
+    expected_company: usize,
+    /// Moving average of the time a flush takes (write and sync of both copies), in ns. A
+    /// leader never waits for company longer than this: past that point, letting the late
+    /// committers form the next batch while this one flushes is at least as good.
+    flush_ewma_ns: u64,
+}
+
+struct Inner {
+    storages: [Arc<dyn Storage>; 2],
+    opts: WalOptions,
+    log_id: u64,
+    tag: u32,
+    st: Mutex<State>,
+    /// Signalled when a flush ends (waiters re-check durability or take the lead).
+    flushed_cv: Condvar,
+    /// Signalled when a sealed batch leaves the queue (blocked appenders retry).
+    space_cv: Condvar,
+    /// Signalled when the open batch fills up (a leader waiting for company stops waiting).
+    batch_cv: Condvar,
+    durable: AtomicU64,
+    helper: Arc<Helper>,
+}
+
+/// The duplexed, segmented, group-committing write-ahead log.
+///
+/// ```
+/// use nvmedb::io::{MemStorage, Storage};
+/// use nvmedb::wal::{FileLog, LogSink, WalOptions};
+/// use std::sync::Arc;
+/// let (a, b): (Arc<dyn Storage>, Arc<dyn Storage>) = (Arc::new(MemStorage::new()), Arc::new(MemStorage::new()));
+/// let log = FileLog::open(a.clone(), b.clone(), WalOptions::default()).unwrap();
+/// let (_start, end) = log.append(b"commit 1").unwrap();
+/// log.wait_durable(end).unwrap();
+/// let recs: Vec<_> = log.reader(0).unwrap().collect::<Result<_, _>>().unwrap();
+/// assert_eq!(recs[0].payload, b"commit 1");
+/// ```
+pub struct FileLog {
+    inner: Arc<Inner>,
+    recovered: RecoveredLog,
+    helper_thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for FileLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileLog").field("recovered", &self.recovered).finish()
+    }
+}
+
+impl FileLog {
+    /// Opens (or creates) the log whose two copies live in `primary` and `secondary`: finds the
+    /// live segments, reads the newest one to its end (using whichever copy is intact), and
+    /// prepares to append after it in a new segment.
+    ///
+    /// Errors: `Config` for bad options; `Corruption` (file and offset) when a record in the
+    /// middle of the newest segment is damaged in both copies; `Io` from the storages.
+    pub fn open(primary: Arc<dyn Storage>, secondary: Arc<dyn Storage>, opts: WalOptions) -> Result<FileLog> {
+        opts.validate()?;
+        let storages = [primary, secondary];
+        let d = discover(&storages)?;
+        let created = d.log_id.is_none();
+        let log_id = d.log_id.unwrap_or_else(|| Rng::new(Rng::seed_from_time()).next_u64() | 1);
+        let tag = log_tag(log_id);
+        let (start_lsn, end_lsn, last_seq) = match d.chain.last() {
+            None => (0, 0, 0),
+            Some(last) => {
+                let start = d.chain[0].header.base_lsn;
+                let from = last.header.base_lsn;
+                let mut r = LogReader::from_chain(storages.clone(), d.chain.clone(), tag, from, None)?;
+                while r.next_record()?.is_some() {}
+                (start, r.position(), last.header.seq)
+            }
+        };
+        let recovered = RecoveredLog { log_id, start_lsn, end_lsn, segments: d.chain.len(), created };
+        let layout = Layout { seq: last_seq + 1, segment_bytes: opts.segment_bytes };
+        let open = Batch {
+            seq: layout.seq,
+            new_segment: Some(SegmentHeader {
+                log_id,
+                seq: layout.seq,
+                base_lsn: end_lsn,
+                segment_bytes: opts.segment_bytes,
+            }),
+            file_off: SEGMENT_HEADER_BLOCK_BYTES,
+            start_lsn: end_lsn,
+            buf: Vec::new(),
+            records: 0,
+            filler: 0,
+        };
+        let state = State {
+            next_lsn: end_lsn,
+            open,
+            layout,
+            sealed: VecDeque::new(),
+            flushing: false,
+            poisoned: None,
+            chain: d.chain,
+            free_slots: d.free_slots,
+            next_slot: d.max_slot.map_or(0, |m| m + 1),
+            stats: WalStats::default(),
+            waiters: BTreeMap::new(),
+            waiter_count: 0,
+            expected_company: 1,
+            flush_ewma_ns: 0,
+        };
+        let helper = Arc::new(Helper::new());
+        let h2 = helper.clone();
+        let helper_thread = std::thread::Builder::new()
+            .name("nvmedb-wal-copy2".into())
+            .spawn(move || h2.run())
+            .map_err(|e| Error::Io(IoError::os("wal helper thread", crate::io::IoOpKind::Setup, 0, 0, e)))?;
+        let inner = Arc::new(Inner {
+            storages,
+            opts,
+            log_id,
+            tag,
+            st: Mutex::new(state),
+            flushed_cv: Condvar::new(),
+            space_cv: Condvar::new(),
+            batch_cv: Condvar::new(),
+            durable: AtomicU64::new(end_lsn),
+            helper,
+        });
+        Ok(FileLog { inner, recovered, helper_thread: Some(helper_thread) })
+    }
+
+    /// What open found.
+    pub fn recovered(&self) -> &RecoveredLog {
+        &self.recovered
+    }
+
+    /// The log's identifier.
+    pub fn log_id(&self) -> u64 {
+        self.inner.log_id
+    }
+
+    /// Appends one record of `kind` (>= [`KIND_USER_MIN`], or [`KIND_DATA`]) carrying `payload`.
+    /// Returns `[start, end)`; the record is durable once `durable_lsn() >= end`.
+    pub fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
+        if kind != KIND_DATA && kind < KIND_USER_MIN {
+            return Err(Error::InvalidArgument(format!("log record kind {kind} is reserved")));
+        }
+        let max = self.inner.opts.max_payload_bytes();
+        if payload.len() > max {
+            return Err(Error::InvalidArgument(format!(
+                "log record of {} bytes exceeds the maximum of {max} for this segment size",
+                payload.len()
+            )));
+        }
+        self.inner.append(kind, payload)
+    }
+
+    /// The LSN the next appended record will get (end of everything appended so far).
+    pub fn end_lsn(&self) -> Lsn {
+        self.inner.lock().next_lsn
+    }
+
+    /// Frees every segment whose records all lie before `lsn` (which must be durable): the
+    /// oldest segments are kept for recycling (up to `keep_free_segments`) or deleted. The
+    /// segment holding `lsn` and all later ones stay. Returns how many segments were freed.
+    ///
+    /// Reading below `lsn` afterwards is not supported: a recycled slot is overwritten.
+    pub fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
+        let to_delete = {
+            let mut st = self.inner.lock();
+            if let Some(p) = &st.poisoned {
+                return Err(Error::Poisoned(p.clone()));
+            }
+            let durable = self.inner.durable.load(Ordering::Acquire);
+            if lsn > durable {
+                return Err(Error::InvalidArgument(format!(
+                    "truncate_before({lsn}) beyond the durable position {durable}"
+                )));
+            }
+            let mut freed = 0;
+            while st.chain.len() >= 2 && st.chain[1].header.base_lsn <= lsn {
+                let s = st.chain.remove(0);
+                st.free_slots.push(s.name);
+                freed += 1;
+            }
+            let keep = self.inner.opts.keep_free_segments;
+            let excess = st.free_slots.len().saturating_sub(keep);
+            let del: Vec<String> = st.free_slots.drain(..excess).collect();
+            (freed, del)
+        };
+        for name in &to_delete.1 {
+            for s in &self.inner.storages {
+                if s.exists(name) {
+                    s.remove(name)?;
+                }
+            }
+        }
+        Ok(to_delete.0)
+    }
+
+    /// A reader from `from` (a record start) up to the durable position at this moment.
+    pub fn reader(&self, from: Lsn) -> Result<LogReader> {
+        let (chain, limit) = {
+            let st = self.inner.lock();
+            (st.chain.clone(), self.inner.durable.load(Ordering::Acquire))
+        };
+        LogReader::from_chain(self.inner.storages.clone(), chain, self.inner.tag, from, Some(limit))
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> WalStats {
+        self.inner.lock().stats
+    }
+
+    /// The live segments, oldest first.
+    pub fn segments(&self) -> Vec<SegmentDesc> {
+        self.inner.lock().chain.iter().map(Segment::desc).collect()
+    }
+
+    /// Makes everything appended durable and closes the log.
+    pub fn close(self) -> Result<Lsn> {
+        let end = self.end_lsn();
+        self.wait_durable(end)
+    }
+}
+
+impl Drop for FileLog {
+    fn drop(&mut self) {
+        self.inner.helper.stop();
+        if let Some(t) = self.helper_thread.take() {
+            // A panic in the helper thread already surfaced as a failed flush; nothing to add.
+            let _ = t.join();
+        }
+    }
+}
+
+impl LogSink for FileLog {
+    /// Frames `bytes` as one record of kind [`KIND_DATA`].
+    fn append(&self, bytes: &[u8]) -> Result<(Lsn, Lsn)> {
+        self.append_record(KIND_DATA, bytes)
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        self.inner.durable.load(Ordering::Acquire)
+    }
+
+    fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
+        self.inner.wait_durable(lsn)
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Seals the open batch (pads it to a block boundary) into the queue. Returns false when the
+    /// queue is full.
+    fn seal_open(&self, st: &mut State) -> bool {
+        if st.open.buf.is_empty() {
+            return true;
+        }
+        if st.sealed.len() >= self.opts.max_queued_batches {
+            return false;
+        }
+        let end_off = st.open.file_off + st.open.buf.len() as u64;
+        let fill = filler_bytes_for(end_off);
+        if fill > 0 {
+            let lsn = st.next_lsn;
+            encode_filler(&mut st.open.buf, fill, lsn, st.open.start_lsn, self.tag);
+            st.next_lsn += fill as u64;
+            st.open.filler += fill as u64;
+        }
+        let next_off = st.open.file_off + st.open.buf.len() as u64;
+        assert_eq!(next_off % BLOCK_BYTES as u64, 0, "sealed batch does not end on a block boundary");
+        assert!(next_off <= st.layout.segment_bytes, "sealed batch overruns its segment");
+        assert_eq!(st.open.end_lsn(), st.next_lsn, "batch and stream disagree on the end LSN");
+        let next = Batch {
+            seq: st.layout.seq,
+            new_segment: None,
+            file_off: next_off,
+            start_lsn: st.next_lsn,
+            buf: Vec::new(),
+            records: 0,
+            filler: 0,
+        };
+        let sealed = std::mem::replace(&mut st.open, next);
+        st.sealed.push_back(sealed);
+        self.batch_cv.notify_all();
+        true
+    }
+
+    /// Waits for queue space: leads a flush when none runs, else waits for the running one.
+    fn make_space<'a>(&'a self, st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>> {
+        if st.flushing {
+            return Ok(self.space_cv.wait(st).unwrap_or_else(|e| e.into_inner()));
+        }
+        let (st, r) = self.flush_one(st, false);
+        r.map(|()| st)
+    }
+
+    fn append(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
+        let rec = (RECORD_HEADER_BYTES + payload.len()) as u64;
+        let mut st = self.lock();
+        loop {
+            if let Some(p) = &st.poisoned {
+                return Err(Error::Poisoned(p.clone()));
+            }
+            let open_len = st.open.buf.len() as u64;
+            if open_len > 0 && open_len + rec > self.opts.max_batch_bytes as u64 && !self.seal_open(&mut st) {
+                st = self.make_space(st)?;
+                continue;
+            }
+            let end_off = st.open.file_off + st.open.buf.len() as u64 + rec;
+            if end_off + MAX_FILLER_BYTES as u64 > st.layout.segment_bytes {
+                if !self.seal_open(&mut st) {
+                    st = self.make_space(st)?;
+                    continue;
+                }
+                // Switch to a new segment starting exactly where the stream is.
+                let seq = st.layout.seq + 1;
+                let segment_bytes = self.opts.segment_bytes;
+                st.layout = Layout { seq, segment_bytes };
+                let base_lsn = st.next_lsn;
+                st.open = Batch {
+                    seq,
+                    new_segment: Some(SegmentHeader { log_id: self.log_id, seq, base_lsn, segment_bytes }),
+                    file_off: SEGMENT_HEADER_BLOCK_BYTES,
+                    start_lsn: base_lsn,
+                    buf: Vec::new(),
+                    records: 0,
+                    filler: 0,
+                };
+                continue;
+            }
+            break;
+        }
+        let lsn = st.next_lsn;
+        let h = RecordHeader {
+            payload_len: payload.len() as u32,
+            lsn,
+            flush_lsn: st.open.start_lsn,
+            kind,
+            log_tag: self.tag,
+        };
+        encode_record(&mut st.open.buf, &h, payload);
+        st.open.records += 1;
+        st.next_lsn += rec;
+        st.stats.records_appended += 1;
+        assert_eq!(st.open.end_lsn(), st.next_lsn, "batch and stream disagree on the end LSN");
+        if st.open.buf.len() >= self.opts.max_batch_bytes {
+            self.batch_cv.notify_all();
+        }
+        Ok((lsn, lsn + rec))
+    }
+
+    fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
+        let mut st = self.lock();
+        let mut registered = false;
+        let r = loop {
+            if let Some(p) = &st.poisoned {
+                break Err(Error::Poisoned(p.clone()));
+            }
+            let d = self.durable.load(Ordering::Acquire);
+            if d >= lsn {
+                st.stats.commits += 1;
+                break Ok(d);
+            }
+            if lsn > st.next_lsn {
+                break Err(Error::InvalidArgument(format!(
+                    "wait_durable({lsn}) beyond the end of the log {}",
+                    st.next_lsn
+                )));
+            }
+            if !registered {
+                registered = true;
+                *st.waiters.entry(lsn).or_insert(0) += 1;
+                st.waiter_count += 1;
+                self.batch_cv.notify_all();
+            }
+            if st.flushing {
+                st = self.flushed_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let (g, r) = self.flush_one(st, true);
+            st = g;
+            if let Err(e) = r {
+                break Err(e);
+            }
+        };
+        // A flush that made `lsn` durable already removed this waiter; otherwise remove it now.
+        if registered && lsn > self.durable.load(Ordering::Acquire) {
+            let st = &mut *st;
+            if let Some(c) = st.waiters.get_mut(&lsn) {
+                *c -= 1;
+                st.waiter_count -= 1;
+                if *c == 0 {
+                    st.waiters.remove(&lsn);
+                }
+            }
+        }
+        r
+    }
+
+    /// Leads one flush: takes the oldest sealed batch (or seals the open one, after waiting up
+    /// to `group_commit_wait_us` for company), writes it to both copies and syncs them.
+    /// Precondition: no flush runs and something is pending.
+    ///
+    /// With `may_wait` (a committer leads) and `group_commit_wait_us > 0`, the leader waits until
+    /// as many committers wait as did at the end of recent flushes (`expected_company`), the
+    /// batch reaches `max_batch_bytes`, or the time bound passes (the smaller of
+    /// `group_commit_wait_us` and the average flush time), whichever comes first. This
+    /// merges the committers released by one flush with those that arrived during it, instead of
+    /// letting two half-size groups alternate.
+    fn flush_one<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        may_wait: bool,
+    ) -> (MutexGuard<'a, State>, Result<()>) {
+        assert!(!st.flushing, "two flush leaders");
+        st.flushing = true;
+        if may_wait && st.sealed.is_empty() && self.opts.group_commit_wait_us > 0 {
+            let bound_ns = (self.opts.group_commit_wait_us * 1000).min(st.flush_ewma_ns);
+            let deadline = Instant::now() + Duration::from_nanos(bound_ns);
+            while st.sealed.is_empty()
+                && st.open.buf.len() < self.opts.max_batch_bytes
+                && st.waiter_count < st.expected_company
+            {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                st = self.batch_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+        }
+        if st.sealed.is_empty() {
+            let ok = self.seal_open(&mut st);
+            assert!(ok, "sealing into an empty queue cannot fail");
+        }
+        let Some(batch) = st.sealed.pop_front() else {
+            unreachable!("flush_one called with nothing pending");
+        };
+        self.space_cv.notify_all();
+        let target = match batch.new_segment {
+            Some(_) => {
+                let name = match st.free_slots.pop() {
+                    Some(n) => n,
+                    None => {
+                        st.next_slot += 1;
+                        slot_name(st.next_slot - 1)
+                    }
+                };
+                Target::New(name)
+            }
+            None => match st.chain.last() {
+                Some(last) if last.header.seq == batch.seq => Target::Existing(last.clone()),
+                _ => unreachable!("a batch without a new segment targets the newest segment"),
+            },
+        };
+        drop(st);
+        let started = Instant::now();
+        let result = self.write_batch(&batch, target);
+        let took_ns = started.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
+        let mut st = self.lock();
+        st.flushing = false;
+        let r = match result {
+            Ok(new_seg) => {
+                if let Some(seg) = new_seg {
+                    if let Some(last) = st.chain.last() {
+                        assert_eq!(last.header.seq + 1, seg.header.seq, "segment sequence gap");
+                        assert!(last.header.base_lsn <= seg.header.base_lsn, "segment base went backwards");
+                    }
+                    st.chain.push(seg);
+                }
+                let prev = self.durable.swap(batch.end_lsn(), Ordering::AcqRel);
+                assert_eq!(prev, batch.start_lsn, "flushes must make the stream durable in order");
+                // Committers waiting now = the concurrency to expect for the next flush.
+                let sample = st.waiter_count;
+                st.expected_company = sample.max(st.expected_company.saturating_sub(1)).max(1);
+                let durable = batch.end_lsn();
+                let done: Vec<Lsn> = st.waiters.range(..=durable).map(|(k, _)| *k).collect();
+                for k in done {
+                    if let Some(c) = st.waiters.remove(&k) {
+                        st.waiter_count -= c;
+                    }
+                }
+                st.flush_ewma_ns =
+                    if st.flush_ewma_ns == 0 { took_ns } else { (7 * st.flush_ewma_ns + took_ns) / 8 };
+                st.stats.flushes += 1;
+                st.stats.records_flushed += batch.records;
+                st.stats.filler_bytes += batch.filler;
+                st.stats.bytes_written += batch.buf.len() as u64
+                    + if batch.new_segment.is_some() { SEGMENT_HEADER_BLOCK_BYTES } else { 0 };
+                Ok(())
+            }
+            Err(e) => {
+                st.poisoned = Some(format!("log flush at LSN {} failed: {e}", batch.start_lsn));
+                Err(e)
+            }
+        };
+        self.flushed_cv.notify_all();
+        self.space_cv.notify_all();
+        (st, r)
+    }
+
+    /// Writes one batch to both copies in parallel and syncs both. Returns the new segment when
+    /// the batch started one.
+    fn write_batch(&self, batch: &Batch, target: Target) -> Result<Option<Segment>> {
+        assert_eq!(batch.buf.len() % BLOCK_BYTES, 0, "flush of a partial block");
+        assert_eq!(batch.file_off % BLOCK_BYTES as u64, 0, "flush at an unaligned offset");
+        let header_bytes = if batch.new_segment.is_some() { BLOCK_BYTES } else { 0 };
+        let mut buf = AlignedBuf::new(header_bytes + batch.buf.len());
+        if let Some(h) = &batch.new_segment {
+            assert_eq!(batch.file_off, SEGMENT_HEADER_BLOCK_BYTES);
+            h.encode(&mut buf[..BLOCK_BYTES]);
+        }
+        buf[header_bytes..].copy_from_slice(&batch.buf);
+        let offset = batch.file_off - header_bytes as u64;
+        let (devs, new_seg): ([Arc<dyn Device>; 2], Option<Segment>) = match target {
+            Target::Existing(seg) => {
+                let mut devs = Vec::with_capacity(2);
+                for c in 0..2 {
+                    match &seg.devs[c] {
+                        Some(d) => devs.push(d.clone()),
+                        None => devs.push(self.storages[c].open(&seg.name, true)?),
+                    }
+                }
+                let [a, b]: [Arc<dyn Device>; 2] = devs.try_into().unwrap_or_else(|_| unreachable!());
+                ([a, b], None)
+            }
+            Target::New(name) => {
+                let Some(header) = batch.new_segment else { unreachable!() };
+                let a = self.storages[0].open(&name, true)?;
+                let b = self.storages[1].open(&name, true)?;
+                let recycled = a.capacity() >= header.segment_bytes || b.capacity() >= header.segment_bytes;
+                a.ensure_capacity(header.segment_bytes)?;
+                b.ensure_capacity(header.segment_bytes)?;
+                {
+                    let mut st = self.lock();
+                    if recycled {
+                        st.stats.segments_recycled += 1;
+                    } else {
+                        st.stats.segments_created += 1;
+                    }
+                }
+                let seg = Segment { name, header, devs: [Some(a.clone()), Some(b.clone())] };
+                ([a, b], Some(seg))
+            }
+        };
+        let buf = Arc::new(buf);
+        self.helper.submit(Job { dev: devs[1].clone(), offset, buf: buf.clone() });
+        let r0 = devs[0].write_at(offset, &buf).and_then(|()| devs[0].sync());
+        let r1 = self.helper.wait();
+        r0?;
+        r1?;
+        Ok(new_seg)
+    }
+}
+
+enum Target {
+    Existing(Segment),
+    New(String),
+}

@@ -1,0 +1,317 @@
+//! Reading the duplexed log back: [`LogReader`].
+//!
+//! Owns: iteration over the records of the live segment chain from a given LSN, choosing per
+//! record whichever copy holds it intact, and the decision between "clean end of the log" and
+//! "corruption". Invariants:
+//! - a record is returned only if its CRC32C matches and its header names the LSN at which it
+//!   was found (stale bytes of a recycled segment never match);
+//! - when neither copy holds a valid record at position `p`, the reader ends cleanly only if no
+//!   evidence shows that a later flush completed: the next segment must start exactly at `p`
+//!   (segment switch), or, in the last segment, no block boundary after `p` may hold a valid
+//!   record whose flush began after `p`. Because the writer starts a flush only after the
+//!   previous one is durable on both copies, such a record proves that `p` was once durable, so
+//!   the reader reports [`Error::Corruption`] naming the file and offset instead of truncating.
+
+use crate::io::AlignedBuf;
+use crate::io::Storage;
+use crate::wal::format::{
+    check_crc, check_header, log_tag, RecordFault, RecordHeader, BLOCK_BYTES, KIND_FILLER,
+    RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES,
+};
+use crate::wal::segment::{discover, file_label, read_clamped, Segment};
+use crate::wal::Lsn;
+use crate::{Error, Result};
+use std::sync::Arc;
+
+/// Bytes read from a copy at a time.
+const WINDOW_BYTES: usize = 4 << 20;
+
+/// One record read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    /// LSN of the record's first byte (what `append` returned as the start).
+    pub lsn: Lsn,
+    /// LSN just past the record (what `append` returned as the end).
+    pub end_lsn: Lsn,
+    /// Record kind ([`KIND_DATA`](crate::wal::KIND_DATA) or a caller's kind).
+    pub kind: u8,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+}
+
+/// A cached run of blocks of one segment in one copy.
+struct Window {
+    seg: usize,
+    start: u64,
+    len: usize,
+    buf: Option<AlignedBuf>,
+}
+
+impl Window {
+    fn empty() -> Self {
+        Self { seg: usize::MAX, start: 0, len: 0, buf: None }
+    }
+}
+
+/// Iterates the records of a duplexed log from a starting LSN.
+///
+/// Create one with [`LogReader::open`] (from the storages, e.g. during recovery) or
+/// `FileLog::reader` (while the log is open; it stops at the durable position).
+pub struct LogReader {
+    storages: [Arc<dyn Storage>; 2],
+    chain: Vec<Segment>,
+    tag: u32,
+    idx: usize,
+    pos: Lsn,
+    limit: Option<Lsn>,
+    windows: [Window; 2],
+    ended: bool,
+}
+
+impl std::fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogReader").field("pos", &self.pos).field("segment", &self.idx).finish()
+    }
+}
+
+impl LogReader {
+    /// Opens the log kept in `primary` and `secondary` and positions the reader at `from`, which
+    /// must be a record start returned by `append`, a segment's base, or the end of the log.
+    ///
+    /// Errors: `NotFound` if `from` precedes the oldest live segment; `Corruption` if the
+    /// segment headers contradict each other.
+    pub fn open(primary: Arc<dyn Storage>, secondary: Arc<dyn Storage>, from: Lsn) -> Result<LogReader> {
+        let storages = [primary, secondary];
+        let d = discover(&storages)?;
+        let tag = d.log_id.map(log_tag).unwrap_or(0);
+        Self::from_chain(storages, d.chain, tag, from, None)
+    }
+
+    pub(crate) fn from_chain(
+        storages: [Arc<dyn Storage>; 2],
+        chain: Vec<Segment>,
+        tag: u32,
+        from: Lsn,
+        limit: Option<Lsn>,
+    ) -> Result<LogReader> {
+        let mut r = LogReader {
+            storages,
+            chain,
+            tag,
+            idx: 0,
+            pos: from,
+            limit,
+            windows: [Window::empty(), Window::empty()],
+            ended: false,
+        };
+        if r.chain.is_empty() {
+            if from != 0 {
+                return Err(Error::NotFound(format!("log position {from}: the log is empty")));
+            }
+            r.ended = true;
+            return Ok(r);
+        }
+        let first = r.chain[0].header.base_lsn;
+        if from < first {
+            return Err(Error::NotFound(format!(
+                "log position {from} precedes the oldest live segment ({} starts at {first})",
+                r.chain[0].name
+            )));
+        }
+        r.idx = r.chain.iter().rposition(|s| s.header.base_lsn <= from).unwrap_or(0);
+        Ok(r)
+    }
+
+    /// The LSN of the next record to be read; after the end was reached, the end of the log.
+    pub fn position(&self) -> Lsn {
+        self.pos
+    }
+
+    /// True once [`next_record`](Self::next_record) has returned `Ok(None)`.
+    pub fn at_end(&self) -> bool {
+        self.ended
+    }
+
+    /// The next record, `Ok(None)` at the end of the log.
+    pub fn next_record(&mut self) -> Result<Option<LogRecord>> {
+        loop {
+            if self.ended {
+                return Ok(None);
+            }
+            if self.limit.is_some_and(|l| self.pos >= l) {
+                self.ended = true;
+                return Ok(None);
+            }
+            let pos = self.pos;
+            let mut faults = [RecordFault::NoRoom; 2];
+            let mut got = None;
+            for (copy, fault) in faults.iter_mut().enumerate() {
+                match self.try_record(copy, self.idx, pos)? {
+                    Ok(r) => {
+                        got = Some(r);
+                        break;
+                    }
+                    Err(f) => *fault = f,
+                }
+            }
+            if let Some((h, payload)) = got {
+                let end = h.lsn + h.record_bytes();
+                assert!(end > pos, "record did not advance the log position");
+                self.pos = end;
+                if h.kind == KIND_FILLER {
+                    continue;
+                }
+                return Ok(Some(LogRecord { lsn: h.lsn, end_lsn: end, kind: h.kind, payload }));
+            }
+            // Neither copy holds a record at `pos`: segment switch, clean end, or corruption.
+            let seg = self.chain[self.idx].clone();
+            let off = SEGMENT_HEADER_BLOCK_BYTES + (pos - seg.header.base_lsn);
+            let file = file_label(&self.storages, 0, &seg.name);
+            if self.idx + 1 < self.chain.len() {
+                let next = &self.chain[self.idx + 1];
+                if next.header.base_lsn == pos {
+                    self.idx += 1;
+                    continue;
+                }
+                return Err(Error::Corruption {
+                    file,
+                    offset: off,
+                    detail: format!(
+                        "no intact record at LSN {pos} in either copy ({:?} / {:?}), but the next segment {} \
+                         starts at LSN {}",
+                        faults[0], faults[1], next.name, next.header.base_lsn
+                    ),
+                });
+            }
+            if self.limit.is_some_and(|l| pos < l) {
+                return Err(Error::Corruption {
+                    file,
+                    offset: off,
+                    detail: format!(
+                        "no intact record at durable LSN {pos} in either copy ({:?} / {:?})",
+                        faults[0], faults[1]
+                    ),
+                });
+            }
+            if let Some((copy, later_off, later)) = self.find_later_flush(pos)? {
+                return Err(Error::Corruption {
+                    file,
+                    offset: off,
+                    detail: format!(
+                        "no intact record at LSN {pos} in either copy ({:?} / {:?}), yet a later flush \
+                         (record at LSN {later}, offset {later_off} of {}) is intact",
+                        faults[0],
+                        faults[1],
+                        file_label(&self.storages, copy, &seg.name)
+                    ),
+                });
+            }
+            self.ended = true;
+            return Ok(None);
+        }
+    }
+
+    /// Bytes `[off, off + len)` of segment `seg` in `copy`, or `None` if the copy lacks the file.
+    fn bytes(&mut self, copy: usize, seg: usize, off: u64, len: usize) -> Result<Option<&[u8]>> {
+        let Some(dev) = self.chain[seg].devs[copy].clone() else {
+            return Ok(None);
+        };
+        let seg_bytes = self.chain[seg].header.segment_bytes;
+        assert!(off + len as u64 <= seg_bytes, "read past the end of the segment");
+        let w = &mut self.windows[copy];
+        let covered = w.seg == seg && w.start <= off && off + len as u64 <= w.start + w.len as u64;
+        if !covered {
+            let start = off - off % BLOCK_BYTES as u64;
+            let need = (off + len as u64).div_ceil(BLOCK_BYTES as u64) * BLOCK_BYTES as u64 - start;
+            let want = (need as usize).max(WINDOW_BYTES).min((seg_bytes - start) as usize);
+            let mut buf = match w.buf.take() {
+                Some(b) if b.len() >= want => b,
+                _ => AlignedBuf::new(want),
+            };
+            read_clamped(&*dev, start, &mut buf[..want])?;
+            *w = Window { seg, start, len: want, buf: Some(buf) };
+        }
+        let w = &self.windows[copy];
+        let b = w.buf.as_ref().map(|b| &b[(off - w.start) as usize..(off - w.start) as usize + len]);
+        Ok(b)
+    }
+
+    /// Tries to read a valid record at `pos` (in segment `seg`) from `copy`.
+    #[allow(clippy::type_complexity)]
+    fn try_record(
+        &mut self,
+        copy: usize,
+        seg: usize,
+        pos: Lsn,
+    ) -> Result<Result<(RecordHeader, Vec<u8>), RecordFault>> {
+        let h = self.chain[seg].header;
+        let off = SEGMENT_HEADER_BLOCK_BYTES + (pos - h.base_lsn);
+        let room = h.segment_bytes.saturating_sub(off);
+        if room < RECORD_HEADER_BYTES as u64 {
+            return Ok(Err(RecordFault::NoRoom));
+        }
+        let tag = self.tag;
+        let head = match self.bytes(copy, seg, off, RECORD_HEADER_BYTES)? {
+            None => return Ok(Err(RecordFault::NoRoom)),
+            Some(b) => match check_header(b, pos, room, tag) {
+                Ok(h) => h,
+                Err(f) => return Ok(Err(f)),
+            },
+        };
+        let total = head.record_bytes() as usize;
+        let Some(rec) = self.bytes(copy, seg, off, total)? else {
+            return Ok(Err(RecordFault::NoRoom));
+        };
+        if let Err(f) = check_crc(rec) {
+            return Ok(Err(f));
+        }
+        let payload = if head.kind == KIND_FILLER { Vec::new() } else { rec[RECORD_HEADER_BYTES..].to_vec() };
+        Ok(Ok((head, payload)))
+    }
+
+    /// Looks, in the current (last) segment, for a valid record at a block boundary after `pos`
+    /// written by a flush that began after `pos`. Returns `(copy, offset, lsn)` of the first.
+    fn find_later_flush(&mut self, pos: Lsn) -> Result<Option<(usize, u64, Lsn)>> {
+        let seg = self.idx;
+        let h = self.chain[seg].header;
+        let off = SEGMENT_HEADER_BLOCK_BYTES + (pos - h.base_lsn);
+        let tag = self.tag;
+        let mut b = (off / BLOCK_BYTES as u64 + 1) * BLOCK_BYTES as u64;
+        while b + RECORD_HEADER_BYTES as u64 <= h.segment_bytes {
+            let lsn = h.base_lsn + (b - SEGMENT_HEADER_BLOCK_BYTES);
+            for copy in 0..2 {
+                let head = match self.bytes(copy, seg, b, RECORD_HEADER_BYTES)? {
+                    None => continue,
+                    Some(bytes) => check_header(bytes, lsn, h.segment_bytes - b, tag),
+                };
+                let Ok(head) = head else { continue };
+                if head.flush_lsn <= pos {
+                    continue;
+                }
+                let total = head.record_bytes() as usize;
+                if let Some(rec) = self.bytes(copy, seg, b, total)? {
+                    if check_crc(rec).is_ok() {
+                        return Ok(Some((copy, b, lsn)));
+                    }
+                }
+            }
+            b += BLOCK_BYTES as u64;
+        }
+        Ok(None)
+    }
+}
+
+impl Iterator for LogReader {
+    type Item = Result<LogRecord>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_record() {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => None,
+            Err(e) => {
+                self.ended = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

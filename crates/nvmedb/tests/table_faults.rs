@@ -1,0 +1,166 @@
+//! Tables under injected I/O errors: every failure is a typed error, a failed operation
+//! leaves the table as it was, and when the faults stop the table matches the model and its
+//! indexes agree with its heap.
+
+use nvmedb::io::{Device, DeviceInfo, IoError, IoOpKind, IoResult, MemStorage, Storage};
+use nvmedb::util::Rng;
+use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Fails each read or write with probability `rate_ppm / 1e6` (seeded).
+struct FaultyStorage {
+    inner: MemStorage,
+    rng: Arc<Mutex<Rng>>,
+    rate_ppm: Arc<AtomicU64>,
+}
+
+struct FaultyDevice {
+    inner: Arc<dyn Device>,
+    rng: Arc<Mutex<Rng>>,
+    rate_ppm: Arc<AtomicU64>,
+}
+
+impl FaultyDevice {
+    fn fail(&self, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
+        let rate = self.rate_ppm.load(Ordering::SeqCst);
+        if rate > 0 && self.rng.lock().unwrap().below(1_000_000) < rate {
+            return Err(IoError::os(
+                &self.inner.info().name,
+                op,
+                offset,
+                len,
+                std::io::Error::from_raw_os_error(5),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Device for FaultyDevice {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn alignment(&self) -> usize {
+        self.inner.alignment()
+    }
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
+        self.inner.ensure_capacity(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
+        self.fail(IoOpKind::Read, offset, buf.len())?;
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
+        self.fail(IoOpKind::Write, offset, buf.len())?;
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> IoResult<()> {
+        self.inner.sync()
+    }
+}
+
+impl Storage for FaultyStorage {
+    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
+        let inner = self.inner.open(name, create)?;
+        Ok(Arc::new(FaultyDevice { inner, rng: self.rng.clone(), rate_ppm: self.rate_ppm.clone() }))
+    }
+    fn exists(&self, name: &str) -> bool {
+        self.inner.exists(name)
+    }
+    fn list(&self) -> IoResult<Vec<String>> {
+        self.inner.list()
+    }
+    fn remove(&self, name: &str) -> IoResult<()> {
+        self.inner.remove(name)
+    }
+    fn location(&self) -> String {
+        "faulty memory".into()
+    }
+}
+
+#[test]
+fn failed_operations_change_nothing() {
+    let mut poisoned_seeds = 0;
+    for seed in 0..10u64 {
+        let rate = Arc::new(AtomicU64::new(0));
+        let storage = Arc::new(FaultyStorage {
+            inner: MemStorage::new(),
+            rng: Arc::new(Mutex::new(Rng::new(seed))),
+            rate_ppm: rate.clone(),
+        });
+        let opts = Options {
+            table_page_size: 4096,
+            index_page_size: 4096,
+            table_buffer: BufferSize::Bytes(8 * 4096),
+            index_buffer: BufferSize::Bytes(10 * 4096),
+            pin_indexes: false,
+            ..Options::default()
+        };
+        let db = Database::open_with_storage(storage, opts).unwrap();
+        let schema = Schema::new(vec![
+            ("id", ColumnType::Int),
+            ("grp", ColumnType::Int),
+            ("pad", ColumnType::Bytes(400)),
+        ])
+        .with_index("by_grp", "grp")
+        .unwrap();
+        let t = db.create_table("t", schema).unwrap();
+        rate.store(50_000, Ordering::SeqCst); // 5 % of reads and writes fail
+        let mut rng = Rng::new(seed ^ 0xABCD);
+        let mut model: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut failures = 0;
+        let mut poisoned = false;
+        for step in 0..3000 {
+            let id = rng.below(400) as i64;
+            let grp = rng.below(6) as i64;
+            let pad = Value::Bytes(vec![b'p'; rng.below(400) as usize]);
+            let r = match rng.below(3) {
+                0 => t.insert(&[Value::Int(id), Value::Int(grp), pad]).map(|()| {
+                    model.insert(id, grp);
+                }),
+                1 => t.update(&[Value::Int(id), Value::Int(grp), pad]).map(|done| {
+                    if done {
+                        model.insert(id, grp);
+                    }
+                }),
+                _ => t.delete(&Value::Int(id)).map(|done| {
+                    if done {
+                        model.remove(&id);
+                    }
+                }),
+            };
+            match r {
+                Ok(()) | Err(Error::AlreadyExists(_)) => {}
+                Err(Error::Io(e)) => {
+                    assert_eq!(e.raw_os_error(), Some(5), "seed {seed} step {step}");
+                    failures += 1;
+                }
+                Err(Error::Poisoned(_)) => {
+                    poisoned = true;
+                    break;
+                }
+                Err(e) => panic!("seed {seed} step {step}: unexpected error {e}"),
+            }
+        }
+        rate.store(0, Ordering::SeqCst);
+        eprintln!(
+            "seed {seed}: {failures} operations failed with injected EIO, poisoned: {poisoned}, rows {}",
+            model.len()
+        );
+        assert!(failures > 10, "seed {seed}: only {failures} injected failures surfaced");
+        if poisoned {
+            poisoned_seeds += 1;
+            continue;
+        }
+        assert_eq!(t.check_integrity().unwrap(), model.len() as u64, "seed {seed}");
+        for (id, grp) in &model {
+            assert_eq!(t.read(&Value::Int(*id), |r| r.int(1)).unwrap(), Some(*grp), "seed {seed} id {id}");
+        }
+    }
+    assert!(poisoned_seeds <= 2, "{poisoned_seeds} of 10 seeds ended poisoned");
+}

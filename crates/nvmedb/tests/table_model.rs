@@ -1,0 +1,240 @@
+//! Tables against a `BTreeMap` model: random operations (seeded; the seed is printed on
+//! failure) with buffers of a few frames so eviction is constant, reopening the database, and
+//! integrity checks of heap and indexes.
+
+use nvmedb::io::{MemStorage, Storage};
+use nvmedb::util::Rng;
+use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+fn tiny_options() -> Options {
+    Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        table_buffer: BufferSize::Bytes(8 * 4096),
+        index_buffer: BufferSize::Bytes(12 * 4096),
+        pin_indexes: false,
+        ..Options::default()
+    }
+}
+
+fn schema() -> Schema {
+    Schema::new(vec![("id", ColumnType::Int), ("grp", ColumnType::Int), ("name", ColumnType::Bytes(300))])
+        .with_index("by_grp", "grp")
+        .unwrap()
+        .with_index("by_name", "name")
+        .unwrap()
+}
+
+fn row(id: i64, grp: i64, name: &[u8]) -> Vec<Value> {
+    vec![Value::Int(id), Value::Int(grp), Value::Bytes(name.to_vec())]
+}
+
+#[test]
+fn random_operations_match_the_model_across_reopens() {
+    for seed in 0..8u64 {
+        let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+        let mut db = Database::open_with_storage(storage.clone(), tiny_options()).unwrap();
+        let mut t = db.create_table("items", schema()).unwrap();
+        let mut rng = Rng::new(seed);
+        let mut model: BTreeMap<i64, (i64, Vec<u8>)> = BTreeMap::new();
+        let mut evictions = (0, 0);
+        for step in 0..2500 {
+            let id = rng.below(600) as i64 - 100;
+            let grp = rng.below(7) as i64;
+            let name = format!("n{}", rng.below(50)).repeat(rng.below(60) as usize + 1).into_bytes();
+            let ctx = format!("seed {seed} step {step} id {id}");
+            match rng.below(10) {
+                0..=3 => match t.insert(&row(id, grp, &name)) {
+                    Ok(()) => assert!(model.insert(id, (grp, name)).is_none(), "{ctx}"),
+                    Err(Error::AlreadyExists(_)) => assert!(model.contains_key(&id), "{ctx}"),
+                    Err(e) => panic!("{ctx}: {e}"),
+                },
+                4..=5 => {
+                    let updated = t.update(&row(id, grp, &name)).unwrap();
+                    assert_eq!(updated, model.contains_key(&id), "{ctx}");
+                    if updated {
+                        model.insert(id, (grp, name));
+                    }
+                }
+                6 => assert_eq!(t.delete(&Value::Int(id)).unwrap(), model.remove(&id).is_some(), "{ctx}"),
+                7 => {
+                    let got = t.get(&Value::Int(id)).unwrap();
+                    assert_eq!(got, model.get(&id).map(|(g, n)| row(id, *g, n)), "{ctx}");
+                }
+                8 => {
+                    let got: Vec<i64> = t
+                        .lookup("by_grp", &Value::Int(grp))
+                        .unwrap()
+                        .iter()
+                        .map(|r| r[0].as_int().unwrap())
+                        .collect();
+                    let want: Vec<i64> =
+                        model.iter().filter(|(_, (g, _))| *g == grp).map(|(k, _)| *k).collect();
+                    assert_eq!(got, want, "{ctx}");
+                }
+                _ => {
+                    let (lo, hi) = (id, id + rng.below(80) as i64);
+                    let mut got = Vec::new();
+                    t.range(Bound::Included(&Value::Int(lo)), Bound::Excluded(&Value::Int(hi)), |r| {
+                        got.push(r.int(0));
+                        Ok(true)
+                    })
+                    .unwrap();
+                    let want: Vec<i64> = model.range(lo..hi).map(|(k, _)| *k).collect();
+                    assert_eq!(got, want, "{ctx}");
+                }
+            }
+            if step % 800 == 799 {
+                assert_eq!(t.check_integrity().unwrap(), model.len() as u64, "{ctx}");
+                let (ts, is) = db.buffer_stats();
+                evictions = (evictions.0 + ts.evictions, evictions.1 + is.evictions);
+                db.close().unwrap();
+                db = Database::open_with_storage(storage.clone(), tiny_options()).unwrap();
+                t = db.table("items").unwrap();
+            }
+        }
+        assert_eq!(t.check_integrity().unwrap(), model.len() as u64, "seed {seed}");
+        let mut scanned = BTreeMap::new();
+        t.scan(|r| {
+            scanned.insert(r.int(0), (r.int(1), r.bytes(2).to_vec()));
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(scanned, model, "seed {seed}: full scan differs");
+        let (ts, is) = db.buffer_stats();
+        evictions = (evictions.0 + ts.evictions, evictions.1 + is.evictions);
+        assert!(evictions.0 > 0 && evictions.1 > 0, "seed {seed}: pools never evicted: {evictions:?}");
+    }
+}
+
+#[test]
+fn concurrent_writers_keep_heap_and_indexes_consistent() {
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), tiny_options()).unwrap();
+    let t = db.create_table("items", schema()).unwrap();
+    std::thread::scope(|s| {
+        for th in 0..4u64 {
+            let t = t.clone();
+            s.spawn(move || {
+                let mut rng = Rng::new(th + 100);
+                for _ in 0..1500 {
+                    let id = rng.below(300) as i64;
+                    let grp = rng.below(5) as i64;
+                    match rng.below(4) {
+                        0 => match t.insert(&row(id, grp, b"x")) {
+                            Ok(()) | Err(Error::AlreadyExists(_)) => {}
+                            Err(e) => panic!("thread {th}: {e}"),
+                        },
+                        1 => {
+                            t.update(&row(id, grp, &vec![b'y'; rng.below(200) as usize])).unwrap();
+                        }
+                        2 => {
+                            t.delete(&Value::Int(id)).unwrap();
+                        }
+                        _ => {
+                            if let Some(r) = t.get(&Value::Int(id)).unwrap() {
+                                assert_eq!(r[0], Value::Int(id));
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let rows = t.check_integrity().unwrap();
+    let mut n = 0;
+    t.scan(|_| {
+        n += 1;
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(rows, n);
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let storage = Arc::new(MemStorage::new());
+    let db = Database::open_with_storage(storage.clone(), tiny_options()).unwrap();
+    let e = db.table("nope").unwrap_err().to_string();
+    assert!(e.contains("table `nope`"), "{e}");
+    let big = Schema::new(vec![("id", ColumnType::Int), ("blob", ColumnType::Char(5000))]);
+    let e = db.create_table("big", big).unwrap_err().to_string();
+    assert!(e.contains("do not fit 4096-byte table pages"), "{e}");
+    let t = db.create_table("items", schema()).unwrap();
+    assert!(matches!(db.create_table("items", schema()), Err(Error::AlreadyExists(_))));
+    let e = t.insert(&[Value::Int(1)]).unwrap_err().to_string();
+    assert!(e.contains("3 columns"), "{e}");
+    let e = t.insert(&[Value::from("x"), Value::Int(1), Value::from("n")]).unwrap_err().to_string();
+    assert!(e.contains("`id`") && e.contains("expected Int"), "{e}");
+    let e = t.insert(&row(1, 1, &[b'z'; 301])).unwrap_err().to_string();
+    assert!(e.contains("`name`") && e.contains("301 bytes"), "{e}");
+    let e = t.lookup("by_nothing", &Value::Int(1)).unwrap_err().to_string();
+    assert!(e.contains("index `by_nothing`"), "{e}");
+
+    // A storage holding other files but no catalog is not a database.
+    let foreign = Arc::new(MemStorage::new());
+    foreign.open("notes.txt", true).unwrap();
+    let e = Database::open_with_storage(foreign, tiny_options()).unwrap_err().to_string();
+    assert!(e.contains("not an nvmedb database") && e.contains("notes.txt"), "{e}");
+    let empty = Arc::new(MemStorage::new());
+    let opts = Options { create_if_missing: false, ..tiny_options() };
+    assert!(matches!(Database::open_with_storage(empty, opts), Err(Error::NotFound(_))));
+    let opts = Options { table_page_size: 5000, ..tiny_options() };
+    let e = Database::open_with_storage(Arc::new(MemStorage::new()), opts).unwrap_err();
+    assert!(matches!(e, Error::Config { ref key, .. } if key == "table_page_size"), "{e}");
+}
+
+#[test]
+fn corrupted_heap_page_is_reported_with_file_and_page() {
+    let storage = Arc::new(MemStorage::new());
+    let db = Database::open_with_storage(storage.clone(), tiny_options()).unwrap();
+    let t = db.create_table("items", schema()).unwrap();
+    for id in 0..200 {
+        t.insert(&row(id, id % 3, &[b'a'; 200])).unwrap();
+    }
+    db.close().unwrap();
+    let dev = storage.mem_device("t0.heap").unwrap();
+    let mut img = dev.snapshot();
+    img[3 * 4096 + 777] ^= 0x08;
+    dev.restore(img);
+    let db = Database::open_with_storage(storage.clone(), tiny_options()).unwrap();
+    let t = db.table("items").unwrap();
+    let err = t.check_integrity().unwrap_err();
+    match err {
+        Error::Corruption { file, offset, detail } => {
+            assert_eq!(file, "t0.heap");
+            assert_eq!(offset, 3 * 4096);
+            assert!(detail.contains("page 3") && detail.contains("checksum"), "{detail}");
+        }
+        other => panic!("expected corruption, got {other}"),
+    }
+}
+
+#[test]
+fn database_on_a_real_directory_survives_close_and_reopen() {
+    let dir = std::env::temp_dir().join(format!("nvmedb-dir-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let db = Database::open(&dir, tiny_options()).unwrap();
+        let t = db.create_table("items", schema()).unwrap();
+        for id in 0..500 {
+            t.insert(&row(id, id % 4, format!("name-{id}").as_bytes())).unwrap();
+        }
+        db.close().unwrap();
+    }
+    let db = Database::open(&dir, Options { create_if_missing: false, ..tiny_options() }).unwrap();
+    let t = db.table("items").unwrap();
+    assert_eq!(t.check_integrity().unwrap(), 500);
+    assert_eq!(t.lookup("by_grp", &Value::Int(3)).unwrap().len(), 125);
+    drop(db);
+    // A directory with foreign files is refused.
+    let foreign = std::env::temp_dir().join(format!("nvmedb-foreign-{}", std::process::id()));
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("README"), b"not a database").unwrap();
+    let e = Database::open(&foreign, tiny_options()).unwrap_err().to_string();
+    assert!(e.contains("not an nvmedb database"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&foreign);
+}

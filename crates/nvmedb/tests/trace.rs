@@ -1,0 +1,145 @@
+//! The tracer's global behaviour: multi-thread record and collect, bounded buffers, the off
+//! switch, and its overhead (printed, never asserted). The tracer is process-wide, so every test
+//! here takes `SERIAL` first.
+
+use nvmedb::trace::{self, TraceConfig, TraceKind};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn threads_record_and_collect_labelled_intervals() {
+    let _g = serial();
+    trace::start(TraceConfig { capacity_per_thread: 1024 });
+    let handles: Vec<_> = (0..4)
+        .map(|c| {
+            std::thread::spawn(move || {
+                trace::set_thread_label(format!("client {c}"));
+                for _ in 0..10 {
+                    let _cpu = trace::span(TraceKind::Cpu);
+                    {
+                        let _r = trace::span(TraceKind::DataRead);
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
+                }
+                let t0 = Instant::now();
+                trace::record(TraceKind::LogWait, t0, t0 + Duration::from_micros(5));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("client thread");
+    }
+    trace::stop();
+    let t = trace::collect();
+    let mut labels: Vec<_> = t.threads.iter().map(|th| th.label.clone()).collect();
+    labels.sort();
+    assert_eq!(labels, vec!["client 0", "client 1", "client 2", "client 3"]);
+    for th in &t.threads {
+        assert_eq!(th.intervals.len(), 21, "{}", th.label);
+        assert_eq!(th.dropped, 0);
+        assert!(th.intervals.windows(2).all(|w| w[0].start_ns <= w[1].start_ns), "sorted");
+        let log = th.intervals.iter().find(|iv| iv.kind == TraceKind::LogWait).expect("log wait");
+        assert_eq!(log.duration_ns(), 5_000);
+        for iv in &th.intervals {
+            assert!(iv.start_ns <= iv.end_ns && iv.end_ns <= t.duration_ns);
+        }
+    }
+    let reads = t.kind_stats(TraceKind::DataRead);
+    assert_eq!(reads.count, 40);
+    assert!(reads.mean_ns >= 20_000.0, "a read span covers its 20 µs sleep");
+    // Exited threads are released: a second collect finds nothing.
+    assert!(trace::collect().threads.is_empty());
+}
+
+#[test]
+fn full_buffer_counts_drops_and_stays_bounded() {
+    let _g = serial();
+    trace::start(TraceConfig { capacity_per_thread: 8 });
+    for _ in 0..20 {
+        let _s = trace::span(TraceKind::DataWrite);
+    }
+    trace::stop();
+    let t = trace::collect();
+    let me = t.threads.iter().find(|th| th.intervals.len() + th.dropped as usize == 20).expect("this thread");
+    assert_eq!(me.intervals.len(), 8);
+    assert_eq!(me.dropped, 12);
+    assert_eq!(t.dropped(), 12);
+    // The next window starts empty.
+    trace::start(TraceConfig { capacity_per_thread: 8 });
+    trace::stop();
+    assert_eq!(trace::collect().dropped(), 0);
+}
+
+#[test]
+fn disabled_records_nothing() {
+    let _g = serial();
+    trace::start(TraceConfig::default());
+    trace::stop();
+    let _ = trace::collect();
+    assert!(!trace::is_enabled());
+    for _ in 0..100 {
+        let _s = trace::span(TraceKind::Cpu);
+        let now = Instant::now();
+        trace::record(TraceKind::LockWait, now, now);
+    }
+    std::thread::spawn(|| {
+        let _s = trace::span(TraceKind::DataRead);
+    })
+    .join()
+    .expect("thread");
+    let t = trace::collect();
+    assert_eq!(t.threads.iter().map(|th| th.intervals.len()).sum::<usize>(), 0);
+    assert_eq!(t.dropped(), 0);
+}
+
+#[test]
+fn spans_open_across_start_are_clipped_to_the_epoch() {
+    let _g = serial();
+    trace::start(TraceConfig::default());
+    let before = Instant::now();
+    std::thread::sleep(Duration::from_millis(2));
+    trace::start(TraceConfig::default()); // new epoch, after `before`
+    trace::record(TraceKind::Cpu, before, Instant::now());
+    trace::stop();
+    let t = trace::collect();
+    let iv = t.threads.iter().flat_map(|th| th.intervals.iter()).next().expect("one interval");
+    assert_eq!(iv.start_ns, 0, "clipped to the epoch");
+}
+
+/// Prints the cost of a span with tracing off and on. Not a benchmark assertion: the numbers
+/// are documented in docs/lab-reports.md.
+#[test]
+fn overhead_is_printed() {
+    let _g = serial();
+    const N: u32 = 200_000;
+    let measure = || {
+        let t0 = Instant::now();
+        for _ in 0..N {
+            let s = trace::span(std::hint::black_box(TraceKind::Cpu));
+            std::hint::black_box(&s);
+        }
+        t0.elapsed().as_nanos() as f64 / f64::from(N)
+    };
+    trace::stop();
+    let _ = measure();
+    let off_ns = measure();
+    trace::start(TraceConfig { capacity_per_thread: N as usize });
+    let on_ns = measure();
+    trace::stop();
+    let t = trace::collect();
+    assert_eq!(t.threads.iter().map(|th| th.intervals.len()).sum::<usize>(), N as usize);
+    let t0 = Instant::now();
+    for _ in 0..N {
+        std::hint::black_box(Instant::now());
+    }
+    let clock_ns = t0.elapsed().as_nanos() as f64 / f64::from(N);
+    println!(
+        "trace overhead: off {off_ns:.1} ns/span, on {on_ns:.1} ns/span (Instant::now {clock_ns:.1} ns)"
+    );
+}
