@@ -186,6 +186,9 @@ struct IobenchArgs {
     /// A profile config file: `key = value` lines, optional `[profile]` sections.
     #[arg(long = "profile-config")]
     profile_config: Option<PathBuf>,
+    /// Operations per io_uring_enter when a file queue submits (fio's iodepth_batch_submit).
+    #[arg(long = "submit-batch", alias = "iodepth_batch_submit", default_value_t = 1)]
+    submit_batch: usize,
     /// Seed of offsets, the read/write choice and emulated jitter.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -251,6 +254,7 @@ fn to_config(a: &IobenchArgs) -> Result<IoBenchConfig, String> {
         engine,
         backend,
         single_op,
+        submit_batch: a.submit_batch,
         seed: a.seed,
         progress: !a.no_progress,
         out: a.out.clone(),

@@ -80,6 +80,8 @@ pub struct IoBenchConfig {
     /// Single-op path for the sync engine on io_uring files.
     #[serde(serialize_with = "ser_single_op")]
     pub single_op: SingleOpPath,
+    /// Operations per `io_uring_enter` when a file queue submits (fio's iodepth_batch_submit).
+    pub submit_batch: usize,
     /// Seed of offsets, the read/write choice and emulated jitter.
     pub seed: u64,
     /// Show a progress bar.
@@ -121,6 +123,7 @@ impl Default for IoBenchConfig {
             engine: Engine::Queue,
             backend: Backend::Auto,
             single_op: SingleOpPath::Pread,
+            submit_batch: 1,
             seed: 1,
             progress: true,
             out: None,
@@ -286,7 +289,12 @@ fn process_cpu() -> Duration {
 
 /// Opens the device a config names: a profile (emulated) or a file path.
 pub fn open_device(cfg: &IoBenchConfig) -> Result<Arc<dyn Device>, String> {
-    let file_opts = FileOptions { backend: cfg.backend, single_op: cfg.single_op, ..FileOptions::default() };
+    let file_opts = FileOptions {
+        backend: cfg.backend,
+        single_op: cfg.single_op,
+        queue_submit_batch: cfg.submit_batch,
+        ..FileOptions::default()
+    };
     if PROFILE_NAMES.contains(&cfg.device.as_str()) {
         let p = build_profile(cfg)?;
         return open_emulated(p, cfg.backing_file.as_deref(), &file_opts, cfg.seed)
@@ -449,11 +457,8 @@ fn worker_queue(dev: &dyn Device, cfg: &IoBenchConfig, thread: usize, shared: &S
             started[tag as usize] = (now, kind);
             ops.push(QueuedOp { tag, kind, offset, buf });
         }
-        if let Err(e) = q.submit(std::mem::take(&mut ops)) {
-            fail(shared, e.to_string());
-            break;
-        }
-        if let Err(e) = q.reap(1, &mut done) {
+        let r = q.submit_and_reap(std::mem::take(&mut ops), 1, &mut done);
+        if let Err(e) = r {
             fail(shared, e.to_string());
             break;
         }

@@ -373,3 +373,47 @@ fn backend_names_parse() {
     assert_eq!(Backend::parse("auto"), Some(Backend::Auto));
     assert_eq!(Backend::parse("aio"), None);
 }
+
+#[test]
+fn file_device_io_uring_batched_queue_submission_conforms() {
+    let opts = FileOptions { backend: Backend::IoUring, queue_submit_batch: 32, ..FileOptions::default() };
+    if file_device("probe-batch", opts.clone()).is_none() {
+        return;
+    }
+    conformance(&|| file_device("uring-batched", opts.clone()).expect("io_uring"));
+}
+
+#[test]
+fn env_var_forces_the_pread_backend() {
+    // Re-runs this test in a child process with the variable set, so the parent's environment
+    // (shared by every test thread) is never modified.
+    if std::env::var(nvmedb::io::BACKEND_ENV).is_ok() {
+        let d = FileDevice::open(tmp_path("env-pread")).expect("open");
+        assert!(d.info().backend.starts_with("pread"), "{:?}", d.info());
+        assert!(!d.uses_io_uring());
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new(exe)
+        .args(["env_var_forces_the_pread_backend", "--exact", "--nocapture"])
+        .env(nvmedb::io::BACKEND_ENV, "pread")
+        .output()
+        .expect("spawn child test");
+    assert!(out.status.success(), "child failed: {}", String::from_utf8_lossy(&out.stdout));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("1 passed"), "the child ran the test: {stdout}");
+    // A bad value is a setup error that names the variable.
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["env_var_rejects_bad_values_child", "--exact", "--ignored", "--nocapture"])
+        .env(nvmedb::io::BACKEND_ENV, "aio")
+        .output()
+        .expect("spawn child test");
+    assert!(out.status.success(), "child failed: {}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+#[ignore = "run by env_var_forces_the_pread_backend in a child process"]
+fn env_var_rejects_bad_values_child() {
+    let e = FileDevice::open(tmp_path("env-bad")).expect_err("a bad backend name is refused");
+    assert!(e.to_string().contains(nvmedb::io::BACKEND_ENV), "{e}");
+}

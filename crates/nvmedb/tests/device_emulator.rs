@@ -109,30 +109,34 @@ fn hdd_random_read_median() {
 
 #[test]
 fn queue_depth_overlaps_operations() {
-    // 64 reads of 750 µs at depth 16 on `san` must overlap: far less than 64 x 750 µs. The bound
-    // is loose (4x the ideal) since this is about overlap, not speed.
+    // Accuracy of the queue emulation: 64 reads of ~750 µs at depth 16 on `san` take about
+    // 4 x 750 µs when they overlap, 48 ms when they do not. The bound (8x the ideal) only tells
+    // the two apart; up to three attempts, as above.
     let p = DeviceProfile::builtin("san").unwrap();
     let d = open_emulated(p, None, &FileOptions::default(), 3).unwrap();
-    let mut q = d.open_queue(16).unwrap();
-    let t = Instant::now();
-    let mut done = Vec::new();
-    let mut issued = 0u64;
-    while issued < 64 || q.in_flight() > 0 {
-        let mut ops = Vec::new();
-        while q.in_flight() + ops.len() < 16 && issued < 64 {
-            ops.push(QueuedOp {
-                tag: issued,
-                kind: QueuedOpKind::Read,
-                offset: issued * 8192,
-                buf: AlignedBuf::new(4096),
-            });
-            issued += 1;
+    let mut times = Vec::new();
+    for attempt in 0..3 {
+        let mut q = d.open_queue(16).unwrap();
+        let t = Instant::now();
+        let mut done = Vec::new();
+        let mut issued = 0u64;
+        while issued < 64 || q.in_flight() > 0 {
+            let mut ops = Vec::new();
+            while q.in_flight() + ops.len() < 16 && issued < 64 {
+                let buf = AlignedBuf::new(4096);
+                ops.push(QueuedOp { tag: issued, kind: QueuedOpKind::Read, offset: issued * 8192, buf });
+                issued += 1;
+            }
+            q.submit(ops).unwrap();
+            q.reap(1, &mut done).unwrap();
         }
-        q.submit(ops).unwrap();
-        q.reap(1, &mut done).unwrap();
+        let elapsed = t.elapsed();
+        println!("EMULATED san QD16: 64 reads in {elapsed:?} (ideal overlap ~3 ms, serial ~48 ms; attempt {attempt})");
+        assert_eq!(done.len(), 64);
+        times.push(elapsed);
+        if elapsed < Duration::from_millis(24) {
+            return;
+        }
     }
-    let elapsed = t.elapsed();
-    println!("EMULATED san QD16: 64 reads in {elapsed:?} (serial would be ~48 ms, ideal overlap ~3 ms)");
-    assert_eq!(done.len(), 64);
-    assert!(elapsed < Duration::from_millis(24), "no overlap at depth 16: {elapsed:?}");
+    panic!("no overlap at depth 16 in any attempt: {times:?}");
 }

@@ -29,8 +29,10 @@ thread_local! {
     static OVERSHOOT_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Upper bound on the learned wake-up lateness.
-const MAX_OVERSHOOT_NS: u64 = 300_000;
+/// Upper bound on the learned wake-up lateness: on a loaded machine sleeps wake late by
+/// milliseconds, and following that would turn every wait into a spin; past this bound the
+/// emulator accepts late completions rather than burn a core.
+const MAX_OVERSHOOT_NS: u64 = 50_000;
 
 /// Asks the kernel for 1 ns timer slack on this thread (default 50 µs), once per thread, so a
 /// sleep ends close to when it was asked to.
@@ -157,7 +159,15 @@ impl<D: Device> EmulatedDevice<D> {
             p.read_latency_us * (1.0 + p.read_mix_slowdown * st.write_share)
         };
         if p.jitter_us > 0.0 {
-            svc_us += (st.rng.unit_f64() * 2.0 - 1.0) * p.jitter_us;
+            // Jitter is given for random access; a sequential access gets the same share of
+            // its (shorter) service time.
+            let base = if write { p.write_latency_us } else { p.read_latency_us };
+            let jitter = if sequential && base > 0.0 {
+                p.jitter_us * p.sequential_latency_us / base
+            } else {
+                p.jitter_us
+            };
+            svc_us += (st.rng.unit_f64() * 2.0 - 1.0) * jitter;
         }
         if p.spike_probability > 0.0 && st.rng.chance(p.spike_probability) {
             svc_us += p.spike_us;

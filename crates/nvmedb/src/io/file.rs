@@ -78,11 +78,21 @@ pub struct FileOptions {
     pub backend: Backend,
     /// Path of single synchronous calls on the io_uring backend.
     pub single_op: SingleOpPath,
+    /// How many operations an [`UringQueue`] hands the kernel per `io_uring_enter` (at least 1).
+    /// 1 (fio's default) was measured fastest on a virtio disk at depth 32: submitting a whole
+    /// refill at once keeps the operations in lock-step and cost ~20 % of the IOPS.
+    pub queue_submit_batch: usize,
 }
 
 impl Default for FileOptions {
     fn default() -> Self {
-        Self { create: true, direct: true, backend: Backend::Auto, single_op: SingleOpPath::Pread }
+        Self {
+            create: true,
+            direct: true,
+            backend: Backend::Auto,
+            single_op: SingleOpPath::Pread,
+            queue_submit_batch: 1,
+        }
     }
 }
 
@@ -94,6 +104,7 @@ pub struct FileDevice {
     uring: bool,
     direct: bool,
     single_op: SingleOpPath,
+    queue_submit_batch: usize,
 }
 
 thread_local! {
@@ -155,7 +166,14 @@ impl FileDevice {
             }
             Err(e) => return Err(setup_err(e)),
         };
-        Ok(Self { name, file, uring, direct, single_op: opts.single_op })
+        Ok(Self {
+            name,
+            file,
+            uring,
+            direct,
+            single_op: opts.single_op,
+            queue_submit_batch: opts.queue_submit_batch.max(1),
+        })
     }
 
     /// True when the file really bypasses the page cache.
@@ -432,16 +450,24 @@ pub struct UringQueue<'d> {
     slots: Vec<Option<QueuedOp>>,
     free: Vec<usize>,
     in_flight: usize,
+    /// Scratch space for completions copied out of the ring (reused, no allocation per reap).
+    cqes: Vec<(u64, i32)>,
 }
 
 impl<'d> UringQueue<'d> {
     fn new(device: &'d FileDevice, depth: usize) -> IoResult<Self> {
         let depth = depth.max(1);
         let entries = (depth as u32).next_power_of_two().max(2);
-        let ring = IoUring::builder()
-            .setup_cqsize(entries * 2)
-            .build(entries)
-            .map_err(|e| device.err(IoOpKind::Setup, 0, 0, e))?;
+        // Cooperative task running: completions are processed when this thread enters the
+        // kernel anyway (it waits in io_uring_enter), which saves an interrupt per completion.
+        // Older kernels refuse the flag; then the ring is built without it.
+        let ring = match IoUring::builder().setup_cqsize(entries * 2).setup_coop_taskrun().build(entries) {
+            Ok(r) => r,
+            Err(_) => IoUring::builder()
+                .setup_cqsize(entries * 2)
+                .build(entries)
+                .map_err(|e| device.err(IoOpKind::Setup, 0, 0, e))?,
+        };
         Ok(Self {
             device,
             ring,
@@ -449,6 +475,7 @@ impl<'d> UringQueue<'d> {
             slots: (0..depth).map(|_| None).collect(),
             free: (0..depth).rev().collect(),
             in_flight: 0,
+            cqes: Vec::with_capacity(depth),
         })
     }
 
@@ -475,11 +502,9 @@ impl<'d> UringQueue<'d> {
 
     fn drain(&mut self, out: &mut Vec<Completion>) -> usize {
         let mut n = 0;
-        let mut done: Vec<(u64, i32)> = Vec::new();
-        for cqe in self.ring.completion() {
-            done.push((cqe.user_data(), cqe.result()));
-        }
-        for (slot, res) in done {
+        let mut done = std::mem::take(&mut self.cqes);
+        done.extend(self.ring.completion().map(|cqe| (cqe.user_data(), cqe.result())));
+        for (slot, res) in done.drain(..) {
             let Some(mut op) = self.slots[slot as usize].take() else { continue };
             self.free.push(slot as usize);
             self.in_flight -= 1;
@@ -494,14 +519,43 @@ impl<'d> UringQueue<'d> {
             };
             out.push(Completion { tag: op.tag, buf: op.buf, result });
         }
+        self.cqes = done;
         n
     }
 }
 
-impl IoQueue for UringQueue<'_> {
-    fn submit(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
+impl UringQueue<'_> {
+    /// Pushes one operation into the submission ring without entering the kernel.
+    fn push_one(&mut self, op: QueuedOp) {
+        let slot = self.free.pop().unwrap_or_else(|| unreachable!("depth checked by the caller"));
+        let fd = types::Fd(self.device.file.as_raw_fd());
+        let stored = self.slots[slot].insert(op);
+        let len = stored.buf.len() as u32;
+        let e = match stored.kind {
+            QueuedOpKind::Read => {
+                opcode::Read::new(fd, stored.buf.as_mut_ptr(), len).offset(stored.offset).build()
+            }
+            QueuedOpKind::Write => {
+                opcode::Write::new(fd, stored.buf.as_ptr(), len).offset(stored.offset).build()
+            }
+        }
+        .user_data(slot as u64);
+        // SAFETY: the buffer lives in `self.slots` (heap memory that does not move while the
+        // AlignedBuf value is moved) until its completion is reaped, and Drop waits for every
+        // in-flight entry. The ring has at least `depth` entries and at most `depth` are in
+        // flight, so the push cannot overflow.
+        if unsafe { self.ring.submission().push(&e) }.is_err() {
+            unreachable!("submission queue overflow below depth");
+        }
+        self.in_flight += 1;
+    }
+
+    /// Checks every op (nothing is submitted if one is misaligned), then pushes them, entering
+    /// the kernel after every `queue_submit_batch`; the last chunk is left for the caller to
+    /// submit when `keep_last` (it enters right after, submitting and waiting in one call).
+    fn submit_chunks(&mut self, ops: Vec<QueuedOp>, keep_last: bool) -> IoResult<()> {
         assert!(self.in_flight + ops.len() <= self.depth, "queue depth {} exceeded", self.depth);
-        for op in ops {
+        for op in &ops {
             check_alignment(
                 &self.device.name,
                 DIRECT_IO_ALIGN,
@@ -509,29 +563,38 @@ impl IoQueue for UringQueue<'_> {
                 op.buf.len(),
                 op.buf.as_ptr() as usize,
             )?;
-            let slot = self.free.pop().unwrap_or_else(|| unreachable!("depth checked above"));
-            let fd = types::Fd(self.device.file.as_raw_fd());
-            let stored = self.slots[slot].insert(op);
-            let len = stored.buf.len() as u32;
-            let e = match stored.kind {
-                QueuedOpKind::Read => {
-                    opcode::Read::new(fd, stored.buf.as_mut_ptr(), len).offset(stored.offset).build()
-                }
-                QueuedOpKind::Write => {
-                    opcode::Write::new(fd, stored.buf.as_ptr(), len).offset(stored.offset).build()
-                }
-            }
-            .user_data(slot as u64);
-            // SAFETY: the buffer lives in `self.slots` (heap memory that does not move while the
-            // AlignedBuf value is moved) until its completion is reaped, and Drop waits for every
-            // in-flight entry. The ring has at least `depth` entries and at most `depth` are in
-            // flight, so the push cannot overflow.
-            if unsafe { self.ring.submission().push(&e) }.is_err() {
-                unreachable!("submission queue overflow below depth");
-            }
-            self.in_flight += 1;
         }
-        self.enter(0)
+        let batch = self.device.queue_submit_batch;
+        let n = ops.len();
+        for (i, op) in ops.into_iter().enumerate() {
+            self.push_one(op);
+            let last = i + 1 == n;
+            if (last && !keep_last) || (!last && (i + 1) % batch == 0) {
+                self.enter(0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl IoQueue for UringQueue<'_> {
+    fn submit(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
+        self.submit_chunks(ops, false)
+    }
+
+    fn submit_and_reap(&mut self, ops: Vec<QueuedOp>, min: usize, out: &mut Vec<Completion>) -> IoResult<()> {
+        self.submit_chunks(ops, true)?;
+        let mut got = self.drain(out);
+        if got >= min {
+            return self.enter(0);
+        }
+        // One io_uring_enter submits the new entries and waits for the completions still needed.
+        while got < min && self.in_flight > 0 {
+            let want = (min - got).min(self.in_flight);
+            self.enter(want)?;
+            got += self.drain(out);
+        }
+        Ok(())
     }
 
     fn reap(&mut self, min: usize, out: &mut Vec<Completion>) -> IoResult<()> {

@@ -130,6 +130,13 @@ pub trait IoQueue: Send {
     fn reap(&mut self, min: usize, out: &mut Vec<Completion>) -> IoResult<()>;
     /// Number of submitted operations not yet reaped.
     fn in_flight(&self) -> usize;
+
+    /// [`submit`](IoQueue::submit) then [`reap`](IoQueue::reap), which an implementation may do
+    /// in one system call (io_uring submits and waits with a single `io_uring_enter`).
+    fn submit_and_reap(&mut self, ops: Vec<QueuedOp>, min: usize, out: &mut Vec<Completion>) -> IoResult<()> {
+        self.submit(ops)?;
+        self.reap(min, out)
+    }
 }
 
 /// Positional block storage: a file, RAM, an emulated device, or a fault-injecting wrapper.
