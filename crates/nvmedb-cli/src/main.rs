@@ -96,6 +96,32 @@ enum LabCommand {
     /// Buffer manager and table micro-benchmarks: in-memory lookups, 1 % buffer lookups vs
     /// fio on the same file, and full scans under SHR-1/16/512 and SEP.
     Engine(EngineArgs),
+    /// Durable commits from 1, 4 and 20 threads vs fio's fdatasync rate, and recovery time
+    /// of a large log.
+    Commit(CommitArgs),
+}
+
+/// Flags of `nvmedb lab commit`.
+#[derive(Args, Debug)]
+struct CommitArgs {
+    /// Database directory on the disk under test (recreated).
+    #[arg(long, default_value = "nvmedb-data/commitbench")]
+    data_dir: PathBuf,
+    /// Rows in the table.
+    #[arg(long, default_value_t = 100_000)]
+    rows: u64,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Repetitions.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Log size for the recovery measurement (e.g. 1G; 0 skips it).
+    #[arg(long, default_value = "1G")]
+    recovery_log: String,
+    /// JSON result file (default results/commitbench-<time>.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// Flags of `nvmedb lab engine`.
@@ -288,6 +314,34 @@ fn main() {
                 std::process::exit(2);
             }
         },
+        Commands::Lab(LabCommand::Commit(a)) => {
+            let outcome = parse_size(&a.recovery_log).and_then(|bytes| {
+                let cfg = nvmedb_lab::enginebench::CommitBenchConfig {
+                    data_dir: a.data_dir.clone(),
+                    rows: a.rows,
+                    duration_s: a.duration,
+                    threads: vec![1, 4, 20],
+                    reps: a.reps,
+                    recovery_log_bytes: bytes,
+                };
+                let report = nvmedb_lab::enginebench::run_commit(&cfg)?;
+                let path = a.out.clone().unwrap_or_else(|| {
+                    PathBuf::from(format!("results/commitbench-{}.json", report.context.started_unix_s))
+                });
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                }
+                let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+                std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("machine: {}", report.context.one_line());
+                println!("result file: {}", path.display());
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                eprintln!("nvmedb lab commit: {e}");
+                std::process::exit(2);
+            }
+        }
         Commands::Lab(LabCommand::Engine(a)) => {
             let outcome = parse_size(&a.page_size).and_then(|ps| {
                 let cfg = nvmedb_lab::enginebench::EngineBenchConfig {

@@ -14,6 +14,7 @@ use nvmedb::buffer::BufferPolicy;
 use nvmedb::util::Rng;
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -558,5 +559,218 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
         );
         report.scans.push(r);
     }
+    Ok(report)
+}
+
+/// Commit benchmark settings (issue "Transactions, WAL ..."): durable single-row update
+/// transactions from 1, 4 and 20 threads against fio's single-thread write + fdatasync rate,
+/// and recovery time of a large log.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitBenchConfig {
+    /// Database directory (real disk).
+    pub data_dir: PathBuf,
+    /// Rows in the table.
+    pub rows: u64,
+    /// Seconds per measurement.
+    pub duration_s: f64,
+    /// Thread counts.
+    pub threads: Vec<usize>,
+    /// Repetitions.
+    pub reps: usize,
+    /// Log bytes to write before the recovery measurement (0: skip).
+    pub recovery_log_bytes: u64,
+}
+
+/// Commit benchmark results.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitBenchReport {
+    /// Provenance.
+    pub context: RunContext,
+    /// Settings.
+    pub config: CommitBenchConfig,
+    /// fio: 4 KiB sequential write + fdatasync per write, one job, IOPS.
+    pub fio_fdatasync_iops: Option<Spread>,
+    /// Commits per second per thread count.
+    pub commits_per_s: Vec<(usize, Spread)>,
+    /// Mean transactions per log flush per thread count (group commit).
+    pub commits_per_flush: Vec<(usize, f64)>,
+    /// Log bytes replayed by the recovery measurement.
+    pub recovery_log_bytes: u64,
+    /// Recovery (redo + undo) time in seconds.
+    pub recovery_s: Option<f64>,
+}
+
+fn fio_fdatasync_iops(dir: &std::path::Path, secs: f64) -> Option<f64> {
+    let file = dir.join("fio-fdatasync.tmp");
+    let out = Command::new("fio")
+        .args([
+            "--name=sync",
+            &format!("--filename={}", file.display()),
+            "--rw=write",
+            "--bs=4k",
+            "--direct=1",
+            "--fdatasync=1",
+            "--size=64m",
+            "--time_based",
+            &format!("--runtime={}", secs.ceil() as u64),
+            "--output-format=json",
+        ])
+        .output()
+        .ok()?;
+    let _ = std::fs::remove_file(&file);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["jobs"][0]["write"]["iops"].as_f64()
+}
+
+fn commit_options() -> Options {
+    Options {
+        table_page_size: 16384,
+        index_page_size: 4096,
+        table_buffer: BufferSize::Bytes(64 << 20),
+        index_buffer: BufferSize::Bytes(64 << 20),
+        ..Options::default()
+    }
+}
+
+/// Runs the commit benchmark.
+pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> {
+    let e = |x: nvmedb::Error| x.to_string();
+    let _ = std::fs::remove_dir_all(&cfg.data_dir);
+    {
+        let db = Database::open(&cfg.data_dir, Options { wal: false, ..commit_options() }).map_err(e)?;
+        let t = db.create_table("bench", schema(100)).map_err(e)?;
+        for id in 0..cfg.rows {
+            t.insert(&[Value::Int(id as i64), Value::Int(0), Value::Bytes(vec![b'x'; 100])]).map_err(e)?;
+        }
+        db.close().map_err(e)?;
+    }
+    let mut report = CommitBenchReport {
+        context: RunContext::capture(),
+        config: cfg.clone(),
+        fio_fdatasync_iops: None,
+        commits_per_s: Vec::new(),
+        commits_per_flush: Vec::new(),
+        recovery_log_bytes: 0,
+        recovery_s: None,
+    };
+    let db = Database::open(&cfg.data_dir, commit_options()).map_err(e)?;
+    let t = db.table("bench").map_err(e)?;
+    let mut fio = Vec::new();
+    let mut per: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let mut per_flush: BTreeMap<usize, f64> = BTreeMap::new();
+    for rep in 0..cfg.reps {
+        if let Some(x) = fio_fdatasync_iops(&cfg.data_dir, cfg.duration_s) {
+            fio.push(x);
+        }
+        for &threads in &cfg.threads {
+            let log = db.engine_log().ok_or("the database has no log")?;
+            let before = log.file_log().stats();
+            let stop = AtomicBool::new(false);
+            let done = AtomicU64::new(0);
+            let t0 = Instant::now();
+            std::thread::scope(|s| {
+                for th in 0..threads {
+                    let (t, stop, done) = (&t, &stop, &done);
+                    s.spawn(move || {
+                        let mut rng = Rng::new((rep * 1000 + th) as u64);
+                        let mut n = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            let k = rng.below(cfg.rows) as i64;
+                            if t.update_int(&Value::Int(k), 1, rng.next_u64() as i64).is_ok() {
+                                n += 1;
+                            }
+                        }
+                        done.fetch_add(n, Ordering::Relaxed);
+                    });
+                }
+                std::thread::sleep(Duration::from_secs_f64(cfg.duration_s));
+                stop.store(true, Ordering::Relaxed);
+            });
+            let el = t0.elapsed().as_secs_f64();
+            let after = log.file_log().stats();
+            let flushes = (after.flushes - before.flushes).max(1);
+            let commits = done.load(Ordering::Relaxed);
+            per.entry(threads).or_default().push(commits as f64 / el);
+            per_flush.insert(threads, commits as f64 / flushes as f64);
+        }
+    }
+    report.fio_fdatasync_iops = (!fio.is_empty()).then(|| Spread::of(fio));
+    for (th, v) in per {
+        let s = Spread::of(v);
+        println!(
+            "{th:>2} thread(s): {s} commits/s, {:.1} commits per log flush{}",
+            per_flush[&th],
+            report.fio_fdatasync_iops.map_or(String::new(), |f| format!(
+                ", {:.2}x fio's 1-thread fdatasync rate",
+                s.median / f.median
+            ))
+        );
+        report.commits_per_s.push((th, s));
+        report.commits_per_flush.push((th, per_flush[&th]));
+    }
+    if let Some(f) = report.fio_fdatasync_iops {
+        println!("fio 4 KiB write + fdatasync, 1 job: {f} IOPS");
+    }
+    if cfg.recovery_log_bytes > 0 {
+        // Grow the log without checkpoints, then reopen as after a crash.
+        let log = db.engine_log().ok_or("the database has no log")?;
+        let start = log.file_log().end_lsn();
+        let pb = progress(cfg.recovery_log_bytes >> 20, "log MiB");
+        let big = schema(8000);
+        let tb = db.create_table("big", big).map_err(e)?;
+        let mut k = 0i64;
+        std::thread::scope(|s| -> Result<(), String> {
+            let hs: Vec<_> = (0..8)
+                .map(|th| {
+                    let (tb, log) = (&tb, &log);
+                    s.spawn(move || -> Result<(), String> {
+                        let mut i = th as i64;
+                        while log.file_log().end_lsn() - start < cfg.recovery_log_bytes {
+                            tb.insert(&[
+                                Value::Int(i),
+                                Value::Int(i),
+                                Value::Bytes(vec![(i % 251) as u8; 8000]),
+                            ])
+                            .map_err(|x| x.to_string())?;
+                            i += 8;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            while hs.iter().any(|h| !h.is_finished()) {
+                pb.set_position((log.file_log().end_lsn() - start) >> 20);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            for h in hs {
+                h.join().map_err(|_| "writer panicked".to_string())??;
+            }
+            k += 1;
+            Ok(())
+        })?;
+        pb.finish_and_clear();
+        report.recovery_log_bytes = log.file_log().end_lsn() - start;
+        drop(tb);
+        drop(t);
+        // Leave without a checkpoint, like a crash.
+        std::mem::forget(db);
+        let t0 = Instant::now();
+        let db = Database::open(&cfg.data_dir, commit_options()).map_err(e)?;
+        let secs = t0.elapsed().as_secs_f64();
+        let rep = db.recovery_report().clone();
+        println!(
+            "recovery of {:.0} MiB of log: {secs:.2} s to open ({} records, {} page changes redone, redo {:.2} s)",
+            report.recovery_log_bytes as f64 / (1 << 20) as f64,
+            rep.records,
+            rep.pages_redone,
+            rep.micros as f64 / 1e6
+        );
+        report.recovery_s = Some(secs);
+        let _ = k;
+        db.close().map_err(e)?;
+        return Ok(report);
+    }
+    drop(t);
+    db.close().map_err(e)?;
     Ok(report)
 }
