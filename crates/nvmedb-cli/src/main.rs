@@ -40,6 +40,18 @@ struct InspectArgs {
     /// Decode this page of the table's index file.
     #[arg(long)]
     index_page: Option<u64>,
+    /// Decode the write-ahead log (segments and records).
+    #[arg(long)]
+    log: bool,
+    /// With --log: the LSN of the first record to show.
+    #[arg(long)]
+    from: Option<u64>,
+    /// With --log: how many records to show.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// With --log: the log mirror directory (default <dir>/wal-mirror).
+    #[arg(long)]
+    log_mirror_dir: Option<PathBuf>,
 }
 
 fn inspect(a: &InspectArgs) -> Result<String, String> {
@@ -52,6 +64,15 @@ fn inspect(a: &InspectArgs) -> Result<String, String> {
             nvmedb::db::CATALOG_FILE
         ));
     }
+    if a.log {
+        let fo = FileOptions::default();
+        let p: Arc<dyn Storage> =
+            Arc::new(DirStorage::new(a.dir.join("wal"), fo.clone()).map_err(|e| e.to_string())?);
+        let mirror = a.log_mirror_dir.clone().unwrap_or_else(|| a.dir.join("wal-mirror"));
+        let m: Arc<dyn Storage> = Arc::new(DirStorage::new(mirror, fo).map_err(|e| e.to_string())?);
+        return nvmedb::inspect::describe_log(p, m, a.from, a.limit).map_err(|e| e.to_string());
+    }
+    // Opened without the log: inspection changes nothing (no recovery, no checkpoint).
     let storage: Arc<dyn Storage> =
         Arc::new(DirStorage::new(&a.dir, FileOptions::default()).map_err(|e| e.to_string())?);
     let opts = nvmedb::Options {

@@ -51,6 +51,14 @@ fn inspect_shows_catalog_pages_and_corruption() {
     assert!(ok, "{out}");
     assert!(out.contains("checksum: ok") && out.contains("type Heap") && out.contains("'row'"), "{out}");
 
+    let (ok, out) = nvmedb(&["inspect", d, "--log", "--limit", "400"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("segment(s)") && out.contains("checkpoint redo from") && out.contains("insert table 0"),
+        "{out}"
+    );
+    assert!(out.contains("commit txn"), "{out}");
+
     let (ok, out) = nvmedb(&["inspect", d, "--table", "t1", "--index-page", "0"]);
     assert!(ok && out.contains("BtreeInner") || out.contains("BtreeLeaf"), "{out}");
 

@@ -207,11 +207,14 @@ pub fn apply_page_change(page: &mut [u8], change: &PageChange, lsn: u64) {
     PageHeader::set_lsn(page, lsn);
 }
 
-/// Chooses how to log a page: a full image when it is new or its LSN is below the horizon
+/// Chooses how to log a page: a full image when it is new or its LSN is at or below the horizon
 /// (its first change since the last checkpoint began), changed ranges otherwise.
 pub(crate) fn change_for(before: Option<&[u8]>, after: &[u8], horizon: u64) -> PageChange {
     match before {
-        Some(b) if PageHeader::lsn_of(b) >= horizon => PageChange::Ranges(diff_ranges(b, after)),
+        // A page whose LSN is at or below the horizon was last changed before the checkpoint
+        // began (a record ending exactly at the horizon included), so the checkpoint may be
+        // writing it right now: log it whole.
+        Some(b) if PageHeader::lsn_of(b) > horizon => PageChange::Ranges(diff_ranges(b, after)),
         _ => PageChange::FullImage(after[..after.len() - PAGE_TRAILER_BYTES].to_vec()),
     }
 }
