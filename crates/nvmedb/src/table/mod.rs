@@ -483,7 +483,10 @@ impl Table {
             shared.forget(txn);
             return r;
         }
-        drop(self.key_lock(&pk));
+        if shared.log.is_some() {
+            // Wait for a change of this key that is still committing.
+            drop(self.key_lock(&pk));
+        }
         self.read_pk(&pk, f)
     }
 
