@@ -54,6 +54,25 @@ struct InspectArgs {
     log_mirror_dir: Option<PathBuf>,
 }
 
+/// Writes a lab report as JSON (default `results/<name>-<time>.json`) and says where.
+fn save_report<T: serde::Serialize>(
+    out: Option<PathBuf>,
+    name: &str,
+    report: &T,
+    context: &nvmedb_lab::machine::RunContext,
+) -> Result<(), String> {
+    let path =
+        out.unwrap_or_else(|| PathBuf::from(format!("results/{name}-{}.json", context.started_unix_s)));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+    std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("machine: {}", context.one_line());
+    println!("result file: {}", path.display());
+    Ok(())
+}
+
 fn inspect(a: &InspectArgs) -> Result<String, String> {
     use nvmedb::io::{DirStorage, FileOptions, Storage};
     use std::sync::Arc;
@@ -346,17 +365,7 @@ fn main() {
                     recovery_log_bytes: bytes,
                 };
                 let report = nvmedb_lab::enginebench::run_commit(&cfg)?;
-                let path = a.out.clone().unwrap_or_else(|| {
-                    PathBuf::from(format!("results/commitbench-{}.json", report.context.started_unix_s))
-                });
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                }
-                let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-                std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
-                println!("machine: {}", report.context.one_line());
-                println!("result file: {}", path.display());
-                Ok(())
+                save_report(a.out.clone(), "commitbench", &report, &report.context)
             });
             if let Err(e) = outcome {
                 eprintln!("nvmedb lab commit: {e}");
@@ -379,17 +388,7 @@ fn main() {
                     ..Default::default()
                 };
                 let report = nvmedb_lab::enginebench::run(&cfg)?;
-                let path = a.out.clone().unwrap_or_else(|| {
-                    PathBuf::from(format!("results/enginebench-{}.json", report.context.started_unix_s))
-                });
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                }
-                let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-                std::fs::write(&path, json).map_err(|e| format!("{}: {e}", path.display()))?;
-                println!("machine: {}", report.context.one_line());
-                println!("result file: {}", path.display());
-                Ok(())
+                save_report(a.out.clone(), "enginebench", &report, &report.context)
             });
             if let Err(e) = outcome {
                 eprintln!("nvmedb lab engine: {e}");

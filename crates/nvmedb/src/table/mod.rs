@@ -211,23 +211,13 @@ impl Table {
 
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
     pub(crate) fn txn_insert(&self, txn: u64, row: &[Value]) -> Result<Option<TxnOp>> {
-        self.check_poisoned()?;
-        let s = &self.inner.schema;
-        let mut bytes = Vec::new();
-        s.encode_row(&self.inner.name, row, &mut bytes)?;
-        let pk = self.pk_bytes(&row[s.primary_key])?;
-        self.check_index_entries(row, &pk)?;
+        let (bytes, pk) = self.prepare_row(row)?;
         Ok(self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))?.1)
     }
 
     /// Explicit-transaction update.
     pub(crate) fn txn_update(&self, txn: u64, row: &[Value]) -> Result<(bool, Option<TxnOp>)> {
-        self.check_poisoned()?;
-        let s = &self.inner.schema;
-        let mut bytes = Vec::new();
-        s.encode_row(&self.inner.name, row, &mut bytes)?;
-        let pk = self.pk_bytes(&row[s.primary_key])?;
-        self.check_index_entries(row, &pk)?;
+        let (bytes, pk) = self.prepare_row(row)?;
         self.in_txn(txn, &pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
     }
 
@@ -386,15 +376,30 @@ impl Table {
         }
     }
 
-    /// Inserts a row. Fails with `AlreadyExists` if the primary key is taken. On an I/O error
-    /// the steps already done are reversed, so the table is as before.
-    pub fn insert(&self, row: &[Value]) -> Result<()> {
+    /// Validates and encodes a row for a change: `(row bytes, encoded primary key)`.
+    fn prepare_row(&self, row: &[Value]) -> Result<(Vec<u8>, Vec<u8>)> {
         self.check_poisoned()?;
         let s = &self.inner.schema;
         let mut bytes = Vec::new();
         s.encode_row(&self.inner.name, row, &mut bytes)?;
         let pk = self.pk_bytes(&row[s.primary_key])?;
         self.check_index_entries(row, &pk)?;
+        Ok((bytes, pk))
+    }
+
+    /// Keeps `op` as the change's undo record and, with a log, attaches it to the change's
+    /// first logged page change.
+    fn record_op(log: bool, rec: &mut Option<TxnOp>, op: TxnOp) {
+        if log {
+            annotate_next_commit(op.encode());
+        }
+        *rec = Some(op);
+    }
+
+    /// Inserts a row. Fails with `AlreadyExists` if the primary key is taken. On an I/O error
+    /// the steps already done are reversed, so the table is as before.
+    pub fn insert(&self, row: &[Value]) -> Result<()> {
+        let (bytes, pk) = self.prepare_row(row)?;
         self.auto_commit(&pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))
     }
 
@@ -419,10 +424,7 @@ impl Table {
         let rid = self.inner.heap.insert_annotated(bytes, &mut |rid| {
             let rid = u64::from_le_bytes(rid.to_bytes());
             let op = TxnOp { txn, table, pk: pk.clone(), rid, before: None, after: Some(bytes.to_vec()) };
-            if log {
-                annotate_next_commit(op.encode());
-            }
-            *rec = Some(op);
+            Self::record_op(log, rec, op);
         })?;
         let mut undo = vec![Undo::HeapDelete(rid)];
         if let Err(e) = self.inner.primary.insert(&pk, &rid.to_bytes()) {
@@ -530,12 +532,7 @@ impl Table {
     /// Replaces the row with the same primary key. Returns false if there is none. On an I/O
     /// error the steps already done are reversed.
     pub fn update(&self, row: &[Value]) -> Result<bool> {
-        self.check_poisoned()?;
-        let s = &self.inner.schema;
-        let mut bytes = Vec::new();
-        s.encode_row(&self.inner.name, row, &mut bytes)?;
-        let pk = self.pk_bytes(&row[s.primary_key])?;
-        self.check_index_entries(row, &pk)?;
+        let (bytes, pk) = self.prepare_row(row)?;
         self.auto_commit(&pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
     }
 
@@ -558,21 +555,15 @@ impl Table {
             let v = RowView::new(s, &old_row);
             s.indexes.iter().map(|ix| v.value(ix.column)).collect()
         };
-        {
-            let rid = u64::from_le_bytes(rid.to_bytes());
-            let op = TxnOp {
-                txn,
-                table: self.inner.id,
-                pk: pk.clone(),
-                rid,
-                before: Some(old_row),
-                after: Some(bytes.to_vec()),
-            };
-            if log {
-                annotate_next_commit(op.encode());
-            }
-            *rec = Some(op);
-        }
+        let op = TxnOp {
+            txn,
+            table: self.inner.id,
+            pk: pk.clone(),
+            rid: u64::from_le_bytes(rid.to_bytes()),
+            before: Some(old_row),
+            after: Some(bytes.to_vec()),
+        };
+        Self::record_op(log, rec, op);
         let bytes = bytes.to_vec();
         // 1. New secondary entries first (pointing at the current row), so a failure later
         //    only has to remove them.
@@ -651,15 +642,16 @@ impl Table {
             let v = RowView::new(s, &old_row);
             s.indexes.iter().map(|ix| v.value(ix.column)).collect()
         };
-        {
-            let rid = u64::from_le_bytes(rid.to_bytes());
-            let op =
-                TxnOp { txn, table: self.inner.id, pk: pk.clone(), rid, before: Some(old_row), after: None };
-            if log {
-                annotate_next_commit(op.encode());
-            }
-            *rec = Some(op);
-        }
+        let rid_bytes = u64::from_le_bytes(rid.to_bytes());
+        let op = TxnOp {
+            txn,
+            table: self.inner.id,
+            pk: pk.clone(),
+            rid: rid_bytes,
+            before: Some(old_row),
+            after: None,
+        };
+        Self::record_op(log, rec, op);
         let mut undo = Vec::new();
         for (n, (tree, old)) in self.inner.secondaries.iter().zip(&old_values).enumerate() {
             let k = Schema::secondary_key_bytes(old, &pk);
