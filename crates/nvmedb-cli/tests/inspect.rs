@@ -58,6 +58,7 @@ fn inspect_shows_catalog_pages_and_corruption() {
         "{out}"
     );
     assert!(out.contains("commit txn"), "{out}");
+    assert!(out.contains("recovery: redo from"), "{out}");
 
     let (ok, out) = nvmedb(&["inspect", d, "--table", "t1", "--index-page", "0"]);
     assert!(ok && out.contains("BtreeInner") || out.contains("BtreeLeaf"), "{out}");

@@ -171,7 +171,7 @@ pub fn describe_log(
 ) -> Result<String> {
     use crate::buffer::mtr::{decode_mtr, PageChange};
     use crate::wal::engine::{
-        TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE,
+        TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, KIND_RECOVERY,
     };
     let segs = crate::wal::live_segments(primary.clone(), mirror.clone())?;
     let mut out = String::new();
@@ -242,6 +242,25 @@ pub fn describe_log(
                     rec.payload.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
                 };
                 format!("checkpoint redo from {:?} undo from {:?}", g(0), g(8))
+            }
+            KIND_RECOVERY => {
+                let g = |i: usize| {
+                    rec.payload
+                        .get(i * 8..i * 8 + 8)
+                        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+                };
+                format!(
+                    "recovery: redo from {} to {}, {} records, {} page changes redone ({} full images), {} unfinished \
+                     transactions ({} operations undone), {:.1} ms",
+                    g(0),
+                    g(1),
+                    g(2),
+                    g(3),
+                    g(4),
+                    g(5),
+                    g(6),
+                    g(7) as f64 / 1000.0
+                )
             }
             k => format!("kind {k}, {} payload bytes", rec.payload.len()),
         };

@@ -41,7 +41,7 @@ pub struct RecoveryReport {
     pub losers: u64,
     /// Their operations undone.
     pub ops_undone: u64,
-    /// Wall time of redo + undo, microseconds.
+    /// Wall time of opening the log, redo and undo, microseconds.
     pub micros: u64,
 }
 

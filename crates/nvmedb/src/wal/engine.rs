@@ -25,6 +25,10 @@ pub const KIND_ABORT: u8 = KIND_USER_MIN + 3;
 /// A checkpoint completed (payload: redo start u64, undo start u64).
 pub const KIND_CHECKPOINT: u8 = KIND_USER_MIN + 4;
 
+/// Recovery finished (payload: redo start, log end, records, pages redone, full images,
+/// losers, operations undone, microseconds — eight u64).
+pub const KIND_RECOVERY: u8 = KIND_USER_MIN + 5;
+
 /// Pool tag of the table pool in page-change records.
 pub const TAG_TABLE: u8 = 0;
 /// Pool tag of the index pool.
