@@ -249,12 +249,10 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
             for _ in 0..300 {
                 let id = rng.below(300) as i64;
                 let row: Row = (rng.below(5) as i64, vec![b'y'; rng.below(600) as usize]);
-                if t.update(&[Value::Int(id), Value::Int(row.0), Value::Bytes(row.1.clone())]).unwrap() {
-                    model.insert(id, row);
-                } else if t.insert(&[Value::Int(id), Value::Int(row.0), Value::Bytes(row.1.clone())]).is_ok()
-                {
-                    model.insert(id, row);
-                }
+                let vals = [Value::Int(id), Value::Int(row.0), Value::Bytes(row.1.clone())];
+                let done = t.update(&vals).unwrap() || t.insert(&vals).is_ok();
+                assert!(done, "{ctx}: neither update nor insert of key {id}");
+                model.insert(id, row);
             }
             // Crash without a checkpoint: the log holds everything since the last one.
             std::mem::forget(db);
