@@ -6,4 +6,5 @@
 pub mod iobench;
 pub mod machine;
 pub mod model;
+pub mod primitive;
 pub mod report;
