@@ -182,8 +182,9 @@ fn summary_model_and_targets_on_synthetic_points() {
         (1.0, 3, 900.0, 910.0, 920.0)
     );
     assert_eq!(s[0].relative_pct, Some(91.0));
-    let m = model_rows(&s);
+    let m = model_rows(&s, &[]);
     assert_eq!(m.len(), 1);
+    assert_eq!(m[0].model_device_pct, None);
     // t_cpu 100 µs (CPU per transaction at 100 %), t_io 10 µs: the paper's 91 %.
     assert_eq!((m[0].t_cpu_us, m[0].t_io_us), (100.0, 10.0));
     assert_eq!(m[0].model_pct.round(), 91.0);

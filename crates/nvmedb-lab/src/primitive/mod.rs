@@ -475,6 +475,11 @@ pub struct ModelRow {
     pub model_at_hit_ratio_pct: f64,
     /// Measured smallest-buffer / 100 % throughput, %.
     pub measured_pct: f64,
+    /// The device's unloaded page-read latency (iobench QD1 mean in this run), µs; 0 if not
+    /// measured.
+    pub t_io_device_us: f64,
+    /// Model with `t_io_device_us` as t_io, % (None without an iobench measurement).
+    pub model_device_pct: Option<f64>,
 }
 
 /// Throughput with and without the tracer at one point.
