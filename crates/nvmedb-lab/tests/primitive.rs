@@ -88,6 +88,7 @@ fn tiny_run_writes_every_file_and_they_parse() {
     assert_eq!(doc.results.traces.len(), 2);
     assert!(doc.results.traces.iter().all(|t| t.intervals > 0 && t.tps_tracing_on > 0.0));
     assert!(out.summary_text.contains("EMULATED") && out.summary_text.contains(WAL_STATUS));
+    assert!(out.summary_text.contains("model (device t_io) %"));
     // The 100 % point of every device and workload is its own reference.
     assert!(doc
         .results

@@ -288,6 +288,8 @@ pub fn summary_text(cfg: &PrimitiveConfig, ctx: &RunContext, r: &PrimitiveResult
             "model %",
             "model@hit %",
             "measured %",
+            "device t_io µs",
+            "model (device t_io) %",
         ])
         .title(
             "Relative-performance model (seed 000 §3): (t_cpu + 0.1) / (t_cpu + t_io) at the smallest buffer",
