@@ -15,5 +15,4 @@ fi
 cargo build --release -p nvmedb-cli
 ./target/release/nvmedb machine
 exec ./target/release/nvmedb lab primitive \
-  --rows 5000 --reps 3 --warmup 0.5 --duration 1 --iobench-seconds 1 \
-  --data-dir nvmedb-data "$@"
+  --rows 5000 --reps 3 --warmup 0.5 --duration 1 --iobench-seconds 1 "$@"

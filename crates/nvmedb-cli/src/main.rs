@@ -28,6 +28,8 @@ enum Commands {
 #[derive(Subcommand, Debug)]
 enum LabCommand {
     /// Seed 000/001 primitive workload: single-row SELECT/UPDATE across buffer sizes and devices.
+    /// A flag given twice takes its last value (the main job's defaults can be overridden).
+    #[command(args_override_self = true)]
     Primitive(Box<PrimitiveArgs>),
 }
 
@@ -350,6 +352,10 @@ mod tests {
         let full = Cli::try_parse_from(["nvmedb", "lab", "primitive", "--full-scale"]).unwrap();
         let Commands::Lab(LabCommand::Primitive(a)) = full.command else { panic!("not lab primitive") };
         assert_eq!(to_primitive_config(&a).unwrap().rows_per_table, primitive::FULL_SCALE_ROWS);
+        let twice =
+            Cli::try_parse_from(["nvmedb", "lab", "primitive", "--rows", "5", "--rows", "7"]).unwrap();
+        let Commands::Lab(LabCommand::Primitive(a)) = twice.command else { panic!("not lab primitive") };
+        assert_eq!(a.rows, Some(7));
         let bad = Cli::try_parse_from(["nvmedb", "lab", "primitive", "--devices", "floppy"]).unwrap();
         let Commands::Lab(LabCommand::Primitive(a)) = bad.command else { panic!("not lab primitive") };
         assert!(to_primitive_config(&a).unwrap_err().contains("floppy"));
