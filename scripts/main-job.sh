@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The README's main job: installs what is missing, builds in release mode and runs the default
-# lab experiment. For now that is a short `nvmedb iobench` on the emulated `optane` profile
-# (RAM-backed, labelled EMULATED); extra arguments replace the default iobench flags, e.g.
-#   ./scripts/main-job.sh --device /data/testfile --rw randread --depth 32 --size 4G
+# The README's main job: installs what is missing, builds in release mode and runs a quick
+# version of the lab's first experiment, `nvmedb lab primitive` (seed 000/001 primitive
+# SELECT/UPDATE workload over table-buffer sizes 1-100 % on the real disk and the emulated
+# optane, nand and san profiles). A few minutes on 2 cores. Extra arguments are passed to the
+# experiment (e.g. --rows 10000 --duration 2 for the documented default run, or --full-scale).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v fio >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null || true
 fi
+if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && [ -z "${NVMEDB_PLOT_FONT:-}" ] && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null || true
+fi
 cargo build --release -p nvmedb-cli
 ./target/release/nvmedb machine
-if [ "$#" -gt 0 ]; then
-  exec ./target/release/nvmedb iobench "$@"
-fi
-exec ./target/release/nvmedb iobench --device optane --rw randread --bs 4k --depth 1 --size 256M --duration 5 --warmup 1
+exec ./target/release/nvmedb lab primitive \
+  --rows 5000 --reps 3 --warmup 0.5 --duration 1 --iobench-seconds 1 "$@"

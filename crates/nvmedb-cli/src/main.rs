@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use nvmedb::io::{Backend, SingleOpPath};
 use nvmedb_lab::iobench::{self, Engine, IoBenchConfig, Pattern};
+use nvmedb_lab::primitive::{self, DeviceKind, PrimitiveConfig, Workload};
 use std::path::PathBuf;
 
 /// nvmedb: a storage engine for microsecond-latency NVMe storage, and its laboratory.
@@ -133,6 +134,10 @@ fn inspect(a: &InspectArgs) -> Result<String, String> {
 /// `nvmedb lab …` experiments.
 #[derive(Subcommand, Debug)]
 enum LabCommand {
+    /// Seed 000/001 primitive workload: single-row SELECT/UPDATE across buffer sizes and devices.
+    /// A flag given twice takes its last value (the main job's defaults can be overridden).
+    #[command(args_override_self = true)]
+    Primitive(Box<PrimitiveArgs>),
     /// Buffer manager and table micro-benchmarks: in-memory lookups, 1 % buffer lookups vs
     /// fio on the same file, and full scans under SHR-1/16/512 and SEP.
     Engine(EngineArgs),
@@ -200,6 +205,133 @@ struct EngineArgs {
     /// JSON result file (default results/enginebench-<time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// Flags of `nvmedb lab primitive`.
+#[derive(Args, Debug)]
+struct PrimitiveArgs {
+    /// Rows per table (default 10000: ~480 MiB of tables per device).
+    #[arg(long)]
+    rows: Option<u64>,
+    /// The papers' scale: 500 000 rows per table (24 GB per device; needs the disk and RAM).
+    #[arg(long = "full-scale")]
+    full_scale: bool,
+    /// Number of tables.
+    #[arg(long, default_value_t = 10)]
+    tables: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 20)]
+    clients: usize,
+    /// Table buffer sizes, % of table size (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,5,10,25,50,100")]
+    buffers: Vec<f64>,
+    /// Devices: disk (O_DIRECT files in --data-dir), memory, or emulated profiles (optane, nand, san, hdd, dram).
+    #[arg(long, value_delimiter = ',', default_value = "disk,optane,nand,san")]
+    devices: Vec<String>,
+    /// Workloads (comma-separated): select, update.
+    #[arg(long, value_delimiter = ',', default_value = "select,update")]
+    workloads: Vec<String>,
+    /// Warm-up seconds per point.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Measured seconds per point.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Repetitions per point (interleaved; min/median/max are reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Table page size (bytes or K suffix).
+    #[arg(long = "table-page", default_value = "24k")]
+    table_page: String,
+    /// Index page size (bytes or K suffix).
+    #[arg(long = "index-page", default_value = "4k")]
+    index_page: String,
+    /// Table buffer policy: SHR-n or SEP-n.
+    #[arg(long, default_value = "SHR-16")]
+    policy: String,
+    /// Directory for the real-disk database (not tmpfs). Reused across runs of the same scale.
+    #[arg(long = "data-dir", default_value = "nvmedb-data")]
+    data_dir: PathBuf,
+    /// Reload the disk database even if one of this scale exists.
+    #[arg(long)]
+    reload: bool,
+    /// Root of the results directories (results/primitive/<time>/).
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// Seed of the key choices and the emulators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Skip the traced runs and trace charts.
+    #[arg(long = "no-trace")]
+    no_trace: bool,
+    /// Device to trace (default optane if listed, else the first).
+    #[arg(long = "trace-device")]
+    trace_device: Option<String>,
+    /// Seconds of each iobench reference run per device (0 skips them).
+    #[arg(long = "iobench-seconds", default_value_t = 2.0)]
+    iobench_seconds: f64,
+    /// Do not run fio on the disk even if it is installed.
+    #[arg(long = "no-fio")]
+    no_fio: bool,
+    /// Override a parameter of every emulated profile, e.g. --profile-set spin_us=0 (repeatable).
+    #[arg(long = "profile-set")]
+    profile_set: Vec<String>,
+    /// Extra CPU burnt per transaction, µs, standing in for the SQL layer and client round trip
+    /// in the papers' t_cpu (100–150 µs); 0 measures the engine alone.
+    #[arg(long = "app-cpu-us", default_value_t = 0.0)]
+    app_cpu_us: f64,
+    /// Hide progress bars.
+    #[arg(long = "no-progress")]
+    no_progress: bool,
+}
+
+fn to_primitive_config(a: &PrimitiveArgs) -> Result<PrimitiveConfig, String> {
+    let rows = match (a.rows, a.full_scale) {
+        (Some(_), true) => return Err("--rows and --full-scale exclude each other".into()),
+        (Some(r), false) => r,
+        (None, true) => primitive::FULL_SCALE_ROWS,
+        (None, false) => primitive::DEFAULT_ROWS,
+    };
+    let devices = a
+        .devices
+        .iter()
+        .map(|d| {
+            DeviceKind::parse(d).ok_or_else(|| format!("--devices: `{d}` is not disk, memory or a profile"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let workloads = a
+        .workloads
+        .iter()
+        .map(|w| Workload::parse(w).ok_or_else(|| format!("--workloads: `{w}` is not select or update")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cfg = PrimitiveConfig {
+        tables: a.tables,
+        rows_per_table: rows,
+        table_page_size: parse_size(&a.table_page).map_err(|e| format!("--table-page: {e}"))? as usize,
+        index_page_size: parse_size(&a.index_page).map_err(|e| format!("--index-page: {e}"))? as usize,
+        clients: a.clients,
+        buffer_pcts: a.buffers.clone(),
+        workloads,
+        devices,
+        warmup_s: a.warmup,
+        duration_s: a.duration,
+        repetitions: a.reps,
+        policy: a.policy.clone(),
+        data_dir: a.data_dir.clone(),
+        reload: a.reload,
+        results_root: a.results.clone(),
+        seed: a.seed,
+        trace: !a.no_trace,
+        trace_device: a.trace_device.clone(),
+        iobench_s: a.iobench_seconds,
+        fio: !a.no_fio,
+        profile_overrides: a.profile_set.clone(),
+        app_cpu_us: a.app_cpu_us,
+        progress: !a.no_progress,
+        ..PrimitiveConfig::default()
+    };
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(cfg)
 }
 
 /// Flags of `nvmedb iobench` (fio's names where fio has one).
@@ -334,6 +466,18 @@ fn main() {
             let ctx = nvmedb_lab::machine::RunContext::capture();
             println!("{}", ctx.one_line());
         }
+        Commands::Lab(LabCommand::Primitive(args)) => {
+            let outcome = to_primitive_config(&args).and_then(|cfg| {
+                let out = primitive::run(&cfg).map_err(|e| e.to_string())?;
+                println!("{}", out.summary_text);
+                println!("results: {}", out.dir.display());
+                Ok(())
+            });
+            if let Err(e) = outcome {
+                eprintln!("nvmedb lab primitive: {e}");
+                std::process::exit(2);
+            }
+        }
         Commands::Iobench(args) => {
             let outcome = to_config(&args).and_then(|cfg| iobench::run(&cfg)).and_then(|report| {
                 println!("{}", report.table());
@@ -410,6 +554,37 @@ mod tests {
         assert_eq!(parse_size("2GiB"), Ok(2 << 30));
         assert_eq!(parse_size("512"), Ok(512));
         assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn primitive_flags_map_to_a_config() {
+        let cli = Cli::try_parse_from([
+            "nvmedb",
+            "lab",
+            "primitive",
+            "--rows",
+            "50",
+            "--devices",
+            "memory,optane",
+            "--buffers",
+            "1,100",
+        ])
+        .unwrap();
+        let Commands::Lab(LabCommand::Primitive(a)) = cli.command else { panic!("not lab primitive") };
+        let c = to_primitive_config(&a).unwrap();
+        assert_eq!((c.rows_per_table, c.table_page_size, c.index_page_size), (50, 24576, 4096));
+        assert_eq!(c.devices, vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())]);
+        assert_eq!(c.buffer_pcts, vec![1.0, 100.0]);
+        let full = Cli::try_parse_from(["nvmedb", "lab", "primitive", "--full-scale"]).unwrap();
+        let Commands::Lab(LabCommand::Primitive(a)) = full.command else { panic!("not lab primitive") };
+        assert_eq!(to_primitive_config(&a).unwrap().rows_per_table, primitive::FULL_SCALE_ROWS);
+        let twice =
+            Cli::try_parse_from(["nvmedb", "lab", "primitive", "--rows", "5", "--rows", "7"]).unwrap();
+        let Commands::Lab(LabCommand::Primitive(a)) = twice.command else { panic!("not lab primitive") };
+        assert_eq!(a.rows, Some(7));
+        let bad = Cli::try_parse_from(["nvmedb", "lab", "primitive", "--devices", "floppy"]).unwrap();
+        let Commands::Lab(LabCommand::Primitive(a)) = bad.command else { panic!("not lab primitive") };
+        assert!(to_primitive_config(&a).unwrap_err().contains("floppy"));
     }
 
     #[test]

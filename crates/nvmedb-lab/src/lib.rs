@@ -7,4 +7,5 @@ pub mod enginebench;
 pub mod iobench;
 pub mod machine;
 pub mod model;
+pub mod primitive;
 pub mod report;

@@ -112,7 +112,7 @@ pub struct BackgroundWriter {
 /// Buffer pool configuration.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
-    /// Page (and frame) size in bytes: a power of two from 4 KiB to 64 KiB.
+    /// Page (and frame) size in bytes: a multiple of 4 KiB from 4 KiB to 64 KiB (seed 000 uses 24 KiB table pages).
     pub page_size: usize,
     /// Number of frames (memory budget = frames × page size).
     pub frames: usize,
@@ -148,8 +148,11 @@ impl PoolConfig {
     pub fn validate(&self) -> Result<()> {
         use crate::Error;
         let cfg = |key: &str, detail: String| Err(Error::Config { key: key.into(), detail });
-        if !self.page_size.is_power_of_two() || !(4096..=65536).contains(&self.page_size) {
-            return cfg("page_size", format!("{} is not a power of two from 4096 to 65536", self.page_size));
+        if self.page_size % 4096 != 0 || !(4096..=65536).contains(&self.page_size) {
+            return cfg(
+                "page_size",
+                format!("{} is not a multiple of 4096 from 4096 to 65536", self.page_size),
+            );
         }
         let parts = match self.policy {
             BufferPolicy::Shared { stripes: 0 } => {

@@ -209,10 +209,10 @@ impl Database {
                     ("table_page_size", options.table_page_size),
                     ("index_page_size", options.index_page_size),
                 ] {
-                    if !ps.is_power_of_two() || !(4096..=65536).contains(&ps) {
+                    if ps % 4096 != 0 || !(4096..=65536).contains(&ps) {
                         return Err(Error::Config {
                             key: key.into(),
-                            detail: format!("{ps} is not a power of two from 4096 to 65536"),
+                            detail: format!("{ps} is not a multiple of 4096 from 4096 to 65536"),
                         });
                     }
                 }

@@ -1,0 +1,212 @@
+//! The primitive experiment end to end at a tiny scale (RAM and an emulated profile, a temp
+//! directory for the disk device, short windows): every result file is written and parses
+//! back, and the summary, model and trace code paths run. No timing is asserted.
+
+use nvmedb_lab::machine::RunContext;
+use nvmedb_lab::primitive::output::{median, model_rows, summarise, targets};
+use nvmedb_lab::primitive::{
+    self, DeviceKind, DeviceReport, PointResult, PrimitiveConfig, PrimitiveResults, Workload, WAL_STATUS,
+};
+use nvmedb_lab::report::{read_csv, read_json, ResultFile};
+use std::path::PathBuf;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nvmedb-prim-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn tiny(root: &std::path::Path) -> PrimitiveConfig {
+    PrimitiveConfig {
+        tables: 3,
+        rows_per_table: 60,
+        clients: 4,
+        buffer_pcts: vec![10.0, 100.0],
+        devices: vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())],
+        warmup_s: 0.05,
+        duration_s: 0.1,
+        repetitions: 2,
+        data_dir: root.join("data"),
+        results_root: root.join("results"),
+        trace_window_ms: 1.0,
+        iobench_s: 0.05,
+        fio: false,
+        progress: false,
+        ..PrimitiveConfig::default()
+    }
+}
+
+#[test]
+fn tiny_run_writes_every_file_and_they_parse() {
+    if !nvmedb_lab::report::font_path().exists() {
+        eprintln!("skipping: no plot font at {}", nvmedb_lab::report::font_path().display());
+        return;
+    }
+    let root = temp_dir("e2e");
+    let cfg = tiny(&root);
+    let out = primitive::run(&cfg).expect("the tiny experiment runs");
+    for f in [
+        "results.csv",
+        "summary.csv",
+        "results.json",
+        "summary.txt",
+        "select_throughput.png",
+        "select_throughput.svg",
+        "update_throughput.png",
+        "update_relative.svg",
+        "select_relative.png",
+        "select_model.png",
+        "update_model.svg",
+        "trace_select_optane.png",
+        "trace_update_optane.svg",
+        "trace_select_optane.csv",
+        "trace_update_optane_summary.csv",
+    ] {
+        let p = out.dir.join(f);
+        assert!(p.exists() && std::fs::metadata(&p).unwrap().len() > 0, "missing or empty {}", p.display());
+    }
+    let rows: Vec<PointResult> = read_csv(out.dir.join("results.csv")).unwrap();
+    // 2 devices × 2 reps × 2 buffers × 2 workloads, plus 3 traced-point runs per workload.
+    assert_eq!(rows.len(), 16 + 6);
+    assert!(rows.iter().all(|r| r.transactions > 0 && r.tps > 0.0));
+    assert!(rows.iter().filter(|r| r.workload == "update").all(|r| r.wal == WAL_STATUS));
+    let doc: ResultFile<PrimitiveConfig, PrimitiveResults> = read_json(out.dir.join("results.json")).unwrap();
+    assert_eq!(doc.experiment, "primitive");
+    assert_eq!(doc.config.rows_per_table, 60);
+    assert_eq!(doc.results.points.len(), out.results.points.len());
+    assert_eq!(doc.results.summary.len(), out.results.summary.len());
+    assert_eq!(doc.results.wal, WAL_STATUS);
+    assert_eq!(rows.iter().filter(|r| r.phase == "trace").count(), 6);
+    assert_eq!(doc.results.summary.len(), 8);
+    assert!(doc
+        .results
+        .summary
+        .iter()
+        .all(|s| s.n == 2 && s.tps_min <= s.tps_median && s.tps_median <= s.tps_max));
+    let opt = doc.results.devices.iter().find(|d| d.device == "optane").unwrap();
+    assert!(opt.label.contains("EMULATED") && opt.read_qd1_p50_us > 0.0 && opt.profile.is_some());
+    assert_eq!(doc.results.traces.len(), 2);
+    assert!(doc.results.traces.iter().all(|t| t.intervals > 0 && t.tps_tracing_on > 0.0));
+    assert!(out.summary_text.contains("EMULATED") && out.summary_text.contains(WAL_STATUS));
+    assert!(out.summary_text.contains("model (device t_io) %"));
+    // The 100 % point of every device and workload is its own reference.
+    assert!(doc
+        .results
+        .summary
+        .iter()
+        .filter(|s| s.buffer_pct == 100.0)
+        .all(|s| s.relative_pct == Some(100.0)));
+    let _ = std::fs::remove_dir_all(root);
+}
+
+#[test]
+fn disk_device_loads_once_and_is_reused() {
+    let root = temp_dir("disk");
+    let mut cfg = tiny(&root);
+    cfg.devices = vec![DeviceKind::Disk];
+    cfg.workloads = vec![Workload::Update];
+    cfg.repetitions = 1;
+    cfg.trace = false;
+    cfg.iobench_s = 0.0;
+    if !nvmedb_lab::report::font_path().exists() {
+        return;
+    }
+    let first = primitive::run(&cfg).expect("first run loads");
+    assert!(first.results.devices[0].load_s > 0.0);
+    let second = primitive::run(&cfg).expect("second run reuses the data");
+    assert_eq!(second.results.devices[0].load_s, 0.0);
+    assert!(cfg.disk_db_dir().join("catalog.nvdb").exists());
+    let _ = std::fs::remove_dir_all(root);
+}
+
+#[test]
+fn bad_configurations_are_named() {
+    let root = temp_dir("bad");
+    let mut cfg = tiny(&root);
+    cfg.buffer_pcts = vec![0.0];
+    assert!(primitive::run(&cfg).unwrap_err().to_string().contains("buffer_pcts"));
+    let mut cfg = tiny(&root);
+    cfg.policy = "LRU".into();
+    assert!(cfg.validate().unwrap_err().to_string().contains("LRU"));
+    let mut cfg = tiny(&root);
+    cfg.profile_overrides = vec!["warp_speed=9".into()];
+    assert!(cfg.validate().unwrap_err().to_string().contains("warp_speed"));
+    assert_eq!(DeviceKind::parse("floppy"), None);
+    assert_eq!(Workload::parse("UPDATE"), Some(Workload::Update));
+}
+
+fn point(device: &str, workload: &str, pct: f64, rep: usize, tps: f64) -> PointResult {
+    PointResult {
+        device: device.into(),
+        device_label: format!("{device} (EMULATED)"),
+        workload: workload.into(),
+        buffer_pct: pct,
+        buffer_bytes: 0,
+        repetition: rep,
+        phase: "sweep".into(),
+        tracing: false,
+        clients: 20,
+        window_s: 1.0,
+        transactions: tps as u64,
+        tps,
+        hit_ratio: if pct == 100.0 { 1.0 } else { 0.0 },
+        index_hit_ratio: 1.0,
+        data_reads_per_s: if pct == 100.0 { 0.0 } else { tps },
+        data_writes_per_s: 0.0,
+        io_us_per_read: if pct == 100.0 { 0.0 } else { 10.0 },
+        cpu_us_per_txn: 100.0,
+        process_cpu_cores: 2.0,
+        latency_p50_us: 1.0,
+        latency_p99_us: 2.0,
+        wal: String::new(),
+    }
+}
+
+#[test]
+fn summary_model_and_targets_on_synthetic_points() {
+    assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+    assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    assert_eq!(median(&[]), 0.0);
+    let mut pts = Vec::new();
+    for rep in 0..3 {
+        pts.push(point("optane", "select", 1.0, rep, 900.0 + rep as f64 * 10.0));
+        pts.push(point("optane", "select", 100.0, rep, 1000.0));
+    }
+    let mut traced = point("optane", "select", 1.0, 0, 1.0);
+    traced.tracing = true;
+    traced.phase = "trace".into();
+    pts.push(traced);
+    let s = summarise(&pts);
+    assert_eq!(s.len(), 2);
+    assert_eq!(
+        (s[0].buffer_pct, s[0].n, s[0].tps_min, s[0].tps_median, s[0].tps_max),
+        (1.0, 3, 900.0, 910.0, 920.0)
+    );
+    assert_eq!(s[0].relative_pct, Some(91.0));
+    let m = model_rows(&s, &[]);
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].model_device_pct, None);
+    // t_cpu 100 µs (CPU per transaction at 100 %), t_io 10 µs: the paper's 91 %.
+    assert_eq!((m[0].t_cpu_us, m[0].t_io_us), (100.0, 10.0));
+    assert_eq!(m[0].model_pct.round(), 91.0);
+    assert_eq!(m[0].measured_pct, 91.0);
+    let dev = DeviceReport {
+        device: "optane".into(),
+        label: "optane (EMULATED)".into(),
+        location: "memory".into(),
+        table_bytes: 0,
+        index_bytes: 0,
+        load_s: 0.0,
+        read_qd1_mean_us: 10.0,
+        read_qd1_p50_us: 10.0,
+        read_qd1_p99_us: 12.0,
+        read_qd_clients_iops: 0.0,
+        read_qd32_iops: 0.0,
+        fio_read_qd32_iops: None,
+        profile: None,
+    };
+    let t = targets(&s, &[dev]);
+    assert_eq!(t.len(), 1);
+    assert_eq!((t[0].target_pct, t[0].paper_pct), (Some(90.0), Some(90.0)));
+    let _ = RunContext::capture();
+}
