@@ -93,6 +93,32 @@ thread_local! {
 }
 static NEXT_THREAD_SLOT: AtomicUsize = AtomicUsize::new(0);
 
+/// Per-thread direct-mapped cache of (pool, page key) → frame for pinned-for-good (sticky)
+/// index pages. Sticky frames never change page, so a hit only needs re-checking the frame.
+const STICKY_CACHE_SLOTS: usize = 1024;
+
+thread_local! {
+    static STICKY_CACHE: RefCell<[(usize, u64, u32); STICKY_CACHE_SLOTS]> =
+        const { RefCell::new([(0, 0, 0); STICKY_CACHE_SLOTS]) };
+}
+
+fn sticky_slot(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % STICKY_CACHE_SLOTS
+}
+
+fn sticky_recall(pool: &BufferPool, key: u64) -> Option<usize> {
+    let me = pool as *const BufferPool as usize;
+    STICKY_CACHE.with(|c| {
+        let (p, k, f) = c.borrow()[sticky_slot(key)];
+        (p == me && k == key).then_some(f as usize)
+    })
+}
+
+fn sticky_remember(pool: &BufferPool, key: u64, frame: usize) {
+    let me = pool as *const BufferPool as usize;
+    STICKY_CACHE.with(|c| c.borrow_mut()[sticky_slot(key)] = (me, key, frame as u32));
+}
+
 /// A buffer pool over one or more files of the same page size.
 pub struct BufferPool {
     config: PoolConfig,
@@ -117,6 +143,9 @@ pub struct PageRef<'a> {
     part: &'a Partition,
     frame: usize,
     pid: PageId,
+    /// False for a pinned-for-good (sticky) index page fixed through the fast path: it never
+    /// moves, so it needs no pin.
+    pinned: bool,
     latch: Option<RwLockReadGuard<'a, ()>>,
 }
 
@@ -150,7 +179,9 @@ impl Deref for PageRef<'_> {
 impl Drop for PageRef<'_> {
     fn drop(&mut self) {
         self.latch.take();
-        self.part.unpin(self.frame);
+        if self.pinned {
+            self.part.unpin(self.frame);
+        }
     }
 }
 
@@ -340,13 +371,35 @@ impl BufferPool {
     fn fix_mode(&self, pid: PageId, class: PageClass, mode: FixMode) -> Result<Fixed<'_>> {
         let part = self.partition();
         let key = pid.key();
+        if matches!(mode, FixMode::Shared) && class == PageClass::Index && self.config.pin_index_pages {
+            // Fast path for pinned-for-good index pages: no page-table lock, no pin.
+            if let Some(i) = sticky_recall(self, key) {
+                let f = &part.arena.frames[i];
+                if f.sticky.load(Acquire) && f.page_key.load(Acquire) == key {
+                    let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
+                    if f.valid.load(Acquire) && f.page_key.load(Acquire) == key {
+                        part.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+                        return Ok(Fixed::Shared(PageRef {
+                            part,
+                            frame: i,
+                            pid,
+                            pinned: false,
+                            latch: Some(g),
+                        }));
+                    }
+                }
+            }
+        }
         loop {
             let i = self.pin_page(part, pid, class)?;
             let f = &part.arena.frames[i];
             let fixed = match mode {
                 FixMode::Shared => {
                     let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
-                    Fixed::Shared(PageRef { part, frame: i, pid, latch: Some(g) })
+                    if f.sticky.load(Acquire) {
+                        sticky_remember(self, key, i);
+                    }
+                    Fixed::Shared(PageRef { part, frame: i, pid, pinned: true, latch: Some(g) })
                 }
                 FixMode::Exclusive => {
                     let g = f.latch.write().unwrap_or_else(|e| e.into_inner());
