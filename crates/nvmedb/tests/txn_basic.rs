@@ -157,3 +157,32 @@ fn committed_transactions_survive_reopen_and_uncommitted_do_not() {
     drop(db);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_new_log_for_an_existing_database_starts_above_its_page_lsns() {
+    use nvmedb::io::Storage;
+    let data: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let log = || -> (Arc<dyn Storage>, Arc<dyn Storage>) {
+        (Arc::new(MemStorage::new()), Arc::new(MemStorage::new()))
+    };
+    {
+        let db = Database::open_with_storages(data.clone(), Some(log()), options()).unwrap();
+        let t = db.create_table("acct", schema()).unwrap();
+        for i in 0..200 {
+            t.insert(&[Value::Int(i), Value::Int(i)]).unwrap();
+        }
+        db.close().unwrap();
+    }
+    for round in 0..3 {
+        // Each round brings a brand-new, empty log.
+        let db = Database::open_with_storages(data.clone(), Some(log()), options()).unwrap();
+        let start = db.engine_log().unwrap().file_log().recovered().end_lsn;
+        assert!(start > 0, "round {round}: the new log must start above the pages' LSNs");
+        let t = db.table("acct").unwrap();
+        for i in 0..200 {
+            assert!(t.update(&[Value::Int(i), Value::Int(i + round)]).unwrap());
+        }
+        assert_eq!(t.check_integrity().unwrap(), 200);
+        db.close().unwrap();
+    }
+}

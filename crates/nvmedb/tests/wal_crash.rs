@@ -39,6 +39,7 @@ fn run_seed(seed: u64) {
         max_queued_batches: rng.range(1, 4) as usize,
         group_commit_wait_us: rng.below(2) * 30,
         keep_free_segments: rng.below(3) as usize,
+        initial_lsn: 0,
     };
     // What the last recovery found: it must never disappear.
     let mut known: BTreeMap<Lsn, (Lsn, Vec<u8>)> = BTreeMap::new();

@@ -23,6 +23,7 @@ fn run(seed: u64) {
         max_queued_batches: rng.range(1, 5) as usize,
         keep_free_segments: rng.below(3) as usize,
         group_commit_wait_us: 0,
+        initial_lsn: 0,
     };
     let max_payload = opts.max_payload_bytes();
     let mut log = FileLog::open(dynp(&a), dynp(&b), opts.clone()).unwrap();

@@ -31,7 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How UPDATE runs today; printed in the summary and stored in every result.
-pub const WAL_STATUS: &str = "no WAL yet (updates not logged)";
+pub const WAL_STATUS: &str =
+    "WAL on: each UPDATE is a durable transaction (group commit on a duplexed log on the same device)";
 
 /// The papers' buffer sweep, % of table size.
 pub const DEFAULT_BUFFER_PCTS: [f64; 6] = [1.0, 5.0, 10.0, 25.0, 50.0, 100.0];
@@ -559,6 +560,8 @@ pub struct PrimitiveOutcome {
 struct PreparedDevice {
     kind: DeviceKind,
     storage: Arc<dyn Storage>,
+    /// The two copies of the write-ahead log, on the same kind of device as the data.
+    logs: (Arc<dyn Storage>, Arc<dyn Storage>),
     report: DeviceReport,
 }
 
@@ -771,7 +774,24 @@ fn prepare(
     if let DeviceKind::Emulated(_) = kind {
         report.label = format!("{} (EMULATED, read p50 {:.1} µs)", kind.name(), report.read_qd1_p50_us);
     }
-    Ok(PreparedDevice { kind: kind.clone(), storage, report })
+    let logs: (Arc<dyn Storage>, Arc<dyn Storage>) = match kind {
+        DeviceKind::Disk => {
+            let dir = cfg.disk_db_dir();
+            let open = |d: std::path::PathBuf| -> Result<Arc<dyn Storage>, PrimitiveError> {
+                Ok(Arc::new(
+                    DirStorage::new(&d, FileOptions::default())
+                        .map_err(|e| PrimitiveError::engine("opening the log directory")(e.into()))?,
+                ))
+            };
+            (open(dir.join("wal"))?, open(dir.join("wal-mirror"))?)
+        }
+        DeviceKind::Memory => (Arc::new(MemStorage::new()), Arc::new(MemStorage::new())),
+        DeviceKind::Emulated(p) => (
+            Arc::new(EmulatedStorage::in_memory(cfg.profile(p)?, cfg.seed ^ 1)),
+            Arc::new(EmulatedStorage::in_memory(cfg.profile(p)?, cfg.seed ^ 2)),
+        ),
+    };
+    Ok(PreparedDevice { kind: kind.clone(), storage, logs, report })
 }
 
 /// An open database at one buffer size, with its tables.
@@ -788,8 +808,12 @@ fn open_at(cfg: &PrimitiveConfig, dev: &PreparedDevice, pct: f64) -> Result<Open
         ((dev.report.table_bytes as f64 * pct / 100.0) as u64).max(cfg.table_page_size as u64 * min_frames);
     // All index pages cached: twice the index size, at least 16 MiB.
     let index_bytes = (dev.report.index_bytes * 2).max(16 << 20);
-    let db = Database::open_with_storage(dev.storage.clone(), cfg.options(buffer_bytes, index_bytes)?)
-        .map_err(PrimitiveError::engine("opening the database"))?;
+    let db = Database::open_with_storages(
+        dev.storage.clone(),
+        Some((dev.logs.0.clone(), dev.logs.1.clone())),
+        cfg.options(buffer_bytes, index_bytes)?,
+    )
+    .map_err(PrimitiveError::engine("opening the database"))?;
     let tables = (0..cfg.tables)
         .map(|i| db.table(&workload::table_name(i)).map_err(PrimitiveError::engine("opening a table")))
         .collect::<Result<Vec<_>, _>>()?;

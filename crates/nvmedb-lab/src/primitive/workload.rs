@@ -132,10 +132,10 @@ pub fn run_select(table: &Table, sid: i64) -> Result<bool, nvmedb::Error> {
     Ok(got.is_some())
 }
 
-/// One single-row UPDATE transaction: sets C1 of the row with key `sid`. No WAL yet: the
-/// update is not logged and nothing is committed durably (label results accordingly).
+/// One single-row UPDATE transaction: sets C1 of the row with key `sid`. With the database's
+/// log on, this is a durable transaction: it returns after its commit record is durable
+/// (group commit), holding the row's lock until then.
 pub fn run_update(table: &Table, sid: i64, value: i64) -> Result<bool, nvmedb::Error> {
-    // begin/commit (with the log wait) will wrap this call once the WAL lands.
     table.update_int(&Value::Int(sid), COL_C1, value)
 }
 

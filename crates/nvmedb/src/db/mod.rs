@@ -112,6 +112,35 @@ impl std::fmt::Debug for Database {
     }
 }
 
+/// The largest page LSN in the database's files (pages that are not valid are skipped).
+fn max_page_lsn(storage: &dyn Storage, data: &CatalogData) -> Result<u64> {
+    let mut max = 0;
+    let mut buf = crate::io::AlignedBuf::new(1 << 20);
+    for t in &data.tables {
+        for (name, ps) in [
+            (heap_name(t.id), data.table_page_size as usize),
+            (index_name(t.id), data.index_page_size as usize),
+        ] {
+            let dev = storage.open(&name, true)?;
+            let cap = dev.capacity() / ps as u64 * ps as u64;
+            let chunk = (buf.len() / ps * ps) as u64;
+            let mut off = 0;
+            while off < cap {
+                let n = chunk.min(cap - off) as usize;
+                let n = n.div_ceil(4096) * 4096;
+                dev.read_at(off, &mut buf[..n])?;
+                for page in buf[..n].chunks_exact(ps) {
+                    if crate::page::PageHeader::page_type_of(page).is_some() {
+                        max = max.max(crate::page::PageHeader::lsn_of(page));
+                    }
+                }
+                off += chunk;
+            }
+        }
+    }
+    Ok(max)
+}
+
 fn heap_name(id: u32) -> String {
     format!("t{id}.heap")
 }
@@ -230,7 +259,17 @@ impl Database {
         };
         let started = std::time::Instant::now();
         let file_log = match log {
-            Some((a, b)) => Some(FileLog::open(a, b, options.wal_options.clone())?),
+            Some((a, b)) => {
+                let mut wal_options = options.wal_options.clone();
+                if crate::wal::live_segments(a.clone(), b.clone())?.is_empty() && !data.tables.is_empty() {
+                    // A new log for an existing database (first use of a log, or a log that was
+                    // reset): it must start above every page LSN on disk, or the WAL rule and
+                    // redo would compare positions of two different logs.
+                    wal_options.initial_lsn =
+                        max_page_lsn(storage.as_ref(), &data)?.max(data.checkpoint_redo_lsn) + 1;
+                }
+                Some(FileLog::open(a, b, wal_options)?)
+            }
             None => None,
         };
         let (losers, max_txn, mut report) = match &file_log {

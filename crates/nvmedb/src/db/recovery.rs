@@ -120,6 +120,14 @@ pub(crate) fn redo(
 ) -> Result<(Losers, u64, RecoveryReport)> {
     let started = Instant::now();
     let recovered = log.recovered();
+    if recovered.created {
+        // A new log: nothing to redo or undo.
+        return Ok((
+            BTreeMap::new(),
+            0,
+            RecoveryReport { redo_from: recovered.end_lsn, log_end: recovered.end_lsn, ..Default::default() },
+        ));
+    }
     let redo_from = catalog.checkpoint_redo_lsn.max(recovered.start_lsn);
     let read_from = catalog.checkpoint_undo_lsn.max(recovered.start_lsn).min(redo_from);
     let mut report = RecoveryReport { redo_from, log_end: recovered.end_lsn, ..Default::default() };

@@ -141,7 +141,7 @@ impl FileLog {
         let log_id = d.log_id.unwrap_or_else(|| Rng::new(Rng::seed_from_time()).next_u64() | 1);
         let tag = log_tag(log_id);
         let (start_lsn, end_lsn, last_seq) = match d.chain.last() {
-            None => (0, 0, 0),
+            None => (opts.initial_lsn, opts.initial_lsn, 0),
             Some(last) => {
                 let start = d.chain[0].header.base_lsn;
                 let from = last.header.base_lsn;

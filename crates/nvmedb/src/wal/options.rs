@@ -26,6 +26,9 @@ pub struct WalOptions {
     pub max_queued_batches: usize,
     /// Segments freed by `truncate_before` kept for recycling; the rest are deleted.
     pub keep_free_segments: usize,
+    /// LSN at which a log that does not exist yet starts (an existing log keeps its own). A new
+    /// log for an existing database must start above every page LSN already on disk.
+    pub initial_lsn: u64,
 }
 
 impl Default for WalOptions {
@@ -36,6 +39,7 @@ impl Default for WalOptions {
             max_batch_bytes: 1 << 20,
             max_queued_batches: 4,
             keep_free_segments: 4,
+            initial_lsn: 0,
         }
     }
 }
