@@ -505,8 +505,34 @@ impl BufferPool {
         }
     }
 
-    /// Finds a frame to reuse (GCLOCK) and returns it pinned once, mapped to no page.
+    /// Finds a frame to reuse (GCLOCK) and returns it pinned once, mapped to no page. Pins are
+    /// short-lived, so when every frame is pinned it yields and sweeps again (a bounded number
+    /// of times) before reporting the pool exhausted.
     fn claim_frame(&self, part: &Partition) -> Result<usize> {
+        const SWEEPS_WHEN_ALL_PINNED: usize = 200;
+        let mut last = None;
+        for attempt in 0..SWEEPS_WHEN_ALL_PINNED {
+            match self.claim_frame_once(part) {
+                Err(Error::ResourceExhausted(m)) => {
+                    last = Some(m);
+                    if attempt < 10 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(100));
+                    }
+                }
+                other => return other,
+            }
+        }
+        Err(Error::ResourceExhausted(last.unwrap_or_default()))
+    }
+
+    /// Prefetch's claim: one sweep, no waiting (read-ahead is advice).
+    fn claim_frame_no_wait(&self, part: &Partition) -> Result<usize> {
+        self.claim_frame_once(part)
+    }
+
+    fn claim_frame_once(&self, part: &Partition) -> Result<usize> {
         let n = part.arena.len();
         let max_weight = self.config.data_weight.max(self.config.index_weight) as usize;
         let limit = n * (max_weight + 2) * 2 + 64;
@@ -651,7 +677,11 @@ impl BufferPool {
             if lock(&part.stripe(key).map).contains_key(&key) {
                 continue;
             }
-            let victim = match self.claim_frame(part) {
+            // Leave most of the pool to other threads: read ahead into at most an eighth.
+            if claimed.len() >= (part.arena.len() / 8).max(1) {
+                break;
+            }
+            let victim = match self.claim_frame_no_wait(part) {
                 Ok(v) => v,
                 // Out of frames: read-ahead is advice, read what we have.
                 Err(Error::ResourceExhausted(_)) => break,

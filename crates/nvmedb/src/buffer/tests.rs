@@ -313,7 +313,7 @@ fn prefetch_reads_missing_pages_in_one_batch_and_later_fixes_hit() {
     }
     pool.flush_all().unwrap();
     // A second pool over the same device starts cold.
-    let cold = BufferPool::new(PoolConfig::new(PS, 16)).unwrap();
+    let cold = BufferPool::new(PoolConfig::new(PS, 128)).unwrap();
     cold.register_file(0, dev).unwrap();
     drop(cold.fix(PageId::new(0, 3), PageClass::Data).unwrap());
     let read = cold.prefetch(0, 0..20, PageClass::Data).unwrap();
@@ -327,6 +327,18 @@ fn prefetch_reads_missing_pages_in_one_batch_and_later_fixes_hit() {
 }
 
 #[test]
+fn read_ahead_takes_at_most_an_eighth_of_the_pool() {
+    let (pool, dev) = pool(16, BufferPolicy::Shared { stripes: 1 });
+    for _ in 0..16u64 {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    pool.flush_all().unwrap();
+    let cold = BufferPool::new(PoolConfig::new(PS, 16)).unwrap();
+    cold.register_file(0, dev).unwrap();
+    assert_eq!(cold.prefetch(0, 0..16, PageClass::Data).unwrap(), 2);
+}
+
+#[test]
 fn prefetch_of_a_corrupt_page_reports_it_and_leaves_it_unmapped() {
     let (pool, dev) = pool(8, BufferPolicy::Shared { stripes: 1 });
     for _ in 0..4u64 {
@@ -336,7 +348,7 @@ fn prefetch_of_a_corrupt_page_reports_it_and_leaves_it_unmapped() {
     let mut img = dev.snapshot();
     img[2 * PS + 99] ^= 1;
     dev.restore(img);
-    let cold = BufferPool::new(PoolConfig::new(PS, 8)).unwrap();
+    let cold = BufferPool::new(PoolConfig::new(PS, 64)).unwrap();
     cold.register_file(0, dev).unwrap();
     assert!(matches!(cold.prefetch(0, 0..4, PageClass::Data), Err(Error::Corruption { .. })));
     assert!(cold.fix(PageId::new(0, 1), PageClass::Data).is_ok());
