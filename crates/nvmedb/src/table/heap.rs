@@ -199,7 +199,7 @@ impl HeapFile {
         mut f: impl FnMut(RowId, &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let end = range.end.min(self.pages()?);
-        let window = READ_AHEAD_PAGES.min((self.pool.config().frames / 4).max(1) as u64);
+        let window = READ_AHEAD_PAGES.min((self.pool.config().frames / 8).max(1) as u64);
         let mut prefetched_to = range.start;
         for page in range.start..end {
             if page >= prefetched_to {
@@ -220,5 +220,5 @@ impl HeapFile {
     }
 }
 
-/// Pages a scan reads ahead in one batched submission (capped at a quarter of the pool).
+/// Pages a scan reads ahead in one batched submission (capped at an eighth of the pool).
 pub const READ_AHEAD_PAGES: u64 = 32;
