@@ -164,6 +164,9 @@ struct CommitArgs {
     /// Log size for the recovery measurement (e.g. 1G; 0 skips it).
     #[arg(long, default_value = "1G")]
     recovery_log: String,
+    /// Upper bound of the group-commit wait, µs (the log's `group_commit_wait_us`).
+    #[arg(long, default_value_t = 200)]
+    group_commit_wait_us: u64,
     /// JSON result file (default results/commitbench-<time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -507,6 +510,7 @@ fn main() {
                     threads: vec![1, 4, 20],
                     reps: a.reps,
                     recovery_log_bytes: bytes,
+                    group_commit_wait_us: a.group_commit_wait_us,
                 };
                 let report = nvmedb_lab::enginebench::run_commit(&cfg)?;
                 save_report(a.out.clone(), "commitbench", &report, &report.context)

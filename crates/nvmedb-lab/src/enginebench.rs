@@ -579,6 +579,8 @@ pub struct CommitBenchConfig {
     pub reps: usize,
     /// Log bytes to write before the recovery measurement (0: skip).
     pub recovery_log_bytes: u64,
+    /// Group-commit wait bound of the log, µs.
+    pub group_commit_wait_us: u64,
 }
 
 /// Commit benchmark results.
@@ -622,8 +624,9 @@ fn fio_fdatasync_iops(dir: &std::path::Path, secs: f64) -> Option<f64> {
     v["jobs"][0]["write"]["iops"].as_f64()
 }
 
-fn commit_options() -> Options {
+fn commit_options(wait_us: u64) -> Options {
     Options {
+        wal_options: nvmedb::wal::WalOptions { group_commit_wait_us: wait_us, ..Default::default() },
         table_page_size: 16384,
         index_page_size: 4096,
         table_buffer: BufferSize::Bytes(64 << 20),
@@ -637,7 +640,9 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
     let e = |x: nvmedb::Error| x.to_string();
     let _ = std::fs::remove_dir_all(&cfg.data_dir);
     {
-        let db = Database::open(&cfg.data_dir, Options { wal: false, ..commit_options() }).map_err(e)?;
+        let db =
+            Database::open(&cfg.data_dir, Options { wal: false, ..commit_options(cfg.group_commit_wait_us) })
+                .map_err(e)?;
         let t = db.create_table("bench", schema(100)).map_err(e)?;
         for id in 0..cfg.rows {
             t.insert(&[Value::Int(id as i64), Value::Int(0), Value::Bytes(vec![b'x'; 100])]).map_err(e)?;
@@ -653,7 +658,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
         recovery_log_bytes: 0,
         recovery_s: None,
     };
-    let db = Database::open(&cfg.data_dir, commit_options()).map_err(e)?;
+    let db = Database::open(&cfg.data_dir, commit_options(cfg.group_commit_wait_us)).map_err(e)?;
     let t = db.table("bench").map_err(e)?;
     let mut fio = Vec::new();
     let mut per: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
@@ -755,7 +760,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
         // Leave without a checkpoint, like a crash.
         std::mem::forget(db);
         let t0 = Instant::now();
-        let db = Database::open(&cfg.data_dir, commit_options()).map_err(e)?;
+        let db = Database::open(&cfg.data_dir, commit_options(cfg.group_commit_wait_us)).map_err(e)?;
         let secs = t0.elapsed().as_secs_f64();
         let rep = db.recovery_report().clone();
         println!(
