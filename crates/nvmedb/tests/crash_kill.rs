@@ -108,7 +108,14 @@ fn kill9_child_entry() {
 }
 
 fn verify(dir: &std::path::Path, acked: &BTreeSet<i64>, ctx: &str) -> usize {
-    let db = Database::open(dir, options()).unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
+    // Recovery and the checks run with a roomy buffer (the child's is tiny on purpose): the
+    // history grows with every iteration and the checks look up every row.
+    let roomy = Options {
+        table_buffer: BufferSize::Bytes(64 << 20),
+        index_buffer: BufferSize::Bytes(64 << 20),
+        ..options()
+    };
+    let db = Database::open(dir, roomy).unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
     let acct = db.table("accounts").unwrap();
     let hist = db.table("history").unwrap();
     acct.check_integrity().unwrap_or_else(|e| panic!("{ctx}: accounts: {e}"));
@@ -202,6 +209,12 @@ fn kill9_loses_no_acknowledged_commit() {
         total_acks += n;
         let present = verify(&dir, &acked, &ctx);
         assert!(present >= acked.len(), "{ctx}");
+        if (iter + 1) % 25 == 0 {
+            eprintln!(
+                "kill -9: {} iterations, {total_acks} acknowledged transfers verified so far",
+                iter + 1
+            );
+        }
     }
     eprintln!("kill -9: {iters} iterations, {total_acks} acknowledged transfers, all present after recovery");
     let _ = std::fs::remove_dir_all(&dir);
