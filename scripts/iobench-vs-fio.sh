@@ -5,7 +5,7 @@
 #
 # Usage: scripts/iobench-vs-fio.sh [FILE]
 #   env: SIZE (default 4G), REPS (3), RUNTIME seconds per run (10), RAMP seconds (1),
-#        ONLY (a substring: run only workloads whose name contains it)
+#        ONLY (run only the workloads whose name starts with it, e.g. ONLY="4K randread QD32")
 # The file must live on a real disk (not tmpfs: O_DIRECT is refused there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,7 +82,7 @@ PY
 
 for w in "${WORKLOADS[@]}"; do
   IFS='|' read -r name fargs iargs metric <<<"$w"
-  if [ -n "$ONLY" ] && [[ "$name" != *"$ONLY"* ]]; then continue; fi
+  if [ -n "$ONLY" ] && [[ "$name" != "$ONLY"* ]]; then continue; fi
   for rep in $(seq 1 "$REPS"); do
     echo "[$name] rep $rep/$REPS: fio" >&2
     fio_one "$name" "$fargs" "$rep"
