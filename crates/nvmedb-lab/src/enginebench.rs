@@ -278,40 +278,6 @@ fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Re
     Ok(done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Runs fio on `file` and returns read IOPS, or `None` if fio is missing or fails.
-pub fn fio_randread_iops(
-    file: &std::path::Path,
-    bs: usize,
-    jobs: usize,
-    depth: usize,
-    engine: &str,
-    secs: f64,
-) -> Option<f64> {
-    let out = Command::new("fio")
-        .args([
-            "--name=ref",
-            &format!("--filename={}", file.display()),
-            "--rw=randread",
-            &format!("--bs={bs}"),
-            "--direct=1",
-            &format!("--ioengine={engine}"),
-            &format!("--iodepth={depth}"),
-            &format!("--numjobs={jobs}"),
-            "--group_reporting",
-            "--time_based",
-            &format!("--runtime={}", secs.ceil() as u64),
-            "--ramp_time=1",
-            "--output-format=json",
-        ])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["jobs"][0]["read"]["iops"].as_f64()
-}
-
 fn iobench_file(
     file: &std::path::Path,
     bs: usize,
@@ -435,12 +401,13 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
             eng.push(d.reads as f64 / t0.elapsed().as_secs_f64());
             hit = d.hit_ratio();
             if fio_ok {
-                if let Some(x) = fio_randread_iops(&heap, cfg.page_size, threads, 1, "psync", cfg.duration_s)
+                if let Some(x) =
+                    crate::fio::randread_iops(&heap, cfg.page_size, threads, 1, "psync", cfg.duration_s)
                 {
                     fio_p.push(x);
                 }
                 if let Some(x) =
-                    fio_randread_iops(&heap, cfg.page_size, 1, threads, "io_uring", cfg.duration_s)
+                    crate::fio::randread_iops(&heap, cfg.page_size, 1, threads, "io_uring", cfg.duration_s)
                 {
                     fio_u.push(x);
                 }
@@ -602,28 +569,6 @@ pub struct CommitBenchReport {
     pub recovery_s: Option<f64>,
 }
 
-fn fio_fdatasync_iops(dir: &std::path::Path, secs: f64) -> Option<f64> {
-    let file = dir.join("fio-fdatasync.tmp");
-    let out = Command::new("fio")
-        .args([
-            "--name=sync",
-            &format!("--filename={}", file.display()),
-            "--rw=write",
-            "--bs=4k",
-            "--direct=1",
-            "--fdatasync=1",
-            "--size=64m",
-            "--time_based",
-            &format!("--runtime={}", secs.ceil() as u64),
-            "--output-format=json",
-        ])
-        .output()
-        .ok()?;
-    let _ = std::fs::remove_file(&file);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["jobs"][0]["write"]["iops"].as_f64()
-}
-
 fn commit_options(wait_us: u64) -> Options {
     Options {
         wal_options: nvmedb::wal::WalOptions { group_commit_wait_us: wait_us, ..Default::default() },
@@ -664,7 +609,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
     let mut per: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     let mut per_flush: BTreeMap<usize, f64> = BTreeMap::new();
     for rep in 0..cfg.reps {
-        if let Some(x) = fio_fdatasync_iops(&cfg.data_dir, cfg.duration_s) {
+        if let Some(x) = crate::fio::fdatasync_iops(&cfg.data_dir, cfg.duration_s) {
             fio.push(x);
         }
         for &threads in &cfg.threads {

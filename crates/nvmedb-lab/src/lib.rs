@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod enginebench;
+pub mod fio;
 pub mod iobench;
 pub mod machine;
 pub mod model;

@@ -703,34 +703,16 @@ fn characterise(
     let qd32 = bench(iobench_cfg(cfg, device.clone(), Engine::Queue, 32, 1, size))?;
     report.read_qd32_iops = qd32.iops;
     if let (DeviceKind::Disk, true) = (kind, cfg.fio) {
-        report.fio_read_qd32_iops = fio_randread_iops(&device, cfg.table_page_size, cfg.iobench_s);
+        report.fio_read_qd32_iops = crate::fio::randread_iops(
+            std::path::Path::new(&device),
+            cfg.table_page_size,
+            1,
+            32,
+            "io_uring",
+            cfg.iobench_s,
+        );
     }
     Ok(())
-}
-
-/// fio's random-read IOPS on `file` (read only, O_DIRECT, io_uring, depth 32), if fio runs.
-pub fn fio_randread_iops(file: &str, block_bytes: usize, seconds: f64) -> Option<f64> {
-    let out = std::process::Command::new("fio")
-        .args([
-            "--name=primitive-ref",
-            &format!("--filename={file}"),
-            "--readonly",
-            "--rw=randread",
-            &format!("--bs={block_bytes}"),
-            "--direct=1",
-            "--ioengine=io_uring",
-            "--iodepth=32",
-            &format!("--runtime={}", seconds.ceil().max(1.0) as u64),
-            "--time_based",
-            "--output-format=json",
-        ])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["jobs"][0]["read"]["iops"].as_f64()
 }
 
 fn prepare(
