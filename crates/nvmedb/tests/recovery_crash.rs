@@ -4,7 +4,7 @@
 //! and the database is reopened. Every acknowledged change must be there, the change in flight
 //! must be all there or not at all, and heap and indexes must agree. Seeded; the seed is printed.
 
-use nvmedb::io::{CrashSimStorage, Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage};
+use nvmedb::io::{CrashSimStorage, Device, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage};
 use nvmedb::util::Rng;
 use nvmedb::wal::WalOptions;
 use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
@@ -12,74 +12,18 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-/// Fails every write and sync once the shared countdown reaches zero (the power is cut).
+/// Fails every write, sync and resize once the shared countdown reaches zero (the power is
+/// cut); reads still work.
 struct PowerCut {
-    inner: Arc<CrashSimStorage>,
-    countdown: Arc<AtomicI64>,
+    countdown: AtomicI64,
 }
 
-struct CutDevice {
-    inner: Arc<dyn Device>,
-    countdown: Arc<AtomicI64>,
-}
-
-impl CutDevice {
-    fn check(&self, op: IoOpKind, offset: u64) -> IoResult<()> {
-        if self.countdown.fetch_sub(1, Ordering::SeqCst) <= 0 {
-            return Err(IoError::os(
-                &self.inner.info().name,
-                op,
-                offset,
-                0,
-                std::io::Error::from_raw_os_error(5),
-            ));
+impl IoHook for PowerCut {
+    fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
+        if op != IoOpKind::Read && self.countdown.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(5)));
         }
         Ok(())
-    }
-}
-
-impl Device for CutDevice {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-    fn alignment(&self) -> usize {
-        self.inner.alignment()
-    }
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
-        self.check(IoOpKind::Setup, len)?;
-        self.inner.ensure_capacity(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
-        self.check(IoOpKind::Write, offset)?;
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> IoResult<()> {
-        self.check(IoOpKind::Sync, 0)?;
-        self.inner.sync()
-    }
-}
-
-impl Storage for PowerCut {
-    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
-        Ok(Arc::new(CutDevice { inner: self.inner.open(name, create)?, countdown: self.countdown.clone() }))
-    }
-    fn exists(&self, name: &str) -> bool {
-        self.inner.exists(name)
-    }
-    fn list(&self) -> IoResult<Vec<String>> {
-        self.inner.list()
-    }
-    fn remove(&self, name: &str) -> IoResult<()> {
-        self.inner.remove(name)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
     }
 }
 
@@ -106,9 +50,9 @@ struct Disks {
 }
 
 impl Disks {
-    fn open(&self, countdown: &Arc<AtomicI64>) -> nvmedb::Result<Database> {
+    fn open(&self, cut: &Arc<PowerCut>) -> nvmedb::Result<Database> {
         let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
-            Arc::new(PowerCut { inner: s.clone(), countdown: countdown.clone() })
+            Arc::new(HookedStorage::new(s.clone(), cut.clone()))
         };
         Database::open_with_storages(
             wrap(&self.data),
@@ -165,15 +109,16 @@ fn every_acknowledged_change_survives_a_power_cut() {
             log_a: Arc::new(CrashSimStorage::new()),
             log_b: Arc::new(CrashSimStorage::new()),
         };
-        let countdown = Arc::new(AtomicI64::new(i64::MAX));
+        let cut = Arc::new(PowerCut { countdown: AtomicI64::new(i64::MAX) });
+        let countdown = &cut.countdown;
         let mut model: BTreeMap<i64, Row> = BTreeMap::new();
         {
-            let db = disks.open(&countdown).unwrap();
+            let db = disks.open(&cut).unwrap();
             db.create_table("t", schema()).unwrap();
         }
         // Two rounds of work, power cut, recovery per seed.
         for round in 0..2 {
-            let db = disks.open(&countdown).unwrap_or_else(|e| panic!("{ctx} round {round}: reopen: {e}"));
+            let db = disks.open(&cut).unwrap_or_else(|e| panic!("{ctx} round {round}: reopen: {e}"));
             check(&db, &model, None, &format!("{ctx} round {round} after reopen"));
             let t = db.table("t").unwrap();
             countdown.store(rng.range(5, 400) as i64, Ordering::SeqCst);
@@ -208,7 +153,7 @@ fn every_acknowledged_change_survives_a_power_cut() {
             drop(db);
             countdown.store(i64::MAX, Ordering::SeqCst);
             disks.crash(&mut rng);
-            let db = disks.open(&countdown).unwrap_or_else(|e| panic!("{ctx} round {round}: recovery: {e}"));
+            let db = disks.open(&cut).unwrap_or_else(|e| panic!("{ctx} round {round}: recovery: {e}"));
             let rep = db.recovery_report().clone();
             stats.0 += rep.pages_redone;
             stats.1 += rep.losers;
@@ -241,10 +186,10 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
             log_a: Arc::new(CrashSimStorage::new()),
             log_b: Arc::new(CrashSimStorage::new()),
         };
-        let countdown = Arc::new(AtomicI64::new(i64::MAX));
+        let cut = Arc::new(PowerCut { countdown: AtomicI64::new(i64::MAX) });
         let mut model: BTreeMap<i64, Row> = BTreeMap::new();
         {
-            let db = disks.open(&countdown).unwrap();
+            let db = disks.open(&cut).unwrap();
             let t = db.create_table("t", schema()).unwrap();
             for _ in 0..300 {
                 let id = rng.below(300) as i64;
@@ -273,7 +218,7 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
                 dev.sync().unwrap();
             }
         }
-        let db = disks.open(&countdown).unwrap_or_else(|e| panic!("{ctx}: recovery: {e}"));
+        let db = disks.open(&cut).unwrap_or_else(|e| panic!("{ctx}: recovery: {e}"));
         check(&db, &model, None, &ctx);
     }
 }

@@ -2,7 +2,7 @@
 //! leaves the table as it was, and when the faults stop the table matches the model and its
 //! indexes agree with its heap.
 
-use nvmedb::io::{Device, DeviceInfo, IoError, IoOpKind, IoResult, MemStorage, Storage};
+use nvmedb::io::{HookedStorage, IoError, IoHook, IoOpKind, IoResult, MemStorage};
 use nvmedb::util::Rng;
 use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
 use std::collections::BTreeMap;
@@ -10,76 +10,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Fails each read or write with probability `rate_ppm / 1e6` (seeded).
-struct FaultyStorage {
-    inner: MemStorage,
-    rng: Arc<Mutex<Rng>>,
-    rate_ppm: Arc<AtomicU64>,
+struct RandomEio {
+    rng: Mutex<Rng>,
+    rate_ppm: AtomicU64,
 }
 
-struct FaultyDevice {
-    inner: Arc<dyn Device>,
-    rng: Arc<Mutex<Rng>>,
-    rate_ppm: Arc<AtomicU64>,
-}
-
-impl FaultyDevice {
-    fn fail(&self, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
+impl IoHook for RandomEio {
+    fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
         let rate = self.rate_ppm.load(Ordering::SeqCst);
-        if rate > 0 && self.rng.lock().unwrap().below(1_000_000) < rate {
-            return Err(IoError::os(
-                &self.inner.info().name,
-                op,
-                offset,
-                len,
-                std::io::Error::from_raw_os_error(5),
-            ));
+        let hit = matches!(op, IoOpKind::Read | IoOpKind::Write)
+            && rate > 0
+            && self.rng.lock().unwrap().below(1_000_000) < rate;
+        if hit {
+            return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(5)));
         }
         Ok(())
-    }
-}
-
-impl Device for FaultyDevice {
-    fn info(&self) -> DeviceInfo {
-        self.inner.info()
-    }
-    fn alignment(&self) -> usize {
-        self.inner.alignment()
-    }
-    fn capacity(&self) -> u64 {
-        self.inner.capacity()
-    }
-    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
-        self.inner.ensure_capacity(len)
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
-        self.fail(IoOpKind::Read, offset, buf.len())?;
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
-        self.fail(IoOpKind::Write, offset, buf.len())?;
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> IoResult<()> {
-        self.inner.sync()
-    }
-}
-
-impl Storage for FaultyStorage {
-    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
-        let inner = self.inner.open(name, create)?;
-        Ok(Arc::new(FaultyDevice { inner, rng: self.rng.clone(), rate_ppm: self.rate_ppm.clone() }))
-    }
-    fn exists(&self, name: &str) -> bool {
-        self.inner.exists(name)
-    }
-    fn list(&self) -> IoResult<Vec<String>> {
-        self.inner.list()
-    }
-    fn remove(&self, name: &str) -> IoResult<()> {
-        self.inner.remove(name)
-    }
-    fn location(&self) -> String {
-        "faulty memory".into()
     }
 }
 
@@ -87,12 +32,9 @@ impl Storage for FaultyStorage {
 fn failed_operations_change_nothing() {
     let mut poisoned_seeds = 0;
     for seed in 0..10u64 {
-        let rate = Arc::new(AtomicU64::new(0));
-        let storage = Arc::new(FaultyStorage {
-            inner: MemStorage::new(),
-            rng: Arc::new(Mutex::new(Rng::new(seed))),
-            rate_ppm: rate.clone(),
-        });
+        let faults = Arc::new(RandomEio { rng: Mutex::new(Rng::new(seed)), rate_ppm: AtomicU64::new(0) });
+        let rate = &faults.rate_ppm;
+        let storage = Arc::new(HookedStorage::new(Arc::new(MemStorage::new()), faults.clone()));
         let opts = Options {
             table_page_size: 4096,
             index_page_size: 4096,

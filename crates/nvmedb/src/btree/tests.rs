@@ -165,19 +165,19 @@ fn large_pages_hold_more_and_split_correctly() {
 
 #[test]
 fn injected_io_errors_fail_operations_without_corrupting_the_tree() {
-    use crate::util::testing::FlakyDevice;
+    use crate::util::testing::flaky_device;
     use std::sync::atomic::Ordering;
     for seed in 0..6u64 {
         let mut rng = Rng::new(seed);
         let pool = BufferPool::new(PoolConfig::new(4096, 10)).unwrap();
-        let dev = Arc::new(FlakyDevice::new("flaky-index"));
+        let (dev, sw) = flaky_device("flaky-index");
         pool.register_file(0, dev.clone()).unwrap();
         let t = BTree::create(pool, 0).unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let mut failures = 0;
         for step in 0..2500 {
-            dev.fail_reads.store(rng.chance(0.05), Ordering::SeqCst);
-            dev.fail_writes.store(rng.chance(0.05), Ordering::SeqCst);
+            sw.fail_reads.store(rng.chance(0.05), Ordering::SeqCst);
+            sw.fail_writes.store(rng.chance(0.05), Ordering::SeqCst);
             let k = random_key(&mut rng, 1500);
             let v = vec![(step % 251) as u8; rng.below(100) as usize];
             let r = match rng.below(4) {
@@ -195,8 +195,8 @@ fn injected_io_errors_fail_operations_without_corrupting_the_tree() {
                 Err(e) => panic!("seed {seed} step {step}: unexpected error {e}"),
             }
         }
-        dev.fail_reads.store(false, Ordering::SeqCst);
-        dev.fail_writes.store(false, Ordering::SeqCst);
+        sw.fail_reads.store(false, Ordering::SeqCst);
+        sw.fail_writes.store(false, Ordering::SeqCst);
         assert!(failures > 0, "seed {seed}: no fault hit");
         let shape = t.check().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         assert_eq!(shape.entries, model.len() as u64, "seed {seed}");

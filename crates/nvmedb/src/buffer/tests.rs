@@ -4,7 +4,7 @@
 use super::*;
 use crate::io::MemDevice;
 use crate::page::{PageHeader, PageType, PAGE_HEADER_BYTES};
-use crate::util::testing::FlakyDevice;
+use crate::util::testing::flaky_device;
 use crate::util::Rng;
 use crate::Error;
 use std::collections::BTreeMap;
@@ -105,7 +105,7 @@ fn io_errors_surface_typed_and_lose_nothing() {
     for seed in 0..10u64 {
         let mut rng = Rng::new(seed);
         let pool = BufferPool::new(PoolConfig::new(PS, 3)).unwrap();
-        let dev = Arc::new(FlakyDevice::new("flaky"));
+        let (dev, sw) = flaky_device("flaky");
         pool.register_file(0, dev.clone()).unwrap();
         let mut model = BTreeMap::new();
         for p in 0..8u64 {
@@ -115,8 +115,8 @@ fn io_errors_surface_typed_and_lose_nothing() {
         }
         let mut failures = 0;
         for step in 0..300 {
-            dev.fail_reads.store(rng.chance(0.2), Ordering::SeqCst);
-            dev.fail_writes.store(rng.chance(0.2), Ordering::SeqCst);
+            sw.fail_reads.store(rng.chance(0.2), Ordering::SeqCst);
+            sw.fail_writes.store(rng.chance(0.2), Ordering::SeqCst);
             let p = rng.below(8);
             if rng.chance(0.5) {
                 match pool.fix(PageId::new(0, p), PageClass::Data) {
@@ -140,8 +140,8 @@ fn io_errors_surface_typed_and_lose_nothing() {
             }
         }
         assert!(failures > 0, "seed {seed}: no fault was hit");
-        dev.fail_reads.store(false, Ordering::SeqCst);
-        dev.fail_writes.store(false, Ordering::SeqCst);
+        sw.fail_reads.store(false, Ordering::SeqCst);
+        sw.fail_writes.store(false, Ordering::SeqCst);
         for (&p, &v) in &model {
             let g = pool.fix(PageId::new(0, p), PageClass::Data).unwrap();
             assert_eq!(body_u64(&g), v, "seed {seed}: page {p} lost its last update");
