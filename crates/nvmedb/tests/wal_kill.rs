@@ -8,6 +8,7 @@
 mod wal_common;
 
 use nvmedb::io::Storage;
+use nvmedb::io::{DirStorage, FileOptions};
 use nvmedb::util::Rng;
 use nvmedb::wal::{FileLog, LogReader, LogSink, WalOptions};
 use std::collections::BTreeMap;
@@ -15,14 +16,15 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use wal_common::dir::DirStorage;
 use wal_common::payload;
 
 const CHILD_ENV: &str = "NVMEDB_WAL_KILL_CHILD_DIR";
 
 fn storages(dir: &Path) -> (Arc<dyn Storage>, Arc<dyn Storage>) {
-    let a: Arc<dyn Storage> = Arc::new(DirStorage::new(&dir.join("copy-a")).expect("copy-a"));
-    let b: Arc<dyn Storage> = Arc::new(DirStorage::new(&dir.join("copy-b")).expect("copy-b"));
+    let a: Arc<dyn Storage> =
+        Arc::new(DirStorage::new(dir.join("copy-a"), FileOptions::default()).expect("copy-a"));
+    let b: Arc<dyn Storage> =
+        Arc::new(DirStorage::new(dir.join("copy-b"), FileOptions::default()).expect("copy-b"));
     (a, b)
 }
 

@@ -5,8 +5,6 @@
 //! small helpers to build logs, derive payloads from a seed and read a whole log back.
 #![allow(dead_code)]
 
-pub mod dir;
-
 use nvmedb::io::{AlignedBuf, CrashSimStorage, Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage};
 use nvmedb::util::Rng;
 use nvmedb::wal::{FileLog, LogReader, LogRecord, WalOptions};
