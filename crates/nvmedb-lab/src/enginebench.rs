@@ -668,7 +668,6 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
         let pb = progress(cfg.recovery_log_bytes >> 20, "log MiB");
         let big = schema(8000);
         let tb = db.create_table("big", big).map_err(e)?;
-        let mut k = 0i64;
         std::thread::scope(|s| -> Result<(), String> {
             let hs: Vec<_> = (0..8)
                 .map(|th| {
@@ -695,7 +694,6 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
             for h in hs {
                 h.join().map_err(|_| "writer panicked".to_string())??;
             }
-            k += 1;
             Ok(())
         })?;
         pb.finish_and_clear();
@@ -716,7 +714,6 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
             rep.micros as f64 / 1e6
         );
         report.recovery_s = Some(secs);
-        let _ = k;
         db.close().map_err(e)?;
         return Ok(report);
     }

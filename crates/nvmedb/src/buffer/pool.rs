@@ -527,11 +527,6 @@ impl BufferPool {
         Err(Error::ResourceExhausted(last.unwrap_or_default()))
     }
 
-    /// Prefetch's claim: one sweep, no waiting (read-ahead is advice).
-    fn claim_frame_no_wait(&self, part: &Partition) -> Result<usize> {
-        self.claim_frame_once(part)
-    }
-
     fn claim_frame_once(&self, part: &Partition) -> Result<usize> {
         let n = part.arena.len();
         let max_weight = self.config.data_weight.max(self.config.index_weight) as usize;
@@ -681,7 +676,8 @@ impl BufferPool {
             if claimed.len() >= (part.arena.len() / 8).max(1) {
                 break;
             }
-            let victim = match self.claim_frame_no_wait(part) {
+            // One sweep, no waiting: read-ahead is advice.
+            let victim = match self.claim_frame_once(part) {
                 Ok(v) => v,
                 // Out of frames: read-ahead is advice, read what we have.
                 Err(Error::ResourceExhausted(_)) => break,
