@@ -614,7 +614,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
         }
         for &threads in &cfg.threads {
             let log = db.engine_log().ok_or("the database has no log")?;
-            let before = log.file_log().stats();
+            let before = log.record_log().stats();
             let stop = AtomicBool::new(false);
             let done = AtomicU64::new(0);
             let t0 = Instant::now();
@@ -637,7 +637,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
                 stop.store(true, Ordering::Relaxed);
             });
             let el = t0.elapsed().as_secs_f64();
-            let after = log.file_log().stats();
+            let after = log.record_log().stats();
             let flushes = (after.flushes - before.flushes).max(1);
             let commits = done.load(Ordering::Relaxed);
             per.entry(threads).or_default().push(commits as f64 / el);
@@ -664,7 +664,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
     if cfg.recovery_log_bytes > 0 {
         // Grow the log without checkpoints, then reopen as after a crash.
         let log = db.engine_log().ok_or("the database has no log")?;
-        let start = log.file_log().end_lsn();
+        let start = log.record_log().end_lsn();
         let pb = progress(cfg.recovery_log_bytes >> 20, "log MiB");
         let big = schema(8000);
         let tb = db.create_table("big", big).map_err(e)?;
@@ -674,7 +674,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
                     let (tb, log) = (&tb, &log);
                     s.spawn(move || -> Result<(), String> {
                         let mut i = th as i64;
-                        while log.file_log().end_lsn() - start < cfg.recovery_log_bytes {
+                        while log.record_log().end_lsn() - start < cfg.recovery_log_bytes {
                             tb.insert(&[
                                 Value::Int(i),
                                 Value::Int(i),
@@ -688,7 +688,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
                 })
                 .collect();
             while hs.iter().any(|h| !h.is_finished()) {
-                pb.set_position((log.file_log().end_lsn() - start) >> 20);
+                pb.set_position((log.record_log().end_lsn() - start) >> 20);
                 std::thread::sleep(Duration::from_millis(200));
             }
             for h in hs {
@@ -697,7 +697,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
             Ok(())
         })?;
         pb.finish_and_clear();
-        report.recovery_log_bytes = log.file_log().end_lsn() - start;
+        report.recovery_log_bytes = log.record_log().end_lsn() - start;
         drop(tb);
         drop(t);
         // Leave without a checkpoint, like a crash.

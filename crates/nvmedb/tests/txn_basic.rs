@@ -176,7 +176,7 @@ fn a_new_log_for_an_existing_database_starts_above_its_page_lsns() {
     for round in 0..3 {
         // Each round brings a brand-new, empty log.
         let db = Database::open_with_storages(data.clone(), Some(log()), options()).unwrap();
-        let start = db.engine_log().unwrap().file_log().recovered().end_lsn;
+        let start = db.engine_log().unwrap().record_log().recovered().end_lsn;
         assert!(start > 0, "round {round}: the new log must start above the pages' LSNs");
         let t = db.table("acct").unwrap();
         for i in 0..200 {

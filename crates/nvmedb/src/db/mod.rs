@@ -19,7 +19,7 @@ use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
 use crate::table::{HeapFile, Schema, Table, TxnShared};
 use crate::wal::engine::{EngineLog, TxnLog, KIND_CHECKPOINT, KIND_RECOVERY, TAG_INDEX, TAG_TABLE};
-use crate::wal::{FileLog, WalOptions};
+use crate::wal::{FileLogOpener, LogOpener, WalOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -203,6 +203,21 @@ impl Database {
         log: Option<(Arc<dyn Storage>, Arc<dyn Storage>)>,
         options: Options,
     ) -> Result<Self> {
+        let opener = log.map(|(primary, secondary)| {
+            Box::new(FileLogOpener { primary, secondary, options: options.wal_options.clone() })
+                as Box<dyn LogOpener>
+        });
+        Self::open_with_log(storage, opener, options)
+    }
+
+    /// Opens (or creates) the database held by `storage` with the log `log` opens (any
+    /// [`RecordLog`](crate::wal::RecordLog): the duplexed file log, the fast log, a replicating
+    /// wrapper), or without a log. Recovers first, as [`Database::open_with_storages`] does.
+    pub fn open_with_log(
+        storage: Arc<dyn Storage>,
+        log: Option<Box<dyn LogOpener>>,
+        options: Options,
+    ) -> Result<Self> {
         let (mut store, data) = if storage.exists(CATALOG_FILE) {
             let dev = storage.open(CATALOG_FILE, false)?;
             let (store, data) = CatalogStore::load(dev)?;
@@ -259,21 +274,20 @@ impl Database {
         };
         let started = std::time::Instant::now();
         let file_log = match log {
-            Some((a, b)) => {
-                let mut wal_options = options.wal_options.clone();
-                if crate::wal::live_segments(a.clone(), b.clone())?.is_empty() && !data.tables.is_empty() {
+            Some(opener) => {
+                let mut initial_lsn = 0;
+                if opener.is_empty()? && !data.tables.is_empty() {
                     // A new log for an existing database (first use of a log, or a log that was
                     // reset): it must start above every page LSN on disk, or the WAL rule and
                     // redo would compare positions of two different logs.
-                    wal_options.initial_lsn =
-                        max_page_lsn(storage.as_ref(), &data)?.max(data.checkpoint_redo_lsn) + 1;
+                    initial_lsn = max_page_lsn(storage.as_ref(), &data)?.max(data.checkpoint_redo_lsn) + 1;
                 }
-                Some(FileLog::open(a, b, wal_options)?)
+                Some(opener.open(initial_lsn)?)
             }
             None => None,
         };
         let (losers, max_txn, mut report) = match &file_log {
-            Some(fl) => recovery::redo(storage.as_ref(), &data, fl)?,
+            Some(fl) => recovery::redo(storage.as_ref(), &data, fl.as_ref())?,
             None => Default::default(),
         };
         let tps = data.table_page_size as usize;
@@ -383,7 +397,7 @@ impl Database {
         payload.extend_from_slice(&undo.to_le_bytes());
         let end = t.log().append(KIND_CHECKPOINT, &payload)?;
         t.log().wait_durable(end)?;
-        t.log().file_log().truncate_before(undo)?;
+        t.log().record_log().truncate_before(undo)?;
         Ok(())
     }
 

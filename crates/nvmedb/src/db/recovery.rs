@@ -16,7 +16,7 @@ use crate::table::catalog::CatalogData;
 use crate::wal::engine::{
     TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_INDEX, TAG_TABLE,
 };
-use crate::wal::{FileLog, Lsn};
+use crate::wal::{Lsn, RecordLog};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
@@ -116,10 +116,10 @@ impl PageCache<'_> {
 pub(crate) fn redo(
     storage: &dyn Storage,
     catalog: &CatalogData,
-    log: &FileLog,
+    log: &dyn RecordLog,
 ) -> Result<(Losers, u64, RecoveryReport)> {
     let started = Instant::now();
-    let recovered = log.recovered();
+    let recovered = &log.recovered();
     if recovered.created {
         // A new log: nothing to redo or undo.
         return Ok((

@@ -1,13 +1,13 @@
 //! The engine's use of the log: record kinds, the page logger and the WAL rule hook.
 //!
-//! Owns: [`EngineLog`], which turns mini-transaction commits into records of the duplexed
-//! [`FileLog`], transaction commits and aborts into their records, and enforces the buffer
+//! Owns: [`EngineLog`], which turns mini-transaction commits into records of a [`RecordLog`]
+//! (the duplexed [`FileLog`](super::FileLog) or any other implementation), transaction commits and aborts into their records, and enforces the buffer
 //! rule (a dirty page is written only after the log covers its LSN). It also owns the
 //! full-image horizon: a checkpoint raises it under the same lock under which page changes
 //! decide between a full image and a diff and are appended, so no page change can slip past a
 //! checkpoint with a diff that redo could not apply to a page torn after the checkpoint.
 
-use super::{FileLog, LogSink, Lsn, KIND_USER_MIN};
+use super::{Lsn, RecordLog, KIND_USER_MIN};
 use crate::buffer::{PageLogger, WalGate};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -43,9 +43,9 @@ pub fn kind_for_tag(tag: u8) -> u8 {
     }
 }
 
-/// The engine's log: a [`FileLog`] plus the checkpoint horizon.
+/// The engine's log: a [`RecordLog`] plus the checkpoint horizon.
 pub struct EngineLog {
-    log: FileLog,
+    log: Arc<dyn RecordLog>,
     /// Redo start of the last checkpoint; guarded for the page-change decision by `horizon_lock`.
     horizon: AtomicU64,
     horizon_lock: RwLock<()>,
@@ -53,12 +53,12 @@ pub struct EngineLog {
 
 impl EngineLog {
     /// Wraps an open log; pages whose LSN is below `horizon` get full images.
-    pub fn new(log: FileLog, horizon: Lsn) -> Self {
+    pub fn new(log: Arc<dyn RecordLog>, horizon: Lsn) -> Self {
         Self { log, horizon: AtomicU64::new(horizon), horizon_lock: RwLock::new(()) }
     }
 
-    /// The underlying file log.
-    pub fn file_log(&self) -> &FileLog {
+    /// The underlying record log.
+    pub fn record_log(&self) -> &Arc<dyn RecordLog> {
         &self.log
     }
 
@@ -127,7 +127,7 @@ impl TxnLog {
     /// Starts a transaction.
     pub fn begin(&self) -> u64 {
         let id = self.next_txn.fetch_add(1, Ordering::Relaxed);
-        let first = self.log.file_log().end_lsn();
+        let first = self.log.record_log().end_lsn();
         self.active.lock().unwrap_or_else(|e| e.into_inner()).insert(id, first);
         id
     }

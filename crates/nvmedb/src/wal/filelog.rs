@@ -308,6 +308,45 @@ impl Drop for FileLog {
     }
 }
 
+impl super::RecordLog for FileLog {
+    fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
+        FileLog::append_record(self, kind, payload)
+    }
+
+    fn end_lsn(&self) -> Lsn {
+        FileLog::end_lsn(self)
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        self.inner.durable.load(Ordering::Acquire)
+    }
+
+    fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
+        self.inner.wait_durable(lsn)
+    }
+
+    fn recovered(&self) -> RecoveredLog {
+        self.recovered.clone()
+    }
+
+    fn reader(&self, from: Lsn) -> Result<Box<dyn super::RecordReader>> {
+        Ok(Box::new(FileLog::reader(self, from)?))
+    }
+
+    fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
+        FileLog::truncate_before(self, lsn)
+    }
+
+    fn stats(&self) -> WalStats {
+        FileLog::stats(self)
+    }
+
+    fn describe(&self) -> String {
+        let locs: Vec<String> = self.inner.storages.iter().map(|s| s.location()).collect();
+        format!("duplexed file log (O_DIRECT writes + fdatasync) on {}", locs.join(" and "))
+    }
+}
+
 impl LogSink for FileLog {
     /// Frames `bytes` as one record of kind [`KIND_DATA`].
     fn append(&self, bytes: &[u8]) -> Result<(Lsn, Lsn)> {

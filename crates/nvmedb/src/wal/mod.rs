@@ -47,10 +47,86 @@ pub use options::{RecoveredLog, WalOptions, WalStats};
 pub use reader::{LogReader, LogRecord};
 pub use segment::{live_segments, SegmentDesc, SEGMENT_PREFIX};
 
+use crate::io::Storage;
 use crate::Result;
+use std::sync::Arc;
 
 /// A log sequence number: the byte position just past a record in the logical log stream.
 pub type Lsn = u64;
+
+/// Reads records of a [`RecordLog`] in LSN order.
+pub trait RecordReader: Send {
+    /// The next record, `None` at the end of the readable log. A damaged record in the middle
+    /// of the log is [`Error::Corruption`](crate::Error::Corruption) naming the file and offset.
+    fn next_record(&mut self) -> Result<Option<LogRecord>>;
+}
+
+impl RecordReader for LogReader {
+    fn next_record(&mut self) -> Result<Option<LogRecord>> {
+        LogReader::next_record(self)
+    }
+}
+
+/// A log of typed records, which is what the engine writes (`wal::engine::EngineLog`) and what
+/// recovery reads. The duplexed [`FileLog`] implements it; so can the `xlog` fast path and a
+/// replicating wrapper that adds the standbys' positions to `durable_lsn`.
+///
+/// Invariants every implementation keeps: LSNs of appended records increase; `durable_lsn()`
+/// never runs ahead of records that would survive a crash and never goes backwards; a reader
+/// returns exactly the records appended (and made durable) in order.
+pub trait RecordLog: Send + Sync {
+    /// Appends one record of `kind` (>= [`KIND_USER_MIN`]); returns `[start, end)`.
+    fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)>;
+    /// The LSN the next appended record will get.
+    fn end_lsn(&self) -> Lsn;
+    /// The position up to which every appended record is durable.
+    fn durable_lsn(&self) -> Lsn;
+    /// Blocks until `durable_lsn() >= lsn` (group commit shares the work); returns the durable
+    /// position reached.
+    fn wait_durable(&self, lsn: Lsn) -> Result<Lsn>;
+    /// What open found: where the readable log starts and ends, and whether it was new.
+    fn recovered(&self) -> RecoveredLog;
+    /// A reader from `from` (a record start) up to the durable position at this moment.
+    fn reader(&self, from: Lsn) -> Result<Box<dyn RecordReader>>;
+    /// Releases space of records before `lsn` (which must be durable). Returns how many units
+    /// (segments, pages) were freed.
+    fn truncate_before(&self, lsn: Lsn) -> Result<usize>;
+    /// Counters since open (fields that do not apply stay zero).
+    fn stats(&self) -> WalStats;
+    /// One line saying what the log is and what durability it gives (for result files).
+    fn describe(&self) -> String;
+}
+
+/// Opens the log a database uses. Lets [`Database`](crate::Database) open any [`RecordLog`]
+/// while still starting a brand-new log above every page LSN of an existing database.
+pub trait LogOpener: Send {
+    /// True when the log holds no records yet (it will be created).
+    fn is_empty(&self) -> Result<bool>;
+    /// Opens (or creates) the log; a new log starts at `initial_lsn`.
+    fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>>;
+}
+
+/// Opens a duplexed [`FileLog`] on two storages.
+pub struct FileLogOpener {
+    /// First copy.
+    pub primary: Arc<dyn Storage>,
+    /// Second copy.
+    pub secondary: Arc<dyn Storage>,
+    /// Options (`initial_lsn` is set by [`LogOpener::open`]).
+    pub options: WalOptions,
+}
+
+impl LogOpener for FileLogOpener {
+    fn is_empty(&self) -> Result<bool> {
+        Ok(live_segments(self.primary.clone(), self.secondary.clone())?.is_empty())
+    }
+
+    fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>> {
+        let mut options = self.options;
+        options.initial_lsn = options.initial_lsn.max(initial_lsn);
+        Ok(Arc::new(FileLog::open(self.primary, self.secondary, options)?))
+    }
+}
 
 /// Where log bytes go.
 pub trait LogSink: Send + Sync {
