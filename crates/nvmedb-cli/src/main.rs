@@ -205,6 +205,13 @@ struct EngineArgs {
     /// Parts to run (comma-separated): memory, miss, scan.
     #[arg(long, default_value = "memory,miss,scan", value_delimiter = ',')]
     parts: Vec<String>,
+    /// Huge-page settings the in-memory lookups compare, run in turn (comma-separated
+    /// true/false; buffer memory is advised MADV_HUGEPAGE when true).
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    memory_huge_pages: Vec<bool>,
+    /// Lock-free-hit settings the in-memory lookups compare (comma-separated true/false).
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    memory_lock_free: Vec<bool>,
     /// JSON result file (default results/enginebench-<time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -533,6 +540,8 @@ fn main() {
                     reps: a.reps,
                     use_fio: !a.no_fio,
                     parts: a.parts.clone(),
+                    memory_huge_pages: a.memory_huge_pages.clone(),
+                    memory_lock_free: a.memory_lock_free.clone(),
                     ..Default::default()
                 };
                 let report = nvmedb_lab::enginebench::run(&cfg)?;

@@ -51,6 +51,10 @@ pub struct EngineBenchConfig {
     pub use_fio: bool,
     /// Parts to run: any of "memory", "miss", "scan".
     pub parts: Vec<String>,
+    /// Huge-page settings the in-memory test compares (each run in turn, same data).
+    pub memory_huge_pages: Vec<bool>,
+    /// Lock-free-hit settings the in-memory test compares.
+    pub memory_lock_free: Vec<bool>,
 }
 
 impl Default for EngineBenchConfig {
@@ -70,6 +74,8 @@ impl Default for EngineBenchConfig {
             reps: 3,
             use_fio: true,
             parts: vec!["memory".into(), "miss".into(), "scan".into()],
+            memory_huge_pages: vec![true],
+            memory_lock_free: vec![true],
         }
     }
 }
@@ -104,8 +110,15 @@ impl std::fmt::Display for Spread {
 pub struct MemoryLookups {
     /// Client threads.
     pub threads: usize,
+    /// Buffer memory advised for transparent huge pages.
+    pub huge_pages: bool,
+    /// Hits served through the lock-free page → frame table.
+    pub lock_free_hits: bool,
     /// Lookups per second.
     pub lookups_per_s: Spread,
+    /// Lookups per CPU-second the client threads consumed (a per-core rate that holds on a
+    /// shared machine, where wall-clock rates also count time other processes took).
+    pub lookups_per_cpu_s: Spread,
     /// Lookups per second per core used (threads capped at the cores available).
     pub lookups_per_s_per_core: f64,
     /// Buffer hit ratio achieved.
@@ -236,7 +249,35 @@ fn load(cfg: &EngineBenchConfig) -> Result<(), String> {
 }
 
 /// Runs random point lookups from `threads` threads for `secs`; returns lookups/s.
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Random point lookups from `threads` threads for `secs`: lookups per second, and lookups per
+/// CPU-second of the client threads.
+fn lookups_cpu(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Result<(f64, f64), String> {
+    let cpu_ns = AtomicU64::new(0);
+    let rate = lookups_inner(db, rows, threads, secs, seed, Some(&cpu_ns))?;
+    let cpu = cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
+    Ok((rate, rate * secs / cpu.max(1e-9)))
+}
+
 fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Result<f64, String> {
+    lookups_inner(db, rows, threads, secs, seed, None)
+}
+
+fn lookups_inner(
+    db: &Database,
+    rows: u64,
+    threads: usize,
+    secs: f64,
+    seed: u64,
+    cpu_ns: Option<&AtomicU64>,
+) -> Result<f64, String> {
     let t = db.table("bench").map_err(|e| e.to_string())?;
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);
@@ -247,6 +288,7 @@ fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Re
             let (t, stop, done, errors) = (&t, &stop, &done, &errors);
             s.spawn(move || {
                 let mut rng = Rng::new(seed.wrapping_mul(1000) + th as u64);
+                let cpu0 = thread_cpu_time();
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     for _ in 0..64 {
@@ -265,6 +307,9 @@ fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Re
                         }
                     }
                     n += 64;
+                }
+                if let Some(c) = cpu_ns {
+                    c.fetch_add((thread_cpu_time() - cpu0).as_nanos() as u64, Ordering::Relaxed);
                 }
                 done.fetch_add(n, Ordering::Relaxed);
             });
@@ -346,33 +391,53 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
 
     let wants = |p: &str| cfg.parts.iter().any(|x| x == p);
     // 1. In-memory lookups: the whole table cached.
-    for &threads in cfg.memory_threads.iter().filter(|_| wants("memory")) {
-        let db = Database::open(
-            &cfg.data_dir,
-            options(cfg, BufferSize::PercentOfData(110.0), BufferPolicy::Shared { stripes: 16 }),
-        )
-        .map_err(|e| e.to_string())?;
+    let mut memory_runs: Vec<(bool, bool, usize)> = Vec::new();
+    for &hp in &cfg.memory_huge_pages {
+        for &lf in &cfg.memory_lock_free {
+            for &t in &cfg.memory_threads {
+                if wants("memory") {
+                    memory_runs.push((hp, lf, t));
+                }
+            }
+        }
+    }
+    for (huge_pages, lock_free_hits, threads) in memory_runs {
+        let mut opts = options(cfg, BufferSize::PercentOfData(110.0), BufferPolicy::Shared { stripes: 16 });
+        opts.huge_pages = huge_pages;
+        opts.lock_free_hits = lock_free_hits;
+        let db = Database::open(&cfg.data_dir, opts).map_err(|e| e.to_string())?;
         // Warm-up: every heap and index page into the buffer.
         let t = db.table("bench").map_err(|e| e.to_string())?;
         t.range(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_| Ok(true))
             .map_err(|e| e.to_string())?;
         lookups(&db, cfg.rows, threads, 0.5, 0)?;
         let before = db.buffer_stats().0;
-        let mut v = Vec::new();
+        let (mut v, mut per_cpu) = (Vec::new(), Vec::new());
         for rep in 0..cfg.reps {
-            v.push(lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 1)?);
+            let (rate, cpu_rate) = lookups_cpu(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 1)?;
+            v.push(rate);
+            per_cpu.push(cpu_rate);
         }
         let d = db.buffer_stats().0.since(&before);
         let s = Spread::of(v);
+        let c = Spread::of(per_cpu);
         report.memory.push(MemoryLookups {
             threads,
+            huge_pages,
+            lock_free_hits,
             lookups_per_s: s,
+            lookups_per_cpu_s: c,
             lookups_per_s_per_core: s.median / threads.min(cores) as f64,
             hit_ratio: d.hit_ratio(),
         });
         println!(
-            "in-memory lookups, {threads} thread(s): {s} lookups/s ({:.2} M/s per core), hit ratio {:.4}",
+            "in-memory lookups, {threads} thread(s), huge pages {}, lock-free hits {}: {s} lookups/s ({:.2} M/s per core by wall clock, {:.2} M per CPU-second [{:.2}..{:.2}]), hit ratio {:.4}",
+            if huge_pages { "on" } else { "off" },
+            if lock_free_hits { "on" } else { "off" },
             s.median / threads.min(cores) as f64 / 1e6,
+            c.median / 1e6,
+            c.min / 1e6,
+            c.max / 1e6,
             d.hit_ratio()
         );
     }

@@ -279,16 +279,29 @@ impl BTree {
                 }
             }
             let mut entries = node::entries(n);
+            let level = node::level(n);
+            let leaf = level == 0;
+            // Appending at the right edge (ascending keys, e.g. a sequential load): keep the
+            // left node full and start the right one nearly empty, instead of leaving every
+            // left node half empty.
+            let mut appending = leaf
+                && node::link(n) == NO_PAGE
+                && entries.last().is_some_and(|(last, _)| key > last.as_slice());
             if let Some((k, v)) = pending.take() {
                 let pos = entries.binary_search_by(|e| e.0.as_slice().cmp(&k)).unwrap_or_else(|i| i);
+                appending = pos == entries.len();
                 entries.insert(pos, (k, v));
             }
             if entries.len() < 2 {
                 return Err(self.corrupt(n.page_id().page, "node to split holds fewer than two entries"));
             }
-            let level = node::level(n);
-            let leaf = level == 0;
-            let mid = split_point(&entries);
+            let mid = if appending && entries.len() >= 4 {
+                // A leaf keeps all but its last entry; an inner node all but its last two (the
+                // right node needs one separator besides the child it starts with).
+                entries.len() - if leaf { 1 } else { 2 }
+            } else {
+                split_point(&entries)
+            };
             let sep = entries[mid].0.clone();
             let right_start = if leaf { mid } else { mid + 1 };
             let page_type = if leaf { PageType::BtreeLeaf } else { PageType::BtreeInner };

@@ -133,17 +133,75 @@ pub fn child(p: &[u8], i: usize) -> u64 {
     g64(value(p, i), 0)
 }
 
-/// Binary search: `Ok(i)` if entry `i` has `k`, else `Err(i)` where it would be inserted.
+/// Compares entry `i`'s key with `k` (whose head is `h`), touching the entry only on a tie.
+#[inline]
+fn cmp_at(p: &[u8], i: usize, k: &[u8], h: u64) -> Ordering {
+    match head_at(p, i).cmp(&h) {
+        Ordering::Equal => key(p, i).cmp(k),
+        other => other,
+    }
+}
+
+/// Search: `Ok(i)` if entry `i` has `k`, else `Err(i)` where it would be inserted.
+///
+/// Nodes of more than a few entries are first narrowed by interpolation on the 8-byte key
+/// heads (integer keys are often dense, so the first guess usually lands on the key): a guess,
+/// then galloping steps away from it, each step only narrowing `[lo, hi)` by a strict head
+/// comparison (which implies the key order). A binary search finishes in what is left. On dense
+/// keys this touches 3–4 cache lines of a 16 KiB node instead of about 9.
 pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
     let h = head_of(k);
-    let (mut lo, mut hi) = (0, count(p));
+    let n = count(p);
+    let (mut lo, mut hi) = (0, n);
+    if n >= 16 {
+        let (h_first, h_last) = (head_at(p, 0), head_at(p, n - 1));
+        if h_first < h && h < h_last {
+            // Entries 0 and n-1 are on either side of k: k falls in (0, n-1).
+            lo = 1;
+            hi = n - 1;
+            let span = u128::from(h_last - h_first);
+            let g = ((u128::from(h - h_first) * (n - 1) as u128) / span) as usize;
+            let g = g.clamp(lo, hi - 1);
+            match cmp_at(p, g, k, h) {
+                Ordering::Equal => return Ok(g),
+                Ordering::Less => {
+                    lo = g + 1;
+                    let mut step = 4;
+                    while lo < hi {
+                        let probe = (g + step).min(hi - 1);
+                        match cmp_at(p, probe, k, h) {
+                            Ordering::Equal => return Ok(probe),
+                            Ordering::Less => lo = probe + 1,
+                            Ordering::Greater => {
+                                hi = probe;
+                                break;
+                            }
+                        }
+                        step *= 4;
+                    }
+                }
+                Ordering::Greater => {
+                    hi = g;
+                    let mut step = 4;
+                    while lo < hi {
+                        let probe = g.saturating_sub(step).max(lo);
+                        match cmp_at(p, probe, k, h) {
+                            Ordering::Equal => return Ok(probe),
+                            Ordering::Greater => hi = probe,
+                            Ordering::Less => {
+                                lo = probe + 1;
+                                break;
+                            }
+                        }
+                        step *= 4;
+                    }
+                }
+            }
+        }
+    }
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let ord = match head_at(p, mid).cmp(&h) {
-            Ordering::Equal => key(p, mid).cmp(k),
-            other => other,
-        };
-        match ord {
+        match cmp_at(p, mid, k, h) {
             Ordering::Less => lo = mid + 1,
             Ordering::Greater => hi = mid,
             Ordering::Equal => return Ok(mid),
@@ -283,4 +341,83 @@ pub fn check(p: &[u8]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod search_tests {
+    use super::*;
+    use crate::util::Rng;
+
+    /// Plain binary search over full keys: the reference.
+    fn reference(p: &[u8], k: &[u8]) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (0, count(p));
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match key(p, mid).cmp(k) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    fn node_with(keys: &mut Vec<Vec<u8>>, page: usize) -> Vec<u8> {
+        keys.sort();
+        keys.dedup();
+        let mut p = vec![0u8; page];
+        init(&mut p, 0, NO_PAGE);
+        keys.retain(|k| k.len() + 8 <= 200);
+        let mut kept = Vec::new();
+        for k in keys.iter() {
+            if !fits(&p, k, &[0; 8]) {
+                break;
+            }
+            let n = count(&p);
+            insert_at(&mut p, n, k, &[7; 8]);
+            kept.push(k.clone());
+        }
+        *keys = kept;
+        p
+    }
+
+    /// The interpolating search agrees with binary search on dense, sparse, skewed and
+    /// shared-prefix keys, for present and absent probes.
+    #[test]
+    fn interpolation_search_matches_binary_search() {
+        for seed in 0..300u64 {
+            let mut rng = Rng::new(seed);
+            let shape = seed % 5;
+            let n = 1 + rng.below(600) as usize;
+            let mut keys: Vec<Vec<u8>> = (0..n)
+                .map(|i| match shape {
+                    0 => ((i as u64) * 3 + 1000).to_be_bytes().to_vec(),
+                    1 => rng.next_u64().to_be_bytes().to_vec(),
+                    2 => (rng.below(1000).pow(3)).to_be_bytes().to_vec(),
+                    3 => {
+                        let mut k = b"prefix-".to_vec();
+                        k.extend_from_slice(&rng.below(100_000).to_be_bytes());
+                        k
+                    }
+                    _ => (0..1 + rng.below(12)).map(|_| rng.below(4) as u8).collect(),
+                })
+                .collect();
+            let p = node_with(&mut keys, 16384);
+            let mut probes: Vec<Vec<u8>> = keys.clone();
+            for _ in 0..200 {
+                probes.push(match shape {
+                    0 | 2 => rng.below(2_000_000).to_be_bytes().to_vec(),
+                    3 => {
+                        let mut k = b"prefix-".to_vec();
+                        k.extend_from_slice(&rng.below(100_000).to_be_bytes());
+                        k
+                    }
+                    _ => (0..rng.below(13)).map(|_| rng.below(5) as u8).collect(),
+                });
+            }
+            for k in probes {
+                assert_eq!(search(&p, &k), reference(&p, &k), "seed {seed}, key {k:?}");
+            }
+        }
+    }
 }

@@ -5,8 +5,11 @@
 //! Invariant: the bytes of frame `i` are only read under its latch held shared and only written
 //! under its latch held exclusively (or while the frame is owned privately by a loader that
 //! claimed it with pins = 1 while it was mapped to no page).
+//!
+//! Frame memory is one anonymous mapping (page-aligned, zero-filled lazily by the kernel). With
+//! `huge_pages` the mapping is advised `MADV_HUGEPAGE` before it is touched, so random access
+//! over a large pool costs far fewer TLB misses (the kernel may still fall back to 4 KiB pages).
 
-use crate::io::AlignedBuf;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::RwLock;
@@ -14,8 +17,10 @@ use std::sync::RwLock;
 /// Page id key of a frame holding no page.
 pub(crate) const NO_PAGE: u64 = u64::MAX;
 
-/// Metadata of one frame.
+/// Metadata of one frame: one cache line, so two threads working on neighbouring frames do not
+/// share a line.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct Frame {
     /// Shared/exclusive latch on the frame's bytes.
     pub latch: RwLock<()>,
@@ -47,9 +52,52 @@ impl Frame {
     }
 }
 
+/// An anonymous private mapping, unmapped on drop.
+struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize, huge_pages: bool) -> Self {
+        assert!(len > 0, "frame arena of zero bytes");
+        // SAFETY: an anonymous private mapping with no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            panic!("cannot map {len} bytes of frame memory: {}", std::io::Error::last_os_error());
+        }
+        if huge_pages && len >= HUGE_PAGE {
+            // Advisory: failure (no THP support) leaves ordinary pages, which is fine.
+            // SAFETY: the range is the mapping just created.
+            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+        }
+        Self { base: p.cast(), len }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe a mapping this value owns; no frame reference outlives the
+        // arena that owns it.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Transparent huge page size on x86-64 and most arm64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
 /// Frame memory of a partition.
 pub(crate) struct FrameArena {
-    mem: AlignedBuf,
+    mem: Mapping,
     base: *mut u8,
     page_size: usize,
     pub frames: Box<[Frame]>,
@@ -62,9 +110,10 @@ unsafe impl Send for FrameArena {}
 unsafe impl Sync for FrameArena {}
 
 impl FrameArena {
-    pub fn new(page_size: usize, count: usize) -> Self {
-        let mut mem = AlignedBuf::new(page_size * count);
-        let base = mem.as_mut_ptr();
+    pub fn new(page_size: usize, count: usize, huge_pages: bool) -> Self {
+        assert!(page_size % 4096 == 0, "frame size {page_size} must be a multiple of 4096");
+        let mem = Mapping::new(page_size * count, huge_pages);
+        let base = mem.base;
         let frames = (0..count).map(|_| Frame::new()).collect::<Vec<_>>().into_boxed_slice();
         Self { mem, base, page_size, frames }
     }
@@ -97,7 +146,7 @@ impl FrameArena {
 
     /// Total bytes of frame memory.
     pub fn bytes_total(&self) -> usize {
-        self.mem.len()
+        self.mem.len
     }
 }
 
@@ -126,4 +175,167 @@ pub(crate) type PageKeyBuild = BuildHasherDefault<PageKeyHasher>;
 pub(crate) fn stripe_of(key: u64, stripes: usize) -> usize {
     let h = (key ^ (key >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     ((h >> 32) as usize) % stripes
+}
+
+/// Pin-count bit an evicting thread holds while it unmaps a frame: a lock-free pinner that
+/// sees it backs off, so eviction never races with a hit that skipped the page-table lock.
+pub(crate) const EVICTING: u32 = 1 << 31;
+
+const XLATE_CHUNK_BITS: u32 = 14;
+const XLATE_CHUNK: usize = 1 << XLATE_CHUNK_BITS;
+/// Files the translation table covers (larger file ids take the page-table path only).
+const XLATE_FILES: usize = 1024;
+/// Chunks per file (pages beyond `XLATE_CHUNKS * XLATE_CHUNK` take the page-table path only).
+const XLATE_CHUNKS: usize = 4096;
+
+type XlateChunk = [AtomicU32; XLATE_CHUNK];
+type XlateFile = [std::sync::atomic::AtomicPtr<XlateChunk>; XLATE_CHUNKS];
+
+/// A lock-free page → frame hint table: `(file, page)` → frame index + 1 (0: unknown).
+///
+/// It is only a hint: the authoritative mapping is the striped page table, and a reader must
+/// pin the frame and then check the frame's `page_key` before trusting it. Writers (the page
+/// table's owners, under its stripe lock) keep it equal to the page table for every page they
+/// map or unmap. Memory is allocated lazily in chunks of 16 Ki entries and freed on drop.
+pub(crate) struct Xlate {
+    files: Box<[std::sync::atomic::AtomicPtr<XlateFile>]>,
+}
+
+impl Xlate {
+    pub fn new() -> Self {
+        Self {
+            files: (0..XLATE_FILES)
+                .map(|_| std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+        }
+    }
+
+    fn split(key: u64) -> Option<(usize, usize, usize)> {
+        let file = (key >> 40) as usize;
+        let page = key & ((1 << 40) - 1);
+        let chunk = (page >> XLATE_CHUNK_BITS) as usize;
+        (file < XLATE_FILES && chunk < XLATE_CHUNKS).then_some((
+            file,
+            chunk,
+            page as usize & (XLATE_CHUNK - 1),
+        ))
+    }
+
+    /// The frame last mapped to `key`, if the table knows one.
+    #[inline]
+    pub fn get(&self, key: u64) -> Option<usize> {
+        use std::sync::atomic::Ordering::Acquire;
+        let (f, c, i) = Self::split(key)?;
+        let file = self.files[f].load(Acquire);
+        if file.is_null() {
+            return None;
+        }
+        // SAFETY: non-null pointers in `files` point to live allocations owned by `self`.
+        let chunk = unsafe { (*file)[c].load(Acquire) };
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: as above, for chunks.
+        let v = unsafe { (*chunk)[i].load(Acquire) };
+        (v != 0).then(|| v as usize - 1)
+    }
+
+    /// Records that `key` is mapped to `frame`.
+    pub fn set(&self, key: u64, frame: usize) {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+        let Some((f, c, i)) = Self::split(key) else { return };
+        let mut file = self.files[f].load(Acquire);
+        if file.is_null() {
+            let fresh: Box<XlateFile> =
+                Box::new(std::array::from_fn(|_| std::sync::atomic::AtomicPtr::new(std::ptr::null_mut())));
+            let raw = Box::into_raw(fresh);
+            match self.files[f].compare_exchange(std::ptr::null_mut(), raw, AcqRel, Acquire) {
+                Ok(_) => file = raw,
+                Err(existing) => {
+                    // SAFETY: `raw` was never shared.
+                    drop(unsafe { Box::from_raw(raw) });
+                    file = existing;
+                }
+            }
+        }
+        // SAFETY: `file` is live (owned by self).
+        let slot = unsafe { &(*file)[c] };
+        let mut chunk = slot.load(Acquire);
+        if chunk.is_null() {
+            let fresh: Box<XlateChunk> = Box::new(std::array::from_fn(|_| AtomicU32::new(0)));
+            let raw = Box::into_raw(fresh);
+            match slot.compare_exchange(std::ptr::null_mut(), raw, AcqRel, Acquire) {
+                Ok(_) => chunk = raw,
+                Err(existing) => {
+                    // SAFETY: `raw` was never shared.
+                    drop(unsafe { Box::from_raw(raw) });
+                    chunk = existing;
+                }
+            }
+        }
+        // SAFETY: `chunk` is live (owned by self).
+        unsafe { (*chunk)[i].store(frame as u32 + 1, Release) };
+    }
+
+    /// Forgets `key` if it still points at `frame`.
+    pub fn clear(&self, key: u64, frame: usize) {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let Some((f, c, i)) = Self::split(key) else { return };
+        let file = self.files[f].load(Acquire);
+        if file.is_null() {
+            return;
+        }
+        // SAFETY: live, owned by self.
+        let chunk = unsafe { (*file)[c].load(Acquire) };
+        if chunk.is_null() {
+            return;
+        }
+        // SAFETY: live, owned by self.
+        let _ = unsafe { (*chunk)[i].compare_exchange(frame as u32 + 1, 0, AcqRel, Acquire) };
+    }
+}
+
+impl Drop for Xlate {
+    fn drop(&mut self) {
+        for f in self.files.iter() {
+            let file = f.load(std::sync::atomic::Ordering::Acquire);
+            if file.is_null() {
+                continue;
+            }
+            // SAFETY: we own every allocation reachable from `files`, and nobody else can
+            // reach them any more (we have `&mut self`).
+            let file = unsafe { Box::from_raw(file) };
+            for c in file.iter() {
+                let chunk = c.load(std::sync::atomic::Ordering::Acquire);
+                if !chunk.is_null() {
+                    // SAFETY: as above.
+                    drop(unsafe { Box::from_raw(chunk) });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod xlate_tests {
+    use super::*;
+
+    #[test]
+    fn set_get_clear() {
+        let x = Xlate::new();
+        let k = |f: u64, p: u64| (f << 40) | p;
+        assert_eq!(x.get(k(3, 5)), None);
+        x.set(k(3, 5), 0);
+        x.set(k(3, 70_000), 9);
+        assert_eq!(x.get(k(3, 5)), Some(0));
+        assert_eq!(x.get(k(3, 70_000)), Some(9));
+        assert_eq!(x.get(k(4, 5)), None);
+        x.clear(k(3, 5), 1); // not the frame it points at: kept
+        assert_eq!(x.get(k(3, 5)), Some(0));
+        x.clear(k(3, 5), 0);
+        assert_eq!(x.get(k(3, 5)), None);
+        // Out of range keys are simply not covered.
+        x.set(k(5000, 1), 1);
+        assert_eq!(x.get(k(5000, 1)), None);
+    }
 }

@@ -128,6 +128,13 @@ pub struct PoolConfig {
     /// writer also cleans pages ahead of the clock hand (seed 001 found this harmful on
     /// low-latency devices; measure both).
     pub background_writer: Option<BackgroundWriter>,
+    /// Ask the kernel for transparent huge pages for frame memory (fewer TLB misses on large
+    /// pools; on by default).
+    pub huge_pages: bool,
+    /// Serve hits through a lock-free page → frame table (pin, then check the frame) instead of
+    /// the striped page table's locks; the striped table stays authoritative for misses (on by
+    /// default; off reproduces seed 004's locked SHR-k hit path).
+    pub lock_free_hits: bool,
 }
 
 impl PoolConfig {
@@ -141,6 +148,8 @@ impl PoolConfig {
             index_weight: 4,
             pin_index_pages: false,
             background_writer: None,
+            huge_pages: true,
+            lock_free_hits: true,
         }
     }
 

@@ -3,7 +3,7 @@
 //! Owns: `BufferPool`, its partitions (one for SHR-k, one per thread slot for SEP), the
 //! registered files, and the page guards. See the module invariants in `buffer/mod.rs`.
 
-use super::frames::{stripe_of, FrameArena, PageKeyBuild, NO_PAGE};
+use super::frames::{stripe_of, FrameArena, PageKeyBuild, Xlate, EVICTING, NO_PAGE};
 use super::mtr::{change_for, encode_page_change, PageLogger};
 use super::writer::WriterHandle;
 use super::{BufferPolicy, BufferStats, PageClass, PageId, PoolConfig, WalGate};
@@ -41,6 +41,8 @@ struct PaddedCounter(AtomicU64);
 /// A set of frames with its own page table and clock hand.
 struct Partition {
     arena: FrameArena,
+    /// Lock-free page → frame hints for the hit path (see [`Xlate`]).
+    xlate: Xlate,
     stripes: Box<[Stripe]>,
     hand: AtomicUsize,
     hits: Box<[PaddedCounter]>,
@@ -55,9 +57,10 @@ struct Partition {
 }
 
 impl Partition {
-    fn new(page_size: usize, frames: usize, stripes: usize) -> Self {
+    fn new(page_size: usize, frames: usize, stripes: usize, huge_pages: bool) -> Self {
         Self {
-            arena: FrameArena::new(page_size, frames),
+            arena: FrameArena::new(page_size, frames, huge_pages),
+            xlate: Xlate::new(),
             stripes: (0..stripes).map(|_| Stripe { map: Mutex::new(HashMap::default()) }).collect(),
             hand: AtomicUsize::new(0),
             hits: (0..HIT_SHARDS).map(|_| PaddedCounter::default()).collect(),
@@ -92,32 +95,6 @@ thread_local! {
     static THREAD_SLOT: usize = NEXT_THREAD_SLOT.fetch_add(1, Relaxed);
 }
 static NEXT_THREAD_SLOT: AtomicUsize = AtomicUsize::new(0);
-
-/// Per-thread direct-mapped cache of (pool, page key) → frame for pinned-for-good (sticky)
-/// index pages. Sticky frames never change page, so a hit only needs re-checking the frame.
-const STICKY_CACHE_SLOTS: usize = 1024;
-
-thread_local! {
-    static STICKY_CACHE: RefCell<[(usize, u64, u32); STICKY_CACHE_SLOTS]> =
-        const { RefCell::new([(0, 0, 0); STICKY_CACHE_SLOTS]) };
-}
-
-fn sticky_slot(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % STICKY_CACHE_SLOTS
-}
-
-fn sticky_recall(pool: &BufferPool, key: u64) -> Option<usize> {
-    let me = pool as *const BufferPool as usize;
-    STICKY_CACHE.with(|c| {
-        let (p, k, f) = c.borrow()[sticky_slot(key)];
-        (p == me && k == key).then_some(f as usize)
-    })
-}
-
-fn sticky_remember(pool: &BufferPool, key: u64, frame: usize) {
-    let me = pool as *const BufferPool as usize;
-    STICKY_CACHE.with(|c| c.borrow_mut()[sticky_slot(key)] = (me, key, frame as u32));
-}
 
 /// A buffer pool over one or more files of the same page size.
 pub struct BufferPool {
@@ -256,10 +233,11 @@ impl BufferPool {
         config.validate()?;
         let parts: Box<[Partition]> = match config.policy {
             BufferPolicy::Shared { stripes } => {
-                vec![Partition::new(config.page_size, config.frames, stripes)].into_boxed_slice()
+                vec![Partition::new(config.page_size, config.frames, stripes, config.huge_pages)]
+                    .into_boxed_slice()
             }
             BufferPolicy::Separated { partitions } => (0..partitions)
-                .map(|_| Partition::new(config.page_size, config.frames / partitions, 1))
+                .map(|_| Partition::new(config.page_size, config.frames / partitions, 1, config.huge_pages))
                 .collect(),
         };
         let pool = Arc::new(Self {
@@ -371,9 +349,10 @@ impl BufferPool {
     fn fix_mode(&self, pid: PageId, class: PageClass, mode: FixMode) -> Result<Fixed<'_>> {
         let part = self.partition();
         let key = pid.key();
-        if matches!(mode, FixMode::Shared) && class == PageClass::Index && self.config.pin_index_pages {
-            // Fast path for pinned-for-good index pages: no page-table lock, no pin.
-            if let Some(i) = sticky_recall(self, key) {
+        if matches!(mode, FixMode::Shared) && class == PageClass::Index && self.config.lock_free_hits {
+            // Fast path for pinned-for-good index pages: no page-table lock, no pin (a sticky
+            // frame never changes page).
+            if let Some(i) = part.xlate.get(key) {
                 let f = &part.arena.frames[i];
                 if f.sticky.load(Acquire) && f.page_key.load(Acquire) == key {
                     let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
@@ -396,9 +375,6 @@ impl BufferPool {
             let fixed = match mode {
                 FixMode::Shared => {
                     let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
-                    if f.sticky.load(Acquire) {
-                        sticky_remember(self, key, i);
-                    }
                     Fixed::Shared(PageRef { part, frame: i, pid, pinned: true, latch: Some(g) })
                 }
                 FixMode::Exclusive => {
@@ -429,6 +405,24 @@ impl BufferPool {
     /// latch it and check `valid`).
     fn pin_page(&self, part: &Partition, pid: PageId, class: PageClass) -> Result<usize> {
         let key = pid.key();
+        if self.config.lock_free_hits {
+            if let Some(i) = part.xlate.get(key) {
+                // Pin first, then check the frame still holds the page: an evictor claims a
+                // frame only by moving its pins from 0 to EVICTING, so a pin taken without it
+                // keeps the frame's page until unpinned.
+                let f = &part.arena.frames[i];
+                let prev = f.pins.fetch_add(1, AcqRel);
+                if prev & EVICTING == 0 && f.page_key.load(Acquire) == key {
+                    let w = self.weight(class);
+                    if f.usage.load(Relaxed) < w {
+                        f.usage.store(w, Relaxed);
+                    }
+                    part.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+                    return Ok(i);
+                }
+                part.unpin(i);
+            }
+        }
         let stripe = part.stripe(key);
         loop {
             {
@@ -467,6 +461,7 @@ impl BufferPool {
                 }
                 map.insert(key, victim as u32);
                 f.page_key.store(key, Release);
+                part.xlate.set(key, victim);
             }
             part.misses.fetch_add(1, Relaxed);
             let offset = pid.page * self.config.page_size as u64;
@@ -494,6 +489,7 @@ impl BufferPool {
                     {
                         let mut map = lock(&stripe.map);
                         map.remove(&key);
+                        part.xlate.clear(key, victim);
                         f.page_key.store(NO_PAGE, Release);
                     }
                     f.valid.store(false, Release);
@@ -559,15 +555,18 @@ impl BufferPool {
             let stripe = part.stripe(key);
             let mut map = lock(&stripe.map);
             if f.page_key.load(Acquire) == key
-                && f.pins.load(Acquire) == 0
                 && !f.dirty.load(Acquire)
                 && !f.sticky.load(Relaxed)
                 && map.get(&key) == Some(&(i as u32))
+                && f.pins.compare_exchange(0, EVICTING | 1, AcqRel, Acquire).is_ok()
             {
                 map.remove(&key);
+                part.xlate.clear(key, i);
                 f.page_key.store(NO_PAGE, Release);
                 f.valid.store(false, Release);
-                f.pins.store(1, Release);
+                // Keep our pin; lock-free pinners that saw EVICTING have backed off (or will),
+                // later ones find the page key changed.
+                f.pins.fetch_and(!EVICTING, AcqRel);
                 drop(map);
                 part.evictions.fetch_add(1, Relaxed);
                 return Ok(i);
@@ -697,6 +696,7 @@ impl BufferPool {
             }
             map.insert(key, victim as u32);
             f.page_key.store(key, Release);
+            part.xlate.set(key, victim);
             drop(map);
             claimed.push((victim, pid, wl));
         }
@@ -749,6 +749,7 @@ impl BufferPool {
                     let key = pid.key();
                     let mut map = lock(&part.stripe(key).map);
                     map.remove(&key);
+                    part.xlate.clear(key, i);
                     f.page_key.store(NO_PAGE, Release);
                     f.valid.store(false, Release);
                 }
@@ -783,6 +784,7 @@ impl BufferPool {
             let prev = map.insert(key, victim as u32);
             assert!(prev.is_none(), "new page {pid} was already mapped");
             f.page_key.store(key, Release);
+            part.xlate.set(key, victim);
         }
         f.usage.store(self.weight(class), Relaxed);
         f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);

@@ -65,6 +65,10 @@ pub struct Options {
     pub wal_options: WalOptions,
     /// Lock waits: spin, park, timeout, deadlock detection.
     pub lock_options: crate::txn::LockOptions,
+    /// Transparent huge pages for buffer memory (see [`PoolConfig::huge_pages`]).
+    pub huge_pages: bool,
+    /// Lock-free buffer hits (see [`PoolConfig::lock_free_hits`]).
+    pub lock_free_hits: bool,
 }
 
 impl Default for Options {
@@ -82,6 +86,8 @@ impl Default for Options {
             log_mirror_dir: None,
             wal_options: WalOptions::default(),
             lock_options: crate::txn::LockOptions::default(),
+            huge_pages: true,
+            lock_free_hits: true,
         }
     }
 }
@@ -302,9 +308,13 @@ impl Database {
             PoolConfig::new(tps, frames_for(options.table_buffer, tps, heap_bytes, "table_buffer")?);
         tcfg.policy = options.policy;
         tcfg.background_writer = options.background_writer;
+        tcfg.huge_pages = options.huge_pages;
+        tcfg.lock_free_hits = options.lock_free_hits;
         let mut icfg =
             PoolConfig::new(ips, frames_for(options.index_buffer, ips, index_bytes, "index_buffer")?);
         icfg.pin_index_pages = options.pin_indexes;
+        icfg.huge_pages = options.huge_pages;
+        icfg.lock_free_hits = options.lock_free_hits;
         let table_pool = BufferPool::new(tcfg)?;
         let index_pool = BufferPool::new(icfg)?;
         let txn_log = file_log.map(|fl| {
