@@ -134,6 +134,7 @@ impl BTree {
                 Some(k) => node::child_for(&g, k),
                 None => node::link(&g),
             };
+            self.pool.prefetch_lines(self.pid(child), &[0]);
             let next = self.fix(child)?;
             if node::level(&next) + 1 != node::level(&g) {
                 return Err(self.corrupt(child, "child level does not follow its parent's"));

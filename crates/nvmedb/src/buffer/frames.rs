@@ -144,6 +144,16 @@ impl FrameArena {
         unsafe { std::slice::from_raw_parts_mut(self.base.add(i * self.page_size), self.page_size) }
     }
 
+    /// Address of frame `i`'s first byte (for prefetch hints; not for access).
+    ///
+    /// # Safety
+    /// `i` must be below the frame count.
+    pub unsafe fn frame_ptr(&self, i: usize) -> *const u8 {
+        debug_assert!(i < self.frames.len());
+        // SAFETY: in range per the caller's obligation.
+        unsafe { self.base.add(i * self.page_size) }
+    }
+
     /// Total bytes of frame memory.
     pub fn bytes_total(&self) -> usize {
         self.mem.len

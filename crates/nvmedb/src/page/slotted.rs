@@ -47,6 +47,11 @@ fn record_start(page: &[u8]) -> usize {
     get32(page, START_OFF) as usize
 }
 
+/// Byte offset of slot `i`'s directory entry (for prefetch hints).
+pub fn slot_offset(i: usize) -> usize {
+    DIR_OFF + i * SLOT_BYTES
+}
+
 fn slot(page: &[u8], i: usize) -> (usize, usize) {
     let o = DIR_OFF + i * SLOT_BYTES;
     (get32(page, o) as usize, get32(page, o + 4) as usize)

@@ -142,7 +142,10 @@ impl HeapFile {
 
     /// Passes the row at `rid` to `f`; `None` if the slot is free.
     pub fn read<R>(&self, rid: RowId, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        let g = self.pool.fix(self.pid(rid.page), PageClass::Data)?;
+        let pid = self.pid(rid.page);
+        // Frame metadata, page header and the row's slot are fetched in parallel.
+        self.pool.prefetch_lines(pid, &[0, slotted::slot_offset(rid.slot as usize)]);
+        let g = self.pool.fix(pid, PageClass::Data)?;
         if PageHeader::page_type_of(&g) != Some(PageType::Heap) {
             self.check_heap_page(rid.page, &g)?;
         }

@@ -473,23 +473,34 @@ impl Table {
     /// committing, and, while explicit transactions run, takes a shared lock on the key.
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
-        let pk = self.pk_bytes(key)?;
+        // Integer keys are encoded on the stack: a point read allocates nothing.
+        let (int_pk, owned_pk);
+        let pk: &[u8] = match key {
+            Value::Int(x)
+                if self.inner.schema.columns[self.inner.schema.primary_key].ty == ColumnType::Int =>
+            {
+                int_pk = crate::btree::key::encode_i64(*x);
+                &int_pk
+            }
+            _ => {
+                owned_pk = self.pk_bytes(key)?;
+                &owned_pk
+            }
+        };
         let shared = &self.inner.txn;
         if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
             let txn = shared.begin();
-            let r = shared
-                .locks
-                .lock(txn, self.inner.id, &pk, LockMode::Shared)
-                .and_then(|_| self.read_pk(&pk, f));
+            let r =
+                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared).and_then(|_| self.read_pk(pk, f));
             shared.locks.release_all(txn);
             shared.forget(txn);
             return r;
         }
         if shared.log.is_some() {
             // Wait for a change of this key that is still committing.
-            drop(self.key_lock(&pk));
+            drop(self.key_lock(pk));
         }
-        self.read_pk(&pk, f)
+        self.read_pk(pk, f)
     }
 
     /// True if the row `v` has primary key `pk` (encoded).
