@@ -167,6 +167,9 @@ struct CommitArgs {
     /// Upper bound of the group-commit wait, µs (the log's `group_commit_wait_us`).
     #[arg(long, default_value_t = 200)]
     group_commit_wait_us: u64,
+    /// Wake only the committers a flush covered plus the next leader (false: wake all).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    targeted_wakeups: bool,
     /// JSON result file (default results/commitbench-<time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -518,6 +521,7 @@ fn main() {
                     reps: a.reps,
                     recovery_log_bytes: bytes,
                     group_commit_wait_us: a.group_commit_wait_us,
+                    targeted_wakeups: a.targeted_wakeups,
                 };
                 let report = nvmedb_lab::enginebench::run_commit(&cfg)?;
                 save_report(a.out.clone(), "commitbench", &report, &report.context)

@@ -613,6 +613,9 @@ pub struct CommitBenchConfig {
     pub recovery_log_bytes: u64,
     /// Group-commit wait bound of the log, µs.
     pub group_commit_wait_us: u64,
+    /// Wake only the committers a flush covered, plus the next leader (the log's
+    /// `targeted_wakeups`); false wakes every waiter.
+    pub targeted_wakeups: bool,
 }
 
 /// Commit benchmark results.
@@ -634,9 +637,13 @@ pub struct CommitBenchReport {
     pub recovery_s: Option<f64>,
 }
 
-fn commit_options(wait_us: u64) -> Options {
+fn commit_options(cfg: &CommitBenchConfig) -> Options {
     Options {
-        wal_options: nvmedb::wal::WalOptions { group_commit_wait_us: wait_us, ..Default::default() },
+        wal_options: nvmedb::wal::WalOptions {
+            group_commit_wait_us: cfg.group_commit_wait_us,
+            targeted_wakeups: cfg.targeted_wakeups,
+            ..Default::default()
+        },
         table_page_size: 16384,
         index_page_size: 4096,
         table_buffer: BufferSize::Bytes(64 << 20),
@@ -650,9 +657,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
     let e = |x: nvmedb::Error| x.to_string();
     let _ = std::fs::remove_dir_all(&cfg.data_dir);
     {
-        let db =
-            Database::open(&cfg.data_dir, Options { wal: false, ..commit_options(cfg.group_commit_wait_us) })
-                .map_err(e)?;
+        let db = Database::open(&cfg.data_dir, Options { wal: false, ..commit_options(cfg) }).map_err(e)?;
         let t = db.create_table("bench", schema(100)).map_err(e)?;
         for id in 0..cfg.rows {
             t.insert(&[Value::Int(id as i64), Value::Int(0), Value::Bytes(vec![b'x'; 100])]).map_err(e)?;
@@ -668,7 +673,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
         recovery_log_bytes: 0,
         recovery_s: None,
     };
-    let db = Database::open(&cfg.data_dir, commit_options(cfg.group_commit_wait_us)).map_err(e)?;
+    let db = Database::open(&cfg.data_dir, commit_options(cfg)).map_err(e)?;
     let t = db.table("bench").map_err(e)?;
     let mut fio = Vec::new();
     let mut per: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
@@ -768,7 +773,7 @@ pub fn run_commit(cfg: &CommitBenchConfig) -> Result<CommitBenchReport, String> 
         // Leave without a checkpoint, like a crash.
         std::mem::forget(db);
         let t0 = Instant::now();
-        let db = Database::open(&cfg.data_dir, commit_options(cfg.group_commit_wait_us)).map_err(e)?;
+        let db = Database::open(&cfg.data_dir, commit_options(cfg)).map_err(e)?;
         let secs = t0.elapsed().as_secs_f64();
         let rep = db.recovery_report().clone();
         println!(

@@ -40,6 +40,8 @@ fn run_seed(seed: u64) {
         group_commit_wait_us: rng.below(2) * 30,
         keep_free_segments: rng.below(3) as usize,
         initial_lsn: 0,
+        // Both wake-up strategies of group commit.
+        targeted_wakeups: seed % 2 == 0,
     };
     // What the last recovery found: it must never disappear.
     let mut known: BTreeMap<Lsn, (Lsn, Vec<u8>)> = BTreeMap::new();

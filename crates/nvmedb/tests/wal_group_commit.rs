@@ -107,10 +107,18 @@ impl Storage for GateStorage {
 
 #[test]
 fn wal_commits_arriving_during_a_flush_share_the_next_one() {
+    // Both wake-up strategies: waking every waiter, and waking only covered ones plus a leader.
+    for targeted_wakeups in [false, true] {
+        commits_arriving_during_a_flush_share_the_next_one(targeted_wakeups);
+    }
+}
+
+fn commits_arriving_during_a_flush_share_the_next_one(targeted_wakeups: bool) {
     let gate = Arc::new(Gate::default());
     let a: Arc<dyn Storage> = Arc::new(GateStorage { inner: MemStorage::new(), gate: gate.clone() });
     let b: Arc<dyn Storage> = Arc::new(MemStorage::new());
-    let log = Arc::new(FileLog::open(a.clone(), b.clone(), WalOptions::default()).unwrap());
+    let opts = WalOptions { targeted_wakeups, ..WalOptions::default() };
+    let log = Arc::new(FileLog::open(a.clone(), b.clone(), opts).unwrap());
     gate.set_closed(true);
     let first = {
         let log = log.clone();
@@ -141,7 +149,7 @@ fn wal_commits_arriving_during_a_flush_share_the_next_one() {
     let s = log.stats();
     assert_eq!(s.records_flushed, followers + 1);
     assert_eq!(s.commits, followers + 1);
-    assert_eq!(s.flushes, 2, "the {followers} followers must share one flush: {s:?}");
+    assert_eq!(s.flushes, 2, "the {followers} followers must share one flush ({targeted_wakeups}): {s:?}");
 }
 
 #[test]

@@ -24,6 +24,8 @@ fn run(seed: u64) {
         keep_free_segments: rng.below(3) as usize,
         group_commit_wait_us: 0,
         initial_lsn: 0,
+        // Both wake-up strategies of group commit.
+        targeted_wakeups: seed % 2 == 0,
     };
     let max_payload = opts.max_payload_bytes();
     let mut log = FileLog::open(dynp(&a), dynp(&b), opts.clone()).unwrap();

@@ -83,6 +83,8 @@ struct State {
     /// leader never waits for company longer than this: past that point, letting the late
     /// committers form the next batch while this one flushes is at least as good.
     flush_ewma_ns: u64,
+    /// Committers parked until a flush covers their LSN (with `targeted_wakeups`).
+    sleepers: Vec<(Lsn, std::thread::Thread)>,
 }
 
 struct Inner {
@@ -179,6 +181,7 @@ impl FileLog {
             stats: WalStats::default(),
             waiters: BTreeMap::new(),
             waiter_count: 0,
+            sleepers: Vec::new(),
             expected_company: 1,
             flush_ewma_ns: 0,
         };
@@ -492,7 +495,18 @@ impl Inner {
                 self.batch_cv.notify_all();
             }
             if st.flushing {
-                st = self.flushed_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                if self.opts.targeted_wakeups {
+                    // Park until the running flush ends and covers us, or we are chosen to
+                    // lead the next one (see `wake_after_flush`). Spurious wake-ups loop.
+                    st.sleepers.push((lsn, std::thread::current()));
+                    drop(st);
+                    std::thread::park();
+                    st = self.lock();
+                    let me = std::thread::current().id();
+                    st.sleepers.retain(|(_, t)| t.id() != me);
+                } else {
+                    st = self.flushed_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
                 continue;
             }
             let (g, r) = self.flush_one(st, true);
@@ -611,9 +625,32 @@ impl Inner {
                 Err(e)
             }
         };
+        self.wake_after_flush(&mut st);
         self.flushed_cv.notify_all();
         self.space_cv.notify_all();
         (st, r)
+    }
+
+    /// Unparks the sleepers a finished flush made durable (all of them after an error) and the
+    /// earliest of the rest, which leads the next flush — nobody else would be awake to.
+    fn wake_after_flush(&self, st: &mut State) {
+        if st.sleepers.is_empty() {
+            return;
+        }
+        let durable = self.durable.load(Ordering::Acquire);
+        let failed = st.poisoned.is_some();
+        let mut rest = Vec::with_capacity(st.sleepers.len());
+        for (lsn, t) in st.sleepers.drain(..) {
+            if failed || lsn <= durable {
+                t.unpark();
+            } else {
+                rest.push((lsn, t));
+            }
+        }
+        if let Some(i) = (0..rest.len()).min_by_key(|&i| rest[i].0) {
+            rest.swap_remove(i).1.unpark();
+        }
+        st.sleepers = rest;
     }
 
     /// Writes one batch to both copies in parallel and syncs both. Returns the new segment when
