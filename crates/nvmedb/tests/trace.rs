@@ -143,3 +143,48 @@ fn overhead_is_printed() {
         "trace overhead: off {off_ns:.1} ns/span, on {on_ns:.1} ns/span (Instant::now {clock_ns:.1} ns)"
     );
 }
+
+/// The engine records what a committing client waits for: the log flush (LogWait) and, when two
+/// transactions want the same row, the lock (LockWait).
+#[test]
+fn engine_records_log_and_lock_waits() {
+    use nvmedb::io::{MemStorage, Storage};
+    use nvmedb::{BufferSize, Database, Options, Schema, Value};
+    use std::sync::Arc;
+    let _g = serial();
+    let data: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let log: (Arc<dyn Storage>, Arc<dyn Storage>) =
+        (Arc::new(MemStorage::new()), Arc::new(MemStorage::new()));
+    let opts = Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        table_buffer: BufferSize::Bytes(16 * 4096),
+        index_buffer: BufferSize::Bytes(16 * 4096),
+        ..Options::default()
+    };
+    let db = Database::open_with_storages(data, Some(log), opts).unwrap();
+    let schema = Schema::new(vec![("id", nvmedb::ColumnType::Int), ("v", nvmedb::ColumnType::Int)]);
+    let t = db.create_table("t", schema).unwrap();
+    t.insert(&[Value::Int(1), Value::Int(0)]).unwrap();
+    trace::start(TraceConfig { capacity_per_thread: 4096 });
+    // A transaction holds the row's lock while another client asks for it.
+    let mut holder = db.begin();
+    holder.update_int(&t, &Value::Int(1), 1, 10).unwrap();
+    let waiter = {
+        let (db, t) = (db.clone(), t.clone());
+        std::thread::spawn(move || {
+            let mut tx = db.begin();
+            tx.update_int(&t, &Value::Int(1), 1, 20).unwrap();
+            tx.commit().unwrap();
+        })
+    };
+    while db.lock_stats().waits == 0 {
+        std::thread::yield_now(); // until the second client is blocked on the row lock
+    }
+    holder.commit().unwrap();
+    waiter.join().unwrap();
+    trace::stop();
+    let tr = trace::collect();
+    assert!(tr.kind_stats(TraceKind::LogWait).count >= 2, "each commit waits for the log: {tr:?}");
+    assert!(tr.kind_stats(TraceKind::LockWait).count >= 1, "the second client waited for the lock");
+}

@@ -415,6 +415,11 @@ impl Database {
         &self.inner.txn
     }
 
+    /// Counters of the lock manager (requests, waits, deadlocks, wait times).
+    pub fn lock_stats(&self) -> crate::txn::LockStats {
+        self.inner.txn.locks.stats()
+    }
+
     /// The log, when the database keeps one.
     pub fn engine_log(&self) -> Option<&Arc<EngineLog>> {
         self.inner.txn.log.as_ref().map(|t| t.log())

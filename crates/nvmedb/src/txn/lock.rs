@@ -433,6 +433,7 @@ impl LockManager {
     /// check) park until granted, chosen as victim, or timed out.
     fn wait(&self, txn: TxnId, h: u64, lk: LockKey, w: Arc<Waiter>) -> Result<LockOutcome> {
         self.set_waiting(txn, lk.clone(), Arc::clone(&w));
+        let _traced = crate::trace::span(crate::trace::TraceKind::LockWait);
         let c = &self.counters;
         c.waits.fetch_add(1, Relaxed);
         let start = Instant::now();

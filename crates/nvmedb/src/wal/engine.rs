@@ -70,6 +70,7 @@ impl EngineLog {
     /// Waits until the log is durable up to `lsn`.
     pub fn wait_durable(&self, lsn: Lsn) -> Result<()> {
         if self.log.durable_lsn() < lsn {
+            let _traced = crate::trace::span(crate::trace::TraceKind::LogWait);
             self.log.wait_durable(lsn)?;
         }
         Ok(())
