@@ -30,7 +30,7 @@ fn log_kind(name: &str) -> LogKind {
         "fast" => LogKind::Fast(FastLogOptions {
             ring_bytes: 256 << 10,
             queue_bytes: 32 << 10,
-            conv_pages: 256,
+            conv_pages: 320,
             ..FastLogOptions::default()
         }),
         _ => LogKind::Duplexed,

@@ -249,9 +249,9 @@ fn xrecord_retention_holds_destage_until_truncate() {
     let ring = Tmp::new("retain");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let mut c = cfg(&ring);
-    c.ring_bytes = 64 << 10;
+    c.ring_bytes = 32 << 10;
     c.queue_bytes = 8 << 10;
-    c.conv_pages = 8;
+    c.conv_pages = 48;
     c.destage_batch_pages = 2;
     c.retention_timeout = Duration::from_millis(200);
     let log = XRecordLog::open(storage, c, 0).expect("open");
@@ -300,7 +300,7 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
             ring_path: Some(ring.0.clone()),
             ring_bytes: 128 << 10,
             queue_bytes: 16 << 10,
-            conv_pages: 64,
+            conv_pages: 160,
             ..FastLogOptions::default()
         }),
         ..Options::default()
@@ -317,7 +317,7 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
     }
     let log = db.engine_log().unwrap().record_log().clone();
     let written = log.stats().flushes;
-    assert!(written > 64, "the conventional ring never wrapped ({written} destage batches)");
+    assert!(written > 160, "the conventional ring never wrapped ({written} destage batches)");
     db.close().unwrap();
     drop((log, t));
     let db = Database::open(&dir.0, opts()).unwrap();

@@ -66,6 +66,8 @@ pub(crate) struct Destager {
     pub held: bool,
     /// `conv_next_seq` of the header this destager started from.
     open_seq: u64,
+    /// Pages left unwritten under retention (0 for recovery, which may use them).
+    pub reserve: u64,
 }
 
 impl Destager {
@@ -90,6 +92,7 @@ impl Destager {
             retain_seq: header.conv_next_seq.saturating_sub(inner.conv_pages),
             held: false,
             open_seq: header.conv_next_seq,
+            reserve: 0,
             inner,
             header,
             latency,
@@ -197,7 +200,8 @@ impl Destager {
             self.retain_seq += 1;
         }
         self.inner.retained_pages.store(self.next_seq - self.retain_seq, Ordering::Release);
-        Ok(self.retain_seq + n - self.next_seq)
+        let free = self.retain_seq + n - self.next_seq;
+        Ok(if retain == u64::MAX { free } else { free.saturating_sub(self.reserve) })
     }
 
     /// Destages one batch if there is work: full pages, or one partial page when

@@ -134,6 +134,9 @@ pub(crate) struct Inner {
     pub retained_pages: AtomicU64,
     /// How long a writer waits for ring space while destage is held before failing.
     pub retention_timeout: Duration,
+    /// Conventional pages the running destager keeps free of retained bytes' competitors: room
+    /// for recovery to destage a full ring after a crash without overwriting retained bytes.
+    pub retention_reserve: u64,
 }
 
 impl Inner {
@@ -197,6 +200,7 @@ impl Inner {
             retention_held: AtomicBool::new(false),
             retained_pages: AtomicU64::new(0),
             retention_timeout: Duration::from_secs(30),
+            retention_reserve: 0,
         }
     }
 

@@ -146,11 +146,28 @@ impl XLogConfig {
                 ),
             );
         }
+        if self.retain_from.is_some() && self.conv_pages < 4 * retention_reserve(self) {
+            return bad(
+                "conv_pages",
+                format!(
+                    "{} pages are too few to retain the last checkpoint's records: at least {} (4 x a full \
+                     ring's worth of pages) are needed",
+                    self.conv_pages,
+                    4 * retention_reserve(self)
+                ),
+            );
+        }
         if self.max_writers == 0 {
             return bad("max_writers", "at least one writer handle is needed".into());
         }
         Ok(())
     }
+}
+
+/// Conventional pages a full ring needs when recovery destages it (kept free under retention).
+fn retention_reserve(cfg: &XLogConfig) -> u64 {
+    let pp = cfg.page_bytes.saturating_sub(format::PAGE_HEADER).max(1);
+    (cfg.ring_bytes.div_ceil(pp) + 2) as u64
 }
 
 /// Optional replication seam.
@@ -346,6 +363,7 @@ impl XLog {
             (header.conv_stream_end, header.conv_next_seq),
         );
         inner.retention_timeout = cfg.retention_timeout;
+        inner.retention_reserve = retention_reserve(&cfg);
         inner.retain_from.store(cfg.retain_from.unwrap_or(u64::MAX), Ordering::Release);
         {
             let mut st = inner.lock_alloc();
@@ -410,13 +428,14 @@ impl XLog {
             assert_eq!(st.credit_ring, head_ring, "recovery left undestaged frames");
             st.head_ring = head_ring;
         }
-        let d = Destager::new(
+        let mut d = Destager::new(
             Arc::clone(&inner),
             header,
             cfg.destage_latency,
             cfg.destage_batch_pages,
             cfg.destage_write_pages,
         );
+        d.reserve = inner.retention_reserve;
         let handle = std::thread::Builder::new()
             .name("xlog-destage".into())
             .spawn(move || d.run())
@@ -482,10 +501,15 @@ impl XLog {
     }
 
     /// Retention at a glance, without the allocation lock: (conventional pages holding retained
-    /// bytes, conventional ring pages, pages written since creation).
+    /// bytes, conventional pages retained bytes may use — the ring minus the reserve recovery
+    /// needs —, pages written since creation).
     pub fn retention(&self) -> (u64, u64, u64) {
         let i = &self.inner;
-        (i.retained_pages.load(Ordering::Acquire), i.conv_pages, i.conv_next_seq.load(Ordering::Acquire))
+        (
+            i.retained_pages.load(Ordering::Acquire),
+            i.conv_pages.saturating_sub(i.retention_reserve),
+            i.conv_next_seq.load(Ordering::Acquire),
+        )
     }
 
     /// Largest frame payload (the negotiated queue minus one frame header, capped by the ring).
