@@ -166,7 +166,7 @@ struct XlogArgs {
     /// Parts to run (comma-separated): fig9, fig10, fig11, fig12.
     #[arg(long, value_delimiter = ',', default_value = "fig9,fig10,fig11,fig12")]
     parts: Vec<String>,
-    /// Longer runs with more points (about 15 minutes).
+    /// Longer runs with more points (about 10 minutes).
     #[arg(long)]
     long: bool,
     /// Seconds per measured point (overrides the scale's).

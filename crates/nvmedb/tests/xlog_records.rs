@@ -286,8 +286,8 @@ fn xrecord_retention_holds_destage_until_truncate() {
     assert!(!log.xlog().status().destage_held);
 }
 
-/// A database on the fast log with a tiny conventional ring runs many more transactions than
-/// the ring holds: it checkpoints when the log asks, never holds, and reopens with every row.
+/// A database on the fast log with a tiny conventional ring runs transactions until the ring
+/// was written three times over: it checkpoints when the log asks, never holds, and reopens with every row.
 #[test]
 fn database_on_fast_log_checkpoints_before_the_ring_fills() {
     let dir = Tmp(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-db-{}", std::process::id())));
@@ -309,15 +309,16 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
     let desc = db.engine_log().unwrap().record_log().describe();
     assert!(desc.contains("fast log") && desc.to_lowercase().contains("not a power loss"), "{desc}");
     let t = db.create_table("t", Schema::new(vec![("k", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
-    let n = 3000;
-    for k in 0..n {
-        let mut tx = db.begin();
-        tx.insert(&t, &[Value::Int(k), Value::Int(k * 3)]).unwrap();
-        tx.commit().unwrap();
-    }
     let log = db.engine_log().unwrap().record_log().clone();
-    let written = log.stats().flushes;
-    assert!(written > 160, "the conventional ring never wrapped ({written} destage batches)");
+    // Run until the conventional ring (160 pages) has been written three times over.
+    let mut n = 0;
+    while log.stats().bytes_written / 4096 < 3 * 160 {
+        let mut tx = db.begin();
+        tx.insert(&t, &[Value::Int(n), Value::Int(n * 3)]).unwrap();
+        tx.commit().unwrap();
+        n += 1;
+        assert!(n < 200_000, "the conventional ring never wrapped");
+    }
     db.close().unwrap();
     drop((log, t));
     let db = Database::open(&dir.0, opts()).unwrap();
