@@ -436,6 +436,15 @@ impl Database {
             }),
         };
         if db.inner.txn.log.is_some() {
+            let weak = Arc::downgrade(&db.inner);
+            let hook = move || {
+                if let Some(inner) = weak.upgrade() {
+                    // A failure here shows again where it matters (the next commit or
+                    // checkpoint); the caller is starting a transaction, not checkpointing.
+                    let _ = Database { inner }.checkpoint_if_wanted();
+                }
+            };
+            let _ = db.inner.txn.checkpointer.set(Box::new(hook));
             db.checkpoint()?;
         }
         Ok(db)
@@ -458,7 +467,7 @@ impl Database {
     }
 
     /// Checkpoints when the log asks for it ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint))
-    /// and no checkpoint is running; called at transaction start.
+    /// and no checkpoint is running; called at transaction start (explicit or auto-commit).
     pub(crate) fn checkpoint_if_wanted(&self) -> Result<()> {
         let Some(t) = &self.inner.txn.log else { return Ok(()) };
         if !t.log().record_log().wants_checkpoint() {

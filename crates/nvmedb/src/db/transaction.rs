@@ -38,8 +38,8 @@ impl Database {
     /// Starts a transaction.
     pub fn begin(&self) -> Transaction {
         // A log short of space (the fast log's conventional ring) asks for a checkpoint; take
-        // it here, before this transaction holds anything. A failure shows again at commit.
-        let _ = self.checkpoint_if_wanted();
+        // it here, before this transaction holds anything.
+        self.txn_shared().checkpoint_if_wanted();
         let shared = self.txn_shared().clone();
         shared.explicit_active.fetch_add(1, Ordering::AcqRel);
         let id = shared.begin();
