@@ -180,7 +180,14 @@ fn kill9_fast_log_loses_no_acknowledged_commit() {
     run_kill9("fast");
 }
 
+/// The two log kinds run one after the other: a child spawned by one run (fork, then exec)
+/// briefly holds a copy of every file descriptor of this process, including the fast log's
+/// locked ring while the other run verifies, which would make that run's next child find the
+/// ring locked.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run_kill9(log: &str) {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let iters: u64 = std::env::var("NVMEDB_KILL_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     let seed: u64 = std::env::var("NVMEDB_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     let base = std::env::var("CARGO_TARGET_TMPDIR")

@@ -342,3 +342,30 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
     assert_eq!(count, n);
     db.close().unwrap();
 }
+
+/// A database keeps one kind of log: opening a fast-log database with the file log (or the
+/// reverse) is a configuration error naming the log directory, not a new empty log that would
+/// skip the existing records.
+#[test]
+fn database_refuses_to_switch_log_kind_silently() {
+    let dir =
+        Tmp(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-switch-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    let ring = Tmp::new("switchring");
+    let fast = Options {
+        log: LogKind::Fast(FastLogOptions { ring_path: Some(ring.0.clone()), ..FastLogOptions::default() }),
+        ..Options::default()
+    };
+    let db = Database::open(&dir.0, fast.clone()).unwrap();
+    db.create_table("t", Schema::new(vec![("k", ColumnType::Int)])).unwrap();
+    db.close().unwrap();
+    match Database::open(&dir.0, Options::default()) {
+        Err(Error::Config { key, detail }) => {
+            assert_eq!(key, "log");
+            assert!(detail.contains("xlog"), "{detail}");
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    let db = Database::open(&dir.0, fast).expect("the right log kind still opens");
+    db.close().unwrap();
+}

@@ -241,6 +241,27 @@ impl Database {
                 path.display()
             )));
         }
+        if options.wal {
+            // A database keeps one kind of log: opening it with the other would start a new,
+            // empty log and silently skip the records the existing one still holds.
+            let has_files =
+                |d: std::path::PathBuf| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
+            let (other, dir) = match options.log {
+                LogKind::Fast(_) => ("a duplexed file log", path.join("wal")),
+                LogKind::Duplexed => ("a fast log", path.join("xlog")),
+            };
+            if has_files(dir.clone()) {
+                return Err(Error::Config {
+                    key: "log".into(),
+                    detail: format!(
+                        "{} keeps {other} in {}; open it with that log kind (to switch, close the database \
+                         cleanly and move that directory away)",
+                        path.display(),
+                        dir.display()
+                    ),
+                });
+            }
+        }
         let fo = crate::io::FileOptions::default();
         let storage = crate::io::DirStorage::new(path, fo.clone())?;
         if let (true, LogKind::Fast(f)) = (options.wal, &options.log) {
