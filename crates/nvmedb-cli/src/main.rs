@@ -144,6 +144,40 @@ enum LabCommand {
     /// Durable commits from 1, 4 and 20 threads vs fio's fdatasync rate, and recovery time
     /// of a large log.
     Commit(CommitArgs),
+    /// Seed 002 §6 on this machine: Fig. 9 (transactions vs workers with no log, a memory log,
+    /// the fast log and the fdatasync file log — also the commit benchmark at 1/4/20 clients
+    /// with fio's fdatasync rate), Fig. 10 (write size), Fig. 11 (queue size), Fig. 12
+    /// (scheduler modes, emulated device). About two minutes; `--long` for longer runs.
+    Xlog(XlogArgs),
+}
+
+/// Flags of `nvmedb lab xlog`.
+#[derive(Args, Debug)]
+struct XlogArgs {
+    /// Working directory on the disk under test (databases, conventional rings; cleaned up).
+    #[arg(long, default_value = "nvmedb-data/xloglab")]
+    data_dir: PathBuf,
+    /// Directory of the fast side's ring files (default /dev/shm: tmpfs, kill -9 safe only).
+    #[arg(long)]
+    ring_dir: Option<PathBuf>,
+    /// Root of the results directories.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// Parts to run (comma-separated): fig9, fig10, fig11, fig12.
+    #[arg(long, value_delimiter = ',', default_value = "fig9,fig10,fig11,fig12")]
+    parts: Vec<String>,
+    /// Longer runs with more points (about 10 minutes).
+    #[arg(long)]
+    long: bool,
+    /// Seconds per measured point (overrides the scale's).
+    #[arg(long)]
+    secs: Option<f64>,
+    /// Worker counts of Fig. 9 (comma-separated; overrides the scale's).
+    #[arg(long, value_delimiter = ',')]
+    workers: Option<Vec<usize>>,
+    /// Skip the fio reference.
+    #[arg(long)]
+    no_fio: bool,
 }
 
 /// Flags of `nvmedb lab commit`.
@@ -529,6 +563,34 @@ fn main() {
             if let Err(e) = outcome {
                 eprintln!("nvmedb lab commit: {e}");
                 std::process::exit(2);
+            }
+        }
+        Commands::Lab(LabCommand::Xlog(a)) => {
+            let mut cfg =
+                nvmedb_lab::xloglab::XlogLabConfig::default_scale(a.data_dir.clone(), a.results.clone());
+            if a.long {
+                cfg = cfg.long();
+            }
+            if let Some(d) = &a.ring_dir {
+                cfg.ring_dir = d.clone();
+            }
+            if let Some(s) = a.secs {
+                cfg.secs = s;
+            }
+            if let Some(w) = &a.workers {
+                cfg.workers = w.clone();
+            }
+            cfg.parts = a.parts.clone();
+            cfg.use_fio = !a.no_fio;
+            match nvmedb_lab::xloglab::run(&cfg) {
+                Ok(out) => {
+                    println!("{}", out.summary);
+                    println!("results: {}", out.dir.display());
+                }
+                Err(e) => {
+                    eprintln!("nvmedb lab xlog: {e}");
+                    std::process::exit(2);
+                }
             }
         }
         Commands::Lab(LabCommand::Engine(a)) => {

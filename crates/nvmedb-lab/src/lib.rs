@@ -10,3 +10,4 @@ pub mod machine;
 pub mod model;
 pub mod primitive;
 pub mod report;
+pub mod xloglab;

@@ -39,6 +39,6 @@ pub mod wal;
 pub mod xlog;
 
 pub use buffer::{BufferPolicy, BufferStats};
-pub use db::{BufferSize, Database, Options, Transaction};
+pub use db::{BufferSize, Database, FastLogOptions, LogKind, Options, Transaction};
 pub use error::{Error, Result};
 pub use table::{ColumnType, RowView, Schema, Table, Value};

@@ -6,10 +6,14 @@
 //! unacknowledged is half-there (each account's balance is its initial balance plus the
 //! history rows that touch it), money is conserved, and every index agrees with its table.
 //!
-//! Iterations: `NVMEDB_KILL_ITERS` (default 20); seed: `NVMEDB_KILL_SEED`.
+//! It runs once per log kind: the duplexed file log (commit = fdatasync) and the fast log
+//! (commit = the credit counter of a tmpfs ring, which survives kill -9).
+//!
+//! Iterations: `NVMEDB_KILL_ITERS` (default 20 per log kind); seed: `NVMEDB_KILL_SEED`.
 
 use nvmedb::util::Rng;
-use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
+use nvmedb::xlog::XLogOpener;
+use nvmedb::{BufferSize, ColumnType, Database, FastLogOptions, LogKind, Options, Schema, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -17,9 +21,25 @@ use std::process::{Command, Stdio};
 const ACCOUNTS: i64 = 200;
 const INITIAL: i64 = 1000;
 const CHILD_ENV: &str = "NVMEDB_KILL_CHILD_DIR";
+const CHILD_LOG_ENV: &str = "NVMEDB_KILL_CHILD_LOG";
 
-fn options() -> Options {
+/// The log of each run: `"file"` or `"fast"` (a small ring and conventional ring, so the
+/// conventional ring wraps and checkpoints are forced by retention during the run).
+fn log_kind(name: &str) -> LogKind {
+    match name {
+        "fast" => LogKind::Fast(FastLogOptions {
+            ring_bytes: 256 << 10,
+            queue_bytes: 32 << 10,
+            conv_pages: 320,
+            ..FastLogOptions::default()
+        }),
+        _ => LogKind::Duplexed,
+    }
+}
+
+fn options(log: &str) -> Options {
     Options {
+        log: log_kind(log),
         table_page_size: 4096,
         index_page_size: 4096,
         table_buffer: BufferSize::Bytes(8 * 4096),
@@ -55,7 +75,8 @@ fn history_schema() -> Schema {
 fn kill9_child_entry() {
     let Ok(dir) = std::env::var(CHILD_ENV) else { return };
     let seed: u64 = std::env::var("NVMEDB_KILL_CHILD_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
-    let db = Database::open(&dir, options()).expect("child opens the database");
+    let log = std::env::var(CHILD_LOG_ENV).unwrap_or_default();
+    let db = Database::open(&dir, options(&log)).expect("child opens the database");
     let acct = db.table("accounts").unwrap();
     let hist = db.table("history").unwrap();
     let out = std::sync::Mutex::new(std::io::stdout());
@@ -107,13 +128,13 @@ fn kill9_child_entry() {
     });
 }
 
-fn verify(dir: &std::path::Path, acked: &BTreeSet<i64>, ctx: &str) -> usize {
+fn verify(dir: &std::path::Path, log: &str, acked: &BTreeSet<i64>, ctx: &str) -> usize {
     // Recovery and the checks run with a roomy buffer (the child's is tiny on purpose): the
     // history grows with every iteration and the checks look up every row.
     let roomy = Options {
         table_buffer: BufferSize::Bytes(64 << 20),
         index_buffer: BufferSize::Bytes(64 << 20),
-        ..options()
+        ..options(log)
     };
     let db = Database::open(dir, roomy).unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
     let acct = db.table("accounts").unwrap();
@@ -151,15 +172,33 @@ fn verify(dir: &std::path::Path, acked: &BTreeSet<i64>, ctx: &str) -> usize {
 
 #[test]
 fn kill9_loses_no_acknowledged_commit() {
+    run_kill9("file");
+}
+
+#[test]
+fn kill9_fast_log_loses_no_acknowledged_commit() {
+    run_kill9("fast");
+}
+
+/// The two log kinds run one after the other: a child spawned by one run (fork, then exec)
+/// briefly holds a copy of every file descriptor of this process, including the fast log's
+/// locked ring while the other run verifies, which would make that run's next child find the
+/// ring locked.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run_kill9(log: &str) {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let iters: u64 = std::env::var("NVMEDB_KILL_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     let seed: u64 = std::env::var("NVMEDB_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     let base = std::env::var("CARGO_TARGET_TMPDIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| std::env::temp_dir());
-    let dir = base.join(format!("nvmedb-kill9-{}", std::process::id()));
+    let dir = base.join(format!("nvmedb-kill9-{log}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ring = XLogOpener::default_ring_path(&dir);
     {
-        let db = Database::open(&dir, options()).unwrap();
+        let db = Database::open(&dir, options(log)).unwrap();
         let acct = db.create_table("accounts", accounts_schema()).unwrap();
         db.create_table("history", history_schema()).unwrap();
         let mut tx = db.begin();
@@ -173,11 +212,14 @@ fn kill9_loses_no_acknowledged_commit() {
     let mut acked = BTreeSet::new();
     let mut total_acks = 0;
     for iter in 0..iters {
-        let ctx =
-            format!("iteration {iter} (replay: NVMEDB_KILL_SEED={seed} NVMEDB_KILL_ITERS={})", iter + 1);
+        let ctx = format!(
+            "{log} log, iteration {iter} (replay: NVMEDB_KILL_SEED={seed} NVMEDB_KILL_ITERS={})",
+            iter + 1
+        );
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["kill9_child_entry", "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, &dir)
+            .env(CHILD_LOG_ENV, log)
             .env("NVMEDB_KILL_CHILD_SEED", (seed * 1000 + iter).to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -207,15 +249,18 @@ fn kill9_loses_no_acknowledged_commit() {
         child.wait().unwrap();
         assert!(n > 0, "{ctx}: the child acknowledged nothing (did it fail to start?)");
         total_acks += n;
-        let present = verify(&dir, &acked, &ctx);
+        let present = verify(&dir, log, &acked, &ctx);
         assert!(present >= acked.len(), "{ctx}");
         if (iter + 1) % 25 == 0 {
             eprintln!(
-                "kill -9: {} iterations, {total_acks} acknowledged transfers verified so far",
+                "kill -9 ({log} log): {} iterations, {total_acks} acknowledged transfers verified so far",
                 iter + 1
             );
         }
     }
-    eprintln!("kill -9: {iters} iterations, {total_acks} acknowledged transfers, all present after recovery");
+    eprintln!(
+        "kill -9 ({log} log): {iters} iterations, {total_acks} acknowledged transfers, all present after recovery"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&ring);
 }

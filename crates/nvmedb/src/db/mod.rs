@@ -35,6 +35,68 @@ pub enum BufferSize {
     PercentOfData(f64),
 }
 
+/// Which log [`Database::open`] keeps (when `Options::wal` is on).
+#[derive(Debug, Clone, Default)]
+pub enum LogKind {
+    /// The duplexed file log: O_DIRECT segments in `<dir>/wal` and the mirror directory; a commit
+    /// waits for fdatasync of both copies (survives power loss).
+    #[default]
+    Duplexed,
+    /// The fast log (software X-SSD): a commit waits on the credit counter of a ring in a mapped
+    /// file; the conventional log ring and metadata live in `<dir>/xlog`. What it survives is
+    /// the ring's backing: tmpfs (the default, `/dev/shm`) survives kill -9, **not** power loss.
+    Fast(FastLogOptions),
+}
+
+/// Options of [`LogKind::Fast`].
+#[derive(Debug, Clone)]
+pub struct FastLogOptions {
+    /// The ring file (default: [`XLogOpener::default_ring_path`](crate::xlog::XLogOpener::default_ring_path),
+    /// on /dev/shm).
+    pub ring_path: Option<std::path::PathBuf>,
+    /// Ring capacity in bytes.
+    pub ring_bytes: usize,
+    /// Negotiated queue size in bytes.
+    pub queue_bytes: usize,
+    /// Conventional log ring length in 4 KiB pages.
+    pub conv_pages: u64,
+    /// Partial pages are destaged after this long.
+    pub destage_latency: std::time::Duration,
+    /// Whether a ring on a disk file is msynced before the counter covers it (irrelevant on
+    /// tmpfs/DAX).
+    pub msync: crate::xlog::MsyncPolicy,
+}
+
+impl Default for FastLogOptions {
+    /// 8 MiB ring, 32 KiB queue, 64 MiB conventional ring, 200 µs destage threshold.
+    fn default() -> Self {
+        Self {
+            ring_path: None,
+            ring_bytes: 8 << 20,
+            queue_bytes: 32 << 10,
+            conv_pages: 16 * 1024,
+            destage_latency: std::time::Duration::from_micros(200),
+            msync: crate::xlog::MsyncPolicy::Always,
+        }
+    }
+}
+
+impl FastLogOptions {
+    /// The fast log's configuration for a database in `db_dir`.
+    pub fn xlog_config(&self, db_dir: &std::path::Path) -> crate::xlog::XLogConfig {
+        let ring =
+            self.ring_path.clone().unwrap_or_else(|| crate::xlog::XLogOpener::default_ring_path(db_dir));
+        let mut c = crate::xlog::XLogConfig::new(ring);
+        c.ring_bytes = self.ring_bytes;
+        c.queue_bytes = self.queue_bytes;
+        c.conv_pages = self.conv_pages;
+        c.destage_latency = self.destage_latency;
+        c.msync = self.msync;
+        c.destage_batch_pages = c.destage_batch_pages.min(self.conv_pages as usize);
+        c
+    }
+}
+
 /// Options for opening a database.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -61,8 +123,10 @@ pub struct Options {
     /// Where the second copy of the log goes (default: `<dir>/wal-mirror`; put it on another
     /// device to survive losing one).
     pub log_mirror_dir: Option<std::path::PathBuf>,
-    /// Log options (segment size, group commit).
+    /// Log options of the duplexed file log (segment size, group commit).
     pub wal_options: WalOptions,
+    /// Which log to keep (default: the duplexed file log).
+    pub log: LogKind,
     /// Lock waits: spin, park, timeout, deadlock detection.
     pub lock_options: crate::txn::LockOptions,
     /// Transparent huge pages for buffer memory (see [`PoolConfig::huge_pages`]).
@@ -85,6 +149,7 @@ impl Default for Options {
             wal: true,
             log_mirror_dir: None,
             wal_options: WalOptions::default(),
+            log: LogKind::Duplexed,
             lock_options: crate::txn::LockOptions::default(),
             huge_pages: true,
             lock_free_hits: true,
@@ -182,8 +247,34 @@ impl Database {
                 path.display()
             )));
         }
+        if options.wal {
+            // A database keeps one kind of log: opening it with the other would start a new,
+            // empty log and silently skip the records the existing one still holds.
+            let has_files =
+                |d: std::path::PathBuf| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
+            let (other, dir) = match options.log {
+                LogKind::Fast(_) => ("a duplexed file log", path.join("wal")),
+                LogKind::Duplexed => ("a fast log", path.join("xlog")),
+            };
+            if has_files(dir.clone()) {
+                return Err(Error::Config {
+                    key: "log".into(),
+                    detail: format!(
+                        "{} keeps {other} in {}; open it with that log kind (to switch, close the database \
+                         cleanly and move that directory away)",
+                        path.display(),
+                        dir.display()
+                    ),
+                });
+            }
+        }
         let fo = crate::io::FileOptions::default();
         let storage = crate::io::DirStorage::new(path, fo.clone())?;
+        if let (true, LogKind::Fast(f)) = (options.wal, &options.log) {
+            let xs: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(path.join("xlog"), fo)?);
+            let opener = crate::xlog::XLogOpener { storage: xs, config: f.xlog_config(path) };
+            return Self::open_with_log(Arc::new(storage), Some(Box::new(opener)), options);
+        }
         let log = if options.wal {
             let a: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(path.join("wal"), fo.clone())?);
             let mirror = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
@@ -376,6 +467,15 @@ impl Database {
             }),
         };
         if db.inner.txn.log.is_some() {
+            let weak = Arc::downgrade(&db.inner);
+            let hook = move || {
+                if let Some(inner) = weak.upgrade() {
+                    // A failure here shows again where it matters (the next commit or
+                    // checkpoint); the caller is starting a transaction, not checkpointing.
+                    let _ = Database { inner }.checkpoint_if_wanted();
+                }
+            };
+            let _ = db.inner.txn.checkpointer.set(Box::new(hook));
             db.checkpoint()?;
         }
         Ok(db)
@@ -390,8 +490,28 @@ impl Database {
     /// threads keep working), records the new redo start in the catalog, and releases log
     /// segments no longer needed. Without a log it is [`Database::flush`].
     pub fn checkpoint(&self) -> Result<()> {
-        let Some(t) = &self.inner.txn.log else { return self.flush() };
+        if self.inner.txn.log.is_none() {
+            return self.flush();
+        }
         let _one = self.inner.checkpoint_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.checkpoint_locked()
+    }
+
+    /// Checkpoints when the log asks for it ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint))
+    /// and no checkpoint is running; called at transaction start (explicit or auto-commit).
+    pub(crate) fn checkpoint_if_wanted(&self) -> Result<()> {
+        let Some(t) = &self.inner.txn.log else { return Ok(()) };
+        if !t.log().record_log().wants_checkpoint() {
+            return Ok(());
+        }
+        match self.inner.checkpoint_lock.try_lock() {
+            Ok(_one) => self.checkpoint_locked(),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn checkpoint_locked(&self) -> Result<()> {
+        let Some(t) = &self.inner.txn.log else { return self.flush() };
         let redo = t.log().begin_checkpoint();
         let undo = t.oldest_active_lsn().map_or(redo, |a| a.min(redo));
         self.flush()?;

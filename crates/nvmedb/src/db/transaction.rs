@@ -37,6 +37,9 @@ impl std::fmt::Debug for Transaction {
 impl Database {
     /// Starts a transaction.
     pub fn begin(&self) -> Transaction {
+        // A log short of space (the fast log's conventional ring) asks for a checkpoint; take
+        // it here, before this transaction holds anything.
+        self.txn_shared().checkpoint_if_wanted();
         let shared = self.txn_shared().clone();
         shared.explicit_active.fetch_add(1, Ordering::AcqRel);
         let id = shared.begin();

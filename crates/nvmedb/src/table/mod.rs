@@ -64,6 +64,9 @@ pub(crate) struct TxnShared {
     next_id: std::sync::atomic::AtomicU64,
     /// Explicit transactions in progress (auto-commit reads then take shared locks).
     pub(crate) explicit_active: std::sync::atomic::AtomicUsize,
+    /// Takes a checkpoint if none is running; installed by the database, called when the log
+    /// asks for one ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint)).
+    pub(crate) checkpointer: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl TxnShared {
@@ -73,7 +76,18 @@ impl TxnShared {
             locks: LockManager::new(lock_options)?,
             next_id: std::sync::atomic::AtomicU64::new(1),
             explicit_active: std::sync::atomic::AtomicUsize::new(0),
+            checkpointer: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Checkpoints when the log asks for it (the fast log's conventional ring is filling with
+    /// records the last checkpoint still needs). Called before a transaction holds anything.
+    pub(crate) fn checkpoint_if_wanted(&self) {
+        if let (Some(log), Some(f)) = (&self.log, self.checkpointer.get()) {
+            if log.log().record_log().wants_checkpoint() {
+                f();
+            }
+        }
     }
 
     /// A new transaction id (registered with the log when there is one).
@@ -165,6 +179,7 @@ impl Table {
         body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
     ) -> Result<R> {
         let shared = &self.inner.txn;
+        shared.checkpoint_if_wanted();
         let txn = shared.begin();
         if let Err(e) = shared.locks.lock(txn, self.inner.id, pk, LockMode::Exclusive) {
             shared.locks.release_all(txn);

@@ -95,6 +95,12 @@ pub trait RecordLog: Send + Sync {
     fn stats(&self) -> WalStats;
     /// One line saying what the log is and what durability it gives (for result files).
     fn describe(&self) -> String;
+    /// True when the log is running short of space that only a checkpoint (and the
+    /// `truncate_before` that ends it) frees; the database then checkpoints at the next
+    /// transaction start. The file log never needs it (segments are added).
+    fn wants_checkpoint(&self) -> bool {
+        false
+    }
 }
 
 /// Opens the log a database uses. Lets [`Database`](crate::Database) open any [`RecordLog`]

@@ -11,6 +11,12 @@
 //! contiguous (page `s+1` starts where page `s` ends), so the conventional side holds exactly
 //! the credited stream in order; the header never claims more than the device has synced; the
 //! ring head never passes bytes the header does not cover; only credited bytes are destaged.
+//!
+//! Retention: when a retained position is set (`Inner::retain_from`, the last checkpoint's undo
+//! start), a page is never written over an older page holding stream bytes at or after it; the
+//! destager holds instead (`Inner::retention_held`, visible in the status register) until the
+//! position moves, and writers that run out of ring space meanwhile fail after the retention
+//! timeout with a clear error rather than hanging.
 
 use super::fast::Inner;
 use super::format::{
@@ -51,6 +57,17 @@ pub(crate) struct Destager {
     /// conventional writes between its parts).
     pub write_pages: usize,
     buf: AlignedBuf,
+    /// Per conventional slot: (page sequence number, stream end) of the page written there, as
+    /// far as this destager knows (older pages are read from the device on demand).
+    page_ends: Vec<(u64, u64)>,
+    /// Oldest page sequence number that may hold retained bytes.
+    retain_seq: u64,
+    /// True when the last `destage_once` stopped because of retention.
+    pub held: bool,
+    /// `conv_next_seq` of the header this destager started from.
+    open_seq: u64,
+    /// Pages left unwritten under retention (0 for recovery, which may use them).
+    pub reserve: u64,
 }
 
 impl Destager {
@@ -71,6 +88,11 @@ impl Destager {
             cur_stream: header.head_stream_pos,
             next_seq: header.conv_next_seq,
             buf: AlignedBuf::with_alignment(pb * batch_pages, align),
+            page_ends: vec![(u64::MAX, 0); inner.conv_pages as usize],
+            retain_seq: header.conv_next_seq.saturating_sub(inner.conv_pages),
+            held: false,
+            open_seq: header.conv_next_seq,
+            reserve: 0,
             inner,
             header,
             latency,
@@ -132,8 +154,59 @@ impl Destager {
         Ok(())
     }
 
+    /// Stream end of conventional page `seq` (which must still be on the ring).
+    fn page_end(&mut self, seq: u64) -> Result<u64> {
+        let inner = Arc::clone(&self.inner);
+        let slot = (seq % inner.conv_pages) as usize;
+        if self.page_ends[slot].0 == seq {
+            return Ok(self.page_ends[slot].1);
+        }
+        let pb = inner.page_bytes;
+        let align = inner.sched.device().alignment().max(512);
+        let mut page = AlignedBuf::with_alignment(pb, align);
+        let off = inner.conv_offset + slot as u64 * pb as u64;
+        inner.sched.device().read_at(off, &mut page)?;
+        match PageHeader::open(&page) {
+            Some(h) if h.page_seq == seq => {
+                let end = h.stream_pos + h.payload_len as u64;
+                self.page_ends[slot] = (seq, end);
+                Ok(end)
+            }
+            // The slot was overwritten by a page of the batch a crash interrupted (written, but
+            // not yet in the header): that overwrite was allowed by retention then, so the page
+            // held no retained bytes.
+            _ if seq < self.open_seq.saturating_sub(inner.conv_pages) + self.batch_pages as u64 => {
+                self.page_ends[slot] = (seq, 0);
+                Ok(0)
+            }
+            _ => Err(Error::Corruption {
+                file: inner.sched.device().info().name,
+                offset: off,
+                detail: format!("conventional log page {seq} is invalid (checked before overwriting it)"),
+            }),
+        }
+    }
+
+    /// Pages that may be written now without overwriting retained bytes; moves `retain_seq`
+    /// past pages that hold only bytes below the retained position.
+    fn writable_pages(&mut self) -> Result<u64> {
+        let n = self.inner.conv_pages;
+        let retain = self.inner.retain_from.load(Ordering::Acquire);
+        self.retain_seq = self.retain_seq.max(self.next_seq.saturating_sub(n));
+        if retain == u64::MAX {
+            self.retain_seq = self.next_seq;
+        }
+        while self.retain_seq < self.next_seq && self.page_end(self.retain_seq)? <= retain {
+            self.retain_seq += 1;
+        }
+        self.inner.retained_pages.store(self.next_seq - self.retain_seq, Ordering::Release);
+        let free = self.retain_seq + n - self.next_seq;
+        Ok(if retain == u64::MAX { free } else { free.saturating_sub(self.reserve) })
+    }
+
     /// Destages one batch if there is work: full pages, or one partial page when
-    /// `allow_partial`. Returns whether anything was written.
+    /// `allow_partial`. Returns whether anything was written (`false` with `held` set when
+    /// retention stopped it).
     pub fn destage_once(&mut self, allow_partial: bool) -> Result<bool> {
         let inner = Arc::clone(&self.inner);
         let credit = inner.credit.load(Ordering::Acquire);
@@ -149,6 +222,15 @@ impl Destager {
         } else {
             return Ok(false);
         };
+        let writable = self.writable_pages()?;
+        self.held = writable == 0;
+        if inner.retention_held.swap(self.held, Ordering::AcqRel) != self.held {
+            inner.notify_all();
+        }
+        if self.held {
+            return Ok(false);
+        }
+        let npages = npages.min(writable as usize);
         let mut buf = std::mem::replace(&mut self.buf, AlignedBuf::with_alignment(512, 512));
         let r = self.fill_and_write(&mut buf, npages, credit, pp);
         self.buf = buf;
@@ -166,8 +248,9 @@ impl Destager {
             self.copy_stream(&mut page[PAGE_HEADER..PAGE_HEADER + n])?;
             page[PAGE_HEADER + n..].fill(0);
             inner.stats.filler_bytes.fetch_add(pp - n as u64, Ordering::Relaxed);
-            PageHeader { page_seq: self.next_seq + p as u64, stream_pos: start, payload_len: n as u32 }
-                .seal(page);
+            let seq = self.next_seq + p as u64;
+            PageHeader { page_seq: seq, stream_pos: start, payload_len: n as u32 }.seal(page);
+            self.page_ends[(seq % inner.conv_pages) as usize] = (seq, start + n as u64);
         }
         // Write the batch, split where it wraps around the conventional ring.
         let n_slots = inner.conv_pages;
@@ -207,6 +290,7 @@ impl Destager {
         inner.destage_cursor.store(self.cur_stream, Ordering::Release);
         inner.stats.destage_batches.fetch_add(1, Ordering::Relaxed);
         inner.stats.destage_pages.fetch_add(k, Ordering::Relaxed);
+        inner.retained_pages.store(self.next_seq - self.retain_seq.min(self.next_seq), Ordering::Release);
         inner.notify_all();
         Ok(())
     }
@@ -249,6 +333,17 @@ impl Destager {
                     partial_since = None;
                     continue;
                 }
+                Ok(false) if self.held && (shutdown || flush) => {
+                    // Retention holds the rest: it stays in the ring (recovery destages it once
+                    // the retained position has moved). A flush waiter is released.
+                    if flush {
+                        inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner()).flush = false;
+                        inner.notify_all();
+                    }
+                    if shutdown {
+                        return;
+                    }
+                }
                 Ok(false) => {}
                 Err(e) => {
                     inner.fail(e.to_string());
@@ -258,6 +353,12 @@ impl Destager {
             // Nothing to write now: sleep until kicked (idle) or until the partial page is due.
             let mut c = inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner());
             if c.crash || c.shutdown || c.flush {
+                continue;
+            }
+            if self.held {
+                // Wait for the retained position to move (`XLog::set_retain_from` kicks).
+                inner.destager_state.store(0, Ordering::SeqCst);
+                drop(inner.destage_cv.wait_timeout(c, Duration::from_millis(100)));
                 continue;
             }
             let state = if pending > 0 { 1 } else { 2 };

@@ -125,6 +125,18 @@ pub(crate) struct Inner {
     pub mirrors: Vec<std::sync::Arc<dyn Mirror>>,
     pub stats: XStats,
     pub spin_iters: u32,
+    /// Stream position from which the conventional ring must keep every byte (the last
+    /// checkpoint's undo start); `u64::MAX`: no retention, the ring overwrites freely.
+    pub retain_from: AtomicU64,
+    /// True while the destager waits because its next page would overwrite retained bytes.
+    pub retention_held: AtomicBool,
+    /// Conventional pages holding retained bytes (published by the destager).
+    pub retained_pages: AtomicU64,
+    /// How long a writer waits for ring space while destage is held before failing.
+    pub retention_timeout: Duration,
+    /// Conventional pages the running destager keeps free of retained bytes' competitors: room
+    /// for recovery to destage a full ring after a crash without overwriting retained bytes.
+    pub retention_reserve: u64,
 }
 
 impl Inner {
@@ -184,6 +196,11 @@ impl Inner {
             mirrors,
             stats: XStats::default(),
             spin_iters,
+            retain_from: AtomicU64::new(u64::MAX),
+            retention_held: AtomicBool::new(false),
+            retained_pages: AtomicU64::new(0),
+            retention_timeout: Duration::from_secs(30),
+            retention_reserve: 0,
         }
     }
 
@@ -295,6 +312,7 @@ impl Inner {
         }
         let fb = frame_bytes(len) as u64;
         let mut blocked = false;
+        let mut held_since: Option<std::time::Instant> = None;
         loop {
             self.check_usable()?;
             // Snapshot destage progress *before* checking the space: the destager frees space
@@ -354,6 +372,24 @@ impl Inner {
             }
             if !space_ok {
                 self.stats.space_waits.fetch_add(1, Ordering::Relaxed);
+                if self.retention_held.load(Ordering::Acquire) {
+                    let since = *held_since.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() >= self.retention_timeout {
+                        if blocked {
+                            self.blocked.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        return Err(Error::ResourceExhausted(format!(
+                            "xlog: the ring is full and destage is held for {:?}: the conventional log ring \
+                             ({} pages) would overwrite stream bytes at or after {}, which the last checkpoint \
+                             still needs; checkpoint more often, end long transactions or enlarge conv_pages",
+                            self.retention_timeout,
+                            self.conv_pages,
+                            self.retain_from.load(Ordering::Acquire)
+                        )));
+                    }
+                } else {
+                    held_since = None;
+                }
                 self.kick_destager(true);
             } else {
                 self.stats.queue_waits.fetch_add(1, Ordering::Relaxed);
@@ -365,6 +401,8 @@ impl Inner {
                 self.destaged.load(Ordering::Acquire) != destaged_snapshot
                     || self.credit.load(Ordering::Acquire) != credit_snapshot
                     || self.error().is_some()
+                    || (self.retention_held.load(Ordering::Acquire)
+                        && held_since.is_none_or(|t| t.elapsed() >= self.retention_timeout))
             });
             if let Err(e) = r {
                 self.blocked.fetch_sub(1, Ordering::Relaxed);

@@ -7,13 +7,16 @@
 //! engine's other writers; the drop-in API (`x_pwrite`, `x_fsync`, tail-reading `x_pread`) and
 //! the allocator API (`x_alloc`, `x_free`) with per-writer counters; the crash protocol; the
 //! replication seam (mirrors and shadow counters); and a [`LogSink`] implementation so the WAL
-//! can commit on the credit counter instead of fdatasync.
+//! can commit on the credit counter instead of fdatasync; the engine's record log over it
+//! ([`XRecordLog`], opened by [`XLogOpener`]: framed records, torn-tail skips, retention of what
+//! the last checkpoint needs).
 //!
 //! Invariants: the credit counter never runs ahead of contiguously persisted bytes and never
 //! goes backwards; the conventional side holds a prefix of the credited stream, in order; after
 //! a crash, every contiguous valid frame in the ring reaches the conventional side before new
 //! writes are accepted, and recovery stops at the first gap (a frame allocated but never
-//! completed); the counter the writer sees never exceeds the local counter.
+//! completed); the counter the writer sees never exceeds the local counter; with a retained
+//! position set, the conventional ring never overwrites a byte at or after it (destage holds).
 //!
 //! Durability is what the backing gives — see [`Backing::durability`] and [`XLog::durability`].
 
@@ -21,6 +24,7 @@ mod destage;
 mod fast;
 mod format;
 mod reader;
+mod records;
 mod region;
 mod repl;
 mod sched;
@@ -28,6 +32,7 @@ mod sched;
 pub use fast::XStats;
 pub use format::{frame_bytes, FRAME_HEADER, PAGE_HEADER};
 pub use reader::TailReader;
+pub use records::{XLogOpener, XRecordLog, XRecordReader, XLOG_CONV, XLOG_META, XRECORD_HEADER};
 pub use region::{Backing, MsyncPolicy, PmemRegion};
 pub use repl::{combine, LinkState, Mirror, ReplicationMode, ShadowCounters};
 pub use sched::{ClassStats, IoScheduler, SchedMode, WriteClass};
@@ -76,6 +81,13 @@ pub struct XLogConfig {
     pub max_writers: usize,
     /// Spin iterations before a waiter parks.
     pub spin_iters: u32,
+    /// Stream position from which the conventional ring must keep every byte (the engine's
+    /// last checkpoint undo start); `None`: the ring overwrites its oldest pages freely, as the
+    /// device of seed 002 does. Raised later with [`XLog::set_retain_from`].
+    pub retain_from: Option<u64>,
+    /// How long a writer waits for ring space while retention holds the destager before it
+    /// fails with [`Error::ResourceExhausted`].
+    pub retention_timeout: Duration,
 }
 
 impl XLogConfig {
@@ -97,6 +109,8 @@ impl XLogConfig {
             sched_slots: 1,
             max_writers: 64,
             spin_iters: 2000,
+            retain_from: None,
+            retention_timeout: Duration::from_secs(30),
         }
     }
 
@@ -132,11 +146,28 @@ impl XLogConfig {
                 ),
             );
         }
+        if self.retain_from.is_some() && self.conv_pages < 4 * retention_reserve(self) {
+            return bad(
+                "conv_pages",
+                format!(
+                    "{} pages are too few to retain the last checkpoint's records: at least {} (4 x a full \
+                     ring's worth of pages) are needed",
+                    self.conv_pages,
+                    4 * retention_reserve(self)
+                ),
+            );
+        }
         if self.max_writers == 0 {
             return bad("max_writers", "at least one writer handle is needed".into());
         }
         Ok(())
     }
+}
+
+/// Conventional pages a full ring needs when recovery destages it (kept free under retention).
+fn retention_reserve(cfg: &XLogConfig) -> u64 {
+    let pp = cfg.page_bytes.saturating_sub(format::PAGE_HEADER).max(1);
+    (cfg.ring_bytes.div_ceil(pp) + 2) as u64
 }
 
 /// Optional replication seam.
@@ -201,6 +232,15 @@ pub struct XStatus {
     pub links: Vec<LinkState>,
     /// Current incarnation.
     pub epoch: u32,
+    /// Retained stream position (the conventional ring keeps every byte from it), if set.
+    pub retain_from: Option<u64>,
+    /// Conventional pages holding retained bytes.
+    pub retained_pages: u64,
+    /// Conventional ring length in pages.
+    pub conv_pages: u64,
+    /// True while the destager waits because its next page would overwrite retained bytes
+    /// (writers then run out of ring space and fail after the retention timeout).
+    pub destage_held: bool,
 }
 
 /// A software X-SSD fast log.
@@ -306,7 +346,7 @@ impl XLog {
         let (end_ring, end_stream, frames, stop) = scan_ring(&region, &header, cfg.queue_bytes);
         report.frames_recovered = frames;
         report.stopped_at_ring_pos = stop;
-        let inner = Inner::new(
+        let mut inner = Inner::new(
             region,
             cfg.ring_bytes as u64,
             cfg.queue_bytes as u64,
@@ -322,6 +362,9 @@ impl XLog {
             (header.head_ring_pos, header.head_stream_pos),
             (header.conv_stream_end, header.conv_next_seq),
         );
+        inner.retention_timeout = cfg.retention_timeout;
+        inner.retention_reserve = retention_reserve(&cfg);
+        inner.retain_from.store(cfg.retain_from.unwrap_or(u64::MAX), Ordering::Release);
         {
             let mut st = inner.lock_alloc();
             st.alloc_ring = end_ring;
@@ -351,6 +394,16 @@ impl XLog {
         }
         d.skip_to(header.conv_stream_end)?;
         d.drain()?;
+        if d.held {
+            return Err(Error::ResourceExhausted(format!(
+                "xlog recovery: the ring holds stream bytes up to {end_stream} but the conventional ring ({} \
+                 pages) cannot take them past {} without overwriting bytes retained from {}; open with a \
+                 larger conv_pages",
+                cfg.conv_pages,
+                d.cur_stream,
+                cfg.retain_from.unwrap_or(0)
+            )));
+        }
         assert_eq!(d.cur_stream, end_stream, "recovery did not destage the whole contiguous ring");
         assert_eq!(d.cur_off, 0, "recovery ended inside a frame");
         report.bytes_recovered = end_stream - header.conv_stream_end.min(end_stream);
@@ -375,13 +428,14 @@ impl XLog {
             assert_eq!(st.credit_ring, head_ring, "recovery left undestaged frames");
             st.head_ring = head_ring;
         }
-        let d = Destager::new(
+        let mut d = Destager::new(
             Arc::clone(&inner),
             header,
             cfg.destage_latency,
             cfg.destage_batch_pages,
             cfg.destage_write_pages,
         );
+        d.reserve = inner.retention_reserve;
         let handle = std::thread::Builder::new()
             .name("xlog-destage".into())
             .spawn(move || d.run())
@@ -431,6 +485,33 @@ impl XLog {
         self.inner.visible_credit()
     }
 
+    /// Stream end of all allocations (the position the next allocation gets).
+    pub fn allocated(&self) -> u64 {
+        self.inner.allocated.load(Ordering::Acquire)
+    }
+
+    /// Conventional page size in bytes.
+    pub fn page_bytes(&self) -> usize {
+        self.inner.page_bytes
+    }
+
+    /// Pages written to the conventional ring since the log was created.
+    pub fn conv_pages_written(&self) -> u64 {
+        self.inner.conv_next_seq.load(Ordering::Acquire)
+    }
+
+    /// Retention at a glance, without the allocation lock: (conventional pages holding retained
+    /// bytes, conventional pages retained bytes may use — the ring minus the reserve recovery
+    /// needs —, pages written since creation).
+    pub fn retention(&self) -> (u64, u64, u64) {
+        let i = &self.inner;
+        (
+            i.retained_pages.load(Ordering::Acquire),
+            i.conv_pages.saturating_sub(i.retention_reserve),
+            i.conv_next_seq.load(Ordering::Acquire),
+        )
+    }
+
     /// Largest frame payload (the negotiated queue minus one frame header, capped by the ring).
     pub fn max_alloc(&self) -> usize {
         self.inner.max_frame_payload
@@ -463,7 +544,26 @@ impl XLog {
             destage_error: i.error(),
             links: i.shadows.as_ref().map(|s| s.links()).unwrap_or_default(),
             epoch: i.epoch,
+            retain_from: Some(i.retain_from.load(Ordering::Acquire)).filter(|&r| r != u64::MAX),
+            retained_pages: i.retained_pages.load(Ordering::Acquire),
+            conv_pages: i.conv_pages,
+            destage_held: i.retention_held.load(Ordering::Acquire),
         }
+    }
+
+    /// Raises the retained position: from now on the conventional ring keeps every byte at or
+    /// after `pos` (it never moves back). Wakes a destager held by the older position.
+    pub fn set_retain_from(&self, pos: u64) {
+        let r = &self.inner.retain_from;
+        let mut cur = r.load(Ordering::Acquire);
+        loop {
+            let new = if cur == u64::MAX { pos } else { cur.max(pos) };
+            match r.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(c) => cur = c,
+            }
+        }
+        self.inner.kick_destager(true);
     }
 
     /// A new writer handle with its own counters (seed 002 §7.1). Fails when `max_writers`
@@ -496,8 +596,18 @@ impl XLog {
         }
         self.inner.kick_destager(true);
         let inner = &self.inner;
-        inner.wait_until(|| inner.destaged.load(Ordering::Acquire) >= target)?;
-        Ok(inner.destaged.load(Ordering::Acquire))
+        inner.wait_until(|| {
+            inner.destaged.load(Ordering::Acquire) >= target || inner.retention_held.load(Ordering::Acquire)
+        })?;
+        let d = inner.destaged.load(Ordering::Acquire);
+        if d < target {
+            return Err(Error::ResourceExhausted(format!(
+                "xlog: destage held at stream {d} (below {target}): the conventional ring would overwrite bytes \
+                 retained from {}",
+                inner.retain_from.load(Ordering::Acquire)
+            )));
+        }
+        Ok(d)
     }
 
     /// Reads the destaged stream `[from, to)` from the conventional side (recovery API: after
@@ -693,6 +803,28 @@ impl XWriter {
         }
         // Several frames: hold the order lock so they are adjacent in the stream.
         let _order = inner.order.lock().unwrap_or_else(|e| e.into_inner());
+        self.pwrite_ordered(buf)
+    }
+
+    /// Like [`XWriter::x_pwrite`] for a buffer that must know its own stream position (a
+    /// record header holding its LSN): `build(start)` makes the bytes, which are then written
+    /// as one contiguous range starting exactly at `start`.
+    pub fn x_pwrite_at(&self, build: impl FnOnce(Lsn) -> Vec<u8>) -> Result<(Lsn, Lsn)> {
+        let inner = &self.inner;
+        let _order = inner.order.lock().unwrap_or_else(|e| e.into_inner());
+        let start = inner.lock_alloc().alloc_stream;
+        let buf = build(start);
+        if buf.is_empty() {
+            return Ok((start, start));
+        }
+        let r = self.pwrite_ordered(&buf)?;
+        assert_eq!(r.0, start, "x_pwrite_at did not start at the position it announced");
+        Ok(r)
+    }
+
+    /// The multi-frame write; the caller holds the order lock.
+    fn pwrite_ordered(&self, buf: &[u8]) -> Result<(Lsn, Lsn)> {
+        let inner = &self.inner;
         let mut start = None;
         let mut end = 0;
         let mut off = 0;

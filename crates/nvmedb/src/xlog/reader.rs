@@ -41,6 +41,18 @@ impl TailReader {
         self.pos
     }
 
+    /// Byte offset on the conventional device of the next byte this reader returns (for error
+    /// reports; the position must be on the conventional ring).
+    pub fn device_offset(&mut self) -> Result<u64> {
+        let pos = self.pos;
+        let h = self.page_for(pos)?;
+        let slot = h.page_seq % self.inner.conv_pages;
+        Ok(self.inner.conv_offset
+            + slot * self.inner.page_bytes as u64
+            + PAGE_HEADER as u64
+            + (pos - h.stream_pos))
+    }
+
     /// Fills `buf` with the next bytes of the stream, blocking until that many have reached the
     /// conventional side. Returns fewer bytes only when the log is closed first.
     pub fn x_pread(&mut self, buf: &mut [u8]) -> Result<usize> {
