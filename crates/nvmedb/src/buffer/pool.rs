@@ -595,6 +595,12 @@ impl BufferPool {
                 && map.get(&key) == Some(&(i as u32))
                 && f.pins.compare_exchange(0, EVICTING | 1, AcqRel, Acquire).is_ok()
             {
+                // A writer may have dirtied the page and unpinned it between the check above and
+                // the claim; its dirty flag is visible now (set before its unpin).
+                if f.dirty.load(Acquire) {
+                    f.pins.fetch_sub(EVICTING | 1, AcqRel);
+                    continue;
+                }
                 map.remove(&key);
                 part.xlate.clear(key, i);
                 f.page_key.store(NO_PAGE, Release);
