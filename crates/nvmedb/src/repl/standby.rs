@@ -274,7 +274,12 @@ impl Standby {
         self.sh.applied.load(Ordering::Acquire)
     }
 
-    /// True once promoted.
+    /// What promotion did, once it has finished.
+    pub fn promotion(&self) -> Option<PromoteReport> {
+        self.sh.promote_lock.try_lock().ok().and_then(|g| g.clone())
+    }
+
+    /// True once promotion has begun.
     pub fn is_promoted(&self) -> bool {
         self.sh.promoted.load(Ordering::Acquire)
     }
@@ -531,39 +536,55 @@ fn serve_log(
         &pos.to_le_bytes(),
     )?;
     loop {
-        let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
-        if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
-            return Err(e);
-        }
-        if f.kind != FrameType::Records || f.payload.len() < 12 {
-            refuse(&mut w, peer, sh.epoch.load(Ordering::Acquire), RefuseCode::Protocol, "expected records");
-            return Err(ReplError::Protocol {
-                peer: peer.into(),
-                detail: format!("unexpected {:?} frame", f.kind),
-            });
-        }
-        let pdur = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
-        let count = u32::from_le_bytes(f.payload[8..12].try_into().expect("4 bytes"));
-        let mut off = 12;
-        for _ in 0..count {
-            let (rec, n) = match decode_record(&f.payload[off..]) {
-                Ok(Some(x)) => x,
-                Ok(None) => {
-                    return Err(ReplError::Corrupt {
-                        peer: peer.into(),
-                        detail: "truncated record in frame".into(),
-                    })
-                }
-                Err(d) => return Err(ReplError::Corrupt { peer: peer.into(), detail: d }),
-            };
-            off += n;
-            sh.log.append_at(rec.lsn, rec.end, rec.kind, &rec.payload).map_err(local)?;
+        // Group commit: take every frame that has already arrived, then sync once and
+        // acknowledge the end of all of them.
+        let (mut frames, mut records, mut pdur) = (0u64, 0u64, 0u64);
+        loop {
+            let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
+            if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
+                return Err(e);
+            }
+            if f.kind != FrameType::Records || f.payload.len() < 12 {
+                refuse(
+                    &mut w,
+                    peer,
+                    sh.epoch.load(Ordering::Acquire),
+                    RefuseCode::Protocol,
+                    "expected records",
+                );
+                return Err(ReplError::Protocol {
+                    peer: peer.into(),
+                    detail: format!("unexpected {:?} frame", f.kind),
+                });
+            }
+            pdur = pdur.max(u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")));
+            let count = u32::from_le_bytes(f.payload[8..12].try_into().expect("4 bytes"));
+            let mut off = 12;
+            for _ in 0..count {
+                let (rec, n) = match decode_record(&f.payload[off..]) {
+                    Ok(Some(x)) => x,
+                    Ok(None) => {
+                        return Err(ReplError::Corrupt {
+                            peer: peer.into(),
+                            detail: "truncated record in frame".into(),
+                        })
+                    }
+                    Err(d) => return Err(ReplError::Corrupt { peer: peer.into(), detail: d }),
+                };
+                off += n;
+                sh.log.append_at(rec.lsn, rec.end, rec.kind, &rec.payload).map_err(local)?;
+            }
+            frames += 1;
+            records += u64::from(count);
+            if r.buffer().len() < wire::FRAME_HEADER_BYTES || frames >= 256 {
+                break;
+            }
         }
         let end = sh.log.sync().map_err(local)?;
         {
             let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
-            c.frames += 1;
-            c.records += u64::from(count);
+            c.frames += frames;
+            c.records += records;
         }
         sh.safe.fetch_max(pdur.min(end), Ordering::AcqRel);
         {
@@ -724,6 +745,13 @@ pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, Re
     Ok(String::from_utf8_lossy(&f.payload).into_owned())
 }
 
+/// Pages the apply thread keeps in memory; when full they are written back and dropped.
+const APPLY_CACHE_PAGES: usize = 16 * 1024;
+/// How often the apply thread writes its dirty pages back (and syncs) when it has caught up:
+/// rarely, because those writes compete with the log syncs for the disk (on a shared machine
+/// they slow the primary). Promotion writes everything back first, so nothing depends on it.
+const APPLY_WRITE_BACK_EVERY: Duration = Duration::from_secs(10);
+
 struct CachedPage {
     buf: AlignedBuf,
     valid: bool,
@@ -739,6 +767,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut devs: HashMap<(u8, u32), Arc<dyn Device>> = HashMap::new();
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
+    let mut last_write_back = std::time::Instant::now();
     loop {
         if sh.apply_stop.load(Ordering::Acquire) {
             return write_back(&mut pages, &mut devs);
@@ -763,7 +792,10 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
             other => {
                 // Caught up (or the next record is past what the primary holds durably).
                 held = other;
-                write_back(&mut pages, &mut devs)?;
+                if last_write_back.elapsed() >= APPLY_WRITE_BACK_EVERY {
+                    write_back(&mut pages, &mut devs)?;
+                    last_write_back = std::time::Instant::now();
+                }
                 let g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
                 sh.apply_cv.notify_all();
                 if !sh.apply_stop.load(Ordering::Acquire) {
@@ -778,7 +810,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 for (pid, change) in &m.changes {
                     let key = (tag, pid.file, pid.page);
                     if !pages.contains_key(&key) {
-                        if pages.len() >= 4096 {
+                        if pages.len() >= APPLY_CACHE_PAGES {
                             write_back(&mut pages, &mut devs)?;
                             pages.clear();
                         }
