@@ -301,3 +301,62 @@ fn an_old_epoch_is_fenced_after_promotion() {
     assert!(matches!(r, Err(ReplError::Fenced { their_epoch: 2, .. })), "{r:?}");
     db2.close().unwrap();
 }
+
+#[test]
+fn a_standby_that_was_down_catches_up_from_the_primarys_log_and_a_restarted_primary_rejoins() {
+    let (p, s) = setup("catchup");
+    let sb = standby(&s, true);
+    let addr = sb.addr();
+    // A tiny in-memory queue: whatever the standby missed must be read back from the log file.
+    let cfg = ReplConfig {
+        max_queue_bytes: 1,
+        ..config(
+            vec![addr.to_string()],
+            ReplicationMode::Eager,
+            StandbyPolicy::Degrade { timeout: Duration::from_millis(200), to: ReplicationMode::Lazy },
+        )
+    };
+    let (db, log) = open_primary(&p, options(), cfg.clone(), None).unwrap();
+    let t = db.table("t").unwrap();
+    t.update_int(&Value::Int(0), 1, 1).unwrap();
+    drop(sb);
+    for k in 0..ROWS {
+        t.update_int(&Value::Int(k), 1, 100 + k).unwrap();
+    }
+    assert_eq!(log.status().effective, ReplicationMode::Lazy);
+    let sb = Standby::start(StandbyConfig {
+        listen: addr.to_string(),
+        data_dir: s.clone(),
+        secret: SECRET.to_vec(),
+        apply: true,
+        options: options(),
+    })
+    .unwrap();
+    // Commit until the configured mode is back (the standby caught up), bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while log.status().effective != ReplicationMode::Eager && std::time::Instant::now() < deadline {
+        t.update_int(&Value::Int(0), 1, 1).unwrap();
+    }
+    assert_eq!(log.status().effective, ReplicationMode::Eager, "{}", log.status());
+    // The primary crashes (no checkpoint) and restarts on the same directory; it rejoins the
+    // standby and goes on.
+    drop(t);
+    drop(db);
+    drop(log);
+    let cfg = ReplConfig { max_queue_bytes: 64 << 20, policy: fail_after(30_000), ..cfg };
+    let (db, log) = open_primary(&p, options(), cfg, None).unwrap();
+    let t = db.table("t").unwrap();
+    for k in 0..ROWS / 2 {
+        t.update_int(&Value::Int(k), 1, 500 + k).unwrap();
+    }
+    assert!(log.status().standbys[0].connects >= 1);
+    drop(t);
+    drop(db);
+    drop(log);
+    let (db2, _) = sb.promote().unwrap();
+    for k in 0..ROWS {
+        let want = if k < ROWS / 2 { 500 + k } else { 100 + k };
+        assert_eq!(c1(&db2, k), want, "row {k}");
+    }
+    db2.close().unwrap();
+}

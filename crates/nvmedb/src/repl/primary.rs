@@ -131,6 +131,8 @@ struct Shared {
     stop_cv: Condvar,
     samples: Mutex<VecDeque<(Lsn, Instant)>>,
     delays: Mutex<Vec<u64>>,
+    /// End of the last appended record (the local durable position may lie past it, in filler).
+    last_end: AtomicU64,
 }
 
 /// Where one standby stands, for status output.
@@ -257,6 +259,7 @@ impl ReplicatedLog {
             stop_cv: Condvar::new(),
             samples: Mutex::new(VecDeque::new()),
             delays: Mutex::new(Vec::new()),
+            last_end: AtomicU64::new(end),
             cfg,
         });
         let mut threads = Vec::new();
@@ -355,6 +358,7 @@ impl RecordLog for ReplicatedLog {
         let (lsn, end) = self.sh.local.append_record(kind, payload)?;
         q.bytes += payload.len() + 32;
         q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec() });
+        self.sh.last_end.store(end, Ordering::Release);
         if self.sh.cfg.record_delays {
             self.sh.samples.lock().unwrap_or_else(|e| e.into_inner()).push_back((end, Instant::now()));
         }
@@ -728,7 +732,10 @@ fn restore_mode_if_caught_up(sh: &Shared) {
     }
     let local = sh.local.durable_lsn();
     let shadows: Vec<u64> = sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
-    if combine(sh.cfg.mode, local, &shadows) >= local {
+    // Caught up: the configured combination covers everything locally durable (the durable
+    // position may end in filler, which is never shipped: the last record's end is enough).
+    let need = local.min(sh.last_end.load(Ordering::Acquire));
+    if combine(sh.cfg.mode, local, &shadows) >= need {
         eprintln!("nvmedb repl: RESTORED {:?} mode: standbys caught up at LSN {local}", sh.cfg.mode);
         ms.events.push(format!("restored {:?} at LSN {local}", sh.cfg.mode));
         ms.mode = sh.cfg.mode;
