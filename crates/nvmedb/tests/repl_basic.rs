@@ -360,3 +360,46 @@ fn a_standby_that_was_down_catches_up_from_the_primarys_log_and_a_restarted_prim
     }
     db2.close().unwrap();
 }
+
+/// Which standbys a commit waits for, per mode: with the first of two standbys unreachable,
+/// chain (the last one), quorum 1 and lazy commit; eager and quorum 2 time out.
+#[test]
+fn modes_wait_for_the_right_standbys() {
+    for (mode, commits) in [
+        (ReplicationMode::Chain, true),
+        (ReplicationMode::Quorum(1), true),
+        (ReplicationMode::Lazy, true),
+        (ReplicationMode::Quorum(2), false),
+        (ReplicationMode::Eager, false),
+    ] {
+        let name = format!("modes-{}", format!("{mode:?}").replace(['(', ')'], ""));
+        let (p, s) = setup(&name);
+        let up = standby(&s, true);
+        let addrs = vec![dead_addr(), up.addr().to_string()];
+        // Opening commits (recovery record, checkpoint), so it already needs the mode's standbys.
+        match open_primary(&p, options(), config(addrs, mode, fail_after(300)), None) {
+            Ok((db, log)) => {
+                assert!(commits, "{mode:?} committed without its standbys: {}", log.status());
+                db.table("t").unwrap().update_int(&Value::Int(2), 1, 2).unwrap();
+                let st = log.status();
+                assert_eq!(st.effective, mode);
+                assert_ne!(st.standbys[0].link, nvmedb::repl::LinkState::Up, "{st}");
+                if mode != ReplicationMode::Lazy {
+                    assert!(st.standbys[1].shadow >= st.durable, "{st}");
+                }
+            }
+            Err(e) => {
+                assert!(!commits, "{mode:?}: {e}");
+                assert!(matches!(e, Error::Replication(ReplError::Timeout { .. })), "{mode:?}: {e}");
+            }
+        }
+    }
+}
+
+/// An address nothing listens on.
+fn dead_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap().to_string();
+    drop(l);
+    a
+}

@@ -168,8 +168,9 @@ pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
 /// the usual duplexed file log (`<path>/wal` and `options.log_mirror_dir` or
 /// `<path>/wal-mirror`) wrapped in a [`ReplicatedLog`]; with `mirror`, data-file writes are also
 /// mirrored synchronously ([`MirrorStorage`]). Standbys must have been seeded from this
-/// directory while the database was closed ([`seed_standby`]). Returns the database and the
-/// replicated log (for [`ReplicatedLog::status`]).
+/// directory while the database was closed ([`seed_standby`]). Mirroring needs eager mode and
+/// the fail policy (a page must never reach the standby before its log). Returns the database
+/// and the replicated log (for [`ReplicatedLog::status`]).
 pub fn open_primary(
     path: &std::path::Path,
     options: crate::Options,
@@ -178,6 +179,16 @@ pub fn open_primary(
 ) -> crate::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
     use crate::io::{DirStorage, FileOptions, Storage};
     use std::sync::{Arc, Mutex};
+    if mirror.is_some()
+        && (config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }))
+    {
+        // A mirrored page may only reach the standby after the log covering it did, or
+        // promotion could find changes it can neither redo nor undo.
+        return Err(crate::Error::Config {
+            key: "repl.mode".into(),
+            detail: "data-page mirroring needs eager mode with the fail policy".into(),
+        });
+    }
     let fo = FileOptions::default();
     let mut storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo.clone())?);
     if let Some(m) = mirror {

@@ -360,7 +360,11 @@ impl RecordLog for ReplicatedLog {
         q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec() });
         self.sh.last_end.store(end, Ordering::Release);
         if self.sh.cfg.record_delays {
-            self.sh.samples.lock().unwrap_or_else(|e| e.into_inner()).push_back((end, Instant::now()));
+            let mut smp = self.sh.samples.lock().unwrap_or_else(|e| e.into_inner());
+            if smp.len() >= 4_000_000 {
+                smp.pop_front(); // no acknowledgements arrive: keep the newest
+            }
+            smp.push_back((end, Instant::now()));
         }
         // Trim what every standby has and the local log holds durably (or, over the memory
         // bound, what the local log holds durably: shippers read it back from there).
