@@ -3,7 +3,8 @@
 //! threads (insert a row into `acks`, update a row of `t` to the same id) and prints every
 //! commit it was told succeeded. The parent kills it with SIGKILL at a random moment, promotes
 //! a standby, and checks:
-//! - eager and quorum: every acknowledged commit is on the promoted standby;
+//! - eager, quorum and eager with data-page mirroring: every acknowledged commit is on the
+//!   promoted standby;
 //! - always: no transaction is half there (each `t` row holds an id whose `acks` row exists),
 //!   and the tables' indexes agree with their rows;
 //! - lazy: counts and prints the acknowledged commits that were lost (may be non-zero).
@@ -11,7 +12,7 @@
 //! Iterations: `NVMEDB_FAILOVER_ITERS` (default 20 per mode); seed: `NVMEDB_FAILOVER_SEED`.
 
 use nvmedb::repl::{
-    open_primary, parse_mode, seed_standby, ReplConfig, Standby, StandbyConfig, StandbyPolicy,
+    open_primary, parse_mode, seed_standby, MirrorConfig, ReplConfig, Standby, StandbyConfig, StandbyPolicy,
 };
 use nvmedb::util::Rng;
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
@@ -50,7 +51,9 @@ fn failover_child_entry() {
     let Ok(dir) = std::env::var(CHILD_ENV) else { return };
     let addrs: Vec<String> =
         std::env::var("NVMEDB_FAILOVER_ADDRS").unwrap().split(',').map(String::from).collect();
-    let mode = parse_mode(&std::env::var("NVMEDB_FAILOVER_MODE").unwrap()).unwrap();
+    let mode_name = std::env::var("NVMEDB_FAILOVER_MODE").unwrap();
+    let mirror = mode_name == "mirror";
+    let mode = if mirror { parse_mode("eager").unwrap() } else { parse_mode(&mode_name).unwrap() };
     let seed: u64 = std::env::var("NVMEDB_FAILOVER_CHILD_SEED").unwrap().parse().unwrap();
     let cfg = ReplConfig {
         standbys: addrs,
@@ -59,7 +62,8 @@ fn failover_child_entry() {
         policy: StandbyPolicy::Fail { timeout: Duration::from_secs(60) },
         ..ReplConfig::default()
     };
-    let (db, _log) = open_primary(Path::new(&dir), options(), cfg, None).expect("child opens the primary");
+    let m = mirror.then(|| MirrorConfig { addr: cfg.standbys[0].clone(), secret: SECRET.to_vec(), epoch: 1 });
+    let (db, _log) = open_primary(Path::new(&dir), options(), cfg, m).expect("child opens the primary");
     let t = db.table("t").unwrap();
     let acks = db.table("acks").unwrap();
     let out = std::sync::Mutex::new(std::io::stdout());
@@ -172,7 +176,7 @@ fn rounds(mode: &str, n: usize, iters: u64, seed: u64) -> (usize, usize) {
                     listen: "127.0.0.1:0".into(),
                     data_dir: d.clone(),
                     secret: SECRET.to_vec(),
-                    apply: true,
+                    apply: mode != "mirror",
                     options: roomy(),
                 })
                 .unwrap()
@@ -269,4 +273,12 @@ fn lazy_failover_loss_is_measured() {
     let n = iters().div_ceil(4);
     let (acked, lost) = rounds("lazy", 1, n, seed);
     println!("lazy: {lost} of {acked} acknowledged commits lost over {n} failovers (seed {seed})");
+}
+
+#[test]
+fn mirrored_failover_loses_no_acknowledged_commit() {
+    let seed = seed();
+    let n = iters().div_ceil(2);
+    let (acked, lost) = rounds("mirror", 1, n, seed);
+    println!("eager + data-page mirroring: {acked} acknowledged commits over {n} failovers, {lost} lost (seed {seed})");
 }
