@@ -29,6 +29,9 @@ pub struct MirrorConfig {
     pub epoch: u64,
 }
 
+/// How long a mirrored write or sync waits for the standby's acknowledgement.
+pub const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 struct Conn {
     r: BufReader<TcpStream>,
     w: BufWriter<TcpStream>,
@@ -44,6 +47,8 @@ impl Pool {
         let a = &self.cfg.addr;
         let mut s = TcpStream::connect(a).map_err(|e| ReplError::io(a, "connect", e))?;
         s.set_nodelay(true).map_err(|e| ReplError::io(a, "nodelay", e))?;
+        // A standby that stops answering turns a mirrored write into an I/O error, not a hang.
+        s.set_read_timeout(Some(MIRROR_TIMEOUT)).map_err(|e| ReplError::io(a, "timeout", e))?;
         wire::client_handshake(&mut s, a, &self.cfg.secret, Role::Mirror, self.cfg.epoch, 0)?;
         let r = BufReader::new(s.try_clone().map_err(|e| ReplError::io(a, "clone", e))?);
         Ok(Conn { r, w: BufWriter::with_capacity(1 << 16, s) })

@@ -545,7 +545,10 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     // commit is acknowledged on records it is about to drop.
     let durable = sh.local.durable_lsn();
     sh.shadows[i].fetch_min(durable, Ordering::AcqRel);
+    // A peer that accepts but never answers must not hang the shipper (or shutdown).
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(addr, "timeout", e))?;
     let w = wire::client_handshake(&mut s, addr, &sh.cfg.secret, Role::Log, sh.cfg.epoch, durable)?;
+    s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
     let mut pos = w.position;
     let recovered_start = sh.local.recovered().start_lsn;
     if pos < recovered_start {

@@ -443,7 +443,10 @@ fn serve(sh: &Arc<Shared>, s: TcpStream, peer: &str) -> std::result::Result<(), 
         BufReader::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(peer, "clone", e))?);
     let mut w = BufWriter::new(s.try_clone().map_err(|e| ReplError::io(peer, "clone", e))?);
     let mut rw = RwPair { r: &mut r, w: &mut w };
+    // A client that connects and says nothing must not hold a thread forever.
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| ReplError::io(peer, "timeout", e))?;
     let hello = wire::server_handshake(&mut rw, peer, &sh.cfg.secret, sh.epoch.load(Ordering::Acquire))?;
+    s.set_read_timeout(None).map_err(|e| ReplError::io(peer, "timeout", e))?;
     // Epoch check (and adoption of a newer one), atomically with promotion.
     {
         let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
