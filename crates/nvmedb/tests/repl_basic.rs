@@ -85,6 +85,12 @@ fn eager_commits_are_on_the_standby_and_survive_promotion() {
     )
     .unwrap();
     let t = db.table("t").unwrap();
+    // A table created while replicating reaches the standby through the log.
+    let u = db.create_table("u", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
+    for i in 0..50 {
+        u.insert(&[Value::Int(i), Value::Int(i * 2)]).unwrap();
+    }
+    drop(u);
     for round in 1..=3 {
         for k in 0..ROWS {
             assert!(t.update_int(&Value::Int(k), 1, round * 1000 + k).unwrap());
@@ -107,6 +113,12 @@ fn eager_commits_are_on_the_standby_and_survive_promotion() {
     for k in 0..ROWS {
         assert_eq!(c1(&db2, k), 3000 + k, "row {k} after promotion");
     }
+    let u = db2.table("u").expect("the table created while replicating is on the standby");
+    for i in 0..50 {
+        assert_eq!(u.read(&Value::Int(i), |r| r.int(1)).unwrap(), Some(i * 2));
+    }
+    u.check_integrity().unwrap();
+    drop(u);
     // The promoted database takes writes.
     db2.table("t").unwrap().update_int(&Value::Int(0), 1, -1).unwrap();
     db2.close().unwrap();

@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
-use crate::wal::engine::{KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
+use crate::wal::engine::{KIND_CATALOG, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
 use crate::wal::Lsn;
 use crate::{Database, Options};
 use std::collections::HashMap;
@@ -542,6 +542,7 @@ fn serve_log(
         // Group commit: take every frame that has already arrived, then sync once and
         // acknowledge the end of all of them.
         let (mut frames, mut records, mut pdur) = (0u64, 0u64, 0u64);
+        let mut catalogs: Vec<Vec<u8>> = Vec::new();
         loop {
             let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
             if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
@@ -575,7 +576,10 @@ fn serve_log(
                     Err(d) => return Err(ReplError::Corrupt { peer: peer.into(), detail: d }),
                 };
                 off += n;
-                sh.log.append_at(rec.lsn, rec.end, rec.kind, &rec.payload).map_err(local)?;
+                let fresh = sh.log.append_at(rec.lsn, rec.end, rec.kind, &rec.payload).map_err(local)?;
+                if fresh && rec.kind == KIND_CATALOG && sh.cfg.apply {
+                    catalogs.push(rec.payload);
+                }
             }
             frames += 1;
             records += u64::from(count);
@@ -584,6 +588,11 @@ fn serve_log(
             }
         }
         let end = sh.log.sync().map_err(local)?;
+        // Catalog changes (new tables) take effect once their record is durable here. In
+        // mirroring mode (no apply) the catalog file arrives mirrored instead.
+        for c in catalogs {
+            store_catalog(sh, &c).map_err(local)?;
+        }
         {
             let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
             c.frames += frames;
@@ -602,6 +611,22 @@ fn serve_log(
             &end.to_le_bytes(),
         )?;
     }
+}
+
+/// Stores a catalog shipped by the primary, keeping this standby's own checkpoint positions
+/// (its redo still starts where its data files were seeded or last written back).
+fn store_catalog(sh: &Shared, payload: &[u8]) -> Result<()> {
+    let mut data = crate::table::catalog::decode_catalog(payload).ok_or_else(|| Error::Corruption {
+        file: "replicated log".into(),
+        offset: 0,
+        detail: "catalog record does not decode".into(),
+    })?;
+    let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
+    if let Some(cur) = cur {
+        data.checkpoint_redo_lsn = cur.checkpoint_redo_lsn;
+        data.checkpoint_undo_lsn = cur.checkpoint_undo_lsn;
+    }
+    store.store(&data)
 }
 
 fn serve_mirror(
