@@ -121,6 +121,9 @@ struct Shared {
     local: Arc<dyn RecordLog>,
     q: Mutex<Queue>,
     q_cv: Condvar,
+    /// Shippers waiting on `q_cv` (incremented under `q`): appenders skip the wake-up syscall
+    /// when nobody waits.
+    q_waiters: std::sync::atomic::AtomicUsize,
     shadows: Vec<AtomicU64>,
     links: Vec<Mutex<Link>>,
     ms: Mutex<ModeState>,
@@ -240,6 +243,7 @@ impl ReplicatedLog {
             local: local.clone(),
             q: Mutex::new(Queue { recs: VecDeque::new(), start: end, bytes: 0 }),
             q_cv: Condvar::new(),
+            q_waiters: std::sync::atomic::AtomicUsize::new(0),
             shadows: (0..n).map(|_| AtomicU64::new(0)).collect(),
             links: (0..n)
                 .map(|_| {
@@ -381,7 +385,9 @@ impl RecordLog for ReplicatedLog {
             }
         }
         drop(q);
-        self.sh.q_cv.notify_all();
+        if self.sh.q_waiters.load(Ordering::Acquire) > 0 {
+            self.sh.q_cv.notify_all();
+        }
         Ok((lsn, end))
     }
 
@@ -645,7 +651,10 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                         wire::write_frame(&mut out, addr, sh.cfg.epoch, FrameType::Records, &frame)?;
                         continue;
                     }
-                    let _ = sh.q_cv.wait_timeout(q, Duration::from_millis(5));
+                    sh.q_waiters.fetch_add(1, Ordering::AcqRel);
+                    let r = sh.q_cv.wait_timeout(q, Duration::from_millis(5));
+                    sh.q_waiters.fetch_sub(1, Ordering::AcqRel);
+                    drop(r);
                     continue;
                 }
                 for r in q.recs.range(from..) {
