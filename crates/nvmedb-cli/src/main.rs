@@ -25,6 +25,86 @@ enum Commands {
     Lab(LabCommand),
     /// Show a database's catalog and page counts, or decode one page.
     Inspect(InspectArgs),
+    /// Run a standby: receive a primary's log, persist and apply it, until promoted.
+    Standby(StandbyArgs),
+    /// Promote the standby at an address (it finishes redo, undoes losers, bumps the epoch and
+    /// closes cleanly; its directory then opens as an ordinary database).
+    Promote(AdminArgs),
+    /// Show a standby's replication status (role, epoch, positions, counters).
+    Status(AdminArgs),
+}
+
+/// Flags of `nvmedb standby`.
+#[derive(Args, Debug)]
+struct StandbyArgs {
+    /// Address to listen on (loopback by default; give e.g. 0.0.0.0:7700 to accept other hosts).
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    listen: String,
+    /// The standby's database directory.
+    #[arg(long)]
+    data: PathBuf,
+    /// File holding the shared secret.
+    #[arg(long)]
+    secret_file: PathBuf,
+    /// Seed the data directory from this (closed) primary database first.
+    #[arg(long)]
+    seed_from: Option<PathBuf>,
+    /// Do not apply redo continuously (data-page mirroring mode: pages arrive written).
+    #[arg(long)]
+    no_apply: bool,
+    /// Seconds between status lines.
+    #[arg(long, default_value_t = 10.0)]
+    status_every: f64,
+}
+
+/// Flags of `nvmedb promote` and `nvmedb status`.
+#[derive(Args, Debug)]
+struct AdminArgs {
+    /// The standby's address.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    addr: String,
+    /// File holding the shared secret.
+    #[arg(long)]
+    secret_file: PathBuf,
+}
+
+fn run_standby(a: &StandbyArgs) -> Result<(), String> {
+    use nvmedb::repl::{read_secret, seed_standby, Standby, StandbyConfig};
+    let secret = read_secret(&a.secret_file).map_err(|e| e.to_string())?;
+    if let Some(p) = &a.seed_from {
+        seed_standby(p, &a.data).map_err(|e| e.to_string())?;
+        println!("seeded {} from {}", a.data.display(), p.display());
+    }
+    let sb = Standby::start(StandbyConfig {
+        listen: a.listen.clone(),
+        data_dir: a.data.clone(),
+        secret,
+        apply: !a.no_apply,
+        options: nvmedb::Options::default(),
+    })
+    .map_err(|e| e.to_string())?;
+    println!("standby listening on {} for {}", sb.addr(), a.data.display());
+    let every = std::time::Duration::from_secs_f64(a.status_every.max(0.1));
+    let mut last = std::time::Instant::now();
+    loop {
+        if let Some(r) = sb.promotion() {
+            println!(
+                "promoted: epoch {}, log end {}, redo {} pages, {} unfinished transactions undone; {} now opens as a primary",
+                r.epoch,
+                r.log_end,
+                r.recovery.pages_redone,
+                r.recovery.losers,
+                a.data.display()
+            );
+            sb.shutdown();
+            return Ok(());
+        }
+        if last.elapsed() >= every {
+            print!("{}", sb.status());
+            last = std::time::Instant::now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Flags of `nvmedb inspect`.
@@ -149,6 +229,9 @@ enum LabCommand {
     /// with fio's fdatasync rate), Fig. 10 (write size), Fig. 11 (queue size), Fig. 12
     /// (scheduler modes, emulated device). About two minutes; `--long` for longer runs.
     Xlog(XlogArgs),
+    /// Seed 000 Case B (update throughput single vs HA log shipping vs HA data mirroring
+    /// across buffer sizes, standby over loopback) and seed 002 Fig. 13 (replication delay).
+    Ha(HaArgs),
 }
 
 /// Flags of `nvmedb lab xlog`.
@@ -178,6 +261,26 @@ struct XlogArgs {
     /// Skip the fio reference.
     #[arg(long)]
     no_fio: bool,
+}
+
+/// Flags of `nvmedb lab ha`.
+#[derive(Args, Debug)]
+struct HaArgs {
+    /// Scratch directory on the disk under test (recreated, removed at the end).
+    #[arg(long, default_value = "nvmedb-data/ha")]
+    data_dir: PathBuf,
+    /// Results root.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// Full scale (10 tables x 50k rows, 4 buffer sizes, 20 s points, 3 reps).
+    #[arg(long)]
+    full: bool,
+    /// Seconds per measured point (overrides the scale's value).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Repetitions (overrides the scale's value).
+    #[arg(long)]
+    reps: Option<usize>,
 }
 
 /// Flags of `nvmedb lab commit`.
@@ -536,6 +639,60 @@ fn main() {
             if let Err(e) = outcome {
                 eprintln!("nvmedb iobench: {e}");
                 std::process::exit(2);
+            }
+        }
+        Commands::Standby(a) => {
+            if let Err(e) = run_standby(&a) {
+                eprintln!("nvmedb standby: {e}");
+                std::process::exit(2);
+            }
+        }
+        Commands::Promote(a) => {
+            let r = nvmedb::repl::read_secret(&a.secret_file)
+                .map_err(|e| e.to_string())
+                .and_then(|s| nvmedb::repl::admin_promote(&a.addr, &s).map_err(|e| e.to_string()));
+            match r {
+                Ok((epoch, end)) => println!("promoted {}: epoch {epoch}, log end {end}", a.addr),
+                Err(e) => {
+                    eprintln!("nvmedb promote: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        Commands::Status(a) => {
+            let r = nvmedb::repl::read_secret(&a.secret_file)
+                .map_err(|e| e.to_string())
+                .and_then(|s| nvmedb::repl::admin_status(&a.addr, &s).map_err(|e| e.to_string()));
+            match r {
+                Ok(t) => print!("{t}"),
+                Err(e) => {
+                    eprintln!("nvmedb status: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        Commands::Lab(LabCommand::Ha(a)) => {
+            let mut cfg = if a.full {
+                nvmedb_lab::ha::HaConfig::full_scale(a.data_dir.clone(), a.results.clone())
+            } else {
+                nvmedb_lab::ha::HaConfig::default_scale(a.data_dir.clone(), a.results.clone())
+            };
+            if let Some(d) = a.duration {
+                cfg.duration_s = d;
+                cfg.delay_s = d;
+            }
+            if let Some(r) = a.reps {
+                cfg.reps = r;
+            }
+            match nvmedb_lab::ha::run(&cfg) {
+                Ok((_, text, dir)) => {
+                    print!("{text}");
+                    println!("results: {}", dir.display());
+                }
+                Err(e) => {
+                    eprintln!("nvmedb lab ha: {e}");
+                    std::process::exit(2);
+                }
             }
         }
         Commands::Inspect(a) => match inspect(&a) {

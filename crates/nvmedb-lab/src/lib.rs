@@ -5,6 +5,7 @@
 
 pub mod enginebench;
 pub mod fio;
+pub mod ha;
 pub mod iobench;
 pub mod machine;
 pub mod model;

@@ -62,6 +62,9 @@ pub enum Error {
         /// How long it waited.
         waited: Duration,
     },
+    /// Replication failed: a standby link, the handshake, fencing, or a commit that the
+    /// standbys did not confirm in time.
+    Replication(crate::repl::ReplError),
 }
 
 impl Error {
@@ -92,6 +95,7 @@ impl fmt::Display for Error {
             Error::LockTimeout { txn, key, mode, waited } => {
                 write!(f, "lock timeout: transaction {txn} waited {waited:?} for {mode:?} lock on {key}")
             }
+            Error::Replication(e) => write!(f, "replication: {e}"),
         }
     }
 }

@@ -262,6 +262,14 @@ pub fn describe_log(
                     g(7) as f64 / 1000.0
                 )
             }
+            crate::wal::engine::KIND_CATALOG => match crate::table::catalog::decode_catalog(&rec.payload) {
+                Some(c) => format!(
+                    "catalog: {} table(s): {}",
+                    c.tables.len(),
+                    c.tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                None => format!("catalog ({} bytes, does not decode)", rec.payload.len()),
+            },
             k => format!("kind {k}, {} payload bytes", rec.payload.len()),
         };
         let _ = writeln!(out, "  LSN {:>10} +{:<6} {what}", rec.lsn, rec.end_lsn - rec.lsn);

@@ -31,6 +31,7 @@ pub mod error;
 pub mod inspect;
 pub mod io;
 pub mod page;
+pub mod repl;
 pub mod table;
 pub mod trace;
 pub mod txn;

@@ -596,6 +596,12 @@ impl Database {
         next.tables.push(meta.clone());
         cat.0.store(&next)?;
         cat.1 = next;
+        if let Some(t) = &self.inner.txn.log {
+            // Standbys learn of the table from the log; a commit that uses it waits for a later
+            // LSN, so no wait here.
+            t.log()
+                .append(crate::wal::engine::KIND_CATALOG, &crate::table::catalog::encode_catalog(&cat.1))?;
+        }
         let heap = HeapFile::open(self.inner.table_pool.clone(), id, &heap_name(id))?;
         let secondaries =
             meta.index_roots.iter().map(|&r| BTree::open(self.inner.index_pool.clone(), id, r)).collect();

@@ -237,6 +237,16 @@ impl CatalogStore {
     }
 }
 
+/// The catalog as bytes (the payload of a catalog slot and of a `KIND_CATALOG` log record).
+pub fn encode_catalog(c: &CatalogData) -> Vec<u8> {
+    encode(c)
+}
+
+/// Decodes [`encode_catalog`]; `None` if the bytes are not a catalog.
+pub fn decode_catalog(b: &[u8]) -> Option<CatalogData> {
+    decode(b)
+}
+
 /// The bytes of a catalog slot holding `data` as version `seq`.
 fn slot_image(data: &CatalogData, seq: u64) -> Result<AlignedBuf> {
     let payload = encode(data);

@@ -29,6 +29,10 @@ pub const KIND_CHECKPOINT: u8 = KIND_USER_MIN + 4;
 /// losers, operations undone, microseconds — eight u64).
 pub const KIND_RECOVERY: u8 = KIND_USER_MIN + 5;
 
+/// The catalog changed (payload: the encoded catalog). Recovery ignores it (the catalog file
+/// is the truth locally); a standby stores it, so tables created on the primary exist there.
+pub const KIND_CATALOG: u8 = KIND_USER_MIN + 6;
+
 /// Pool tag of the table pool in page-change records.
 pub const TAG_TABLE: u8 = 0;
 /// Pool tag of the index pool.

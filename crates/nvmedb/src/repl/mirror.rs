@@ -1,0 +1,164 @@
+//! Data-page mirroring (seed 000's HA configuration): every write and sync of the primary's
+//! data files is also done, synchronously, on the standby.
+//!
+//! Owns: [`MirrorStorage`], a delegating [`Storage`] wrapper (the pattern of `io/hooked.rs`)
+//! whose devices send each write as a `PageWrite` frame and each sync as a `PageSync` frame to
+//! the standby and wait for its `PageAck`, over a small pool of authenticated connections.
+//!
+//! Invariants: a write or sync returns `Ok` only when both the local device and the standby
+//! have done it (the frame is sent before the local write starts, so the two overlap); if the
+//! standby cannot be reached the operation fails with an I/O error naming the standby — the
+//! engine then treats it like a failed disk write (never a silent local-only write). Reads are
+//! local only.
+
+use super::wire::{self, FrameType, Role};
+use super::ReplError;
+use crate::io::{Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage};
+use std::io::{BufReader, BufWriter};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+
+/// Where data pages are mirrored.
+#[derive(Debug, Clone)]
+pub struct MirrorConfig {
+    /// The standby's address.
+    pub addr: String,
+    /// The shared secret.
+    pub secret: Vec<u8>,
+    /// The primary's epoch.
+    pub epoch: u64,
+}
+
+/// How long a mirrored write or sync waits for the standby's acknowledgement.
+pub const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: BufWriter<TcpStream>,
+}
+
+struct Pool {
+    cfg: MirrorConfig,
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl Pool {
+    fn connect(&self) -> Result<Conn, ReplError> {
+        let a = &self.cfg.addr;
+        let mut s = TcpStream::connect(a).map_err(|e| ReplError::io(a, "connect", e))?;
+        s.set_nodelay(true).map_err(|e| ReplError::io(a, "nodelay", e))?;
+        // A standby that stops answering turns a mirrored write into an I/O error, not a hang.
+        s.set_read_timeout(Some(MIRROR_TIMEOUT)).map_err(|e| ReplError::io(a, "timeout", e))?;
+        wire::client_handshake(&mut s, a, &self.cfg.secret, Role::Mirror, self.cfg.epoch, 0)?;
+        let r = BufReader::new(s.try_clone().map_err(|e| ReplError::io(a, "clone", e))?);
+        Ok(Conn { r, w: BufWriter::with_capacity(1 << 16, s) })
+    }
+
+    /// Sends one frame, runs `local` meanwhile, and waits for the acknowledgement.
+    fn call(&self, kind: FrameType, payload: &[u8], local: impl FnOnce() -> IoResult<()>) -> IoResult<()> {
+        let a = self.cfg.addr.clone();
+        let fail = |e: ReplError| {
+            IoError::os(
+                &format!("mirror {a}"),
+                IoOpKind::Write,
+                0,
+                payload.len(),
+                std::io::Error::other(e.to_string()),
+            )
+        };
+        let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut conn = match conn {
+            Some(c) => c,
+            None => self.connect().map_err(fail)?,
+        };
+        let sent = wire::write_frame(&mut conn.w, &a, self.cfg.epoch, kind, payload);
+        let lr = local();
+        sent.map_err(fail)?;
+        let f = wire::expect_frame(&mut conn.r, &a).map_err(fail)?;
+        match f.kind {
+            FrameType::PageAck => {}
+            FrameType::Refused => return Err(fail(wire::refused_error(&a, &f, self.cfg.epoch))),
+            k => {
+                return Err(fail(ReplError::Protocol {
+                    peer: a.clone(),
+                    detail: format!("unexpected {k:?}"),
+                }));
+            }
+        }
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+        lr
+    }
+}
+
+/// A [`Storage`] whose devices mirror writes and syncs to a standby.
+pub struct MirrorStorage {
+    inner: Arc<dyn Storage>,
+    pool: Arc<Pool>,
+}
+
+impl MirrorStorage {
+    /// Wraps `inner`; connections are made on first use.
+    pub fn new(inner: Arc<dyn Storage>, cfg: MirrorConfig) -> Self {
+        Self { inner, pool: Arc::new(Pool { cfg, idle: Mutex::new(Vec::new()) }) }
+    }
+}
+
+struct MirrorDevice {
+    inner: Arc<dyn Device>,
+    name: String,
+    pool: Arc<Pool>,
+}
+
+impl MirrorDevice {
+    fn header(&self) -> Vec<u8> {
+        let mut p = (self.name.len() as u16).to_le_bytes().to_vec();
+        p.extend_from_slice(self.name.as_bytes());
+        p
+    }
+}
+
+impl Device for MirrorDevice {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn alignment(&self) -> usize {
+        self.inner.alignment()
+    }
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+    fn ensure_capacity(&self, len: u64) -> IoResult<()> {
+        self.inner.ensure_capacity(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
+        let mut p = self.header();
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(buf);
+        self.pool.call(FrameType::PageWrite, &p, || self.inner.write_at(offset, buf))
+    }
+    fn sync(&self) -> IoResult<()> {
+        self.pool.call(FrameType::PageSync, &self.header(), || self.inner.sync())
+    }
+}
+
+impl Storage for MirrorStorage {
+    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
+        let inner = self.inner.open(name, create)?;
+        Ok(Arc::new(MirrorDevice { inner, name: name.to_string(), pool: self.pool.clone() }))
+    }
+    fn exists(&self, name: &str) -> bool {
+        self.inner.exists(name)
+    }
+    fn list(&self) -> IoResult<Vec<String>> {
+        self.inner.list()
+    }
+    fn remove(&self, name: &str) -> IoResult<()> {
+        self.inner.remove(name)
+    }
+    fn location(&self) -> String {
+        format!("{} (mirrored to {})", self.inner.location(), self.pool.cfg.addr)
+    }
+}

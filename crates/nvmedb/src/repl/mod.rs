@@ -1,0 +1,215 @@
+//! Replication and high availability (seeds 000, 001, 002; docs/ha.md).
+//!
+//! Owns: log shipping from a primary to standbys over TCP ([`ReplicatedLog`], a
+//! [`RecordLog`](crate::wal::RecordLog) that wraps the local log and adds the standbys' shadow
+//! counters to `durable_lsn`/`wait_durable` per [`ReplicationMode`]); the standby
+//! ([`Standby`]: receives records, persists them in its [`ReplicaLog`] at the primary's LSNs,
+//! acknowledges its persisted position, applies redo continuously, and is promoted into a
+//! writable database with a new epoch); data-page mirroring ([`MirrorStorage`]: every data
+//! write and sync is also done synchronously on the standby); the wire protocol
+//! ([`wire`]: CRC32C-checked frames, each carrying the sender's epoch, and an HMAC-SHA256
+//! challenge/response handshake on a shared secret).
+//!
+//! Invariants:
+//! - A commit is acknowledged only when the local log is durable up to it and the shadow
+//!   counters satisfy the mode in force (eager: all standbys; quorum k; chain: the last;
+//!   lazy: local only). When standbys do not keep up within the policy's timeout, the commit
+//!   either fails with [`ReplError::Timeout`] or the log switches to a weaker mode, which is
+//!   logged to stderr and shown in [`ReplicatedLog::status`] — never silently.
+//! - A shadow counter only reflects positions a standby reported as persisted on the current
+//!   connection; on reconnect it is first lowered to what the primary will re-ship from.
+//! - Epochs fence: a standby refuses every frame whose epoch is older than its own, so a
+//!   demoted primary cannot get acknowledgements (and so cannot acknowledge commits) from a
+//!   standby that has seen a newer primary or was promoted.
+
+mod mirror;
+mod primary;
+mod replica_log;
+mod standby;
+pub mod wire;
+
+pub use crate::xlog::{LinkState, ReplicationMode};
+pub use mirror::{MirrorConfig, MirrorStorage};
+pub use primary::{ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy, StandbyStatus};
+pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
+pub use standby::{
+    admin_promote, admin_status, read_epoch, seed_standby, PromoteReport, Standby, StandbyConfig,
+};
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong in replication. Every variant names the peer (address) at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplError {
+    /// A frame failed its checksum, had an impossible length, or an unknown type. The
+    /// connection is dropped.
+    Corrupt {
+        /// Peer address.
+        peer: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The handshake failed: the peer does not know the shared secret (or we do not).
+    AuthFailed {
+        /// Peer address.
+        peer: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The peer has a newer epoch: this node was demoted and may not ship or acknowledge.
+    Fenced {
+        /// Peer address.
+        peer: String,
+        /// This node's epoch.
+        our_epoch: u64,
+        /// The peer's epoch.
+        their_epoch: u64,
+    },
+    /// The logs of primary and standby cannot be joined (standby behind the primary's oldest
+    /// log, or holding records the primary does not have): reseed the standby.
+    Diverged {
+        /// Peer address.
+        peer: String,
+        /// What was found.
+        detail: String,
+    },
+    /// The peer broke the protocol (unexpected frame).
+    Protocol {
+        /// Peer address.
+        peer: String,
+        /// What was unexpected.
+        detail: String,
+    },
+    /// The connection failed (refused, reset, closed).
+    Disconnected {
+        /// Peer address.
+        peer: String,
+        /// The I/O error.
+        detail: String,
+    },
+    /// A commit waited for the standbys longer than the policy allows.
+    Timeout {
+        /// The commit's LSN.
+        lsn: u64,
+        /// The mode that was not satisfied.
+        mode: ReplicationMode,
+        /// How long it waited.
+        waited: Duration,
+        /// Standby positions when it gave up.
+        shadows: Vec<u64>,
+    },
+}
+
+impl ReplError {
+    pub(crate) fn io(peer: &str, what: &str, e: std::io::Error) -> Self {
+        ReplError::Disconnected { peer: peer.into(), detail: format!("{what}: {e}") }
+    }
+}
+
+impl fmt::Display for ReplError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplError::Corrupt { peer, detail } => write!(f, "corrupt replication frame from {peer}: {detail}"),
+            ReplError::AuthFailed { peer, detail } => {
+                write!(f, "replication authentication with {peer} failed: {detail}")
+            }
+            ReplError::Fenced { peer, our_epoch, their_epoch } => write!(
+                f,
+                "fenced: {peer} is at epoch {their_epoch}, this node at epoch {our_epoch} (demoted; it may not ship or acknowledge)"
+            ),
+            ReplError::Diverged { peer, detail } => write!(f, "logs diverged with {peer}: {detail}"),
+            ReplError::Protocol { peer, detail } => write!(f, "replication protocol error with {peer}: {detail}"),
+            ReplError::Disconnected { peer, detail } => write!(f, "replication link to {peer} down: {detail}"),
+            ReplError::Timeout { lsn, mode, waited, shadows } => write!(
+                f,
+                "commit at LSN {lsn} not replicated in {mode:?} mode within {waited:?} (standby positions {shadows:?})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReplError {}
+
+impl From<ReplError> for crate::Error {
+    fn from(e: ReplError) -> Self {
+        crate::Error::Replication(e)
+    }
+}
+
+/// Parses a mode name: `lazy`, `eager`, `chain`, `quorum:K`.
+pub fn parse_mode(s: &str) -> Option<ReplicationMode> {
+    match s {
+        "lazy" => Some(ReplicationMode::Lazy),
+        "eager" => Some(ReplicationMode::Eager),
+        "chain" => Some(ReplicationMode::Chain),
+        _ => s.strip_prefix("quorum:").and_then(|k| k.parse().ok()).map(ReplicationMode::Quorum),
+    }
+}
+
+/// Reads a shared secret from a file (trailing whitespace removed); an empty secret is a
+/// configuration error naming the file.
+pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
+    let b = std::fs::read(path).map_err(|e| crate::Error::Config {
+        key: "secret-file".into(),
+        detail: format!("cannot read {}: {e}", path.display()),
+    })?;
+    let n = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(0, |p| p + 1);
+    if n == 0 {
+        return Err(crate::Error::Config {
+            key: "secret-file".into(),
+            detail: format!("{} is empty", path.display()),
+        });
+    }
+    Ok(b[..n].to_vec())
+}
+
+/// Opens (or creates) the database in directory `path` as a replicating primary: its log is
+/// the usual duplexed file log (`<path>/wal` and `options.log_mirror_dir` or
+/// `<path>/wal-mirror`) wrapped in a [`ReplicatedLog`]; with `mirror`, data-file writes are also
+/// mirrored synchronously ([`MirrorStorage`]). Standbys must have been seeded from this
+/// directory while the database was closed ([`seed_standby`]). Mirroring needs eager mode and
+/// the fail policy (a page must never reach the standby before its log). Returns the database
+/// and the replicated log (for [`ReplicatedLog::status`]).
+pub fn open_primary(
+    path: &std::path::Path,
+    options: crate::Options,
+    config: ReplConfig,
+    mirror: Option<MirrorConfig>,
+) -> crate::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
+    use crate::io::{DirStorage, FileOptions, Storage};
+    use std::sync::{Arc, Mutex};
+    if mirror.is_some()
+        && (config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }))
+    {
+        // A mirrored page may only reach the standby after the log covering it did, or
+        // promotion could find changes it can neither redo nor undo.
+        return Err(crate::Error::Config {
+            key: "repl.mode".into(),
+            detail: "data-page mirroring needs eager mode with the fail policy".into(),
+        });
+    }
+    let fo = FileOptions::default();
+    let mut storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo.clone())?);
+    if let Some(m) = mirror {
+        storage = Arc::new(MirrorStorage::new(storage, m));
+    }
+    let a: Arc<dyn Storage> = Arc::new(DirStorage::new(path.join("wal"), fo.clone())?);
+    let mdir = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
+    let b: Arc<dyn Storage> = Arc::new(DirStorage::new(mdir, fo)?);
+    let handle = Arc::new(Mutex::new(None));
+    let opener = ReplicatedLogOpener {
+        inner: Box::new(crate::wal::FileLogOpener {
+            primary: a,
+            secondary: b,
+            options: options.wal_options.clone(),
+        }),
+        config,
+        handle: handle.clone(),
+    };
+    let db = crate::Database::open_with_log(storage, Some(Box::new(opener)), options)?;
+    let log = handle.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
+        crate::Error::Config { key: "wal".into(), detail: "replication needs the write-ahead log".into() }
+    })?;
+    Ok((db, log))
+}

@@ -1,0 +1,760 @@
+//! The primary side: [`ReplicatedLog`] ships every appended record to the standbys and makes
+//! durability wait for their shadow counters.
+//!
+//! Owns: the in-memory queue of records not yet confirmed by every standby, one shipper thread
+//! (plus an acknowledgement reader) per standby, the shadow counters, the mode in force
+//! (configured or degraded), fencing state, and the replication-delay samples.
+//!
+//! Invariants:
+//! - Records enter the queue in LSN order, under the same lock as the local append.
+//! - The queue holds every record with `lsn >= queue.start`; records leave it only when they are
+//!   locally durable (so a shipper that finds its position below `queue.start` can read them
+//!   back from the local log) and, unless the queue exceeds its memory bound, confirmed by all
+//!   standbys.
+//! - `durable_lsn()` = the largest value ever returned by `combine(mode, local durable,
+//!   shadows)`: it never runs ahead of the local log and never goes backwards.
+//! - Once fenced (a standby reported a newer epoch), no commit is acknowledged again.
+
+use super::replica_log::encode_record;
+use super::wire::{self, FrameType, Role};
+use super::{LinkState, ReplError, ReplicationMode};
+use crate::error::{Error, Result};
+use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
+use crate::xlog::combine;
+use std::collections::VecDeque;
+use std::io::BufWriter;
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What a commit does when the standbys do not confirm it in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StandbyPolicy {
+    /// Wait up to `timeout`, then fail the commit with [`ReplError::Timeout`]. The commit's
+    /// records are still in the local log (they may survive a crash); the caller learns that
+    /// durability on the standbys is not guaranteed.
+    Fail {
+        /// How long a commit waits for the standbys.
+        timeout: Duration,
+    },
+    /// Wait up to `timeout`, then switch to mode `to` (logged to stderr and shown in status)
+    /// and go on; the configured mode returns when the standbys catch up.
+    Degrade {
+        /// How long a commit waits before degrading.
+        timeout: Duration,
+        /// The weaker mode (usually `Lazy`).
+        to: ReplicationMode,
+    },
+}
+
+/// Configuration of a primary's replication.
+#[derive(Debug, Clone)]
+pub struct ReplConfig {
+    /// Standby addresses (`host:port`), in chain order.
+    pub standbys: Vec<String>,
+    /// The shared secret of the handshake.
+    pub secret: Vec<u8>,
+    /// How commits combine the standbys' positions.
+    pub mode: ReplicationMode,
+    /// What happens when standbys are down or slow.
+    pub policy: StandbyPolicy,
+    /// This primary's epoch (term); must be at least the standbys' epoch.
+    pub epoch: u64,
+    /// Upper bound of one records frame.
+    pub max_frame_bytes: usize,
+    /// Records kept in memory for shipping beyond this are read back from the local log.
+    pub max_queue_bytes: usize,
+    /// Pause between reconnection attempts.
+    pub reconnect_delay: Duration,
+    /// Record the delay from append to the first standby's matching acknowledgement.
+    pub record_delays: bool,
+}
+
+impl Default for ReplConfig {
+    fn default() -> Self {
+        Self {
+            standbys: Vec::new(),
+            secret: Vec::new(),
+            mode: ReplicationMode::Eager,
+            policy: StandbyPolicy::Fail { timeout: Duration::from_secs(10) },
+            epoch: 1,
+            max_frame_bytes: 1 << 20,
+            max_queue_bytes: 64 << 20,
+            reconnect_delay: Duration::from_millis(100),
+            record_delays: false,
+        }
+    }
+}
+
+struct QRec {
+    lsn: Lsn,
+    end: Lsn,
+    kind: u8,
+    payload: Vec<u8>,
+}
+
+struct Queue {
+    recs: VecDeque<QRec>,
+    /// Every record with `lsn >= start` is in `recs`.
+    start: Lsn,
+    bytes: usize,
+}
+
+struct ModeState {
+    mode: ReplicationMode,
+    degraded: Option<String>,
+    fenced: Option<ReplError>,
+    events: Vec<String>,
+}
+
+struct Link {
+    state: LinkState,
+    detail: String,
+    connects: u64,
+    stream: Option<TcpStream>,
+}
+
+struct Shared {
+    cfg: ReplConfig,
+    local: Arc<dyn RecordLog>,
+    q: Mutex<Queue>,
+    q_cv: Condvar,
+    /// Shippers waiting on `q_cv` (incremented under `q`): appenders skip the wake-up syscall
+    /// when nobody waits.
+    q_waiters: std::sync::atomic::AtomicUsize,
+    shadows: Vec<AtomicU64>,
+    links: Vec<Mutex<Link>>,
+    ms: Mutex<ModeState>,
+    ack_cv: Condvar,
+    published: AtomicU64,
+    stop: AtomicBool,
+    stop_mx: Mutex<()>,
+    stop_cv: Condvar,
+    samples: Mutex<VecDeque<(Lsn, Instant)>>,
+    delays: Mutex<Vec<u64>>,
+    /// End of the last appended record (the local durable position may lie past it, in filler).
+    last_end: AtomicU64,
+}
+
+/// Where one standby stands, for status output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandbyStatus {
+    /// Its address.
+    pub addr: String,
+    /// Link health.
+    pub link: LinkState,
+    /// Last error or note.
+    pub detail: String,
+    /// Its shadow counter (persisted position it reported).
+    pub shadow: Lsn,
+    /// Successful connections so far.
+    pub connects: u64,
+}
+
+/// The replication state of a primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplStatus {
+    /// The configured mode.
+    pub configured: ReplicationMode,
+    /// The mode in force (differs while degraded).
+    pub effective: ReplicationMode,
+    /// Why the mode is degraded, if it is.
+    pub degraded: Option<String>,
+    /// Set when a standby fenced this primary.
+    pub fenced: Option<String>,
+    /// This primary's epoch.
+    pub epoch: u64,
+    /// Local durable LSN.
+    pub local_durable: Lsn,
+    /// Durable LSN the engine sees.
+    pub durable: Lsn,
+    /// Per standby.
+    pub standbys: Vec<StandbyStatus>,
+    /// Mode changes, oldest first.
+    pub events: Vec<String>,
+}
+
+impl std::fmt::Display for ReplStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "role primary  epoch {}  mode {:?} (configured {:?}){}{}",
+            self.epoch,
+            self.effective,
+            self.configured,
+            self.degraded.as_ref().map(|d| format!("  DEGRADED: {d}")).unwrap_or_default(),
+            self.fenced.as_ref().map(|d| format!("  FENCED: {d}")).unwrap_or_default()
+        )?;
+        writeln!(f, "local durable {}  acknowledged durable {}", self.local_durable, self.durable)?;
+        for s in &self.standbys {
+            writeln!(
+                f,
+                "  standby {:<22} link {:?}  shadow {}  lag {} B  connects {}  {}",
+                s.addr,
+                s.link,
+                s.shadow,
+                self.local_durable.saturating_sub(s.shadow),
+                s.connects,
+                s.detail
+            )?;
+        }
+        for e in &self.events {
+            writeln!(f, "  event: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A [`RecordLog`] that replicates the local log to standbys. See the module documentation.
+pub struct ReplicatedLog {
+    sh: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for ReplicatedLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplicatedLog({:?} to {:?})", self.sh.cfg.mode, self.sh.cfg.standbys)
+    }
+}
+
+impl ReplicatedLog {
+    /// Starts replicating `local` to `cfg.standbys` (connections are made in the background;
+    /// commits wait for them as the mode and policy say).
+    pub fn start(local: Arc<dyn RecordLog>, cfg: ReplConfig) -> Result<Arc<Self>> {
+        if cfg.secret.is_empty() {
+            return Err(Error::Config {
+                key: "repl.secret".into(),
+                detail: "an empty secret is not allowed".into(),
+            });
+        }
+        if let ReplicationMode::Quorum(k) = cfg.mode {
+            if k == 0 || k > cfg.standbys.len() {
+                return Err(Error::Config {
+                    key: "repl.mode".into(),
+                    detail: format!("quorum {k} needs between 1 and {} standbys", cfg.standbys.len()),
+                });
+            }
+        }
+        let end = local.end_lsn();
+        let n = cfg.standbys.len();
+        let sh = Arc::new(Shared {
+            local: local.clone(),
+            q: Mutex::new(Queue { recs: VecDeque::new(), start: end, bytes: 0 }),
+            q_cv: Condvar::new(),
+            q_waiters: std::sync::atomic::AtomicUsize::new(0),
+            shadows: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            links: (0..n)
+                .map(|_| {
+                    Mutex::new(Link {
+                        state: LinkState::Stale,
+                        detail: "connecting".into(),
+                        connects: 0,
+                        stream: None,
+                    })
+                })
+                .collect(),
+            ms: Mutex::new(ModeState { mode: cfg.mode, degraded: None, fenced: None, events: Vec::new() }),
+            ack_cv: Condvar::new(),
+            published: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            stop_mx: Mutex::new(()),
+            stop_cv: Condvar::new(),
+            samples: Mutex::new(VecDeque::new()),
+            delays: Mutex::new(Vec::new()),
+            last_end: AtomicU64::new(end),
+            cfg,
+        });
+        let mut threads = Vec::new();
+        for i in 0..n {
+            let s = sh.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("nvmedb-ship-{i}"))
+                .spawn(move || shipper(s, i))
+                .map_err(|e| {
+                    Error::Io(crate::io::IoError::os("repl shipper", crate::io::IoOpKind::Setup, 0, 0, e))
+                })?;
+            threads.push(t);
+        }
+        Ok(Arc::new(Self { sh, threads: Mutex::new(threads) }))
+    }
+
+    /// The replication state (mode in force, links, shadow counters).
+    pub fn status(&self) -> ReplStatus {
+        let ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+        let local_durable = self.sh.local.durable_lsn();
+        ReplStatus {
+            configured: self.sh.cfg.mode,
+            effective: ms.mode,
+            degraded: ms.degraded.clone(),
+            fenced: ms.fenced.as_ref().map(|e| e.to_string()),
+            epoch: self.sh.cfg.epoch,
+            local_durable,
+            durable: self.sh.published.load(Ordering::Acquire),
+            standbys: self
+                .sh
+                .cfg
+                .standbys
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let l = self.sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+                    StandbyStatus {
+                        addr: a.clone(),
+                        link: l.state,
+                        detail: l.detail.clone(),
+                        shadow: self.sh.shadows[i].load(Ordering::Acquire),
+                        connects: l.connects,
+                    }
+                })
+                .collect(),
+            events: ms.events.clone(),
+        }
+    }
+
+    /// Replication delays recorded so far (nanoseconds from append to the first standby's
+    /// acknowledgement covering the record), draining them. Needs `record_delays`.
+    pub fn take_delays(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.sh.delays.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Stops shipping and closes the connections (also done on drop).
+    pub fn shutdown(&self) {
+        self.sh.stop.store(true, Ordering::Release);
+        for l in &self.sh.links {
+            if let Some(s) = &l.lock().unwrap_or_else(|e| e.into_inner()).stream {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        {
+            let _g = self.sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+            self.sh.stop_cv.notify_all();
+        }
+        self.sh.q_cv.notify_all();
+        self.sh.ack_cv.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    fn combined(&self, ms: &ModeState) -> Lsn {
+        let local = self.sh.local.durable_lsn();
+        if ms.fenced.is_some() {
+            return self.sh.published.load(Ordering::Acquire);
+        }
+        let shadows: Vec<u64> = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
+        let c = combine(ms.mode, local, &shadows);
+        self.sh.published.fetch_max(c, Ordering::AcqRel).max(c)
+    }
+}
+
+impl Drop for ReplicatedLog {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl RecordLog for ReplicatedLog {
+    fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
+        let mut q = self.sh.q.lock().unwrap_or_else(|e| e.into_inner());
+        let (lsn, end) = self.sh.local.append_record(kind, payload)?;
+        q.bytes += payload.len() + 32;
+        q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec() });
+        self.sh.last_end.store(end, Ordering::Release);
+        if self.sh.cfg.record_delays {
+            let mut smp = self.sh.samples.lock().unwrap_or_else(|e| e.into_inner());
+            if smp.len() >= 4_000_000 {
+                smp.pop_front(); // no acknowledgements arrive: keep the newest
+            }
+            smp.push_back((end, Instant::now()));
+        }
+        // Trim what every standby has and the local log holds durably (or, over the memory
+        // bound, what the local log holds durably: shippers read it back from there).
+        let local = self.sh.local.durable_lsn();
+        let min_shadow = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).min().unwrap_or(local);
+        let over = q.bytes > self.sh.cfg.max_queue_bytes;
+        while let Some(f) = q.recs.front() {
+            if f.end <= local && (f.end <= min_shadow || over) {
+                let f = q.recs.pop_front().expect("front exists");
+                q.bytes -= f.payload.len() + 32;
+                q.start = f.end;
+            } else {
+                break;
+            }
+        }
+        drop(q);
+        if self.sh.q_waiters.load(Ordering::Acquire) > 0 {
+            self.sh.q_cv.notify_all();
+        }
+        Ok((lsn, end))
+    }
+
+    fn end_lsn(&self) -> Lsn {
+        self.sh.local.end_lsn()
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        let ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+        self.combined(&ms)
+    }
+
+    fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
+        self.sh.local.wait_durable(lsn)?;
+        let started = Instant::now();
+        let timeout = match self.sh.cfg.policy {
+            StandbyPolicy::Fail { timeout } | StandbyPolicy::Degrade { timeout, .. } => timeout,
+        };
+        let mut ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(f) = &ms.fenced {
+                return Err(Error::Replication(f.clone()));
+            }
+            let c = self.combined(&ms);
+            if c >= lsn {
+                return Ok(c);
+            }
+            let waited = started.elapsed();
+            if waited >= timeout {
+                match self.sh.cfg.policy {
+                    StandbyPolicy::Fail { .. } => {
+                        return Err(Error::Replication(ReplError::Timeout {
+                            lsn,
+                            mode: ms.mode,
+                            waited,
+                            shadows: self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect(),
+                        }))
+                    }
+                    StandbyPolicy::Degrade { to, .. } => {
+                        if ms.mode != to {
+                            let why = format!(
+                                "standbys did not confirm LSN {lsn} within {timeout:?} in {:?} mode (positions {:?})",
+                                ms.mode,
+                                self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect::<Vec<_>>()
+                            );
+                            let from = ms.mode;
+                            eprintln!("nvmedb repl: DEGRADED from {from:?} to {to:?}: {why}");
+                            ms.events.push(format!("degraded {from:?} -> {to:?}: {why}"));
+                            ms.mode = to;
+                            ms.degraded = Some(why);
+                            continue;
+                        }
+                    }
+                }
+            }
+            let left = timeout.saturating_sub(waited).max(Duration::from_millis(1));
+            ms = self.sh.ack_cv.wait_timeout(ms, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    fn recovered(&self) -> RecoveredLog {
+        self.sh.local.recovered()
+    }
+
+    fn reader(&self, from: Lsn) -> Result<Box<dyn RecordReader>> {
+        self.sh.local.reader(from)
+    }
+
+    fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
+        // Keep what some standby may still need to be re-shipped.
+        let min_shadow = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).min().unwrap_or(lsn);
+        self.sh.local.truncate_before(lsn.min(min_shadow))
+    }
+
+    fn stats(&self) -> WalStats {
+        self.sh.local.stats()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}, replicated ({:?}, epoch {}) to {}",
+            self.sh.local.describe(),
+            self.sh.cfg.mode,
+            self.sh.cfg.epoch,
+            self.sh.cfg.standbys.join(", ")
+        )
+    }
+}
+
+/// Opens a [`ReplicatedLog`] over the log another opener opens.
+pub struct ReplicatedLogOpener {
+    /// The local log.
+    pub inner: Box<dyn LogOpener>,
+    /// Replication settings.
+    pub config: ReplConfig,
+    /// Receives the replicated log once open (for status and delays).
+    pub handle: Arc<Mutex<Option<Arc<ReplicatedLog>>>>,
+}
+
+impl LogOpener for ReplicatedLogOpener {
+    fn is_empty(&self) -> Result<bool> {
+        self.inner.is_empty()
+    }
+
+    fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>> {
+        let local = self.inner.open(initial_lsn)?;
+        let r = ReplicatedLog::start(local, self.config)?;
+        *self.handle.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+        Ok(r)
+    }
+}
+
+fn set_link(sh: &Shared, i: usize, state: LinkState, detail: String) {
+    let mut l = sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+    l.state = state;
+    l.detail = detail;
+}
+
+fn fence(sh: &Shared, e: ReplError) {
+    let mut ms = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+    if ms.fenced.is_none() {
+        eprintln!("nvmedb repl: FENCED: {e}");
+        ms.events.push(format!("fenced: {e}"));
+        ms.fenced = Some(e);
+    }
+    drop(ms);
+    sh.ack_cv.notify_all();
+}
+
+/// One standby's shipper: connect, hand-shake, ship, repeat after failures until stopped.
+fn shipper(sh: Arc<Shared>, i: usize) {
+    let addr = sh.cfg.standbys[i].clone();
+    while !sh.stop.load(Ordering::Acquire) {
+        match ship_once(&sh, i, &addr) {
+            Ok(()) => {}
+            Err(e @ ReplError::Fenced { .. }) => {
+                set_link(&sh, i, LinkState::Failed, e.to_string());
+                fence(&sh, e);
+                return;
+            }
+            Err(e) => set_link(&sh, i, LinkState::Failed, e.to_string()),
+        }
+        sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).stream = None;
+        let g = sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+        if !sh.stop.load(Ordering::Acquire) {
+            let _ = sh.stop_cv.wait_timeout(g, sh.cfg.reconnect_delay);
+        }
+    }
+}
+
+fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), ReplError> {
+    let sa = addr
+        .to_socket_addrs()
+        .map_err(|e| ReplError::io(addr, "resolve", e))?
+        .next()
+        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
+    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(2))
+        .map_err(|e| ReplError::io(addr, "connect", e))?;
+    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
+    // The standby will drop records past what we hold durably; lower the shadow first so no
+    // commit is acknowledged on records it is about to drop.
+    let durable = sh.local.durable_lsn();
+    sh.shadows[i].fetch_min(durable, Ordering::AcqRel);
+    // A peer that accepts but never answers must not hang the shipper (or shutdown).
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(addr, "timeout", e))?;
+    let w = wire::client_handshake(&mut s, addr, &sh.cfg.secret, Role::Log, sh.cfg.epoch, durable)?;
+    s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
+    let mut pos = w.position;
+    let recovered_start = sh.local.recovered().start_lsn;
+    if pos < recovered_start {
+        return Err(ReplError::Diverged {
+            peer: addr.into(),
+            detail: format!(
+                "standby is at LSN {pos}, the primary's log starts at {recovered_start}: reseed the standby"
+            ),
+        });
+    }
+    if pos > sh.local.end_lsn() {
+        return Err(ReplError::Diverged {
+            peer: addr.into(),
+            detail: format!("standby is at LSN {pos}, past the primary's log end {}", sh.local.end_lsn()),
+        });
+    }
+    sh.shadows[i].store(pos, Ordering::Release);
+    {
+        let mut l = sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+        l.state = LinkState::Up;
+        l.detail = format!("connected at LSN {pos}");
+        l.connects += 1;
+        l.stream = s.try_clone().ok();
+    }
+    sh.ack_cv.notify_all();
+    let dead = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (sh, dead, addr) = (sh.clone(), dead.clone(), addr.to_string());
+        let mut rs = s.try_clone().map_err(|e| ReplError::io(&addr, "clone", e))?;
+        std::thread::spawn(move || {
+            let r = ack_reader(&sh, i, &addr, &mut rs);
+            dead.store(true, Ordering::Release);
+            sh.q_cv.notify_all();
+            let _ = rs.shutdown(Shutdown::Both);
+            r
+        })
+    };
+    let mut out =
+        BufWriter::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(addr, "clone", e))?);
+    let mut frame = Vec::new();
+    let mut sent_durable = 0;
+    let result = (|| -> std::result::Result<(), ReplError> {
+        loop {
+            if sh.stop.load(Ordering::Acquire) || dead.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            frame.clear();
+            frame.extend_from_slice(&0u64.to_le_bytes());
+            frame.extend_from_slice(&0u32.to_le_bytes());
+            let mut count = 0u32;
+            let q = sh.q.lock().unwrap_or_else(|e| e.into_inner());
+            if pos < q.start {
+                // Behind the queue: read back from the local log.
+                let qstart = q.start;
+                drop(q);
+                let mut r = sh.local.reader(pos).map_err(|e| ReplError::Diverged {
+                    peer: addr.into(),
+                    detail: format!("reading the local log: {e}"),
+                })?;
+                while frame.len() < sh.cfg.max_frame_bytes {
+                    match r.next_record() {
+                        Ok(Some(rec)) if rec.lsn < qstart => {
+                            if rec.end_lsn > pos {
+                                encode_record(&mut frame, rec.lsn, rec.end_lsn, rec.kind, &rec.payload);
+                                count += 1;
+                                pos = rec.end_lsn;
+                            }
+                        }
+                        Ok(_) => {
+                            pos = pos.max(qstart);
+                            break;
+                        }
+                        Err(e) => {
+                            return Err(ReplError::Diverged {
+                                peer: addr.into(),
+                                detail: format!("reading the local log: {e}"),
+                            })
+                        }
+                    }
+                }
+                if count == 0 && pos < qstart {
+                    pos = qstart;
+                }
+            } else {
+                let from = q.recs.partition_point(|r| r.lsn < pos);
+                if from == q.recs.len() {
+                    // Idle: tell the standby how far our own log is durable (it applies only
+                    // that far), then wait for appends.
+                    let d = sh.local.durable_lsn();
+                    if d > sent_durable {
+                        drop(q);
+                        sent_durable = d;
+                        frame[..8].copy_from_slice(&d.to_le_bytes());
+                        wire::write_frame(&mut out, addr, sh.cfg.epoch, FrameType::Records, &frame)?;
+                        continue;
+                    }
+                    sh.q_waiters.fetch_add(1, Ordering::AcqRel);
+                    let r = sh.q_cv.wait_timeout(q, Duration::from_millis(5));
+                    sh.q_waiters.fetch_sub(1, Ordering::AcqRel);
+                    drop(r);
+                    continue;
+                }
+                for r in q.recs.range(from..) {
+                    encode_record(&mut frame, r.lsn, r.end, r.kind, &r.payload);
+                    count += 1;
+                    pos = r.end;
+                    if frame.len() >= sh.cfg.max_frame_bytes {
+                        break;
+                    }
+                }
+                drop(q);
+            }
+            if count == 0 {
+                continue;
+            }
+            let durable = sh.local.durable_lsn();
+            sent_durable = durable;
+            frame[..8].copy_from_slice(&durable.to_le_bytes());
+            frame[8..12].copy_from_slice(&count.to_le_bytes());
+            wire::write_frame(&mut out, addr, sh.cfg.epoch, FrameType::Records, &frame)?;
+        }
+    })();
+    let _ = s.shutdown(Shutdown::Both);
+    let acks = reader.join().unwrap_or_else(|_| {
+        Err(ReplError::Protocol { peer: addr.into(), detail: "ack reader panicked".into() })
+    });
+    match (result, acks) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Err(e)) if !sh.stop.load(Ordering::Acquire) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::result::Result<(), ReplError> {
+    loop {
+        let f = match wire::read_frame(s, addr)? {
+            Some(f) => f,
+            None => {
+                return Err(ReplError::Disconnected {
+                    peer: addr.into(),
+                    detail: "standby closed the connection".into(),
+                })
+            }
+        };
+        if f.epoch > sh.cfg.epoch {
+            return Err(ReplError::Fenced {
+                peer: addr.into(),
+                our_epoch: sh.cfg.epoch,
+                their_epoch: f.epoch,
+            });
+        }
+        match f.kind {
+            FrameType::Ack if f.payload.len() == 8 => {
+                let pos = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
+                let now = sh.shadows[i].fetch_max(pos, Ordering::AcqRel).max(pos);
+                if i == 0 && sh.cfg.record_delays {
+                    let t = Instant::now();
+                    let mut smp = sh.samples.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut d = sh.delays.lock().unwrap_or_else(|e| e.into_inner());
+                    while let Some(&(end, at)) = smp.front() {
+                        if end > now {
+                            break;
+                        }
+                        smp.pop_front();
+                        if d.len() < 4_000_000 {
+                            d.push(t.duration_since(at).as_nanos() as u64);
+                        }
+                    }
+                }
+                let _g = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+                sh.ack_cv.notify_all();
+                drop(_g);
+                restore_mode_if_caught_up(sh);
+            }
+            FrameType::Refused => return Err(wire::refused_error(addr, &f, sh.cfg.epoch)),
+            k => {
+                return Err(ReplError::Protocol {
+                    peer: addr.into(),
+                    detail: format!("unexpected {k:?} frame"),
+                })
+            }
+        }
+    }
+}
+
+/// Returns to the configured mode once the standbys satisfy it again for everything durable.
+fn restore_mode_if_caught_up(sh: &Shared) {
+    let mut ms = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+    if ms.degraded.is_none() || ms.fenced.is_some() {
+        return;
+    }
+    let local = sh.local.durable_lsn();
+    let shadows: Vec<u64> = sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
+    // Caught up: the configured combination covers everything locally durable (the durable
+    // position may end in filler, which is never shipped: the last record's end is enough).
+    let need = local.min(sh.last_end.load(Ordering::Acquire));
+    if combine(sh.cfg.mode, local, &shadows) >= need {
+        eprintln!("nvmedb repl: RESTORED {:?} mode: standbys caught up at LSN {local}", sh.cfg.mode);
+        ms.events.push(format!("restored {:?} at LSN {local}", sh.cfg.mode));
+        ms.mode = sh.cfg.mode;
+        ms.degraded = None;
+    }
+}

@@ -1,0 +1,489 @@
+//! [`ReplicaLog`]: the standby's own log, holding the primary's records at the primary's LSNs.
+//!
+//! Owns: one file `log.dat` of checksummed records (header `crc:u32 | lsn:u64 | end:u64 |
+//! kind:u8 | len:u32`, then the payload; the CRC32C covers everything after the crc field) and
+//! `log.start` (the LSN at which the log begins, fixed at creation). Records are written with
+//! ordinary buffered writes and made durable with `fdatasync` (group commit: one sync covers
+//! every record appended before it).
+//!
+//! Invariants:
+//! - Records are stored at the LSNs the primary gave them ([`ReplicaLog::append_at`]), so page
+//!   LSNs written by redo on the standby compare correctly with this log, before and after
+//!   promotion. `lsn < end`, and each record starts at or after the previous one's end (the
+//!   primary's filler records are not shipped, so gaps are normal).
+//! - After promotion, [`RecordLog::append_record`] continues the stream at the end of the last
+//!   record, so LSNs keep increasing across the change of role.
+//! - `durable_lsn` covers only records that are written and synced. At open, the first record
+//!   that is short or fails its checksum ends the log and the file is cut there (a torn tail:
+//!   the primary re-ships from the standby's position; nothing past it was acknowledged by
+//!   this standby).
+//! - [`ReplicaLog::truncate_after`] is the only way the end moves backwards; the standby uses it
+//!   before promotion, for records past what a reconnecting primary holds durably (records the
+//!   primary never made durable, so no commit depending on them was acknowledged).
+
+use crate::error::{Error, Result};
+use crate::wal::{LogRecord, Lsn, RecordReader, RecoveredLog, WalStats};
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Bytes of a replica record header.
+pub const REPLICA_HEADER_BYTES: usize = 4 + 8 + 8 + 1 + 4;
+const LOG_FILE: &str = "log.dat";
+const START_FILE: &str = "log.start";
+
+fn io_err(path: &Path, what: &str, e: std::io::Error) -> Error {
+    Error::Io(crate::io::IoError::os(
+        &format!("{} ({what})", path.display()),
+        crate::io::IoOpKind::Setup,
+        0,
+        0,
+        e,
+    ))
+}
+
+/// One record as it is stored and shipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShippedRecord {
+    /// Start LSN (the primary's).
+    pub lsn: Lsn,
+    /// End LSN (the primary's); the page LSN of pages this record changes.
+    pub end: Lsn,
+    /// Record kind.
+    pub kind: u8,
+    /// Payload.
+    pub payload: Vec<u8>,
+}
+
+/// Encodes a record in the replica (and wire) layout, appending to `out`.
+pub fn encode_record(out: &mut Vec<u8>, lsn: Lsn, end: Lsn, kind: u8, payload: &[u8]) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&lsn.to_le_bytes());
+    out.extend_from_slice(&end.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crate::util::crc32c(&out[start + 4..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Decodes one record from the front of `b`: `Ok(Some((record, bytes used)))`, `Ok(None)` when
+/// `b` is too short, `Err(detail)` when the bytes are not a valid record.
+pub fn decode_record(b: &[u8]) -> std::result::Result<Option<(ShippedRecord, usize)>, String> {
+    if b.len() < REPLICA_HEADER_BYTES {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(b[21..25].try_into().expect("4 bytes")) as usize;
+    if b.len() < REPLICA_HEADER_BYTES + len {
+        return Ok(None);
+    }
+    let total = REPLICA_HEADER_BYTES + len;
+    let crc = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+    if crate::util::crc32c(&b[4..total]) != crc {
+        return Err("record checksum mismatch".into());
+    }
+    let lsn = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
+    let end = u64::from_le_bytes(b[12..20].try_into().expect("8 bytes"));
+    if end <= lsn {
+        return Err(format!("record end {end} not after its start {lsn}"));
+    }
+    Ok(Some((ShippedRecord { lsn, end, kind: b[20], payload: b[25..total].to_vec() }, total)))
+}
+
+struct Pending {
+    buf: Vec<u8>,
+    /// End LSN of the last appended record (or the start).
+    end: Lsn,
+    records: u64,
+}
+
+struct Flushed {
+    file: File,
+    /// Bytes of the file that are written and synced.
+    len: u64,
+}
+
+/// The standby's log. See the module documentation.
+pub struct ReplicaLog {
+    dir: PathBuf,
+    start: Lsn,
+    pending: Mutex<Pending>,
+    flushed: Mutex<Flushed>,
+    durable: AtomicU64,
+    durable_len: AtomicU64,
+    recovered: RecoveredLog,
+    stats: Mutex<WalStats>,
+}
+
+impl std::fmt::Debug for ReplicaLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplicaLog({}, end {})", self.dir.display(), self.end_lsn())
+    }
+}
+
+impl ReplicaLog {
+    /// Opens the replica log in `dir`, creating it (beginning at `start_if_new`) when absent.
+    /// Cuts a torn tail.
+    pub fn open(dir: &Path, start_if_new: Lsn) -> Result<Arc<Self>> {
+        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, "create", e))?;
+        let sp = dir.join(START_FILE);
+        let start = match std::fs::read(&sp) {
+            Ok(b) if b.len() == 12 && crate::util::crc32c(&b[..8]).to_le_bytes() == b[8..12] => {
+                u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
+            }
+            Ok(_) => {
+                return Err(Error::Corruption {
+                    file: sp.display().to_string(),
+                    offset: 0,
+                    detail: "replica log start file is damaged".into(),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut b = start_if_new.to_le_bytes().to_vec();
+                b.extend_from_slice(&crate::util::crc32c(&b).to_le_bytes());
+                let tmp = dir.join("log.start.tmp");
+                let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
+                f.write_all(&b).and_then(|()| f.sync_all()).map_err(|e| io_err(&tmp, "write", e))?;
+                std::fs::rename(&tmp, &sp).map_err(|e| io_err(&sp, "rename", e))?;
+                File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, "sync dir", e))?;
+                start_if_new
+            }
+            Err(e) => return Err(io_err(&sp, "read", e)),
+        };
+        let lp = dir.join(LOG_FILE);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lp)
+            .map_err(|e| io_err(&lp, "open", e))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|e| io_err(&lp, "read", e))?;
+        let mut off = 0;
+        let mut end = start;
+        let mut records = 0;
+        while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
+            if r.lsn < end {
+                break;
+            }
+            end = r.end;
+            off += n;
+            records += 1;
+        }
+        if off < bytes.len() {
+            file.set_len(off as u64)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| io_err(&lp, "cut torn tail", e))?;
+        }
+        file.seek(SeekFrom::Start(off as u64)).map_err(|e| io_err(&lp, "seek", e))?;
+        let recovered =
+            RecoveredLog { log_id: 0, start_lsn: start, end_lsn: end, segments: 1, created: false };
+        let _ = records;
+        Ok(Arc::new(Self {
+            dir: dir.to_path_buf(),
+            start,
+            pending: Mutex::new(Pending { buf: Vec::new(), end, records: 0 }),
+            flushed: Mutex::new(Flushed { file, len: off as u64 }),
+            durable: AtomicU64::new(end),
+            durable_len: AtomicU64::new(off as u64),
+            recovered,
+            stats: Mutex::new(WalStats::default()),
+        }))
+    }
+
+    /// Where the log begins.
+    pub fn start_lsn(&self) -> Lsn {
+        self.start
+    }
+
+    /// Appends a record shipped by the primary, at the primary's LSNs. Records already held
+    /// (`end <= end_lsn()`) are skipped (a re-shipment after reconnecting); a record that
+    /// overlaps the end is an error.
+    pub fn append_at(&self, lsn: Lsn, end: Lsn, kind: u8, payload: &[u8]) -> Result<bool> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if end <= p.end {
+            return Ok(false);
+        }
+        if lsn < p.end || end <= lsn {
+            return Err(Error::InvalidArgument(format!(
+                "shipped record [{lsn}, {end}) overlaps the replica log end {}",
+                p.end
+            )));
+        }
+        encode_record(&mut p.buf, lsn, end, kind, payload);
+        p.end = end;
+        p.records += 1;
+        Ok(true)
+    }
+
+    /// Writes and syncs everything appended; returns the durable end.
+    pub fn sync(&self) -> Result<Lsn> {
+        let mut f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
+        let (buf, end, n) = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            (std::mem::take(&mut p.buf), p.end, std::mem::take(&mut p.records))
+        };
+        if buf.is_empty() {
+            return Ok(self.durable.load(Ordering::Acquire));
+        }
+        let lp = self.dir.join(LOG_FILE);
+        f.file.write_all(&buf).and_then(|()| f.file.sync_data()).map_err(|e| io_err(&lp, "write", e))?;
+        f.len += buf.len() as u64;
+        self.durable_len.store(f.len, Ordering::Release);
+        let prev = self.durable.swap(end, Ordering::AcqRel);
+        assert!(prev <= end, "replica log durable position went backwards");
+        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        s.flushes += 1;
+        s.records_flushed += n;
+        s.bytes_written += buf.len() as u64;
+        Ok(end)
+    }
+
+    /// Drops every record that ends after `lsn` (see the module documentation for when this is
+    /// legal). Returns the new end.
+    pub fn truncate_after(&self, lsn: Lsn) -> Result<Lsn> {
+        let mut f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.buf.clear();
+        p.records = 0;
+        let lp = self.dir.join(LOG_FILE);
+        let mut bytes = Vec::new();
+        let mut rf = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
+        rf.read_to_end(&mut bytes).map_err(|e| io_err(&lp, "read", e))?;
+        bytes.truncate(f.len as usize);
+        let (mut off, mut end) = (0usize, self.start);
+        while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
+            if r.end > lsn {
+                break;
+            }
+            end = r.end;
+            off += n;
+        }
+        f.file
+            .set_len(off as u64)
+            .and_then(|()| f.file.sync_all())
+            .map_err(|e| io_err(&lp, "truncate", e))?;
+        f.file.seek(SeekFrom::Start(off as u64)).map_err(|e| io_err(&lp, "seek", e))?;
+        f.len = off as u64;
+        p.end = end;
+        self.durable_len.store(f.len, Ordering::Release);
+        self.durable.store(end, Ordering::Release);
+        Ok(end)
+    }
+
+    /// A reader that follows the log as it grows, from the beginning of the file.
+    pub fn tail(self: &Arc<Self>) -> Result<TailReader> {
+        let lp = self.dir.join(LOG_FILE);
+        let file = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
+        Ok(TailReader {
+            log: self.clone(),
+            file: BufReader::with_capacity(1 << 20, file),
+            offset: 0,
+            path: lp,
+        })
+    }
+}
+
+/// Reads a [`ReplicaLog`] sequentially, only as far as it is durable, resuming where it left off.
+pub struct TailReader {
+    log: Arc<ReplicaLog>,
+    file: BufReader<File>,
+    offset: u64,
+    path: PathBuf,
+}
+
+impl TailReader {
+    /// Byte offset of the next record in the file.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Repositions at byte offset `off` (a record start this reader returned before).
+    pub fn seek_to(&mut self, off: u64) -> Result<()> {
+        self.file.seek(SeekFrom::Start(off)).map_err(|e| io_err(&self.path, "seek", e))?;
+        self.offset = off;
+        Ok(())
+    }
+
+    /// The next durable record, `None` when the reader has caught up with the durable end.
+    pub fn next_record(&mut self) -> Result<Option<ShippedRecord>> {
+        let limit = self.log.durable_len.load(Ordering::Acquire);
+        if self.offset + REPLICA_HEADER_BYTES as u64 > limit {
+            return Ok(None);
+        }
+        let mut head = [0u8; REPLICA_HEADER_BYTES];
+        self.file.read_exact(&mut head).map_err(|e| io_err(&self.path, "read", e))?;
+        let len = u32::from_le_bytes(head[21..25].try_into().expect("4 bytes")) as usize;
+        let mut rec = head.to_vec();
+        rec.resize(REPLICA_HEADER_BYTES + len, 0);
+        self.file.read_exact(&mut rec[REPLICA_HEADER_BYTES..]).map_err(|e| io_err(&self.path, "read", e))?;
+        let off = self.offset;
+        match decode_record(&rec) {
+            Ok(Some((r, n))) => {
+                assert!(off + n as u64 <= limit, "durable length cuts a record");
+                self.offset += n as u64;
+                Ok(Some(r))
+            }
+            Ok(None) => unreachable!("a full record was read"),
+            Err(detail) => {
+                Err(Error::Corruption { file: self.path.display().to_string(), offset: off, detail })
+            }
+        }
+    }
+}
+
+/// A [`RecordReader`] over a replica log from an LSN.
+struct FromReader {
+    tail: TailReader,
+    from: Lsn,
+}
+
+impl RecordReader for FromReader {
+    fn next_record(&mut self) -> Result<Option<LogRecord>> {
+        while let Some(r) = self.tail.next_record()? {
+            if r.lsn >= self.from {
+                return Ok(Some(LogRecord { lsn: r.lsn, end_lsn: r.end, kind: r.kind, payload: r.payload }));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Lets a promoted standby's [`ReplicaLog`] be the log of a [`Database`](crate::Database).
+pub struct ReplicaLogHandle(pub Arc<ReplicaLog>);
+
+impl crate::wal::RecordLog for ReplicaLogHandle {
+    fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
+        let mut p = self.0.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let lsn = p.end;
+        let end = lsn + (REPLICA_HEADER_BYTES + payload.len()) as u64;
+        encode_record(&mut p.buf, lsn, end, kind, payload);
+        p.end = end;
+        p.records += 1;
+        drop(p);
+        self.0.stats.lock().unwrap_or_else(|e| e.into_inner()).records_appended += 1;
+        Ok((lsn, end))
+    }
+
+    fn end_lsn(&self) -> Lsn {
+        self.0.pending.lock().unwrap_or_else(|e| e.into_inner()).end
+    }
+
+    fn durable_lsn(&self) -> Lsn {
+        self.0.durable.load(Ordering::Acquire)
+    }
+
+    fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
+        let d = self.0.durable.load(Ordering::Acquire);
+        if d >= lsn {
+            return Ok(d);
+        }
+        let d = self.0.sync()?;
+        self.0.stats.lock().unwrap_or_else(|e| e.into_inner()).commits += 1;
+        Ok(d)
+    }
+
+    fn recovered(&self) -> RecoveredLog {
+        self.0.recovered.clone()
+    }
+
+    fn reader(&self, from: Lsn) -> Result<Box<dyn RecordReader>> {
+        Ok(Box::new(FromReader { tail: self.0.tail()?, from }))
+    }
+
+    fn truncate_before(&self, _lsn: Lsn) -> Result<usize> {
+        // One file; space is not reclaimed (documented limitation).
+        Ok(0)
+    }
+
+    fn stats(&self) -> WalStats {
+        *self.0.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "standby replica log (buffered writes + fdatasync, primary's LSNs) in {}",
+            self.0.dir.display()
+        )
+    }
+}
+
+impl ReplicaLog {
+    /// The LSN after the last appended record.
+    pub fn end_lsn(&self) -> Lsn {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).end
+    }
+
+    /// The end of what is written and synced.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.durable.load(Ordering::Acquire)
+    }
+}
+
+/// Opens a database over an already open replica log (promotion).
+pub struct ReplicaLogOpener(pub Arc<ReplicaLog>);
+
+impl crate::wal::LogOpener for ReplicaLogOpener {
+    fn is_empty(&self) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn open(self: Box<Self>, _initial_lsn: Lsn) -> Result<Arc<dyn crate::wal::RecordLog>> {
+        Ok(Arc::new(ReplicaLogHandle(self.0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::RecordLog;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nvmedb-replica-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn records_keep_the_primarys_lsns_and_survive_reopen_with_a_torn_tail() {
+        let d = tmp("reopen");
+        let log = ReplicaLog::open(&d, 100).unwrap();
+        assert!(log.append_at(100, 140, 9, b"a").unwrap());
+        assert!(log.append_at(4096, 4200, 10, b"bb").unwrap());
+        assert!(!log.append_at(100, 140, 9, b"a").unwrap(), "a re-shipped record is skipped");
+        assert!(log.append_at(4100, 4300, 10, b"x").is_err(), "overlap is refused");
+        assert_eq!(log.durable_lsn(), 100);
+        assert_eq!(log.sync().unwrap(), 4200);
+        drop(log);
+        // Append a torn record by hand.
+        let mut f = OpenOptions::new().append(true).open(d.join(LOG_FILE)).unwrap();
+        let mut rec = Vec::new();
+        encode_record(&mut rec, 5000, 5100, 11, b"torn");
+        f.write_all(&rec[..rec.len() - 2]).unwrap();
+        drop(f);
+        let log = ReplicaLog::open(&d, 0).unwrap();
+        assert_eq!(log.start_lsn(), 100);
+        assert_eq!(log.end_lsn(), 4200);
+        let h = ReplicaLogHandle(log.clone());
+        let mut r = h.reader(0).unwrap();
+        let a = r.next_record().unwrap().unwrap();
+        assert_eq!((a.lsn, a.end_lsn, a.kind, a.payload.as_slice()), (100, 140, 9, &b"a"[..]));
+        let b = r.next_record().unwrap().unwrap();
+        assert_eq!((b.lsn, b.end_lsn), (4096, 4200));
+        assert!(r.next_record().unwrap().is_none());
+        // Appends after promotion continue past the end.
+        let (s, e) = h.append_record(12, b"new").unwrap();
+        assert_eq!(s, 4200);
+        assert!(e > s);
+        assert_eq!(h.wait_durable(e).unwrap(), e);
+        assert_eq!(log.truncate_after(4199).unwrap(), 140);
+        assert_eq!(log.end_lsn(), 140);
+        drop(log);
+        assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 140);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

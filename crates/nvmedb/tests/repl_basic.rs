@@ -1,0 +1,417 @@
+//! Replication in one process, over loopback: commits reach the standby and survive promotion,
+//! data-page mirroring, the standby-down policy both ways, authentication, corrupt frames, and
+//! fencing by epoch.
+
+use nvmedb::repl::wire::{self, FrameType, Role};
+use nvmedb::repl::{
+    open_primary, seed_standby, MirrorConfig, ReplConfig, ReplError, ReplicationMode, Standby, StandbyConfig,
+    StandbyPolicy,
+};
+use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SECRET: &[u8] = b"test-secret";
+const ROWS: i64 = 200;
+
+fn options() -> Options {
+    Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        table_buffer: BufferSize::Bytes(16 * 4096),
+        index_buffer: BufferSize::Bytes(64 * 4096),
+        ..Options::default()
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let base =
+        std::env::var("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
+    let d = base.join(format!("nvmedb-repl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// A closed primary with table `t` (ROWS rows, c1 = 0) and a standby seeded from it.
+fn setup(name: &str) -> (PathBuf, PathBuf) {
+    let p = tmp(&format!("{name}-p"));
+    let s = tmp(&format!("{name}-s"));
+    let db = Database::open(&p, options()).unwrap();
+    let schema =
+        Schema::new(vec![("sid", ColumnType::Int), ("c1", ColumnType::Int), ("data", ColumnType::Char(200))]);
+    let t = db.create_table("t", schema).unwrap();
+    for i in 0..ROWS {
+        t.insert(&[Value::Int(i), Value::Int(0), Value::from("x")]).unwrap();
+    }
+    db.close().unwrap();
+    seed_standby(&p, &s).unwrap();
+    (p, s)
+}
+
+fn standby(dir: &std::path::Path, apply: bool) -> Standby {
+    Standby::start(StandbyConfig {
+        listen: "127.0.0.1:0".into(),
+        data_dir: dir.to_path_buf(),
+        secret: SECRET.to_vec(),
+        apply,
+        options: options(),
+    })
+    .unwrap()
+}
+
+fn config(addrs: Vec<String>, mode: ReplicationMode, policy: StandbyPolicy) -> ReplConfig {
+    ReplConfig { standbys: addrs, secret: SECRET.to_vec(), mode, policy, ..ReplConfig::default() }
+}
+
+fn fail_after(ms: u64) -> StandbyPolicy {
+    StandbyPolicy::Fail { timeout: Duration::from_millis(ms) }
+}
+
+fn c1(db: &Database, k: i64) -> i64 {
+    db.table("t").unwrap().read(&Value::Int(k), |r| r.int(1)).unwrap().unwrap()
+}
+
+#[test]
+fn eager_commits_are_on_the_standby_and_survive_promotion() {
+    let (p, s) = setup("eager");
+    let sb = standby(&s, true);
+    let (db, log) = open_primary(
+        &p,
+        options(),
+        config(vec![sb.addr().to_string()], ReplicationMode::Eager, fail_after(30_000)),
+        None,
+    )
+    .unwrap();
+    let t = db.table("t").unwrap();
+    // A table created while replicating reaches the standby through the log.
+    let u = db.create_table("u", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
+    for i in 0..50 {
+        u.insert(&[Value::Int(i), Value::Int(i * 2)]).unwrap();
+    }
+    drop(u);
+    for round in 1..=3 {
+        for k in 0..ROWS {
+            assert!(t.update_int(&Value::Int(k), 1, round * 1000 + k).unwrap());
+        }
+    }
+    let st = log.status();
+    assert_eq!(st.effective, ReplicationMode::Eager);
+    assert!(st.degraded.is_none() && st.fenced.is_none());
+    // Eager: every acknowledged byte is on the standby.
+    assert!(st.standbys[0].shadow >= st.durable, "{st}");
+    assert!(sb.position() >= st.durable);
+    // The apply thread follows (up to what the primary holds durably).
+    assert!(sb.wait_applied(sb.position(), Duration::from_secs(60)), "{}", sb.status());
+    // The primary dies without a checkpoint (its threads stop when dropped).
+    drop(t);
+    drop(db);
+    drop(log);
+    let (db2, rep) = sb.promote().unwrap();
+    assert_eq!(rep.epoch, 2, "the primary's epoch 1, plus one");
+    for k in 0..ROWS {
+        assert_eq!(c1(&db2, k), 3000 + k, "row {k} after promotion");
+    }
+    let u = db2.table("u").expect("the table created while replicating is on the standby");
+    for i in 0..50 {
+        assert_eq!(u.read(&Value::Int(i), |r| r.int(1)).unwrap(), Some(i * 2));
+    }
+    u.check_integrity().unwrap();
+    drop(u);
+    // The promoted database takes writes.
+    db2.table("t").unwrap().update_int(&Value::Int(0), 1, -1).unwrap();
+    db2.close().unwrap();
+    drop(sb);
+    // After a clean close it opens as an ordinary database.
+    let db3 = Database::open(&s, options()).unwrap();
+    assert_eq!(c1(&db3, 0), -1);
+    assert_eq!(c1(&db3, 7), 3007);
+    db3.close().unwrap();
+}
+
+#[test]
+fn data_page_mirroring_keeps_the_standbys_files_current() {
+    let (p, s) = setup("mirror");
+    let sb = standby(&s, false);
+    let addr = sb.addr().to_string();
+    let (db, log) = open_primary(
+        &p,
+        options(),
+        config(vec![addr.clone()], ReplicationMode::Eager, fail_after(30_000)),
+        Some(MirrorConfig { addr, secret: SECRET.to_vec(), epoch: 1 }),
+    )
+    .unwrap();
+    let t = db.table("t").unwrap();
+    for k in 0..ROWS {
+        t.update_int(&Value::Int(k), 1, 7 + k).unwrap();
+    }
+    db.checkpoint().unwrap();
+    assert!(sb.status().contains("mirrored page writes"), "{}", sb.status());
+    let mirrored: u64 = sb
+        .status()
+        .split("mirrored page writes ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(mirrored > 0, "no page write was mirrored: {}", sb.status());
+    drop(t);
+    drop(db);
+    drop(log);
+    // Pages on the standby came from the mirror, not from redo (apply is off).
+    let (db2, rep) = sb.promote().unwrap();
+    assert_eq!(rep.applied, 0);
+    for k in 0..ROWS {
+        assert_eq!(c1(&db2, k), 7 + k);
+    }
+    db2.close().unwrap();
+}
+
+#[test]
+fn standby_down_fails_commits_under_the_fail_policy() {
+    let (p, s) = setup("fail");
+    let sb = standby(&s, true);
+    let (db, log) = open_primary(
+        &p,
+        options(),
+        config(vec![sb.addr().to_string()], ReplicationMode::Eager, fail_after(300)),
+        None,
+    )
+    .unwrap();
+    let t = db.table("t").unwrap();
+    t.update_int(&Value::Int(1), 1, 5).unwrap();
+    sb.shutdown();
+    let e = t.update_int(&Value::Int(2), 1, 5).unwrap_err();
+    assert!(matches!(e, Error::Replication(ReplError::Timeout { mode: ReplicationMode::Eager, .. })), "{e}");
+    let st = log.status();
+    assert_eq!(st.effective, ReplicationMode::Eager, "never silently weaker");
+    assert!(st.degraded.is_none());
+}
+
+#[test]
+fn standby_down_degrades_loudly_under_the_degrade_policy_and_recovers() {
+    let (p, s) = setup("degrade");
+    let sb = standby(&s, true);
+    let addr = sb.addr();
+    let policy = StandbyPolicy::Degrade { timeout: Duration::from_millis(300), to: ReplicationMode::Lazy };
+    let (db, log) =
+        open_primary(&p, options(), config(vec![addr.to_string()], ReplicationMode::Eager, policy), None)
+            .unwrap();
+    let t = db.table("t").unwrap();
+    t.update_int(&Value::Int(1), 1, 5).unwrap();
+    drop(sb);
+    t.update_int(&Value::Int(2), 1, 5).unwrap();
+    let st = log.status();
+    assert_eq!(st.effective, ReplicationMode::Lazy, "{st}");
+    assert!(st.degraded.is_some(), "{st}");
+    assert!(st.to_string().contains("DEGRADED"), "{st}");
+    assert!(st.events.iter().any(|e| e.starts_with("degraded Eager -> Lazy")), "{st}");
+    // The standby comes back on the same address; once it has caught up the mode is restored.
+    let sb = Standby::start(StandbyConfig {
+        listen: addr.to_string(),
+        data_dir: s.clone(),
+        secret: SECRET.to_vec(),
+        apply: true,
+        options: options(),
+    })
+    .unwrap();
+    // Keep committing until the shipper has reconnected and caught up (bounded, generous).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut restored = false;
+    let mut i = 0;
+    while std::time::Instant::now() < deadline {
+        i += 1;
+        t.update_int(&Value::Int(3), 1, i).unwrap();
+        if log.status().effective == ReplicationMode::Eager {
+            restored = true;
+            break;
+        }
+    }
+    assert!(restored, "{}", log.status());
+    assert!(log.status().events.iter().any(|e| e.starts_with("restored Eager")));
+    drop(sb);
+}
+
+#[test]
+fn a_wrong_secret_is_refused() {
+    let (_p, s) = setup("secret");
+    let sb = standby(&s, true);
+    let addr = sb.addr().to_string();
+    let mut c = TcpStream::connect(&addr).unwrap();
+    let r = wire::client_handshake(&mut c, &addr, b"not-the-secret", Role::Log, 1, 0);
+    assert!(matches!(r, Err(ReplError::AuthFailed { .. })), "{r:?}");
+    // And through the primary: its link reports the failure, commits time out.
+    let p2 = tmp("secret-p2");
+    let db = Database::open(&p2, options()).unwrap();
+    db.close().unwrap();
+    let cfg = ReplConfig {
+        secret: b"wrong".to_vec(),
+        ..config(vec![addr], ReplicationMode::Eager, fail_after(300))
+    };
+    let e = open_primary(&p2, options(), cfg, None).unwrap_err();
+    assert!(matches!(e, Error::Replication(ReplError::Timeout { .. })), "{e}");
+    assert!(sb.status().contains("authentication"), "{}", sb.status());
+}
+
+#[test]
+fn corrupted_frames_are_rejected_and_the_connection_dropped() {
+    let (_p, s) = setup("corrupt");
+    let sb = standby(&s, true);
+    let addr = sb.addr().to_string();
+    let mut c = TcpStream::connect(&addr).unwrap();
+    let w = wire::client_handshake(&mut c, &addr, SECRET, Role::Log, 1, u64::MAX).unwrap();
+    let mut frame = Vec::new();
+    let mut payload = w.position.to_le_bytes().to_vec();
+    payload.extend_from_slice(&0u32.to_le_bytes());
+    wire::encode_frame(&mut frame, 1, FrameType::Records, &payload);
+    let n = frame.len();
+    frame[n - 1] ^= 0x40; // flip a bit in the payload
+    c.write_all(&frame).unwrap();
+    let mut buf = [0u8; 64];
+    // The standby drops the connection: end of stream or reset, no acknowledgement.
+    let r = c.read(&mut buf);
+    assert!(matches!(r, Ok(0) | Err(_)), "standby answered a corrupt frame: {r:?}");
+    // The handler records the error just after closing the connection: wait for it (bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut status = sb.status();
+    while !status.contains("checksum") && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+        status = sb.status();
+    }
+    assert!(status.contains("corrupt replication frame") && status.contains("checksum"), "{status}");
+}
+
+#[test]
+fn an_old_epoch_is_fenced_after_promotion() {
+    let (p, s) = setup("fence");
+    let sb = standby(&s, true);
+    let (db, log) = open_primary(
+        &p,
+        options(),
+        config(vec![sb.addr().to_string()], ReplicationMode::Eager, fail_after(30_000)),
+        None,
+    )
+    .unwrap();
+    let t = db.table("t").unwrap();
+    t.update_int(&Value::Int(1), 1, 11).unwrap();
+    // The standby is promoted while the old primary still runs.
+    let (db2, rep) = sb.promote().unwrap();
+    assert_eq!(rep.epoch, 2);
+    assert_eq!(c1(&db2, 1), 11);
+    // The old primary (epoch 1) can no longer acknowledge a commit.
+    let e = t.update_int(&Value::Int(2), 1, 22).unwrap_err();
+    assert!(matches!(e, Error::Replication(ReplError::Fenced { our_epoch: 1, their_epoch: 2, .. })), "{e}");
+    assert!(log.status().fenced.is_some());
+    assert!(t.update_int(&Value::Int(3), 1, 33).is_err(), "fenced stays fenced");
+    // What the old primary could not acknowledge is not on the new one.
+    assert_eq!(c1(&db2, 2), 0);
+    // A handshake at the old epoch is refused outright.
+    let addr = sb.addr().to_string();
+    let mut c = TcpStream::connect(&addr).unwrap();
+    let r = wire::client_handshake(&mut c, &addr, SECRET, Role::Log, 1, 0);
+    assert!(matches!(r, Err(ReplError::Fenced { their_epoch: 2, .. })), "{r:?}");
+    db2.close().unwrap();
+}
+
+#[test]
+fn a_standby_that_was_down_catches_up_from_the_primarys_log_and_a_restarted_primary_rejoins() {
+    let (p, s) = setup("catchup");
+    let sb = standby(&s, true);
+    let addr = sb.addr();
+    // A tiny in-memory queue: whatever the standby missed must be read back from the log file.
+    let cfg = ReplConfig {
+        max_queue_bytes: 1,
+        ..config(
+            vec![addr.to_string()],
+            ReplicationMode::Eager,
+            StandbyPolicy::Degrade { timeout: Duration::from_millis(200), to: ReplicationMode::Lazy },
+        )
+    };
+    let (db, log) = open_primary(&p, options(), cfg.clone(), None).unwrap();
+    let t = db.table("t").unwrap();
+    t.update_int(&Value::Int(0), 1, 1).unwrap();
+    drop(sb);
+    for k in 0..ROWS {
+        t.update_int(&Value::Int(k), 1, 100 + k).unwrap();
+    }
+    assert_eq!(log.status().effective, ReplicationMode::Lazy);
+    let sb = Standby::start(StandbyConfig {
+        listen: addr.to_string(),
+        data_dir: s.clone(),
+        secret: SECRET.to_vec(),
+        apply: true,
+        options: options(),
+    })
+    .unwrap();
+    // Commit until the configured mode is back (the standby caught up), bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while log.status().effective != ReplicationMode::Eager && std::time::Instant::now() < deadline {
+        t.update_int(&Value::Int(0), 1, 1).unwrap();
+    }
+    assert_eq!(log.status().effective, ReplicationMode::Eager, "{}", log.status());
+    // The primary crashes (no checkpoint) and restarts on the same directory; it rejoins the
+    // standby and goes on.
+    drop(t);
+    drop(db);
+    drop(log);
+    let cfg = ReplConfig { max_queue_bytes: 64 << 20, policy: fail_after(30_000), ..cfg };
+    let (db, log) = open_primary(&p, options(), cfg, None).unwrap();
+    let t = db.table("t").unwrap();
+    for k in 0..ROWS / 2 {
+        t.update_int(&Value::Int(k), 1, 500 + k).unwrap();
+    }
+    assert!(log.status().standbys[0].connects >= 1);
+    drop(t);
+    drop(db);
+    drop(log);
+    let (db2, _) = sb.promote().unwrap();
+    for k in 0..ROWS {
+        let want = if k < ROWS / 2 { 500 + k } else { 100 + k };
+        assert_eq!(c1(&db2, k), want, "row {k}");
+    }
+    db2.close().unwrap();
+}
+
+/// Which standbys a commit waits for, per mode: with the first of two standbys unreachable,
+/// chain (the last one), quorum 1 and lazy commit; eager and quorum 2 time out.
+#[test]
+fn modes_wait_for_the_right_standbys() {
+    for (mode, commits) in [
+        (ReplicationMode::Chain, true),
+        (ReplicationMode::Quorum(1), true),
+        (ReplicationMode::Lazy, true),
+        (ReplicationMode::Quorum(2), false),
+        (ReplicationMode::Eager, false),
+    ] {
+        let name = format!("modes-{}", format!("{mode:?}").replace(['(', ')'], ""));
+        let (p, s) = setup(&name);
+        let up = standby(&s, true);
+        let addrs = vec![dead_addr(), up.addr().to_string()];
+        // Opening commits (recovery record, checkpoint), so it already needs the mode's standbys.
+        match open_primary(&p, options(), config(addrs, mode, fail_after(300)), None) {
+            Ok((db, log)) => {
+                assert!(commits, "{mode:?} committed without its standbys: {}", log.status());
+                db.table("t").unwrap().update_int(&Value::Int(2), 1, 2).unwrap();
+                let st = log.status();
+                assert_eq!(st.effective, mode);
+                assert_ne!(st.standbys[0].link, nvmedb::repl::LinkState::Up, "{st}");
+                if mode != ReplicationMode::Lazy {
+                    assert!(st.standbys[1].shadow >= st.durable, "{st}");
+                }
+            }
+            Err(e) => {
+                assert!(!commits, "{mode:?}: {e}");
+                assert!(matches!(e, Error::Replication(ReplError::Timeout { .. })), "{mode:?}: {e}");
+            }
+        }
+    }
+}
+
+/// An address nothing listens on.
+fn dead_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap().to_string();
+    drop(l);
+    a
+}
