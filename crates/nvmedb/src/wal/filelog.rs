@@ -625,32 +625,44 @@ impl Inner {
                 Err(e)
             }
         };
-        self.wake_after_flush(&mut st);
+        let wake = self.wake_after_flush(&mut st);
         self.flushed_cv.notify_all();
         self.space_cv.notify_all();
+        if !wake.is_empty() {
+            // Unpark outside the lock: each unpark is a system call, and the woken committers
+            // need the lock at once.
+            drop(st);
+            for t in wake {
+                t.unpark();
+            }
+            st = self.lock();
+        }
         (st, r)
     }
 
-    /// Unparks the sleepers a finished flush made durable (all of them after an error) and the
-    /// earliest of the rest, which leads the next flush — nobody else would be awake to.
-    fn wake_after_flush(&self, st: &mut State) {
+    /// Takes out of the sleeper list the committers a finished flush made durable (all of them
+    /// after an error) and the earliest of the rest, which leads the next flush — nobody else
+    /// would be awake to. The caller unparks them after releasing the lock.
+    fn wake_after_flush(&self, st: &mut State) -> Vec<std::thread::Thread> {
         if st.sleepers.is_empty() {
-            return;
+            return Vec::new();
         }
         let durable = self.durable.load(Ordering::Acquire);
         let failed = st.poisoned.is_some();
+        let mut wake = Vec::with_capacity(st.sleepers.len());
         let mut rest = Vec::with_capacity(st.sleepers.len());
         for (lsn, t) in st.sleepers.drain(..) {
             if failed || lsn <= durable {
-                t.unpark();
+                wake.push(t);
             } else {
                 rest.push((lsn, t));
             }
         }
         if let Some(i) = (0..rest.len()).min_by_key(|&i| rest[i].0) {
-            rest.swap_remove(i).1.unpark();
+            wake.push(rest.swap_remove(i).1);
         }
         st.sleepers = rest;
+        wake
     }
 
     /// Writes one batch to both copies in parallel and syncs both. Returns the new segment when
