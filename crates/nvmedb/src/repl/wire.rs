@@ -37,11 +37,11 @@ const MAC: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum FrameType {
-    /// Client → server: role u8, nonce [32].
+    /// Client → server: role u8, nonce `[u8; 32]`.
     Hello = 1,
-    /// Server → client: nonce [32], mac [32].
+    /// Server → client: nonce `[u8; 32]`, mac `[u8; 32]`.
     Challenge = 2,
-    /// Client → server: mac [32], then role-specific u64 (the primary's log end).
+    /// Client → server: mac `[u8; 32]`, then role-specific u64 (the primary's log end).
     Auth = 3,
     /// Server → client: the standby's persisted log position u64 (its epoch in the header).
     Welcome = 4,

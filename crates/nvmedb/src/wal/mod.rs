@@ -10,7 +10,7 @@
 //! # Using the file log
 //!
 //! - Open (or create) with [`FileLog::open`]`(primary, secondary, `[`WalOptions`]`)`: two
-//!   [`Storage`](crate::io::Storage)s, ideally on two devices. Open finds the end of the log
+//!   [`Storage`]s, ideally on two devices. Open finds the end of the log
 //!   (using whichever copy is intact) and [`FileLog::recovered`] says where it is.
 //! - Recovery reads with [`FileLog::reader`]`(from_lsn)` (or [`LogReader::open`] on the
 //!   storages): an iterator of [`LogRecord`] `{ lsn, end_lsn, kind, payload }` in LSN order.
