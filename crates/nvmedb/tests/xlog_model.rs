@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod xlog_common;
+use xlog_common::TmpPath;
+
 fn byte_at(pos: u64) -> u8 {
     let x = pos.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (x >> 56) as u8 ^ (pos as u8)
@@ -62,34 +65,7 @@ impl Drop for Watchdog {
     }
 }
 
-/// A ring file on tmpfs when available, removed on drop.
-struct TmpRing(PathBuf);
-
-impl TmpRing {
-    fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let p = dir.join(format!(
-            "nvmedb-xlog-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_file(&p);
-        Self(p)
-    }
-}
-
-impl Drop for TmpRing {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn small_cfg(ring: &TmpRing) -> XLogConfig {
+fn small_cfg(ring: &TmpPath) -> XLogConfig {
     let mut c = XLogConfig::new(&ring.0);
     c.ring_bytes = 64 << 10;
     c.queue_bytes = 8 << 10;
@@ -108,7 +84,7 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
     let seed = seed();
     eprintln!("xlog model seed {seed}");
     let _wd = watchdog("model", seed);
-    let ring = TmpRing::new("model");
+    let ring = TmpPath::new("model");
     let log = Arc::new(XLog::open(small_cfg(&ring), Arc::new(MemDevice::new("conv"))).expect("open"));
     let filled: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::new(Mutex::new(BTreeMap::new()));
     let prefix = Arc::new(AtomicU64::new(0));
@@ -234,7 +210,7 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
 #[test]
 fn xlog_backpressure_is_honoured() {
     let _wd = watchdog("backpressure", 0);
-    let ring = TmpRing::new("bp");
+    let ring = TmpPath::new("bp");
     let cfg = small_cfg(&ring);
     let q = cfg.queue_bytes;
     let log = Arc::new(XLog::open(cfg, Arc::new(MemDevice::new("conv"))).expect("open"));
@@ -284,7 +260,7 @@ fn xlog_simulated_crash_stops_at_first_gap() {
     eprintln!("xlog crash seed {seed}");
     let _wd = watchdog("crash", seed);
     let mut rng = Rng::new(seed);
-    let ring = TmpRing::new("crash");
+    let ring = TmpPath::new("crash");
     let dev = Arc::new(CrashSimDevice::new("conv"));
     let mut cfg = small_cfg(&ring);
     // A long latency threshold keeps partial data in the ring at the crash.
@@ -348,7 +324,7 @@ fn xlog_tail_read_returns_exactly_the_written_stream() {
     let seed = seed();
     let _wd = watchdog("tail", seed);
     let mut rng = Rng::new(seed);
-    let ring = TmpRing::new("tail");
+    let ring = TmpPath::new("tail");
     let cfg = small_cfg(&ring);
     let log = Arc::new(XLog::open(cfg, Arc::new(MemDevice::new("conv"))).expect("open"));
     let mut expect = Vec::new();
@@ -407,7 +383,7 @@ fn xlog_replication_counters_and_mirror() {
             Ok(())
         }
     }
-    let ring = TmpRing::new("repl");
+    let ring = TmpPath::new("repl");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let sched = Arc::new(IoScheduler::new(dev, SchedMode::Neutral, 1));
     let shadows = Arc::new(ShadowCounters::new(ReplicationMode::Eager, 2, 0));
@@ -451,7 +427,7 @@ fn xlog_replication_counters_and_mirror() {
 /// The scheduler's conventional view writes through to the device and is counted.
 #[test]
 fn xlog_scheduler_conventional_writers() {
-    let ring = TmpRing::new("sched");
+    let ring = TmpPath::new("sched");
     let mut cfg = small_cfg(&ring);
     cfg.conv_offset = 1 << 20;
     cfg.sched_mode = SchedMode::ConventionalPriority;
@@ -474,7 +450,7 @@ fn xlog_scheduler_conventional_writers() {
 #[test]
 fn xlog_damaged_header_is_corruption() {
     use std::os::unix::fs::FileExt;
-    let ring = TmpRing::new("hdr");
+    let ring = TmpPath::new("hdr");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let log = XLog::open(small_cfg(&ring), Arc::clone(&dev)).expect("open");
     log.append(b"some bytes").expect("append");
@@ -499,7 +475,7 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
     let seed = seed();
     eprintln!("xlog pwrite seed {seed}");
     let _wd = watchdog("pwrite", seed);
-    let ring = TmpRing::new("pw");
+    let ring = TmpPath::new("pw");
     let log = Arc::new(XLog::open(small_cfg(&ring), Arc::new(MemDevice::new("conv"))).expect("open"));
     type Records = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
     let records: Records = Arc::new(Mutex::new(Vec::new()));
@@ -553,7 +529,7 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
 /// Bad configurations are refused with the option's name.
 #[test]
 fn xlog_config_errors_name_the_key() {
-    let ring = TmpRing::new("cfg");
+    let ring = TmpPath::new("cfg");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let mut c = small_cfg(&ring);
     c.destage_batch_pages = (c.conv_pages + 1) as usize;
@@ -576,7 +552,7 @@ fn xlog_config_errors_name_the_key() {
 fn xlog_conventional_ring_wraps_in_order() {
     let seed = seed();
     let mut rng = Rng::new(seed);
-    let ring = TmpRing::new("wrap");
+    let ring = TmpPath::new("wrap");
     let mut cfg = small_cfg(&ring);
     cfg.conv_pages = 16;
     cfg.destage_batch_pages = 5;
@@ -652,7 +628,7 @@ fn xlog_mirror_failure_marks_the_link() {
             Err(nvmedb::Error::InvalidArgument("link down".into()))
         }
     }
-    let ring = TmpRing::new("mirrorfail");
+    let ring = TmpPath::new("mirrorfail");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let sched = Arc::new(IoScheduler::new(dev, SchedMode::Neutral, 1));
     let shadows = Arc::new(ShadowCounters::new(ReplicationMode::Lazy, 1, 0));

@@ -12,43 +12,17 @@ use nvmedb::wal::{LogRecord, RecordLog, KIND_USER_MIN};
 use nvmedb::xlog::{XLogConfig, XRecordLog, XLOG_CONV, XRECORD_HEADER};
 use nvmedb::{ColumnType, Database, Error, FastLogOptions, LogKind, Options, Schema, Value};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod xlog_common;
+use xlog_common::TmpPath;
 
 fn seed() -> u64 {
     std::env::var("XLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(Rng::seed_from_time)
 }
 
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let p = dir.join(format!(
-            "nvmedb-xrec-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_file(&p);
-        let _ = std::fs::remove_dir_all(&p);
-        Self(p)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn cfg(ring: &Tmp) -> XLogConfig {
+fn cfg(ring: &TmpPath) -> XLogConfig {
     let mut c = XLogConfig::new(&ring.0);
     c.ring_bytes = 256 << 10;
     c.queue_bytes = 16 << 10;
@@ -88,7 +62,7 @@ fn same(got: &[LogRecord], want: &[(u64, u64, u8, Vec<u8>)], ctx: &str) {
 fn xrecord_reader_returns_exactly_the_appended_records() {
     let seed = seed();
     println!("XLOG_SEED={seed}");
-    let ring = Tmp::new("model");
+    let ring = TmpPath::new("model");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let base = 1_000_000 + seed % 1000;
     let log = XRecordLog::open(storage.clone(), cfg(&ring), base).expect("open");
@@ -142,7 +116,7 @@ fn xrecord_recovery_after_crash_with_gap_and_torn_record() {
     let seed = seed();
     println!("XLOG_SEED={seed}");
     let mut rng = Rng::new(seed);
-    let ring = Tmp::new("gap");
+    let ring = TmpPath::new("gap");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let log = XRecordLog::open(storage.clone(), cfg(&ring), 500).expect("open");
     let mut want = Vec::new();
@@ -190,7 +164,7 @@ fn xrecord_recovery_after_crash_with_gap_and_torn_record() {
 /// it; a damaged conventional page is a corruption error at that page. Never a silent end.
 #[test]
 fn xrecord_corrupt_mid_log_record_is_reported_with_offset() {
-    let ring = Tmp::new("corrupt");
+    let ring = TmpPath::new("corrupt");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let log = XRecordLog::open(storage.clone(), cfg(&ring), 0).expect("open");
     for i in 0..20u32 {
@@ -246,7 +220,7 @@ fn xrecord_corrupt_mid_log_record_is_reported_with_offset() {
 /// `truncate_before` releases the hold.
 #[test]
 fn xrecord_retention_holds_destage_until_truncate() {
-    let ring = Tmp::new("retain");
+    let ring = TmpPath::new("retain");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let mut c = cfg(&ring);
     c.ring_bytes = 32 << 10;
@@ -291,9 +265,10 @@ fn xrecord_retention_holds_destage_until_truncate() {
 /// the log asks, never holds, and reopens with every row.
 #[test]
 fn database_on_fast_log_checkpoints_before_the_ring_fills() {
-    let dir = Tmp(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-db-{}", std::process::id())));
+    let dir =
+        TmpPath(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-db-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir.0);
-    let ring = Tmp::new("dbring");
+    let ring = TmpPath::new("dbring");
     let opts = || Options {
         table_page_size: 4096,
         index_page_size: 4096,
@@ -348,10 +323,11 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
 /// skip the existing records.
 #[test]
 fn database_refuses_to_switch_log_kind_silently() {
-    let dir =
-        Tmp(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-switch-{}", std::process::id())));
+    let dir = TmpPath(
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-switch-{}", std::process::id())),
+    );
     let _ = std::fs::remove_dir_all(&dir.0);
-    let ring = Tmp::new("switchring");
+    let ring = TmpPath::new("switchring");
     let fast = Options {
         log: LogKind::Fast(FastLogOptions { ring_path: Some(ring.0.clone()), ..FastLogOptions::default() }),
         ..Options::default()
