@@ -259,33 +259,16 @@ fn thread_cpu_time() -> Duration {
 
 /// Random point lookups from `threads` threads for `secs`: lookups per second, and lookups per
 /// CPU-second of the client threads.
-fn lookups_cpu(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Result<(f64, f64), String> {
-    let cpu_ns = AtomicU64::new(0);
-    let rate = lookups_inner(db, rows, threads, secs, seed, Some(&cpu_ns))?;
-    let cpu = cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
-    Ok((rate, rate * secs / cpu.max(1e-9)))
-}
-
-fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Result<f64, String> {
-    lookups_inner(db, rows, threads, secs, seed, None)
-}
-
-fn lookups_inner(
-    db: &Database,
-    rows: u64,
-    threads: usize,
-    secs: f64,
-    seed: u64,
-    cpu_ns: Option<&AtomicU64>,
-) -> Result<f64, String> {
+fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Result<(f64, f64), String> {
     let t = db.table("bench").map_err(|e| e.to_string())?;
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);
+    let cpu_ns = AtomicU64::new(0);
     let errors = std::sync::Mutex::new(None);
     let start = Instant::now();
     std::thread::scope(|s| {
         for th in 0..threads {
-            let (t, stop, done, errors) = (&t, &stop, &done, &errors);
+            let (t, stop, done, errors, cpu_ns) = (&t, &stop, &done, &errors, &cpu_ns);
             s.spawn(move || {
                 let mut rng = Rng::new(seed.wrapping_mul(1000) + th as u64);
                 let cpu0 = thread_cpu_time();
@@ -308,9 +291,7 @@ fn lookups_inner(
                     }
                     n += 64;
                 }
-                if let Some(c) = cpu_ns {
-                    c.fetch_add((thread_cpu_time() - cpu0).as_nanos() as u64, Ordering::Relaxed);
-                }
+                cpu_ns.fetch_add((thread_cpu_time() - cpu0).as_nanos() as u64, Ordering::Relaxed);
                 done.fetch_add(n, Ordering::Relaxed);
             });
         }
@@ -320,7 +301,9 @@ fn lookups_inner(
     if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
-    Ok(done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+    let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let cpu_s = cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
+    Ok((rate, rate * secs / cpu_s.max(1e-9)))
 }
 
 fn iobench_file(
@@ -392,12 +375,10 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
     let wants = |p: &str| cfg.parts.iter().any(|x| x == p);
     // 1. In-memory lookups: the whole table cached.
     let mut memory_runs: Vec<(bool, bool, usize)> = Vec::new();
-    for &hp in &cfg.memory_huge_pages {
-        for &lf in &cfg.memory_lock_free {
-            for &t in &cfg.memory_threads {
-                if wants("memory") {
-                    memory_runs.push((hp, lf, t));
-                }
+    if wants("memory") {
+        for &hp in &cfg.memory_huge_pages {
+            for &lf in &cfg.memory_lock_free {
+                memory_runs.extend(cfg.memory_threads.iter().map(|&t| (hp, lf, t)));
             }
         }
     }
@@ -414,7 +395,7 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
         let before = db.buffer_stats().0;
         let (mut v, mut per_cpu) = (Vec::new(), Vec::new());
         for rep in 0..cfg.reps {
-            let (rate, cpu_rate) = lookups_cpu(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 1)?;
+            let (rate, cpu_rate) = lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 1)?;
             v.push(rate);
             per_cpu.push(cpu_rate);
         }
@@ -461,7 +442,7 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
         for rep in 0..cfg.reps {
             let before = db.buffer_stats().0;
             let t0 = Instant::now();
-            lk.push(lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 10)?);
+            lk.push(lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 10)?.0);
             let d = db.buffer_stats().0.since(&before);
             eng.push(d.reads as f64 / t0.elapsed().as_secs_f64());
             hit = d.hit_ratio();

@@ -252,37 +252,14 @@ impl Xlate {
 
     /// Records that `key` is mapped to `frame`.
     pub fn set(&self, key: u64, frame: usize) {
-        use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+        use std::sync::atomic::Ordering::Release;
         let Some((f, c, i)) = Self::split(key) else { return };
-        let mut file = self.files[f].load(Acquire);
-        if file.is_null() {
-            let fresh: Box<XlateFile> =
-                Box::new(std::array::from_fn(|_| std::sync::atomic::AtomicPtr::new(std::ptr::null_mut())));
-            let raw = Box::into_raw(fresh);
-            match self.files[f].compare_exchange(std::ptr::null_mut(), raw, AcqRel, Acquire) {
-                Ok(_) => file = raw,
-                Err(existing) => {
-                    // SAFETY: `raw` was never shared.
-                    drop(unsafe { Box::from_raw(raw) });
-                    file = existing;
-                }
-            }
-        }
+        let file = get_or_alloc(&self.files[f], || {
+            Box::new(std::array::from_fn(|_| std::sync::atomic::AtomicPtr::new(std::ptr::null_mut())))
+        });
         // SAFETY: `file` is live (owned by self).
-        let slot = unsafe { &(*file)[c] };
-        let mut chunk = slot.load(Acquire);
-        if chunk.is_null() {
-            let fresh: Box<XlateChunk> = Box::new(std::array::from_fn(|_| AtomicU32::new(0)));
-            let raw = Box::into_raw(fresh);
-            match slot.compare_exchange(std::ptr::null_mut(), raw, AcqRel, Acquire) {
-                Ok(_) => chunk = raw,
-                Err(existing) => {
-                    // SAFETY: `raw` was never shared.
-                    drop(unsafe { Box::from_raw(raw) });
-                    chunk = existing;
-                }
-            }
-        }
+        let chunk =
+            get_or_alloc(unsafe { &(*file)[c] }, || Box::new(std::array::from_fn(|_| AtomicU32::new(0))));
         // SAFETY: `chunk` is live (owned by self).
         unsafe { (*chunk)[i].store(frame as u32 + 1, Release) };
     }
@@ -302,6 +279,25 @@ impl Xlate {
         }
         // SAFETY: live, owned by self.
         let _ = unsafe { (*chunk)[i].compare_exchange(frame as u32 + 1, 0, AcqRel, Acquire) };
+    }
+}
+
+/// The allocation `slot` points at, installing `make()` first if it is null (a racing installer
+/// wins; the loser's box is dropped unshared).
+fn get_or_alloc<T>(slot: &std::sync::atomic::AtomicPtr<T>, make: impl FnOnce() -> Box<T>) -> *mut T {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    let cur = slot.load(Acquire);
+    if !cur.is_null() {
+        return cur;
+    }
+    let raw = Box::into_raw(make());
+    match slot.compare_exchange(std::ptr::null_mut(), raw, AcqRel, Acquire) {
+        Ok(_) => raw,
+        Err(existing) => {
+            // SAFETY: `raw` was never shared.
+            drop(unsafe { Box::from_raw(raw) });
+            existing
+        }
     }
 }
 

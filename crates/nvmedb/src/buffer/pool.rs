@@ -78,6 +78,11 @@ impl Partition {
         &self.stripes[stripe_of(key, self.stripes.len())]
     }
 
+    /// Counts a buffer hit in this thread's shard.
+    fn count_hit(&self) {
+        self.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+    }
+
     fn unpin(&self, i: usize) {
         let prev = self.arena.frames[i].pins.fetch_sub(1, AcqRel);
         assert!(prev > 0, "unpin of unpinned frame {i}");
@@ -324,6 +329,15 @@ impl BufferPool {
         }
     }
 
+    /// Counts a hit on frame `f` and raises its GCLOCK usage to the class weight.
+    fn record_hit(&self, part: &Partition, f: &super::frames::Frame, class: PageClass) {
+        let w = self.weight(class);
+        if f.usage.load(Relaxed) < w {
+            f.usage.store(w, Relaxed);
+        }
+        part.count_hit();
+    }
+
     /// A hint that the caller is about to fix `pid` and read the bytes at `offsets` of it: if
     /// the page is resident, its frame metadata and those cache lines are prefetched, so their
     /// memory latencies overlap instead of adding up. Never blocks, never fails.
@@ -392,7 +406,7 @@ impl BufferPool {
                 if f.sticky.load(Acquire) && f.page_key.load(Acquire) == key {
                     let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
                     if f.valid.load(Acquire) && f.page_key.load(Acquire) == key {
-                        part.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+                        part.count_hit();
                         return Ok(Fixed::Shared(PageRef {
                             part,
                             frame: i,
@@ -448,11 +462,7 @@ impl BufferPool {
                 let f = &part.arena.frames[i];
                 let prev = f.pins.fetch_add(1, AcqRel);
                 if prev & EVICTING == 0 && f.page_key.load(Acquire) == key {
-                    let w = self.weight(class);
-                    if f.usage.load(Relaxed) < w {
-                        f.usage.store(w, Relaxed);
-                    }
-                    part.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+                    self.record_hit(part, f, class);
                     return Ok(i);
                 }
                 part.unpin(i);
@@ -466,11 +476,7 @@ impl BufferPool {
                     let f = &part.arena.frames[i as usize];
                     f.pins.fetch_add(1, AcqRel);
                     drop(map);
-                    let w = self.weight(class);
-                    if f.usage.load(Relaxed) < w {
-                        f.usage.store(w, Relaxed);
-                    }
-                    part.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+                    self.record_hit(part, f, class);
                     return Ok(i as usize);
                 }
             }
