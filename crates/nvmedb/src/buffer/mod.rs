@@ -133,7 +133,8 @@ pub struct PoolConfig {
     pub huge_pages: bool,
     /// Serve hits through a lock-free page → frame table (pin, then check the frame) instead of
     /// the striped page table's locks; the striped table stays authoritative for misses (on by
-    /// default; off reproduces seed 004's locked SHR-k hit path).
+    /// default; off reproduces seed 004's locked SHR-k hit path, and also turns off the
+    /// `prefetch_lines` hints, which look frames up in the same table).
     pub lock_free_hits: bool,
 }
 
