@@ -20,20 +20,42 @@ use crate::error::{Error, Result};
 use crate::page::{PageHeader, PageType};
 use node::NO_PAGE;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// A B+tree stored in file `file` of a buffer pool, rooted at page `root`.
-#[derive(Clone)]
 pub struct BTree {
     pool: Arc<BufferPool>,
     file: u32,
     root: u64,
+    /// Length of a value a lookup found (0: none yet): lets a descent guess where a leaf
+    /// entry lies (see [`node::likely_offsets`]). A hint only, set once.
+    value_len_hint: AtomicU32,
+}
+
+impl Clone for BTree {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            file: self.file,
+            root: self.root,
+            value_len_hint: AtomicU32::new(self.value_len_hint.load(Relaxed)),
+        }
+    }
 }
 
 impl std::fmt::Debug for BTree {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "BTree {{ file: {}, root: {} }}", self.file, self.root)
     }
+}
+
+/// Where [`BTree::locate_leaf`] found a key's leaf: its page number and the key bounds its
+/// parent gave. A hint: the tree may have changed since.
+#[derive(Debug, Clone, Copy)]
+pub struct LeafHint {
+    page: u64,
+    bounds: Option<(u64, u64)>,
 }
 
 /// Result of [`BTree::check`].
@@ -61,12 +83,12 @@ impl BTree {
         node::init(&mut root, 0, NO_PAGE);
         let root_no = root.page_id().page;
         drop(root);
-        Ok(Self { pool, file, root: root_no })
+        Ok(Self { pool, file, root: root_no, value_len_hint: AtomicU32::new(0) })
     }
 
     /// Opens an existing tree.
     pub fn open(pool: Arc<BufferPool>, file: u32, root: u64) -> Self {
-        Self { pool, file, root }
+        Self { pool, file, root, value_len_hint: AtomicU32::new(0) }
     }
 
     /// Root page number.
@@ -128,26 +150,120 @@ impl BTree {
 
     /// Descends with shared latch coupling to the leaf covering `key` (`None`: leftmost).
     fn find_leaf(&self, key: Option<&[u8]>) -> Result<PageRef<'_>> {
-        let mut g = self.fix(self.root)?;
-        while !node::is_leaf(&g) {
-            let child = match key {
-                Some(k) => node::child_for(&g, k),
-                None => node::link(&g),
-            };
-            self.pool.prefetch_lines(self.pid(child), &[0]);
-            let next = self.fix(child)?;
-            if node::level(&next) + 1 != node::level(&g) {
-                return Err(self.corrupt(child, "child level does not follow its parent's"));
+        match key {
+            Some(k) => self.find_leaf_bounded(k).map(|(leaf, _)| leaf),
+            None => {
+                let mut g = self.fix(self.root)?;
+                while !node::is_leaf(&g) {
+                    let child = node::link(&g);
+                    g = self.fix_child(&g, child, &[0])?;
+                }
+                Ok(g)
             }
-            g = next;
         }
-        Ok(g)
+    }
+
+    /// Descends to the leaf covering `key`, also returning the separator heads that bound the
+    /// leaf's keys (see [`node::child_for_bounded`]). On the way down, each child's header line
+    /// is prefetched with the slot a dense-key search of it will probably start at, so that
+    /// the two memory latencies overlap.
+    fn find_leaf_bounded(&self, key: &[u8]) -> Result<(PageRef<'_>, Option<(u64, u64)>)> {
+        let mut g = self.fix(self.root)?;
+        let mut bounds = None;
+        while !node::is_leaf(&g) {
+            let (child, b) = node::child_for_bounded(&g, key, bounds);
+            bounds = b;
+            let (lines, n) = self.child_lines(&g, key, bounds);
+            g = self.fix_child(&g, child, &lines[..n])?;
+        }
+        Ok((g, bounds))
+    }
+
+    /// Descends the inner nodes towards `key`, prefetches the cache lines of the leaf that a
+    /// lookup of `key` will read (its frame, header and, for dense keys, the slot and entry)
+    /// without waiting for them, and returns that leaf's page number with the key bounds its
+    /// parent gives (see [`node::child_for_bounded`]); `None` if the root is a leaf. A batch of
+    /// lookups calls this for every key first, so that the leaves' memory latencies overlap,
+    /// then [`BTree::get_in_leaf_with`]. The tree may change in between.
+    pub fn locate_leaf(&self, key: &[u8]) -> Result<Option<LeafHint>> {
+        let mut g = self.fix(self.root)?;
+        let mut bounds = None;
+        while !node::is_leaf(&g) {
+            let (child, b) = node::child_for_bounded(&g, key, bounds);
+            bounds = b;
+            let (lines, n) = self.child_lines(&g, key, bounds);
+            if node::level(&g) == 1 {
+                self.pool.prefetch_lines(self.pid(child), &lines[..n]);
+                return Ok(Some(LeafHint { page: child, bounds }));
+            }
+            g = self.fix_child(&g, child, &lines[..n])?;
+        }
+        Ok(None)
+    }
+
+    /// Looks `key` up in the leaf [`BTree::locate_leaf`] gave, passing its value to `f`:
+    /// `Some` if the leaf holds the key. Keys are unique and an entry lives in exactly one
+    /// leaf, so a found entry is the key's current one even if the tree changed since; `None`
+    /// (the key is not there, or the page is no longer a leaf) means only that the caller must
+    /// look it up from the root with [`BTree::get_with`].
+    pub fn get_in_leaf_with<R>(
+        &self,
+        hint: LeafHint,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
+        let leaf = self.pool.fix(self.pid(hint.page), PageClass::Index)?;
+        if PageHeader::page_type_of(&leaf) != Some(PageType::BtreeLeaf) || !node::is_leaf(&leaf) {
+            return Ok(None);
+        }
+        let Ok(i) = node::search_bounded(&leaf, key, hint.bounds) else { return Ok(None) };
+        let v = node::value(&leaf, i);
+        self.note_value_len(v.len());
+        Ok(Some(f(v)))
+    }
+
+    /// Sets the value-length hint from the first value found (only once: no shared writes
+    /// afterwards).
+    fn note_value_len(&self, len: usize) {
+        if self.value_len_hint.load(Relaxed) == 0 {
+            let _ = self.value_len_hint.compare_exchange(0, len as u32, Relaxed, Relaxed);
+        }
+    }
+
+    /// The offsets in a child of inner node `parent` that a search for `key` will probably
+    /// read (header, and for dense keys the slot and entry; see [`node::likely_offsets`]), as
+    /// an array and the number used.
+    fn child_lines(&self, parent: &[u8], key: &[u8], bounds: Option<(u64, u64)>) -> ([usize; 3], usize) {
+        // Entries of inner nodes hold child numbers; a leaf's, values of the hinted length.
+        let value_len = match node::level(parent) {
+            1 => Some(self.value_len_hint.load(Relaxed) as usize).filter(|&v| v > 0),
+            _ => Some(8),
+        };
+        match node::likely_offsets(self.pool.page_size(), key, bounds, value_len) {
+            Some((slot, Some(entry))) => ([0, slot, entry], 3),
+            Some((slot, None)) => ([0, slot, 0], 2),
+            None => ([0; 3], 1),
+        }
+    }
+
+    /// Fixes `child` of the inner node `parent`, checking that its level follows; `lines`:
+    /// offsets to prefetch with it (see [`BufferPool::fix_prefetching`]).
+    fn fix_child(&self, parent: &[u8], child: u64, lines: &[usize]) -> Result<PageRef<'_>> {
+        let next = self.pool.fix_prefetching(self.pid(child), PageClass::Index, lines)?;
+        self.check_node(child, &next)?;
+        if node::level(&next) + 1 != node::level(parent) {
+            return Err(self.corrupt(child, "child level does not follow its parent's"));
+        }
+        Ok(next)
     }
 
     /// Looks `key` up and passes its value to `f`.
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        let leaf = self.find_leaf(Some(key))?;
-        Ok(node::search(&leaf, key).ok().map(|i| f(node::value(&leaf, i))))
+        let (leaf, bounds) = self.find_leaf_bounded(key)?;
+        let Ok(i) = node::search_bounded(&leaf, key, bounds) else { return Ok(None) };
+        let v = node::value(&leaf, i);
+        self.note_value_len(v.len());
+        Ok(Some(f(v)))
     }
 
     /// Looks `key` up.

@@ -152,49 +152,116 @@ fn cmp_at(p: &[u8], i: usize, k: &[u8], h: u64) -> Ordering {
 pub fn search(p: &[u8], k: &[u8]) -> Result<usize, usize> {
     let h = head_of(k);
     let n = count(p);
-    let (mut lo, mut hi) = (0, n);
-    if n >= 16 {
+    if n >= INTERPOLATE_FROM {
         let (h_first, h_last) = (head_at(p, 0), head_at(p, n - 1));
         if h_first < h && h < h_last {
             // Entries 0 and n-1 are on either side of k: k falls in (0, n-1).
-            lo = 1;
-            hi = n - 1;
-            let span = u128::from(h_last - h_first);
-            let g = ((u128::from(h - h_first) * (n - 1) as u128) / span) as usize;
-            let g = g.clamp(lo, hi - 1);
-            match cmp_at(p, g, k, h) {
-                Ordering::Equal => return Ok(g),
-                Ordering::Less => {
-                    lo = g + 1;
-                    let mut step = 4;
-                    while lo < hi {
-                        let probe = (g + step).min(hi - 1);
-                        match cmp_at(p, probe, k, h) {
-                            Ordering::Equal => return Ok(probe),
-                            Ordering::Less => lo = probe + 1,
-                            Ordering::Greater => {
-                                hi = probe;
-                                break;
-                            }
+            let g = interpolate(h - h_first, h_last - h_first, n - 1);
+            return gallop(p, k, h, 1, n - 1, g);
+        }
+    }
+    gallop(p, k, h, 0, n, None)
+}
+
+/// [`search`] in a node whose keys are known to lie in `[bounds.0, bounds.1)` by head (the
+/// separator heads its parent holds for it, from [`child_for_bounded`]). The first guess is
+/// interpolated from those bounds, so it needs neither the node's first nor its last slot: on
+/// a node of dense keys the search touches the header line, the guessed slot and the entry.
+/// Any bounds give the right answer; wrong ones only cost steps.
+pub fn search_bounded(p: &[u8], k: &[u8], bounds: Option<(u64, u64)>) -> Result<usize, usize> {
+    let h = head_of(k);
+    let n = count(p);
+    match bounds {
+        Some((lo, hi)) if n >= INTERPOLATE_FROM && lo <= h && h < hi => {
+            gallop(p, k, h, 0, n, interpolate(h - lo, hi - lo, n))
+        }
+        _ => search(p, k),
+    }
+}
+
+/// Where a search for `k` in a node bounded by `bounds` will probably look first, if the
+/// node's keys are dense integers (one key per head value) and its entries were written in key
+/// order (as appends, splits and compaction write them): the offsets of the slot and — given
+/// the length of the node's values — of its entry. For prefetching those cache lines together
+/// with the node header, before the entry count is known; a wrong guess costs nothing else.
+pub fn likely_offsets(
+    page_size: usize,
+    k: &[u8],
+    bounds: Option<(u64, u64)>,
+    value_len: Option<usize>,
+) -> Option<(usize, Option<usize>)> {
+    let (lo, hi) = bounds?;
+    let h = head_of(k);
+    let cap = (page_size - PAGE_TRAILER_BYTES - SLOTS) / SLOT_BYTES;
+    if !(lo <= h && h < hi && hi - lo <= cap as u64) {
+        return None;
+    }
+    let i = (h - lo) as usize;
+    let entry = value_len.and_then(|v| {
+        let below = (i + 1) * (ENTRY_HEADER + k.len() + v);
+        let end = page_size - PAGE_TRAILER_BYTES;
+        (below <= end - SLOTS).then(|| end - below)
+    });
+    Some((SLOTS + i * SLOT_BYTES, entry))
+}
+
+/// Interpolation below this many entries is not worth its division.
+const INTERPOLATE_FROM: usize = 16;
+
+/// `⌊off · n / span⌋`, for `off < span`: the interpolated position of a head `off` above the
+/// lower bound of a range `span` wide that holds `n` entries.
+fn interpolate(off: u64, span: u64, n: usize) -> Option<usize> {
+    debug_assert!(off < span);
+    Some(match off.checked_mul(n as u64) {
+        Some(x) => (x / span) as usize,
+        None => ((u128::from(off) * n as u128) / u128::from(span)) as usize,
+    })
+}
+
+/// Finds `k` (head `h`) among entries `[lo, hi)`, which must bracket its position: first at
+/// `guess` (clamped into the range) and in growing steps away from it, then by bisection.
+fn gallop(
+    p: &[u8],
+    k: &[u8],
+    h: u64,
+    mut lo: usize,
+    mut hi: usize,
+    guess: Option<usize>,
+) -> Result<usize, usize> {
+    if let Some(g) = guess.filter(|_| lo < hi) {
+        let g = g.clamp(lo, hi - 1);
+        match cmp_at(p, g, k, h) {
+            Ordering::Equal => return Ok(g),
+            Ordering::Less => {
+                lo = g + 1;
+                let mut step = 4;
+                while lo < hi {
+                    let probe = (g + step).min(hi - 1);
+                    match cmp_at(p, probe, k, h) {
+                        Ordering::Equal => return Ok(probe),
+                        Ordering::Less => lo = probe + 1,
+                        Ordering::Greater => {
+                            hi = probe;
+                            break;
                         }
-                        step *= 4;
                     }
+                    step *= 4;
                 }
-                Ordering::Greater => {
-                    hi = g;
-                    let mut step = 4;
-                    while lo < hi {
-                        let probe = g.saturating_sub(step).max(lo);
-                        match cmp_at(p, probe, k, h) {
-                            Ordering::Equal => return Ok(probe),
-                            Ordering::Greater => hi = probe,
-                            Ordering::Less => {
-                                lo = probe + 1;
-                                break;
-                            }
+            }
+            Ordering::Greater => {
+                hi = g;
+                let mut step = 4;
+                while lo < hi {
+                    let probe = g.saturating_sub(step).max(lo);
+                    match cmp_at(p, probe, k, h) {
+                        Ordering::Equal => return Ok(probe),
+                        Ordering::Greater => hi = probe,
+                        Ordering::Less => {
+                            lo = probe + 1;
+                            break;
                         }
-                        step *= 4;
                     }
+                    step *= 4;
                 }
             }
         }
@@ -217,6 +284,23 @@ pub fn child_for(p: &[u8], k: &[u8]) -> u64 {
         Err(0) => link(p),
         Err(i) => child(p, i - 1),
     }
+}
+
+/// The child of an inner node that covers key `k`, with the heads of the separators around
+/// it: its keys lie in `[lo, hi)` by head. A bound this node does not hold is taken from
+/// `outer`, the bounds of this node itself (`None`: unbounded, and then no bounds are given).
+pub fn child_for_bounded(p: &[u8], k: &[u8], outer: Option<(u64, u64)>) -> (u64, Option<(u64, u64)>) {
+    let n = count(p);
+    let (child, below, above) = match search(p, k) {
+        Ok(i) => (child(p, i), Some(i), i + 1),
+        Err(0) => (link(p), None, 0),
+        Err(i) => (child(p, i - 1), Some(i - 1), i),
+    };
+    let lo = below.map(|i| head_at(p, i)).or(outer.map(|b| b.0));
+    let hi = if above < n { Some(head_at(p, above)) } else { outer.map(|b| b.1) };
+    // Bounds are hints for interpolation only ([`search_bounded`] is right for any bounds):
+    // a key longer than 8 bytes may share the head of the separator above it.
+    (child, lo.zip(hi).filter(|(lo, hi)| lo < hi))
 }
 
 fn heap_start(p: &[u8]) -> usize {
@@ -416,8 +500,58 @@ mod search_tests {
                 });
             }
             for k in probes {
-                assert_eq!(search(&p, &k), reference(&p, &k), "seed {seed}, key {k:?}");
+                let want = reference(&p, &k);
+                assert_eq!(search(&p, &k), want, "seed {seed}, key {k:?}");
+                // Any bounds, right or wrong, give the same answer.
+                let (a, b) = (rng.next_u64() >> rng.below(64), rng.next_u64() >> rng.below(64));
+                for bounds in [None, Some((a.min(b), a.max(b))), Some((0, u64::MAX)), Some((a, a))] {
+                    assert_eq!(search_bounded(&p, &k, bounds), want, "seed {seed}, key {k:?}, {bounds:?}");
+                }
             }
         }
+    }
+
+    /// The bounds an inner node gives a child hold every key routed to that child, and on a
+    /// leaf of dense integer keys written in order the guessed slot and entry offsets are the
+    /// key's real ones.
+    #[test]
+    fn child_bounds_hold_the_key_and_dense_guesses_are_exact() {
+        let enc = |x: u64| x.to_be_bytes().to_vec();
+        // An inner node with separators 1000, 2000, ..., 9000 over leftmost child 99.
+        let mut inner = vec![0u8; 4096];
+        init(&mut inner, 1, 99);
+        for (i, sep) in (1..10u64).map(|s| s * 1000).enumerate() {
+            insert_at(&mut inner, i, &enc(sep), &(i as u64).to_le_bytes());
+        }
+        for probe in [0u64, 999, 1000, 1500, 8999, 9000, 12_000] {
+            let (child, bounds) = child_for_bounded(&inner, &enc(probe), None);
+            assert_eq!(child, child_for(&inner, &enc(probe)), "probe {probe}");
+            match probe {
+                // Leftmost and rightmost children have no bound on one side.
+                0..=999 | 9000.. => assert_eq!(bounds, None, "probe {probe}"),
+                _ => {
+                    let (lo, hi) = bounds.expect("bounded");
+                    assert!(lo <= probe && probe < hi && hi - lo == 1000, "probe {probe}: {lo}..{hi}");
+                }
+            }
+            // Outer bounds fill the missing side.
+            let (_, outer) = child_for_bounded(&inner, &enc(probe), Some((0, 20_000)));
+            assert!(outer.is_some_and(|(lo, hi)| lo <= probe && probe < hi), "probe {probe}");
+        }
+        // A leaf of keys 5000..5400 filled in order, as appends and splits write it.
+        let mut leaf = vec![0u8; 16384];
+        init(&mut leaf, 0, NO_PAGE);
+        for (i, k) in (5000..5400u64).enumerate() {
+            insert_at(&mut leaf, i, &enc(k), &[i as u8; 8]);
+        }
+        for k in [5000u64, 5001, 5200, 5399] {
+            let (slot, entry) =
+                likely_offsets(16384, &enc(k), Some((5000, 5400)), Some(8)).expect("dense keys guess");
+            let i = search_bounded(&leaf, &enc(k), Some((5000, 5400))).expect("present");
+            assert_eq!(slot, SLOTS + i * SLOT_BYTES, "key {k}");
+            assert_eq!(entry, Some(entry_off(&leaf, i)), "key {k}");
+        }
+        // Sparse bounds (more heads than slots could hold) give no guess.
+        assert_eq!(likely_offsets(16384, &enc(7), Some((0, 1 << 40)), Some(8)), None);
     }
 }

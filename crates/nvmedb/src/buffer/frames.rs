@@ -95,12 +95,63 @@ impl Drop for Mapping {
 /// Transparent huge page size on x86-64 and most arm64 kernels.
 const HUGE_PAGE: usize = 2 << 20;
 
+/// The metadata of every frame of a partition, in its own mapping (advised for huge pages
+/// like the frame memory: the metadata of a large pool spans megabytes, and a hit reads one
+/// frame's line at random, so 4 KiB pages would cost a TLB miss on most hits).
+pub(crate) struct FrameTable {
+    mem: Mapping,
+    len: usize,
+}
+
+// SAFETY: the mapping holds `Frame`s, which are Sync (atomics and a RwLock); the table owns it.
+unsafe impl Send for FrameTable {}
+// SAFETY: as above.
+unsafe impl Sync for FrameTable {}
+
+impl FrameTable {
+    fn new(count: usize, huge_pages: bool) -> Self {
+        let mut bytes = (count * std::mem::size_of::<Frame>()).max(1);
+        if huge_pages && bytes >= HUGE_PAGE {
+            bytes = bytes.next_multiple_of(HUGE_PAGE); // no 4 KiB-page tail
+        }
+        let mem = Mapping::new(bytes, huge_pages);
+        let frames = mem.base.cast::<Frame>();
+        debug_assert!(frames.is_aligned(), "mmap returns page-aligned memory");
+        for i in 0..count {
+            // SAFETY: in range of the fresh mapping, aligned; each slot written once.
+            unsafe { frames.add(i).write(Frame::new()) };
+        }
+        Self { mem, len: count }
+    }
+}
+
+impl std::ops::Deref for FrameTable {
+    type Target = [Frame];
+    fn deref(&self) -> &[Frame] {
+        // SAFETY: `len` initialised frames start at the mapping's base and live as long as it.
+        unsafe { std::slice::from_raw_parts(self.mem.base.cast::<Frame>(), self.len) }
+    }
+}
+
+impl Drop for FrameTable {
+    fn drop(&mut self) {
+        // SAFETY: the frames were initialised in `new` and are dropped once, here, before the
+        // mapping is unmapped (fields drop after this body).
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                self.mem.base.cast::<Frame>(),
+                self.len,
+            ))
+        };
+    }
+}
+
 /// Frame memory of a partition.
 pub(crate) struct FrameArena {
     mem: Mapping,
     base: *mut u8,
     page_size: usize,
-    pub frames: Box<[Frame]>,
+    pub frames: FrameTable,
 }
 
 // SAFETY: the raw base pointer refers to `mem`, owned by the arena; concurrent access to frame
@@ -114,7 +165,7 @@ impl FrameArena {
         assert!(page_size % 4096 == 0, "frame size {page_size} must be a multiple of 4096");
         let mem = Mapping::new(page_size * count, huge_pages);
         let base = mem.base;
-        let frames = (0..count).map(|_| Frame::new()).collect::<Vec<_>>().into_boxed_slice();
+        let frames = FrameTable::new(count, huge_pages);
         Self { mem, base, page_size, frames }
     }
 

@@ -348,15 +348,21 @@ impl BufferPool {
         }
         let part = self.partition();
         if let Some(i) = part.xlate.get(pid.key()) {
-            prefetch_line((&part.arena.frames[i] as *const super::frames::Frame).cast());
-            let page = self.config.page_size;
-            // SAFETY: only an address is computed (in range: i < frames, offset < page size);
-            // a prefetch never faults and reads nothing the program observes.
-            let base = unsafe { part.arena.frame_ptr(i) };
-            for &o in offsets {
-                if o < page {
-                    prefetch_line(base.wrapping_add(o));
-                }
+            self.prefetch_frame(part, i, offsets);
+        }
+    }
+
+    /// Prefetches frame `i`'s metadata and the lines at `offsets` of its bytes.
+    #[inline]
+    fn prefetch_frame(&self, part: &Partition, i: usize, offsets: &[usize]) {
+        prefetch_line((&part.arena.frames[i] as *const super::frames::Frame).cast());
+        let page = self.config.page_size;
+        // SAFETY: only an address is computed (in range: i < frames, offset < page size);
+        // a prefetch never faults and reads nothing the program observes.
+        let base = unsafe { part.arena.frame_ptr(i) };
+        for &o in offsets {
+            if o < page {
+                prefetch_line(base.wrapping_add(o));
             }
         }
     }
@@ -380,7 +386,14 @@ impl BufferPool {
 
     /// Fixes a page for reading.
     pub fn fix(&self, pid: PageId, class: PageClass) -> Result<PageRef<'_>> {
-        match self.fix_mode(pid, class, FixMode::Shared)? {
+        self.fix_prefetching(pid, class, &[])
+    }
+
+    /// [`BufferPool::fix`] for a caller that reads the bytes at `offsets` of the page next: if
+    /// the page is resident, those cache lines are prefetched together with the frame's
+    /// metadata (see [`BufferPool::prefetch_lines`]), with one translation for both.
+    pub fn fix_prefetching(&self, pid: PageId, class: PageClass, offsets: &[usize]) -> Result<PageRef<'_>> {
+        match self.fix_mode(pid, class, FixMode::Shared, offsets)? {
             Fixed::Shared(g) => Ok(g),
             Fixed::Exclusive(_) => unreachable!("shared fix returned an exclusive guard"),
         }
@@ -389,19 +402,30 @@ impl BufferPool {
     /// Fixes a page for writing.
     pub fn fix_mut(&self, pid: PageId, class: PageClass) -> Result<PageMut<'_>> {
         self.check_writable()?;
-        match self.fix_mode(pid, class, FixMode::Exclusive)? {
+        match self.fix_mode(pid, class, FixMode::Exclusive, &[])? {
             Fixed::Exclusive(g) => Ok(g),
             Fixed::Shared(_) => unreachable!("exclusive fix returned a shared guard"),
         }
     }
 
-    fn fix_mode(&self, pid: PageId, class: PageClass, mode: FixMode) -> Result<Fixed<'_>> {
+    fn fix_mode(
+        &self,
+        pid: PageId,
+        class: PageClass,
+        mode: FixMode,
+        prefetch: &[usize],
+    ) -> Result<Fixed<'_>> {
         let part = self.partition();
         let key = pid.key();
-        if matches!(mode, FixMode::Shared) && class == PageClass::Index && self.config.lock_free_hits {
+        // Where the page probably is: a hint the paths below check after pinning or latching.
+        let hint = if self.config.lock_free_hits { part.xlate.get(key) } else { None };
+        if let Some(i) = hint.filter(|_| !prefetch.is_empty()) {
+            self.prefetch_frame(part, i, prefetch);
+        }
+        if matches!(mode, FixMode::Shared) && class == PageClass::Index {
             // Fast path for pinned-for-good index pages: no page-table lock, no pin (a sticky
             // frame never changes page).
-            if let Some(i) = part.xlate.get(key) {
+            if let Some(i) = hint {
                 let f = &part.arena.frames[i];
                 if f.sticky.load(Acquire) && f.page_key.load(Acquire) == key {
                     let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
@@ -418,8 +442,9 @@ impl BufferPool {
                 }
             }
         }
+        let mut hint = hint;
         loop {
-            let i = self.pin_page(part, pid, class)?;
+            let i = self.pin_page(part, pid, class, hint.take())?;
             let f = &part.arena.frames[i];
             let fixed = match mode {
                 FixMode::Shared => {
@@ -452,10 +477,17 @@ impl BufferPool {
 
     /// Returns a pinned frame holding `pid` (possibly still being loaded by another thread:
     /// latch it and check `valid`).
-    fn pin_page(&self, part: &Partition, pid: PageId, class: PageClass) -> Result<usize> {
+    /// `hint`: the frame the page→frame table gave for `pid` (`None`: look it up here).
+    fn pin_page(
+        &self,
+        part: &Partition,
+        pid: PageId,
+        class: PageClass,
+        hint: Option<usize>,
+    ) -> Result<usize> {
         let key = pid.key();
         if self.config.lock_free_hits {
-            if let Some(i) = part.xlate.get(key) {
+            if let Some(i) = hint.or_else(|| part.xlate.get(key)) {
                 // Pin first, then check the frame still holds the page: an evictor claims a
                 // frame only by moving its pins from 0 to EVICTING, so a pin taken without it
                 // keeps the frame's page until unpinned.

@@ -9,7 +9,7 @@
 use crate::buffer::{BufferPool, PageClass, PageId, PageRef};
 use crate::error::{Error, Result};
 use crate::page::{slotted, PageHeader, PageType};
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 
 /// Address of a row: page number and slot.
@@ -42,6 +42,9 @@ pub struct HeapFile {
     name: String,
     insert_page: AtomicU64,
     alloc_lock: Mutex<()>,
+    /// The length of a row seen here (0: none yet), to guess where a row sits in its page
+    /// (see [`slotted::likely_record_offset`]). A hint only: set once, never trusted.
+    row_len_hint: AtomicU32,
 }
 
 impl HeapFile {
@@ -55,6 +58,7 @@ impl HeapFile {
             name: name.to_string(),
             insert_page: AtomicU64::new(insert_page),
             alloc_lock: Mutex::new(()),
+            row_len_hint: AtomicU32::new(0),
         })
     }
 
@@ -140,16 +144,41 @@ impl HeapFile {
         }
     }
 
+    /// Prefetches, without waiting, the cache lines a read of `rid` touches if its page is
+    /// resident: frame metadata, page header, the row's slot and (a guess of) the row itself,
+    /// so that in a batch their latencies overlap other rows'.
+    pub fn prefetch_row(&self, rid: RowId) {
+        let (lines, n) = self.row_lines(rid);
+        self.pool.prefetch_lines(self.pid(rid.page), &lines[..n]);
+    }
+
+    /// Offsets a read of `rid` touches: page header, slot and, once a row length is known, where
+    /// the row probably is (see [`slotted::likely_record_offset`]); as an array and the number used.
+    fn row_lines(&self, rid: RowId) -> ([usize; 3], usize) {
+        let slot = rid.slot as usize;
+        let len_hint = self.row_len_hint.load(Relaxed) as usize;
+        match slotted::likely_record_offset(self.pool.page_size(), slot, len_hint) {
+            Some(row) => ([0, slotted::slot_offset(slot), row], 3),
+            None => ([0, slotted::slot_offset(slot), 0], 2),
+        }
+    }
+
     /// Passes the row at `rid` to `f`; `None` if the slot is free.
     pub fn read<R>(&self, rid: RowId, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        let pid = self.pid(rid.page);
-        // Frame metadata, page header and the row's slot are fetched in parallel.
-        self.pool.prefetch_lines(pid, &[0, slotted::slot_offset(rid.slot as usize)]);
-        let g = self.pool.fix(pid, PageClass::Data)?;
+        let slot = rid.slot as usize;
+        // Frame metadata, page header, the row's slot and (a guess of) the row itself are
+        // fetched in parallel.
+        let (lines, n) = self.row_lines(rid);
+        let g = self.pool.fix_prefetching(self.pid(rid.page), PageClass::Data, &lines[..n])?;
         if PageHeader::page_type_of(&g) != Some(PageType::Heap) {
             self.check_heap_page(rid.page, &g)?;
         }
-        Ok(slotted::get(&g, rid.slot as usize).map(f))
+        let row = slotted::get(&g, slot);
+        if let Some(r) = row.filter(|_| n < 3 && self.row_len_hint.load(Relaxed) == 0) {
+            // The first row read sets the hint (only once: no shared writes afterwards).
+            let _ = self.row_len_hint.compare_exchange(0, r.len() as u32, Relaxed, Relaxed);
+        }
+        Ok(row.map(f))
     }
 
     /// Replaces the row at `rid` with `row`, calling `old` with the previous bytes first.
