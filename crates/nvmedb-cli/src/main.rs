@@ -352,6 +352,10 @@ struct EngineArgs {
     /// Lock-free-hit settings the in-memory lookups compare (comma-separated true/false).
     #[arg(long, value_delimiter = ',', default_value = "true")]
     memory_lock_free: Vec<bool>,
+    /// Keys per call the in-memory lookups compare (comma-separated): 1 is one `read` per key,
+    /// more is one `read_many` of that many keys, whose lookups overlap their cache misses.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    memory_batch: Vec<usize>,
     /// JSON result file (default results/enginebench-<time>.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -765,6 +769,7 @@ fn main() {
                     parts: a.parts.clone(),
                     memory_huge_pages: a.memory_huge_pages.clone(),
                     memory_lock_free: a.memory_lock_free.clone(),
+                    memory_batch: a.memory_batch.clone(),
                     ..Default::default()
                 };
                 let report = nvmedb_lab::enginebench::run(&cfg)?;

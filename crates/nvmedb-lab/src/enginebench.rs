@@ -55,6 +55,9 @@ pub struct EngineBenchConfig {
     pub memory_huge_pages: Vec<bool>,
     /// Lock-free-hit settings the in-memory test compares.
     pub memory_lock_free: Vec<bool>,
+    /// Keys per call the in-memory test compares: 1 is one `Table::read` per lookup; more is
+    /// one `Table::read_many` per that many keys (lookups interleaved to overlap cache misses).
+    pub memory_batch: Vec<usize>,
 }
 
 impl Default for EngineBenchConfig {
@@ -76,6 +79,7 @@ impl Default for EngineBenchConfig {
             parts: vec!["memory".into(), "miss".into(), "scan".into()],
             memory_huge_pages: vec![true],
             memory_lock_free: vec![true],
+            memory_batch: vec![1, nvmedb::READ_BATCH],
         }
     }
 }
@@ -114,6 +118,8 @@ pub struct MemoryLookups {
     pub huge_pages: bool,
     /// Hits served through the lock-free page → frame table.
     pub lock_free_hits: bool,
+    /// Keys per call: 1 = `Table::read`, more = `Table::read_many`.
+    pub batch: usize,
     /// Lookups per second.
     pub lookups_per_s: Spread,
     /// Lookups per CPU-second the client threads consumed (a per-core rate that holds on a
@@ -257,39 +263,61 @@ fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// Random point lookups from `threads` threads for `secs`: lookups per second, and lookups per
+/// Random point lookups from `threads` threads for `secs`, `batch` keys per call (1: one
+/// `Table::read` each; more: `Table::read_many`): lookups per second, and lookups per
 /// CPU-second of the client threads.
-fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Result<(f64, f64), String> {
+fn lookups(
+    db: &Database,
+    rows: u64,
+    threads: usize,
+    batch: usize,
+    secs: f64,
+    seed: u64,
+) -> Result<(f64, f64), String> {
     let t = db.table("bench").map_err(|e| e.to_string())?;
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);
     let cpu_ns = AtomicU64::new(0);
     let errors = std::sync::Mutex::new(None);
+    let fail = |e: String| {
+        *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+        stop.store(true, Ordering::Relaxed);
+    };
     let start = Instant::now();
     std::thread::scope(|s| {
         for th in 0..threads {
-            let (t, stop, done, errors, cpu_ns) = (&t, &stop, &done, &errors, &cpu_ns);
+            let (t, stop, done, cpu_ns, fail) = (&t, &stop, &done, &cpu_ns, &fail);
             s.spawn(move || {
                 let mut rng = Rng::new(seed.wrapping_mul(1000) + th as u64);
                 let cpu0 = thread_cpu_time();
                 let mut n = 0u64;
+                let mut keys = Vec::with_capacity(batch);
                 while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..64 {
-                        let k = rng.below(rows) as i64;
-                        match t.read(&Value::Int(k), |r| r.int(1)) {
-                            Ok(Some(v)) => debug_assert_eq!(v, k),
-                            Ok(None) => {
-                                *errors.lock().unwrap_or_else(|e| e.into_inner()) =
-                                    Some(format!("row {k} missing"));
-                                stop.store(true, Ordering::Relaxed);
-                            }
-                            Err(e) => {
-                                *errors.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
-                                stop.store(true, Ordering::Relaxed);
+                    if batch <= 1 {
+                        for _ in 0..64 {
+                            let k = rng.below(rows) as i64;
+                            match t.read(&Value::Int(k), |r| r.int(1)) {
+                                Ok(Some(v)) => debug_assert_eq!(v, k),
+                                Ok(None) => fail(format!("row {k} missing")),
+                                Err(e) => fail(e.to_string()),
                             }
                         }
+                        n += 64;
+                        continue;
                     }
-                    n += 64;
+                    keys.clear();
+                    keys.extend((0..batch).map(|_| Value::Int(rng.below(rows) as i64)));
+                    let mut missing = None;
+                    let r = t.read_many(&keys, |i, row| match row {
+                        Some(r) => debug_assert_eq!(Value::Int(r.int(1)), keys[i]),
+                        None => missing = Some(i),
+                    });
+                    match (r, missing) {
+                        (Err(e), _) => fail(e.to_string()),
+                        (Ok(()), Some(i)) => fail(format!("row {:?} missing", keys[i])),
+                        (Ok(()), None) => {}
+                    }
+                    n += batch as u64;
                 }
                 cpu_ns.fetch_add((thread_cpu_time() - cpu0).as_nanos() as u64, Ordering::Relaxed);
                 done.fetch_add(n, Ordering::Relaxed);
@@ -301,9 +329,10 @@ fn lookups(db: &Database, rows: u64, threads: usize, secs: f64, seed: u64) -> Re
     if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
-    let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let elapsed = start.elapsed().as_secs_f64();
+    let n = done.load(Ordering::Relaxed) as f64;
     let cpu_s = cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
-    Ok((rate, rate * secs / cpu_s.max(1e-9)))
+    Ok((n / elapsed, n / cpu_s.max(1e-9)))
 }
 
 fn iobench_file(
@@ -374,15 +403,13 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
 
     let wants = |p: &str| cfg.parts.iter().any(|x| x == p);
     // 1. In-memory lookups: the whole table cached.
-    let mut memory_runs: Vec<(bool, bool, usize)> = Vec::new();
+    let mut memory_runs: Vec<(bool, bool)> = Vec::new();
     if wants("memory") {
         for &hp in &cfg.memory_huge_pages {
-            for &lf in &cfg.memory_lock_free {
-                memory_runs.extend(cfg.memory_threads.iter().map(|&t| (hp, lf, t)));
-            }
+            memory_runs.extend(cfg.memory_lock_free.iter().map(|&lf| (hp, lf)));
         }
     }
-    for (huge_pages, lock_free_hits, threads) in memory_runs {
+    for (huge_pages, lock_free_hits) in memory_runs {
         let mut opts = options(cfg, BufferSize::PercentOfData(110.0), BufferPolicy::Shared { stripes: 16 });
         opts.huge_pages = huge_pages;
         opts.lock_free_hits = lock_free_hits;
@@ -391,36 +418,43 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
         let t = db.table("bench").map_err(|e| e.to_string())?;
         t.range(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_| Ok(true))
             .map_err(|e| e.to_string())?;
-        lookups(&db, cfg.rows, threads, 0.5, 0)?;
-        let before = db.buffer_stats().0;
-        let (mut v, mut per_cpu) = (Vec::new(), Vec::new());
-        for rep in 0..cfg.reps {
-            let (rate, cpu_rate) = lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 1)?;
-            v.push(rate);
-            per_cpu.push(cpu_rate);
+        for &threads in &cfg.memory_threads {
+            for &batch in &cfg.memory_batch {
+                lookups(&db, cfg.rows, threads, batch, 0.5, 0)?;
+                let before = db.buffer_stats().0;
+                let (mut v, mut per_cpu) = (Vec::new(), Vec::new());
+                for rep in 0..cfg.reps {
+                    let (rate, cpu_rate) =
+                        lookups(&db, cfg.rows, threads, batch, cfg.duration_s, rep as u64 + 1)?;
+                    v.push(rate);
+                    per_cpu.push(cpu_rate);
+                }
+                let d = db.buffer_stats().0.since(&before);
+                let s = Spread::of(v);
+                let c = Spread::of(per_cpu);
+                report.memory.push(MemoryLookups {
+                    threads,
+                    huge_pages,
+                    lock_free_hits,
+                    batch,
+                    lookups_per_s: s,
+                    lookups_per_cpu_s: c,
+                    lookups_per_s_per_core: s.median / threads.min(cores) as f64,
+                    hit_ratio: d.hit_ratio(),
+                });
+                println!(
+                    "in-memory lookups, {threads} thread(s), {}, huge pages {}, lock-free hits {}: {s} lookups/s ({:.2} M/s per core by wall clock, {:.2} M per CPU-second [{:.2}..{:.2}]), hit ratio {:.4}",
+                    if batch > 1 { format!("read_many of {batch} keys") } else { "one read per key".to_string() },
+                    if huge_pages { "on" } else { "off" },
+                    if lock_free_hits { "on" } else { "off" },
+                    s.median / threads.min(cores) as f64 / 1e6,
+                    c.median / 1e6,
+                    c.min / 1e6,
+                    c.max / 1e6,
+                    d.hit_ratio()
+                );
+            }
         }
-        let d = db.buffer_stats().0.since(&before);
-        let s = Spread::of(v);
-        let c = Spread::of(per_cpu);
-        report.memory.push(MemoryLookups {
-            threads,
-            huge_pages,
-            lock_free_hits,
-            lookups_per_s: s,
-            lookups_per_cpu_s: c,
-            lookups_per_s_per_core: s.median / threads.min(cores) as f64,
-            hit_ratio: d.hit_ratio(),
-        });
-        println!(
-            "in-memory lookups, {threads} thread(s), huge pages {}, lock-free hits {}: {s} lookups/s ({:.2} M/s per core by wall clock, {:.2} M per CPU-second [{:.2}..{:.2}]), hit ratio {:.4}",
-            if huge_pages { "on" } else { "off" },
-            if lock_free_hits { "on" } else { "off" },
-            s.median / threads.min(cores) as f64 / 1e6,
-            c.median / 1e6,
-            c.min / 1e6,
-            c.max / 1e6,
-            d.hit_ratio()
-        );
     }
 
     // 2. Lookups with a 1 % buffer, interleaved with fio and iobench on the same file.
@@ -435,14 +469,14 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
             ),
         )
         .map_err(|e| e.to_string())?;
-        lookups(&db, cfg.rows, threads, 1.0, 0)?;
+        lookups(&db, cfg.rows, threads, 1, 1.0, 0)?;
         let (mut lk, mut eng, mut fio_p, mut fio_u, mut iob) = (vec![], vec![], vec![], vec![], vec![]);
         let mut hit = 0.0;
         let fio_ok = cfg.use_fio && Command::new("fio").arg("--version").output().is_ok();
         for rep in 0..cfg.reps {
             let before = db.buffer_stats().0;
             let t0 = Instant::now();
-            lk.push(lookups(&db, cfg.rows, threads, cfg.duration_s, rep as u64 + 10)?.0);
+            lk.push(lookups(&db, cfg.rows, threads, 1, cfg.duration_s, rep as u64 + 10)?.0);
             let d = db.buffer_stats().0.since(&before);
             eng.push(d.reads as f64 / t0.elapsed().as_secs_f64());
             hit = d.hit_ratio();

@@ -42,4 +42,4 @@ pub mod xlog;
 pub use buffer::{BufferPolicy, BufferStats};
 pub use db::{BufferSize, Database, FastLogOptions, LogKind, Options, Transaction};
 pub use error::{Error, Result};
-pub use table::{ColumnType, RowView, Schema, Table, Value};
+pub use table::{ColumnType, RowView, Schema, Table, Value, READ_BATCH};
