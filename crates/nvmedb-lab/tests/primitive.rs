@@ -205,8 +205,15 @@ fn summary_model_and_targets_on_synthetic_points() {
         fio_read_qd32_iops: None,
         profile: None,
     };
-    let t = targets(&s, &[dev]);
+    let t = targets(&s, std::slice::from_ref(&dev));
     assert_eq!(t.len(), 1);
     assert_eq!((t[0].target_pct, t[0].paper_pct), (Some(90.0), Some(90.0)));
+    assert_eq!(t[0].device_ceiling_pct, None, "no device limit measured");
+    // One table-page read per transaction at 1 %, 1000 tps at 100 %: a device of 500 reads/s
+    // allows at most 50 %; one of 5000 reads/s does not limit (capped at 100 %).
+    for (iops, ceiling) in [(500.0, 50.0), (5000.0, 100.0)] {
+        let d = DeviceReport { read_qd32_iops: iops, ..dev.clone() };
+        assert_eq!(targets(&s, &[d])[0].device_ceiling_pct, Some(ceiling), "{iops} IOPS");
+    }
     let _ = RunContext::capture();
 }

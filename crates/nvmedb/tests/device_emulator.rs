@@ -140,3 +140,25 @@ fn queue_depth_overlaps_operations() {
     }
     panic!("no overlap at depth 16 in any attempt: {times:?}");
 }
+
+/// The bandwidth cap paces throughput: each of 24 reads of 1 MiB from a profile capped at
+/// 500 MB/s starts at least 1 MiB / 500 MB/s after the previous one, so they cannot finish in
+/// less than 23 such slots (a lower bound, which no slow machine can break). The optane
+/// profile carries the P4800X's 2400 MB/s.
+#[test]
+fn bandwidth_cap_paces_large_transfers() {
+    assert_eq!(DeviceProfile::builtin("optane").unwrap().bandwidth_mb_s, 2400.0);
+    let mut p = DeviceProfile::builtin("optane").expect("profile");
+    p.apply_override("bandwidth_mb_s=500").unwrap();
+    let d = open_emulated(p, None, &FileOptions::default(), 5).expect("open");
+    d.ensure_capacity(64 << 20).unwrap();
+    let mut buf = AlignedBuf::new(1 << 20);
+    let t = Instant::now();
+    for i in 0..24u64 {
+        d.read_at(i * 2 * (1 << 20), &mut buf).expect("read");
+    }
+    let floor = 23.0 * (1 << 20) as f64 / 500e6;
+    let took = t.elapsed().as_secs_f64();
+    println!("EMULATED optane capped at 500 MB/s: 24 MiB read in {took:.4} s (floor {floor:.4} s)");
+    assert!(took >= floor, "24 MiB in {took} s beats the {floor} s the 500 MB/s cap allows");
+}

@@ -524,6 +524,13 @@ pub struct TargetRow {
     pub paper_pct: Option<f64>,
     /// Device reads/s achieved at the smallest buffer as a share of the page-size QD32 limit, %.
     pub iops_share_of_limit_pct: Option<f64>,
+    /// The most of the 100 % throughput the smallest buffer could keep if the device's
+    /// page-size read rate measured in the run (fio or iobench at QD32) were the only limit:
+    /// limit ÷ (100 % throughput × table-page reads per transaction at the smallest buffer),
+    /// capped at 100, %. A target above it cannot be met on this device, however fast the
+    /// engine.
+    #[serde(default)]
+    pub device_ceiling_pct: Option<f64>,
 }
 
 /// Everything `results.json` holds besides context and configuration.

@@ -1,13 +1,13 @@
 //! Emulated devices: a latency model wrapped around any [`Device`].
 //!
-//! Owns: [`EmulatedDevice`] (the model's state: IOPS-cap pacing, service channels, GC stalls,
+//! Owns: [`EmulatedDevice`] (the model's state: IOPS- and bandwidth-cap pacing, service channels, GC stalls,
 //! the recent write share, the last offset for sequential detection), [`EmuQueue`] (depth-N
 //! overlap: each operation completes at its own due time), [`wait_until`] (sleep for the bulk,
 //! spin only the last few µs), and [`open_emulated`] which enforces the backing rule.
 //!
 //! Invariants: an operation's data reaches the inner device at submission and its completion is
 //! reported no earlier than `due = start + service time`, where `start` is the later of the
-//! submission time, the IOPS-cap slot, the end of any GC stall and (with channels) the first free
+//! submission time, the throughput-cap slot (IOPS or bandwidth), the end of any GC stall and (with channels) the first free
 //! channel; the inner device's own latency counts inside that window, so the emulated latency is
 //! a floor. The model's state is behind one short mutex, never held while waiting.
 
@@ -179,9 +179,15 @@ impl<D: Device> EmulatedDevice<D> {
         }
         let svc = us(svc_us);
         let mut start = now;
-        if p.iops_cap > 0.0 {
+        // The device's throughput limits: each operation occupies it for the longer of one
+        // operation slot under the IOPS cap and its transfer time at the bandwidth cap.
+        let slot_s = f64::max(
+            if p.iops_cap > 0.0 { 1.0 / p.iops_cap } else { 0.0 },
+            if p.bandwidth_mb_s > 0.0 { len as f64 / (p.bandwidth_mb_s * 1e6) } else { 0.0 },
+        );
+        if slot_s > 0.0 {
             start = start.max(st.cap_next);
-            st.cap_next = start + Duration::from_secs_f64(1.0 / p.iops_cap);
+            st.cap_next = start + Duration::from_secs_f64(slot_s);
         }
         start = start.max(st.gc_until);
         if let Some(ch) = st.channels.iter_mut().min() {
