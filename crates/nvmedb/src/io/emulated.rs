@@ -86,8 +86,9 @@ struct EmuState {
     channels: Vec<Instant>,
     /// Operations may not start before this (a GC stall in progress).
     gc_until: Instant,
-    /// End offset of the previous operation, for sequential detection.
-    last_end: u64,
+    /// File (see [`EmulatedDevice`]'s `file_tag`) and end offset of the previous operation,
+    /// for sequential detection.
+    last_end: (u64, u64),
     /// Exponentially weighted share of writes among recent operations.
     write_share: f64,
     /// Number of GC stalls triggered.
@@ -102,7 +103,35 @@ pub struct EmulatedDevice<D: Device> {
     name: String,
     profile: DeviceProfile,
     spin: Duration,
-    state: Mutex<EmuState>,
+    state: EmulatedMedium,
+    /// Tells this file's operations from other files' on the same medium.
+    file_tag: u64,
+}
+
+/// The state of one emulated device (throughput-cap pacing, channels, GC stalls, recent
+/// writes, last offset): files opened "on the same device" share one, so they share its
+/// IOPS, bandwidth and channels as files on one real device do.
+#[derive(Debug, Clone)]
+pub struct EmulatedMedium(Arc<Mutex<EmuState>>);
+
+impl EmulatedMedium {
+    /// A fresh device state for `profile`; `seed` drives jitter, spikes and GC stalls.
+    pub fn new(profile: &DeviceProfile, seed: u64) -> Self {
+        let now = Instant::now();
+        Self(Arc::new(Mutex::new(EmuState {
+            rng: Rng::new(seed),
+            cap_next: now,
+            channels: vec![now; profile.channels as usize],
+            gc_until: now,
+            last_end: (u64::MAX, u64::MAX),
+            write_share: 0.0,
+            gc_stalls: 0,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, EmuState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 fn us(v: f64) -> Duration {
@@ -110,28 +139,21 @@ fn us(v: f64) -> Duration {
 }
 
 impl<D: Device> EmulatedDevice<D> {
-    /// Wraps `inner`; `seed` drives jitter, spikes and GC stalls. The caller is responsible for
-    /// the backing rule ([`open_emulated`] enforces it).
+    /// Wraps `inner` as a device of its own; `seed` drives jitter, spikes and GC stalls. The
+    /// caller is responsible for the backing rule ([`open_emulated`] enforces it).
     pub fn new(inner: D, profile: DeviceProfile, seed: u64) -> Self {
-        let now = Instant::now();
-        let channels = vec![now; profile.channels as usize];
+        let medium = EmulatedMedium::new(&profile, seed);
+        Self::on_medium(inner, profile, medium)
+    }
+
+    /// Wraps `inner` as one more file on the emulated device `medium` (made for `profile`):
+    /// its operations share that device's throughput caps, channels and GC stalls.
+    pub fn on_medium(inner: D, profile: DeviceProfile, medium: EmulatedMedium) -> Self {
         let spin = us(profile.spin_us);
         let name = format!("{} (emulated {})", inner.info().name, profile.name);
-        Self {
-            inner,
-            name,
-            spin,
-            profile,
-            state: Mutex::new(EmuState {
-                rng: Rng::new(seed),
-                cap_next: now,
-                channels,
-                gc_until: now,
-                last_end: u64::MAX,
-                write_share: 0.0,
-                gc_stalls: 0,
-            }),
-        }
+        static NEXT_TAG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let file_tag = NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self { inner, name, spin, profile, state: medium, file_tag }
     }
 
     /// The profile in force.
@@ -146,16 +168,16 @@ impl<D: Device> EmulatedDevice<D> {
 
     /// Number of garbage-collection stalls the model has triggered so far.
     pub fn gc_stalls(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).gc_stalls
+        self.state.lock().gc_stalls
     }
 
     /// When an operation submitted at `now` completes.
     fn schedule(&self, write: bool, offset: u64, len: usize, now: Instant) -> Instant {
         let p = &self.profile;
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         st.write_share = st.write_share * 0.97 + if write { 0.03 } else { 0.0 };
-        let sequential = p.sequential_latency_us > 0.0 && offset == st.last_end;
-        st.last_end = offset + len as u64;
+        let sequential = p.sequential_latency_us > 0.0 && (self.file_tag, offset) == st.last_end;
+        st.last_end = (self.file_tag, offset + len as u64);
         let mut svc_us = if sequential {
             p.sequential_latency_us
         } else if write {
