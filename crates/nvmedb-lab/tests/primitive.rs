@@ -3,7 +3,7 @@
 //! back, and the summary, model and trace code paths run. No timing is asserted.
 
 use nvmedb_lab::machine::RunContext;
-use nvmedb_lab::primitive::output::{median, model_rows, summarise, targets};
+use nvmedb_lab::primitive::output::{device_ceiling_series, median, model_rows, summarise, targets};
 use nvmedb_lab::primitive::{
     self, DeviceKind, DeviceReport, PointResult, PrimitiveConfig, PrimitiveResults, Workload, WAL_STATUS,
 };
@@ -215,5 +215,18 @@ fn summary_model_and_targets_on_synthetic_points() {
         let d = DeviceReport { read_qd32_iops: iops, ..dev.clone() };
         assert_eq!(targets(&s, &[d])[0].device_ceiling_pct, Some(ceiling), "{iops} IOPS");
     }
+    // The same ceiling as a plot line over the sweep, 100 % at the full buffer.
+    let r = PrimitiveResults {
+        wal: String::new(),
+        points: Vec::new(),
+        summary: s.clone(),
+        devices: vec![DeviceReport { read_qd32_iops: 500.0, ..dev.clone() }],
+        model: Vec::new(),
+        traces: Vec::new(),
+        targets: Vec::new(),
+    };
+    let line = device_ceiling_series(&r, "optane", Workload::Select).expect("a ceiling line");
+    assert_eq!(line.points, vec![(1.0, 50.0), (100.0, 100.0)]);
+    assert!(device_ceiling_series(&r, "optane", Workload::Update).is_none(), "no update points");
     let _ = RunContext::capture();
 }

@@ -14,8 +14,8 @@ use super::{
 use crate::machine::RunContext;
 use crate::model::{self, ModelInput, ModelPoint};
 use crate::report::{
-    trace_summary, write_trace_csv, Align, LegendPosition, LineChart, ResultsDir, Series, TextTable,
-    TraceChart,
+    trace_summary, write_trace_csv, Align, LegendPosition, LineChart, ResultsDir, Series, SeriesStyle,
+    TextTable, TraceChart,
 };
 use nvmedb::trace::Trace;
 
@@ -183,6 +183,30 @@ fn device_ceiling_pct(limit_reads_per_s: f64, full_tps: f64, small: &SummaryRow)
     let reads_per_txn = small.data_reads_per_s / small.tps_median.max(1e-9);
     (limit_reads_per_s > 0.0 && full_tps > 0.0 && reads_per_txn > 0.0)
         .then(|| (100.0 * limit_reads_per_s / (full_tps * reads_per_txn)).min(100.0))
+}
+
+/// The device ceiling of device `d` at every buffer size of workload `w` (see
+/// [`TargetRow::device_ceiling_pct`]), as a plain line; `None` without a measured limit or a
+/// 100 % point.
+pub fn device_ceiling_series(r: &PrimitiveResults, d: &str, w: Workload) -> Option<Series> {
+    let dev = r.devices.iter().find(|x| x.device == d)?;
+    let limit = dev.fio_read_qd32_iops.unwrap_or(dev.read_qd32_iops);
+    let rows: Vec<&SummaryRow> =
+        r.summary.iter().filter(|x| x.workload == w.name() && x.device == d).collect();
+    let full = rows.iter().find(|x| x.buffer_pct == 100.0)?;
+    let pts: Vec<(f64, f64)> = rows
+        .iter()
+        .filter_map(|x| {
+            let c = if x.buffer_pct == 100.0 {
+                Some(100.0)
+            } else {
+                device_ceiling_pct(limit, full.tps_median, x)
+            };
+            c.map(|c| (x.buffer_pct, c))
+        })
+        .collect();
+    (pts.len() > 1 && limit > 0.0)
+        .then(|| Series::new(format!("device ceiling, {d}"), pts).style(SeriesStyle::Line))
 }
 
 /// Builds the results document from the raw points.
@@ -425,7 +449,8 @@ fn throughput_chart(
         .legend(LegendPosition::LowerRight)
         .footnote(ctx.one_line());
     if normalised {
-        chart = chart.y_range(0.0, 110.0);
+        // The curves rise towards 100 % at the right: the legend goes top left.
+        chart = chart.y_range(0.0, 110.0).legend(LegendPosition::UpperLeft);
     }
     let mut devs: Vec<(String, String)> = Vec::new();
     for row in r.summary.iter().filter(|x| x.workload == w.name()) {
@@ -456,11 +481,17 @@ fn throughput_chart(
                 let input = ModelInput::new(m.t_cpu_us, m.t_io_us);
                 chart = chart.series(model::model_series(format!("model, {d}"), &input, &sweep).color(i));
             }
+            if let Some(ceiling) = device_ceiling_series(r, d, w) {
+                chart = chart.series(ceiling.color(i));
+            }
         }
     }
     if normalised {
         chart = chart.footnote(
             "dashed: model (t_cpu + t_mem)/(t_cpu + h·t_mem + (1−h)·t_io) at the achieved hit ratio h",
+        );
+        chart = chart.footnote(
+            "plain line: device ceiling, the device's measured QD32 page-read rate as the only limit",
         );
     }
     chart
