@@ -136,6 +136,9 @@ pub struct MemoryLookups {
 pub struct MissLookups {
     /// Client threads (outstanding reads).
     pub threads: usize,
+    /// Table buffer, percent of the table (the configured share, or more when that is under
+    /// two frames per client).
+    pub buffer_pct: f64,
     /// Lookups per second.
     pub lookups_per_s: Spread,
     /// Table page reads per second achieved by the engine.
@@ -460,15 +463,27 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
     // 2. Lookups with a 1 % buffer, interleaved with fio and iobench on the same file.
     if wants("miss") {
         let threads = cfg.miss_threads;
-        let db = Database::open(
-            &cfg.data_dir,
-            options(
-                cfg,
-                BufferSize::PercentOfData(cfg.miss_buffer_pct),
-                BufferPolicy::Shared { stripes: 512 },
-            ),
-        )
-        .map_err(|e| e.to_string())?;
+        // Each client pins a page while it reads it, so the buffer needs at least two frames
+        // per client; a small table's 1 % has fewer (20 K rows of 100 B: 8 frames for 32).
+        let pct_bytes = table_bytes as f64 * cfg.miss_buffer_pct / 100.0;
+        let floor_bytes = (2 * threads * cfg.page_size) as f64;
+        let miss_buffer = if pct_bytes < floor_bytes {
+            println!(
+                "note: {}% of the table is {:.0} KiB, fewer than 2 frames per client; the buffer is raised to {} frames ({:.0} KiB, {:.1}% of the table)",
+                cfg.miss_buffer_pct,
+                pct_bytes / 1024.0,
+                2 * threads,
+                floor_bytes / 1024.0,
+                100.0 * floor_bytes / table_bytes as f64
+            );
+            BufferSize::Bytes(floor_bytes as u64)
+        } else {
+            BufferSize::PercentOfData(cfg.miss_buffer_pct)
+        };
+        let buffer_pct = 100.0 * pct_bytes.max(floor_bytes) / table_bytes as f64;
+        let db =
+            Database::open(&cfg.data_dir, options(cfg, miss_buffer, BufferPolicy::Shared { stripes: 512 }))
+                .map_err(|e| e.to_string())?;
         lookups(&db, cfg.rows, threads, 1, 1.0, 0)?;
         let (mut lk, mut eng, mut fio_p, mut fio_u, mut iob) = (vec![], vec![], vec![], vec![], vec![]);
         let mut hit = 0.0;
@@ -507,6 +522,7 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
         let fu = (!fio_u.is_empty()).then(|| Spread::of(fio_u));
         let m = MissLookups {
             threads,
+            buffer_pct,
             lookups_per_s: Spread::of(lk),
             engine_read_iops: eng_s,
             hit_ratio: hit,
@@ -518,7 +534,14 @@ pub fn run(cfg: &EngineBenchConfig) -> Result<EngineBenchReport, String> {
         };
         println!(
             "{}% buffer lookups, {threads} threads: {} lookups/s, engine reads {} IOPS, hit ratio {:.3}",
-            cfg.miss_buffer_pct, m.lookups_per_s, m.engine_read_iops, m.hit_ratio
+            if buffer_pct > cfg.miss_buffer_pct {
+                format!("{buffer_pct:.1}")
+            } else {
+                cfg.miss_buffer_pct.to_string()
+            },
+            m.lookups_per_s,
+            m.engine_read_iops,
+            m.hit_ratio
         );
         println!(
             "  same file, {} KiB random reads: fio psync x{threads}: {} IOPS (engine/fio {}), fio io_uring QD{threads}: {} IOPS (engine/fio {}), iobench sync x{threads}: {} IOPS",
