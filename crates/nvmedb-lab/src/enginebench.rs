@@ -680,6 +680,8 @@ fn commit_options(cfg: &CommitBenchConfig) -> Options {
         wal_options: nvmedb::wal::WalOptions {
             group_commit_wait_us: cfg.group_commit_wait_us,
             targeted_wakeups: cfg.targeted_wakeups,
+            // The recovery part grows the log to a set size without checkpoints.
+            checkpoint_after_bytes: 0,
             ..Default::default()
         },
         table_page_size: 16384,

@@ -45,6 +45,8 @@ fn options(log: &str) -> Options {
         table_buffer: BufferSize::Bytes(8 * 4096),
         index_buffer: BufferSize::Bytes(12 * 4096),
         pin_indexes: false,
+        // Checkpoints by log volume happen during the run, so kills land inside them too.
+        wal_options: nvmedb::wal::WalOptions { checkpoint_after_bytes: 128 << 10, ..Default::default() },
         ..Options::default()
     }
 }

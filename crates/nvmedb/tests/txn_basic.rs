@@ -186,3 +186,52 @@ fn a_new_log_for_an_existing_database_starts_above_its_page_lsns() {
         db.close().unwrap();
     }
 }
+
+/// A database whose log asks for checkpoints by volume keeps its log bounded through many
+/// updates (the checkpoints truncate it), and nothing committed is lost across a reopen.
+#[test]
+fn log_volume_checkpoints_bound_the_log_and_lose_nothing() {
+    use nvmedb::wal::WalOptions;
+    let dir = std::env::temp_dir().join(format!("nvmedb-ckpt-volume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = nvmedb::Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        wal_options: WalOptions {
+            segment_bytes: 64 * 1024,
+            max_batch_bytes: 16 * 1024,
+            keep_free_segments: 1,
+            checkpoint_after_bytes: 256 * 1024,
+            ..WalOptions::default()
+        },
+        ..nvmedb::Options::default()
+    };
+    let schema =
+        || nvmedb::Schema::new(vec![("id", nvmedb::ColumnType::Int), ("v", nvmedb::ColumnType::Int)]);
+    let segments = |d: &std::path::Path| std::fs::read_dir(d.join("wal")).map(|r| r.count()).unwrap_or(0);
+    let mut max_segments = 0;
+    {
+        let db = nvmedb::Database::open(&dir, opts.clone()).unwrap();
+        let t = db.create_table("t", schema()).unwrap();
+        for id in 0..200 {
+            t.insert(&[nvmedb::Value::Int(id), nvmedb::Value::Int(0)]).unwrap();
+        }
+        for round in 1..=20i64 {
+            for id in 0..200 {
+                t.update_int(&nvmedb::Value::Int(id), 1, round).unwrap();
+            }
+            max_segments = max_segments.max(segments(&dir));
+        }
+        db.close().unwrap();
+    }
+    // 4000 updates log megabytes (full images of 4 KiB pages after each checkpoint); without
+    // checkpoints by volume the log would keep every segment until close.
+    assert!(max_segments <= 12, "the log grew to {max_segments} segment files");
+    let db = nvmedb::Database::open(&dir, opts).unwrap();
+    let t = db.table("t").unwrap();
+    for id in 0..200 {
+        assert_eq!(t.read(&nvmedb::Value::Int(id), |r| r.int(1)).unwrap(), Some(20), "row {id}");
+    }
+    drop(db);
+    let _ = std::fs::remove_dir_all(&dir);
+}

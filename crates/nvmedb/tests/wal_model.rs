@@ -26,6 +26,8 @@ fn run(seed: u64) {
         initial_lsn: 0,
         // Both wake-up strategies of group commit.
         targeted_wakeups: seed % 2 == 0,
+        // The log alone: nothing acts on its checkpoint requests here.
+        checkpoint_after_bytes: 0,
     };
     let max_payload = opts.max_payload_bytes();
     let mut log = FileLog::open(dynp(&a), dynp(&b), opts.clone()).unwrap();

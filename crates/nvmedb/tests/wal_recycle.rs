@@ -91,3 +91,33 @@ fn wal_reading_before_the_oldest_segment_is_not_found() {
     let r = log.reader(oldest).unwrap().count();
     assert!(r > 0);
 }
+
+/// The log asks for a checkpoint once `checkpoint_after_bytes` were written since it was
+/// opened or last truncated, and stops asking when a checkpoint's truncate ends.
+#[test]
+fn wal_asks_for_a_checkpoint_after_its_checkpoint_volume() {
+    let (a, b) = sim_pair();
+    let opts = WalOptions { checkpoint_after_bytes: 256 * 1024, ..wal_common::small_opts() };
+    let log = FileLog::open(dynp(&a), dynp(&b), opts).unwrap();
+    let start = log.end_lsn();
+    let mut asked_at = None;
+    for i in 0..2000u64 {
+        let (_, e) = log.append(&payload(4, i, 700)).unwrap();
+        if log.wants_checkpoint() {
+            log.wait_durable(e).unwrap();
+            asked_at = Some(e - start);
+            break;
+        }
+    }
+    let asked_at = asked_at.expect("the log never asked for a checkpoint");
+    assert!((256 * 1024..256 * 1024 + 4096).contains(&asked_at), "asked after {asked_at} bytes");
+    log.truncate_before(log.durable_lsn()).unwrap();
+    assert!(!log.wants_checkpoint(), "a checkpoint just ended");
+    let never = WalOptions { checkpoint_after_bytes: 0, ..wal_common::small_opts() };
+    let (c, d) = sim_pair();
+    let log = FileLog::open(dynp(&c), dynp(&d), never).unwrap();
+    for i in 0..1000u64 {
+        log.append(&payload(5, i, 700)).unwrap();
+    }
+    assert!(!log.wants_checkpoint(), "0 means never");
+}

@@ -466,6 +466,10 @@ impl RecordLog for ReplicatedLog {
         self.sh.local.stats()
     }
 
+    fn wants_checkpoint(&self) -> bool {
+        self.sh.local.wants_checkpoint()
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}, replicated ({:?}, epoch {}) to {}",

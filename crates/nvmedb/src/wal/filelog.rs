@@ -101,6 +101,9 @@ struct Inner {
     batch_cv: Condvar,
     durable: AtomicU64,
     helper: Arc<Helper>,
+    /// The log end when it was opened or when the last checkpoint truncated it (see
+    /// [`WalOptions::checkpoint_after_bytes`]).
+    checkpoint_mark: AtomicU64,
 }
 
 /// The duplexed, segmented, group-committing write-ahead log.
@@ -202,6 +205,7 @@ impl FileLog {
             batch_cv: Condvar::new(),
             durable: AtomicU64::new(end_lsn),
             helper,
+            checkpoint_mark: AtomicU64::new(end_lsn),
         });
         Ok(FileLog { inner, recovered, helper_thread: Some(helper_thread) })
     }
@@ -272,7 +276,17 @@ impl FileLog {
                 }
             }
         }
+        // A checkpoint ends with this call: count the next one's log volume from here.
+        self.inner.checkpoint_mark.store(self.end_lsn(), Ordering::Release);
         Ok(to_delete.0)
+    }
+
+    /// True once [`WalOptions::checkpoint_after_bytes`] of log were written since the log was
+    /// opened or last truncated.
+    pub fn wants_checkpoint(&self) -> bool {
+        let limit = self.inner.opts.checkpoint_after_bytes;
+        limit > 0
+            && self.end_lsn().saturating_sub(self.inner.checkpoint_mark.load(Ordering::Acquire)) >= limit
     }
 
     /// A reader from `from` (a record start) up to the durable position at this moment.
@@ -347,6 +361,10 @@ impl super::RecordLog for FileLog {
     fn describe(&self) -> String {
         let locs: Vec<String> = self.inner.storages.iter().map(|s| s.location()).collect();
         format!("duplexed file log (O_DIRECT writes + fdatasync) on {}", locs.join(" and "))
+    }
+
+    fn wants_checkpoint(&self) -> bool {
+        FileLog::wants_checkpoint(self)
     }
 }
 

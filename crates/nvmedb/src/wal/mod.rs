@@ -95,9 +95,10 @@ pub trait RecordLog: Send + Sync {
     fn stats(&self) -> WalStats;
     /// One line saying what the log is and what durability it gives (for result files).
     fn describe(&self) -> String;
-    /// True when the log is running short of space that only a checkpoint (and the
-    /// `truncate_before` that ends it) frees; the database then checkpoints at the next
-    /// transaction start. The file log never needs it (segments are added).
+    /// True when the log wants a checkpoint (and the `truncate_before` that ends it): it is
+    /// running short of space only a checkpoint frees (the fast log's ring), or it has grown by
+    /// its checkpoint volume (the file log, [`WalOptions::checkpoint_after_bytes`]). The
+    /// database then checkpoints at the next transaction start.
     fn wants_checkpoint(&self) -> bool {
         false
     }

@@ -33,6 +33,10 @@ pub struct WalOptions {
     /// covered to lead the next flush (instead of waking every waiter, most of which would go
     /// back to sleep). Saves context switches on machines with few cores.
     pub targeted_wakeups: bool,
+    /// Log bytes written since the last checkpoint after which the log asks the database for
+    /// another (like PostgreSQL's `max_wal_size`): it bounds the log's size on disk and the
+    /// redo work of a recovery. 0: never ask (checkpoints only at open, close and on demand).
+    pub checkpoint_after_bytes: u64,
 }
 
 impl Default for WalOptions {
@@ -45,6 +49,7 @@ impl Default for WalOptions {
             keep_free_segments: 4,
             initial_lsn: 0,
             targeted_wakeups: true,
+            checkpoint_after_bytes: 1 << 30,
         }
     }
 }
