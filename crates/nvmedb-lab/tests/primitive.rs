@@ -70,6 +70,9 @@ fn tiny_run_writes_every_file_and_they_parse() {
     assert_eq!(rows.len(), 16 + 6);
     assert!(rows.iter().all(|r| r.transactions > 0 && r.tps > 0.0));
     assert!(rows.iter().filter(|r| r.workload == "update").all(|r| r.wal == WAL_STATUS));
+    // Updates write log, selects none.
+    assert!(rows.iter().filter(|r| r.workload == "update").all(|r| r.log_kib_per_txn > 0.0));
+    assert!(rows.iter().filter(|r| r.workload == "select").all(|r| r.log_kib_per_txn == 0.0));
     let doc: ResultFile<PrimitiveConfig, PrimitiveResults> = read_json(out.dir.join("results.json")).unwrap();
     assert_eq!(doc.experiment, "primitive");
     assert_eq!(doc.config.rows_per_table, 60);
@@ -155,6 +158,7 @@ fn point(device: &str, workload: &str, pct: f64, rep: usize, tps: f64) -> PointR
         data_writes_per_s: 0.0,
         io_us_per_read: if pct == 100.0 { 0.0 } else { 10.0 },
         cpu_us_per_txn: 100.0,
+        log_kib_per_txn: 0.0,
         process_cpu_cores: 2.0,
         latency_p50_us: 1.0,
         latency_p99_us: 2.0,

@@ -382,6 +382,11 @@ pub struct PointResult {
     pub io_us_per_read: f64,
     /// Client thread CPU per transaction, µs (includes any emulator spinning).
     pub cpu_us_per_txn: f64,
+    /// Log bytes written per transaction in the window, KiB (0 without a log). An UPDATE's
+    /// first change of a page after a checkpoint logs the whole page (torn-page protection),
+    /// so this shows how far the window is from the steady state of diffs.
+    #[serde(default)]
+    pub log_kib_per_txn: f64,
     /// Process CPU during the window, cores.
     pub process_cpu_cores: f64,
     /// Transaction latency p50, µs.
@@ -454,6 +459,9 @@ pub struct SummaryRow {
     pub io_us_per_read: f64,
     /// Median CPU per transaction, µs.
     pub cpu_us_per_txn: f64,
+    /// Median log KiB per transaction.
+    #[serde(default)]
+    pub log_kib_per_txn: f64,
     /// Median p99 latency, µs.
     pub latency_p99_us: f64,
 }
@@ -848,6 +856,11 @@ fn point_result(
         io_us_per_read: if ts.reads > 0 { ts.io_wait_ns as f64 / ts.reads as f64 / 1e3 } else { 0.0 },
         cpu_us_per_txn: if m.transactions > 0 {
             m.client_cpu_ns as f64 / m.transactions as f64 / 1e3
+        } else {
+            0.0
+        },
+        log_kib_per_txn: if m.transactions > 0 {
+            m.log_bytes as f64 / m.transactions as f64 / 1024.0
         } else {
             0.0
         },

@@ -201,6 +201,8 @@ pub struct PointMeasurement {
     pub latency_us: (f64, f64),
     /// Process CPU over the window in cores (clients plus anything else in the process).
     pub process_cpu_cores: f64,
+    /// Log bytes written in the window (0 without a log).
+    pub log_bytes: u64,
 }
 
 struct ClientOut {
@@ -240,7 +242,7 @@ pub fn measure(
         first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
         stop.store(true, Ordering::Relaxed);
     };
-    let (outs, window, stats0, stats1, pcpu) = std::thread::scope(|s| {
+    let (outs, window, stats0, stats1, pcpu, log_bytes) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..plan.clients)
             .map(|c| {
                 let (measuring, stop, fail, proto) = (&measuring, &stop, &fail, &proto);
@@ -303,7 +305,9 @@ pub fn measure(
             }
         };
         sleep_until(Instant::now() + plan.warmup);
+        let log_written = || db.engine_log().map_or(0, |l| l.record_log().stats().bytes_written);
         let stats0 = db.buffer_stats();
+        let log0 = log_written();
         let pcpu0 = process_cpu_ns();
         on_window(true);
         let t0 = Instant::now();
@@ -313,11 +317,12 @@ pub fn measure(
         let window = t0.elapsed();
         on_window(false);
         let stats1 = db.buffer_stats();
+        let log_bytes = log_written().saturating_sub(log0);
         let pcpu = process_cpu_ns().saturating_sub(pcpu0);
         stop.store(true, Ordering::Relaxed);
         let outs: Vec<ClientOut> =
             handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
-        (outs, window, stats0, stats1, pcpu)
+        (outs, window, stats0, stats1, pcpu, log_bytes)
     });
     if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
@@ -335,5 +340,6 @@ pub fn measure(
         client_cpu_ns: outs.iter().map(|o| o.cpu_ns).sum(),
         latency_us: (hist.value_at_quantile(0.5) as f64, hist.value_at_quantile(0.99) as f64),
         process_cpu_cores: pcpu as f64 / 1e9 / window_s.max(1e-9),
+        log_bytes,
     })
 }
