@@ -382,9 +382,9 @@ pub struct PointResult {
     pub io_us_per_read: f64,
     /// Client thread CPU per transaction, µs (includes any emulator spinning).
     pub cpu_us_per_txn: f64,
-    /// Log bytes written per transaction in the window, KiB (0 without a log). An UPDATE's
-    /// first change of a page after a checkpoint logs the whole page (torn-page protection),
-    /// so this shows how far the window is from the steady state of diffs.
+    /// Log bytes written per transaction in the window, KiB (0 without a log): an UPDATE's
+    /// row images (before and after) and page changes, where the first change of a page after
+    /// a checkpoint logs the whole page (torn-page protection).
     #[serde(default)]
     pub log_kib_per_txn: f64,
     /// Process CPU during the window, cores.

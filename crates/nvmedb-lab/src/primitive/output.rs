@@ -276,8 +276,9 @@ pub fn summary_text(cfg: &PrimitiveConfig, ctx: &RunContext, r: &PrimitiveResult
     }
     t.note(format!("UPDATE: {WAL_STATUS}; SELECT writes no log."));
     t.note(
-        "log KiB/txn: an UPDATE's first change of a page after a checkpoint (each point reopens the database, \
-         which checkpoints) logs the whole page; later changes log diffs.",
+        "log KiB/txn: an UPDATE logs the row's before and after images (2 × 4 KiB here) and its page changes: \
+         the whole page for the first change of a page after a checkpoint (each point reopens the database, \
+         which checkpoints), diffs afterwards.",
     );
     t.note("rel. % = median tps / the device's 100 % median tps; the machine is a shared 2-vCPU VM, so spreads are wide.");
     t.note(format!("machine: {}", ctx.one_line()));
