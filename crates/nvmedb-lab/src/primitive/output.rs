@@ -163,7 +163,7 @@ pub fn targets(summary: &[SummaryRow], devices: &[DeviceReport]) -> Vec<TargetRo
                 ("nand", "update") => (None, Some(34.0)),
                 _ => (None, None),
             };
-            let limit = d.fio_read_qd32_iops.unwrap_or(d.read_qd32_iops);
+            let limit = read_limit(d);
             out.push(TargetRow {
                 device_label: small.device_label.clone(),
                 workload: w.into(),
@@ -179,6 +179,12 @@ pub fn targets(summary: &[SummaryRow], devices: &[DeviceReport]) -> Vec<TargetRo
     out
 }
 
+/// A device's page-size random-read limit measured in the run: fio at QD32 where it ran,
+/// else iobench at QD32.
+fn read_limit(d: &DeviceReport) -> f64 {
+    d.fio_read_qd32_iops.unwrap_or(d.read_qd32_iops)
+}
+
 /// See [`TargetRow::device_ceiling_pct`]: `None` without a limit, a 100 % throughput or reads.
 fn device_ceiling_pct(limit_reads_per_s: f64, full_tps: f64, small: &SummaryRow) -> Option<f64> {
     let reads_per_txn = small.data_reads_per_s / small.tps_median.max(1e-9);
@@ -191,7 +197,7 @@ fn device_ceiling_pct(limit_reads_per_s: f64, full_tps: f64, small: &SummaryRow)
 /// 100 % point.
 pub fn device_ceiling_series(r: &PrimitiveResults, d: &str, w: Workload) -> Option<Series> {
     let dev = r.devices.iter().find(|x| x.device == d)?;
-    let limit = dev.fio_read_qd32_iops.unwrap_or(dev.read_qd32_iops);
+    let limit = read_limit(dev);
     let rows: Vec<&SummaryRow> =
         r.summary.iter().filter(|x| x.workload == w.name() && x.device == d).collect();
     let full = rows.iter().find(|x| x.buffer_pct == 100.0)?;

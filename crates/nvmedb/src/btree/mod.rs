@@ -216,18 +216,25 @@ impl BTree {
         if PageHeader::page_type_of(&leaf) != Some(PageType::BtreeLeaf) || !node::is_leaf(&leaf) {
             return Ok(None);
         }
-        let Ok(i) = node::search_bounded(&leaf, key, hint.bounds) else { return Ok(None) };
-        let v = node::value(&leaf, i);
-        self.note_value_len(v.len());
-        Ok(Some(f(v)))
+        Ok(self.value_in_leaf(&leaf, key, hint.bounds, f))
     }
 
-    /// Sets the value-length hint from the first value found (only once: no shared writes
+    /// Passes the value of `key` in `leaf` (keys bounded by `bounds`) to `f`, if the leaf holds
+    /// it; the first value found sets the value-length hint (only once: no shared writes
     /// afterwards).
-    fn note_value_len(&self, len: usize) {
+    fn value_in_leaf<R>(
+        &self,
+        leaf: &[u8],
+        key: &[u8],
+        bounds: Option<(u64, u64)>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        let i = node::search_bounded(leaf, key, bounds).ok()?;
+        let v = node::value(leaf, i);
         if self.value_len_hint.load(Relaxed) == 0 {
-            let _ = self.value_len_hint.compare_exchange(0, len as u32, Relaxed, Relaxed);
+            let _ = self.value_len_hint.compare_exchange(0, v.len() as u32, Relaxed, Relaxed);
         }
+        Some(f(v))
     }
 
     /// The offsets in a child of inner node `parent` that a search for `key` will probably
@@ -260,10 +267,7 @@ impl BTree {
     /// Looks `key` up and passes its value to `f`.
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         let (leaf, bounds) = self.find_leaf_bounded(key)?;
-        let Ok(i) = node::search_bounded(&leaf, key, bounds) else { return Ok(None) };
-        let v = node::value(&leaf, i);
-        self.note_value_len(v.len());
-        Ok(Some(f(v)))
+        Ok(self.value_in_leaf(&leaf, key, bounds, f))
     }
 
     /// Looks `key` up.

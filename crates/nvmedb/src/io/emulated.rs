@@ -166,7 +166,8 @@ impl<D: Device> EmulatedDevice<D> {
         &self.inner
     }
 
-    /// Number of garbage-collection stalls the model has triggered so far.
+    /// Number of garbage-collection stalls the model has triggered so far, on this file's
+    /// emulated device (shared with the other files on its [`EmulatedMedium`]).
     pub fn gc_stalls(&self) -> u64 {
         self.state.lock().gc_stalls
     }
