@@ -27,9 +27,10 @@ enum Commands {
     Inspect(InspectArgs),
     /// Run a standby: receive a primary's log, persist and apply it, until promoted.
     Standby(StandbyArgs),
-    /// Promote the standby at an address (it finishes redo, undoes losers, bumps the epoch and
-    /// closes cleanly; its directory then opens as an ordinary database).
-    Promote(AdminArgs),
+    /// Promote the standby at an address: it bumps the epoch, fences the old primary's
+    /// synchronous set, takes what a fenced standby has beyond it, finishes redo, undoes losers
+    /// and closes cleanly (its directory then opens as an ordinary database).
+    Promote(PromoteArgs),
     /// Show a standby's replication status (role, epoch, positions, counters).
     Status(AdminArgs),
 }
@@ -68,6 +69,17 @@ struct AdminArgs {
     secret_file: PathBuf,
 }
 
+/// Flags of `nvmedb promote`.
+#[derive(Args, Debug)]
+struct PromoteArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Promote even if too few standbys of the old synchronous set can be fenced: only when the
+    /// old primary is known to be down (it could otherwise still acknowledge commits).
+    #[arg(long)]
+    force: bool,
+}
+
 fn run_standby(a: &StandbyArgs) -> Result<(), String> {
     use nvmedb::repl::{read_secret, seed_standby, Standby, StandbyConfig};
     let secret = read_secret(&a.secret_file).map_err(|e| e.to_string())?;
@@ -89,13 +101,18 @@ fn run_standby(a: &StandbyArgs) -> Result<(), String> {
     loop {
         if let Some(r) = sb.promotion() {
             println!(
-                "promoted: epoch {}, log end {}, redo {} pages, {} unfinished transactions undone; {} now opens as a primary",
+                "promoted: epoch {}, log end {}, redo {} pages, {} unfinished transactions undone; fenced {:?}; took {:?}; {} now opens as a primary",
                 r.epoch,
                 r.log_end,
                 r.recovery.pages_redone,
                 r.recovery.losers,
+                r.fenced,
+                r.taken,
                 a.data.display()
             );
+            for n in &r.notes {
+                println!("note: {n}");
+            }
             sb.shutdown();
             return Ok(());
         }
@@ -652,11 +669,13 @@ fn main() {
             }
         }
         Commands::Promote(a) => {
-            let r = nvmedb::repl::read_secret(&a.secret_file)
-                .map_err(|e| e.to_string())
-                .and_then(|s| nvmedb::repl::admin_promote(&a.addr, &s).map_err(|e| e.to_string()));
+            let opts = nvmedb::repl::PromoteOptions { force: a.force, ..Default::default() };
+            let r =
+                nvmedb::repl::read_secret(&a.admin.secret_file).map_err(|e| e.to_string()).and_then(|s| {
+                    nvmedb::repl::admin_promote_with(&a.admin.addr, &s, &opts).map_err(|e| e.to_string())
+                });
             match r {
-                Ok((epoch, end)) => println!("promoted {}: epoch {epoch}, log end {end}", a.addr),
+                Ok((epoch, end)) => println!("promoted {}: epoch {epoch}, log end {end}", a.admin.addr),
                 Err(e) => {
                     eprintln!("nvmedb promote: {e}");
                     std::process::exit(2);

@@ -24,17 +24,19 @@
 
 mod mirror;
 mod primary;
+mod promote;
 mod replica_log;
 mod standby;
+mod state;
 pub mod wire;
 
 pub use crate::xlog::{LinkState, ReplicationMode};
 pub use mirror::{MirrorConfig, MirrorStorage};
 pub use primary::{ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy, StandbyStatus};
+pub use promote::{admin_promote, admin_promote_with, PromoteOptions, PromoteReport};
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
-pub use standby::{
-    admin_promote, admin_status, read_epoch, seed_standby, PromoteReport, Standby, StandbyConfig,
-};
+pub use standby::{admin_status, seed_standby, Standby, StandbyConfig};
+pub use state::{read_cluster, read_epoch, ClusterView, FIRST_EPOCH};
 
 use std::fmt;
 use std::time::Duration;
@@ -88,6 +90,13 @@ pub enum ReplError {
         /// The I/O error.
         detail: String,
     },
+    /// Promotion could not fence enough of the old primary's synchronous set (or could not take
+    /// the records a fenced standby holds beyond the promoted one), so the old primary might
+    /// still complete commits the new one would not have.
+    NotFenced {
+        /// Which standbys could not be fenced or read, and why.
+        detail: String,
+    },
     /// A commit waited for the standbys longer than the policy allows.
     Timeout {
         /// The commit's LSN.
@@ -121,6 +130,10 @@ impl fmt::Display for ReplError {
             ReplError::Diverged { peer, detail } => write!(f, "logs diverged with {peer}: {detail}"),
             ReplError::Protocol { peer, detail } => write!(f, "replication protocol error with {peer}: {detail}"),
             ReplError::Disconnected { peer, detail } => write!(f, "replication link to {peer} down: {detail}"),
+            ReplError::NotFenced { detail } => write!(
+                f,
+                "not promoted: the old primary's synchronous set could not be fenced: {detail} (bring those standbys up, or promote with force once the old primary is known to be down)"
+            ),
             ReplError::Timeout { lsn, mode, waited, shadows } => write!(
                 f,
                 "commit at LSN {lsn} not replicated in {mode:?} mode within {waited:?} (standby positions {shadows:?})"
@@ -147,6 +160,16 @@ pub fn parse_mode(s: &str) -> Option<ReplicationMode> {
     }
 }
 
+/// The name [`parse_mode`] reads back.
+pub fn mode_name(mode: ReplicationMode) -> String {
+    match mode {
+        ReplicationMode::Lazy => "lazy".into(),
+        ReplicationMode::Eager => "eager".into(),
+        ReplicationMode::Chain => "chain".into(),
+        ReplicationMode::Quorum(k) => format!("quorum:{k}"),
+    }
+}
+
 /// Reads a shared secret from a file (trailing whitespace removed); an empty secret is a
 /// configuration error naming the file.
 pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
@@ -169,12 +192,14 @@ pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
 /// `<path>/wal-mirror`) wrapped in a [`ReplicatedLog`]; with `mirror`, data-file writes are also
 /// mirrored synchronously ([`MirrorStorage`]). Standbys must have been seeded from this
 /// directory while the database was closed ([`seed_standby`]). Mirroring needs eager mode and
-/// the fail policy (a page must never reach the standby before its log). Returns the database
-/// and the replicated log (for [`ReplicatedLog::status`]).
+/// the fail policy (a page must never reach the standby before its log). The primary runs at
+/// the larger of `config.epoch` and the epoch stored in `path` (a promoted standby's directory
+/// keeps the epoch it was promoted to), and stores it before shipping anything. Returns the
+/// database and the replicated log (for [`ReplicatedLog::status`]).
 pub fn open_primary(
     path: &std::path::Path,
     options: crate::Options,
-    config: ReplConfig,
+    mut config: ReplConfig,
     mirror: Option<MirrorConfig>,
 ) -> crate::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
     use crate::io::{DirStorage, FileOptions, Storage};
@@ -189,6 +214,8 @@ pub fn open_primary(
             detail: "data-page mirroring needs eager mode with the fail policy".into(),
         });
     }
+    config.epoch = config.epoch.max(state::read_epoch(path)?);
+    state::write_epoch(path, config.epoch)?;
     let fo = FileOptions::default();
     let mut storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo.clone())?);
     if let Some(m) = mirror {

@@ -14,8 +14,14 @@
 //! - `durable_lsn()` = the largest value ever returned by `combine(mode, local durable,
 //!   shadows)`: it never runs ahead of the local log and never goes backwards.
 //! - Once fenced (a standby reported a newer epoch), no commit is acknowledged again.
+//! - A commit never waits out its timeout for standbys that refused our secret: when those
+//!   alone keep the mode from being satisfied, it fails at once with the authentication error
+//!   naming the standby (a misconfiguration is reported as such, under either policy).
+//! - Every standby learns the synchronous set (mode and members, in chain order) right after
+//!   the handshake, so that a promotion can fence it.
 
 use super::replica_log::encode_record;
+use super::state::ClusterView;
 use super::wire::{self, FrameType, Role};
 use super::{LinkState, ReplError, ReplicationMode};
 use crate::error::{Error, Result};
@@ -114,6 +120,8 @@ struct Link {
     detail: String,
     connects: u64,
     stream: Option<TcpStream>,
+    /// The standby refused our secret (until a handshake succeeds).
+    auth: Option<ReplError>,
 }
 
 struct Shared {
@@ -252,6 +260,7 @@ impl ReplicatedLog {
                         detail: "connecting".into(),
                         connects: 0,
                         stream: None,
+                        auth: None,
                     })
                 })
                 .collect(),
@@ -339,6 +348,27 @@ impl ReplicatedLog {
         }
     }
 
+    /// The authentication error that alone keeps `mode` from ever being satisfied, if any.
+    fn auth_blocked(&self, mode: ReplicationMode) -> Option<ReplError> {
+        if mode == ReplicationMode::Lazy {
+            return None;
+        }
+        let mut first = None;
+        let shadows: Vec<u64> = self
+            .sh
+            .links
+            .iter()
+            .map(|l| match &l.lock().unwrap_or_else(|e| e.into_inner()).auth {
+                Some(e) => {
+                    first.get_or_insert_with(|| e.clone());
+                    0
+                }
+                None => u64::MAX,
+            })
+            .collect();
+        first.filter(|_| combine(mode, u64::MAX, &shadows) == 0)
+    }
+
     fn combined(&self, ms: &ModeState) -> Lsn {
         let local = self.sh.local.durable_lsn();
         if ms.fenced.is_some() {
@@ -414,6 +444,9 @@ impl RecordLog for ReplicatedLog {
             let c = self.combined(&ms);
             if c >= lsn {
                 return Ok(c);
+            }
+            if let Some(e) = self.auth_blocked(ms.mode) {
+                return Err(Error::Replication(e));
             }
             let waited = started.elapsed();
             if waited >= timeout {
@@ -532,6 +565,13 @@ fn shipper(sh: Arc<Shared>, i: usize) {
                 fence(&sh, e);
                 return;
             }
+            Err(e @ ReplError::AuthFailed { .. }) => {
+                set_link(&sh, i, LinkState::Failed, e.to_string());
+                sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).auth = Some(e);
+                // Wake waiting commits: they fail now rather than at their timeout.
+                let _g = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+                sh.ack_cv.notify_all();
+            }
             Err(e) => set_link(&sh, i, LinkState::Failed, e.to_string()),
         }
         sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).stream = None;
@@ -558,7 +598,11 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     // A peer that accepts but never answers must not hang the shipper (or shutdown).
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(addr, "timeout", e))?;
     let w = wire::client_handshake(&mut s, addr, &sh.cfg.secret, Role::Log, sh.cfg.epoch, durable)?;
+    sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).auth = None;
     s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
+    let view =
+        ClusterView { epoch: sh.cfg.epoch, mode: sh.cfg.mode, members: sh.cfg.standbys.clone(), me: Some(i) };
+    wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
     let mut pos = w.position;
     let recovered_start = sh.local.recovered().start_lsn;
     if pos < recovered_start {
@@ -686,6 +730,8 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
         Err(ReplError::Protocol { peer: addr.into(), detail: "ack reader panicked".into() })
     });
     match (result, acks) {
+        // A refusal by epoch explains whatever else went wrong on the connection.
+        (_, Err(e @ ReplError::Fenced { .. })) => Err(e),
         (Err(e), _) => Err(e),
         (Ok(()), Err(e)) if !sh.stop.load(Ordering::Acquire) => Err(e),
         _ => Ok(()),

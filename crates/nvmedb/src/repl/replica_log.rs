@@ -57,8 +57,8 @@ pub struct ShippedRecord {
     pub payload: Vec<u8>,
 }
 
-/// Encodes a record in the replica (and wire) layout, appending to `out`.
-pub fn encode_record(out: &mut Vec<u8>, lsn: Lsn, end: Lsn, kind: u8, payload: &[u8]) {
+/// Encodes a record in the replica (and wire) layout, appending to `out`; returns its CRC.
+pub fn encode_record(out: &mut Vec<u8>, lsn: Lsn, end: Lsn, kind: u8, payload: &[u8]) -> u32 {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&lsn.to_le_bytes());
@@ -68,6 +68,13 @@ pub fn encode_record(out: &mut Vec<u8>, lsn: Lsn, end: Lsn, kind: u8, payload: &
     out.extend_from_slice(payload);
     let crc = crate::util::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    crc
+}
+
+/// The CRC a record has in the replica layout (what [`encode_record`] returns).
+pub fn record_crc(r: &ShippedRecord) -> u32 {
+    let mut b = Vec::with_capacity(REPLICA_HEADER_BYTES + r.payload.len());
+    encode_record(&mut b, r.lsn, r.end, r.kind, &r.payload)
 }
 
 /// Decodes one record from the front of `b`: `Ok(Some((record, bytes used)))`, `Ok(None)` when
@@ -97,6 +104,8 @@ struct Pending {
     buf: Vec<u8>,
     /// End LSN of the last appended record (or the start).
     end: Lsn,
+    /// Start LSN and CRC of the last appended record.
+    last: Option<(Lsn, u32)>,
     records: u64,
 }
 
@@ -165,14 +174,14 @@ impl ReplicaLog {
         file.read_to_end(&mut bytes).map_err(|e| io_err(&lp, "read", e))?;
         let mut off = 0;
         let mut end = start;
-        let mut records = 0;
+        let mut last = None;
         while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
             if r.lsn < end {
                 break;
             }
             end = r.end;
+            last = Some((r.lsn, u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes"))));
             off += n;
-            records += 1;
         }
         if off < bytes.len() {
             file.set_len(off as u64)
@@ -182,11 +191,10 @@ impl ReplicaLog {
         file.seek(SeekFrom::Start(off as u64)).map_err(|e| io_err(&lp, "seek", e))?;
         let recovered =
             RecoveredLog { log_id: 0, start_lsn: start, end_lsn: end, segments: 1, created: false };
-        let _ = records;
         Ok(Arc::new(Self {
             dir: dir.to_path_buf(),
             start,
-            pending: Mutex::new(Pending { buf: Vec::new(), end, records: 0 }),
+            pending: Mutex::new(Pending { buf: Vec::new(), end, last, records: 0 }),
             flushed: Mutex::new(Flushed { file, len: off as u64 }),
             durable: AtomicU64::new(end),
             durable_len: AtomicU64::new(off as u64),
@@ -214,8 +222,9 @@ impl ReplicaLog {
                 p.end
             )));
         }
-        encode_record(&mut p.buf, lsn, end, kind, payload);
+        let crc = encode_record(&mut p.buf, lsn, end, kind, payload);
         p.end = end;
+        p.last = Some((lsn, crc));
         p.records += 1;
         Ok(true)
     }
@@ -255,12 +264,13 @@ impl ReplicaLog {
         let mut rf = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
         rf.read_to_end(&mut bytes).map_err(|e| io_err(&lp, "read", e))?;
         bytes.truncate(f.len as usize);
-        let (mut off, mut end) = (0usize, self.start);
+        let (mut off, mut end, mut last) = (0usize, self.start, None);
         while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
             if r.end > lsn {
                 break;
             }
             end = r.end;
+            last = Some((r.lsn, u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes"))));
             off += n;
         }
         f.file
@@ -270,6 +280,7 @@ impl ReplicaLog {
         f.file.seek(SeekFrom::Start(off as u64)).map_err(|e| io_err(&lp, "seek", e))?;
         f.len = off as u64;
         p.end = end;
+        p.last = last;
         self.durable_len.store(f.len, Ordering::Release);
         self.durable.store(end, Ordering::Release);
         Ok(end)
@@ -361,8 +372,9 @@ impl crate::wal::RecordLog for ReplicaLogHandle {
         let mut p = self.0.pending.lock().unwrap_or_else(|e| e.into_inner());
         let lsn = p.end;
         let end = lsn + (REPLICA_HEADER_BYTES + payload.len()) as u64;
-        encode_record(&mut p.buf, lsn, end, kind, payload);
+        let crc = encode_record(&mut p.buf, lsn, end, kind, payload);
         p.end = end;
+        p.last = Some((lsn, crc));
         p.records += 1;
         drop(p);
         self.0.stats.lock().unwrap_or_else(|e| e.into_inner()).records_appended += 1;
@@ -421,6 +433,23 @@ impl ReplicaLog {
     /// The end of what is written and synced.
     pub fn durable_lsn(&self) -> Lsn {
         self.durable.load(Ordering::Acquire)
+    }
+
+    /// Start LSN and CRC of the last appended record (`None` for an empty log).
+    pub fn last_record(&self) -> Option<(Lsn, u32)> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).last
+    }
+
+    /// True when the durable log holds a record at `lsn` whose CRC is `crc` (the two logs
+    /// agree up to there: the check a promoting standby makes before taking a peer's records).
+    pub fn holds(self: &Arc<Self>, lsn: Lsn, crc: u32) -> Result<bool> {
+        let mut t = self.tail()?;
+        while let Some(r) = t.next_record()? {
+            if r.lsn >= lsn {
+                return Ok(r.lsn == lsn && record_crc(&r) == crc);
+            }
+        }
+        Ok(false)
     }
 }
 

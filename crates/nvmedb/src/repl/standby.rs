@@ -1,15 +1,20 @@
 //! The standby: receives the primary's log (and, in mirroring mode, its data-page writes),
 //! persists it, acknowledges, applies redo continuously, and is promoted on demand.
 //!
-//! Owns: the listener and its connections (log, mirror, admin), the standby's epoch (file
-//! `<data>/standby/epoch`), its [`ReplicaLog`] (`<data>/standby/`), the apply thread, and
-//! promotion. A standby's data directory starts as a copy of a closed primary's
+//! Owns: the listener and its connections (log, mirror, admin), the standby's epoch and the
+//! synchronous set it learned (kept by `state.rs` in `<data>/repl/`), its [`ReplicaLog`]
+//! (`<data>/standby/`), and the apply thread; promotion and the fencing protocol are in
+//! `promote.rs`. A standby's data directory starts as a copy of a closed primary's
 //! ([`seed_standby`]).
 //!
 //! Invariants:
 //! - An acknowledgement is sent only after the records it covers are synced to the replica log.
 //! - Every frame whose epoch is older than the standby's epoch is refused (`Refused(Fenced)`)
-//!   and its connection closed; an epoch bump is persisted before it is acted on.
+//!   and its connection closed; an epoch bump is persisted before it is acted on. When the
+//!   epoch moves on during a log session (promotion, or fencing by a promoting peer), the
+//!   session ends with a `Refused(Fenced)` frame, so the old primary learns it was fenced.
+//! - Once a log session has ended, nothing it received is acknowledged any more; so the
+//!   position a fenced standby reports is at least every position it ever acknowledged.
 //! - The apply thread applies records in log order, only those durable in the replica log and
 //!   at or below what the primary reported as durable in its own log (so a primary restart,
 //!   which may drop records it never made durable, never finds them applied here).
@@ -17,11 +22,12 @@
 //!   opens the database on the replica log (redo of everything received, undo of unfinished
 //!   transactions, checkpoint).
 
-use super::replica_log::{decode_record, ReplicaLog, ReplicaLogOpener, TailReader};
+use super::promote::{self, PromoteOptions, PromoteReport};
+use super::replica_log::{decode_record, ReplicaLog, TailReader};
+use super::state::{self, ClusterView};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::ReplError;
 use crate::buffer::mtr::{apply_page_change, decode_mtr, PageChange};
-use crate::db::RecoveryReport;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
@@ -53,19 +59,6 @@ pub struct StandbyConfig {
     pub options: Options,
 }
 
-/// What promotion did.
-#[derive(Debug, Clone)]
-pub struct PromoteReport {
-    /// The new epoch.
-    pub epoch: u64,
-    /// End of the received log.
-    pub log_end: Lsn,
-    /// Records the apply thread had applied before promotion.
-    pub applied: Lsn,
-    /// Recovery of the promoted database (redo of the rest, undo of unfinished transactions).
-    pub recovery: RecoveryReport,
-}
-
 #[derive(Default)]
 struct Counters {
     frames: u64,
@@ -75,27 +68,37 @@ struct Counters {
     last_error: String,
 }
 
-struct Shared {
-    cfg: StandbyConfig,
-    log: Arc<ReplicaLog>,
-    storage: Arc<DirStorage>,
-    epoch_path: PathBuf,
-    epoch: AtomicU64,
-    epoch_lock: Mutex<()>,
-    promoted: AtomicBool,
+pub(super) struct Shared {
+    pub(super) cfg: StandbyConfig,
+    pub(super) log: Arc<ReplicaLog>,
+    pub(super) storage: Arc<DirStorage>,
+    pub(super) epoch: AtomicU64,
+    /// Orders epoch changes with the checks of new connections and with promotion.
+    pub(super) epoch_lock: Mutex<()>,
+    /// Set from the epoch bump of a promotion on (cleared if promotion fails): log and mirror
+    /// connections are refused.
+    pub(super) promoting: AtomicBool,
     stop: AtomicBool,
     safe: AtomicU64,
-    applied: AtomicU64,
+    pub(super) applied: AtomicU64,
     apply_gen: AtomicU64,
     apply_stop: AtomicBool,
     apply_mx: Mutex<()>,
     apply_cv: Condvar,
-    log_session: Mutex<()>,
+    /// Held by the log session for its whole life.
+    pub(super) log_session: Mutex<()>,
     log_conn: Mutex<Option<TcpStream>>,
-    mirror_lock: RwLock<()>,
+    pub(super) mirror_lock: RwLock<()>,
     conns: Mutex<Vec<TcpStream>>,
     counters: Mutex<Counters>,
-    promote_lock: Mutex<Option<PromoteReport>>,
+    /// The promotion's report once it has finished (held while promoting).
+    pub(super) promote_lock: Mutex<Option<PromoteReport>>,
+    /// The report, once whoever asked for the promotion has been told.
+    announced: Mutex<Option<PromoteReport>>,
+    /// Serializes admin promotion requests.
+    admin_promotion: Mutex<()>,
+    /// The synchronous set the last primary announced.
+    pub(super) cluster: Mutex<Option<ClusterView>>,
     apply_thread: Mutex<Option<JoinHandle<()>>>,
     table_page: usize,
     index_page: usize,
@@ -108,43 +111,9 @@ pub struct Standby {
     accept: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// Reads the epoch stored in a standby's (or promoted standby's) data directory (0 if none).
-pub fn read_epoch(data_dir: &Path) -> Result<u64> {
-    let p = data_dir.join("standby").join("epoch");
-    match std::fs::read_to_string(&p) {
-        Ok(s) => s.trim().parse().map_err(|_| Error::Corruption {
-            file: p.display().to_string(),
-            offset: 0,
-            detail: format!("epoch file holds {s:?}"),
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(Error::Io(crate::io::IoError::os(
-            &p.display().to_string(),
-            crate::io::IoOpKind::Setup,
-            0,
-            0,
-            e,
-        ))),
-    }
-}
-
-fn write_epoch(path: &Path, epoch: u64) -> Result<()> {
-    let io = |e| {
-        Error::Io(crate::io::IoError::os(&path.display().to_string(), crate::io::IoOpKind::Write, 0, 0, e))
-    };
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(format!("{epoch}\n").as_bytes()).and_then(|()| f.sync_all()).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
-    if let Some(d) = path.parent() {
-        std::fs::File::open(d).and_then(|d| d.sync_all()).map_err(io)?;
-    }
-    Ok(())
-}
-
 /// Makes `standby_dir` a standby of the (closed, cleanly checkpointed) database in
-/// `primary_dir`: copies the catalog and the table and index files. The standby's log starts at
-/// the primary's last checkpoint. Refuses to overwrite an existing database.
+/// `primary_dir`: copies the catalog, the table and index files, and the epoch. The standby's
+/// log starts at the primary's last checkpoint. Refuses to overwrite an existing database.
 pub fn seed_standby(primary_dir: &Path, standby_dir: &Path) -> Result<()> {
     let io = |p: &Path, e| {
         Error::Io(crate::io::IoError::os(&p.display().to_string(), crate::io::IoOpKind::Setup, 0, 0, e))
@@ -165,7 +134,7 @@ pub fn seed_standby(primary_dir: &Path, standby_dir: &Path) -> Result<()> {
         }
     }
     std::fs::File::open(standby_dir).and_then(|d| d.sync_all()).map_err(|e| io(standby_dir, e))?;
-    Ok(())
+    state::copy_epoch(primary_dir, standby_dir)
 }
 
 impl Standby {
@@ -195,7 +164,8 @@ impl Standby {
         })?;
         let sdir = cfg.data_dir.join("standby");
         let log = ReplicaLog::open(&sdir, cat.checkpoint_undo_lsn.min(cat.checkpoint_redo_lsn))?;
-        let epoch = read_epoch(&cfg.data_dir)?;
+        let epoch = state::read_epoch(&cfg.data_dir)?;
+        let cluster = state::read_cluster(&cfg.data_dir)?;
         let listener = TcpListener::bind(&cfg.listen).map_err(|e| Error::Config {
             key: "listen".into(),
             detail: format!("cannot listen on {}: {e}", cfg.listen),
@@ -203,14 +173,12 @@ impl Standby {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Config { key: "listen".into(), detail: e.to_string() })?;
-        let end = log.durable_lsn();
         let sh = Arc::new(Shared {
-            epoch_path: sdir.join("epoch"),
             log,
             storage,
             epoch: AtomicU64::new(epoch),
             epoch_lock: Mutex::new(()),
-            promoted: AtomicBool::new(false),
+            promoting: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             safe: AtomicU64::new(0),
             applied: AtomicU64::new(0),
@@ -224,12 +192,14 @@ impl Standby {
             conns: Mutex::new(Vec::new()),
             counters: Mutex::new(Counters::default()),
             promote_lock: Mutex::new(None),
+            announced: Mutex::new(None),
+            admin_promotion: Mutex::new(()),
+            cluster: Mutex::new(cluster),
             apply_thread: Mutex::new(None),
             table_page: cat.table_page_size as usize,
             index_page: cat.index_page_size as usize,
             cfg,
         });
-        let _ = end;
         let s2 = sh.clone();
         let accept = std::thread::Builder::new()
             .name("nvmedb-standby-accept".into())
@@ -274,14 +244,21 @@ impl Standby {
         self.sh.applied.load(Ordering::Acquire)
     }
 
-    /// What promotion did, once it has finished.
+    /// What promotion did, once it has finished and whoever asked for it has been told (for an
+    /// admin `Promote` request: once the reply was sent, so a process may exit when it sees
+    /// this).
     pub fn promotion(&self) -> Option<PromoteReport> {
-        self.sh.promote_lock.try_lock().ok().and_then(|g| g.clone())
+        self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// True once promotion has begun.
+    /// True once promotion has begun (and not failed).
     pub fn is_promoted(&self) -> bool {
-        self.sh.promoted.load(Ordering::Acquire)
+        self.sh.promoting.load(Ordering::Acquire)
+    }
+
+    /// The synchronous set the last primary announced (what promotion fences).
+    pub fn cluster(&self) -> Option<ClusterView> {
+        self.sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Blocks until the apply thread has applied everything up to `lsn` or `timeout` passes;
@@ -304,12 +281,25 @@ impl Standby {
         status_text(&self.sh)
     }
 
-    /// Promotes this standby: bumps and persists the epoch (from now on the old primary's
-    /// frames are refused), closes the connections, stops applying, and opens the database on
-    /// the received log (redo, undo of unfinished transactions, checkpoint). The returned
-    /// database accepts writes; its log is the replica log.
+    /// Promotes this standby with the default [`PromoteOptions`]; see [`Standby::promote_with`].
     pub fn promote(&self) -> Result<(Database, PromoteReport)> {
-        promote(&self.sh)
+        self.promote_with(&PromoteOptions::default())
+    }
+
+    /// Promotes this standby: bumps and persists the epoch (from now on the old primary's
+    /// frames are refused and its session ends with `Refused(Fenced)`), fences enough of the
+    /// old primary's synchronous set that it cannot complete another commit, takes the records
+    /// a fenced standby holds beyond this one, stops applying, and opens the database on the
+    /// received log (redo, undo of unfinished transactions, checkpoint). The returned database
+    /// accepts writes; its log is the replica log.
+    ///
+    /// Errors: [`ReplError::NotFenced`] (inside [`Error::Replication`]) when too few standbys
+    /// of the synchronous set could be fenced or read and `options.force` is off; this standby
+    /// then stays a standby, at the new epoch.
+    pub fn promote_with(&self, options: &PromoteOptions) -> Result<(Database, PromoteReport)> {
+        let r = promote::promote(&self.sh, options)?;
+        *self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.1.clone());
+        Ok(r)
     }
 
     /// Stops listening and closes every connection (also done on drop).
@@ -338,9 +328,26 @@ impl Drop for Standby {
 
 fn status_text(sh: &Shared) -> String {
     let c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+    let set = match &*sh.cluster.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some(v) => format!(
+            "  synchronous set (epoch {}): {} over [{}]{}\n",
+            v.epoch,
+            super::mode_name(v.mode),
+            v.members.join(", "),
+            v.me.map(|m| format!(", this standby is #{m}")).unwrap_or_default()
+        ),
+        None => "  synchronous set: not known (no primary has connected)\n".into(),
+    };
+    let role = if sh.announced.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+        "promoted"
+    } else if sh.promoting.load(Ordering::Acquire) {
+        "promoting"
+    } else {
+        "standby"
+    };
     format!(
-        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-durable {}\n  frames {}  records {}  mirrored page writes {}  refused {}  last error: {}\n",
-        if sh.promoted.load(Ordering::Acquire) { "promoted" } else { "standby" },
+        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-durable {}\n  frames {}  records {}  mirrored page writes {}  refused {}  last error: {}\n{set}",
+        role,
         sh.epoch.load(Ordering::Acquire),
         sh.log.durable_lsn(),
         sh.applied.load(Ordering::Acquire),
@@ -365,39 +372,32 @@ fn stop_apply(sh: &Shared) {
     }
 }
 
-fn promote(sh: &Arc<Shared>) -> Result<(Database, PromoteReport)> {
-    let mut done = sh.promote_lock.lock().unwrap_or_else(|e| e.into_inner());
-    if done.is_some() {
-        return Err(Error::InvalidArgument("this standby is already promoted".into()));
-    }
-    let epoch = {
-        let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let e = sh.epoch.load(Ordering::Acquire) + 1;
-        write_epoch(&sh.epoch_path, e)?;
+/// Raises the node's epoch to `e` (persisted first); no-op when it is not newer.
+pub(super) fn adopt_epoch(sh: &Shared, e: u64) -> Result<()> {
+    if e > sh.epoch.load(Ordering::Acquire) {
+        state::write_epoch(&sh.cfg.data_dir, e)?;
         sh.epoch.store(e, Ordering::Release);
-        sh.promoted.store(true, Ordering::Release);
-        e
-    };
-    if let Some(c) = sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        let _ = c.shutdown(Shutdown::Both);
     }
-    let _session = sh.log_session.lock().unwrap_or_else(|e| e.into_inner());
-    let _mirror = sh.mirror_lock.write().unwrap_or_else(|e| e.into_inner());
+    Ok(())
+}
+
+/// Ends the current log session, if any, and waits for its handler: it sees the epoch has
+/// moved on, tells the primary it is fenced, and acknowledges nothing more. Call after the
+/// epoch was raised.
+pub(super) fn end_log_session(sh: &Shared) {
+    if let Some(c) = sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        // Reading ends; the handler still writes its refusal.
+        let _ = c.shutdown(Shutdown::Read);
+    }
+    drop(sh.log_session.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
+/// Stops the apply thread (it writes back and syncs its pages) and syncs the log; returns the
+/// log's end and what was applied.
+pub(super) fn stop_applying(sh: &Shared) -> Result<(Lsn, Lsn)> {
     stop_apply(sh);
-    let log_end = sh.log.sync()?;
-    let applied = sh.applied.load(Ordering::Acquire);
-    let db = Database::open_with_log(
-        sh.storage.clone(),
-        Some(Box::new(ReplicaLogOpener(sh.log.clone()))),
-        sh.cfg.options.clone(),
-    )?;
-    let report = PromoteReport { epoch, log_end, applied, recovery: db.recovery_report().clone() };
-    eprintln!(
-        "nvmedb standby: PROMOTED to epoch {epoch} at LSN {log_end} (redo {} pages, {} losers undone)",
-        report.recovery.pages_redone, report.recovery.losers
-    );
-    *done = Some(report.clone());
-    Ok((db, report))
+    let end = sh.log.sync()?;
+    Ok((end, sh.applied.load(Ordering::Acquire)))
 }
 
 fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
@@ -451,22 +451,21 @@ fn serve(sh: &Arc<Shared>, s: TcpStream, peer: &str) -> std::result::Result<(), 
     {
         let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
         let ours = sh.epoch.load(Ordering::Acquire);
-        let stale = hello.role != Role::Admin && (hello.epoch < ours || sh.promoted.load(Ordering::Acquire));
+        let stale = hello.role != Role::Admin && (hello.epoch < ours || sh.promoting.load(Ordering::Acquire));
         if stale {
             let msg = format!("epoch {} is older than this node's epoch {ours}", hello.epoch);
             refuse(&mut w, peer, ours, RefuseCode::Fenced, &msg);
             return Err(ReplError::Fenced { peer: peer.into(), our_epoch: ours, their_epoch: hello.epoch });
         }
-        if hello.role != Role::Admin && hello.epoch > ours {
-            write_epoch(&sh.epoch_path, hello.epoch).map_err(|e| ReplError::Protocol {
+        if hello.role != Role::Admin {
+            adopt_epoch(sh, hello.epoch).map_err(|e| ReplError::Protocol {
                 peer: peer.into(),
                 detail: format!("cannot persist the new epoch: {e}"),
             })?;
-            sh.epoch.store(hello.epoch, Ordering::Release);
         }
     }
     match hello.role {
-        Role::Log => serve_log(sh, s, r, w, peer, hello.arg),
+        Role::Log => serve_log(sh, s, r, w, peer, hello.arg, hello.epoch),
         Role::Mirror => serve_mirror(sh, r, w, peer),
         Role::Admin => serve_admin(sh, r, w, peer),
     }
@@ -495,7 +494,7 @@ impl<R, W: Write> Write for RwPair<'_, R, W> {
 
 fn fenced_frame(sh: &Shared, f: &wire::Frame, w: &mut impl Write, peer: &str) -> Option<ReplError> {
     let ours = sh.epoch.load(Ordering::Acquire);
-    if f.epoch < ours || sh.promoted.load(Ordering::Acquire) {
+    if f.epoch < ours || sh.promoting.load(Ordering::Acquire) {
         let msg = format!("frame of epoch {} refused: this node is at epoch {ours}", f.epoch);
         refuse(w, peer, ours, RefuseCode::Fenced, &msg);
         return Some(ReplError::Fenced { peer: peer.into(), our_epoch: ours, their_epoch: f.epoch });
@@ -510,18 +509,28 @@ fn serve_log(
     mut w: BufWriter<TcpStream>,
     peer: &str,
     primary_durable: Lsn,
+    session_epoch: u64,
 ) -> std::result::Result<(), ReplError> {
     // A newer connection takes over from an older one.
     if let Some(old) = sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = old.shutdown(Shutdown::Both);
     }
     let _session = sh.log_session.lock().unwrap_or_else(|e| e.into_inner());
-    if sh.promoted.load(Ordering::Acquire) {
-        let ours = sh.epoch.load(Ordering::Acquire);
-        refuse(&mut w, peer, ours, RefuseCode::Fenced, "this node was promoted");
-        return Err(ReplError::Fenced { peer: peer.into(), our_epoch: ours, their_epoch: 0 });
-    }
     *sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()) = s.try_clone().ok();
+    // Checked after publishing the connection: an epoch raised before this point is seen here,
+    // one raised after it finds the connection and ends it (see `end_log_session`).
+    let fenced = |w: &mut BufWriter<TcpStream>| {
+        let ours = sh.epoch.load(Ordering::Acquire);
+        (ours > session_epoch || sh.promoting.load(Ordering::Acquire)).then(|| {
+            let msg =
+                format!("this node moved on to epoch {ours}: the primary of epoch {session_epoch} is fenced");
+            refuse(w, peer, ours, RefuseCode::Fenced, &msg);
+            ReplError::Fenced { peer: peer.into(), our_epoch: ours, their_epoch: session_epoch }
+        })
+    };
+    if let Some(e) = fenced(&mut w) {
+        return Err(e);
+    }
     let local = |e: Error| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") };
     sh.log.sync().map_err(local)?;
     if sh.log.end_lsn() > primary_durable {
@@ -544,9 +553,21 @@ fn serve_log(
         let (mut frames, mut records, mut pdur) = (0u64, 0u64, 0u64);
         let mut catalogs: Vec<Vec<u8>> = Vec::new();
         loop {
-            let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
+            let f = match wire::read_frame(&mut r, peer) {
+                Ok(Some(f)) => f,
+                other => {
+                    if let Some(e) = fenced(&mut w) {
+                        return Err(e);
+                    }
+                    return other.map(|_| ());
+                }
+            };
             if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
                 return Err(e);
+            }
+            if f.kind == FrameType::Cluster {
+                learn_cluster(sh, &f, peer)?;
+                continue;
             }
             if f.kind != FrameType::Records || f.payload.len() < 12 {
                 refuse(
@@ -562,37 +583,14 @@ fn serve_log(
                 });
             }
             pdur = pdur.max(u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")));
-            let count = u32::from_le_bytes(f.payload[8..12].try_into().expect("4 bytes"));
-            let mut off = 12;
-            for _ in 0..count {
-                let (rec, n) = match decode_record(&f.payload[off..]) {
-                    Ok(Some(x)) => x,
-                    Ok(None) => {
-                        return Err(ReplError::Corrupt {
-                            peer: peer.into(),
-                            detail: "truncated record in frame".into(),
-                        })
-                    }
-                    Err(d) => return Err(ReplError::Corrupt { peer: peer.into(), detail: d }),
-                };
-                off += n;
-                let fresh = sh.log.append_at(rec.lsn, rec.end, rec.kind, &rec.payload).map_err(local)?;
-                if fresh && rec.kind == KIND_CATALOG && sh.cfg.apply {
-                    catalogs.push(rec.payload);
-                }
-            }
+            let count = append_records(sh, &f.payload, peer, &mut catalogs)?;
             frames += 1;
             records += u64::from(count);
             if r.buffer().len() < wire::FRAME_HEADER_BYTES || frames >= 256 {
                 break;
             }
         }
-        let end = sh.log.sync().map_err(local)?;
-        // Catalog changes (new tables) take effect once their record is durable here. In
-        // mirroring mode (no apply) the catalog file arrives mirrored instead.
-        for c in catalogs {
-            store_catalog(sh, &c).map_err(local)?;
-        }
+        let end = sync_and_store_catalogs(sh, catalogs).map_err(local)?;
         {
             let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
             c.frames += frames;
@@ -611,6 +609,67 @@ fn serve_log(
             &end.to_le_bytes(),
         )?;
     }
+}
+
+/// Appends the records of a `Records` frame payload (`primary_durable | count | records`) to the
+/// replica log; catalogs among the new ones are collected for [`sync_and_store_catalogs`].
+/// Returns the number of records in the frame.
+pub(super) fn append_records(
+    sh: &Shared,
+    payload: &[u8],
+    peer: &str,
+    catalogs: &mut Vec<Vec<u8>>,
+) -> std::result::Result<u32, ReplError> {
+    let count = u32::from_le_bytes(payload[8..12].try_into().expect("4 bytes"));
+    let mut off = 12;
+    for _ in 0..count {
+        let (rec, n) = match decode_record(&payload[off..]) {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                return Err(ReplError::Corrupt {
+                    peer: peer.into(),
+                    detail: "truncated record in frame".into(),
+                })
+            }
+            Err(d) => return Err(ReplError::Corrupt { peer: peer.into(), detail: d }),
+        };
+        off += n;
+        let fresh = sh
+            .log
+            .append_at(rec.lsn, rec.end, rec.kind, &rec.payload)
+            .map_err(|e| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") })?;
+        if fresh && rec.kind == KIND_CATALOG && sh.cfg.apply {
+            catalogs.push(rec.payload);
+        }
+    }
+    Ok(count)
+}
+
+/// Syncs the replica log; then catalog changes (new tables) take effect, once their record is
+/// durable here. In mirroring mode (no apply) the catalog file arrives mirrored instead.
+pub(super) fn sync_and_store_catalogs(sh: &Shared, catalogs: Vec<Vec<u8>>) -> Result<Lsn> {
+    let end = sh.log.sync()?;
+    for c in catalogs {
+        store_catalog(sh, &c)?;
+    }
+    Ok(end)
+}
+
+/// Stores the synchronous set a primary announced (durably, when it changed).
+fn learn_cluster(sh: &Shared, f: &wire::Frame, peer: &str) -> std::result::Result<(), ReplError> {
+    let v = std::str::from_utf8(&f.payload)
+        .ok()
+        .and_then(ClusterView::decode)
+        .ok_or_else(|| ReplError::Protocol { peer: peer.into(), detail: "malformed cluster frame".into() })?;
+    let mut cur = sh.cluster.lock().unwrap_or_else(|e| e.into_inner());
+    if cur.as_ref() != Some(&v) {
+        state::write_cluster(&sh.cfg.data_dir, &v).map_err(|e| ReplError::Protocol {
+            peer: peer.into(),
+            detail: format!("cannot store the synchronous set: {e}"),
+        })?;
+        *cur = Some(v);
+    }
+    Ok(())
 }
 
 /// Stores a catalog shipped by the primary, keeping this standby's own checkpoint positions
@@ -719,24 +778,41 @@ fn serve_admin(
                 )?;
             }
             FrameType::Promote => {
-                let r = promote(sh).and_then(|(db, rep)| db.close().map(|()| rep));
+                let options = PromoteOptions::decode(&f.payload);
+                // One admin promotion at a time, closed before anyone is told.
+                let _one = sh.admin_promotion.lock().unwrap_or_else(|e| e.into_inner());
+                let r = promote::promote(sh, &options).and_then(|(db, rep)| db.close().map(|()| rep));
+                // A repeated request (the client lost the first reply) gets the same answer.
+                let r = match r {
+                    Err(e) => sh.promote_lock.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(e),
+                    ok => ok,
+                };
                 match r {
                     Ok(rep) => {
                         let mut p = rep.epoch.to_le_bytes().to_vec();
                         p.extend_from_slice(&rep.log_end.to_le_bytes());
-                        wire::write_frame(&mut w, peer, rep.epoch, FrameType::Promoted, &p)?;
+                        let sent = wire::write_frame(&mut w, peer, rep.epoch, FrameType::Promoted, &p);
+                        // Only now may the process act on the promotion (e.g. exit).
+                        *sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
+                        sent?;
                     }
                     Err(e) => {
+                        let code = match e {
+                            Error::Replication(ReplError::NotFenced { .. }) => RefuseCode::Unavailable,
+                            _ => RefuseCode::Protocol,
+                        };
                         refuse(
                             &mut w,
                             peer,
                             sh.epoch.load(Ordering::Acquire),
-                            RefuseCode::Protocol,
+                            code,
                             &format!("promotion failed: {e}"),
                         );
                     }
                 }
             }
+            FrameType::Fence => promote::serve_fence(sh, &f, &mut w, peer)?,
+            FrameType::Fetch => promote::serve_fetch(sh, &f, &mut w, peer)?,
             k => {
                 return Err(ReplError::Protocol {
                     peer: peer.into(),
@@ -747,27 +823,9 @@ fn serve_admin(
     }
 }
 
-/// Asks the standby at `addr` to promote itself (it closes the promoted database cleanly, so
-/// its directory then opens as an ordinary database). Returns (new epoch, log end).
-pub fn admin_promote(addr: &str, secret: &[u8]) -> std::result::Result<(u64, Lsn), ReplError> {
-    let mut s = TcpStream::connect(addr).map_err(|e| ReplError::io(addr, "connect", e))?;
-    wire::client_handshake(&mut s, addr, secret, Role::Admin, 0, 0)?;
-    wire::write_frame(&mut s, addr, 0, FrameType::Promote, &[])?;
-    let f = wire::expect_frame(&mut s, addr)?;
-    match f.kind {
-        FrameType::Promoted if f.payload.len() == 16 => Ok((
-            u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")),
-            u64::from_le_bytes(f.payload[8..].try_into().expect("8 bytes")),
-        )),
-        FrameType::Refused => Err(wire::refused_error(addr, &f, 0)),
-        k => Err(ReplError::Protocol { peer: addr.into(), detail: format!("unexpected {k:?}") }),
-    }
-}
-
 /// Asks the standby at `addr` for its status text.
 pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, ReplError> {
-    let mut s = TcpStream::connect(addr).map_err(|e| ReplError::io(addr, "connect", e))?;
-    wire::client_handshake(&mut s, addr, secret, Role::Admin, 0, 0)?;
+    let mut s = promote::admin_connect(addr, secret, Duration::from_secs(10))?;
     wire::write_frame(&mut s, addr, 0, FrameType::Status, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     Ok(String::from_utf8_lossy(&f.payload).into_owned())

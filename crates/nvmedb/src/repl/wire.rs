@@ -66,6 +66,17 @@ pub enum FrameType {
     Status = 13,
     /// Standby → admin: UTF-8 status text.
     StatusReply = 14,
+    /// Primary → standby, after the welcome: the synchronous set, as
+    /// [`ClusterView::encode`](super::ClusterView::encode) text.
+    Cluster = 15,
+    /// Admin (a promoting standby) → standby: adopt the frame's epoch and drop the old primary.
+    Fence = 16,
+    /// Standby → admin: fenced; persisted log position u64.
+    FenceAck = 17,
+    /// Admin (a promoting standby) → standby: send your records from LSN u64 on; the caller's
+    /// last record is at LSN u64 with CRC u32 (`u64::MAX` when it has none), which this log
+    /// must hold too. Answered by `Records` frames, the last with no records.
+    Fetch = 18,
 }
 
 impl FrameType {
@@ -86,6 +97,10 @@ impl FrameType {
             12 => Promoted,
             13 => Status,
             14 => StatusReply,
+            15 => Cluster,
+            16 => Fence,
+            17 => FenceAck,
+            18 => Fetch,
             _ => return None,
         })
     }
@@ -103,6 +118,8 @@ pub enum RefuseCode {
     Diverged = 3,
     /// Unexpected frame.
     Protocol = 4,
+    /// The request cannot be served now (e.g. fencing could not reach enough standbys).
+    Unavailable = 5,
 }
 
 /// The role a connecting client plays.
@@ -212,6 +229,7 @@ pub fn refused_error(peer: &str, f: &Frame, our_epoch: u64) -> ReplError {
             ReplError::Fenced { peer: peer.into(), our_epoch, their_epoch: f.epoch }
         }
         c if c == RefuseCode::Diverged as u8 => ReplError::Diverged { peer: peer.into(), detail: msg },
+        c if c == RefuseCode::Unavailable as u8 => ReplError::NotFenced { detail: format!("{peer}: {msg}") },
         _ => ReplError::Protocol { peer: peer.into(), detail: msg },
     }
 }

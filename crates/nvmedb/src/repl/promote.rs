@@ -1,0 +1,485 @@
+//! Promotion of a standby, and the fencing protocol on both sides.
+//!
+//! Owns: [`PromoteOptions`], [`PromoteReport`], the promotion sequence, fencing of the old
+//! primary's synchronous set (`Fence` → `FenceAck`), taking the records a fenced peer holds
+//! beyond the promoted standby (`Fetch` → `Records`…), and the admin client calls
+//! ([`admin_promote`], [`admin_promote_with`]).
+//!
+//! Invariants:
+//! - Promotion raises and persists the epoch before anything else, then ends its own log
+//!   session: from then on this standby acknowledges nothing to the old primary.
+//! - Promotion succeeds (unless forced) only when the fenced standbys, itself included, are
+//!   enough that the old primary can no longer complete a commit in its mode
+//!   ([`ClusterView::fenced_enough`]: quorum k of n needs n-k+1, eager one, chain the last), and
+//!   when it holds every record any fenced standby holds. Every acknowledged commit is on k
+//!   standbys, so on at least one fenced standby, so on the promoted one.
+//! - A fenced standby reports its position only after its log session has ended, so that
+//!   position covers every acknowledgement it ever sent the old primary.
+//! - Records are taken from a peer only if the peer's log holds the promoted log's last record
+//!   (same LSN and CRC): the two logs agree up to there.
+
+use super::replica_log::{encode_record, ReplicaLogOpener};
+use super::standby::{
+    adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, Shared,
+};
+use super::state::ClusterView;
+use super::wire::{self, FrameType, RefuseCode, Role};
+use super::{mode_name, ReplError, ReplicationMode};
+use crate::db::RecoveryReport;
+use crate::error::{Error, Result};
+use crate::wal::Lsn;
+use crate::Database;
+use std::io::{BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a promotion is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromoteOptions {
+    /// Promote even when too few standbys of the old synchronous set could be fenced or read.
+    /// Only safe when the old primary is known to be down (it might otherwise acknowledge
+    /// commits the new primary does not have).
+    pub force: bool,
+    /// The epoch to promote to, if at least the next one (a coordination store hands out
+    /// epochs); `None`: the standby's epoch plus one.
+    pub epoch: Option<u64>,
+    /// How long to wait for each peer while fencing and taking records.
+    pub peer_timeout: Duration,
+}
+
+impl Default for PromoteOptions {
+    fn default() -> Self {
+        Self { force: false, epoch: None, peer_timeout: Duration::from_secs(5) }
+    }
+}
+
+impl PromoteOptions {
+    /// Payload of an admin `Promote` frame: flags u8 (bit 0 = force), epoch u64 (0 = next).
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut p = vec![u8::from(self.force)];
+        p.extend_from_slice(&self.epoch.unwrap_or(0).to_le_bytes());
+        p
+    }
+
+    pub(super) fn decode(p: &[u8]) -> Self {
+        let epoch =
+            p.get(1..9).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).filter(|&e| e > 0);
+        Self { force: p.first().is_some_and(|f| f & 1 != 0), epoch, ..Self::default() }
+    }
+}
+
+/// What promotion did.
+#[derive(Debug, Clone)]
+pub struct PromoteReport {
+    /// The new epoch.
+    pub epoch: u64,
+    /// End of the received log.
+    pub log_end: Lsn,
+    /// Records the apply thread had applied before promotion.
+    pub applied: Lsn,
+    /// Recovery of the promoted database (redo of the rest, undo of unfinished transactions).
+    pub recovery: RecoveryReport,
+    /// Peers of the old synchronous set that were fenced (address and position).
+    pub fenced: Vec<(String, Lsn)>,
+    /// Peers that could not be fenced or read, with the reason.
+    pub unreachable: Vec<String>,
+    /// Records taken from fenced peers: (peer, from LSN, to LSN).
+    pub taken: Vec<(String, Lsn, Lsn)>,
+    /// Anything an operator should know (no synchronous set known; forced).
+    pub notes: Vec<String>,
+}
+
+/// What fencing and catching up found.
+#[derive(Default)]
+struct Fencing {
+    fenced: Vec<(String, Lsn)>,
+    unreachable: Vec<String>,
+    taken: Vec<(String, Lsn, Lsn)>,
+    notes: Vec<String>,
+}
+
+/// The promotion sequence; see the module documentation.
+pub(super) fn promote(sh: &Arc<Shared>, opts: &PromoteOptions) -> Result<(Database, PromoteReport)> {
+    let mut done = sh.promote_lock.lock().unwrap_or_else(|e| e.into_inner());
+    if done.is_some() {
+        return Err(Error::InvalidArgument("this standby is already promoted".into()));
+    }
+    let epoch = {
+        let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let e = (sh.epoch.load(Ordering::Acquire) + 1).max(opts.epoch.unwrap_or(0));
+        adopt_epoch(sh, e)?;
+        sh.promoting.store(true, Ordering::Release);
+        e
+    };
+    let fencing = match fence_and_catch_up(sh, epoch, opts) {
+        Ok(f) => f,
+        Err(e) => {
+            // Still a standby, at the new epoch: the old primary stays refused here.
+            sh.promoting.store(false, Ordering::Release);
+            eprintln!("nvmedb standby: promotion to epoch {epoch} refused: {e}");
+            return Err(e);
+        }
+    };
+    let _session = sh.log_session.lock().unwrap_or_else(|e| e.into_inner());
+    let _mirror = sh.mirror_lock.write().unwrap_or_else(|e| e.into_inner());
+    let (log_end, applied) = stop_applying(sh)?;
+    let db = Database::open_with_log(
+        sh.storage.clone(),
+        Some(Box::new(ReplicaLogOpener(sh.log.clone()))),
+        sh.cfg.options.clone(),
+    )?;
+    let report = PromoteReport {
+        epoch,
+        log_end,
+        applied,
+        recovery: db.recovery_report().clone(),
+        fenced: fencing.fenced,
+        unreachable: fencing.unreachable,
+        taken: fencing.taken,
+        notes: fencing.notes,
+    };
+    eprintln!(
+        "nvmedb standby: PROMOTED to epoch {epoch} at LSN {log_end} (redo {} pages, {} losers undone; fenced {:?}; took {:?}{})",
+        report.recovery.pages_redone,
+        report.recovery.losers,
+        report.fenced.iter().map(|f| &f.0).collect::<Vec<_>>(),
+        report.taken,
+        report.notes.iter().map(|n| format!("; {n}")).collect::<String>()
+    );
+    *done = Some(report.clone());
+    Ok((db, report))
+}
+
+fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Result<Fencing> {
+    end_log_session(sh);
+    sh.log.sync()?;
+    let mut out = Fencing::default();
+    let Some(view) = sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+        out.notes.push(
+            "no synchronous set known (no primary ever connected): only this standby was fenced".into(),
+        );
+        return Ok(out);
+    };
+    let mut fenced = vec![false; view.members.len()];
+    if let Some(m) = view.me {
+        fenced[m] = true;
+    }
+    let peers: Vec<usize> = (0..view.members.len()).filter(|&i| Some(i) != view.me).collect();
+    let results: Vec<(usize, std::result::Result<Lsn, ReplError>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = peers
+            .iter()
+            .map(|&i| {
+                let addr = &view.members[i];
+                let secret = &sh.cfg.secret;
+                (i, s.spawn(move || fence_one(addr, secret, epoch, opts.peer_timeout)))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|(i, h)| {
+                let r = h.join().unwrap_or_else(|_| {
+                    Err(ReplError::Protocol {
+                        peer: view.members[i].clone(),
+                        detail: "fencing panicked".into(),
+                    })
+                });
+                (i, r)
+            })
+            .collect()
+    });
+    let mut positions = Vec::new();
+    for (i, r) in results {
+        match r {
+            Ok(pos) => {
+                fenced[i] = true;
+                out.fenced.push((view.members[i].clone(), pos));
+                positions.push((pos, i));
+            }
+            Err(e) => out.unreachable.push(format!("{}: {e}", view.members[i])),
+        }
+    }
+    if view.mode != ReplicationMode::Lazy && !view.fenced_enough(&fenced) {
+        let detail = format!(
+            "{} of the {} standbys of the {} set of epoch {} fenced (this one included), {} needed; not fenced: {}",
+            fenced.iter().filter(|f| **f).count(),
+            view.members.len(),
+            mode_name(view.mode),
+            view.epoch,
+            needed(&view),
+            out.unreachable.join("; ")
+        );
+        if !opts.force {
+            return Err(ReplError::NotFenced { detail }.into());
+        }
+        out.notes.push(format!("forced: {detail}"));
+    }
+    if view.mode == ReplicationMode::Lazy {
+        out.notes.push("lazy mode: the old primary needs no standby, fencing cannot stop it".into());
+    }
+    // Take what fenced peers hold beyond this standby: every acknowledged commit is on one of them.
+    positions.sort_unstable_by(|a, b| b.cmp(a));
+    let target = positions.first().map_or(0, |p| p.0);
+    for &(pos, i) in &positions {
+        let ours = sh.log.durable_lsn();
+        if ours >= target {
+            break;
+        }
+        if pos <= ours {
+            continue;
+        }
+        let addr = &view.members[i];
+        match fetch_from(sh, addr, epoch, opts.peer_timeout) {
+            Ok(end) => out.taken.push((addr.clone(), ours, end)),
+            Err(e) => out.unreachable.push(format!("{addr}: taking its records: {e}")),
+        }
+    }
+    let ours = sh.log.durable_lsn();
+    if ours < target {
+        let detail = format!(
+            "a fenced standby holds the log up to LSN {target}, this one only to {ours}, and its records could not be taken: {}",
+            out.unreachable.join("; ")
+        );
+        if !opts.force {
+            return Err(ReplError::NotFenced { detail }.into());
+        }
+        out.notes.push(format!("forced: {detail}"));
+    }
+    Ok(out)
+}
+
+/// How many standbys of `view` must be fenced, in words.
+fn needed(view: &ClusterView) -> String {
+    let n = view.members.len();
+    match view.mode {
+        ReplicationMode::Quorum(k) => format!("{}", (n + 1).saturating_sub(k)),
+        ReplicationMode::Eager => "1".into(),
+        ReplicationMode::Chain => {
+            format!("the last ({})", view.members.last().map_or("none", |s| s.as_str()))
+        }
+        ReplicationMode::Lazy => "none".into(),
+    }
+}
+
+/// Connects to the standby at `addr` as an administrator (handshake done); reads and writes
+/// time out after `timeout`.
+pub(super) fn admin_connect(
+    addr: &str,
+    secret: &[u8],
+    timeout: Duration,
+) -> std::result::Result<TcpStream, ReplError> {
+    let sa = addr
+        .to_socket_addrs()
+        .map_err(|e| ReplError::io(addr, "resolve", e))?
+        .next()
+        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
+    let mut s = TcpStream::connect_timeout(&sa, timeout).map_err(|e| ReplError::io(addr, "connect", e))?;
+    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
+    s.set_write_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
+    wire::client_handshake(&mut s, addr, secret, Role::Admin, 0, 0)?;
+    Ok(s)
+}
+
+/// Fences the standby at `addr` at `epoch`; returns its position.
+fn fence_one(
+    addr: &str,
+    secret: &[u8],
+    epoch: u64,
+    timeout: Duration,
+) -> std::result::Result<Lsn, ReplError> {
+    let mut s = admin_connect(addr, secret, timeout)?;
+    wire::write_frame(&mut s, addr, epoch, FrameType::Fence, &[])?;
+    let f = wire::expect_frame(&mut s, addr)?;
+    match f.kind {
+        FrameType::FenceAck if f.payload.len() == 8 => {
+            Ok(u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")))
+        }
+        FrameType::Refused => Err(wire::refused_error(addr, &f, epoch)),
+        k => Err(ReplError::Protocol {
+            peer: addr.into(),
+            detail: format!("expected a fence acknowledgement, got {k:?}"),
+        }),
+    }
+}
+
+/// Takes the records the (fenced) standby at `addr` holds beyond this log; returns the new end.
+fn fetch_from(sh: &Shared, addr: &str, epoch: u64, timeout: Duration) -> std::result::Result<Lsn, ReplError> {
+    let mut s = admin_connect(addr, &sh.cfg.secret, timeout)?;
+    let from = sh.log.end_lsn();
+    let (last_lsn, last_crc) = sh.log.last_record().unwrap_or((u64::MAX, 0));
+    let mut p = from.to_le_bytes().to_vec();
+    p.extend_from_slice(&last_lsn.to_le_bytes());
+    p.extend_from_slice(&last_crc.to_le_bytes());
+    wire::write_frame(&mut s, addr, epoch, FrameType::Fetch, &p)?;
+    let mut r = BufReader::with_capacity(1 << 20, s);
+    let mut catalogs = Vec::new();
+    loop {
+        let f = wire::expect_frame(&mut r, addr)?;
+        match f.kind {
+            FrameType::Records if f.payload.len() >= 12 => {
+                if append_records(sh, &f.payload, addr, &mut catalogs)? == 0 {
+                    break;
+                }
+            }
+            FrameType::Refused => return Err(wire::refused_error(addr, &f, epoch)),
+            k => {
+                return Err(ReplError::Protocol {
+                    peer: addr.into(),
+                    detail: format!("expected records, got {k:?}"),
+                })
+            }
+        }
+    }
+    sync_and_store_catalogs(sh, catalogs)
+        .map_err(|e| ReplError::Protocol { peer: addr.into(), detail: format!("standby log: {e}") })
+}
+
+fn refuse(w: &mut impl Write, peer: &str, epoch: u64, code: RefuseCode, msg: &str) {
+    let _ = wire::write_frame(w, peer, epoch, FrameType::Refused, &wire::refuse_payload(code, msg));
+}
+
+/// A promoting peer fences this standby: adopt its epoch, end the old primary's session, and
+/// report the position (which covers every acknowledgement sent).
+pub(super) fn serve_fence(
+    sh: &Shared,
+    f: &wire::Frame,
+    w: &mut impl Write,
+    peer: &str,
+) -> std::result::Result<(), ReplError> {
+    {
+        let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = sh.epoch.load(Ordering::Acquire);
+        if f.epoch < ours || sh.promoting.load(Ordering::Acquire) {
+            let msg = if sh.promoting.load(Ordering::Acquire) {
+                format!("this standby is being or was promoted itself (epoch {ours})")
+            } else {
+                format!("this standby is already at epoch {ours}, newer than {}", f.epoch)
+            };
+            refuse(w, peer, ours, RefuseCode::Fenced, &msg);
+            return Err(ReplError::Fenced { peer: peer.into(), our_epoch: ours, their_epoch: f.epoch });
+        }
+        adopt_epoch(sh, f.epoch).map_err(|e| ReplError::Protocol {
+            peer: peer.into(),
+            detail: format!("cannot persist the new epoch: {e}"),
+        })?;
+    }
+    end_log_session(sh);
+    let pos = sh
+        .log
+        .sync()
+        .map_err(|e| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") })?;
+    wire::write_frame(w, peer, f.epoch, FrameType::FenceAck, &pos.to_le_bytes())
+}
+
+/// A promoting peer takes this standby's records from an LSN on (after checking the logs agree).
+pub(super) fn serve_fetch(
+    sh: &Shared,
+    f: &wire::Frame,
+    w: &mut impl Write,
+    peer: &str,
+) -> std::result::Result<(), ReplError> {
+    let ours = sh.epoch.load(Ordering::Acquire);
+    let local = |e: Error| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") };
+    if f.epoch < ours {
+        refuse(w, peer, ours, RefuseCode::Fenced, &format!("epoch {} is older than {ours}", f.epoch));
+        return Err(ReplError::Fenced { peer: peer.into(), our_epoch: ours, their_epoch: f.epoch });
+    }
+    if f.payload.len() != 20 {
+        return Err(ReplError::Protocol { peer: peer.into(), detail: "malformed fetch".into() });
+    }
+    let from = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
+    let last_lsn = u64::from_le_bytes(f.payload[8..16].try_into().expect("8 bytes"));
+    let last_crc = u32::from_le_bytes(f.payload[16..20].try_into().expect("4 bytes"));
+    if last_lsn != u64::MAX && !sh.log.holds(last_lsn, last_crc).map_err(local)? {
+        let msg = format!("this log does not hold the record at LSN {last_lsn} the caller's log ends with");
+        refuse(w, peer, ours, RefuseCode::Diverged, &msg);
+        return Err(ReplError::Diverged { peer: peer.into(), detail: msg });
+    }
+    if last_lsn == u64::MAX && from != sh.log.start_lsn() {
+        let msg = format!("the caller's empty log starts at LSN {from}, this one at {}", sh.log.start_lsn());
+        refuse(w, peer, ours, RefuseCode::Diverged, &msg);
+        return Err(ReplError::Diverged { peer: peer.into(), detail: msg });
+    }
+    let mut t = sh.log.tail().map_err(local)?;
+    let durable = sh.log.durable_lsn();
+    let head = |frame: &mut Vec<u8>| {
+        frame.clear();
+        frame.extend_from_slice(&durable.to_le_bytes());
+        frame.extend_from_slice(&0u32.to_le_bytes());
+    };
+    let mut frame = Vec::new();
+    head(&mut frame);
+    let mut count = 0u32;
+    while let Some(rec) = t.next_record().map_err(local)? {
+        if rec.lsn < from {
+            continue;
+        }
+        encode_record(&mut frame, rec.lsn, rec.end, rec.kind, &rec.payload);
+        count += 1;
+        if frame.len() >= 1 << 20 {
+            frame[8..12].copy_from_slice(&count.to_le_bytes());
+            wire::write_frame(w, peer, ours, FrameType::Records, &frame)?;
+            head(&mut frame);
+            count = 0;
+        }
+    }
+    if count > 0 {
+        frame[8..12].copy_from_slice(&count.to_le_bytes());
+        wire::write_frame(w, peer, ours, FrameType::Records, &frame)?;
+        head(&mut frame);
+    }
+    wire::write_frame(w, peer, ours, FrameType::Records, &frame)
+}
+
+/// Asks the standby at `addr` to promote itself with the default options; see
+/// [`admin_promote_with`].
+pub fn admin_promote(addr: &str, secret: &[u8]) -> std::result::Result<(u64, Lsn), ReplError> {
+    admin_promote_with(addr, secret, &PromoteOptions::default())
+}
+
+/// Asks the standby at `addr` to promote itself (it fences the old synchronous set, takes what
+/// it lacks from fenced peers, and closes the promoted database cleanly, so its directory then
+/// opens as an ordinary database). Returns (new epoch, log end).
+///
+/// The standby answers before it acts on its promotion (e.g. exits); if the connection still
+/// drops before the answer, the request is repeated on a new connection, and a standby that is
+/// already promoted answers with the same epoch.
+pub fn admin_promote_with(
+    addr: &str,
+    secret: &[u8],
+    options: &PromoteOptions,
+) -> std::result::Result<(u64, Lsn), ReplError> {
+    let attempt = || -> std::result::Result<(u64, Lsn), ReplError> {
+        let mut s = admin_connect(addr, secret, Duration::from_secs(10))?;
+        // Promotion runs recovery: no read deadline for its answer.
+        s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
+        wire::write_frame(&mut s, addr, 0, FrameType::Promote, &options.encode())?;
+        let f = wire::expect_frame(&mut s, addr)?;
+        match f.kind {
+            FrameType::Promoted if f.payload.len() == 16 => Ok((
+                u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")),
+                u64::from_le_bytes(f.payload[8..].try_into().expect("8 bytes")),
+            )),
+            FrameType::Refused => Err(wire::refused_error(addr, &f, 0)),
+            k => Err(ReplError::Protocol { peer: addr.into(), detail: format!("unexpected {k:?}") }),
+        }
+    };
+    let mut last = None;
+    for i in 0..5 {
+        match attempt() {
+            Err(e @ ReplError::Disconnected { .. }) => {
+                last = Some(e);
+                std::thread::sleep(Duration::from_millis(100 << i));
+            }
+            r => return r,
+        }
+    }
+    let e = last.expect("five attempts failed");
+    Err(ReplError::Disconnected {
+        peer: addr.into(),
+        detail: format!(
+            "{e}; the standby did not answer, it may or may not have been promoted: check its log or `nvmedb status` before promoting another standby"
+        ),
+    })
+}
