@@ -193,7 +193,8 @@ fn corrupted_frames_are_rejected_and_the_connection_dropped() {
     let sb = standby(&s, true);
     let addr = sb.addr().to_string();
     let mut c = TcpStream::connect(&addr).unwrap();
-    let w = wire::client_handshake(&mut c, &addr, SECRET, Role::Log, 1, u64::MAX).unwrap();
+    let history = nvmedb::repl::History::default().encode();
+    let w = wire::client_handshake_with(&mut c, &addr, SECRET, Role::Log, 1, u64::MAX, &history).unwrap();
     let mut frame = Vec::new();
     let mut payload = w.position.to_le_bytes().to_vec();
     payload.extend_from_slice(&0u32.to_le_bytes());

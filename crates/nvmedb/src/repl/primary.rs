@@ -21,10 +21,11 @@
 //!   the handshake, so that a promotion can fence it.
 
 use super::replica_log::encode_record;
-use super::state::ClusterView;
+use super::state::{read_history, write_history, ClusterView, History};
 use super::wire::{self, FrameType, Role};
 use super::{LinkState, ReplError, ReplicationMode};
 use crate::error::{Error, Result};
+use crate::io::Storage;
 use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use crate::xlog::combine;
 use std::collections::VecDeque;
@@ -124,15 +125,15 @@ struct Link {
     auth: Option<ReplError>,
 }
 
-struct Shared {
-    cfg: ReplConfig,
-    local: Arc<dyn RecordLog>,
+pub(super) struct Shared {
+    pub(super) cfg: ReplConfig,
+    pub(super) local: Arc<dyn RecordLog>,
     q: Mutex<Queue>,
     q_cv: Condvar,
     /// Shippers waiting on `q_cv` (incremented under `q`): appenders skip the wake-up syscall
     /// when nobody waits.
     q_waiters: std::sync::atomic::AtomicUsize,
-    shadows: Vec<AtomicU64>,
+    pub(super) shadows: Vec<AtomicU64>,
     links: Vec<Mutex<Link>>,
     ms: Mutex<ModeState>,
     ack_cv: Condvar,
@@ -144,6 +145,20 @@ struct Shared {
     delays: Mutex<Vec<u64>>,
     /// End of the last appended record (the local durable position may lie past it, in filler).
     last_end: AtomicU64,
+    /// The epochs of this log (sent at the handshake: a standby finds its fork point with it).
+    history: History,
+    /// The data files, for base backups of standbys that have none (or cannot follow).
+    backup: Option<Arc<dyn Storage>>,
+}
+
+/// What a primary knows about its node beyond the replication settings.
+#[derive(Clone, Default)]
+pub struct PrimaryNode {
+    /// The epochs of its log.
+    pub history: History,
+    /// Its data files (base backups are sent from them); `None`: standbys that need one are
+    /// refused as diverged.
+    pub backup: Option<Arc<dyn Storage>>,
 }
 
 /// Where one standby stands, for status output.
@@ -176,6 +191,9 @@ pub struct ReplStatus {
     pub epoch: u64,
     /// Local durable LSN.
     pub local_durable: Lsn,
+    /// End of the last record appended (the local durable position may lie past it, in
+    /// filler that is never shipped).
+    pub appended: Lsn,
     /// Durable LSN the engine sees.
     pub durable: Lsn,
     /// Per standby.
@@ -231,6 +249,11 @@ impl ReplicatedLog {
     /// Starts replicating `local` to `cfg.standbys` (connections are made in the background;
     /// commits wait for them as the mode and policy say).
     pub fn start(local: Arc<dyn RecordLog>, cfg: ReplConfig) -> Result<Arc<Self>> {
+        Self::start_node(local, cfg, PrimaryNode::default())
+    }
+
+    /// [`ReplicatedLog::start`] with the node's history and data files (for base backups).
+    pub fn start_node(local: Arc<dyn RecordLog>, cfg: ReplConfig, node: PrimaryNode) -> Result<Arc<Self>> {
         if cfg.secret.is_empty() {
             return Err(Error::Config {
                 key: "repl.secret".into(),
@@ -273,6 +296,8 @@ impl ReplicatedLog {
             samples: Mutex::new(VecDeque::new()),
             delays: Mutex::new(Vec::new()),
             last_end: AtomicU64::new(end),
+            history: node.history,
+            backup: node.backup,
             cfg,
         });
         let mut threads = Vec::new();
@@ -300,6 +325,7 @@ impl ReplicatedLog {
             fenced: ms.fenced.as_ref().map(|e| e.to_string()),
             epoch: self.sh.cfg.epoch,
             local_durable,
+            appended: self.sh.last_end.load(Ordering::Acquire),
             durable: self.sh.published.load(Ordering::Acquire),
             standbys: self
                 .sh
@@ -522,6 +548,11 @@ pub struct ReplicatedLogOpener {
     pub config: ReplConfig,
     /// Receives the replicated log once open (for status and delays).
     pub handle: Arc<Mutex<Option<Arc<ReplicatedLog>>>>,
+    /// The node's directory: its epoch history is read there, and extended when this primary's
+    /// epoch is new (its records begin at the log's end at open).
+    pub state_dir: Option<std::path::PathBuf>,
+    /// The data files, for base backups.
+    pub backup: Option<Arc<dyn Storage>>,
 }
 
 impl LogOpener for ReplicatedLogOpener {
@@ -531,7 +562,15 @@ impl LogOpener for ReplicatedLogOpener {
 
     fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>> {
         let local = self.inner.open(initial_lsn)?;
-        let r = ReplicatedLog::start(local, self.config)?;
+        let mut history = History::default();
+        if let Some(dir) = &self.state_dir {
+            history = read_history(dir)?;
+            if self.config.epoch > history.last_epoch() {
+                history.begin(self.config.epoch, local.end_lsn());
+                write_history(dir, &history)?;
+            }
+        }
+        let r = ReplicatedLog::start_node(local, self.config, PrimaryNode { history, backup: self.backup })?;
         *self.handle.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
         Ok(r)
     }
@@ -597,26 +636,54 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     sh.shadows[i].fetch_min(durable, Ordering::AcqRel);
     // A peer that accepts but never answers must not hang the shipper (or shutdown).
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(addr, "timeout", e))?;
-    let w = wire::client_handshake(&mut s, addr, &sh.cfg.secret, Role::Log, sh.cfg.epoch, durable)?;
+    let w = wire::client_handshake_with(
+        &mut s,
+        addr,
+        &sh.cfg.secret,
+        Role::Log,
+        sh.cfg.epoch,
+        durable,
+        &sh.history.encode(),
+    )?;
     sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).auth = None;
     s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
     let view =
         ClusterView { epoch: sh.cfg.epoch, mode: sh.cfg.mode, members: sh.cfg.standbys.clone(), me: Some(i) };
-    wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
     let mut pos = w.position;
-    let recovered_start = sh.local.recovered().start_lsn;
-    if pos < recovered_start {
-        return Err(ReplError::Diverged {
-            peer: addr.into(),
-            detail: format!(
-                "standby is at LSN {pos}, the primary's log starts at {recovered_start}: reseed the standby"
-            ),
-        });
+    if w.flags & wire::WELCOME_NEEDS_BASE_BACKUP != 0 {
+        let Some(storage) = &sh.backup else {
+            return Err(ReplError::Diverged {
+                peer: addr.into(),
+                detail:
+                    "the standby asks for a base backup, and this primary was started without its data files"
+                        .into(),
+            });
+        };
+        pos = super::seed::send_base_backup(sh, storage.as_ref(), i, addr, &mut s)?;
     }
-    if pos > sh.local.end_lsn() {
+    wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
+    let recovered_start = sh.local.recovered().start_lsn;
+    let end = sh.local.end_lsn();
+    if pos < recovered_start || pos > end {
+        let why = if pos < recovered_start {
+            format!("standby is at LSN {pos}, the primary's log starts at {recovered_start}")
+        } else {
+            format!("standby is at LSN {pos}, past the primary's log end {end}")
+        };
+        if sh.backup.is_some() {
+            // It takes a base backup when it next connects.
+            let msg = format!("reseed: {why}");
+            let _ = wire::write_frame(
+                &mut s,
+                addr,
+                sh.cfg.epoch,
+                FrameType::Refused,
+                &wire::refuse_payload(wire::RefuseCode::Diverged, &msg),
+            );
+        }
         return Err(ReplError::Diverged {
             peer: addr.into(),
-            detail: format!("standby is at LSN {pos}, past the primary's log end {}", sh.local.end_lsn()),
+            detail: format!("{why}: it needs a base backup"),
         });
     }
     sh.shadows[i].store(pos, Ordering::Release);
@@ -691,7 +758,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                 if from == q.recs.len() {
                     // Idle: tell the standby how far our own log is durable (it applies only
                     // that far), then wait for appends.
-                    let d = sh.local.durable_lsn();
+                    let d = apply_limit(sh);
                     if d > sent_durable {
                         drop(q);
                         sent_durable = d;
@@ -718,7 +785,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
             if count == 0 {
                 continue;
             }
-            let durable = sh.local.durable_lsn();
+            let durable = apply_limit(sh);
             sent_durable = durable;
             frame[..8].copy_from_slice(&durable.to_le_bytes());
             frame[8..12].copy_from_slice(&count.to_le_bytes());
@@ -788,6 +855,19 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
             }
         }
     }
+}
+
+/// How far standbys may apply: what this primary has acknowledged (or could acknowledge now).
+/// A standby never applies past it, so after a failover its pages hold nothing the new
+/// primary lacks (in eager and quorum modes every acknowledged record is on the new primary).
+fn apply_limit(sh: &Shared) -> Lsn {
+    let ms = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+    if ms.fenced.is_some() {
+        return sh.published.load(Ordering::Acquire);
+    }
+    let shadows: Vec<u64> = sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
+    let c = combine(ms.mode, sh.local.durable_lsn(), &shadows);
+    sh.published.fetch_max(c, Ordering::AcqRel).max(c)
 }
 
 /// Returns to the configured mode once the standbys satisfy it again for everything durable.
