@@ -22,6 +22,7 @@
 //!   demoted primary cannot get acknowledgements (and so cannot acknowledge commits) from a
 //!   standby that has seen a newer primary or was promoted.
 
+mod forward;
 mod mirror;
 mod primary;
 mod promote;

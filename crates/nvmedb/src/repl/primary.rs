@@ -77,6 +77,10 @@ pub struct ReplConfig {
     pub reconnect_delay: Duration,
     /// Record the delay from append to the first standby's matching acknowledgement.
     pub record_delays: bool,
+    /// Log kept for an absent or lagging standby, at most: when a checkpoint would have to keep
+    /// more than this for one standby, the primary gives that standby up (says so on stderr and
+    /// in its status) and frees the log; the standby then takes a base backup when it returns.
+    pub max_retained_bytes: u64,
 }
 
 impl Default for ReplConfig {
@@ -91,6 +95,7 @@ impl Default for ReplConfig {
             max_queue_bytes: 64 << 20,
             reconnect_delay: Duration::from_millis(100),
             record_delays: false,
+            max_retained_bytes: 1 << 30,
         }
     }
 }
@@ -123,6 +128,8 @@ struct Link {
     stream: Option<TcpStream>,
     /// The standby refused our secret (until a handshake succeeds).
     auth: Option<ReplError>,
+    /// The log it needs was given up (`max_retained_bytes`); cleared when it follows again.
+    given_up: bool,
 }
 
 pub(super) struct Shared {
@@ -174,6 +181,8 @@ pub struct StandbyStatus {
     pub shadow: Lsn,
     /// Successful connections so far.
     pub connects: u64,
+    /// Its log was given up (`max_retained_bytes`): it needs a base backup.
+    pub given_up: bool,
 }
 
 /// The replication state of a primary.
@@ -217,9 +226,10 @@ impl std::fmt::Display for ReplStatus {
         for s in &self.standbys {
             writeln!(
                 f,
-                "  standby {:<22} link {:?}  shadow {}  lag {} B  connects {}  {}",
+                "  standby {:<22} link {:?}{}  shadow {}  lag {} B  connects {}  {}",
                 s.addr,
                 s.link,
+                if s.given_up { "  GAVE UP (needs a base backup)" } else { "" },
                 s.shadow,
                 self.local_durable.saturating_sub(s.shadow),
                 s.connects,
@@ -284,6 +294,7 @@ impl ReplicatedLog {
                         connects: 0,
                         stream: None,
                         auth: None,
+                        given_up: false,
                     })
                 })
                 .collect(),
@@ -301,7 +312,12 @@ impl ReplicatedLog {
             cfg,
         });
         let mut threads = Vec::new();
-        for i in 0..n {
+        // Chain mode: only the first standby is shipped to; it forwards along the chain.
+        let shipped = if sh.cfg.mode == ReplicationMode::Chain { n.min(1) } else { n };
+        for i in shipped..n {
+            set_link(&sh, i, LinkState::Stale, "reached through the chain".into());
+        }
+        for i in 0..shipped {
             let s = sh.clone();
             let t = std::thread::Builder::new()
                 .name(format!("nvmedb-ship-{i}"))
@@ -341,6 +357,7 @@ impl ReplicatedLog {
                         detail: l.detail.clone(),
                         shadow: self.sh.shadows[i].load(Ordering::Acquire),
                         connects: l.connects,
+                        given_up: l.given_up,
                     }
                 })
                 .collect(),
@@ -516,9 +533,30 @@ impl RecordLog for ReplicatedLog {
     }
 
     fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
-        // Keep what some standby may still need to be re-shipped.
-        let min_shadow = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).min().unwrap_or(lsn);
-        self.sh.local.truncate_before(lsn.min(min_shadow))
+        // Keep what a standby may still need to be re-shipped, up to the retention bound.
+        let end = self.sh.local.end_lsn();
+        let mut keep = lsn;
+        for (i, s) in self.sh.shadows.iter().enumerate() {
+            let shadow = s.load(Ordering::Acquire);
+            let mut l = self.sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+            if l.given_up || shadow >= lsn {
+                continue;
+            }
+            if end.saturating_sub(shadow) > self.sh.cfg.max_retained_bytes {
+                l.given_up = true;
+                let what = format!(
+                    "gave up standby {} at LSN {shadow}: keeping its log would take more than {} bytes (max_retained_bytes); it takes a base backup when it returns",
+                    self.sh.cfg.standbys[i], self.sh.cfg.max_retained_bytes
+                );
+                l.detail = what.clone();
+                drop(l);
+                eprintln!("nvmedb repl: {what}");
+                self.sh.ms.lock().unwrap_or_else(|e| e.into_inner()).events.push(what);
+            } else {
+                keep = keep.min(shadow);
+            }
+        }
+        self.sh.local.truncate_before(keep)
     }
 
     fn stats(&self) -> WalStats {
@@ -660,12 +698,16 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
             });
         };
         pos = super::seed::send_base_backup(sh, storage.as_ref(), i, addr, &mut s)?;
+        sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).given_up = false;
     }
     wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
     let recovered_start = sh.local.recovered().start_lsn;
     let end = sh.local.end_lsn();
-    if pos < recovered_start || pos > end {
-        let why = if pos < recovered_start {
+    let given_up = sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).given_up;
+    if pos < recovered_start || pos > end || given_up {
+        let why = if given_up {
+            format!("standby is at LSN {pos}, and the primary gave up its log (max_retained_bytes)")
+        } else if pos < recovered_start {
             format!("standby is at LSN {pos}, the primary's log starts at {recovered_start}")
         } else {
             format!("standby is at LSN {pos}, past the primary's log end {end}")
@@ -689,6 +731,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     sh.shadows[i].store(pos, Ordering::Release);
     {
         let mut l = sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+        l.given_up = false;
         l.state = LinkState::Up;
         l.detail = format!("connected at LSN {pos}");
         l.connects += 1;
@@ -824,9 +867,19 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
             });
         }
         match f.kind {
-            FrameType::Ack if f.payload.len() == 8 => {
+            FrameType::Ack if f.payload.len() >= 8 && f.payload.len() % 8 == 0 => {
                 let pos = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
                 let now = sh.shadows[i].fetch_max(pos, Ordering::AcqRel).max(pos);
+                // Chain mode: the positions of the standbys after this one, as they reported
+                // them along the chain.
+                for (j, c) in f.payload[8..].chunks(8).enumerate() {
+                    if let Some(sc) = sh.shadows.get(i + 1 + j) {
+                        sc.store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Ordering::Release);
+                        let mut l = sh.links[i + 1 + j].lock().unwrap_or_else(|e| e.into_inner());
+                        l.state = LinkState::Up;
+                        l.detail = format!("through the chain via {addr}");
+                    }
+                }
                 if i == 0 && sh.cfg.record_delays {
                     let t = Instant::now();
                     let mut smp = sh.samples.lock().unwrap_or_else(|e| e.into_inner());

@@ -187,6 +187,7 @@ pub(super) fn promote(
 
 fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Result<Fencing> {
     end_log_session(sh);
+    sh.stop_forwarding();
     sh.log.sync()?;
     let mut out = Fencing::default();
     let Some(view) = sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
@@ -398,6 +399,7 @@ pub(super) fn serve_fence(
         })?;
     }
     end_log_session(sh);
+    sh.stop_forwarding();
     let pos = sh
         .log
         .sync()

@@ -22,6 +22,7 @@
 //!   opens the database on the replica log (redo of everything received, undo of unfinished
 //!   transactions, checkpoint).
 
+use super::forward::{ack_payload, Forwarder};
 use super::promote::{self, PromoteOptions, PromoteReport};
 use super::replica_log::{decode_record, ReplicaLog, TailReader};
 use super::seed;
@@ -33,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
-use crate::wal::engine::{KIND_CATALOG, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
+use crate::wal::engine::{KIND_CATALOG, KIND_CHECKPOINT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
 use crate::wal::Lsn;
 use crate::{Database, Options};
 use std::collections::HashMap;
@@ -67,6 +68,8 @@ struct Counters {
     page_writes: u64,
     refused: u64,
     base_backups: u64,
+    restartpoints: u64,
+    log_released: u64,
     /// Why the last base backup was taken.
     base_backup_reason: String,
     last_error: String,
@@ -87,7 +90,7 @@ pub(super) struct Shared {
     /// The primary found this standby's log unusable: take a base backup at the next handshake.
     reseed_next: AtomicBool,
     stop: AtomicBool,
-    safe: AtomicU64,
+    pub(super) safe: AtomicU64,
     pub(super) applied: AtomicU64,
     apply_gen: AtomicU64,
     apply_stop: AtomicBool,
@@ -95,7 +98,14 @@ pub(super) struct Shared {
     apply_cv: Condvar,
     /// Held by the log session for its whole life.
     pub(super) log_session: Mutex<()>,
-    log_conn: Mutex<Option<TcpStream>>,
+    pub(super) log_conn: Mutex<Option<TcpStream>>,
+    /// Serializes frames written to the upstream log connection (acknowledgements from the
+    /// session and relayed ones from the forwarder).
+    pub(super) upstream_writes: Mutex<()>,
+    /// Chain mode: the positions the rest of the chain reported, in chain order.
+    pub(super) downstream: Mutex<Vec<u64>>,
+    /// Chain mode: the forwarder to the next standby.
+    forwarder: Mutex<Option<Forwarder>>,
     pub(super) mirror_lock: RwLock<()>,
     conns: Mutex<Vec<TcpStream>>,
     counters: Mutex<Counters>,
@@ -111,6 +121,8 @@ pub(super) struct Shared {
     pub(super) history: Mutex<History>,
     /// Serializes writes of the catalog (shipped catalogs, restartpoints).
     catalog_lock: Mutex<()>,
+    /// How often the caught-up apply thread writes back and takes a restartpoint.
+    write_back_every_ms: AtomicU64,
     apply_thread: Mutex<Option<JoinHandle<()>>>,
     table_page: AtomicUsize,
     index_page: AtomicUsize,
@@ -210,6 +222,9 @@ impl Standby {
             apply_cv: Condvar::new(),
             log_session: Mutex::new(()),
             log_conn: Mutex::new(None),
+            upstream_writes: Mutex::new(()),
+            downstream: Mutex::new(Vec::new()),
+            forwarder: Mutex::new(None),
             mirror_lock: RwLock::new(()),
             conns: Mutex::new(Vec::new()),
             counters: Mutex::new(Counters::default()),
@@ -219,6 +234,7 @@ impl Standby {
             cluster: Mutex::new(cluster),
             history: Mutex::new(history),
             catalog_lock: Mutex::new(()),
+            write_back_every_ms: AtomicU64::new(APPLY_WRITE_BACK_EVERY.as_millis() as u64),
             apply_thread: Mutex::new(None),
             table_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.table_page_size as usize)),
             index_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.index_page_size as usize)),
@@ -250,6 +266,11 @@ impl Standby {
         self.sh.log.durable_lsn()
     }
 
+    /// Where its log begins (moves forward at restartpoints).
+    pub fn log_start(&self) -> Lsn {
+        self.sh.log.start_lsn()
+    }
+
     /// The end of the last record applied to the data files.
     pub fn applied(&self) -> Lsn {
         self.sh.applied.load(Ordering::Acquire)
@@ -265,6 +286,12 @@ impl Standby {
     /// True once promotion has begun (and not failed).
     pub fn is_promoted(&self) -> bool {
         self.sh.promoting.load(Ordering::Acquire)
+    }
+
+    /// How often the apply thread, when it has caught up, writes its pages back and takes a
+    /// restartpoint (default 10 s).
+    pub fn set_write_back_interval(&self, every: Duration) {
+        self.sh.write_back_every_ms.store(every.as_millis().max(1) as u64, Ordering::Release);
     }
 
     /// The synchronous set the last primary announced (what promotion fences).
@@ -334,6 +361,7 @@ impl Standby {
     /// Stops listening and closes every connection (also done on drop).
     pub fn shutdown(&self) {
         self.sh.stop.store(true, Ordering::Release);
+        self.sh.stop_forwarding();
         stop_apply(&self.sh);
         for c in self.sh.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             let _ = c.shutdown(Shutdown::Both);
@@ -378,7 +406,7 @@ fn status_text(sh: &Shared) -> String {
     };
     let history = sh.history.lock().unwrap_or_else(|e| e.into_inner()).clone();
     format!(
-        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-acknowledged {}  log from {}\n  frames {}  records {}  mirrored page writes {}  base backups {}  refused {}  last error: {}\n{set}  history (epoch from LSN): {}\n{}",
+        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-acknowledged {}  log from {}\n  frames {}  records {}  mirrored page writes {}  base backups {}  restartpoints {} ({} log bytes released)  refused {}  last error: {}\n{set}  history (epoch from LSN): {}\n{}",
         role,
         sh.epoch.load(Ordering::Acquire),
         sh.log.durable_lsn(),
@@ -389,6 +417,8 @@ fn status_text(sh: &Shared) -> String {
         c.records,
         c.page_writes,
         c.base_backups,
+        c.restartpoints,
+        c.log_released,
         c.refused,
         if c.last_error.is_empty() { "none" } else { &c.last_error },
         history.0.iter().map(|(e, l)| format!("{e} from {l}")).collect::<Vec<_>>().join(", "),
@@ -724,12 +754,13 @@ fn serve_log(
             let _g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
             sh.apply_cv.notify_all();
         }
+        let _one = sh.upstream_writes.lock().unwrap_or_else(|e| e.into_inner());
         wire::write_frame(
             &mut w,
             peer,
             sh.epoch.load(Ordering::Acquire),
             FrameType::Ack,
-            &end.to_le_bytes(),
+            &ack_payload(sh, end),
         )?;
     }
 }
@@ -866,7 +897,7 @@ pub(super) fn sync_and_store_catalogs(sh: &Shared, catalogs: Vec<Vec<u8>>) -> Re
 }
 
 /// Stores the synchronous set a primary announced (durably, when it changed).
-fn learn_cluster(sh: &Shared, f: &wire::Frame, peer: &str) -> std::result::Result<(), ReplError> {
+fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::Result<(), ReplError> {
     let v = std::str::from_utf8(&f.payload)
         .ok()
         .and_then(ClusterView::decode)
@@ -877,9 +908,58 @@ fn learn_cluster(sh: &Shared, f: &wire::Frame, peer: &str) -> std::result::Resul
             peer: peer.into(),
             detail: format!("cannot store the synchronous set: {e}"),
         })?;
-        *cur = Some(v);
+        *cur = Some(v.clone());
+    }
+    drop(cur);
+    // Chain mode: forward to the next standby.
+    let next = match (v.mode, v.me) {
+        (super::ReplicationMode::Chain, Some(m)) if m + 1 < v.members.len() => {
+            Some(ClusterView { me: Some(m + 1), ..v })
+        }
+        _ => None,
+    };
+    let mut fw = sh.forwarder.lock().unwrap_or_else(|e| e.into_inner());
+    let target = next.as_ref().map(|n| n.members[m_of(n)].clone());
+    if fw.as_ref().map(|f| &f.target) != target.as_ref() || fw.as_ref().is_some_and(|f| f.finished()) {
+        if let Some(old) = fw.take() {
+            old.stop();
+        }
+        *fw = next.and_then(|n| Forwarder::start(sh, n));
     }
     Ok(())
+}
+
+fn m_of(v: &ClusterView) -> usize {
+    v.me.unwrap_or(0)
+}
+
+impl Shared {
+    /// Records a forwarding failure in the status.
+    pub(super) fn note_forward_error(&self, e: &str) {
+        if !self.stop.load(Ordering::Acquire) {
+            self.counters.lock().unwrap_or_else(|e| e.into_inner()).last_error = e.to_string();
+        }
+    }
+
+    /// A reader of the durable log from its start.
+    pub(super) fn log_tail(self: &Shared) -> Result<TailReader> {
+        self.log.tail()
+    }
+
+    /// Waits (at most `timeout`) for newly synced records.
+    pub(super) fn wait_for_records(&self, timeout: Duration) {
+        let g = self.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.apply_cv.wait_timeout(g, timeout);
+    }
+
+    /// Stops chain forwarding (promotion, fencing, shutdown).
+    pub(super) fn stop_forwarding(&self) {
+        let f = self.forwarder.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(f) = f {
+            f.stop();
+        }
+        self.downstream.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 /// Stores a catalog shipped by the primary, keeping this standby's own checkpoint positions
@@ -1045,9 +1125,10 @@ pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, Re
 
 /// Pages the apply thread keeps in memory; when full they are written back and dropped.
 const APPLY_CACHE_PAGES: usize = 16 * 1024;
-/// How often the apply thread writes its dirty pages back (and syncs) when it has caught up:
-/// rarely, because those writes compete with the log syncs for the disk (on a shared machine
-/// they slow the primary). Promotion writes everything back first, so nothing depends on it.
+/// How often the apply thread writes its dirty pages back (and syncs, and takes a restartpoint)
+/// when it has caught up, by default: rarely, because those writes compete with the log syncs
+/// for the disk (on a shared machine they slow the primary). Promotion writes everything back
+/// first, so nothing depends on it.
 const APPLY_WRITE_BACK_EVERY: Duration = Duration::from_secs(10);
 
 struct CachedPage {
@@ -1066,9 +1147,13 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
     let mut last_write_back = std::time::Instant::now();
+    // The last checkpoint record applied: once the pages are written back, it is this
+    // standby's restartpoint (unless a change could not be applied: promotion must redo it).
+    let mut restart: Option<(Lsn, Lsn)> = None;
+    let mut skipped = false;
     loop {
         if sh.apply_stop.load(Ordering::Acquire) {
-            return write_back(&mut pages, &mut devs);
+            return flush(sh, &mut pages, &mut devs, &mut restart, skipped);
         }
         let g = sh.apply_gen.load(Ordering::Acquire);
         if g != gen {
@@ -1090,8 +1175,9 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
             other => {
                 // Caught up (or the next record is past what the primary holds durably).
                 held = other;
-                if last_write_back.elapsed() >= APPLY_WRITE_BACK_EVERY {
-                    write_back(&mut pages, &mut devs)?;
+                let every = Duration::from_millis(sh.write_back_every_ms.load(Ordering::Acquire));
+                if last_write_back.elapsed() >= every {
+                    flush(sh, &mut pages, &mut devs, &mut restart, skipped)?;
                     last_write_back = std::time::Instant::now();
                 }
                 let g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
@@ -1109,7 +1195,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     let key = (tag, pid.file, pid.page);
                     if !pages.contains_key(&key) {
                         if pages.len() >= APPLY_CACHE_PAGES {
-                            write_back(&mut pages, &mut devs)?;
+                            flush(sh, &mut pages, &mut devs, &mut restart, skipped)?;
                             pages.clear();
                         }
                         let dev = match devs.get(&(tag, pid.file)) {
@@ -1139,8 +1225,12 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     }
                     let p = pages.get_mut(&key).expect("inserted above");
                     let full = matches!(change, PageChange::FullImage(_));
-                    if (p.valid && PageHeader::lsn_of(&p.buf) >= rec.end) || (!p.valid && !full) {
-                        // Already there, or not appliable yet (promotion's redo decides).
+                    if p.valid && PageHeader::lsn_of(&p.buf) >= rec.end {
+                        continue; // already there
+                    }
+                    if !p.valid && !full {
+                        // Not appliable yet (promotion's redo decides).
+                        skipped = true;
                         continue;
                     }
                     apply_page_change(&mut p.buf, change, rec.end);
@@ -1149,8 +1239,47 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 }
             }
         }
+        if rec.kind == KIND_CHECKPOINT && rec.payload.len() >= 16 {
+            let redo = u64::from_le_bytes(rec.payload[..8].try_into().expect("8 bytes"));
+            let undo = u64::from_le_bytes(rec.payload[8..16].try_into().expect("8 bytes"));
+            restart = Some((redo, undo));
+        }
         sh.applied.store(rec.end, Ordering::Release);
     }
+}
+
+/// Writes the applied pages back; then the last applied checkpoint becomes this standby's
+/// restartpoint: its catalog takes the checkpoint's redo and undo positions (everything before
+/// the redo position is in its pages; the transactions it may have to undo began at or after
+/// the undo position) and the replica log releases what lies before them.
+fn flush(
+    sh: &Shared,
+    pages: &mut HashMap<(u8, u32, u64), CachedPage>,
+    devs: &mut HashMap<(u8, u32), Arc<dyn Device>>,
+    restart: &mut Option<(Lsn, Lsn)>,
+    skipped: bool,
+) -> Result<()> {
+    write_back(pages, devs)?;
+    let Some((redo, undo)) = restart.take() else { return Ok(()) };
+    if skipped {
+        return Ok(());
+    }
+    {
+        let _one = sh.catalog_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
+        let Some(mut cat) = cur else { return Ok(()) };
+        if cat.checkpoint_redo_lsn >= redo && cat.checkpoint_undo_lsn >= undo {
+            return Ok(());
+        }
+        cat.checkpoint_redo_lsn = cat.checkpoint_redo_lsn.max(redo);
+        cat.checkpoint_undo_lsn = cat.checkpoint_undo_lsn.max(undo);
+        store.store(&cat)?;
+    }
+    let released = sh.log.truncate_before(redo.min(undo))?;
+    let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+    c.restartpoints += 1;
+    c.log_released += released;
+    Ok(())
 }
 
 fn write_back(
