@@ -22,6 +22,7 @@
 //!   demoted primary cannot get acknowledgements (and so cannot acknowledge commits) from a
 //!   standby that has seen a newer primary or was promoted.
 
+pub mod coord;
 mod forward;
 mod mirror;
 mod primary;
@@ -35,7 +36,8 @@ pub mod wire;
 pub use crate::xlog::{LinkState, ReplicationMode};
 pub use mirror::{MirrorConfig, MirrorStorage};
 pub use primary::{
-    PrimaryNode, ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy, StandbyStatus,
+    AckGate, PrimaryNode, ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy,
+    StandbyStatus,
 };
 pub use promote::{admin_promote, admin_promote_with, PromoteOptions, PromoteReport};
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
@@ -101,6 +103,12 @@ pub enum ReplError {
         /// Which standbys could not be fenced or read, and why.
         detail: String,
     },
+    /// This primary may not acknowledge: its leadership lease (held in the coordination store)
+    /// was not renewed in time, so another node may be taking over.
+    LeaseLost {
+        /// Since when, and why.
+        detail: String,
+    },
     /// A commit waited for the standbys longer than the policy allows.
     Timeout {
         /// The commit's LSN.
@@ -134,6 +142,7 @@ impl fmt::Display for ReplError {
             ReplError::Diverged { peer, detail } => write!(f, "logs diverged with {peer}: {detail}"),
             ReplError::Protocol { peer, detail } => write!(f, "replication protocol error with {peer}: {detail}"),
             ReplError::Disconnected { peer, detail } => write!(f, "replication link to {peer} down: {detail}"),
+            ReplError::LeaseLost { detail } => write!(f, "not acknowledging: leadership lease lost: {detail}"),
             ReplError::NotFenced { detail } => write!(
                 f,
                 "not promoted: the old primary's synchronous set could not be fenced: {detail} (bring those standbys up, or promote with force once the old primary is known to be down)"

@@ -81,6 +81,9 @@ pub struct ReplConfig {
     /// more than this for one standby, the primary gives that standby up (says so on stderr and
     /// in its status) and frees the log; the standby then takes a base backup when it returns.
     pub max_retained_bytes: u64,
+    /// When set, commits are acknowledged only while this gate is open (an HA agent keeps it
+    /// open while it holds the leadership lease).
+    pub ack_gate: Option<Arc<AckGate>>,
 }
 
 impl Default for ReplConfig {
@@ -96,6 +99,7 @@ impl Default for ReplConfig {
             reconnect_delay: Duration::from_millis(100),
             record_delays: false,
             max_retained_bytes: 1 << 30,
+            ack_gate: None,
         }
     }
 }
@@ -156,6 +160,40 @@ pub(super) struct Shared {
     history: History,
     /// The data files, for base backups of standbys that have none (or cannot follow).
     backup: Option<Arc<dyn Storage>>,
+    gate: Option<Arc<AckGate>>,
+}
+
+/// Whether a primary may acknowledge commits: open until a deadline that its HA agent extends
+/// after each renewal of its leadership lease (renewal sent at t, lease TTL T: open until
+/// t + T - margin, so acknowledgements stop before the lease can expire in the store).
+#[derive(Debug)]
+pub struct AckGate {
+    base: Instant,
+    /// Nanoseconds after `base` until which acknowledgements are allowed (0: closed).
+    until_ns: AtomicU64,
+}
+
+impl AckGate {
+    /// A closed gate.
+    pub fn closed() -> Arc<Self> {
+        Arc::new(Self { base: Instant::now(), until_ns: AtomicU64::new(0) })
+    }
+
+    /// Allows acknowledgements until `deadline` (never moves the deadline back).
+    pub fn open_until(&self, deadline: Instant) {
+        let ns = deadline.saturating_duration_since(self.base).as_nanos() as u64;
+        self.until_ns.fetch_max(ns, Ordering::AcqRel);
+    }
+
+    /// Stops acknowledgements now.
+    pub fn close(&self) {
+        self.until_ns.store(0, Ordering::Release);
+    }
+
+    /// True while acknowledgements are allowed.
+    pub fn is_open(&self) -> bool {
+        (self.base.elapsed().as_nanos() as u64) < self.until_ns.load(Ordering::Acquire)
+    }
 }
 
 /// What a primary knows about its node beyond the replication settings.
@@ -196,6 +234,8 @@ pub struct ReplStatus {
     pub degraded: Option<String>,
     /// Set when a standby fenced this primary.
     pub fenced: Option<String>,
+    /// Its acknowledgement gate (leadership lease) is closed.
+    pub lease_lost: bool,
     /// This primary's epoch.
     pub epoch: u64,
     /// Local durable LSN.
@@ -215,12 +255,13 @@ impl std::fmt::Display for ReplStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "role primary  epoch {}  mode {:?} (configured {:?}){}{}",
+            "role primary  epoch {}  mode {:?} (configured {:?}){}{}{}",
             self.epoch,
             self.effective,
             self.configured,
             self.degraded.as_ref().map(|d| format!("  DEGRADED: {d}")).unwrap_or_default(),
-            self.fenced.as_ref().map(|d| format!("  FENCED: {d}")).unwrap_or_default()
+            self.fenced.as_ref().map(|d| format!("  FENCED: {d}")).unwrap_or_default(),
+            if self.lease_lost { "  NOT ACKNOWLEDGING: leadership lease not renewed" } else { "" }
         )?;
         writeln!(f, "local durable {}  acknowledged durable {}", self.local_durable, self.durable)?;
         for s in &self.standbys {
@@ -309,6 +350,7 @@ impl ReplicatedLog {
             last_end: AtomicU64::new(end),
             history: node.history,
             backup: node.backup,
+            gate: cfg.ack_gate.clone(),
             cfg,
         });
         let mut threads = Vec::new();
@@ -339,6 +381,7 @@ impl ReplicatedLog {
             effective: ms.mode,
             degraded: ms.degraded.clone(),
             fenced: ms.fenced.as_ref().map(|e| e.to_string()),
+            lease_lost: self.sh.gate.as_ref().is_some_and(|g| !g.is_open()),
             epoch: self.sh.cfg.epoch,
             local_durable,
             appended: self.sh.last_end.load(Ordering::Acquire),
@@ -486,6 +529,14 @@ impl RecordLog for ReplicatedLog {
             }
             let c = self.combined(&ms);
             if c >= lsn {
+                if let Some(g) = &self.sh.gate {
+                    if !g.is_open() {
+                        return Err(Error::Replication(ReplError::LeaseLost {
+                            detail: "the HA agent has not renewed this primary's leadership lease in time"
+                                .into(),
+                        }));
+                    }
+                }
                 return Ok(c);
             }
             if let Some(e) = self.auth_blocked(ms.mode) {
