@@ -24,6 +24,7 @@
 
 pub mod coord;
 mod forward;
+pub mod ha;
 mod mirror;
 mod primary;
 mod promote;
