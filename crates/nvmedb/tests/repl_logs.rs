@@ -17,6 +17,18 @@ fn checkpointing() -> Options {
     o
 }
 
+/// Updates every row of `t`, round after round, until `done` (bounded by `wait_for`).
+fn update_rounds_until(t: &nvmedb::Table, mut done: impl FnMut() -> bool) -> bool {
+    let mut round = 0;
+    wait_for(|| {
+        round += 1;
+        for k in 0..ROWS {
+            t.update_int(&Value::Int(k), 1, round * 1000 + k).unwrap();
+        }
+        done()
+    })
+}
+
 #[test]
 fn standbys_take_restartpoints_and_release_their_log() {
     let (p, s) = setup("restartpoints");
@@ -32,19 +44,8 @@ fn standbys_take_restartpoints_and_release_their_log() {
     )
     .unwrap();
     let t = db.table("t").unwrap();
-    let mut round = 0;
-    // Commit until the standby has moved its log start (bounded by `wait_for`).
-    assert!(
-        wait_for(|| {
-            round += 1;
-            for k in 0..ROWS {
-                t.update_int(&Value::Int(k), 1, round * 1000 + k).unwrap();
-            }
-            s0.log_start() > first
-        }),
-        "{}",
-        s0.status()
-    );
+    // Commit until the standby has moved its log start.
+    assert!(update_rounds_until(&t, || s0.log_start() > first), "{}", s0.status());
     assert!(s0.status().contains("restartpoints "), "{}", s0.status());
     // Restarted, the standby opens its shortened log and follows on.
     drop(s0);
@@ -83,18 +84,7 @@ fn a_primary_gives_up_an_absent_standby_past_its_bound_and_it_reseeds() {
     let t = db.table("t").unwrap();
     t.update_int(&Value::Int(0), 1, 1).unwrap();
     drop(s0);
-    let mut round = 0;
-    assert!(
-        wait_for(|| {
-            round += 1;
-            for k in 0..ROWS {
-                t.update_int(&Value::Int(k), 1, round * 1000 + k).unwrap();
-            }
-            log.status().standbys[0].given_up
-        }),
-        "{}",
-        log.status()
-    );
+    assert!(update_rounds_until(&t, || log.status().standbys[0].given_up), "{}", log.status());
     let st = log.status();
     assert!(st.events.iter().any(|e| e.contains("gave up standby")), "{st}");
     assert!(st.to_string().contains("GAVE UP"), "{st}");

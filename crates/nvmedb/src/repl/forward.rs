@@ -22,7 +22,7 @@ use super::wire::{self, FrameType, Role};
 use super::ReplError;
 use crate::wal::Lsn;
 use std::io::BufWriter;
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -106,14 +106,7 @@ fn forward_once(
     stop: &AtomicBool,
     conn: &Mutex<Option<TcpStream>>,
 ) -> Result<(), ReplError> {
-    let sa = target
-        .to_socket_addrs()
-        .map_err(|e| ReplError::io(target, "resolve", e))?
-        .next()
-        .ok_or_else(|| ReplError::Disconnected { peer: target.into(), detail: "no address".into() })?;
-    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(2))
-        .map_err(|e| ReplError::io(target, "connect", e))?;
-    s.set_nodelay(true).map_err(|e| ReplError::io(target, "nodelay", e))?;
+    let mut s = wire::connect(target, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(target, "timeout", e))?;
     let history = sh.history.lock().unwrap_or_else(|e| e.into_inner()).encode();
     let w = wire::client_handshake_with(

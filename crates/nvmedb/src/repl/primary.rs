@@ -30,7 +30,7 @@ use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats
 use crate::xlog::combine;
 use std::collections::VecDeque;
 use std::io::BufWriter;
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -711,14 +711,7 @@ fn shipper(sh: Arc<Shared>, i: usize) {
 }
 
 fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), ReplError> {
-    let sa = addr
-        .to_socket_addrs()
-        .map_err(|e| ReplError::io(addr, "resolve", e))?
-        .next()
-        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
-    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(2))
-        .map_err(|e| ReplError::io(addr, "connect", e))?;
-    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
+    let mut s = wire::connect(addr, Duration::from_secs(2))?;
     // The standby will drop records past what we hold durably; lower the shadow first so no
     // commit is acknowledged on records it is about to drop.
     let durable = sh.local.durable_lsn();

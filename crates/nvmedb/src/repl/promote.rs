@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::wal::{LogOpener, Lsn};
 use crate::Database;
 use std::io::{BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -302,13 +302,7 @@ pub(super) fn admin_connect(
     secret: &[u8],
     timeout: Duration,
 ) -> std::result::Result<TcpStream, ReplError> {
-    let sa = addr
-        .to_socket_addrs()
-        .map_err(|e| ReplError::io(addr, "resolve", e))?
-        .next()
-        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
-    let mut s = TcpStream::connect_timeout(&sa, timeout).map_err(|e| ReplError::io(addr, "connect", e))?;
-    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
+    let mut s = wire::connect(addr, timeout)?;
     s.set_read_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     s.set_write_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     wire::client_handshake(&mut s, addr, secret, Role::Admin, 0, 0)?;
