@@ -47,7 +47,9 @@ struct StandbyArgs {
     /// File holding the shared secret.
     #[arg(long)]
     secret_file: PathBuf,
-    /// Seed the data directory from this (closed) primary database first.
+    /// Seed the data directory from this (closed) primary database first. Without it, an
+    /// empty directory takes a base backup from the primary when it connects, and a former
+    /// primary's directory rejoins as a standby.
     #[arg(long)]
     seed_from: Option<PathBuf>,
     /// Do not apply redo continuously (data-page mirroring mode: pages arrive written).

@@ -9,39 +9,10 @@ mod repl_common;
 use nvmedb::repl::{
     admin_promote, open_primary, read_epoch, PromoteOptions, ReplConfig, ReplError, ReplicationMode,
 };
-use nvmedb::{Database, Error, Value};
+use nvmedb::{Error, Value};
 use repl_common::*;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Commits (auto-commit inserts into `acks`) from `threads` threads until `stop` or an error;
-/// returns every acknowledged id with the instant its commit returned.
-fn write_until(db: &Database, threads: i64, stop: &AtomicBool, started: &AtomicI64) -> Vec<(i64, Instant)> {
-    let acks = db.table("acks").unwrap();
-    let out = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for th in 0..threads {
-            let (acks, out) = (&acks, &out);
-            s.spawn(move || {
-                for seq in 0.. {
-                    if stop.load(Ordering::Acquire) {
-                        return;
-                    }
-                    let id = th * 1_000_000_000 + seq;
-                    match acks.insert(&[Value::Int(id), Value::Int(seq % 100)]) {
-                        Ok(()) => {
-                            out.lock().unwrap().push((id, Instant::now()));
-                            started.fetch_add(1, Ordering::AcqRel);
-                        }
-                        Err(_) => return,
-                    }
-                }
-            });
-        }
-    });
-    out.into_inner().unwrap()
-}
 
 /// Quorum 1 of 2: promoting s0 while the old primary runs must fence enough of the old
 /// synchronous set (here both standbys) that the old primary cannot complete a commit after

@@ -212,10 +212,10 @@ fn max_page_lsn(storage: &dyn Storage, data: &CatalogData) -> Result<u64> {
     Ok(max)
 }
 
-fn heap_name(id: u32) -> String {
+pub(crate) fn heap_name(id: u32) -> String {
     format!("t{id}.heap")
 }
-fn index_name(id: u32) -> String {
+pub(crate) fn index_name(id: u32) -> String {
     format!("t{id}.idx")
 }
 

@@ -22,21 +22,28 @@
 //!   demoted primary cannot get acknowledgements (and so cannot acknowledge commits) from a
 //!   standby that has seen a newer primary or was promoted.
 
+pub mod coord;
+mod forward;
+pub mod ha;
 mod mirror;
 mod primary;
 mod promote;
 mod replica_log;
+mod seed;
 mod standby;
 mod state;
 pub mod wire;
 
 pub use crate::xlog::{LinkState, ReplicationMode};
 pub use mirror::{MirrorConfig, MirrorStorage};
-pub use primary::{ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy, StandbyStatus};
+pub use primary::{
+    AckGate, PrimaryNode, ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy,
+    StandbyStatus,
+};
 pub use promote::{admin_promote, admin_promote_with, PromoteOptions, PromoteReport};
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
 pub use standby::{admin_status, seed_standby, Standby, StandbyConfig};
-pub use state::{read_cluster, read_epoch, ClusterView, FIRST_EPOCH};
+pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
 
 use std::fmt;
 use std::time::Duration;
@@ -97,6 +104,12 @@ pub enum ReplError {
         /// Which standbys could not be fenced or read, and why.
         detail: String,
     },
+    /// This primary may not acknowledge: its leadership lease (held in the coordination store)
+    /// was not renewed in time, so another node may be taking over.
+    LeaseLost {
+        /// Since when, and why.
+        detail: String,
+    },
     /// A commit waited for the standbys longer than the policy allows.
     Timeout {
         /// The commit's LSN.
@@ -130,6 +143,7 @@ impl fmt::Display for ReplError {
             ReplError::Diverged { peer, detail } => write!(f, "logs diverged with {peer}: {detail}"),
             ReplError::Protocol { peer, detail } => write!(f, "replication protocol error with {peer}: {detail}"),
             ReplError::Disconnected { peer, detail } => write!(f, "replication link to {peer} down: {detail}"),
+            ReplError::LeaseLost { detail } => write!(f, "not acknowledging: leadership lease lost: {detail}"),
             ReplError::NotFenced { detail } => write!(
                 f,
                 "not promoted: the old primary's synchronous set could not be fenced: {detail} (bring those standbys up, or promote with force once the old primary is known to be down)"
@@ -189,9 +203,11 @@ pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
 
 /// Opens (or creates) the database in directory `path` as a replicating primary: its log is
 /// the usual duplexed file log (`<path>/wal` and `options.log_mirror_dir` or
-/// `<path>/wal-mirror`) wrapped in a [`ReplicatedLog`]; with `mirror`, data-file writes are also
-/// mirrored synchronously ([`MirrorStorage`]). Standbys must have been seeded from this
-/// directory while the database was closed ([`seed_standby`]). Mirroring needs eager mode and
+/// `<path>/wal-mirror`) — or, in a former standby's directory, its replica log — wrapped in a
+/// [`ReplicatedLog`]; with `mirror`, data-file writes are also
+/// mirrored synchronously ([`MirrorStorage`]). A standby is seeded from this directory while
+/// the database is closed ([`seed_standby`]), or starts empty and takes a base backup from the
+/// running primary (as does a standby that cannot follow this primary's log). Mirroring needs eager mode and
 /// the fail policy (a page must never reach the standby before its log). The primary runs at
 /// the larger of `config.epoch` and the epoch stored in `path` (a promoted standby's directory
 /// keeps the epoch it was promoted to), and stores it before shipping anything. Returns the
@@ -221,18 +237,28 @@ pub fn open_primary(
     if let Some(m) = mirror {
         storage = Arc::new(MirrorStorage::new(storage, m));
     }
+    let backup = storage.clone();
     let a: Arc<dyn Storage> = Arc::new(DirStorage::new(path.join("wal"), fo.clone())?);
     let mdir = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
     let b: Arc<dyn Storage> = Arc::new(DirStorage::new(mdir, fo)?);
+    let file_log =
+        crate::wal::FileLogOpener { primary: a, secondary: b, options: options.wal_options.clone() };
+    // A former standby's directory keeps its replica log (the LSNs go on where the standby's
+    // left off, so its own standbys can follow it) unless a file log was started since.
+    let replica = path.join("standby");
+    let inner: Box<dyn crate::wal::LogOpener> =
+        if replica.join("log.start").exists() && crate::wal::LogOpener::is_empty(&file_log)? {
+            Box::new(ReplicaLogOpener(ReplicaLog::open(&replica, 0)?))
+        } else {
+            Box::new(file_log)
+        };
     let handle = Arc::new(Mutex::new(None));
     let opener = ReplicatedLogOpener {
-        inner: Box::new(crate::wal::FileLogOpener {
-            primary: a,
-            secondary: b,
-            options: options.wal_options.clone(),
-        }),
+        inner,
         config,
         handle: handle.clone(),
+        state_dir: Some(path.to_path_buf()),
+        backup: Some(backup),
     };
     let db = crate::Database::open_with_log(storage, Some(Box::new(opener)), options)?;
     let log = handle.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {

@@ -21,15 +21,16 @@
 //!   the handshake, so that a promotion can fence it.
 
 use super::replica_log::encode_record;
-use super::state::ClusterView;
+use super::state::{read_history, write_history, ClusterView, History};
 use super::wire::{self, FrameType, Role};
 use super::{LinkState, ReplError, ReplicationMode};
 use crate::error::{Error, Result};
+use crate::io::Storage;
 use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use crate::xlog::combine;
 use std::collections::VecDeque;
 use std::io::BufWriter;
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -76,6 +77,13 @@ pub struct ReplConfig {
     pub reconnect_delay: Duration,
     /// Record the delay from append to the first standby's matching acknowledgement.
     pub record_delays: bool,
+    /// Log kept for an absent or lagging standby, at most: when a checkpoint would have to keep
+    /// more than this for one standby, the primary gives that standby up (says so on stderr and
+    /// in its status) and frees the log; the standby then takes a base backup when it returns.
+    pub max_retained_bytes: u64,
+    /// When set, commits are acknowledged only while this gate is open (an HA agent keeps it
+    /// open while it holds the leadership lease).
+    pub ack_gate: Option<Arc<AckGate>>,
 }
 
 impl Default for ReplConfig {
@@ -90,6 +98,8 @@ impl Default for ReplConfig {
             max_queue_bytes: 64 << 20,
             reconnect_delay: Duration::from_millis(100),
             record_delays: false,
+            max_retained_bytes: 1 << 30,
+            ack_gate: None,
         }
     }
 }
@@ -122,17 +132,19 @@ struct Link {
     stream: Option<TcpStream>,
     /// The standby refused our secret (until a handshake succeeds).
     auth: Option<ReplError>,
+    /// The log it needs was given up (`max_retained_bytes`); cleared when it follows again.
+    given_up: bool,
 }
 
-struct Shared {
-    cfg: ReplConfig,
-    local: Arc<dyn RecordLog>,
+pub(super) struct Shared {
+    pub(super) cfg: ReplConfig,
+    pub(super) local: Arc<dyn RecordLog>,
     q: Mutex<Queue>,
     q_cv: Condvar,
     /// Shippers waiting on `q_cv` (incremented under `q`): appenders skip the wake-up syscall
     /// when nobody waits.
     q_waiters: std::sync::atomic::AtomicUsize,
-    shadows: Vec<AtomicU64>,
+    pub(super) shadows: Vec<AtomicU64>,
     links: Vec<Mutex<Link>>,
     ms: Mutex<ModeState>,
     ack_cv: Condvar,
@@ -144,6 +156,54 @@ struct Shared {
     delays: Mutex<Vec<u64>>,
     /// End of the last appended record (the local durable position may lie past it, in filler).
     last_end: AtomicU64,
+    /// The epochs of this log (sent at the handshake: a standby finds its fork point with it).
+    history: History,
+    /// The data files, for base backups of standbys that have none (or cannot follow).
+    backup: Option<Arc<dyn Storage>>,
+    gate: Option<Arc<AckGate>>,
+}
+
+/// Whether a primary may acknowledge commits: open until a deadline that its HA agent extends
+/// after each renewal of its leadership lease (renewal sent at t, lease TTL T: open until
+/// t + T - margin, so acknowledgements stop before the lease can expire in the store).
+#[derive(Debug)]
+pub struct AckGate {
+    base: Instant,
+    /// Nanoseconds after `base` until which acknowledgements are allowed (0: closed).
+    until_ns: AtomicU64,
+}
+
+impl AckGate {
+    /// A closed gate.
+    pub fn closed() -> Arc<Self> {
+        Arc::new(Self { base: Instant::now(), until_ns: AtomicU64::new(0) })
+    }
+
+    /// Allows acknowledgements until `deadline` (never moves the deadline back).
+    pub fn open_until(&self, deadline: Instant) {
+        let ns = deadline.saturating_duration_since(self.base).as_nanos() as u64;
+        self.until_ns.fetch_max(ns, Ordering::AcqRel);
+    }
+
+    /// Stops acknowledgements now.
+    pub fn close(&self) {
+        self.until_ns.store(0, Ordering::Release);
+    }
+
+    /// True while acknowledgements are allowed.
+    pub fn is_open(&self) -> bool {
+        (self.base.elapsed().as_nanos() as u64) < self.until_ns.load(Ordering::Acquire)
+    }
+}
+
+/// What a primary knows about its node beyond the replication settings.
+#[derive(Clone, Default)]
+pub struct PrimaryNode {
+    /// The epochs of its log.
+    pub history: History,
+    /// Its data files (base backups are sent from them); `None`: standbys that need one are
+    /// refused as diverged.
+    pub backup: Option<Arc<dyn Storage>>,
 }
 
 /// Where one standby stands, for status output.
@@ -159,6 +219,8 @@ pub struct StandbyStatus {
     pub shadow: Lsn,
     /// Successful connections so far.
     pub connects: u64,
+    /// Its log was given up (`max_retained_bytes`): it needs a base backup.
+    pub given_up: bool,
 }
 
 /// The replication state of a primary.
@@ -172,10 +234,15 @@ pub struct ReplStatus {
     pub degraded: Option<String>,
     /// Set when a standby fenced this primary.
     pub fenced: Option<String>,
+    /// Its acknowledgement gate (leadership lease) is closed.
+    pub lease_lost: bool,
     /// This primary's epoch.
     pub epoch: u64,
     /// Local durable LSN.
     pub local_durable: Lsn,
+    /// End of the last record appended (the local durable position may lie past it, in
+    /// filler that is never shipped).
+    pub appended: Lsn,
     /// Durable LSN the engine sees.
     pub durable: Lsn,
     /// Per standby.
@@ -188,20 +255,22 @@ impl std::fmt::Display for ReplStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "role primary  epoch {}  mode {:?} (configured {:?}){}{}",
+            "role primary  epoch {}  mode {:?} (configured {:?}){}{}{}",
             self.epoch,
             self.effective,
             self.configured,
             self.degraded.as_ref().map(|d| format!("  DEGRADED: {d}")).unwrap_or_default(),
-            self.fenced.as_ref().map(|d| format!("  FENCED: {d}")).unwrap_or_default()
+            self.fenced.as_ref().map(|d| format!("  FENCED: {d}")).unwrap_or_default(),
+            if self.lease_lost { "  NOT ACKNOWLEDGING: leadership lease not renewed" } else { "" }
         )?;
         writeln!(f, "local durable {}  acknowledged durable {}", self.local_durable, self.durable)?;
         for s in &self.standbys {
             writeln!(
                 f,
-                "  standby {:<22} link {:?}  shadow {}  lag {} B  connects {}  {}",
+                "  standby {:<22} link {:?}{}  shadow {}  lag {} B  connects {}  {}",
                 s.addr,
                 s.link,
+                if s.given_up { "  GAVE UP (needs a base backup)" } else { "" },
                 s.shadow,
                 self.local_durable.saturating_sub(s.shadow),
                 s.connects,
@@ -231,6 +300,11 @@ impl ReplicatedLog {
     /// Starts replicating `local` to `cfg.standbys` (connections are made in the background;
     /// commits wait for them as the mode and policy say).
     pub fn start(local: Arc<dyn RecordLog>, cfg: ReplConfig) -> Result<Arc<Self>> {
+        Self::start_node(local, cfg, PrimaryNode::default())
+    }
+
+    /// [`ReplicatedLog::start`] with the node's history and data files (for base backups).
+    pub fn start_node(local: Arc<dyn RecordLog>, cfg: ReplConfig, node: PrimaryNode) -> Result<Arc<Self>> {
         if cfg.secret.is_empty() {
             return Err(Error::Config {
                 key: "repl.secret".into(),
@@ -261,6 +335,7 @@ impl ReplicatedLog {
                         connects: 0,
                         stream: None,
                         auth: None,
+                        given_up: false,
                     })
                 })
                 .collect(),
@@ -273,10 +348,18 @@ impl ReplicatedLog {
             samples: Mutex::new(VecDeque::new()),
             delays: Mutex::new(Vec::new()),
             last_end: AtomicU64::new(end),
+            history: node.history,
+            backup: node.backup,
+            gate: cfg.ack_gate.clone(),
             cfg,
         });
         let mut threads = Vec::new();
-        for i in 0..n {
+        // Chain mode: only the first standby is shipped to; it forwards along the chain.
+        let shipped = if sh.cfg.mode == ReplicationMode::Chain { n.min(1) } else { n };
+        for i in shipped..n {
+            set_link(&sh, i, LinkState::Stale, "reached through the chain".into());
+        }
+        for i in 0..shipped {
             let s = sh.clone();
             let t = std::thread::Builder::new()
                 .name(format!("nvmedb-ship-{i}"))
@@ -298,8 +381,10 @@ impl ReplicatedLog {
             effective: ms.mode,
             degraded: ms.degraded.clone(),
             fenced: ms.fenced.as_ref().map(|e| e.to_string()),
+            lease_lost: self.sh.gate.as_ref().is_some_and(|g| !g.is_open()),
             epoch: self.sh.cfg.epoch,
             local_durable,
+            appended: self.sh.last_end.load(Ordering::Acquire),
             durable: self.sh.published.load(Ordering::Acquire),
             standbys: self
                 .sh
@@ -315,6 +400,7 @@ impl ReplicatedLog {
                         detail: l.detail.clone(),
                         shadow: self.sh.shadows[i].load(Ordering::Acquire),
                         connects: l.connects,
+                        given_up: l.given_up,
                     }
                 })
                 .collect(),
@@ -443,6 +529,14 @@ impl RecordLog for ReplicatedLog {
             }
             let c = self.combined(&ms);
             if c >= lsn {
+                if let Some(g) = &self.sh.gate {
+                    if !g.is_open() {
+                        return Err(Error::Replication(ReplError::LeaseLost {
+                            detail: "the HA agent has not renewed this primary's leadership lease in time"
+                                .into(),
+                        }));
+                    }
+                }
                 return Ok(c);
             }
             if let Some(e) = self.auth_blocked(ms.mode) {
@@ -490,9 +584,30 @@ impl RecordLog for ReplicatedLog {
     }
 
     fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
-        // Keep what some standby may still need to be re-shipped.
-        let min_shadow = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).min().unwrap_or(lsn);
-        self.sh.local.truncate_before(lsn.min(min_shadow))
+        // Keep what a standby may still need to be re-shipped, up to the retention bound.
+        let end = self.sh.local.end_lsn();
+        let mut keep = lsn;
+        for (i, s) in self.sh.shadows.iter().enumerate() {
+            let shadow = s.load(Ordering::Acquire);
+            let mut l = self.sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+            if l.given_up || shadow >= lsn {
+                continue;
+            }
+            if end.saturating_sub(shadow) > self.sh.cfg.max_retained_bytes {
+                l.given_up = true;
+                let what = format!(
+                    "gave up standby {} at LSN {shadow}: keeping its log would take more than {} bytes (max_retained_bytes); it takes a base backup when it returns",
+                    self.sh.cfg.standbys[i], self.sh.cfg.max_retained_bytes
+                );
+                l.detail = what.clone();
+                drop(l);
+                eprintln!("nvmedb repl: {what}");
+                self.sh.ms.lock().unwrap_or_else(|e| e.into_inner()).events.push(what);
+            } else {
+                keep = keep.min(shadow);
+            }
+        }
+        self.sh.local.truncate_before(keep)
     }
 
     fn stats(&self) -> WalStats {
@@ -522,6 +637,11 @@ pub struct ReplicatedLogOpener {
     pub config: ReplConfig,
     /// Receives the replicated log once open (for status and delays).
     pub handle: Arc<Mutex<Option<Arc<ReplicatedLog>>>>,
+    /// The node's directory: its epoch history is read there, and extended when this primary's
+    /// epoch is new (its records begin at the log's end at open).
+    pub state_dir: Option<std::path::PathBuf>,
+    /// The data files, for base backups.
+    pub backup: Option<Arc<dyn Storage>>,
 }
 
 impl LogOpener for ReplicatedLogOpener {
@@ -531,7 +651,15 @@ impl LogOpener for ReplicatedLogOpener {
 
     fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>> {
         let local = self.inner.open(initial_lsn)?;
-        let r = ReplicatedLog::start(local, self.config)?;
+        let mut history = History::default();
+        if let Some(dir) = &self.state_dir {
+            history = read_history(dir)?;
+            if self.config.epoch > history.last_epoch() {
+                history.begin(self.config.epoch, local.end_lsn());
+                write_history(dir, &history)?;
+            }
+        }
+        let r = ReplicatedLog::start_node(local, self.config, PrimaryNode { history, backup: self.backup })?;
         *self.handle.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
         Ok(r)
     }
@@ -583,45 +711,71 @@ fn shipper(sh: Arc<Shared>, i: usize) {
 }
 
 fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), ReplError> {
-    let sa = addr
-        .to_socket_addrs()
-        .map_err(|e| ReplError::io(addr, "resolve", e))?
-        .next()
-        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
-    let mut s = TcpStream::connect_timeout(&sa, Duration::from_secs(2))
-        .map_err(|e| ReplError::io(addr, "connect", e))?;
-    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
+    let mut s = wire::connect(addr, Duration::from_secs(2))?;
     // The standby will drop records past what we hold durably; lower the shadow first so no
     // commit is acknowledged on records it is about to drop.
     let durable = sh.local.durable_lsn();
     sh.shadows[i].fetch_min(durable, Ordering::AcqRel);
     // A peer that accepts but never answers must not hang the shipper (or shutdown).
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(addr, "timeout", e))?;
-    let w = wire::client_handshake(&mut s, addr, &sh.cfg.secret, Role::Log, sh.cfg.epoch, durable)?;
+    let w = wire::client_handshake_with(
+        &mut s,
+        addr,
+        &sh.cfg.secret,
+        Role::Log,
+        sh.cfg.epoch,
+        durable,
+        &sh.history.encode(),
+    )?;
     sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).auth = None;
     s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
     let view =
         ClusterView { epoch: sh.cfg.epoch, mode: sh.cfg.mode, members: sh.cfg.standbys.clone(), me: Some(i) };
-    wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
     let mut pos = w.position;
-    let recovered_start = sh.local.recovered().start_lsn;
-    if pos < recovered_start {
-        return Err(ReplError::Diverged {
-            peer: addr.into(),
-            detail: format!(
-                "standby is at LSN {pos}, the primary's log starts at {recovered_start}: reseed the standby"
-            ),
-        });
+    if w.flags & wire::WELCOME_NEEDS_BASE_BACKUP != 0 {
+        let Some(storage) = &sh.backup else {
+            return Err(ReplError::Diverged {
+                peer: addr.into(),
+                detail:
+                    "the standby asks for a base backup, and this primary was started without its data files"
+                        .into(),
+            });
+        };
+        pos = super::seed::send_base_backup(sh, storage.as_ref(), i, addr, &mut s)?;
+        sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).given_up = false;
     }
-    if pos > sh.local.end_lsn() {
+    wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
+    let recovered_start = sh.local.recovered().start_lsn;
+    let end = sh.local.end_lsn();
+    let given_up = sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).given_up;
+    if pos < recovered_start || pos > end || given_up {
+        let why = if given_up {
+            format!("standby is at LSN {pos}, and the primary gave up its log (max_retained_bytes)")
+        } else if pos < recovered_start {
+            format!("standby is at LSN {pos}, the primary's log starts at {recovered_start}")
+        } else {
+            format!("standby is at LSN {pos}, past the primary's log end {end}")
+        };
+        if sh.backup.is_some() {
+            // It takes a base backup when it next connects.
+            let msg = format!("reseed: {why}");
+            let _ = wire::write_frame(
+                &mut s,
+                addr,
+                sh.cfg.epoch,
+                FrameType::Refused,
+                &wire::refuse_payload(wire::RefuseCode::Diverged, &msg),
+            );
+        }
         return Err(ReplError::Diverged {
             peer: addr.into(),
-            detail: format!("standby is at LSN {pos}, past the primary's log end {}", sh.local.end_lsn()),
+            detail: format!("{why}: it needs a base backup"),
         });
     }
     sh.shadows[i].store(pos, Ordering::Release);
     {
         let mut l = sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+        l.given_up = false;
         l.state = LinkState::Up;
         l.detail = format!("connected at LSN {pos}");
         l.connects += 1;
@@ -691,7 +845,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                 if from == q.recs.len() {
                     // Idle: tell the standby how far our own log is durable (it applies only
                     // that far), then wait for appends.
-                    let d = sh.local.durable_lsn();
+                    let d = apply_limit(sh);
                     if d > sent_durable {
                         drop(q);
                         sent_durable = d;
@@ -718,7 +872,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
             if count == 0 {
                 continue;
             }
-            let durable = sh.local.durable_lsn();
+            let durable = apply_limit(sh);
             sent_durable = durable;
             frame[..8].copy_from_slice(&durable.to_le_bytes());
             frame[8..12].copy_from_slice(&count.to_le_bytes());
@@ -757,9 +911,19 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
             });
         }
         match f.kind {
-            FrameType::Ack if f.payload.len() == 8 => {
+            FrameType::Ack if f.payload.len() >= 8 && f.payload.len() % 8 == 0 => {
                 let pos = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
                 let now = sh.shadows[i].fetch_max(pos, Ordering::AcqRel).max(pos);
+                // Chain mode: the positions of the standbys after this one, as they reported
+                // them along the chain.
+                for (j, c) in f.payload[8..].chunks(8).enumerate() {
+                    if let Some(sc) = sh.shadows.get(i + 1 + j) {
+                        sc.store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Ordering::Release);
+                        let mut l = sh.links[i + 1 + j].lock().unwrap_or_else(|e| e.into_inner());
+                        l.state = LinkState::Up;
+                        l.detail = format!("through the chain via {addr}");
+                    }
+                }
                 if i == 0 && sh.cfg.record_delays {
                     let t = Instant::now();
                     let mut smp = sh.samples.lock().unwrap_or_else(|e| e.into_inner());
@@ -788,6 +952,19 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
             }
         }
     }
+}
+
+/// How far standbys may apply: what this primary has acknowledged (or could acknowledge now).
+/// A standby never applies past it, so after a failover its pages hold nothing the new
+/// primary lacks (in eager and quorum modes every acknowledged record is on the new primary).
+fn apply_limit(sh: &Shared) -> Lsn {
+    let ms = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+    if ms.fenced.is_some() {
+        return sh.published.load(Ordering::Acquire);
+    }
+    let shadows: Vec<u64> = sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
+    let c = combine(ms.mode, sh.local.durable_lsn(), &shadows);
+    sh.published.fetch_max(c, Ordering::AcqRel).max(c)
 }
 
 /// Returns to the configured mode once the standbys satisfy it again for everything durable.

@@ -18,21 +18,22 @@
 //! - Records are taken from a peer only if the peer's log holds the promoted log's last record
 //!   (same LSN and CRC): the two logs agree up to there.
 
+use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener};
 use super::replica_log::{encode_record, ReplicaLogOpener};
 use super::standby::{
     adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, Shared,
 };
-use super::state::ClusterView;
+use super::state::{write_history, ClusterView};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::{mode_name, ReplError, ReplicationMode};
 use crate::db::RecoveryReport;
 use crate::error::{Error, Result};
-use crate::wal::Lsn;
+use crate::wal::{LogOpener, Lsn};
 use crate::Database;
 use std::io::{BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How a promotion is done.
@@ -100,11 +101,26 @@ struct Fencing {
     notes: Vec<String>,
 }
 
-/// The promotion sequence; see the module documentation.
-pub(super) fn promote(sh: &Arc<Shared>, opts: &PromoteOptions) -> Result<(Database, PromoteReport)> {
+/// The promoted database, its replicated log when it replicates, and the report.
+pub(super) type Promoted = (Database, Option<Arc<ReplicatedLog>>, PromoteReport);
+
+/// The promotion sequence; see the module documentation. With `replicate`, the promoted
+/// database is a replicating primary at once (its log, the replica log, wrapped in a
+/// [`ReplicatedLog`] at the new epoch): the log its former peers and the old primary need to
+/// follow it is kept for them.
+pub(super) fn promote(
+    sh: &Arc<Shared>,
+    opts: &PromoteOptions,
+    replicate: Option<ReplConfig>,
+) -> Result<Promoted> {
     let mut done = sh.promote_lock.lock().unwrap_or_else(|e| e.into_inner());
     if done.is_some() {
         return Err(Error::InvalidArgument("this standby is already promoted".into()));
+    }
+    if !sh.seeded.load(Ordering::Acquire) {
+        return Err(Error::InvalidArgument(
+            "this standby holds no copy of the database yet (it waits for a base backup)".into(),
+        ));
     }
     let epoch = {
         let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -125,11 +141,28 @@ pub(super) fn promote(sh: &Arc<Shared>, opts: &PromoteOptions) -> Result<(Databa
     let _session = sh.log_session.lock().unwrap_or_else(|e| e.into_inner());
     let _mirror = sh.mirror_lock.write().unwrap_or_else(|e| e.into_inner());
     let (log_end, applied) = stop_applying(sh)?;
-    let db = Database::open_with_log(
-        sh.storage.clone(),
-        Some(Box::new(ReplicaLogOpener(sh.log.clone()))),
-        sh.cfg.options.clone(),
-    )?;
+    // Records of the new epoch begin at the end of what was received.
+    {
+        let mut h = sh.history.lock().unwrap_or_else(|e| e.into_inner());
+        h.begin(epoch, log_end);
+        write_history(&sh.cfg.data_dir, &h)?;
+    }
+    let handle = Arc::new(Mutex::new(None));
+    let opener: Box<dyn LogOpener> = match replicate {
+        None => Box::new(ReplicaLogOpener(sh.log.clone())),
+        Some(mut config) => {
+            config.epoch = epoch;
+            Box::new(ReplicatedLogOpener {
+                inner: Box::new(ReplicaLogOpener(sh.log.clone())),
+                config,
+                handle: handle.clone(),
+                state_dir: Some(sh.cfg.data_dir.clone()),
+                backup: Some(sh.storage.clone()),
+            })
+        }
+    };
+    let db = Database::open_with_log(sh.storage.clone(), Some(opener), sh.cfg.options.clone())?;
+    let rlog = handle.lock().unwrap_or_else(|e| e.into_inner()).take();
     let report = PromoteReport {
         epoch,
         log_end,
@@ -149,11 +182,12 @@ pub(super) fn promote(sh: &Arc<Shared>, opts: &PromoteOptions) -> Result<(Databa
         report.notes.iter().map(|n| format!("; {n}")).collect::<String>()
     );
     *done = Some(report.clone());
-    Ok((db, report))
+    Ok((db, rlog, report))
 }
 
 fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Result<Fencing> {
     end_log_session(sh);
+    sh.stop_forwarding();
     sh.log.sync()?;
     let mut out = Fencing::default();
     let Some(view) = sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
@@ -268,13 +302,7 @@ pub(super) fn admin_connect(
     secret: &[u8],
     timeout: Duration,
 ) -> std::result::Result<TcpStream, ReplError> {
-    let sa = addr
-        .to_socket_addrs()
-        .map_err(|e| ReplError::io(addr, "resolve", e))?
-        .next()
-        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
-    let mut s = TcpStream::connect_timeout(&sa, timeout).map_err(|e| ReplError::io(addr, "connect", e))?;
-    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
+    let mut s = wire::connect(addr, timeout)?;
     s.set_read_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     s.set_write_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     wire::client_handshake(&mut s, addr, secret, Role::Admin, 0, 0)?;
@@ -365,6 +393,7 @@ pub(super) fn serve_fence(
         })?;
     }
     end_log_session(sh);
+    sh.stop_forwarding();
     let pos = sh
         .log
         .sync()

@@ -111,14 +111,22 @@ struct Pending {
 
 struct Flushed {
     file: File,
-    /// Bytes of the file that are written and synced.
+    /// Bytes of the file that are written and synced (offsets below `start_off` are a hole).
     len: u64,
+}
+
+/// Where the log begins: the LSN of its first record and that record's byte offset (the
+/// bytes before it were released by [`ReplicaLog::truncate_before`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Start {
+    lsn: Lsn,
+    off: u64,
 }
 
 /// The standby's log. See the module documentation.
 pub struct ReplicaLog {
     dir: PathBuf,
-    start: Lsn,
+    start: Mutex<Start>,
     pending: Mutex<Pending>,
     flushed: Mutex<Flushed>,
     durable: AtomicU64,
@@ -133,34 +141,77 @@ impl std::fmt::Debug for ReplicaLog {
     }
 }
 
+/// `log.start`: lsn u64 | offset u64 | crc u32 (an older 12-byte form without the offset is
+/// read as offset 0).
+fn read_start(dir: &Path) -> Result<Option<Start>> {
+    let sp = dir.join(START_FILE);
+    match std::fs::read(&sp) {
+        Ok(b) if b.len() == 20 && crate::util::crc32c(&b[..16]).to_le_bytes() == b[16..20] => {
+            Ok(Some(Start {
+                lsn: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+                off: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            }))
+        }
+        Ok(b) if b.len() == 12 && crate::util::crc32c(&b[..8]).to_le_bytes() == b[8..12] => {
+            Ok(Some(Start { lsn: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")), off: 0 }))
+        }
+        Ok(_) => Err(Error::Corruption {
+            file: sp.display().to_string(),
+            offset: 0,
+            detail: "replica log start file is damaged".into(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(&sp, "read", e)),
+    }
+}
+
+fn write_start(dir: &Path, st: Start) -> Result<()> {
+    let sp = dir.join(START_FILE);
+    let mut b = st.lsn.to_le_bytes().to_vec();
+    b.extend_from_slice(&st.off.to_le_bytes());
+    b.extend_from_slice(&crate::util::crc32c(&b).to_le_bytes());
+    let tmp = dir.join("log.start.tmp");
+    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
+    f.write_all(&b).and_then(|()| f.sync_all()).map_err(|e| io_err(&tmp, "write", e))?;
+    std::fs::rename(&tmp, &sp).map_err(|e| io_err(&sp, "rename", e))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, "sync dir", e))
+}
+
+/// What [`scan`] found: the end LSN, the last record's (LSN, CRC), and the file length the
+/// records take.
+type Scanned = (Lsn, Option<(Lsn, u32)>, u64);
+
+/// Reads the file from `st.off` and returns what the records that follow each other from there
+/// cover; the first short or damaged record ends them (a torn tail). `stop_after` keeps only
+/// records ending at or below it.
+fn scan(file: &mut File, path: &Path, st: Start, stop_after: Lsn) -> Result<Scanned> {
+    file.seek(SeekFrom::Start(st.off)).map_err(|e| io_err(path, "seek", e))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(|e| io_err(path, "read", e))?;
+    let (mut off, mut end, mut last) = (0usize, st.lsn, None);
+    while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
+        if r.lsn < end || r.end > stop_after {
+            break;
+        }
+        end = r.end;
+        last = Some((r.lsn, u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes"))));
+        off += n;
+    }
+    Ok((end, last, st.off + off as u64))
+}
+
 impl ReplicaLog {
     /// Opens the replica log in `dir`, creating it (beginning at `start_if_new`) when absent.
     /// Cuts a torn tail.
     pub fn open(dir: &Path, start_if_new: Lsn) -> Result<Arc<Self>> {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, "create", e))?;
-        let sp = dir.join(START_FILE);
-        let start = match std::fs::read(&sp) {
-            Ok(b) if b.len() == 12 && crate::util::crc32c(&b[..8]).to_le_bytes() == b[8..12] => {
-                u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
+        let st = match read_start(dir)? {
+            Some(st) => st,
+            None => {
+                let st = Start { lsn: start_if_new, off: 0 };
+                write_start(dir, st)?;
+                st
             }
-            Ok(_) => {
-                return Err(Error::Corruption {
-                    file: sp.display().to_string(),
-                    offset: 0,
-                    detail: "replica log start file is damaged".into(),
-                })
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut b = start_if_new.to_le_bytes().to_vec();
-                b.extend_from_slice(&crate::util::crc32c(&b).to_le_bytes());
-                let tmp = dir.join("log.start.tmp");
-                let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
-                f.write_all(&b).and_then(|()| f.sync_all()).map_err(|e| io_err(&tmp, "write", e))?;
-                std::fs::rename(&tmp, &sp).map_err(|e| io_err(&sp, "rename", e))?;
-                File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, "sync dir", e))?;
-                start_if_new
-            }
-            Err(e) => return Err(io_err(&sp, "read", e)),
         };
         let lp = dir.join(LOG_FILE);
         let mut file = OpenOptions::new()
@@ -170,42 +221,33 @@ impl ReplicaLog {
             .truncate(false)
             .open(&lp)
             .map_err(|e| io_err(&lp, "open", e))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(|e| io_err(&lp, "read", e))?;
-        let mut off = 0;
-        let mut end = start;
-        let mut last = None;
-        while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
-            if r.lsn < end {
-                break;
-            }
-            end = r.end;
-            last = Some((r.lsn, u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes"))));
-            off += n;
+        let (end, last, len) = scan(&mut file, &lp, st, Lsn::MAX)?;
+        let file_len = file.metadata().map_err(|e| io_err(&lp, "stat", e))?.len();
+        if len < file_len {
+            file.set_len(len).and_then(|()| file.sync_all()).map_err(|e| io_err(&lp, "cut torn tail", e))?;
         }
-        if off < bytes.len() {
-            file.set_len(off as u64)
-                .and_then(|()| file.sync_all())
-                .map_err(|e| io_err(&lp, "cut torn tail", e))?;
-        }
-        file.seek(SeekFrom::Start(off as u64)).map_err(|e| io_err(&lp, "seek", e))?;
+        file.seek(SeekFrom::Start(len)).map_err(|e| io_err(&lp, "seek", e))?;
         let recovered =
-            RecoveredLog { log_id: 0, start_lsn: start, end_lsn: end, segments: 1, created: false };
+            RecoveredLog { log_id: 0, start_lsn: st.lsn, end_lsn: end, segments: 1, created: false };
         Ok(Arc::new(Self {
             dir: dir.to_path_buf(),
-            start,
+            start: Mutex::new(st),
             pending: Mutex::new(Pending { buf: Vec::new(), end, last, records: 0 }),
-            flushed: Mutex::new(Flushed { file, len: off as u64 }),
+            flushed: Mutex::new(Flushed { file, len }),
             durable: AtomicU64::new(end),
-            durable_len: AtomicU64::new(off as u64),
+            durable_len: AtomicU64::new(len),
             recovered,
             stats: Mutex::new(WalStats::default()),
         }))
     }
 
-    /// Where the log begins.
+    /// Where the log begins (the first record still held starts at or after it).
     pub fn start_lsn(&self) -> Lsn {
-        self.start
+        self.start.lock().unwrap_or_else(|e| e.into_inner()).lsn
+    }
+
+    fn start_off(&self) -> u64 {
+        self.start.lock().unwrap_or_else(|e| e.into_inner()).off
     }
 
     /// Appends a record shipped by the primary, at the primary's LSNs. Records already held
@@ -231,7 +273,17 @@ impl ReplicaLog {
 
     /// Writes and syncs everything appended; returns the durable end.
     pub fn sync(&self) -> Result<Lsn> {
+        self.sync_to(Lsn::MAX)
+    }
+
+    /// Makes everything appended durable unless `lsn` already is (group commit: a caller that
+    /// waited for another's sync finds its record durable and does not sync again).
+    pub fn sync_to(&self, lsn: Lsn) -> Result<Lsn> {
         let mut f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
+        let d = self.durable.load(Ordering::Acquire);
+        if d >= lsn {
+            return Ok(d);
+        }
         let (buf, end, n) = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             (std::mem::take(&mut p.buf), p.end, std::mem::take(&mut p.records))
@@ -260,25 +312,13 @@ impl ReplicaLog {
         p.buf.clear();
         p.records = 0;
         let lp = self.dir.join(LOG_FILE);
-        let mut bytes = Vec::new();
+        let st = *self.start.lock().unwrap_or_else(|e| e.into_inner());
         let mut rf = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
-        rf.read_to_end(&mut bytes).map_err(|e| io_err(&lp, "read", e))?;
-        bytes.truncate(f.len as usize);
-        let (mut off, mut end, mut last) = (0usize, self.start, None);
-        while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
-            if r.end > lsn {
-                break;
-            }
-            end = r.end;
-            last = Some((r.lsn, u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes"))));
-            off += n;
-        }
-        f.file
-            .set_len(off as u64)
-            .and_then(|()| f.file.sync_all())
-            .map_err(|e| io_err(&lp, "truncate", e))?;
-        f.file.seek(SeekFrom::Start(off as u64)).map_err(|e| io_err(&lp, "seek", e))?;
-        f.len = off as u64;
+        let (end, last, len) = scan(&mut rf, &lp, st, lsn)?;
+        let len = len.min(f.len);
+        f.file.set_len(len).and_then(|()| f.file.sync_all()).map_err(|e| io_err(&lp, "truncate", e))?;
+        f.file.seek(SeekFrom::Start(len)).map_err(|e| io_err(&lp, "seek", e))?;
+        f.len = len;
         p.end = end;
         p.last = last;
         self.durable_len.store(f.len, Ordering::Release);
@@ -286,16 +326,94 @@ impl ReplicaLog {
         Ok(end)
     }
 
-    /// A reader that follows the log as it grows, from the beginning of the file.
+    /// Releases the records that start before `lsn` (a restartpoint no longer needs them): the
+    /// log then begins at the first record at or after `lsn`, and the disk blocks before it are
+    /// given back to the file system (hole punching; offsets of later records do not change).
+    /// Returns the bytes released.
+    pub fn truncate_before(self: &Arc<Self>, lsn: Lsn) -> Result<u64> {
+        let _f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
+        let st = *self.start.lock().unwrap_or_else(|e| e.into_inner());
+        if lsn <= st.lsn {
+            return Ok(0);
+        }
+        let mut t = self.tail()?;
+        let mut new = Start {
+            lsn: self.durable.load(Ordering::Acquire),
+            off: self.durable_len.load(Ordering::Acquire),
+        };
+        loop {
+            let off = t.offset();
+            match t.next_record()? {
+                Some(r) if r.lsn >= lsn => {
+                    new = Start { lsn: r.lsn, off };
+                    break;
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        if new.off <= st.off {
+            return Ok(0);
+        }
+        write_start(&self.dir, new)?;
+        *self.start.lock().unwrap_or_else(|e| e.into_inner()) = new;
+        let hole = new.off / 4096 * 4096;
+        if hole > 0 {
+            let lp = self.dir.join(LOG_FILE);
+            let file = OpenOptions::new().write(true).open(&lp).map_err(|e| io_err(&lp, "open", e))?;
+            use std::os::fd::AsRawFd;
+            // SAFETY: fallocate on an open file descriptor with a valid range; it only frees
+            // blocks of the file (reads of the range return zeros, which nothing reads: the log
+            // begins after it).
+            let r = unsafe {
+                libc::fallocate(
+                    file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    0,
+                    hole as libc::off_t,
+                )
+            };
+            if r != 0 {
+                // Not every file system punches holes: the log is still correct, only larger.
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                    return Err(io_err(&lp, "punch hole", e));
+                }
+            }
+        }
+        Ok(new.off - st.off)
+    }
+
+    /// Empties the log and makes it begin at `start` (a base backup replaces the standby's data
+    /// and log).
+    pub fn reset(&self, start: Lsn) -> Result<()> {
+        let mut f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let lp = self.dir.join(LOG_FILE);
+        f.file.set_len(0).and_then(|()| f.file.sync_all()).map_err(|e| io_err(&lp, "truncate", e))?;
+        f.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(&lp, "seek", e))?;
+        let st = Start { lsn: start, off: 0 };
+        write_start(&self.dir, st)?;
+        *self.start.lock().unwrap_or_else(|e| e.into_inner()) = st;
+        f.len = 0;
+        *p = Pending { buf: Vec::new(), end: start, last: None, records: 0 };
+        self.durable_len.store(0, Ordering::Release);
+        self.durable.store(start, Ordering::Release);
+        Ok(())
+    }
+
+    /// A reader that follows the log as it grows, from its first record.
     pub fn tail(self: &Arc<Self>) -> Result<TailReader> {
         let lp = self.dir.join(LOG_FILE);
         let file = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
-        Ok(TailReader {
+        let mut t = TailReader {
             log: self.clone(),
             file: BufReader::with_capacity(1 << 20, file),
             offset: 0,
             path: lp,
-        })
+        };
+        t.seek_to(self.start_off())?;
+        Ok(t)
     }
 }
 
@@ -394,22 +512,26 @@ impl crate::wal::RecordLog for ReplicaLogHandle {
         if d >= lsn {
             return Ok(d);
         }
-        let d = self.0.sync()?;
+        let d = self.0.sync_to(lsn)?;
         self.0.stats.lock().unwrap_or_else(|e| e.into_inner()).commits += 1;
         Ok(d)
     }
 
     fn recovered(&self) -> RecoveredLog {
-        self.0.recovered.clone()
+        // Where the log begins and ends now (it may have been truncated since it was opened).
+        RecoveredLog {
+            start_lsn: self.0.start_lsn(),
+            end_lsn: self.0.durable_lsn(),
+            ..self.0.recovered.clone()
+        }
     }
 
     fn reader(&self, from: Lsn) -> Result<Box<dyn RecordReader>> {
         Ok(Box::new(FromReader { tail: self.0.tail()?, from }))
     }
 
-    fn truncate_before(&self, _lsn: Lsn) -> Result<usize> {
-        // One file; space is not reclaimed (documented limitation).
-        Ok(0)
+    fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
+        Ok(self.0.truncate_before(lsn)? as usize)
     }
 
     fn stats(&self) -> WalStats {
@@ -513,6 +635,44 @@ mod tests {
         assert_eq!(log.end_lsn(), 140);
         drop(log);
         assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 140);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn truncate_before_releases_the_prefix_and_survives_reopen() {
+        let d = tmp("trunc");
+        let log = ReplicaLog::open(&d, 0).unwrap();
+        let payload = vec![7u8; 3000];
+        let mut starts = Vec::new();
+        let mut lsn = 0;
+        for i in 0..40u64 {
+            let end = lsn + 3100;
+            assert!(log.append_at(lsn, end, 9, &payload).unwrap());
+            starts.push(lsn);
+            lsn = end + (i % 3) * 10; // gaps, as the primary's filler leaves them
+        }
+        let end = log.sync().unwrap();
+        let released = log.truncate_before(60_000).unwrap();
+        let first = *starts.iter().find(|&&s| s >= 60_000).unwrap();
+        assert_eq!(log.start_lsn(), first);
+        assert!(released > 50_000, "{released}");
+        let h = ReplicaLogHandle(log.clone());
+        assert_eq!(h.reader(0).unwrap().next_record().unwrap().unwrap().lsn, first);
+        assert_eq!(h.recovered().start_lsn, first);
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(d.join(LOG_FILE)).unwrap();
+        assert!(m.blocks() * 512 < m.len(), "the prefix's blocks were not released");
+        drop(h);
+        drop(log);
+        let log = ReplicaLog::open(&d, 0).unwrap();
+        assert_eq!((log.start_lsn(), log.end_lsn()), (first, end));
+        assert_eq!(log.truncate_after(first + 3100).unwrap(), first + 3100);
+        log.reset(500_000).unwrap();
+        assert_eq!((log.start_lsn(), log.end_lsn(), log.last_record()), (500_000, 500_000, None));
+        assert!(log.append_at(500_000, 500_100, 9, b"x").unwrap());
+        assert_eq!(log.sync().unwrap(), 500_100);
+        drop(log);
+        assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 500_100);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

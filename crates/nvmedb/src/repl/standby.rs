@@ -22,9 +22,11 @@
 //!   opens the database on the replica log (redo of everything received, undo of unfinished
 //!   transactions, checkpoint).
 
+use super::forward::{ack_payload, Forwarder};
 use super::promote::{self, PromoteOptions, PromoteReport};
 use super::replica_log::{decode_record, ReplicaLog, TailReader};
-use super::state::{self, ClusterView};
+use super::seed;
+use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::ReplError;
 use crate::buffer::mtr::{apply_page_change, decode_mtr, PageChange};
@@ -32,14 +34,14 @@ use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
-use crate::wal::engine::{KIND_CATALOG, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
+use crate::wal::engine::{KIND_CATALOG, KIND_CHECKPOINT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
 use crate::wal::Lsn;
 use crate::{Database, Options};
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -65,6 +67,11 @@ struct Counters {
     records: u64,
     page_writes: u64,
     refused: u64,
+    base_backups: u64,
+    restartpoints: u64,
+    log_released: u64,
+    /// Why the last base backup was taken.
+    base_backup_reason: String,
     last_error: String,
 }
 
@@ -78,8 +85,12 @@ pub(super) struct Shared {
     /// Set from the epoch bump of a promotion on (cleared if promotion fails): log and mirror
     /// connections are refused.
     pub(super) promoting: AtomicBool,
+    /// The directory holds a complete copy (a catalog); otherwise it waits for a base backup.
+    pub(super) seeded: AtomicBool,
+    /// The primary found this standby's log unusable: take a base backup at the next handshake.
+    reseed_next: AtomicBool,
     stop: AtomicBool,
-    safe: AtomicU64,
+    pub(super) safe: AtomicU64,
     pub(super) applied: AtomicU64,
     apply_gen: AtomicU64,
     apply_stop: AtomicBool,
@@ -87,7 +98,14 @@ pub(super) struct Shared {
     apply_cv: Condvar,
     /// Held by the log session for its whole life.
     pub(super) log_session: Mutex<()>,
-    log_conn: Mutex<Option<TcpStream>>,
+    pub(super) log_conn: Mutex<Option<TcpStream>>,
+    /// Serializes frames written to the upstream log connection (acknowledgements from the
+    /// session and relayed ones from the forwarder).
+    pub(super) upstream_writes: Mutex<()>,
+    /// Chain mode: the positions the rest of the chain reported, in chain order.
+    pub(super) downstream: Mutex<Vec<u64>>,
+    /// Chain mode: the forwarder to the next standby.
+    forwarder: Mutex<Option<Forwarder>>,
     pub(super) mirror_lock: RwLock<()>,
     conns: Mutex<Vec<TcpStream>>,
     counters: Mutex<Counters>,
@@ -99,9 +117,15 @@ pub(super) struct Shared {
     admin_promotion: Mutex<()>,
     /// The synchronous set the last primary announced.
     pub(super) cluster: Mutex<Option<ClusterView>>,
+    /// The epochs of the log this standby holds (its last primary's history).
+    pub(super) history: Mutex<History>,
+    /// Serializes writes of the catalog (shipped catalogs, restartpoints).
+    catalog_lock: Mutex<()>,
+    /// How often the caught-up apply thread writes back and takes a restartpoint.
+    write_back_every_ms: AtomicU64,
     apply_thread: Mutex<Option<JoinHandle<()>>>,
-    table_page: usize,
-    index_page: usize,
+    table_page: AtomicUsize,
+    index_page: AtomicUsize,
 }
 
 /// A running standby. See the module documentation.
@@ -147,25 +171,33 @@ impl Standby {
             });
         }
         let storage = Arc::new(DirStorage::new(&cfg.data_dir, FileOptions::default())?);
-        if !storage.exists(crate::db::CATALOG_FILE) {
-            return Err(Error::Config {
-                key: "data".into(),
-                detail: format!(
-                    "{} holds no database: seed it from the primary first",
+        // Without a catalog the directory holds no complete copy: it waits for a base backup.
+        let cat = if storage.exists(crate::db::CATALOG_FILE) {
+            let (_, cat) = CatalogStore::load(storage.open(crate::db::CATALOG_FILE, false)?)?;
+            Some(cat.ok_or_else(|| Error::Corruption {
+                file: format!("{}/{}", cfg.data_dir.display(), crate::db::CATALOG_FILE),
+                offset: 0,
+                detail: "the catalog is empty".into(),
+            })?)
+        } else {
+            None
+        };
+        if let Some(cat) = &cat {
+            if let Some((from, to, n)) = seed::adopt_primary_log(&cfg.data_dir, &cfg.options, cat)? {
+                eprintln!(
+                    "nvmedb standby: {} was a primary: its log from LSN {from} to {to} ({n} records) is now this standby's log; what it wrote after its successor's fork point is dropped when that primary connects",
                     cfg.data_dir.display()
-                ),
-            });
+                );
+            }
         }
-        let (_, cat) = CatalogStore::load(storage.open(crate::db::CATALOG_FILE, false)?)?;
-        let cat = cat.ok_or_else(|| Error::Corruption {
-            file: format!("{}/{}", cfg.data_dir.display(), crate::db::CATALOG_FILE),
-            offset: 0,
-            detail: "the catalog is empty".into(),
-        })?;
         let sdir = cfg.data_dir.join("standby");
-        let log = ReplicaLog::open(&sdir, cat.checkpoint_undo_lsn.min(cat.checkpoint_redo_lsn))?;
+        let log = ReplicaLog::open(
+            &sdir,
+            cat.as_ref().map_or(0, |c| c.checkpoint_undo_lsn.min(c.checkpoint_redo_lsn)),
+        )?;
         let epoch = state::read_epoch(&cfg.data_dir)?;
         let cluster = state::read_cluster(&cfg.data_dir)?;
+        let history = state::read_history(&cfg.data_dir)?;
         let listener = TcpListener::bind(&cfg.listen).map_err(|e| Error::Config {
             key: "listen".into(),
             detail: format!("cannot listen on {}: {e}", cfg.listen),
@@ -179,6 +211,8 @@ impl Standby {
             epoch: AtomicU64::new(epoch),
             epoch_lock: Mutex::new(()),
             promoting: AtomicBool::new(false),
+            seeded: AtomicBool::new(cat.is_some()),
+            reseed_next: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             safe: AtomicU64::new(0),
             applied: AtomicU64::new(0),
@@ -188,6 +222,9 @@ impl Standby {
             apply_cv: Condvar::new(),
             log_session: Mutex::new(()),
             log_conn: Mutex::new(None),
+            upstream_writes: Mutex::new(()),
+            downstream: Mutex::new(Vec::new()),
+            forwarder: Mutex::new(None),
             mirror_lock: RwLock::new(()),
             conns: Mutex::new(Vec::new()),
             counters: Mutex::new(Counters::default()),
@@ -195,9 +232,12 @@ impl Standby {
             announced: Mutex::new(None),
             admin_promotion: Mutex::new(()),
             cluster: Mutex::new(cluster),
+            history: Mutex::new(history),
+            catalog_lock: Mutex::new(()),
+            write_back_every_ms: AtomicU64::new(APPLY_WRITE_BACK_EVERY.as_millis() as u64),
             apply_thread: Mutex::new(None),
-            table_page: cat.table_page_size as usize,
-            index_page: cat.index_page_size as usize,
+            table_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.table_page_size as usize)),
+            index_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.index_page_size as usize)),
             cfg,
         });
         let s2 = sh.clone();
@@ -205,21 +245,8 @@ impl Standby {
             .name("nvmedb-standby-accept".into())
             .spawn(move || accept_loop(s2, listener))
             .map_err(|e| Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e)))?;
-        if sh.cfg.apply {
-            let s3 = sh.clone();
-            let t = std::thread::Builder::new()
-                .name("nvmedb-standby-apply".into())
-                .spawn(move || {
-                    if let Err(e) = apply_loop(&s3) {
-                        eprintln!("nvmedb standby: apply stopped: {e}");
-                        s3.counters.lock().unwrap_or_else(|e| e.into_inner()).last_error =
-                            format!("apply: {e}");
-                    }
-                })
-                .map_err(|e| {
-                    Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e))
-                })?;
-            *sh.apply_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+        if sh.seeded.load(Ordering::Acquire) {
+            start_apply(&sh)?;
         }
         Ok(Self { sh, addr, accept: Mutex::new(Some(accept)) })
     }
@@ -239,6 +266,11 @@ impl Standby {
         self.sh.log.durable_lsn()
     }
 
+    /// Where its log begins (moves forward at restartpoints).
+    pub fn log_start(&self) -> Lsn {
+        self.sh.log.start_lsn()
+    }
+
     /// The end of the last record applied to the data files.
     pub fn applied(&self) -> Lsn {
         self.sh.applied.load(Ordering::Acquire)
@@ -254,6 +286,12 @@ impl Standby {
     /// True once promotion has begun (and not failed).
     pub fn is_promoted(&self) -> bool {
         self.sh.promoting.load(Ordering::Acquire)
+    }
+
+    /// How often the apply thread, when it has caught up, writes its pages back and takes a
+    /// restartpoint (default 10 s).
+    pub fn set_write_back_interval(&self, every: Duration) {
+        self.sh.write_back_every_ms.store(every.as_millis().max(1) as u64, Ordering::Release);
     }
 
     /// The synchronous set the last primary announced (what promotion fences).
@@ -297,14 +335,33 @@ impl Standby {
     /// of the synchronous set could be fenced or read and `options.force` is off; this standby
     /// then stays a standby, at the new epoch.
     pub fn promote_with(&self, options: &PromoteOptions) -> Result<(Database, PromoteReport)> {
-        let r = promote::promote(&self.sh, options)?;
-        *self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.1.clone());
-        Ok(r)
+        let (db, _, rep) = promote::promote(&self.sh, options, None)?;
+        *self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep.clone());
+        Ok((db, rep))
+    }
+
+    /// [`Standby::promote_with`], opening the promoted database as a replicating primary (at the
+    /// new epoch, whatever `config.epoch` says) that ships to `config.standbys` — typically its
+    /// former peers and the old primary, which rejoin it. Returns the database, its replicated
+    /// log, and the report.
+    pub fn promote_to_primary(
+        &self,
+        options: &PromoteOptions,
+        config: super::ReplConfig,
+    ) -> Result<(Database, Arc<super::ReplicatedLog>, PromoteReport)> {
+        let (db, log, rep) = promote::promote(&self.sh, options, Some(config))?;
+        let log = log.ok_or_else(|| Error::Config {
+            key: "wal".into(),
+            detail: "replication needs the write-ahead log".into(),
+        })?;
+        *self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep.clone());
+        Ok((db, log, rep))
     }
 
     /// Stops listening and closes every connection (also done on drop).
     pub fn shutdown(&self) {
         self.sh.stop.store(true, Ordering::Release);
+        self.sh.stop_forwarding();
         stop_apply(&self.sh);
         for c in self.sh.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             let _ = c.shutdown(Shutdown::Both);
@@ -342,22 +399,55 @@ fn status_text(sh: &Shared) -> String {
         "promoted"
     } else if sh.promoting.load(Ordering::Acquire) {
         "promoting"
+    } else if !sh.seeded.load(Ordering::Acquire) {
+        "standby (awaiting a base backup)"
     } else {
         "standby"
     };
+    let history = sh.history.lock().unwrap_or_else(|e| e.into_inner()).clone();
     format!(
-        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-durable {}\n  frames {}  records {}  mirrored page writes {}  refused {}  last error: {}\n{set}",
+        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-acknowledged {}  log from {}\n  frames {}  records {}  mirrored page writes {}  base backups {}  restartpoints {} ({} log bytes released)  refused {}  last error: {}\n{set}  history (epoch from LSN): {}\n{}",
         role,
         sh.epoch.load(Ordering::Acquire),
         sh.log.durable_lsn(),
         sh.applied.load(Ordering::Acquire),
         sh.safe.load(Ordering::Acquire),
+        sh.log.start_lsn(),
         c.frames,
         c.records,
         c.page_writes,
+        c.base_backups,
+        c.restartpoints,
+        c.log_released,
         c.refused,
-        if c.last_error.is_empty() { "none" } else { &c.last_error }
+        if c.last_error.is_empty() { "none" } else { &c.last_error },
+        history.0.iter().map(|(e, l)| format!("{e} from {l}")).collect::<Vec<_>>().join(", "),
+        if c.base_backup_reason.is_empty() {
+            String::new()
+        } else {
+            format!("  last base backup because {}\n", c.base_backup_reason)
+        }
     )
+}
+
+/// Starts the apply thread (when the configuration applies redo).
+fn start_apply(sh: &Arc<Shared>) -> Result<()> {
+    if !sh.cfg.apply {
+        return Ok(());
+    }
+    sh.apply_stop.store(false, Ordering::Release);
+    let s3 = sh.clone();
+    let t = std::thread::Builder::new()
+        .name("nvmedb-standby-apply".into())
+        .spawn(move || {
+            if let Err(e) = apply_loop(&s3) {
+                eprintln!("nvmedb standby: apply stopped: {e}");
+                s3.counters.lock().unwrap_or_else(|e| e.into_inner()).last_error = format!("apply: {e}");
+            }
+        })
+        .map_err(|e| Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e)))?;
+    *sh.apply_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    Ok(())
 }
 
 fn stop_apply(sh: &Shared) {
@@ -465,7 +555,7 @@ fn serve(sh: &Arc<Shared>, s: TcpStream, peer: &str) -> std::result::Result<(), 
         }
     }
     match hello.role {
-        Role::Log => serve_log(sh, s, r, w, peer, hello.arg, hello.epoch),
+        Role::Log => serve_log(sh, s, r, w, peer, &hello),
         Role::Mirror => serve_mirror(sh, r, w, peer),
         Role::Admin => serve_admin(sh, r, w, peer),
     }
@@ -508,9 +598,9 @@ fn serve_log(
     mut r: BufReader<TcpStream>,
     mut w: BufWriter<TcpStream>,
     peer: &str,
-    primary_durable: Lsn,
-    session_epoch: u64,
+    hello: &wire::Hello,
 ) -> std::result::Result<(), ReplError> {
+    let (primary_durable, session_epoch) = (hello.arg, hello.epoch);
     // A newer connection takes over from an older one.
     if let Some(old) = sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = old.shutdown(Shutdown::Both);
@@ -532,21 +622,76 @@ fn serve_log(
         return Err(e);
     }
     let local = |e: Error| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") };
+    let primary_history = state::History::decode(&hello.extra).ok_or_else(|| ReplError::Protocol {
+        peer: peer.into(),
+        detail: "the primary sent no epoch history".into(),
+    })?;
     sh.log.sync().map_err(local)?;
-    if sh.log.end_lsn() > primary_durable {
-        // Records the primary does not hold durably (it restarted, or shipped ahead of its own
-        // flush): drop them; it re-ships what it still has.
-        sh.log.truncate_after(primary_durable).map_err(local)?;
-        sh.apply_gen.fetch_add(1, Ordering::AcqRel);
+    // The apply thread pauses while this log is compared with the primary's (it writes its pages
+    // back, so `applied` is what the data files hold) and restarts from the log start after.
+    stop_apply(sh);
+    let mut reseed = None;
+    if sh.reseed_next.swap(false, Ordering::AcqRel) {
+        reseed = Some("the primary cannot ship from this standby's log position".to_string());
+    } else if sh.seeded.load(Ordering::Acquire) {
+        match follow_point(sh, &primary_history, primary_durable).map_err(local)? {
+            Follow::Continue => {}
+            Follow::Cut { at, fork } => {
+                let end = sh.log.end_lsn();
+                sh.log.truncate_after(at).map_err(local)?;
+                sh.apply_gen.fetch_add(1, Ordering::AcqRel);
+                if fork {
+                    eprintln!(
+                        "nvmedb standby: REJOIN: this node's log and the primary's (epoch {session_epoch}) fork at LSN {at}: dropped LSN {at}..{end}, written under epoch {} and never acknowledged",
+                        sh.history.lock().unwrap_or_else(|e| e.into_inner()).last_epoch()
+                    );
+                }
+            }
+            Follow::Reseed(why) => reseed = Some(why),
+        }
+    } else {
+        reseed = Some("it holds no copy of the database".to_string());
     }
-    let pos = sh.log.durable_lsn();
-    wire::write_frame(
-        &mut w,
-        peer,
-        sh.epoch.load(Ordering::Acquire),
-        FrameType::Welcome,
-        &pos.to_le_bytes(),
-    )?;
+    if let Some(why) = &reseed {
+        eprintln!("nvmedb standby: taking a base backup from {peer}: {why}");
+        sh.seeded.store(false, Ordering::Release);
+        seed::wipe(&sh.storage).map_err(local)?;
+        wire::write_frame(
+            &mut w,
+            peer,
+            sh.epoch.load(Ordering::Acquire),
+            FrameType::Welcome,
+            &[0u64.to_le_bytes(), wire::WELCOME_NEEDS_BASE_BACKUP.to_le_bytes()].concat(),
+        )?;
+        let (start, cat) = seed::receive_base_backup(sh, &mut r, &mut w, peer)?;
+        sh.table_page.store(cat.table_page_size as usize, Ordering::Release);
+        sh.index_page.store(cat.index_page_size as usize, Ordering::Release);
+        sh.safe.store(start, Ordering::Release);
+        sh.apply_gen.fetch_add(1, Ordering::AcqRel);
+        sh.seeded.store(true, Ordering::Release);
+        let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+        c.base_backups += 1;
+        c.base_backup_reason = why.clone();
+    }
+    // From here this log follows the primary's history.
+    {
+        let mut h = sh.history.lock().unwrap_or_else(|e| e.into_inner());
+        if *h != primary_history {
+            state::write_history(&sh.cfg.data_dir, &primary_history).map_err(local)?;
+            *h = primary_history;
+        }
+    }
+    if reseed.is_none() {
+        let pos = sh.log.durable_lsn();
+        wire::write_frame(
+            &mut w,
+            peer,
+            sh.epoch.load(Ordering::Acquire),
+            FrameType::Welcome,
+            &pos.to_le_bytes(),
+        )?;
+    }
+    start_apply(sh).map_err(local)?;
     loop {
         // Group commit: take every frame that has already arrived, then sync once and
         // acknowledge the end of all of them.
@@ -568,6 +713,14 @@ fn serve_log(
             if f.kind == FrameType::Cluster {
                 learn_cluster(sh, &f, peer)?;
                 continue;
+            }
+            if f.kind == FrameType::Refused {
+                let e = wire::refused_error(peer, &f, sh.epoch.load(Ordering::Acquire));
+                if matches!(e, ReplError::Diverged { .. }) {
+                    eprintln!("nvmedb standby: {e}; taking a base backup at the next connection");
+                    sh.reseed_next.store(true, Ordering::Release);
+                }
+                return Err(e);
             }
             if f.kind != FrameType::Records || f.payload.len() < 12 {
                 refuse(
@@ -601,14 +754,102 @@ fn serve_log(
             let _g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
             sh.apply_cv.notify_all();
         }
+        let _one = sh.upstream_writes.lock().unwrap_or_else(|e| e.into_inner());
         wire::write_frame(
             &mut w,
             peer,
             sh.epoch.load(Ordering::Acquire),
             FrameType::Ack,
-            &end.to_le_bytes(),
+            &ack_payload(sh, end),
         )?;
     }
+}
+
+/// What a (seeded) standby must do before it follows a primary.
+enum Follow {
+    /// Its log is a prefix of the primary's (or of what the primary will re-send).
+    Continue,
+    /// Drop the records after `at`: records the primary does not hold durably (a restarted
+    /// primary), or, with `fork`, records of an epoch the primary's history does not have.
+    Cut { at: Lsn, fork: bool },
+    /// It cannot follow (its pages hold changes past the fork point, or its log begins after
+    /// it): it needs a base backup.
+    Reseed(String),
+}
+
+/// Compares this standby's history and log with a connecting primary's.
+fn follow_point(sh: &Shared, primary: &History, primary_durable: Lsn) -> Result<Follow> {
+    let fork = sh.history.lock().unwrap_or_else(|e| e.into_inner()).fork_point(primary);
+    let end = sh.log.end_lsn();
+    let at = fork.min(primary_durable);
+    if end <= at {
+        return Ok(Follow::Continue);
+    }
+    if fork >= end {
+        // Same history; the primary restarted and lost records it had not made durable.
+        sh.safe.fetch_min(at, Ordering::AcqRel);
+        return Ok(Follow::Cut { at, fork: false });
+    }
+    // The logs diverge at `fork`: the records after it were written by a primary that was
+    // deposed before they were acknowledged (in eager and quorum modes). They can be dropped
+    // if nothing of them reached this node's pages.
+    if fork < sh.log.start_lsn() {
+        return Ok(Follow::Reseed(format!(
+            "the fork point LSN {fork} lies before this standby's log, which begins at {}",
+            sh.log.start_lsn()
+        )));
+    }
+    sh.safe.fetch_min(fork, Ordering::AcqRel);
+    let applied = sh.applied.load(Ordering::Acquire);
+    if applied > fork {
+        return Ok(Follow::Reseed(format!(
+            "it applied the log up to LSN {applied}, past the fork point LSN {fork}"
+        )));
+    }
+    if let Some(page) = page_past(sh, fork)? {
+        return Ok(Follow::Reseed(format!("{page} holds changes past the fork point LSN {fork}")));
+    }
+    Ok(Follow::Cut { at, fork: true })
+}
+
+/// The first data page changed by a record after `fork` whose copy on disk is newer than
+/// `fork` (a former primary may have written it back), if any.
+fn page_past(sh: &Shared, fork: Lsn) -> Result<Option<String>> {
+    let mut t = sh.log.tail()?;
+    let mut seen = std::collections::HashSet::new();
+    while let Some(rec) = t.next_record()? {
+        if rec.lsn < fork || (rec.kind != KIND_PAGES_TABLE && rec.kind != KIND_PAGES_INDEX) {
+            continue;
+        }
+        let heap = rec.kind == KIND_PAGES_TABLE;
+        let Some(m) = decode_mtr(&rec.payload) else { continue };
+        for (pid, _) in &m.changes {
+            if !seen.insert((heap, pid.file, pid.page)) {
+                continue;
+            }
+            let (name, ps) = if heap {
+                (crate::db::heap_name(pid.file), sh.table_page.load(Ordering::Acquire))
+            } else {
+                (crate::db::index_name(pid.file), sh.index_page.load(Ordering::Acquire))
+            };
+            if !sh.storage.exists(&name) {
+                continue;
+            }
+            let dev = sh.storage.open(&name, false)?;
+            let off = pid.page * ps as u64;
+            if off + ps as u64 > dev.capacity() {
+                continue;
+            }
+            let mut buf = AlignedBuf::new(ps);
+            dev.read_at(off, &mut buf)?;
+            if PageHeader::verify(&buf, &name, off, pid.file, pid.page).is_ok()
+                && PageHeader::lsn_of(&buf) > fork
+            {
+                return Ok(Some(format!("page {} of {name} (LSN {})", pid.page, PageHeader::lsn_of(&buf))));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Appends the records of a `Records` frame payload (`primary_durable | count | records`) to the
@@ -656,7 +897,7 @@ pub(super) fn sync_and_store_catalogs(sh: &Shared, catalogs: Vec<Vec<u8>>) -> Re
 }
 
 /// Stores the synchronous set a primary announced (durably, when it changed).
-fn learn_cluster(sh: &Shared, f: &wire::Frame, peer: &str) -> std::result::Result<(), ReplError> {
+fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::Result<(), ReplError> {
     let v = std::str::from_utf8(&f.payload)
         .ok()
         .and_then(ClusterView::decode)
@@ -667,9 +908,58 @@ fn learn_cluster(sh: &Shared, f: &wire::Frame, peer: &str) -> std::result::Resul
             peer: peer.into(),
             detail: format!("cannot store the synchronous set: {e}"),
         })?;
-        *cur = Some(v);
+        *cur = Some(v.clone());
+    }
+    drop(cur);
+    // Chain mode: forward to the next standby.
+    let next = match (v.mode, v.me) {
+        (super::ReplicationMode::Chain, Some(m)) if m + 1 < v.members.len() => {
+            Some(ClusterView { me: Some(m + 1), ..v })
+        }
+        _ => None,
+    };
+    let mut fw = sh.forwarder.lock().unwrap_or_else(|e| e.into_inner());
+    let target = next.as_ref().map(|n| n.members[m_of(n)].clone());
+    if fw.as_ref().map(|f| &f.target) != target.as_ref() || fw.as_ref().is_some_and(|f| f.finished()) {
+        if let Some(old) = fw.take() {
+            old.stop();
+        }
+        *fw = next.and_then(|n| Forwarder::start(sh, n));
     }
     Ok(())
+}
+
+fn m_of(v: &ClusterView) -> usize {
+    v.me.unwrap_or(0)
+}
+
+impl Shared {
+    /// Records a forwarding failure in the status.
+    pub(super) fn note_forward_error(&self, e: &str) {
+        if !self.stop.load(Ordering::Acquire) {
+            self.counters.lock().unwrap_or_else(|e| e.into_inner()).last_error = e.to_string();
+        }
+    }
+
+    /// A reader of the durable log from its start.
+    pub(super) fn log_tail(self: &Shared) -> Result<TailReader> {
+        self.log.tail()
+    }
+
+    /// Waits (at most `timeout`) for newly synced records.
+    pub(super) fn wait_for_records(&self, timeout: Duration) {
+        let g = self.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.apply_cv.wait_timeout(g, timeout);
+    }
+
+    /// Stops chain forwarding (promotion, fencing, shutdown).
+    pub(super) fn stop_forwarding(&self) {
+        let f = self.forwarder.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(f) = f {
+            f.stop();
+        }
+        self.downstream.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 /// Stores a catalog shipped by the primary, keeping this standby's own checkpoint positions
@@ -680,6 +970,7 @@ fn store_catalog(sh: &Shared, payload: &[u8]) -> Result<()> {
         offset: 0,
         detail: "catalog record does not decode".into(),
     })?;
+    let _one = sh.catalog_lock.lock().unwrap_or_else(|e| e.into_inner());
     let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
     if let Some(cur) = cur {
         data.checkpoint_redo_lsn = cur.checkpoint_redo_lsn;
@@ -781,7 +1072,8 @@ fn serve_admin(
                 let options = PromoteOptions::decode(&f.payload);
                 // One admin promotion at a time, closed before anyone is told.
                 let _one = sh.admin_promotion.lock().unwrap_or_else(|e| e.into_inner());
-                let r = promote::promote(sh, &options).and_then(|(db, rep)| db.close().map(|()| rep));
+                let r =
+                    promote::promote(sh, &options, None).and_then(|(db, _, rep)| db.close().map(|()| rep));
                 // A repeated request (the client lost the first reply) gets the same answer.
                 let r = match r {
                     Err(e) => sh.promote_lock.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(e),
@@ -833,9 +1125,10 @@ pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, Re
 
 /// Pages the apply thread keeps in memory; when full they are written back and dropped.
 const APPLY_CACHE_PAGES: usize = 16 * 1024;
-/// How often the apply thread writes its dirty pages back (and syncs) when it has caught up:
-/// rarely, because those writes compete with the log syncs for the disk (on a shared machine
-/// they slow the primary). Promotion writes everything back first, so nothing depends on it.
+/// How often the apply thread writes its dirty pages back (and syncs, and takes a restartpoint)
+/// when it has caught up, by default: rarely, because those writes compete with the log syncs
+/// for the disk (on a shared machine they slow the primary). Promotion writes everything back
+/// first, so nothing depends on it.
 const APPLY_WRITE_BACK_EVERY: Duration = Duration::from_secs(10);
 
 struct CachedPage {
@@ -854,9 +1147,13 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
     let mut last_write_back = std::time::Instant::now();
+    // The last checkpoint record applied: once the pages are written back, it is this
+    // standby's restartpoint (unless a change could not be applied: promotion must redo it).
+    let mut restart: Option<(Lsn, Lsn)> = None;
+    let mut skipped = false;
     loop {
         if sh.apply_stop.load(Ordering::Acquire) {
-            return write_back(&mut pages, &mut devs);
+            return flush(sh, &mut pages, &mut devs, &mut restart, skipped);
         }
         let g = sh.apply_gen.load(Ordering::Acquire);
         if g != gen {
@@ -878,8 +1175,9 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
             other => {
                 // Caught up (or the next record is past what the primary holds durably).
                 held = other;
-                if last_write_back.elapsed() >= APPLY_WRITE_BACK_EVERY {
-                    write_back(&mut pages, &mut devs)?;
+                let every = Duration::from_millis(sh.write_back_every_ms.load(Ordering::Acquire));
+                if last_write_back.elapsed() >= every {
+                    flush(sh, &mut pages, &mut devs, &mut restart, skipped)?;
                     last_write_back = std::time::Instant::now();
                 }
                 let g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
@@ -897,23 +1195,24 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     let key = (tag, pid.file, pid.page);
                     if !pages.contains_key(&key) {
                         if pages.len() >= APPLY_CACHE_PAGES {
-                            write_back(&mut pages, &mut devs)?;
+                            flush(sh, &mut pages, &mut devs, &mut restart, skipped)?;
                             pages.clear();
                         }
                         let dev = match devs.get(&(tag, pid.file)) {
                             Some(d) => d.clone(),
                             None => {
                                 let name = if tag == TAG_TABLE {
-                                    format!("t{}.heap", pid.file)
+                                    crate::db::heap_name(pid.file)
                                 } else {
-                                    format!("t{}.idx", pid.file)
+                                    crate::db::index_name(pid.file)
                                 };
                                 let d = sh.storage.open(&name, true)?;
                                 devs.insert((tag, pid.file), d.clone());
                                 d
                             }
                         };
-                        let ps = if tag == TAG_TABLE { sh.table_page } else { sh.index_page };
+                        let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }
+                            .load(Ordering::Acquire);
                         let mut buf = AlignedBuf::new(ps);
                         let offset = pid.page * ps as u64;
                         let mut valid = false;
@@ -926,8 +1225,12 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     }
                     let p = pages.get_mut(&key).expect("inserted above");
                     let full = matches!(change, PageChange::FullImage(_));
-                    if (p.valid && PageHeader::lsn_of(&p.buf) >= rec.end) || (!p.valid && !full) {
-                        // Already there, or not appliable yet (promotion's redo decides).
+                    if p.valid && PageHeader::lsn_of(&p.buf) >= rec.end {
+                        continue; // already there
+                    }
+                    if !p.valid && !full {
+                        // Not appliable yet (promotion's redo decides).
+                        skipped = true;
                         continue;
                     }
                     apply_page_change(&mut p.buf, change, rec.end);
@@ -936,8 +1239,47 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 }
             }
         }
+        if rec.kind == KIND_CHECKPOINT && rec.payload.len() >= 16 {
+            let redo = u64::from_le_bytes(rec.payload[..8].try_into().expect("8 bytes"));
+            let undo = u64::from_le_bytes(rec.payload[8..16].try_into().expect("8 bytes"));
+            restart = Some((redo, undo));
+        }
         sh.applied.store(rec.end, Ordering::Release);
     }
+}
+
+/// Writes the applied pages back; then the last applied checkpoint becomes this standby's
+/// restartpoint: its catalog takes the checkpoint's redo and undo positions (everything before
+/// the redo position is in its pages; the transactions it may have to undo began at or after
+/// the undo position) and the replica log releases what lies before them.
+fn flush(
+    sh: &Shared,
+    pages: &mut HashMap<(u8, u32, u64), CachedPage>,
+    devs: &mut HashMap<(u8, u32), Arc<dyn Device>>,
+    restart: &mut Option<(Lsn, Lsn)>,
+    skipped: bool,
+) -> Result<()> {
+    write_back(pages, devs)?;
+    let Some((redo, undo)) = restart.take() else { return Ok(()) };
+    if skipped {
+        return Ok(());
+    }
+    {
+        let _one = sh.catalog_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
+        let Some(mut cat) = cur else { return Ok(()) };
+        if cat.checkpoint_redo_lsn >= redo && cat.checkpoint_undo_lsn >= undo {
+            return Ok(());
+        }
+        cat.checkpoint_redo_lsn = cat.checkpoint_redo_lsn.max(redo);
+        cat.checkpoint_undo_lsn = cat.checkpoint_undo_lsn.max(undo);
+        store.store(&cat)?;
+    }
+    let released = sh.log.truncate_before(redo.min(undo))?;
+    let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+    c.restartpoints += 1;
+    c.log_released += released;
+    Ok(())
 }
 
 fn write_back(

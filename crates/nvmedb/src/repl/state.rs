@@ -1,9 +1,9 @@
 //! A node's persistent replication state: its epoch, and the synchronous set it last learned
 //! from a primary.
 //!
-//! Owns the files `<dir>/repl/epoch` (one decimal number) and `<dir>/repl/cluster` (the
-//! [`ClusterView`] as text), both replaced atomically (write, fsync, rename, fsync of the
-//! directory).
+//! Owns the files `<dir>/repl/epoch` (one decimal number), `<dir>/repl/cluster` (the
+//! [`ClusterView`] as text) and `<dir>/repl/history` (the [`History`] of the log this node
+//! holds), each replaced atomically (write, fsync, rename, fsync of the directory).
 //!
 //! Invariants:
 //! - A node's epoch never goes backwards, and a directory without an epoch file is at
@@ -13,6 +13,9 @@
 //!   persists an epoch before it acts on it (adopting a newer primary, being fenced, promoting).
 //! - The cluster view is what the primary of `epoch` said: its mode and its standbys, in chain
 //!   order; promotion fences that set.
+//! - The history lists, for each epoch whose primary wrote records into this node's log, the
+//!   LSN where its records begin, in increasing epoch and LSN order; two nodes' logs agree up to
+//!   the first point where their histories differ ([`History::fork_point`]).
 
 use super::ReplicationMode;
 use crate::error::{Error, Result};
@@ -24,6 +27,7 @@ pub const FIRST_EPOCH: u64 = 1;
 const DIR: &str = "repl";
 const EPOCH_FILE: &str = "epoch";
 const CLUSTER_FILE: &str = "cluster";
+const HISTORY_FILE: &str = "history";
 
 fn io(path: &Path, kind: crate::io::IoOpKind, e: std::io::Error) -> Error {
     Error::Io(crate::io::IoError::os(&path.display().to_string(), kind, 0, 0, e))
@@ -150,9 +154,101 @@ pub(crate) fn write_cluster(dir: &Path, v: &ClusterView) -> Result<()> {
     write_atomic(dir, CLUSTER_FILE, v.encode().as_bytes())
 }
 
+/// The epochs of a log: `(epoch, first LSN written under it)`, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct History(pub Vec<(u64, u64)>);
+
+impl Default for History {
+    fn default() -> Self {
+        History(vec![(FIRST_EPOCH, 0)])
+    }
+}
+
+impl History {
+    /// The epoch of the newest entry.
+    pub fn last_epoch(&self) -> u64 {
+        self.0.last().map_or(FIRST_EPOCH, |e| e.0)
+    }
+
+    /// Records that epoch `epoch` begins writing at `lsn` (no-op unless `epoch` is newer).
+    pub fn begin(&mut self, epoch: u64, lsn: u64) {
+        if epoch > self.last_epoch() {
+            self.0.push((epoch, lsn));
+        }
+    }
+
+    /// The LSN up to which a log of this history and a log of `other` agree: the smaller start
+    /// of the first entry where they differ (`u64::MAX` when one is a prefix of the other and
+    /// nothing differs).
+    pub fn fork_point(&self, other: &History) -> u64 {
+        for i in 0..self.0.len().max(other.0.len()) {
+            match (self.0.get(i), other.0.get(i)) {
+                (Some(a), Some(b)) if a == b => {}
+                (a, b) => return a.map_or(u64::MAX, |a| a.1).min(b.map_or(u64::MAX, |b| b.1)),
+            }
+        }
+        u64::MAX
+    }
+
+    /// Wire form: count u32, then (epoch u64, lsn u64) each.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = (self.0.len() as u32).to_le_bytes().to_vec();
+        for (e, l) in &self.0 {
+            b.extend_from_slice(&e.to_le_bytes());
+            b.extend_from_slice(&l.to_le_bytes());
+        }
+        b
+    }
+
+    /// Parses [`History::encode`]'s form.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let n = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+        if b.len() != 4 + 16 * n || n == 0 {
+            return None;
+        }
+        let v: Vec<(u64, u64)> = (0..n)
+            .map(|i| {
+                let o = 4 + 16 * i;
+                (
+                    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes")),
+                    u64::from_le_bytes(b[o + 8..o + 16].try_into().expect("8 bytes")),
+                )
+            })
+            .collect();
+        v.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1).then_some(History(v))
+    }
+}
+
+/// The history stored in `dir` (the default one-entry history if none was stored).
+pub fn read_history(dir: &Path) -> Result<History> {
+    match read_opt(dir, HISTORY_FILE)? {
+        None => Ok(History::default()),
+        Some((s, p)) => {
+            let bad = || Error::Corruption {
+                file: p.display().to_string(),
+                offset: 0,
+                detail: "not an epoch history".into(),
+            };
+            let mut v = Vec::new();
+            for l in s.lines() {
+                let (e, lsn) = l.split_once(' ').ok_or_else(bad)?;
+                v.push((e.parse().map_err(|_| bad())?, lsn.parse().map_err(|_| bad())?));
+            }
+            History::decode(&History(v).encode()).ok_or_else(bad)
+        }
+    }
+}
+
+/// Stores the history (durably).
+pub(crate) fn write_history(dir: &Path, h: &History) -> Result<()> {
+    let text: String = h.0.iter().map(|(e, l)| format!("{e} {l}\n")).collect();
+    write_atomic(dir, HISTORY_FILE, text.as_bytes())
+}
+
 /// Copies the epoch of `from` into `to` (seeding a standby: it starts at its primary's epoch).
 pub(crate) fn copy_epoch(from: &Path, to: &Path) -> Result<()> {
-    write_epoch(to, read_epoch(from)?.max(read_epoch(to)?))
+    write_epoch(to, read_epoch(from)?.max(read_epoch(to)?))?;
+    write_history(to, &read_history(from)?)
 }
 
 #[cfg(test)]
@@ -179,6 +275,23 @@ mod tests {
         assert!(chain.fenced_enough(&[false, false, true]));
         let lazy = ClusterView { mode: ReplicationMode::Lazy, ..v };
         assert!(!lazy.fenced_enough(&[true, true, true]));
+    }
+
+    #[test]
+    fn histories_find_their_fork_point() {
+        let a = History(vec![(1, 0), (2, 500)]);
+        let b = History(vec![(1, 0), (2, 500), (4, 900)]);
+        let c = History(vec![(1, 0), (3, 700)]);
+        assert_eq!(a.fork_point(&b), 900, "a is a prefix of b: they agree up to b's next epoch");
+        assert_eq!(b.fork_point(&a), 900);
+        assert_eq!(a.fork_point(&a), u64::MAX);
+        assert_eq!(a.fork_point(&c), 500);
+        assert_eq!(History::decode(&b.encode()), Some(b.clone()));
+        assert_eq!(History::decode(&History(vec![(2, 0), (1, 5)]).encode()), None);
+        let mut h = History::default();
+        h.begin(1, 50);
+        h.begin(3, 80);
+        assert_eq!(h, History(vec![(1, 0), (3, 80)]));
     }
 
     #[test]

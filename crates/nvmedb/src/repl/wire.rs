@@ -26,6 +26,9 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::io::{Read, Write};
 
+/// Welcome flag: the standby holds no usable copy of the database and asks for a base backup.
+pub const WELCOME_NEEDS_BASE_BACKUP: u64 = 1;
+
 /// Largest frame body accepted (a bigger length prefix is corruption).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
 /// Bytes before the payload: len, crc, epoch, type.
@@ -41,9 +44,11 @@ pub enum FrameType {
     Hello = 1,
     /// Server → client: nonce `[u8; 32]`, mac `[u8; 32]`.
     Challenge = 2,
-    /// Client → server: mac `[u8; 32]`, then role-specific u64 (the primary's log end).
+    /// Client → server: mac `[u8; 32]`, then role-specific u64 (the primary's durable log
+    /// position), then role-specific bytes (a primary's epoch history).
     Auth = 3,
-    /// Server → client: the standby's persisted log position u64 (its epoch in the header).
+    /// Server → client: the standby's persisted log position u64 (its epoch in the header),
+    /// optionally flags u64 ([`WELCOME_NEEDS_BASE_BACKUP`]).
     Welcome = 4,
     /// Primary → standby: primary's locally durable LSN u64, count u32, then records
     /// (lsn u64, end u64, kind u8, len u32, payload).
@@ -77,6 +82,11 @@ pub enum FrameType {
     /// last record is at LSN u64 with CRC u32 (`u64::MAX` when it has none), which this log
     /// must hold too. Answered by `Records` frames, the last with no records.
     Fetch = 18,
+    /// Primary → standby, base backup: name_len u16, name, offset u64, bytes of a data file.
+    BaseFile = 19,
+    /// Primary → standby, base backup done: log start u64, then the catalog
+    /// ([`encode_catalog`](crate::table::catalog::encode_catalog)); answered by a `Welcome`.
+    BaseDone = 20,
 }
 
 impl FrameType {
@@ -101,6 +111,8 @@ impl FrameType {
             16 => Fence,
             17 => FenceAck,
             18 => Fetch,
+            19 => BaseFile,
+            20 => BaseDone,
             _ => return None,
         })
     }
@@ -267,6 +279,21 @@ fn verify(secret: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
     m.verify_slice(tag).is_ok()
 }
 
+/// Connects to `addr` (waiting at most `timeout`) with Nagle's algorithm off, as every
+/// replication client does.
+pub fn connect(addr: &str, timeout: std::time::Duration) -> Result<std::net::TcpStream, ReplError> {
+    use std::net::ToSocketAddrs;
+    let sa = addr
+        .to_socket_addrs()
+        .map_err(|e| ReplError::io(addr, "resolve", e))?
+        .next()
+        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
+    let s =
+        std::net::TcpStream::connect_timeout(&sa, timeout).map_err(|e| ReplError::io(addr, "connect", e))?;
+    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
+    Ok(s)
+}
+
 /// What the client learned from a successful handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Welcome {
@@ -274,6 +301,8 @@ pub struct Welcome {
     pub epoch: u64,
     /// The value the server sent with its welcome (the standby's persisted position).
     pub position: u64,
+    /// Flags the server sent ([`WELCOME_NEEDS_BASE_BACKUP`]).
+    pub flags: u64,
 }
 
 /// Client side of the handshake: proves the secret, checks the server's proof, sends `arg`
@@ -288,6 +317,19 @@ pub fn client_handshake<S: Read + Write>(
     role: Role,
     epoch: u64,
     arg: u64,
+) -> Result<Welcome, ReplError> {
+    client_handshake_with(s, peer, secret, role, epoch, arg, &[])
+}
+
+/// [`client_handshake`] that also sends `extra` bytes with the proof (a primary's history).
+pub fn client_handshake_with<S: Read + Write>(
+    s: &mut S,
+    peer: &str,
+    secret: &[u8],
+    role: Role,
+    epoch: u64,
+    arg: u64,
+    extra: &[u8],
 ) -> Result<Welcome, ReplError> {
     let cn = nonce();
     let mut hello = vec![role as u8];
@@ -320,12 +362,14 @@ pub fn client_handshake<S: Read + Write>(
     let tag = mac(secret, &[b"nvmedb-client", sn, &cn, &[role as u8], &epoch.to_le_bytes()]).into_bytes();
     let mut auth = tag.to_vec();
     auth.extend_from_slice(&arg.to_le_bytes());
+    auth.extend_from_slice(extra);
     write_frame(s, peer, epoch, FrameType::Auth, &auth)?;
     let f = expect_frame(s, peer)?;
     match f.kind {
-        FrameType::Welcome if f.payload.len() == 8 => Ok(Welcome {
+        FrameType::Welcome if f.payload.len() == 8 || f.payload.len() == 16 => Ok(Welcome {
             epoch: f.epoch,
             position: u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")),
+            flags: f.payload.get(8..16).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
         }),
         FrameType::Refused => Err(refused_error(peer, &f, epoch)),
         k => Err(ReplError::Protocol { peer: peer.into(), detail: format!("expected a welcome, got {k:?}") }),
@@ -333,7 +377,7 @@ pub fn client_handshake<S: Read + Write>(
 }
 
 /// What the server learned from a client that proved the secret.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     /// The client's role.
     pub role: Role,
@@ -341,6 +385,8 @@ pub struct Hello {
     pub epoch: u64,
     /// The value sent with the client's proof.
     pub arg: u64,
+    /// Bytes sent after it (a primary's history).
+    pub extra: Vec<u8>,
 }
 
 /// Server side of the handshake up to (not including) the welcome, which the caller sends
@@ -377,7 +423,7 @@ pub fn server_handshake<S: Read + Write>(
             detail: "the client refused our proof: the secrets differ".into(),
         });
     }
-    if a.kind != FrameType::Auth || a.payload.len() != MAC + 8 {
+    if a.kind != FrameType::Auth || a.payload.len() < MAC + 8 {
         return Err(ReplError::Protocol {
             peer: peer.into(),
             detail: format!("expected auth, got {:?}", a.kind),
@@ -397,8 +443,8 @@ pub fn server_handshake<S: Read + Write>(
             detail: "the client's proof does not match our secret".into(),
         });
     }
-    let arg = u64::from_le_bytes(a.payload[MAC..].try_into().expect("8 bytes"));
-    Ok(Hello { role, epoch: a.epoch, arg })
+    let arg = u64::from_le_bytes(a.payload[MAC..MAC + 8].try_into().expect("8 bytes"));
+    Ok(Hello { role, epoch: a.epoch, arg, extra: a.payload[MAC + 8..].to_vec() })
 }
 
 #[cfg(test)]
@@ -446,8 +492,8 @@ mod tests {
             let r = client_handshake(&mut c, "server", client_secret, Role::Log, 5, 99);
             let h = server.join().unwrap();
             if ok {
-                assert_eq!(r.unwrap(), Welcome { epoch: 5, position: 99 });
-                assert_eq!(h.unwrap(), Hello { role: Role::Log, epoch: 5, arg: 99 });
+                assert_eq!(r.unwrap(), Welcome { epoch: 5, position: 99, flags: 0 });
+                assert_eq!(h.unwrap(), Hello { role: Role::Log, epoch: 5, arg: 99, extra: Vec::new() });
             } else {
                 assert!(matches!(r, Err(ReplError::AuthFailed { .. })), "{r:?}");
                 assert!(matches!(h, Err(ReplError::AuthFailed { .. })), "{h:?}");

@@ -8,7 +8,9 @@
 use nvmedb::repl::{seed_standby, ReplConfig, ReplicationMode, Standby, StandbyConfig, StandbyPolicy};
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 pub const SECRET: &[u8] = b"test-secret";
 pub const ROWS: i64 = 200;
@@ -122,12 +124,45 @@ pub fn dead_addr() -> String {
 /// Polls `cond` until it holds or 60 s pass (a bound, not a timing assumption); returns whether
 /// it held.
 pub fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !cond() {
-        if std::time::Instant::now() >= deadline {
+        if Instant::now() >= deadline {
             return false;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     true
+}
+
+/// Commits (auto-commit inserts into `acks`) from `threads` threads until `stop` or an error;
+/// returns every acknowledged id with the instant its commit returned.
+pub fn write_until(
+    db: &Database,
+    threads: i64,
+    stop: &AtomicBool,
+    started: &AtomicI64,
+) -> Vec<(i64, Instant)> {
+    let acks = db.table("acks").unwrap();
+    let out = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for th in 0..threads {
+            let (acks, out) = (&acks, &out);
+            s.spawn(move || {
+                for seq in 0.. {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let id = th * 1_000_000_000 + seq;
+                    match acks.insert(&[Value::Int(id), Value::Int(seq % 100)]) {
+                        Ok(()) => {
+                            out.lock().unwrap().push((id, Instant::now()));
+                            started.fetch_add(1, Ordering::AcqRel);
+                        }
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+    });
+    out.into_inner().unwrap()
 }

@@ -1,0 +1,241 @@
+//! Chain forwarding: in chain mode the primary ships to the first standby only, and standby k
+//! ships what it holds to standby k+1.
+//!
+//! Owns: a standby's [`Forwarder`] (one thread and connection to the next standby of the
+//! chain: it ships the records durable here, in log order, at the primary's LSNs and epoch,
+//! with the primary's acknowledged position; its acknowledgement reader relays the rest of the
+//! chain's positions upstream) and [`ack_payload`], the acknowledgement a standby sends.
+//!
+//! Invariants:
+//! - Only records durable in this standby's log are forwarded (store and forward).
+//! - An acknowledgement lists this standby's persisted position, then the positions the rest
+//!   of the chain reported, in chain order; it is built and sent under one lock, so the
+//!   positions a primary receives on one connection never go back.
+//! - A forwarder ships at the epoch the standby had when it started; when that epoch moves on
+//!   (promotion, fencing, a new primary) it stops: a new primary's synchronous set starts a
+//!   new one.
+
+use super::replica_log::encode_record;
+use super::standby::Shared;
+use super::state::ClusterView;
+use super::wire::{self, FrameType, Role};
+use super::ReplError;
+use crate::wal::Lsn;
+use std::io::BufWriter;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The forwarding thread of a standby in a chain.
+pub(super) struct Forwarder {
+    /// The next standby's address.
+    pub(super) target: String,
+    stop: Arc<AtomicBool>,
+    conn: Arc<Mutex<Option<TcpStream>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Forwarder {
+    /// Starts forwarding to `view.members[view.me]` (the view as the next standby must see it).
+    pub(super) fn start(sh: &Arc<Shared>, view: ClusterView) -> Option<Self> {
+        let target = view.members.get(view.me?)?.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let conn = Arc::new(Mutex::new(None));
+        let (s2, stop2, conn2, t2) = (sh.clone(), stop.clone(), conn.clone(), target.clone());
+        let epoch = sh.epoch.load(Ordering::Acquire);
+        let thread = std::thread::Builder::new()
+            .name("nvmedb-forward".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Acquire) && s2.epoch.load(Ordering::Acquire) == epoch {
+                    if let Err(e) = forward_once(&s2, &t2, &view, epoch, &stop2, &conn2) {
+                        s2.note_forward_error(&format!("forwarding to {t2}: {e}"));
+                    }
+                    *conn2.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+            .ok()?;
+        Some(Self { target, stop, conn, thread: Some(thread) })
+    }
+
+    /// True once its thread has ended (its epoch moved on).
+    pub(super) fn finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the thread and closes its connection.
+    pub(super) fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The acknowledgement payload: this standby's persisted position, then the rest of the chain's.
+pub(super) fn ack_payload(sh: &Shared, own: Lsn) -> Vec<u8> {
+    let mut p = own.to_le_bytes().to_vec();
+    for d in sh.downstream.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        p.extend_from_slice(&d.to_le_bytes());
+    }
+    p
+}
+
+/// Sends an acknowledgement upstream on the current log connection (after the next standby
+/// reported progress).
+fn relay_upstream(sh: &Shared) {
+    let conn =
+        sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|c| c.try_clone().ok());
+    if let Some(mut c) = conn {
+        let _one = sh.upstream_writes.lock().unwrap_or_else(|e| e.into_inner());
+        let p = ack_payload(sh, sh.log.durable_lsn());
+        let _ = wire::write_frame(&mut c, "upstream", sh.epoch.load(Ordering::Acquire), FrameType::Ack, &p);
+    }
+}
+
+fn forward_once(
+    sh: &Arc<Shared>,
+    target: &str,
+    view: &ClusterView,
+    epoch: u64,
+    stop: &AtomicBool,
+    conn: &Mutex<Option<TcpStream>>,
+) -> Result<(), ReplError> {
+    let mut s = wire::connect(target, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(target, "timeout", e))?;
+    let history = sh.history.lock().unwrap_or_else(|e| e.into_inner()).encode();
+    let w = wire::client_handshake_with(
+        &mut s,
+        target,
+        &sh.cfg.secret,
+        Role::Log,
+        epoch,
+        sh.log.durable_lsn(),
+        &history,
+    )?;
+    s.set_read_timeout(None).map_err(|e| ReplError::io(target, "timeout", e))?;
+    if w.flags & wire::WELCOME_NEEDS_BASE_BACKUP != 0 {
+        return Err(ReplError::Diverged {
+            peer: target.into(),
+            detail: "the next standby of the chain needs a base backup: seed it from the primary".into(),
+        });
+    }
+    wire::write_frame(&mut s, target, epoch, FrameType::Cluster, view.encode().as_bytes())?;
+    *conn.lock().unwrap_or_else(|e| e.into_inner()) = s.try_clone().ok();
+    let dead = Arc::new(AtomicBool::new(false));
+    let me = view.me.unwrap_or(0);
+    let reader = {
+        let (sh, dead, target) = (sh.clone(), dead.clone(), target.to_string());
+        let mut rs = s.try_clone().map_err(|e| ReplError::io(&target, "clone", e))?;
+        std::thread::spawn(move || {
+            let r = (|| -> Result<(), ReplError> {
+                while let Some(f) = wire::read_frame(&mut rs, &target)? {
+                    match f.kind {
+                        FrameType::Ack if f.payload.len() >= 8 && f.payload.len() % 8 == 0 => {
+                            let v: Vec<u64> = f
+                                .payload
+                                .chunks(8)
+                                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                                .collect();
+                            // Positions of members me.. of the chain.
+                            let n = v.len().min(view_len(&sh).saturating_sub(me));
+                            *sh.downstream.lock().unwrap_or_else(|e| e.into_inner()) = v[..n].to_vec();
+                            relay_upstream(&sh);
+                        }
+                        FrameType::Refused => return Err(wire::refused_error(&target, &f, epoch)),
+                        k => {
+                            return Err(ReplError::Protocol {
+                                peer: target.clone(),
+                                detail: format!("unexpected {k:?}"),
+                            })
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            dead.store(true, Ordering::Release);
+            let _ = rs.shutdown(Shutdown::Both);
+            r
+        })
+    };
+    let result = ship(sh, target, epoch, w.position, stop, &dead, &mut s);
+    let _ = s.shutdown(Shutdown::Both);
+    let acks = reader.join().unwrap_or(Ok(()));
+    result.and(acks)
+}
+
+fn view_len(sh: &Shared) -> usize {
+    sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |v| v.members.len())
+}
+
+/// Ships the durable records after `pos` as they arrive, until stopped or the link dies.
+fn ship(
+    sh: &Shared,
+    target: &str,
+    epoch: u64,
+    pos: Lsn,
+    stop: &AtomicBool,
+    dead: &AtomicBool,
+    s: &mut TcpStream,
+) -> Result<(), ReplError> {
+    let local =
+        |e: crate::Error| ReplError::Protocol { peer: target.into(), detail: format!("standby log: {e}") };
+    let mut out =
+        BufWriter::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(target, "clone", e))?);
+    let mut tail = sh.log_tail().map_err(local)?;
+    // Skip what the next standby holds; its position must be a record boundary of this log.
+    let mut held = None;
+    while let Some(r) = tail.next_record().map_err(local)? {
+        if r.end > pos {
+            if r.lsn < pos {
+                return Err(ReplError::Diverged {
+                    peer: target.into(),
+                    detail: format!(
+                        "its position {pos} falls inside this log's record [{}, {})",
+                        r.lsn, r.end
+                    ),
+                });
+            }
+            held = Some(r);
+            break;
+        }
+    }
+    let mut frame = Vec::new();
+    let mut sent_safe = 0;
+    loop {
+        if stop.load(Ordering::Acquire)
+            || dead.load(Ordering::Acquire)
+            || sh.epoch.load(Ordering::Acquire) != epoch
+        {
+            return Ok(());
+        }
+        let safe = sh.safe.load(Ordering::Acquire);
+        frame.clear();
+        frame.extend_from_slice(&safe.to_le_bytes());
+        frame.extend_from_slice(&0u32.to_le_bytes());
+        let mut count = 0u32;
+        while frame.len() < 1 << 20 {
+            let r = match held.take() {
+                Some(r) => r,
+                None => match tail.next_record().map_err(local)? {
+                    Some(r) => r,
+                    None => break,
+                },
+            };
+            encode_record(&mut frame, r.lsn, r.end, r.kind, &r.payload);
+            count += 1;
+        }
+        if count == 0 && safe <= sent_safe {
+            sh.wait_for_records(Duration::from_millis(20));
+            continue;
+        }
+        frame[8..12].copy_from_slice(&count.to_le_bytes());
+        sent_safe = safe;
+        wire::write_frame(&mut out, target, epoch, FrameType::Records, &frame)?;
+    }
+}

@@ -1,0 +1,269 @@
+//! The HA agent's rules over a coordination store (Patroni's, with synchronous_mode_strict).
+//!
+//! Owns: the key layout under a cluster prefix — `leader` (the leader's name and epoch, bound
+//! to its lease), `epoch` (the last epoch handed out, raised by compare-and-swap), `sync` (the
+//! synchronous set a primary acknowledges with, written before it acknowledges with it),
+//! `members/<name>` (each node's role, epoch and durable LSN, bound to its own lease) — and the
+//! [`Agent`] that applies the rules: a primary renews its lease and keeps its acknowledgement
+//! gate open only until `renewal sent + TTL − margin`; a standby takes the leader key only when
+//! it is absent and the standby is in the recorded synchronous set, then raises the epoch.
+//!
+//! Invariants:
+//! - At most one node holds the leader key; each takeover gets an epoch larger than every
+//!   epoch handed out before (the `epoch` key only grows, by compare-and-swap).
+//! - A primary's gate closes no later than `margin` before its lease can expire in the store
+//!   (the lease is renewed for its full TTL from when the store handles the renewal, which is
+//!   after the agent sent it), so an old primary has stopped acknowledging when a standby can
+//!   take the key. The margin covers the drift of the two clocks over one TTL and the time
+//!   between a gate check and the commit's return.
+//! - Only a member of the recorded synchronous set may take over: it holds every acknowledged
+//!   commit (eager), or its promotion fences n−k+1 of the set and takes their records (quorum).
+
+use super::coord::{CoordError, CoordStore, LeaseId};
+use super::primary::AckGate;
+use super::{mode_name, parse_mode, ReplicationMode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The synchronous set a primary acknowledges with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncSet {
+    /// The primary's epoch.
+    pub epoch: u64,
+    /// Its mode.
+    pub mode: ReplicationMode,
+    /// Names of the standbys in the set.
+    pub members: Vec<String>,
+}
+
+impl SyncSet {
+    fn encode(&self) -> String {
+        format!("{} {} {}", self.epoch, mode_name(self.mode), self.members.join(","))
+    }
+
+    fn decode(s: &str) -> Option<Self> {
+        let mut it = s.splitn(3, ' ');
+        let epoch = it.next()?.parse().ok()?;
+        let mode = parse_mode(it.next()?)?;
+        let members =
+            it.next().unwrap_or("").split(',').filter(|m| !m.is_empty()).map(String::from).collect();
+        Some(Self { epoch, mode, members })
+    }
+}
+
+/// Timing of the leadership lease.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTiming {
+    /// The lease's time to live in the store.
+    pub ttl: Duration,
+    /// How long before the lease could expire the primary stops acknowledging.
+    pub margin: Duration,
+}
+
+impl Default for LeaseTiming {
+    fn default() -> Self {
+        Self { ttl: Duration::from_secs(10), margin: Duration::from_secs(2) }
+    }
+}
+
+/// One node's HA agent (see the module documentation).
+pub struct Agent {
+    store: Arc<dyn CoordStore>,
+    prefix: String,
+    name: String,
+    timing: LeaseTiming,
+    lease: Option<LeaseId>,
+    gate: Arc<AckGate>,
+}
+
+impl Agent {
+    /// An agent for node `name` of the cluster under `prefix`; its gate starts closed.
+    pub fn new(store: Arc<dyn CoordStore>, prefix: &str, name: &str, timing: LeaseTiming) -> Self {
+        Self {
+            store,
+            prefix: prefix.trim_end_matches('/').to_string(),
+            name: name.to_string(),
+            timing,
+            lease: None,
+            gate: AckGate::closed(),
+        }
+    }
+
+    /// The gate a primary run by this agent acknowledges through (`ReplConfig::ack_gate`).
+    pub fn gate(&self) -> Arc<AckGate> {
+        self.gate.clone()
+    }
+
+    fn key(&self, k: &str) -> String {
+        format!("{}/{k}", self.prefix)
+    }
+
+    /// The current leader: (name, epoch).
+    pub fn leader(&self) -> Result<Option<(String, u64)>, CoordError> {
+        Ok(self.store.get(&self.key("leader"))?.and_then(|v| {
+            let s = String::from_utf8(v.value).ok()?;
+            let (n, e) = s.rsplit_once(' ')?;
+            Some((n.to_string(), e.parse().ok()?))
+        }))
+    }
+
+    /// The recorded synchronous set.
+    pub fn sync_set(&self) -> Result<Option<SyncSet>, CoordError> {
+        Ok(self
+            .store
+            .get(&self.key("sync"))?
+            .and_then(|v| SyncSet::decode(&String::from_utf8(v.value).ok()?)))
+    }
+
+    /// Primary: records the synchronous set before acknowledging with it (only while leader).
+    pub fn record_sync_set(&self, set: &SyncSet) -> Result<(), CoordError> {
+        self.store.put(&self.key("sync"), set.encode().as_bytes(), None).map(|_| ())
+    }
+
+    /// Publishes this node's role, epoch and durable position (bound to its lease if it has
+    /// one).
+    pub fn publish(&self, role: &str, epoch: u64, durable: u64) -> Result<(), CoordError> {
+        let v = format!("{role} {epoch} {durable}");
+        self.store.put(&self.key(&format!("members/{}", self.name)), v.as_bytes(), self.lease).map(|_| ())
+    }
+
+    /// Primary: renews the leadership lease; on success the gate stays open until
+    /// `sent + TTL − margin`. Returns false when the lease is gone (this node is no longer the
+    /// leader and must step down).
+    pub fn renew(&mut self) -> Result<bool, CoordError> {
+        let Some(l) = self.lease else { return Ok(false) };
+        let sent = Instant::now();
+        match self.store.keep_alive(l) {
+            Ok(()) => {
+                self.gate.open_until(sent + self.timing.ttl.saturating_sub(self.timing.margin));
+                Ok(true)
+            }
+            Err(CoordError::LeaseExpired(_)) => {
+                self.gate.close();
+                self.lease = None;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Standby: takes the leader key if it is free and this node is in the recorded
+    /// synchronous set (or no set was ever recorded: the cluster's first primary). Returns the
+    /// new epoch, which is larger than `my_epoch` and than every epoch handed out before. The
+    /// caller promotes at that epoch and then calls [`Agent::renew`]; if promotion fails it
+    /// calls [`Agent::release`].
+    pub fn try_take_over(&mut self, my_epoch: u64) -> Result<Option<u64>, CoordError> {
+        if self.leader()?.is_some() {
+            return Ok(None);
+        }
+        if let Some(set) = self.sync_set()? {
+            if !set.members.iter().any(|m| m == &self.name) {
+                return Ok(None);
+            }
+        }
+        let sent = Instant::now();
+        let lease = self.store.grant(self.timing.ttl)?;
+        // Reserve the next epoch first (compare-and-swap on the counter), then the key.
+        let (rev, last) = match self.store.get(&self.key("epoch"))? {
+            Some(v) => (Some(v.revision), String::from_utf8_lossy(&v.value).parse::<u64>().unwrap_or(0)),
+            None => (None, 0),
+        };
+        let epoch = last.max(my_epoch) + 1;
+        let value = epoch.to_string();
+        let won_epoch = match rev {
+            Some(r) => self.store.replace(&self.key("epoch"), r, value.as_bytes(), None)?,
+            None => self.store.create(&self.key("epoch"), value.as_bytes(), None)?,
+        };
+        if won_epoch.is_none()
+            || self
+                .store
+                .create(&self.key("leader"), format!("{} {epoch}", self.name).as_bytes(), Some(lease))?
+                .is_none()
+        {
+            let _ = self.store.revoke(lease);
+            return Ok(None);
+        }
+        self.lease = Some(lease);
+        self.gate.open_until(sent + self.timing.ttl.saturating_sub(self.timing.margin));
+        Ok(Some(epoch))
+    }
+
+    /// Gives the leadership up (promotion failed, or shutting down): closes the gate and
+    /// revokes the lease, which removes the leader key.
+    pub fn release(&mut self) -> Result<(), CoordError> {
+        self.gate.close();
+        if let Some(l) = self.lease.take() {
+            self.store.revoke(l)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::coord::{MemStore, SimClock};
+    use super::*;
+
+    fn agents(n: usize, timing: LeaseTiming) -> (Arc<SimClock>, MemStore, Vec<Agent>) {
+        let clock = Arc::new(SimClock::default());
+        let store = MemStore::new(clock.clone());
+        let agents = (0..n)
+            .map(|i| Agent::new(Arc::new(store.client()), "/nvmedb/c", &format!("n{i}"), timing))
+            .collect();
+        (clock, store, agents)
+    }
+
+    #[test]
+    fn one_node_takes_over_at_a_time_and_epochs_only_grow() {
+        let timing = LeaseTiming { ttl: Duration::from_secs(10), margin: Duration::from_secs(2) };
+        let (clock, _, mut a) = agents(3, timing);
+        let e1 = a[0].try_take_over(1).unwrap().expect("the first node leads");
+        assert_eq!(e1, 2);
+        assert!(a[0].gate().is_open());
+        assert_eq!(a[1].try_take_over(1).unwrap(), None, "the key is held");
+        a[0].record_sync_set(&SyncSet {
+            epoch: e1,
+            mode: ReplicationMode::Eager,
+            members: vec!["n1".into()],
+        })
+        .unwrap();
+        assert_eq!(a[0].leader().unwrap(), Some(("n0".into(), e1)));
+        // The leader stops renewing: the key vanishes after the TTL; only the set's member may
+        // take over, at a larger epoch.
+        clock.advance(timing.ttl + Duration::from_millis(1));
+        assert_eq!(a[2].try_take_over(1).unwrap(), None, "n2 is not in the synchronous set");
+        let e2 = a[1].try_take_over(1).unwrap().expect("n1 is");
+        assert!(e2 > e1);
+        assert!(!a[0].renew().unwrap(), "the old leader learns it lost the lease");
+        assert!(!a[0].gate().is_open());
+        assert!(a[1].renew().unwrap());
+        a[1].release().unwrap();
+        assert_eq!(a[1].leader().unwrap(), None);
+        assert!(!a[1].gate().is_open());
+    }
+
+    #[test]
+    fn a_primary_cut_off_from_the_store_closes_its_gate_before_its_lease_can_expire() {
+        let timing = LeaseTiming { ttl: Duration::from_millis(400), margin: Duration::from_millis(150) };
+        let (_, _, mut a) = agents(1, timing);
+        let clock_start = Instant::now();
+        a[0].try_take_over(1).unwrap().expect("leads");
+        assert!(a[0].gate().is_open());
+        // No renewal reaches the store (here: none is sent). The gate closes on its own at
+        // sent + ttl - margin, before the store could expire the lease (sent + ttl or later).
+        while a[0].gate().is_open() {
+            assert!(clock_start.elapsed() < timing.ttl - timing.margin + Duration::from_secs(5));
+            std::thread::yield_now();
+        }
+        assert!(clock_start.elapsed() < timing.ttl + Duration::from_secs(5));
+        assert!(clock_start.elapsed() >= timing.ttl - timing.margin);
+    }
+
+    #[test]
+    fn sync_sets_round_trip() {
+        let s = SyncSet { epoch: 4, mode: ReplicationMode::Quorum(2), members: vec!["a".into(), "b".into()] };
+        assert_eq!(SyncSet::decode(&s.encode()), Some(s));
+        let e = SyncSet { epoch: 1, mode: ReplicationMode::Eager, members: vec![] };
+        assert_eq!(SyncSet::decode(&e.encode()), Some(e));
+    }
+}
