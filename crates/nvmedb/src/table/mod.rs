@@ -261,15 +261,40 @@ impl Table {
         self.read_pk(key_bytes, f)
     }
 
-    /// Recovery's undo of one logged operation: makes the table's state for the key what it
-    /// was before `op` (absent, or the `before` row), whatever part of `op` had happened.
-    /// Idempotent.
+    /// Undo of one logged operation (recovery's undo pass, and a transaction's abort): makes
+    /// the table's state for the key what it was before `op` (absent, or the `before` row),
+    /// whatever part of `op` — and of later operations on the key — had happened. Idempotent.
+    ///
+    /// The key has at most one row in the heap at any moment (a change frees a slot before it
+    /// fills another), but that row may not be where the primary index points: a delete cut
+    /// between its index steps and its heap step leaves the row with no index entry, an insert
+    /// cut before its index step likewise, and a row that moved may not have been re-pointed
+    /// yet. So the row is looked for where the primary index points and where the log says
+    /// (`op.rid`, and the destination a move logs as an operation of its own), and a row this
+    /// undo writes elsewhere is logged the same way, so a crash during the undo is undone too.
     pub(crate) fn restore(&self, op: &TxnOp) -> Result<()> {
         let s = &self.inner.schema;
         let pk = &op.pk;
         let _k = self.key_lock(pk);
+        let holds_key = |rid: RowId| -> Result<bool> {
+            Ok(self.inner.heap.read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?.unwrap_or(false))
+        };
         let cur_rid = self.rid_for(pk)?;
-        let cur_row = match cur_rid {
+        let logged_rid = (op.rid != u64::MAX).then(|| RowId::from_bytes(&op.rid.to_le_bytes())).flatten();
+        // The key's row, if any: where the index points, else where the log says.
+        let mut found = None;
+        for rid in [cur_rid, logged_rid].into_iter().flatten() {
+            if found != Some(rid) && holds_key(rid)? {
+                match found {
+                    None => found = Some(rid),
+                    // Two rows of one key cannot happen; if it did, keep one.
+                    Some(_) => {
+                        self.inner.heap.delete(rid, |_| {})?;
+                    }
+                }
+            }
+        }
+        let cur_row = match found {
             Some(rid) => self.inner.heap.read(rid, |b| b.to_vec())?,
             None => None,
         };
@@ -284,48 +309,38 @@ impl Table {
                 }
             }
         }
-        let logged_rid = (op.rid != u64::MAX).then(|| RowId::from_bytes(&op.rid.to_le_bytes())).flatten();
-        let holds_key = |rid: RowId| -> Result<bool> {
-            Ok(self.inner.heap.read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?.unwrap_or(false))
+        let Some(before) = &op.before else {
+            // 2a. Undo of an insert: no row, no primary entry.
+            if let Some(rid) = found {
+                self.inner.heap.delete(rid, |_| {})?;
+            }
+            if cur_rid.is_some() {
+                self.inner.primary.delete(pk)?;
+            }
+            return Ok(());
         };
-        match &op.before {
-            None => {
-                if let Some(rid) = cur_rid {
-                    if holds_key(rid)? {
-                        self.inner.heap.delete(rid, |_| {})?;
-                    }
-                    self.inner.primary.delete(pk)?;
-                }
-                // A row inserted before its index entry was: find it where the log says.
-                if let Some(rid) = logged_rid {
-                    if holds_key(rid)? {
-                        self.inner.heap.delete(rid, |_| {})?;
-                    }
-                }
+        // 2b. The `before` row, in place where possible; a row written elsewhere is logged with
+        //     where it went.
+        let log = self.inner.txn.log.is_some();
+        let mut note_rid = |rid: RowId| {
+            if log {
+                let rid = u64::from_le_bytes(rid.to_bytes());
+                let op = TxnOp { rid, after: op.before.clone(), ..op.clone() };
+                annotate_next_commit(op.encode());
             }
-            Some(before) => {
-                let rid = match cur_rid {
-                    Some(rid) if holds_key(rid)? => {
-                        let new =
-                            self.inner.heap.update(rid, before, |_| {})?.ok_or_else(|| self.dangling(rid))?;
-                        if new != rid {
-                            self.inner.primary.upsert(pk, &new.to_bytes())?;
-                        }
-                        new
-                    }
-                    _ => {
-                        let rid = self.inner.heap.insert(before)?;
-                        self.inner.primary.upsert(pk, &rid.to_bytes())?;
-                        rid
-                    }
-                };
-                for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-                    tree.upsert(
-                        &Schema::secondary_key_bytes(&value_of(before, ix.column), pk),
-                        &rid.to_bytes(),
-                    )?;
-                }
+        };
+        let rid = match found {
+            Some(rid) => {
+                self.inner.heap.update(rid, before, &mut note_rid)?.ok_or_else(|| self.dangling(rid))?
             }
+            None => self.inner.heap.insert_annotated(before, &mut note_rid)?,
+        };
+        take_annotation();
+        if cur_rid != Some(rid) {
+            self.inner.primary.upsert(pk, &rid.to_bytes())?;
+        }
+        for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
+            tree.upsert(&Schema::secondary_key_bytes(&value_of(before, ix.column), pk), &rid.to_bytes())?;
         }
         Ok(())
     }
@@ -712,8 +727,22 @@ impl Table {
                 changed.push(n);
             }
         }
-        // 2. The row itself.
-        let new_rid = match self.inner.heap.update(rid, &bytes, |_| {}) {
+        // 2. The row itself. A row that moves logs where it went (with the insert that puts it
+        //    there), so recovery finds it before its index entries are re-pointed.
+        let mut moved = |new: RowId| {
+            if log {
+                let op = TxnOp {
+                    txn,
+                    table: self.inner.id,
+                    pk: pk.clone(),
+                    rid: u64::from_le_bytes(new.to_bytes()),
+                    before: rec.as_ref().and_then(|r| r.before.clone()),
+                    after: Some(bytes.clone()),
+                };
+                annotate_next_commit(op.encode());
+            }
+        };
+        let new_rid = match self.inner.heap.update(rid, &bytes, &mut moved) {
             Ok(Some(r)) => r,
             Ok(None) => return Err(self.roll_back(undo, self.dangling(rid))),
             Err(e) => return Err(self.roll_back(undo, e)),
