@@ -9,14 +9,12 @@
 
 mod support;
 
-use nvmedb::io::{AlignedBuf, MemStorage, Storage};
+use nvmedb::io::MemStorage;
 use nvmedb::util::Rng;
-use nvmedb::wal::{live_segments, LogReader, WalOptions};
+use nvmedb::wal::{LogReader, WalOptions};
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-const BLOCK: usize = 4096;
 
 fn options() -> Options {
     Options {
@@ -45,51 +43,6 @@ type Rows = BTreeMap<i64, (i64, usize)>;
 
 fn row(id: i64, grp: i64, len: usize) -> [Value; 3] {
     [Value::Int(id), Value::Int(grp), Value::Bytes(vec![id as u8; len])]
-}
-
-/// A copy of every device of `s`.
-fn copy(s: &MemStorage) -> Arc<MemStorage> {
-    let out = Arc::new(MemStorage::new());
-    for name in s.list().unwrap() {
-        let from = s.open(&name, false).unwrap();
-        let to = out.open(&name, true).unwrap();
-        let cap = from.capacity() as usize;
-        if cap == 0 {
-            continue;
-        }
-        let mut buf = AlignedBuf::new(cap.div_ceil(BLOCK) * BLOCK);
-        from.read_at(0, &mut buf).unwrap();
-        to.write_at(0, &buf).unwrap();
-    }
-    out
-}
-
-/// Makes `lsn` the end of the log kept in `a` and `b`: every byte from there on is zeroed and
-/// later segments are removed, as if nothing after it had reached either copy.
-fn cut_log(a: &MemStorage, b: &MemStorage, lsn: u64) {
-    let segs = live_segments(copy(a) as Arc<dyn Storage>, copy(b) as Arc<dyn Storage>).unwrap();
-    for s in &segs {
-        for st in [a, b] {
-            if s.base_lsn > lsn || (s.base_lsn == lsn && s.seq != segs[0].seq) {
-                st.remove(&s.name).unwrap();
-                continue;
-            }
-            if s.base_lsn + s.segment_bytes - BLOCK as u64 <= lsn {
-                continue;
-            }
-            let dev = st.open(&s.name, false).unwrap();
-            let from = BLOCK as u64 + (lsn - s.base_lsn);
-            let block = from / BLOCK as u64 * BLOCK as u64;
-            let mut buf = AlignedBuf::new(BLOCK);
-            dev.read_at(block, &mut buf).unwrap();
-            buf[(from - block) as usize..].fill(0);
-            dev.write_at(block, &buf).unwrap();
-            let rest = dev.capacity().saturating_sub(block + BLOCK as u64) as usize;
-            if rest > 0 {
-                dev.write_at(block + BLOCK as u64, &AlignedBuf::new(rest)).unwrap();
-            }
-        }
-    }
 }
 
 fn check(db: &Database, want: &Rows, ctx: &str) {
@@ -177,7 +130,8 @@ fn every_cut_of_an_unfinished_transaction_rolls_back() {
         }
         // Its records reach the log; its commit never does.
         log.wait_durable(log.record_log().end_lsn()).unwrap();
-        let (data_img, a_img, b_img) = (copy(&data), copy(&log_a), copy(&log_b));
+        let (data_img, a_img, b_img) =
+            (support::snapshot(&*data), support::snapshot(&*log_a), support::snapshot(&*log_b));
         drop(tx);
         drop(t);
         drop(db);
@@ -188,8 +142,9 @@ fn every_cut_of_an_unfinished_transaction_rolls_back() {
         }
         assert!(ends.len() > 5, "{ctx}: the transaction logged only {} records", ends.len() - 1);
         for (k, &end) in ends.iter().enumerate() {
-            let (d, a, b) = (copy(&data_img), copy(&a_img), copy(&b_img));
-            cut_log(&a, &b, end);
+            let (d, a, b) =
+                (support::snapshot(&*data_img), support::snapshot(&*a_img), support::snapshot(&*b_img));
+            support::cut_log(a.as_ref(), b.as_ref(), end);
             let ctx = format!(
                 "{ctx}: log cut after {k} of the transaction's {} records (LSN {end})",
                 ends.len() - 1

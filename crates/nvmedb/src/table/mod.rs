@@ -70,17 +70,65 @@ pub(crate) struct TxnShared {
     /// Takes a checkpoint if none is running; installed by the database, called when the log
     /// asks for one ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint)).
     pub(crate) checkpointer: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The database's storage, locked for this opener: it stays locked while any handle
+    /// (database, table, transaction) lives, so no second opener can write the files a
+    /// leftover handle still holds.
+    storage: Arc<dyn crate::io::Storage>,
+    /// Set when the last `Database` handle goes; every later change fails with `Closed`.
+    closed: std::sync::atomic::AtomicBool,
+    /// Changes hold it shared; closing takes it exclusively, so no change is half-way when the
+    /// database reports itself closed.
+    gate: std::sync::RwLock<()>,
 }
 
+/// Held while a change runs (see [`TxnShared::enter`]).
+pub(crate) type ChangeGuard<'a> = std::sync::RwLockReadGuard<'a, ()>;
+
 impl TxnShared {
-    pub(crate) fn new(log: Option<Arc<TxnLog>>, lock_options: LockOptions) -> Result<Self> {
+    pub(crate) fn new(
+        log: Option<Arc<TxnLog>>,
+        lock_options: LockOptions,
+        storage: Arc<dyn crate::io::Storage>,
+    ) -> Result<Self> {
         Ok(Self {
             log,
             locks: LockManager::new(lock_options)?,
             next_id: std::sync::atomic::AtomicU64::new(1),
             explicit_active: std::sync::atomic::AtomicUsize::new(0),
             checkpointer: std::sync::OnceLock::new(),
+            storage,
+            closed: std::sync::atomic::AtomicBool::new(false),
+            gate: std::sync::RwLock::new(()),
         })
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Closed(format!(
+            "the database at {} was closed (its last Database handle was closed or dropped); open it again",
+            self.storage.location()
+        ))
+    }
+
+    /// Fails with `Closed` once the database is closed (reads: a cheap check).
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(self.closed_error());
+        }
+        Ok(())
+    }
+
+    /// Admits one change: fails with `Closed` once the database is closed, and keeps it from
+    /// closing until the returned guard is dropped.
+    pub(crate) fn enter(&self) -> Result<ChangeGuard<'_>> {
+        let g = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        self.check_open()?;
+        Ok(g)
+    }
+
+    /// Marks the database closed once the changes in progress have finished.
+    pub(crate) fn close(&self) {
+        let _all = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Checkpoints when the log asks for it (the fast log's conventional ring is filling with
@@ -183,6 +231,7 @@ impl Table {
     ) -> Result<R> {
         let shared = &self.inner.txn;
         shared.checkpoint_if_wanted();
+        let _open = shared.enter()?;
         let txn = shared.begin();
         if let Err(e) = shared.locks.lock(txn, self.inner.id, pk, LockMode::Exclusive) {
             shared.locks.release_all(txn);
@@ -244,6 +293,19 @@ impl Table {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
         self.in_txn(txn, &pk, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
+    }
+
+    /// The primary-key value of `row` (an error if the row is too short to have one).
+    pub(crate) fn pk_of<'r>(&self, row: &'r [Value]) -> Result<&'r Value> {
+        let s = &self.inner.schema;
+        row.get(s.primary_key).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "table `{}` has {} columns, the row has {} values",
+                self.inner.name,
+                s.columns.len(),
+                row.len()
+            ))
+        })
     }
 
     /// Encoded primary key of `key` (for lock keys).
@@ -415,7 +477,7 @@ impl Table {
         let s = &self.inner.schema;
         let mut bytes = Vec::new();
         s.encode_row(&self.inner.name, row, &mut bytes)?;
-        let pk = self.pk_bytes(&row[s.primary_key])?;
+        let pk = self.pk_bytes(self.pk_of(row)?)?;
         self.check_index_entries(row, &pk)?;
         Ok((bytes, pk))
     }
@@ -506,6 +568,7 @@ impl Table {
     /// committing, and, while explicit transactions run, takes a shared lock on the key.
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
+        self.inner.txn.check_open()?;
         // Integer keys are encoded on the stack: a point read allocates nothing.
         let (int_pk, owned_pk);
         let pk: &[u8] = match key {
@@ -565,6 +628,7 @@ impl Table {
         mut f: impl FnMut(usize, Option<RowView<'_>>),
         between_stages: &mut dyn FnMut(),
     ) -> Result<()> {
+        self.inner.txn.check_open()?;
         self.check_poisoned()?;
         let shared = &self.inner.txn;
         let mut pks = Vec::with_capacity(READ_BATCH * 8);
@@ -834,6 +898,7 @@ impl Table {
     /// Full table scan in heap order until `f` returns `Ok(false)`. The row's page is latched
     /// while `f` runs: `f` must not modify this table.
     pub fn scan(&self, mut f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
+        self.inner.txn.check_open()?;
         let s = &self.inner.schema;
         self.inner.heap.scan(|_, b| f(RowView::new(s, b)))
     }
@@ -846,6 +911,7 @@ impl Table {
         parts: usize,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.inner.txn.check_open()?;
         if parts == 0 || part >= parts {
             return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
         }
@@ -864,6 +930,7 @@ impl Table {
         hi: Bound<&Value>,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.inner.txn.check_open()?;
         let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
             Ok(match b {
                 Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
@@ -881,6 +948,7 @@ impl Table {
 
     /// All rows whose column indexed by `index` equals `value`, in primary-key order.
     pub fn lookup(&self, index: &str, value: &Value) -> Result<Vec<Vec<Value>>> {
+        self.inner.txn.check_open()?;
         let s = &self.inner.schema;
         let pos = s
             .indexes
@@ -914,6 +982,7 @@ impl Table {
     /// entries, each entry points at a row with the right key, and every tree is well formed.
     /// Returns the number of rows.
     pub fn check_integrity(&self) -> Result<u64> {
+        self.inner.txn.check_open()?;
         let s = &self.inner.schema;
         let bad = |d: String| Error::Corruption {
             file: format!("t{}", self.inner.id),

@@ -21,6 +21,7 @@ pub mod workload;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The environment variable holding the first seed.
 pub const SEED_ENV: &str = "NVMEDB_TEST_SEED";
@@ -111,4 +112,53 @@ impl Drop for TmpDir {
         let _ = std::fs::remove_file(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Makes `lsn` the end of the duplexed file log kept in `a` and `b`: every byte from there on
+/// is zeroed and later segments are removed, as if nothing after it had reached either copy
+/// (a crash that lost the log's tail, or both copies truncated).
+pub fn cut_log(a: &dyn nvmedb::io::Storage, b: &dyn nvmedb::io::Storage, lsn: u64) {
+    use nvmedb::io::AlignedBuf;
+    const BLOCK: u64 = 4096;
+    let segs = nvmedb::wal::live_segments(snapshot(a), snapshot(b)).expect("live segments");
+    for s in &segs {
+        for st in [a, b] {
+            if s.base_lsn > lsn || (s.base_lsn == lsn && s.seq != segs[0].seq) {
+                st.remove(&s.name).expect("remove segment");
+                continue;
+            }
+            let dev = st.open(&s.name, false).expect("open segment");
+            let from = BLOCK + (lsn - s.base_lsn);
+            if from >= dev.capacity() {
+                continue;
+            }
+            let block = from / BLOCK * BLOCK;
+            let mut buf = AlignedBuf::new(BLOCK as usize);
+            dev.read_at(block, &mut buf).expect("read");
+            buf[(from - block) as usize..].fill(0);
+            dev.write_at(block, &buf).expect("write");
+            let rest = dev.capacity().saturating_sub(block + BLOCK) as usize;
+            if rest > 0 {
+                dev.write_at(block + BLOCK, &AlignedBuf::new(rest)).expect("write");
+            }
+            dev.sync().expect("sync");
+        }
+    }
+}
+
+/// A copy in memory of every device of `s`.
+pub fn snapshot(s: &dyn nvmedb::io::Storage) -> Arc<nvmedb::io::MemStorage> {
+    use nvmedb::io::{AlignedBuf, MemStorage, Storage};
+    let out = Arc::new(MemStorage::new());
+    for name in s.list().expect("list") {
+        let from = s.open(&name, false).expect("open");
+        let to = out.open(&name, true).expect("create");
+        let cap = from.capacity() as usize;
+        if cap > 0 {
+            let mut buf = AlignedBuf::new(cap.div_ceil(4096) * 4096);
+            from.read_at(0, &mut buf).expect("read");
+            to.write_at(0, &buf).expect("write");
+        }
+    }
+    out
 }
