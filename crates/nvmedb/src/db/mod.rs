@@ -114,7 +114,10 @@ pub struct Options {
     pub pin_indexes: bool,
     /// Optional background writer for the table pool.
     pub background_writer: Option<BackgroundWriter>,
-    /// Create the database if the storage holds none.
+    /// Create the database if the storage holds none (on by default). Creating is safe to
+    /// leave on: only a missing or empty directory is created into (one holding other files is
+    /// refused), and an open that fails while creating removes everything it created. Turn it
+    /// off to make a missing database an error ([`Error::NotFound`]).
     pub create_if_missing: bool,
     /// Keep a write-ahead log (on by default for [`Database::open`]): every change is a
     /// transaction that is durable when it returns, and a crash loses nothing acknowledged.

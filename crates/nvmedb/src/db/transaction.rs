@@ -73,14 +73,14 @@ impl Transaction {
 
     /// Reads and decodes the row with primary key `key` under a shared lock.
     pub fn get(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
-        self.read(table, key, |r| r.to_values())
+        self.read(table, key, |r| r.try_values())?.transpose()
     }
 
     /// Reads the row for update (exclusive lock at once, avoiding S→X upgrade deadlocks).
     pub fn get_for_update(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
         self.shared.check_open()?;
         let k = self.lock(table, key, LockMode::Exclusive)?;
-        table.txn_read(&k, |r| r.to_values())
+        table.txn_read(&k, |r| r.try_values())?.transpose()
     }
 
     /// Inserts a row.

@@ -339,7 +339,12 @@ impl Table {
         let pk = &op.pk;
         let _k = self.key_lock(pk);
         let holds_key = |rid: RowId| -> Result<bool> {
-            Ok(self.inner.heap.read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?.unwrap_or(false))
+            Ok(self
+                .inner
+                .heap
+                .read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?
+                .transpose()?
+                .unwrap_or(false))
         };
         let cur_rid = self.rid_for(pk)?;
         let logged_rid = (op.rid != u64::MAX).then(|| RowId::from_bytes(&op.rid.to_le_bytes())).flatten();
@@ -360,12 +365,12 @@ impl Table {
             Some(rid) => self.inner.heap.read(rid, |b| b.to_vec())?,
             None => None,
         };
-        let value_of = |row: &[u8], col: usize| RowView::new(s, row).value(col);
+        let value_of = |row: &[u8], col: usize| RowView::new(s, row).try_value(col);
         // 1. Secondary entries the operation or a later state left that `before` lacks.
         for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-            let want = op.before.as_deref().map(|b| value_of(b, ix.column));
+            let want = op.before.as_deref().map(|b| value_of(b, ix.column)).transpose()?;
             for row in [op.after.as_deref(), cur_row.as_deref()].into_iter().flatten() {
-                let v = value_of(row, ix.column);
+                let v = value_of(row, ix.column)?;
                 if Some(&v) != want.as_ref() {
                     tree.delete(&Schema::secondary_key_bytes(&v, pk))?;
                 }
@@ -402,7 +407,7 @@ impl Table {
             self.inner.primary.upsert(pk, &rid.to_bytes())?;
         }
         for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-            tree.upsert(&Schema::secondary_key_bytes(&value_of(before, ix.column), pk), &rid.to_bytes())?;
+            tree.upsert(&Schema::secondary_key_bytes(&value_of(before, ix.column)?, pk), &rid.to_bytes())?;
         }
         Ok(())
     }
@@ -565,7 +570,11 @@ impl Table {
     /// Reads the row with primary key `key`, passing a zero-copy view to `f`.
     ///
     /// The read sees only committed data: it waits for a change of the same key that is still
-    /// committing, and, while explicit transactions run, takes a shared lock on the key.
+    /// committing, and, while explicit transactions run, takes a shared lock on the key. That
+    /// lock wait can fail like a transaction's: with [`Error::LockTimeout`] or
+    /// [`Error::Deadlock`] (both [`Error::is_retryable`]) when a transaction holds the key
+    /// exclusively for longer than the lock timeout; retry the read. Once the database is
+    /// closed it fails with [`Error::Closed`].
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
@@ -692,8 +701,9 @@ impl Table {
                 };
                 let found = self.inner.heap.read(rid, |bytes| {
                     let v = RowView::new(s, bytes);
-                    self.has_pk(&v, pk(j)).then(|| f(i, Some(v))).is_some()
+                    Ok::<_, Error>(self.has_pk(&v, pk(j))?.then(|| f(i, Some(v))).is_some())
                 })?;
+                let found = found.transpose()?;
                 if found != Some(true) && self.read_pk(pk(j), |v| f(i, Some(v)))?.is_none() {
                     f(i, None);
                 }
@@ -702,13 +712,14 @@ impl Table {
         Ok(())
     }
 
-    /// True if the row `v` has primary key `pk` (encoded).
-    fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> bool {
+    /// True if the row `v` has primary key `pk` (encoded); an error for a row that does not
+    /// match the schema.
+    fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> Result<bool> {
         let s = &self.inner.schema;
-        match s.columns[s.primary_key].ty {
-            ColumnType::Int => crate::btree::key::encode_i64(v.int(s.primary_key)) == pk,
-            _ => v.bytes(s.primary_key) == pk,
-        }
+        Ok(match s.columns[s.primary_key].ty {
+            ColumnType::Int => crate::btree::key::encode_i64(v.try_int(s.primary_key)?) == pk,
+            _ => v.try_bytes(s.primary_key)? == pk,
+        })
     }
 
     /// Follows the primary index to the row and checks it is the row asked for. Readers take
@@ -723,9 +734,9 @@ impl Table {
             let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
             let got = self.inner.heap.read(rid, |b| {
                 let v = RowView::new(s, b);
-                self.has_pk(&v, pk).then(|| (f.take().expect("called once"))(v))
+                Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(v)))
             })?;
-            if let Some(Some(r)) = got {
+            if let Some(Some(r)) = got.transpose()? {
                 return Ok(Some(r));
             }
             last = Some(rid);
@@ -734,9 +745,11 @@ impl Table {
         Err(self.dangling(last.expect("at least one attempt")))
     }
 
-    /// The row with primary key `key`, decoded.
+    /// The row with primary key `key`, decoded. Like [`Table::read`], it can fail with a
+    /// retryable lock error ([`Error::is_retryable`]) while explicit transactions run; a row
+    /// that does not match the schema is [`Error::Corruption`].
     pub fn get(&self, key: &Value) -> Result<Option<Vec<Value>>> {
-        self.read(key, |r| r.to_values())
+        self.read(key, |r| r.try_values())?.transpose()
     }
 
     /// Replaces the row with the same primary key. Returns false if there is none. On an I/O
@@ -763,7 +776,7 @@ impl Table {
         };
         let old_values: Vec<Value> = {
             let v = RowView::new(s, &old_row);
-            s.indexes.iter().map(|ix| v.value(ix.column)).collect()
+            s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         let op = TxnOp {
             txn,
@@ -864,7 +877,7 @@ impl Table {
         };
         let old_values: Vec<Value> = {
             let v = RowView::new(s, &old_row);
-            s.indexes.iter().map(|ix| v.value(ix.column)).collect()
+            s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         let rid_bytes = u64::from_le_bytes(rid.to_bytes());
         let op = TxnOp {
@@ -971,8 +984,13 @@ impl Table {
         for pk in pks {
             // The row may have changed since the index entry was copied: keep it only if it
             // still has the value looked for.
-            if let Some(Some(r)) = self.read_pk(&pk, |r| (r.value(col) == *value).then(|| r.to_values()))? {
-                rows.push(r);
+            let row = self.read_pk(&pk, |r| match r.try_value(col) {
+                Ok(v) if v == *value => Some(r.try_values()),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })?;
+            if let Some(Some(r)) = row {
+                rows.push(r?);
             }
         }
         Ok(rows)
@@ -995,13 +1013,13 @@ impl Table {
         self.inner.heap.scan(|rid, b| {
             rows += 1;
             let v = RowView::new(s, b);
-            let pk = s.primary_key_bytes(&self.inner.name, &v.value(s.primary_key))?;
+            let pk = s.primary_key_bytes(&self.inner.name, &v.try_value(s.primary_key)?)?;
             if self.inner.primary.get_with(&pk, RowId::from_bytes)?.flatten() != Some(rid) {
                 problems = Some(bad(format!("row at {rid:?} has no matching primary index entry")));
                 return Ok(false);
             }
             for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-                let k = Schema::secondary_key_bytes(&v.value(ix.column), &pk);
+                let k = Schema::secondary_key_bytes(&v.try_value(ix.column)?, &pk);
                 if tree.get_with(&k, RowId::from_bytes)?.flatten() != Some(rid) {
                     problems = Some(bad(format!("row at {rid:?} has no entry in index `{}`", ix.name)));
                     return Ok(false);
