@@ -333,7 +333,8 @@ fn used_entry_bytes(p: &[u8]) -> usize {
 
 /// Bytes still available for entries (after compaction), counting their slot.
 pub fn free_space(p: &[u8]) -> usize {
-    p.len() - PAGE_TRAILER_BYTES - SLOTS - count(p) * SLOT_BYTES - used_entry_bytes(p)
+    // Saturating: on a damaged node (overlapping entries) the sum can exceed the page.
+    (p.len() - PAGE_TRAILER_BYTES - SLOTS).saturating_sub(count(p) * SLOT_BYTES + used_entry_bytes(p))
 }
 
 /// Space an entry of this key and value needs, including its slot.

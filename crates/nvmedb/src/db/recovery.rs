@@ -181,6 +181,17 @@ pub(crate) fn redo(
                     offset: rec.lsn,
                     detail: "page-change record does not decode".into(),
                 })?;
+                let ps = if tag == TAG_TABLE { cache.table_page } else { cache.index_page };
+                if m.page_size != ps {
+                    return Err(Error::Corruption {
+                        file: "write-ahead log".into(),
+                        offset: rec.lsn,
+                        detail: format!(
+                            "page-change record for {}-byte pages in a database of {ps}-byte pages",
+                            m.page_size
+                        ),
+                    });
+                }
                 if let Some(a) = &m.annotation {
                     let op = TxnOp::decode(a)?;
                     max_txn = max_txn.max(op.txn);

@@ -16,6 +16,7 @@
 //! Each test binary compiles this module; what one binary does not use is not dead code.
 #![allow(dead_code)]
 
+pub mod decoders;
 pub mod kill;
 pub mod workload;
 
