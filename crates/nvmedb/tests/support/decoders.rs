@@ -90,15 +90,13 @@ pub fn feed_page(b: &[u8]) {
     PageHeader::seal(&mut page);
     let _ = PageHeader::verify(&page, "fuzz", 0, 3, 7);
     match PageHeader::page_type_of(&page) {
-        Some(PageType::Heap) => {
-            if slotted::check(&page).is_ok() {
-                for i in slotted::live_slots(&page) {
-                    let _ = slotted::get(&page, i);
-                }
-                let _ = slotted::free_space(&page);
-                let mut copy = page.clone();
-                let _ = slotted::insert(&mut copy, &[9; 40]);
+        Some(PageType::Heap) if slotted::check(&page).is_ok() => {
+            for i in slotted::live_slots(&page) {
+                let _ = slotted::get(&page, i);
             }
+            let _ = slotted::free_space(&page);
+            let mut copy = page.clone();
+            let _ = slotted::insert(&mut copy, &[9; 40]);
         }
         Some(PageType::BtreeLeaf | PageType::BtreeInner) => {
             for i in 0..node::count(&page).min(PAGE) {
