@@ -196,6 +196,9 @@ fn run_kill9(log: &str) {
         };
         let db = Database::open(dir, roomy).unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
         let rep = db.recovery_report().clone();
+        if std::env::var("NVMEDB_KILL_DEBUG").is_ok() {
+            eprintln!("{ctx}: threads {threads}, acked {acked:?}, before {committed:?}, recovery {rep:?}");
+        }
         let now = workload::verify(&db, workload_seed, &bounds).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         db.close().unwrap();
         total_commits += now.iter().map(|(c, n)| n - committed.get(c).copied().unwrap_or(0)).sum::<u64>();

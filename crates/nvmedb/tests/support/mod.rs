@@ -55,6 +55,11 @@ pub fn replay(seed: u64, iters: u64) -> String {
     format!("replay: {SEED_ENV}={seed} {ITERS_ENV}={iters}")
 }
 
+/// The target's temporary directory (on the disk the tests build on, where O_DIRECT works).
+fn disk_tmp() -> PathBuf {
+    option_env!("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir)
+}
+
 /// A unique scratch path (a directory once created), removed with everything under it when
 /// dropped. Under the target's temporary directory, or on tmpfs with [`TmpDir::on_tmpfs`].
 pub struct TmpDir(PathBuf);
