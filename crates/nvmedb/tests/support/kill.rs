@@ -46,7 +46,7 @@ pub fn spawn(test_name: &str, role: &str, envs: &[(&str, String)]) -> KillChild 
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
+            if tx.send(strip_harness_prefix(line)).is_err() {
                 break;
             }
         }
@@ -108,6 +108,15 @@ impl KillChild {
             Some(9) => Ok(()),
             _ => Err(format!("child {} ended with {status}, not by the kill", self.child.id())),
         }
+    }
+}
+
+/// The test harness prints `test <name> ... ` without a newline when the child's test starts,
+/// so the child's first line arrives glued to it: give the child's own text only.
+fn strip_harness_prefix(line: String) -> String {
+    match line.strip_prefix("test ").and_then(|rest| rest.find(" ... ").map(|i| i + 5 + " ... ".len())) {
+        Some(at) => line[at..].to_string(),
+        None => line,
     }
 }
 
