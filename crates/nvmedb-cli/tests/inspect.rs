@@ -35,6 +35,8 @@ fn inspect_shows_catalog_pages_and_corruption() {
     for i in 0..1000 {
         t.insert(&[Value::Int(i), Value::Int(i * 2), Value::from("row")]).unwrap();
     }
+    // The directory stays locked while any handle of the database lives.
+    drop(t);
     db.close().unwrap();
     let d = dir.to_str().unwrap();
 

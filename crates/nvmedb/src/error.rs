@@ -65,6 +65,10 @@ pub enum Error {
     /// Replication failed: a standby link, the handshake, fencing, or a commit that the
     /// standbys did not confirm in time.
     Replication(crate::repl::ReplError),
+    /// The database this handle belongs to was closed (its last `Database` handle was closed
+    /// or dropped): a `Table` or `Transaction` kept past that refuses work instead of
+    /// acknowledging changes nobody will recover. Open the database again.
+    Closed(String),
 }
 
 impl Error {
@@ -96,6 +100,7 @@ impl fmt::Display for Error {
                 write!(f, "lock timeout: transaction {txn} waited {waited:?} for {mode:?} lock on {key}")
             }
             Error::Replication(e) => write!(f, "replication: {e}"),
+            Error::Closed(m) => write!(f, "closed: {m}"),
         }
     }
 }

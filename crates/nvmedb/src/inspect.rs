@@ -101,14 +101,18 @@ pub fn describe_page(
     );
     match h.page_type {
         PageType::Heap => {
+            if let Err(e) = slotted::check(&buf) {
+                // A damaged slot directory: its sizes and rows cannot be trusted.
+                let _ = writeln!(out, "  slots {}, layout {e}", slotted::slot_count(&buf));
+                return Ok(out);
+            }
             let live: Vec<usize> = slotted::live_slots(&buf).collect();
             let _ = writeln!(
                 out,
-                "  slots {}, live rows {}, free {} B, layout {}",
+                "  slots {}, live rows {}, free {} B, layout ok",
                 slotted::slot_count(&buf),
                 live.len(),
                 slotted::free_space(&buf),
-                slotted::check(&buf).err().unwrap_or_else(|| "ok".into())
             );
             for &slot in live.iter().take(8) {
                 let row = slotted::get(&buf, slot).unwrap_or_default();
@@ -116,12 +120,13 @@ pub fn describe_page(
                     Some(s) => {
                         let v = RowView::new(s, row);
                         let vals: Vec<String> = (0..s.columns.len())
-                            .map(|c| match v.value(c) {
-                                crate::Value::Int(i) => i.to_string(),
-                                crate::Value::Bytes(b) => format!(
+                            .map(|c| match v.try_value(c) {
+                                Ok(crate::Value::Int(i)) => i.to_string(),
+                                Ok(crate::Value::Bytes(b)) => format!(
                                     "'{}'",
                                     String::from_utf8_lossy(&b[..b.len().min(24)]).trim_end_matches('\0')
                                 ),
+                                Err(e) => format!("<{e}>"),
                             })
                             .collect();
                         let _ = writeln!(out, "    slot {slot}: ({})", vals.join(", "));
@@ -136,23 +141,37 @@ pub fn describe_page(
             }
         }
         PageType::BtreeLeaf | PageType::BtreeInner => {
+            // A damaged node is shown without trusting it: sizes and entries only where they
+            // lie inside the page.
             let n = node::count(&buf);
             let leaf = node::is_leaf(&buf);
             let link = node::link(&buf);
             let link = if link == node::NO_PAGE { "none".to_string() } else { link.to_string() };
+            let layout = node::check(&buf);
+            let free = match layout {
+                Ok(()) => format!("{} B", node::free_space(&buf)),
+                Err(_) => "unknown".into(),
+            };
             let _ = writeln!(
                 out,
-                "  level {}, {} entries, free {} B, {} {link}, layout {}",
+                "  level {}, {} entries, free {free}, {} {link}, layout {}",
                 node::level(&buf),
                 n,
-                node::free_space(&buf),
                 if leaf { "right sibling" } else { "leftmost child" },
-                node::check(&buf).err().unwrap_or_else(|| "ok".into())
+                layout.err().unwrap_or_else(|| "ok".into())
             );
             for i in (0..n).take(6).chain(n.saturating_sub(2).max(6)..n) {
-                let v = node::value(&buf, i);
-                let val = if leaf { hex(v) } else { format!("child {}", node::child(&buf, i)) };
-                let _ = writeln!(out, "    [{i}] key {} -> {val}", hex(node::key(&buf, i)));
+                let Some((k, v)) = node::entry_checked(&buf, i) else {
+                    let _ = writeln!(out, "    [{i}] (outside the page)");
+                    continue;
+                };
+                let val = match (leaf, v.get(..8)) {
+                    (false, Some(c)) if v.len() == 8 => {
+                        format!("child {}", u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    }
+                    _ => hex(v),
+                };
+                let _ = writeln!(out, "    [{i}] key {} -> {val}", hex(k));
             }
         }
         PageType::Meta => {}

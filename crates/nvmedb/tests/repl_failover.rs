@@ -9,7 +9,9 @@
 //!   and the tables' indexes agree with their rows;
 //! - lazy: counts and prints the acknowledged commits that were lost (may be non-zero).
 //!
-//! Iterations: `NVMEDB_FAILOVER_ITERS` (default 20 per mode); seed: `NVMEDB_FAILOVER_SEED`.
+//! Iterations: `NVMEDB_TEST_ITERS` (default 20 per mode); seed: `NVMEDB_TEST_SEED`.
+
+mod support;
 
 use nvmedb::repl::{
     open_primary, parse_mode, seed_standby, MirrorConfig, ReplConfig, Standby, StandbyConfig, StandbyPolicy,
@@ -17,14 +19,12 @@ use nvmedb::repl::{
 use nvmedb::util::Rng;
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
+use support::kill;
 
 const ROWS: i64 = 100;
 const SECRET: &[u8] = b"failover-secret";
-const CHILD_ENV: &str = "NVMEDB_FAILOVER_CHILD_DIR";
 
 fn options() -> Options {
     Options {
@@ -48,7 +48,7 @@ fn roomy() -> Options {
 /// Child mode: the primary, running transactions until killed.
 #[test]
 fn failover_child_entry() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let Some(dir) = kill::child_role() else { return };
     let addrs: Vec<String> =
         std::env::var("NVMEDB_FAILOVER_ADDRS").unwrap().split(',').map(String::from).collect();
     let mode_name = std::env::var("NVMEDB_FAILOVER_MODE").unwrap();
@@ -101,10 +101,8 @@ fn failover_child_entry() {
     });
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let base =
-        std::env::var("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
-    base.join(format!("nvmedb-failover-{name}-{}", std::process::id()))
+fn tmp(name: &str) -> support::TmpDir {
+    support::TmpDir::path_only(&format!("failover-{name}"))
 }
 
 fn create_primary(dir: &Path) {
@@ -161,16 +159,17 @@ fn rounds(mode: &str, n: usize, iters: u64, seed: u64) -> (usize, usize) {
     let (mut total_acked, mut total_lost) = (0, 0);
     for iter in 0..iters {
         let ctx = format!(
-            "{mode} iteration {iter} (replay: NVMEDB_FAILOVER_SEED={seed} NVMEDB_FAILOVER_ITERS={})",
-            iter + 1
+            "{mode} iteration {iter} ({} cargo test -p nvmedb --test repl_failover)",
+            support::replay(seed, iter + 1)
         );
-        let p = tmp(&format!("{mode}-p"));
+        let p_dir = tmp(&format!("{mode}-p"));
+        let p = p_dir.path().to_path_buf();
         create_primary(&p);
-        let dirs: Vec<PathBuf> = (0..n).map(|i| tmp(&format!("{mode}-s{i}"))).collect();
+        let dir_guards: Vec<support::TmpDir> = (0..n).map(|i| tmp(&format!("{mode}-s{i}"))).collect();
+        let dirs: Vec<PathBuf> = dir_guards.iter().map(|d| d.path().to_path_buf()).collect();
         let standbys: Vec<Standby> = dirs
             .iter()
             .map(|d| {
-                let _ = std::fs::remove_dir_all(d);
                 seed_standby(&p, d).unwrap();
                 Standby::start(StandbyConfig {
                     listen: "127.0.0.1:0".into(),
@@ -183,36 +182,32 @@ fn rounds(mode: &str, n: usize, iters: u64, seed: u64) -> (usize, usize) {
             })
             .collect();
         let addrs: Vec<String> = standbys.iter().map(|s| s.addr().to_string()).collect();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["failover_child_entry", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &p)
-            .env("NVMEDB_FAILOVER_ADDRS", addrs.join(","))
-            .env("NVMEDB_FAILOVER_MODE", mode)
-            .env("NVMEDB_FAILOVER_CHILD_SEED", (seed * 1000 + iter).to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let kill_after = rng.range(1, 400);
-        let mut lines = BufReader::new(stdout).lines();
+        let mut child = kill::spawn(
+            "failover_child_entry",
+            p.to_str().expect("utf-8 path"),
+            &[
+                ("NVMEDB_FAILOVER_ADDRS", addrs.join(",")),
+                ("NVMEDB_FAILOVER_MODE", mode.to_string()),
+                ("NVMEDB_FAILOVER_CHILD_SEED", (seed * 1000 + iter).to_string()),
+            ],
+        );
+        let kill_after = rng.range(1, 400) as usize;
         let mut acked = BTreeSet::new();
-        while let Some(Ok(line)) = lines.next() {
-            if let Some(h) = line.strip_prefix("ACK ") {
-                acked.insert(h.parse::<i64>().unwrap());
-                if acked.len() as u64 >= kill_after {
-                    break;
-                }
-            }
-        }
-        child.kill().unwrap(); // SIGKILL
-                               // Acknowledgements already in the pipe count too.
-        for line in lines.map_while(Result::ok) {
+        let mut note = |line: &str| {
             if let Some(h) = line.strip_prefix("ACK ") {
                 acked.insert(h.parse::<i64>().unwrap());
             }
-        }
-        let _ = child.wait();
+            acked.len()
+        };
+        child
+            .read_until(Duration::from_secs(120), |l| note(l) >= kill_after)
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        // Acknowledgements already in the pipe count too.
+        child
+            .kill(|l| {
+                note(l);
+            })
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert!(!acked.is_empty(), "{ctx}: the child acknowledged nothing");
         // Promote the standby that holds the most (for quorum, the one the quorum guarantees).
         let best = (0..n).max_by_key(|&i| standbys[i].position()).unwrap();
@@ -231,23 +226,17 @@ fn rounds(mode: &str, n: usize, iters: u64, seed: u64) -> (usize, usize) {
         total_lost += lost;
         drop(db);
         drop(standbys);
-        let _ = std::fs::remove_dir_all(&p);
-        for d in &dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
+        drop((p_dir, dir_guards));
     }
     (total_acked, total_lost)
 }
 
 fn iters() -> u64 {
-    std::env::var("NVMEDB_FAILOVER_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(20)
+    support::iters(20)
 }
 
 fn seed() -> u64 {
-    std::env::var("NVMEDB_FAILOVER_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| Rng::seed_from_time() % 1_000_000)
+    support::seed_or_random()
 }
 
 #[test]

@@ -4,9 +4,10 @@
 //! out of order). After reopening, every acknowledged record is present, intact and in
 //! order; every record found is one that was appended at that LSN (nothing after the end is
 //! garbage); records recovered once never disappear later; truncation and segment recycling run
-//! throughout. Seeds: `NVMEDB_WAL_SEED` (first, default 0) and `NVMEDB_WAL_SEEDS` (count,
+//! throughout. Seeds: `NVMEDB_TEST_SEED` (first, default 0) and `NVMEDB_TEST_ITERS` (count,
 //! default 1000).
 
+mod support;
 mod wal_common;
 
 use nvmedb::util::Rng;
@@ -17,10 +18,6 @@ use std::sync::{Arc, Mutex};
 use wal_common::{dynp, payload, read_all, sim_pair, CutStorage};
 
 static STATS: Mutex<Vec<(usize, usize, usize)>> = Mutex::new(Vec::new());
-
-fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 #[derive(Default)]
 struct RoundLog {
@@ -157,11 +154,11 @@ fn run_seed(seed: u64) {
 
 #[test]
 fn wal_acknowledged_records_survive_power_cuts_and_torn_writes() {
-    let first = env_u64("NVMEDB_WAL_SEED", 0);
-    let count = env_u64("NVMEDB_WAL_SEEDS", 1000);
+    let first = support::seed(0);
+    let count = support::iters(1000);
     for seed in first..first + count {
         if std::panic::catch_unwind(|| run_seed(seed)).is_err() {
-            panic!("crash test failed at seed {seed}; replay: NVMEDB_WAL_SEED={seed} NVMEDB_WAL_SEEDS=1 cargo test -p nvmedb --test wal_crash");
+            panic!("crash test failed at seed {seed}; replay: NVMEDB_TEST_SEED={seed} NVMEDB_TEST_ITERS=1 cargo test -p nvmedb --test wal_crash");
         }
     }
     let st = STATS.lock().unwrap();

@@ -3,8 +3,9 @@
 //! parent kills the child with SIGKILL after a seeded number of acknowledgements, reopens the
 //! log, and checks that every acknowledged record is present and intact. The log accumulates
 //! across iterations, so every iteration also recovers the previous ones' crashes.
-//! `NVMEDB_WAL_KILL_ITERS` (default 20) and `NVMEDB_WAL_SEED` control it.
+//! `NVMEDB_TEST_ITERS` (default 20) and `NVMEDB_TEST_SEED` control it.
 
+mod support;
 mod wal_common;
 
 use nvmedb::io::Storage;
@@ -12,13 +13,12 @@ use nvmedb::io::{DirStorage, FileOptions};
 use nvmedb::util::Rng;
 use nvmedb::wal::{FileLog, LogReader, LogSink, WalOptions};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::kill;
 use wal_common::payload;
-
-const CHILD_ENV: &str = "NVMEDB_WAL_KILL_CHILD_DIR";
 
 fn storages(dir: &Path) -> (Arc<dyn Storage>, Arc<dyn Storage>) {
     let a: Arc<dyn Storage> =
@@ -40,7 +40,7 @@ fn opts() -> WalOptions {
 /// The child: commits until killed (or a bound, if the parent died).
 #[test]
 fn wal_kill_child_entry() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let Some(dir) = kill::child_role() else { return };
     let iter: u64 = std::env::var("NVMEDB_WAL_KILL_ITER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let (a, b) = storages(Path::new(&dir));
     let log = Arc::new(FileLog::open(a, b, opts()).expect("child open"));
@@ -69,59 +69,56 @@ fn wal_kill_child_entry() {
 
 #[test]
 fn wal_acknowledged_records_survive_kill_9() {
-    if std::env::var(CHILD_ENV).is_ok() {
+    if kill::child_role().is_some() {
         return;
     }
-    let iters: u64 = std::env::var("NVMEDB_WAL_KILL_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let seed: u64 = std::env::var("NVMEDB_WAL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let iters = support::iters(20);
+    let seed = support::seed(1);
     let mut rng = Rng::new(seed);
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("wal-kill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
+    let tmp = support::TmpDir::new("wal-kill");
+    let dir = tmp.path().to_path_buf();
     // lsn -> (iteration, thread, index, len)
     let mut acked: BTreeMap<u64, (u64, u64, u64, usize)> = BTreeMap::new();
     for iter in 0..iters {
-        let kill_after = rng.range(1, 400);
-        let mut child = Command::new(&exe)
-            .args(["--exact", "wal_kill_child_entry", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &dir)
-            .env("NVMEDB_WAL_KILL_ITER", iter.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
+        let ctx = format!(
+            "iteration {iter} ({} cargo test -p nvmedb --test wal_kill)",
+            support::replay(seed, iter + 1)
+        );
+        let kill_after = rng.range(1, 400) as usize;
+        let mut child = kill::spawn(
+            "wal_kill_child_entry",
+            dir.to_str().expect("utf-8 path"),
+            &[("NVMEDB_WAL_KILL_ITER", iter.to_string())],
+        );
         let mut seen = 0;
-        let mut killed = false;
-        while let Some(Ok(line)) = lines.next() {
+        let mut note = |line: &str| {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.first() == Some(&"ack") && f.len() == 5 {
                 let v: Vec<u64> = f[1..].iter().map(|x| x.parse().unwrap()).collect();
                 acked.insert(v[0], (iter, v[1], v[2], v[3] as usize));
                 seen += 1;
-                if seen == kill_after && !killed {
-                    child.kill().unwrap(); // SIGKILL
-                    killed = true;
-                }
             }
-        }
-        child.wait().unwrap();
+            seen
+        };
+        child
+            .read_until(Duration::from_secs(120), |l| note(l) >= kill_after)
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        child
+            .kill(|l| {
+                note(l);
+            })
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let (a, b) = storages(&dir);
         let got: BTreeMap<u64, Vec<u8>> = LogReader::open(a, b, 0)
-            .unwrap_or_else(|e| panic!("seed {seed} iter {iter}: open reader: {e}"))
+            .unwrap_or_else(|e| panic!("{ctx}: open reader: {e}"))
             .map(|r| r.map(|r| (r.lsn, r.payload)))
             .collect::<nvmedb::Result<_>>()
-            .unwrap_or_else(|e| panic!("seed {seed} iter {iter}: read: {e}"));
+            .unwrap_or_else(|e| panic!("{ctx}: read: {e}"));
         for (lsn, (it, t, i, len)) in &acked {
-            let p = got
-                .get(lsn)
-                .unwrap_or_else(|| panic!("seed {seed} iter {iter}: acknowledged LSN {lsn} lost"));
-            assert!(*p == payload(it << 8 | t, *i, *len), "seed {seed} iter {iter}: LSN {lsn} corrupted");
+            let p = got.get(lsn).unwrap_or_else(|| panic!("{ctx}: acknowledged LSN {lsn} lost"));
+            assert!(*p == payload(it << 8 | t, *i, *len), "{ctx}: LSN {lsn} corrupted");
         }
     }
     eprintln!("kill -9: {iters} iterations, {} acknowledged records verified", acked.len());
     assert!(acked.len() as u64 >= iters, "the children acknowledged too little to test anything");
-    let _ = std::fs::remove_dir_all(&dir);
 }

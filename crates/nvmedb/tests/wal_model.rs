@@ -2,17 +2,14 @@
 //! the segment limit), wait, truncate, read-from, clean reopen and crash-reopen, checked against
 //! a plain `Vec` of records: reads return exactly the model's records from the requested LSN;
 //! after a crash the log holds the confirmed records plus a prefix of the unconfirmed ones.
-//! Seeds: `NVMEDB_WAL_SEED` (first) and `NVMEDB_WAL_MODEL_SEEDS` (count, default 150).
+//! Seeds: `NVMEDB_TEST_SEED` (first) and `NVMEDB_TEST_ITERS` (count, default 150).
 
+mod support;
 mod wal_common;
 
 use nvmedb::util::Rng;
 use nvmedb::wal::{FileLog, LogRecord, LogSink, WalOptions, KIND_DATA, KIND_USER_MIN};
 use wal_common::{dynp, sim_pair};
-
-fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn run(seed: u64) {
     let mut rng = Rng::new(seed);
@@ -105,11 +102,11 @@ fn promote(confirmed: &mut Vec<LogRecord>, pending: &mut Vec<LogRecord>, durable
 
 #[test]
 fn wal_log_matches_a_vec_of_records_under_random_operations() {
-    let first = env_u64("NVMEDB_WAL_SEED", 0);
-    let count = env_u64("NVMEDB_WAL_MODEL_SEEDS", 150);
+    let first = support::seed(0);
+    let count = support::iters(150);
     for seed in first..first + count {
         if std::panic::catch_unwind(|| run(seed)).is_err() {
-            panic!("model test failed at seed {seed}; replay: NVMEDB_WAL_SEED={seed} NVMEDB_WAL_MODEL_SEEDS=1 cargo test -p nvmedb --test wal_model");
+            panic!("model test failed at seed {seed}; replay: NVMEDB_TEST_SEED={seed} NVMEDB_TEST_ITERS=1 cargo test -p nvmedb --test wal_model");
         }
     }
 }

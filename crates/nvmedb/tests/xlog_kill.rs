@@ -1,23 +1,26 @@
 //! Fast log path (xlog): crash protocol against a real process kill.
 //!
-//! The test re-runs its own binary as a child (`XLOG_KILL_CHILD=<dir>`): the child writes the
+//! The test re-runs its own binary as a child (`support::kill`): the child writes the
 //! stream from several threads with `x_alloc`/`x_free`, `x_fsync`s, and prints `ACK <lsn>` for
 //! every acknowledged position. The parent reads acknowledgements, kills the child with SIGKILL
 //! mid-stream, reopens the log (recovery destages the ring) and checks that every acknowledged
 //! byte is on the conventional side and that the recovered stream is exactly what was written.
+//! Seed: `NVMEDB_TEST_SEED` (default: from the clock, printed on failure); kill rounds:
+//! `NVMEDB_TEST_ITERS` (default 3).
+
+mod support;
 
 use nvmedb::io::{check_alignment, Device, DeviceInfo, IoError, IoOpKind, IoResult};
 use nvmedb::util::Rng;
 use nvmedb::xlog::{XLog, XLogConfig};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use support::kill;
 
-const CHILD_ENV: &str = "XLOG_KILL_CHILD";
 const TEST_NAME: &str = "xlog_kill9_recovers_every_acknowledged_byte";
 
 fn byte_at(pos: u64) -> u8 {
@@ -100,7 +103,7 @@ fn cfg(dir: &Path) -> XLogConfig {
 fn child(dir: PathBuf) -> ! {
     let dev = Arc::new(FileDev::open(&dir.join("conv")));
     let log = Arc::new(XLog::open(cfg(&dir), dev).expect("child open"));
-    let seed: u64 = std::env::var("XLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let seed: u64 = std::env::var("XLOG_CHILD_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
     let mut hs = Vec::new();
     for t in 0..3u64 {
         let log = Arc::clone(&log);
@@ -134,79 +137,51 @@ fn child(dir: PathBuf) -> ! {
 
 #[test]
 fn xlog_kill9_recovers_every_acknowledged_byte() {
-    if let Ok(dir) = std::env::var(CHILD_ENV) {
+    if let Some(dir) = kill::child_role() {
         child(PathBuf::from(dir));
     }
-    let seed =
-        std::env::var("XLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(Rng::seed_from_time);
-    eprintln!("xlog kill seed {seed}");
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    let dir = base.join(format!("nvmedb-xlog-kill-{}-{seed}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
+    let seed = support::seed_or_random();
+    let rounds = support::iters(3);
+    let tmp = support::TmpDir::on_tmpfs("xlog-kill");
+    std::fs::create_dir_all(tmp.path()).expect("mkdir");
+    let dir = tmp.path().to_path_buf();
     let mut max_ack = 0u64;
-    for round in 0..3 {
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut child = Command::new(exe)
-            .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &dir)
-            .env("XLOG_SEED", (seed + round).to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn child");
-        let stdout = child.stdout.take().expect("child stdout");
-        // Watchdog: a child that hangs before enough acknowledgements must not hang the suite.
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let pid = child.id() as i32;
-        let wd = std::thread::spawn(move || {
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120))
-            {
-                eprintln!("xlog kill test: child {pid} made no progress for 120 s (seed {seed}); killing it");
-                // SAFETY: kill(2) with a pid we spawned; no memory is involved.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        });
+    for round in 0..rounds {
+        let ctx = format!(
+            "round {round} ({} cargo test -p nvmedb --test xlog_kill)",
+            support::replay(seed, round + 1)
+        );
+        let mut child = kill::spawn(
+            TEST_NAME,
+            dir.to_str().expect("utf-8 path"),
+            &[("XLOG_CHILD_SEED", (seed + round).to_string())],
+        );
         let mut acks = 0;
         let kill_after = 100 + (seed.wrapping_add(round) % 400) as usize;
-        // Keep the pipe open until the child is dead, so the child never sees EPIPE.
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if reader.read_line(&mut line).expect("read child stdout") == 0 {
-                break;
-            }
+        let mut note = |line: &str| {
             if let Some(v) = line.strip_prefix("ACK ") {
-                let v: u64 = v.trim().parse().expect("ack value");
-                max_ack = max_ack.max(v);
+                max_ack = max_ack.max(v.trim().parse().expect("ack value"));
                 acks += 1;
-                if acks >= kill_after {
-                    break;
-                }
             }
-        }
-        child.kill().expect("SIGKILL child");
-        let status = child.wait().expect("wait child");
-        drop(reader);
-        let _ = tx.send(());
-        let _ = wd.join();
-        assert!(!status.success(), "round {round}: child should have been killed, exited with {status}");
-        assert!(acks >= kill_after, "seed {seed} round {round}: child stopped early after {acks} acks");
-
+            acks
+        };
+        child
+            .read_until(Duration::from_secs(120), |l| note(l) >= kill_after)
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        child
+            .kill(|l| {
+                note(l);
+            })
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let dev = Arc::new(FileDev::open(&dir.join("conv")));
         let log = XLog::open(cfg(&dir), dev).expect("recover");
         let rep = log.recovery().clone();
-        assert!(
-            rep.stream_end >= max_ack,
-            "seed {seed} round {round}: acknowledged {max_ack}, recovered {rep:?}"
-        );
+        assert!(rep.stream_end >= max_ack, "{ctx}: acknowledged {max_ack}, recovered {rep:?}");
         let from = log.oldest_stream_pos().expect("oldest");
         let bytes = log.read_stream(from, rep.stream_end).expect("read recovered stream");
         for (i, &b) in bytes.iter().enumerate() {
             let p = from + i as u64;
-            assert_eq!(b, byte_at(p), "seed {seed} round {round}: recovered byte {p} differs ({rep:?})");
+            assert_eq!(b, byte_at(p), "{ctx}: recovered byte {p} differs ({rep:?})");
         }
         eprintln!(
             "round {round}: {acks} acks, max ack {max_ack}, recovered {rep:?}, checked {from}..{}",
@@ -215,5 +190,4 @@ fn xlog_kill9_recovers_every_acknowledged_byte() {
         max_ack = rep.stream_end;
         log.close().expect("close");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

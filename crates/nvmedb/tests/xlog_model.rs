@@ -1,6 +1,6 @@
 //! Fast log path (xlog): model-based and crash-simulation tests.
 //!
-//! Every randomised test prints its seed on failure (`XLOG_SEED=<n>` replays it). Stream content
+//! Every randomised test prints its seed on failure (`NVMEDB_TEST_SEED=<n>` replays it). Stream content
 //! is a pure function of the stream position (`byte_at`), so any writer interleaving can be
 //! checked byte for byte.
 
@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-mod xlog_common;
-use xlog_common::TmpPath;
+mod support;
+use support::TmpDir;
 
 fn byte_at(pos: u64) -> u8 {
     let x = pos.wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -38,7 +38,7 @@ fn check_stream(bytes: &[u8], from: u64, ctx: &str) {
 }
 
 fn seed() -> u64 {
-    std::env::var("XLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(Rng::seed_from_time)
+    support::seed_or_random()
 }
 
 /// Aborts the test process with the seed if the test has not finished after two minutes: a bug
@@ -50,7 +50,7 @@ fn watchdog(name: &'static str, seed: u64) -> Watchdog {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(120)) {
-            eprintln!("{name}: no progress for 120 s, aborting (replay with XLOG_SEED={seed})");
+            eprintln!("{name}: no progress for 120 s, aborting (replay with NVMEDB_TEST_SEED={seed})");
             std::process::abort();
         }
     });
@@ -65,8 +65,8 @@ impl Drop for Watchdog {
     }
 }
 
-fn small_cfg(ring: &TmpPath) -> XLogConfig {
-    let mut c = XLogConfig::new(&ring.0);
+fn small_cfg(ring: &TmpDir) -> XLogConfig {
+    let mut c = XLogConfig::new(ring.path());
     c.ring_bytes = 64 << 10;
     c.queue_bytes = 8 << 10;
     c.conv_pages = 2048;
@@ -84,7 +84,7 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
     let seed = seed();
     eprintln!("xlog model seed {seed}");
     let _wd = watchdog("model", seed);
-    let ring = TmpPath::new("model");
+    let ring = TmpDir::on_tmpfs("model");
     let log = Arc::new(XLog::open(small_cfg(&ring), Arc::new(MemDevice::new("conv"))).expect("open"));
     let filled: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::new(Mutex::new(BTreeMap::new()));
     let prefix = Arc::new(AtomicU64::new(0));
@@ -210,7 +210,7 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
 #[test]
 fn xlog_backpressure_is_honoured() {
     let _wd = watchdog("backpressure", 0);
-    let ring = TmpPath::new("bp");
+    let ring = TmpDir::on_tmpfs("bp");
     let cfg = small_cfg(&ring);
     let q = cfg.queue_bytes;
     let log = Arc::new(XLog::open(cfg, Arc::new(MemDevice::new("conv"))).expect("open"));
@@ -260,7 +260,7 @@ fn xlog_simulated_crash_stops_at_first_gap() {
     eprintln!("xlog crash seed {seed}");
     let _wd = watchdog("crash", seed);
     let mut rng = Rng::new(seed);
-    let ring = TmpPath::new("crash");
+    let ring = TmpDir::on_tmpfs("crash");
     let dev = Arc::new(CrashSimDevice::new("conv"));
     let mut cfg = small_cfg(&ring);
     // A long latency threshold keeps partial data in the ring at the crash.
@@ -324,7 +324,7 @@ fn xlog_tail_read_returns_exactly_the_written_stream() {
     let seed = seed();
     let _wd = watchdog("tail", seed);
     let mut rng = Rng::new(seed);
-    let ring = TmpPath::new("tail");
+    let ring = TmpDir::on_tmpfs("tail");
     let cfg = small_cfg(&ring);
     let log = Arc::new(XLog::open(cfg, Arc::new(MemDevice::new("conv"))).expect("open"));
     let mut expect = Vec::new();
@@ -383,7 +383,7 @@ fn xlog_replication_counters_and_mirror() {
             Ok(())
         }
     }
-    let ring = TmpPath::new("repl");
+    let ring = TmpDir::on_tmpfs("repl");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let sched = Arc::new(IoScheduler::new(dev, SchedMode::Neutral, 1));
     let shadows = Arc::new(ShadowCounters::new(ReplicationMode::Eager, 2, 0));
@@ -427,7 +427,7 @@ fn xlog_replication_counters_and_mirror() {
 /// The scheduler's conventional view writes through to the device and is counted.
 #[test]
 fn xlog_scheduler_conventional_writers() {
-    let ring = TmpPath::new("sched");
+    let ring = TmpDir::on_tmpfs("sched");
     let mut cfg = small_cfg(&ring);
     cfg.conv_offset = 1 << 20;
     cfg.sched_mode = SchedMode::ConventionalPriority;
@@ -450,7 +450,7 @@ fn xlog_scheduler_conventional_writers() {
 #[test]
 fn xlog_damaged_header_is_corruption() {
     use std::os::unix::fs::FileExt;
-    let ring = TmpPath::new("hdr");
+    let ring = TmpDir::on_tmpfs("hdr");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let log = XLog::open(small_cfg(&ring), Arc::clone(&dev)).expect("open");
     log.append(b"some bytes").expect("append");
@@ -459,7 +459,7 @@ fn xlog_damaged_header_is_corruption() {
         "a second handle on a live region must be refused"
     );
     log.close().expect("close");
-    let f = std::fs::OpenOptions::new().write(true).open(&ring.0).expect("open ring file");
+    let f = std::fs::OpenOptions::new().write(true).open(ring.path()).expect("open ring file");
     f.write_all_at(&[0xAB; 8], 24).expect("damage slot 0");
     f.write_all_at(&[0xAB; 8], 512 + 24).expect("damage slot 1");
     match XLog::open(small_cfg(&ring), dev) {
@@ -475,7 +475,7 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
     let seed = seed();
     eprintln!("xlog pwrite seed {seed}");
     let _wd = watchdog("pwrite", seed);
-    let ring = TmpPath::new("pw");
+    let ring = TmpDir::on_tmpfs("pw");
     let log = Arc::new(XLog::open(small_cfg(&ring), Arc::new(MemDevice::new("conv"))).expect("open"));
     type Records = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
     let records: Records = Arc::new(Mutex::new(Vec::new()));
@@ -529,7 +529,7 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
 /// Bad configurations are refused with the option's name.
 #[test]
 fn xlog_config_errors_name_the_key() {
-    let ring = TmpPath::new("cfg");
+    let ring = TmpDir::on_tmpfs("cfg");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let mut c = small_cfg(&ring);
     c.destage_batch_pages = (c.conv_pages + 1) as usize;
@@ -552,7 +552,7 @@ fn xlog_config_errors_name_the_key() {
 fn xlog_conventional_ring_wraps_in_order() {
     let seed = seed();
     let mut rng = Rng::new(seed);
-    let ring = TmpPath::new("wrap");
+    let ring = TmpDir::on_tmpfs("wrap");
     let mut cfg = small_cfg(&ring);
     cfg.conv_pages = 16;
     cfg.destage_batch_pages = 5;
@@ -628,7 +628,7 @@ fn xlog_mirror_failure_marks_the_link() {
             Err(nvmedb::Error::InvalidArgument("link down".into()))
         }
     }
-    let ring = TmpPath::new("mirrorfail");
+    let ring = TmpDir::on_tmpfs("mirrorfail");
     let dev: Arc<dyn Device> = Arc::new(MemDevice::new("conv"));
     let sched = Arc::new(IoScheduler::new(dev, SchedMode::Neutral, 1));
     let shadows = Arc::new(ShadowCounters::new(ReplicationMode::Lazy, 1, 0));

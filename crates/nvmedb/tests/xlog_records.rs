@@ -4,26 +4,25 @@
 //! conventional ring (destage holds, visibly, instead of overwriting what the last checkpoint
 //! needs), and a database that checkpoints before retention would hold.
 //!
-//! Seeded tests print their seed on failure; replay with `XLOG_SEED=<seed>`.
+//! Seeded tests print their seed on failure; replay with `NVMEDB_TEST_SEED=<seed>`.
 
 use nvmedb::io::{AlignedBuf, Device, MemStorage, Storage};
 use nvmedb::util::Rng;
 use nvmedb::wal::{LogRecord, RecordLog, KIND_USER_MIN};
 use nvmedb::xlog::{XLogConfig, XRecordLog, XLOG_CONV, XRECORD_HEADER};
 use nvmedb::{ColumnType, Database, Error, FastLogOptions, LogKind, Options, Schema, Value};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod xlog_common;
-use xlog_common::TmpPath;
+mod support;
+use support::TmpDir;
 
 fn seed() -> u64 {
-    std::env::var("XLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(Rng::seed_from_time)
+    support::seed_or_random()
 }
 
-fn cfg(ring: &TmpPath) -> XLogConfig {
-    let mut c = XLogConfig::new(&ring.0);
+fn cfg(ring: &TmpDir) -> XLogConfig {
+    let mut c = XLogConfig::new(ring.path());
     c.ring_bytes = 256 << 10;
     c.queue_bytes = 16 << 10;
     c.conv_pages = 512;
@@ -61,8 +60,8 @@ fn same(got: &[LogRecord], want: &[(u64, u64, u8, Vec<u8>)], ctx: &str) {
 #[test]
 fn xrecord_reader_returns_exactly_the_appended_records() {
     let seed = seed();
-    println!("XLOG_SEED={seed}");
-    let ring = TmpPath::new("model");
+    println!("NVMEDB_TEST_SEED={seed}");
+    let ring = TmpDir::on_tmpfs("model");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let base = 1_000_000 + seed % 1000;
     let log = XRecordLog::open(storage.clone(), cfg(&ring), base).expect("open");
@@ -114,9 +113,9 @@ fn xrecord_reader_returns_exactly_the_appended_records() {
 #[test]
 fn xrecord_recovery_after_crash_with_gap_and_torn_record() {
     let seed = seed();
-    println!("XLOG_SEED={seed}");
+    println!("NVMEDB_TEST_SEED={seed}");
     let mut rng = Rng::new(seed);
-    let ring = TmpPath::new("gap");
+    let ring = TmpDir::on_tmpfs("gap");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let log = XRecordLog::open(storage.clone(), cfg(&ring), 500).expect("open");
     let mut want = Vec::new();
@@ -164,7 +163,7 @@ fn xrecord_recovery_after_crash_with_gap_and_torn_record() {
 /// it; a damaged conventional page is a corruption error at that page. Never a silent end.
 #[test]
 fn xrecord_corrupt_mid_log_record_is_reported_with_offset() {
-    let ring = TmpPath::new("corrupt");
+    let ring = TmpDir::on_tmpfs("corrupt");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let log = XRecordLog::open(storage.clone(), cfg(&ring), 0).expect("open");
     for i in 0..20u32 {
@@ -220,7 +219,7 @@ fn xrecord_corrupt_mid_log_record_is_reported_with_offset() {
 /// `truncate_before` releases the hold.
 #[test]
 fn xrecord_retention_holds_destage_until_truncate() {
-    let ring = TmpPath::new("retain");
+    let ring = TmpDir::on_tmpfs("retain");
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let mut c = cfg(&ring);
     c.ring_bytes = 32 << 10;
@@ -265,15 +264,13 @@ fn xrecord_retention_holds_destage_until_truncate() {
 /// the log asks, never holds, and reopens with every row.
 #[test]
 fn database_on_fast_log_checkpoints_before_the_ring_fills() {
-    let dir =
-        TmpPath(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-db-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    let ring = TmpPath::new("dbring");
+    let dir = TmpDir::path_only("xrec-db");
+    let ring = TmpDir::on_tmpfs("dbring");
     let opts = || Options {
         table_page_size: 4096,
         index_page_size: 4096,
         log: LogKind::Fast(FastLogOptions {
-            ring_path: Some(ring.0.clone()),
+            ring_path: Some(ring.path().to_path_buf()),
             ring_bytes: 128 << 10,
             queue_bytes: 16 << 10,
             conv_pages: 160,
@@ -281,7 +278,7 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
         }),
         ..Options::default()
     };
-    let db = Database::open(&dir.0, opts()).unwrap();
+    let db = Database::open(dir.path(), opts()).unwrap();
     let desc = db.engine_log().unwrap().record_log().describe();
     assert!(desc.contains("fast log") && desc.to_lowercase().contains("not a power loss"), "{desc}");
     let t = db.create_table("t", Schema::new(vec![("k", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
@@ -303,7 +300,7 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
     }
     db.close().unwrap();
     drop((log, t));
-    let db = Database::open(&dir.0, opts()).unwrap();
+    let db = Database::open(dir.path(), opts()).unwrap();
     let t = db.table("t").unwrap();
     for k in [0, n / 2, n - 1] {
         assert_eq!(t.read(&Value::Int(k), |r| r.int(1)).unwrap(), Some(k * 3));
@@ -323,25 +320,25 @@ fn database_on_fast_log_checkpoints_before_the_ring_fills() {
 /// skip the existing records.
 #[test]
 fn database_refuses_to_switch_log_kind_silently() {
-    let dir = TmpPath(
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xrec-switch-{}", std::process::id())),
-    );
-    let _ = std::fs::remove_dir_all(&dir.0);
-    let ring = TmpPath::new("switchring");
+    let dir = TmpDir::path_only("xrec-switch");
+    let ring = TmpDir::on_tmpfs("switchring");
     let fast = Options {
-        log: LogKind::Fast(FastLogOptions { ring_path: Some(ring.0.clone()), ..FastLogOptions::default() }),
+        log: LogKind::Fast(FastLogOptions {
+            ring_path: Some(ring.path().to_path_buf()),
+            ..FastLogOptions::default()
+        }),
         ..Options::default()
     };
-    let db = Database::open(&dir.0, fast.clone()).unwrap();
+    let db = Database::open(dir.path(), fast.clone()).unwrap();
     db.create_table("t", Schema::new(vec![("k", ColumnType::Int)])).unwrap();
     db.close().unwrap();
-    match Database::open(&dir.0, Options::default()) {
+    match Database::open(dir.path(), Options::default()) {
         Err(Error::Config { key, detail }) => {
             assert_eq!(key, "log");
             assert!(detail.contains("xlog"), "{detail}");
         }
         other => panic!("expected a configuration error, got {other:?}"),
     }
-    let db = Database::open(&dir.0, fast).expect("the right log kind still opens");
+    let db = Database::open(dir.path(), fast).expect("the right log kind still opens");
     db.close().unwrap();
 }

@@ -128,6 +128,26 @@ pub fn value(p: &[u8], i: usize) -> &[u8] {
     &p[o + ENTRY_HEADER + kl..o + ENTRY_HEADER + kl + vl]
 }
 
+/// Key and value of entry `i`, or `None` if the slot or the entry lies outside the page (a
+/// damaged node, for tools that show one without trusting it).
+pub fn entry_checked(p: &[u8], i: usize) -> Option<(&[u8], &[u8])> {
+    let end = p.len().checked_sub(PAGE_TRAILER_BYTES)?;
+    let slot = SLOTS.checked_add(i.checked_mul(SLOT_BYTES)?)?;
+    if slot + SLOT_BYTES > end {
+        return None;
+    }
+    let o = entry_off(p, i);
+    if o < SLOTS || o.checked_add(ENTRY_HEADER)? > end {
+        return None;
+    }
+    let (kl, vl) = (g16(p, o), g16(p, o + 2));
+    let k = p.get(o + ENTRY_HEADER..o + ENTRY_HEADER + kl)?;
+    let v = p
+        .get(o + ENTRY_HEADER + kl..o + ENTRY_HEADER + kl + vl)
+        .filter(|_| o + ENTRY_HEADER + kl + vl <= end)?;
+    Some((k, v))
+}
+
 /// Child page number of entry `i` of an inner node.
 pub fn child(p: &[u8], i: usize) -> u64 {
     g64(value(p, i), 0)
@@ -313,7 +333,8 @@ fn used_entry_bytes(p: &[u8]) -> usize {
 
 /// Bytes still available for entries (after compaction), counting their slot.
 pub fn free_space(p: &[u8]) -> usize {
-    p.len() - PAGE_TRAILER_BYTES - SLOTS - count(p) * SLOT_BYTES - used_entry_bytes(p)
+    // Saturating: on a damaged node (overlapping entries) the sum can exceed the page.
+    (p.len() - PAGE_TRAILER_BYTES - SLOTS).saturating_sub(count(p) * SLOT_BYTES + used_entry_bytes(p))
 }
 
 /// Space an entry of this key and value needs, including its slot.

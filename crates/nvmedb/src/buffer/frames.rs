@@ -59,8 +59,8 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn new(len: usize, huge_pages: bool) -> Self {
-        assert!(len > 0, "frame arena of zero bytes");
+    fn new(len: usize, huge_pages: bool) -> crate::Result<Self> {
+        let len = len.max(1);
         // SAFETY: an anonymous private mapping with no address hint; the result is checked.
         let p = unsafe {
             libc::mmap(
@@ -73,14 +73,17 @@ impl Mapping {
             )
         };
         if p == libc::MAP_FAILED {
-            panic!("cannot map {len} bytes of frame memory: {}", std::io::Error::last_os_error());
+            return Err(crate::Error::ResourceExhausted(format!(
+                "cannot map {len} bytes of buffer frame memory: {}",
+                std::io::Error::last_os_error()
+            )));
         }
         if huge_pages && len >= HUGE_PAGE {
             // Advisory: failure (no THP support) leaves ordinary pages, which is fine.
             // SAFETY: the range is the mapping just created.
             unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
         }
-        Self { base: p.cast(), len }
+        Ok(Self { base: p.cast(), len })
     }
 }
 
@@ -109,19 +112,24 @@ unsafe impl Send for FrameTable {}
 unsafe impl Sync for FrameTable {}
 
 impl FrameTable {
-    fn new(count: usize, huge_pages: bool) -> Self {
-        let mut bytes = (count * std::mem::size_of::<Frame>()).max(1);
+    fn new(count: usize, huge_pages: bool) -> crate::Result<Self> {
+        let mut bytes = count
+            .checked_mul(std::mem::size_of::<Frame>())
+            .ok_or_else(|| {
+                crate::Error::ResourceExhausted(format!("{count} buffer frames do not fit the address space"))
+            })?
+            .max(1);
         if huge_pages && bytes >= HUGE_PAGE {
             bytes = bytes.next_multiple_of(HUGE_PAGE); // no 4 KiB-page tail
         }
-        let mem = Mapping::new(bytes, huge_pages);
+        let mem = Mapping::new(bytes, huge_pages)?;
         let frames = mem.base.cast::<Frame>();
         debug_assert!(frames.is_aligned(), "mmap returns page-aligned memory");
         for i in 0..count {
             // SAFETY: in range of the fresh mapping, aligned; each slot written once.
             unsafe { frames.add(i).write(Frame::new()) };
         }
-        Self { mem, len: count }
+        Ok(Self { mem, len: count })
     }
 }
 
@@ -161,12 +169,17 @@ unsafe impl Send for FrameArena {}
 unsafe impl Sync for FrameArena {}
 
 impl FrameArena {
-    pub fn new(page_size: usize, count: usize, huge_pages: bool) -> Self {
+    pub fn new(page_size: usize, count: usize, huge_pages: bool) -> crate::Result<Self> {
         assert!(page_size % 4096 == 0, "frame size {page_size} must be a multiple of 4096");
-        let mem = Mapping::new(page_size * count, huge_pages);
+        let bytes = page_size.checked_mul(count).ok_or_else(|| {
+            crate::Error::ResourceExhausted(format!(
+                "{count} frames of {page_size} B do not fit the address space"
+            ))
+        })?;
+        let mem = Mapping::new(bytes, huge_pages)?;
         let base = mem.base;
-        let frames = FrameTable::new(count, huge_pages);
-        Self { mem, base, page_size, frames }
+        let frames = FrameTable::new(count, huge_pages)?;
+        Ok(Self { mem, base, page_size, frames })
     }
 
     pub fn len(&self) -> usize {

@@ -174,6 +174,18 @@ impl PoolConfig {
         if parts == 0 {
             return cfg("policy", "SEP needs at least one partition".into());
         }
+        let memory = physical_memory_bytes();
+        if (self.frames as u128) * (self.page_size as u128) > u128::from(memory) {
+            return cfg(
+                "frames",
+                format!(
+                    "{} frames of {} B ({} B) exceed this machine's memory ({memory} B)",
+                    self.frames,
+                    self.page_size,
+                    self.frames as u128 * self.page_size as u128
+                ),
+            );
+        }
         if self.frames < 2 * parts {
             return cfg(
                 "frames",
@@ -187,11 +199,27 @@ impl PoolConfig {
     }
 }
 
+/// The machine's physical memory in bytes (`u64::MAX` if the system does not say).
+pub fn physical_memory_bytes() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages <= 0 || size <= 0 {
+        return u64::MAX;
+    }
+    (pages as u64).saturating_mul(size as u64)
+}
+
 /// The hook through which the WAL rule is enforced: before a dirty page with LSN `lsn` is
-/// written, the log must be durable up to `lsn`.
+/// written, the log must be durable up to `lsn`. The same rule, read backwards, checks every
+/// page loaded from a device: its LSN cannot lie beyond the durable end of the log, unless log
+/// records were lost.
 pub trait WalGate: Send + Sync {
     /// Returns once the log is durable at least up to `lsn`.
     fn ensure_durable(&self, lsn: u64) -> Result<()>;
+    /// The largest LSN a page read from a device may carry (`u64::MAX`: no check).
+    fn page_lsn_limit(&self) -> u64 {
+        u64::MAX
+    }
 }
 
 /// Buffer pool counters (cumulative since the pool was created).

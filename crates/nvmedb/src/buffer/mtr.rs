@@ -159,6 +159,7 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
     };
     let u32_ = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4"));
     let page_size = u32_(take(4)?) as usize;
+    let body = page_size.checked_sub(PAGE_TRAILER_BYTES)?;
     let count = u32_(take(4)?) as usize;
     let mut changes = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
@@ -168,7 +169,7 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
         let change = match kind {
             1 => {
                 let n = u32_(take(4)?) as usize;
-                if n != page_size - PAGE_TRAILER_BYTES {
+                if n != body {
                     return None;
                 }
                 PageChange::FullImage(take(n)?.to_vec())
@@ -179,7 +180,7 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
                 for _ in 0..n {
                     let off = u32_(take(4)?);
                     let len = u32_(take(4)?) as usize;
-                    if off as usize + len > page_size - PAGE_TRAILER_BYTES {
+                    if (off as usize).checked_add(len)? > body {
                         return None;
                     }
                     ranges.push((off, take(len)?.to_vec()));

@@ -57,9 +57,9 @@ struct Partition {
 }
 
 impl Partition {
-    fn new(page_size: usize, frames: usize, stripes: usize, huge_pages: bool) -> Self {
-        Self {
-            arena: FrameArena::new(page_size, frames, huge_pages),
+    fn new(page_size: usize, frames: usize, stripes: usize, huge_pages: bool) -> Result<Self> {
+        Ok(Self {
+            arena: FrameArena::new(page_size, frames, huge_pages)?,
             xlate: Xlate::new(),
             stripes: (0..stripes).map(|_| Stripe { map: Mutex::new(HashMap::default()) }).collect(),
             hand: AtomicUsize::new(0),
@@ -71,7 +71,7 @@ impl Partition {
             evictions: AtomicU64::new(0),
             io_wait_ns: AtomicU64::new(0),
             writing: (0..frames).map(|_| AtomicBool::new(false)).collect(),
-        }
+        })
     }
 
     fn stripe(&self, key: u64) -> &Stripe {
@@ -250,12 +250,12 @@ impl BufferPool {
         config.validate()?;
         let parts: Box<[Partition]> = match config.policy {
             BufferPolicy::Shared { stripes } => {
-                vec![Partition::new(config.page_size, config.frames, stripes, config.huge_pages)]
+                vec![Partition::new(config.page_size, config.frames, stripes, config.huge_pages)?]
                     .into_boxed_slice()
             }
             BufferPolicy::Separated { partitions } => (0..partitions)
                 .map(|_| Partition::new(config.page_size, config.frames / partitions, 1, config.huge_pages))
-                .collect(),
+                .collect::<Result<_>>()?,
         };
         let pool = Arc::new(Self {
             config,
@@ -307,6 +307,27 @@ impl BufferPool {
     /// Number of pages file `file_id` has (including allocated pages not yet written).
     pub fn file_pages(&self, file_id: u32) -> Result<u64> {
         Ok(self.file(file_id)?.next_page.load(Acquire))
+    }
+
+    /// A page just read must not be newer than the durable log (see [`WalGate::page_lsn_limit`]):
+    /// if it is, log records it depends on were lost.
+    fn check_page_lsn(&self, bytes: &[u8], file: &str, offset: u64, pid: PageId) -> Result<()> {
+        let gate = self.gate.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(gate) = gate else { return Ok(()) };
+        let lsn = PageHeader::lsn_of(bytes);
+        let limit = gate.page_lsn_limit();
+        if lsn > limit {
+            return Err(Error::Corruption {
+                file: file.to_string(),
+                offset,
+                detail: format!(
+                    "page {} has LSN {lsn}, beyond the end of the log ({limit}): log records this page \
+                     depends on were lost (Options::accept_lost_log opens anyway, accepting the loss)",
+                    pid.page
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Installs the WAL rule hook consulted before every write-back.
@@ -541,10 +562,10 @@ impl BufferPool {
             // SAFETY: we hold the write latch of a frame we claimed.
             let bytes = unsafe { part.arena.bytes_mut(victim) };
             let start = Instant::now();
-            let loaded =
-                file.device.read_at(offset, bytes).map_err(Error::from).and_then(|()| {
-                    PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page).map(|_| ())
-                });
+            let loaded = file.device.read_at(offset, bytes).map_err(Error::from).and_then(|()| {
+                PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page)?;
+                self.check_page_lsn(bytes, &file.name, offset, pid)
+            });
             let end = Instant::now();
             crate::trace::record(crate::trace::TraceKind::DataRead, start, end);
             part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
@@ -812,7 +833,9 @@ impl BufferPool {
             let verified = if first_err.is_some() {
                 Err(None)
             } else {
-                PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page).map_err(Some)
+                PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page)
+                    .and_then(|_| self.check_page_lsn(bytes, &file.name, offset, pid))
+                    .map_err(Some)
             };
             match verified {
                 Ok(_) => {

@@ -114,7 +114,10 @@ pub struct Options {
     pub pin_indexes: bool,
     /// Optional background writer for the table pool.
     pub background_writer: Option<BackgroundWriter>,
-    /// Create the database if the storage holds none.
+    /// Create the database if the storage holds none (on by default). Creating is safe to
+    /// leave on: only a missing or empty directory is created into (one holding other files is
+    /// refused), and an open that fails while creating removes everything it created. Turn it
+    /// off to make a missing database an error ([`Error::NotFound`]).
     pub create_if_missing: bool,
     /// Keep a write-ahead log (on by default for [`Database::open`]): every change is a
     /// transaction that is durable when it returns, and a crash loses nothing acknowledged.
@@ -133,6 +136,15 @@ pub struct Options {
     pub huge_pages: bool,
     /// Lock-free buffer hits (see [`PoolConfig::lock_free_hits`]).
     pub lock_free_hits: bool,
+    /// Open even though log records were lost (off by default). A page whose LSN lies beyond
+    /// the end of the log proves that the log lost records that page depends on (both copies
+    /// truncated or damaged, a ring lost): opening then fails with [`Error::Corruption`] naming
+    /// the file and page — at open for the pages recovery reads, and on first read for the
+    /// others. With this on, such pages are used as they are: the changes in the lost records
+    /// are gone, and transactions they belonged to may be half there. [`Database::open`] then
+    /// recovers what the log still holds, checkpoints, and starts a new log above every page
+    /// LSN (the old one no longer describes the pages).
+    pub accept_lost_log: bool,
 }
 
 impl Default for Options {
@@ -153,6 +165,7 @@ impl Default for Options {
             lock_options: crate::txn::LockOptions::default(),
             huge_pages: true,
             lock_free_hits: true,
+            accept_lost_log: false,
         }
     }
 }
@@ -172,9 +185,19 @@ struct DbInner {
 }
 
 /// An open database. Cheap to clone; all clones share the same state.
+///
+/// The database closes when its last clone is closed or dropped: from then on its `Table`s
+/// and `Transaction`s fail with [`Error::Closed`] (a change in progress finishes first), and
+/// the directory stays locked until the last of them is dropped too.
 #[derive(Clone)]
 pub struct Database {
     inner: Arc<DbInner>,
+}
+
+impl Drop for DbInner {
+    fn drop(&mut self) {
+        self.txn.close();
+    }
 }
 
 impl std::fmt::Debug for Database {
@@ -212,6 +235,19 @@ fn max_page_lsn(storage: &dyn Storage, data: &CatalogData) -> Result<u64> {
     Ok(max)
 }
 
+/// Removes everything inside `dir` (a directory this open found empty and then filled).
+fn clear_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p)?;
+        } else {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn heap_name(id: u32) -> String {
     format!("t{id}.heap")
 }
@@ -232,6 +268,13 @@ fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) ->
             (data_bytes as f64 * p / 100.0) as u64
         }
     };
+    let memory = crate::buffer::physical_memory_bytes();
+    if bytes > memory {
+        return Err(Error::Config {
+            key: key.into(),
+            detail: format!("{bytes} bytes exceed this machine's memory ({memory} bytes)"),
+        });
+    }
     Ok(((bytes / page_size as u64) as usize).max(8))
 }
 
@@ -239,24 +282,71 @@ impl Database {
     /// Opens (or creates, per `options.create_if_missing`) the database in directory `path`,
     /// with O_DIRECT files doing their I/O through io_uring (pread/pwrite where io_uring is
     /// unavailable).
+    ///
+    /// - One opener at a time: the directory is locked (an advisory lock on its `LOCK` file)
+    ///   while any handle of this open lives; a second open, in another process or in this one,
+    ///   fails with [`IoError::Locked`](crate::io::IoError::Locked) naming the holder's process.
+    /// - Creating: a missing directory, or an empty one, becomes a new database when
+    ///   `create_if_missing` is on (the default). A directory that holds files but no catalog
+    ///   is not a database and is refused, and an open that fails while creating removes what it
+    ///   created: a failed open leaves nothing behind.
+    /// - A database that keeps a log and did not shut down cleanly is recovered from it even
+    ///   when `options.wal` is off (then the log is replayed and checkpointed first, and the
+    ///   database continues without one); the log is never ignored.
     pub fn open(path: impl AsRef<std::path::Path>, options: Options) -> Result<Self> {
         let path = path.as_ref();
-        if !path.exists() && !options.create_if_missing {
+        let not_db = |what: String| {
+            Error::InvalidArgument(format!("{} is not an nvmedb database: {what}", path.display()))
+        };
+        let existed = match std::fs::metadata(path) {
+            Ok(m) if !m.is_dir() => {
+                return Err(not_db("it is a file, and a database is a directory".into()));
+            }
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => {
+                return Err(crate::io::IoError::os(
+                    &path.display().to_string(),
+                    crate::io::IoOpKind::Setup,
+                    0,
+                    0,
+                    e,
+                )
+                .into())
+            }
+        };
+        let is_db = path.join(CATALOG_FILE).exists();
+        if existed && !is_db {
+            let entries: Vec<String> = std::fs::read_dir(path)
+                .map_err(|e| {
+                    crate::io::IoError::os(&path.display().to_string(), crate::io::IoOpKind::Setup, 0, 0, e)
+                })?
+                .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .filter(|n| n != crate::io::LOCK_FILE)
+                .collect();
+            if let Some(first) = entries.first() {
+                return Err(not_db(format!(
+                    "it holds {} entries (e.g. `{first}`) but no {CATALOG_FILE}",
+                    entries.len()
+                )));
+            }
+        }
+        if !is_db && !options.create_if_missing {
             return Err(Error::NotFound(format!(
                 "no database at {} (create_if_missing is off)",
                 path.display()
             )));
         }
+        let has_files = |d: &std::path::Path| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
+        let (file_log, fast_log) = (path.join("wal"), path.join("xlog"));
         if options.wal {
             // A database keeps one kind of log: opening it with the other would start a new,
             // empty log and silently skip the records the existing one still holds.
-            let has_files =
-                |d: std::path::PathBuf| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
             let (other, dir) = match options.log {
-                LogKind::Fast(_) => ("a duplexed file log", path.join("wal")),
-                LogKind::Duplexed => ("a fast log", path.join("xlog")),
+                LogKind::Fast(_) => ("a duplexed file log", &file_log),
+                LogKind::Duplexed => ("a fast log", &fast_log),
             };
-            if has_files(dir.clone()) {
+            if has_files(dir) {
                 return Err(Error::Config {
                     key: "log".into(),
                     detail: format!(
@@ -267,9 +357,57 @@ impl Database {
                     ),
                 });
             }
+        } else if is_db && (has_files(&file_log) || has_files(&fast_log)) {
+            // Without a log, nothing would replay what the log holds beyond the last checkpoint:
+            // recover with it first (a cleanly closed database has nothing to replay).
+            let log = match (&options.log, has_files(&fast_log)) {
+                (LogKind::Fast(f), true) => LogKind::Fast(f.clone()),
+                (_, true) => LogKind::Fast(FastLogOptions::default()),
+                (_, false) => LogKind::Duplexed,
+            };
+            Self::open(path, Options { wal: true, log, ..options.clone() })?.close()?;
         }
+        let mirror = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
+        let mirror_existed = mirror.exists();
+        let mirror_was_empty = !has_files(&mirror);
+        let ring = match &options.log {
+            LogKind::Fast(f) => Some(f.xlog_config(path).ring_path),
+            LogKind::Duplexed => None,
+        };
+        let ring_existed = ring.as_ref().is_some_and(|r| r.exists());
+        if options.wal && options.accept_lost_log && is_db {
+            // Recover with what is left of the log, checkpoint, and start a new log above every
+            // page LSN: the old one no longer covers the pages, so new records must not reuse its
+            // positions.
+            Self::open_dir(path, options.clone())?.close()?;
+            for dir in [&file_log, &fast_log, &mirror] {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            if let Some(r) = &ring {
+                let _ = std::fs::remove_file(r);
+            }
+        }
+        let opened = Self::open_dir(path, options);
+        if opened.is_err() && !is_db {
+            // A failed create leaves nothing behind (what existed was empty).
+            let _ = if existed { clear_dir(path) } else { std::fs::remove_dir_all(path) };
+            if !mirror_existed {
+                let _ = std::fs::remove_dir_all(&mirror);
+            } else if mirror_was_empty {
+                let _ = clear_dir(&mirror);
+            }
+            if let (Some(r), false) = (&ring, ring_existed) {
+                let _ = std::fs::remove_file(r);
+            }
+        }
+        opened
+    }
+
+    fn open_dir(path: &std::path::Path, options: Options) -> Result<Self> {
         let fo = crate::io::FileOptions::default();
         let storage = crate::io::DirStorage::new(path, fo.clone())?;
+        // Lock before the log directories are touched.
+        storage.lock()?;
         if let (true, LogKind::Fast(f)) = (options.wal, &options.log) {
             let xs: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(path.join("xlog"), fo)?);
             let opener = crate::xlog::XLogOpener { storage: xs, config: f.xlog_config(path) };
@@ -315,6 +453,8 @@ impl Database {
         log: Option<Box<dyn LogOpener>>,
         options: Options,
     ) -> Result<Self> {
+        // One opener at a time: a second one would write the same files with its own log.
+        storage.lock()?;
         let (mut store, data) = if storage.exists(CATALOG_FILE) {
             let dev = storage.open(CATALOG_FILE, false)?;
             let (store, data) = CatalogStore::load(dev)?;
@@ -384,7 +524,7 @@ impl Database {
             None => None,
         };
         let (losers, max_txn, mut report) = match &file_log {
-            Some(fl) => recovery::redo(storage.as_ref(), &data, fl.as_ref())?,
+            Some(fl) => recovery::redo(storage.as_ref(), &data, fl.as_ref(), options.accept_lost_log)?,
             None => Default::default(),
         };
         let tps = data.table_page_size as usize;
@@ -410,7 +550,9 @@ impl Database {
         let index_pool = BufferPool::new(icfg)?;
         let txn_log = file_log.map(|fl| {
             let end = fl.end_lsn();
-            Arc::new(TxnLog::new(Arc::new(EngineLog::new(fl, end)), max_txn))
+            let log = EngineLog::new(fl, end);
+            let log = if options.accept_lost_log { log.accept_lost_log() } else { log };
+            Arc::new(TxnLog::new(Arc::new(log), max_txn))
         });
         if let Some(t) = &txn_log {
             table_pool.set_page_logger(t.log().clone(), TAG_TABLE)?;
@@ -418,7 +560,7 @@ impl Database {
             table_pool.set_wal_gate(t.log().clone());
             index_pool.set_wal_gate(t.log().clone());
         }
-        let txn = Arc::new(TxnShared::new(txn_log.clone(), options.lock_options.clone())?);
+        let txn = Arc::new(TxnShared::new(txn_log.clone(), options.lock_options.clone(), storage.clone())?);
         let mut tables = HashMap::new();
         let mut by_id = HashMap::new();
         for t in &data.tables {

@@ -56,6 +56,8 @@ struct CachedPage {
 
 struct PageCache<'a> {
     storage: &'a dyn Storage,
+    /// Pages must not be newer than this (the end of the log), unless a lost log was accepted.
+    lsn_limit: u64,
     table_page: usize,
     index_page: usize,
     pages: HashMap<(u8, u32, u64), CachedPage>,
@@ -87,6 +89,19 @@ impl PageCache<'_> {
             if offset + ps as u64 <= dev.capacity() {
                 dev.read_at(offset, &mut buf)?;
                 valid = PageHeader::verify(&buf, &dev.info().name, offset, file, page).is_ok();
+                let lsn = PageHeader::lsn_of(&buf);
+                if valid && lsn > self.lsn_limit {
+                    return Err(Error::Corruption {
+                        file: dev.info().name,
+                        offset,
+                        detail: format!(
+                            "page {page} has LSN {lsn}, beyond the end of the log ({}): log records this \
+                             page depends on were lost (Options::accept_lost_log opens anyway, accepting \
+                             the loss)",
+                            self.lsn_limit
+                        ),
+                    });
+                }
             }
             self.pages.insert((tag, file, page), CachedPage { buf, valid, dirty: false });
         }
@@ -117,6 +132,7 @@ pub(crate) fn redo(
     storage: &dyn Storage,
     catalog: &CatalogData,
     log: &dyn RecordLog,
+    accept_lost_log: bool,
 ) -> Result<(Losers, u64, RecoveryReport)> {
     let started = Instant::now();
     let recovered = &log.recovered();
@@ -128,11 +144,25 @@ pub(crate) fn redo(
             RecoveryReport { redo_from: recovered.end_lsn, log_end: recovered.end_lsn, ..Default::default() },
         ));
     }
-    let redo_from = catalog.checkpoint_redo_lsn.max(recovered.start_lsn);
+    // The end of the log as it stands (a standby's log has grown since it was opened).
+    let log_end = recovered.end_lsn.max(log.end_lsn());
+    if catalog.checkpoint_redo_lsn > log_end && !accept_lost_log {
+        return Err(Error::Corruption {
+            file: "write-ahead log".into(),
+            offset: log_end,
+            detail: format!(
+                "the catalog's last checkpoint starts redo at LSN {}, beyond the end of the log found at {}: \
+                 log records were lost (Options::accept_lost_log opens anyway, accepting the loss)",
+                catalog.checkpoint_redo_lsn, log_end
+            ),
+        });
+    }
+    let redo_from = catalog.checkpoint_redo_lsn.max(recovered.start_lsn).min(log_end);
     let read_from = catalog.checkpoint_undo_lsn.max(recovered.start_lsn).min(redo_from);
     let mut report = RecoveryReport { redo_from, log_end: recovered.end_lsn, ..Default::default() };
     let mut cache = PageCache {
         storage,
+        lsn_limit: if accept_lost_log { u64::MAX } else { log_end },
         table_page: catalog.table_page_size as usize,
         index_page: catalog.index_page_size as usize,
         pages: HashMap::new(),
@@ -151,6 +181,17 @@ pub(crate) fn redo(
                     offset: rec.lsn,
                     detail: "page-change record does not decode".into(),
                 })?;
+                let ps = if tag == TAG_TABLE { cache.table_page } else { cache.index_page };
+                if m.page_size != ps {
+                    return Err(Error::Corruption {
+                        file: "write-ahead log".into(),
+                        offset: rec.lsn,
+                        detail: format!(
+                            "page-change record for {}-byte pages in a database of {ps}-byte pages",
+                            m.page_size
+                        ),
+                    });
+                }
                 if let Some(a) = &m.annotation {
                     let op = TxnOp::decode(a)?;
                     max_txn = max_txn.max(op.txn);

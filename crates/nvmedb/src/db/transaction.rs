@@ -66,24 +66,28 @@ impl Transaction {
         key: &Value,
         f: impl FnOnce(RowView<'_>) -> R,
     ) -> Result<Option<R>> {
+        self.shared.check_open()?;
         let k = self.lock(table, key, LockMode::Shared)?;
         table.txn_read(&k, f)
     }
 
     /// Reads and decodes the row with primary key `key` under a shared lock.
     pub fn get(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
-        self.read(table, key, |r| r.to_values())
+        self.read(table, key, |r| r.try_values())?.transpose()
     }
 
     /// Reads the row for update (exclusive lock at once, avoiding S→X upgrade deadlocks).
     pub fn get_for_update(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
+        self.shared.check_open()?;
         let k = self.lock(table, key, LockMode::Exclusive)?;
-        table.txn_read(&k, |r| r.to_values())
+        table.txn_read(&k, |r| r.try_values())?.transpose()
     }
 
     /// Inserts a row.
     pub fn insert(&mut self, table: &Table, row: &[Value]) -> Result<()> {
-        let pk = &row[table.schema().primary_key];
+        let shared = self.shared.clone();
+        let _open = shared.enter()?;
+        let pk = table.pk_of(row)?;
         self.lock(table, pk, LockMode::Exclusive)?;
         if let Some(op) = table.txn_insert(self.id, row)? {
             self.undo.push((table.clone(), op));
@@ -93,7 +97,9 @@ impl Transaction {
 
     /// Replaces the row with the same primary key; false if there is none.
     pub fn update(&mut self, table: &Table, row: &[Value]) -> Result<bool> {
-        let pk = &row[table.schema().primary_key];
+        let shared = self.shared.clone();
+        let _open = shared.enter()?;
+        let pk = table.pk_of(row)?;
         self.lock(table, pk, LockMode::Exclusive)?;
         let (changed, op) = table.txn_update(self.id, row)?;
         if let Some(op) = op {
@@ -117,6 +123,8 @@ impl Transaction {
 
     /// Deletes the row with primary key `key`; false if there is none.
     pub fn delete(&mut self, table: &Table, key: &Value) -> Result<bool> {
+        let shared = self.shared.clone();
+        let _open = shared.enter()?;
         self.lock(table, key, LockMode::Exclusive)?;
         let (changed, op) = table.txn_delete(self.id, key)?;
         if let Some(op) = op {
@@ -127,6 +135,9 @@ impl Transaction {
 
     /// Commits: durable when this returns (with a log), then releases the locks.
     pub fn commit(mut self) -> Result<()> {
+        // Closed: nothing can be made durable any more; the drop rolls the changes back.
+        let shared = self.shared.clone();
+        let _open = shared.enter()?;
         self.done = true;
         let r = match &self.shared.log {
             Some(log) if !self.undo.is_empty() => log.commit(self.id),
@@ -140,8 +151,11 @@ impl Transaction {
         r
     }
 
-    /// Undoes the changes (newest first), logs the abort, releases the locks.
+    /// Undoes the changes (newest first), logs the abort, releases the locks. Once the
+    /// database is closed this fails with `Closed` and changes nothing (recovery undoes the
+    /// transaction at the next open).
     pub fn abort(mut self) -> Result<()> {
+        self.shared.check_open()?;
         self.done = true;
         let r = self.roll_back();
         self.finish();
@@ -173,7 +187,10 @@ impl Drop for Transaction {
     fn drop(&mut self) {
         if !self.done {
             self.done = true;
-            let _ = self.roll_back();
+            // A closed database changes nothing any more: recovery undoes this transaction.
+            if self.shared.check_open().is_ok() {
+                let _ = self.roll_back();
+            }
             self.finish();
         }
     }

@@ -88,6 +88,10 @@ impl Storage for EmulatedStorage {
     fn location(&self) -> String {
         format!("{} (emulated `{}`)", self.inner.location(), self.profile.name)
     }
+
+    fn lock(&self) -> IoResult<()> {
+        self.inner.lock()
+    }
 }
 
 #[cfg(test)]

@@ -78,6 +78,13 @@ pub enum IoError {
         /// Bytes actually read.
         got: usize,
     },
+    /// The storage is locked by another handle: another process, or another open in this one.
+    Locked {
+        /// The locked directory.
+        path: String,
+        /// Who holds it ("process 1234", or this process).
+        holder: String,
+    },
 }
 
 impl IoError {
@@ -101,6 +108,7 @@ impl IoError {
             | IoError::Misaligned { device, .. }
             | IoError::OutOfRange { device, .. }
             | IoError::ShortRead { device, .. } => device,
+            IoError::Locked { path, .. } => path,
         }
     }
 }
@@ -123,6 +131,12 @@ impl fmt::Display for IoError {
             IoError::ShortRead { device, offset, wanted, got } => {
                 write!(f, "short read on {device} at offset {offset}: wanted {wanted} bytes, got {got}")
             }
+            IoError::Locked { path, holder } => write!(
+                f,
+                "{path} is in use by {holder} (it holds the advisory lock on {path}/{}); a database has \
+                 one opener at a time",
+                super::LOCK_FILE
+            ),
         }
     }
 }

@@ -631,6 +631,8 @@ pub struct DirStorage {
     dir: PathBuf,
     opts: FileOptions,
     open: Mutex<BTreeMap<String, Arc<FileDevice>>>,
+    /// The lock file, flocked, once [`Storage::lock`] took it; closing it releases the lock.
+    lock: Mutex<Option<File>>,
 }
 
 impl DirStorage {
@@ -639,7 +641,7 @@ impl DirStorage {
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir)
             .map_err(|e| IoError::os(&dir.display().to_string(), IoOpKind::Setup, 0, 0, e))?;
-        Ok(Self { dir, opts, open: Mutex::new(BTreeMap::new()) })
+        Ok(Self { dir, opts, open: Mutex::new(BTreeMap::new()), lock: Mutex::new(None) })
     }
 
     fn path_of(&self, name: &str) -> IoResult<PathBuf> {
@@ -689,7 +691,9 @@ impl Storage for DirStorage {
         let mut names = Vec::new();
         for entry in rd {
             let entry = entry.map_err(|e| IoError::os(&loc, IoOpKind::Setup, 0, 0, e))?;
-            if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            if entry.file_type().map(|t| t.is_file()).unwrap_or(false)
+                && entry.file_name() != super::LOCK_FILE
+            {
                 names.push(entry.file_name().to_string_lossy().into_owned());
             }
         }
@@ -705,6 +709,48 @@ impl Storage for DirStorage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(IoError::os(&path.display().to_string(), IoOpKind::Setup, 0, 0, e)),
         }
+    }
+
+    fn lock(&self) -> IoResult<()> {
+        use std::io::{Read, Seek, Write};
+        let mut held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        if held.is_some() {
+            return Ok(());
+        }
+        let path = self.dir.join(super::LOCK_FILE);
+        let name = path.display().to_string();
+        let setup = |e: std::io::Error| IoError::os(&name, IoOpKind::Setup, 0, 0, e);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(setup)?;
+        // SAFETY: flock on a valid descriptor has no memory-safety preconditions.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(setup(e));
+            }
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let pid = text.trim().strip_prefix("pid ").and_then(|p| p.parse::<u32>().ok());
+            let holder = match pid {
+                Some(p) if p == std::process::id() => format!(
+                    "this process (pid {p}): it is already open here; share that Database (it is cheap \
+                     to clone), or drop it and every Table and Transaction of it first"
+                ),
+                Some(p) => format!("process {p}"),
+                None => "another process".to_string(),
+            };
+            return Err(IoError::Locked { path: self.location(), holder });
+        }
+        file.set_len(0).map_err(setup)?;
+        file.seek(std::io::SeekFrom::Start(0)).map_err(setup)?;
+        writeln!(file, "pid {}", std::process::id()).map_err(setup)?;
+        *held = Some(file);
+        Ok(())
     }
 
     fn location(&self) -> String {

@@ -87,6 +87,9 @@ impl Storage for HookedStorage {
     fn location(&self) -> String {
         self.inner.location()
     }
+    fn lock(&self) -> IoResult<()> {
+        self.inner.lock()
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub use file::{Backend, DirStorage, FileDevice, FileOptions, SingleOpPath, Uring
 pub use hooked::{HookedDevice, HookedStorage, IoHook};
 pub use mem::MemDevice;
 pub use profile::{Backing, DeviceProfile, ProfileError, PROFILE_NAMES};
-pub use storage::{MemStorage, Storage};
+pub use storage::{MemStorage, Storage, LOCK_FILE};
 
 /// What a device is, for reports and error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]

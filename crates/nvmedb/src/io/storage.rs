@@ -23,7 +23,18 @@ pub trait Storage: Send + Sync {
     fn remove(&self, name: &str) -> IoResult<()>;
     /// Where the devices live, for messages ("/data/db" or "memory").
     fn location(&self) -> String;
+    /// Takes this storage's exclusive lock, held until the storage is dropped, so that one
+    /// database has one opener: for a directory, an advisory `flock` on its [`LOCK_FILE`]
+    /// (which names the holder's process id); a second storage of the same directory, in another
+    /// process or in this one, gets [`IoError::Locked`]. Taking it again through the same
+    /// storage succeeds. Storages no other process can reach (memory) have nothing to lock.
+    fn lock(&self) -> IoResult<()> {
+        Ok(())
+    }
 }
+
+/// The lock file a locked directory storage holds (not a device: [`Storage::list`] omits it).
+pub const LOCK_FILE: &str = "LOCK";
 
 /// Named RAM devices.
 #[derive(Debug, Default)]

@@ -184,6 +184,42 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
     Some(c)
 }
 
+/// Checks what the decoder cannot: page sizes the engine supports, schemas that are valid and
+/// whose rows fit a table page, table ids below the next id and names that are unique.
+pub fn validate(c: &CatalogData) -> std::result::Result<(), String> {
+    for (what, ps) in [("table page size", c.table_page_size), ("index page size", c.index_page_size)] {
+        if ps % 4096 != 0 || !(4096..=65536).contains(&ps) {
+            return Err(format!("{what} {ps} is not a multiple of 4096 from 4096 to 65536"));
+        }
+    }
+    let max_row = crate::page::slotted::max_record_len(c.table_page_size as usize);
+    for (i, t) in c.tables.iter().enumerate() {
+        let name = &t.name;
+        if name.is_empty() || c.tables[..i].iter().any(|o| o.name == *name || o.id == t.id) {
+            return Err(format!("table {i} (`{name}`, id {}) is unnamed or not unique", t.id));
+        }
+        if t.id >= c.next_table_id {
+            return Err(format!("table `{name}` has id {} but the next id is {}", t.id, c.next_table_id));
+        }
+        t.schema.validate().map_err(|e| format!("table `{name}`: {e}"))?;
+        if t.schema.max_row_bytes() > max_row {
+            return Err(format!(
+                "table `{name}`: rows of up to {} bytes cannot fit {}-byte table pages",
+                t.schema.max_row_bytes(),
+                c.table_page_size
+            ));
+        }
+        if t.index_roots.len() != t.schema.indexes.len() {
+            return Err(format!(
+                "table `{name}`: {} index roots for {} indexes",
+                t.index_roots.len(),
+                t.schema.indexes.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A catalog stored on a device, with its current sequence number.
 pub struct CatalogStore {
     device: std::sync::Arc<dyn Device>,
@@ -207,6 +243,15 @@ impl CatalogStore {
             device.read_at(slot * SLOT_BYTES as u64, &mut buf)?;
             match parse_slot(&buf) {
                 Ok((seq, data)) => {
+                    if let Err(why) = validate(&data) {
+                        // Intact bytes (the checksum matches) with impossible contents: not a torn
+                        // write to step over, but a catalog this build must not act on.
+                        return Err(Error::Corruption {
+                            file: name,
+                            offset: slot * SLOT_BYTES as u64,
+                            detail: format!("catalog version {seq} (slot {slot}) is impossible: {why}"),
+                        });
+                    }
                     if best.as_ref().is_none_or(|(s, _)| seq > *s) {
                         best = Some((seq, data));
                     }

@@ -130,17 +130,16 @@ impl HeapFile {
             if self.insert_page.load(Acquire) != hint {
                 continue; // another thread appended a page meanwhile
             }
+            // The new page is formatted in a mini-transaction of its own, and the row goes in
+            // through the path above: a page cannot be un-allocated, so if logging the insert
+            // failed, the page would keep a row no index knows (and write it back).
             let mtr = self.pool.begin_mtr();
             let mut g = self.pool.allocate(self.file, PageClass::Data, PageType::Heap)?;
             slotted::init(&mut g);
-            let slot = slotted::insert(&mut g, row).ok_or_else(|| self.too_big(row.len()))?;
             let page = g.page_id().page;
-            let rid = RowId { page, slot: slot as u16 };
-            annotate(rid);
             drop(g);
             mtr.commit()?;
             self.insert_page.store(page, Release);
-            return Ok(rid);
         }
     }
 
@@ -181,17 +180,22 @@ impl HeapFile {
         Ok(row.map(f))
     }
 
-    /// Replaces the row at `rid` with `row`, calling `old` with the previous bytes first.
-    /// Returns the row's id afterwards (a new one if it had to move), or `None` if `rid` holds
-    /// no row.
-    pub fn update(&self, rid: RowId, row: &[u8], old: impl FnOnce(&[u8])) -> Result<Option<RowId>> {
+    /// Replaces the row at `rid` with `row`. Returns the row's id afterwards (a new one if it
+    /// had to move), or `None` if `rid` holds no row.
+    ///
+    /// A row that no longer fits its page moves in two mini-transactions: its slot is freed,
+    /// then it is inserted elsewhere; `moved(new id)` runs before the insert is logged, so the
+    /// caller can log, in the same record, where the row went (recovery must find a row that
+    /// moved before its index entries were re-pointed).
+    pub fn update(&self, rid: RowId, row: &[u8], moved: &mut dyn FnMut(RowId)) -> Result<Option<RowId>> {
         if row.len() > self.max_row_bytes() {
             return Err(self.too_big(row.len()));
         }
         let mtr = self.pool.begin_mtr();
         let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
-        let Some(prev) = slotted::get(&g, rid.slot as usize) else { return Ok(None) };
-        old(prev);
+        if slotted::get(&g, rid.slot as usize).is_none() {
+            return Ok(None);
+        }
         if slotted::update(&mut g, rid.slot as usize, row) {
             drop(g);
             mtr.commit()?;
@@ -201,7 +205,7 @@ impl HeapFile {
         drop(g);
         // Commit before inserting: the insert may pick this very page.
         mtr.commit()?;
-        self.insert(row).map(Some)
+        self.insert_annotated(row, moved).map(Some)
     }
 
     /// Frees the row at `rid`, calling `old` with its bytes; false if there was none.

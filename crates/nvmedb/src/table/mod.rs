@@ -70,17 +70,65 @@ pub(crate) struct TxnShared {
     /// Takes a checkpoint if none is running; installed by the database, called when the log
     /// asks for one ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint)).
     pub(crate) checkpointer: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The database's storage, locked for this opener: it stays locked while any handle
+    /// (database, table, transaction) lives, so no second opener can write the files a
+    /// leftover handle still holds.
+    storage: Arc<dyn crate::io::Storage>,
+    /// Set when the last `Database` handle goes; every later change fails with `Closed`.
+    closed: std::sync::atomic::AtomicBool,
+    /// Changes hold it shared; closing takes it exclusively, so no change is half-way when the
+    /// database reports itself closed.
+    gate: std::sync::RwLock<()>,
 }
 
+/// Held while a change runs (see [`TxnShared::enter`]).
+pub(crate) type ChangeGuard<'a> = std::sync::RwLockReadGuard<'a, ()>;
+
 impl TxnShared {
-    pub(crate) fn new(log: Option<Arc<TxnLog>>, lock_options: LockOptions) -> Result<Self> {
+    pub(crate) fn new(
+        log: Option<Arc<TxnLog>>,
+        lock_options: LockOptions,
+        storage: Arc<dyn crate::io::Storage>,
+    ) -> Result<Self> {
         Ok(Self {
             log,
             locks: LockManager::new(lock_options)?,
             next_id: std::sync::atomic::AtomicU64::new(1),
             explicit_active: std::sync::atomic::AtomicUsize::new(0),
             checkpointer: std::sync::OnceLock::new(),
+            storage,
+            closed: std::sync::atomic::AtomicBool::new(false),
+            gate: std::sync::RwLock::new(()),
         })
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Closed(format!(
+            "the database at {} was closed (its last Database handle was closed or dropped); open it again",
+            self.storage.location()
+        ))
+    }
+
+    /// Fails with `Closed` once the database is closed (reads: a cheap check).
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(self.closed_error());
+        }
+        Ok(())
+    }
+
+    /// Admits one change: fails with `Closed` once the database is closed, and keeps it from
+    /// closing until the returned guard is dropped.
+    pub(crate) fn enter(&self) -> Result<ChangeGuard<'_>> {
+        let g = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        self.check_open()?;
+        Ok(g)
+    }
+
+    /// Marks the database closed once the changes in progress have finished.
+    pub(crate) fn close(&self) {
+        let _all = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Checkpoints when the log asks for it (the fast log's conventional ring is filling with
@@ -183,6 +231,7 @@ impl Table {
     ) -> Result<R> {
         let shared = &self.inner.txn;
         shared.checkpoint_if_wanted();
+        let _open = shared.enter()?;
         let txn = shared.begin();
         if let Err(e) = shared.locks.lock(txn, self.inner.id, pk, LockMode::Exclusive) {
             shared.locks.release_all(txn);
@@ -246,6 +295,19 @@ impl Table {
         self.in_txn(txn, &pk, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
     }
 
+    /// The primary-key value of `row` (an error if the row is too short to have one).
+    pub(crate) fn pk_of<'r>(&self, row: &'r [Value]) -> Result<&'r Value> {
+        let s = &self.inner.schema;
+        row.get(s.primary_key).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "table `{}` has {} columns, the row has {} values",
+                self.inner.name,
+                s.columns.len(),
+                row.len()
+            ))
+        })
+    }
+
     /// Encoded primary key of `key` (for lock keys).
     pub(crate) fn lock_key(&self, key: &Value) -> Result<Vec<u8>> {
         self.pk_bytes(key)
@@ -261,71 +323,91 @@ impl Table {
         self.read_pk(key_bytes, f)
     }
 
-    /// Recovery's undo of one logged operation: makes the table's state for the key what it
-    /// was before `op` (absent, or the `before` row), whatever part of `op` had happened.
-    /// Idempotent.
+    /// Undo of one logged operation (recovery's undo pass, and a transaction's abort): makes
+    /// the table's state for the key what it was before `op` (absent, or the `before` row),
+    /// whatever part of `op` — and of later operations on the key — had happened. Idempotent.
+    ///
+    /// The key has at most one row in the heap at any moment (a change frees a slot before it
+    /// fills another), but that row may not be where the primary index points: a delete cut
+    /// between its index steps and its heap step leaves the row with no index entry, an insert
+    /// cut before its index step likewise, and a row that moved may not have been re-pointed
+    /// yet. So the row is looked for where the primary index points and where the log says
+    /// (`op.rid`, and the destination a move logs as an operation of its own), and a row this
+    /// undo writes elsewhere is logged the same way, so a crash during the undo is undone too.
     pub(crate) fn restore(&self, op: &TxnOp) -> Result<()> {
         let s = &self.inner.schema;
         let pk = &op.pk;
         let _k = self.key_lock(pk);
+        let holds_key = |rid: RowId| -> Result<bool> {
+            Ok(self
+                .inner
+                .heap
+                .read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?
+                .transpose()?
+                .unwrap_or(false))
+        };
         let cur_rid = self.rid_for(pk)?;
-        let cur_row = match cur_rid {
+        let logged_rid = (op.rid != u64::MAX).then(|| RowId::from_bytes(&op.rid.to_le_bytes())).flatten();
+        // The key's row, if any: where the index points, else where the log says.
+        let mut found = None;
+        for rid in [cur_rid, logged_rid].into_iter().flatten() {
+            if found != Some(rid) && holds_key(rid)? {
+                match found {
+                    None => found = Some(rid),
+                    // Two rows of one key cannot happen; if it did, keep one.
+                    Some(_) => {
+                        self.inner.heap.delete(rid, |_| {})?;
+                    }
+                }
+            }
+        }
+        let cur_row = match found {
             Some(rid) => self.inner.heap.read(rid, |b| b.to_vec())?,
             None => None,
         };
-        let value_of = |row: &[u8], col: usize| RowView::new(s, row).value(col);
+        let value_of = |row: &[u8], col: usize| RowView::new(s, row).try_value(col);
         // 1. Secondary entries the operation or a later state left that `before` lacks.
         for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-            let want = op.before.as_deref().map(|b| value_of(b, ix.column));
+            let want = op.before.as_deref().map(|b| value_of(b, ix.column)).transpose()?;
             for row in [op.after.as_deref(), cur_row.as_deref()].into_iter().flatten() {
-                let v = value_of(row, ix.column);
+                let v = value_of(row, ix.column)?;
                 if Some(&v) != want.as_ref() {
                     tree.delete(&Schema::secondary_key_bytes(&v, pk))?;
                 }
             }
         }
-        let logged_rid = (op.rid != u64::MAX).then(|| RowId::from_bytes(&op.rid.to_le_bytes())).flatten();
-        let holds_key = |rid: RowId| -> Result<bool> {
-            Ok(self.inner.heap.read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?.unwrap_or(false))
+        let Some(before) = &op.before else {
+            // 2a. Undo of an insert: no row, no primary entry.
+            if let Some(rid) = found {
+                self.inner.heap.delete(rid, |_| {})?;
+            }
+            if cur_rid.is_some() {
+                self.inner.primary.delete(pk)?;
+            }
+            return Ok(());
         };
-        match &op.before {
-            None => {
-                if let Some(rid) = cur_rid {
-                    if holds_key(rid)? {
-                        self.inner.heap.delete(rid, |_| {})?;
-                    }
-                    self.inner.primary.delete(pk)?;
-                }
-                // A row inserted before its index entry was: find it where the log says.
-                if let Some(rid) = logged_rid {
-                    if holds_key(rid)? {
-                        self.inner.heap.delete(rid, |_| {})?;
-                    }
-                }
+        // 2b. The `before` row, in place where possible; a row written elsewhere is logged with
+        //     where it went.
+        let log = self.inner.txn.log.is_some();
+        let mut note_rid = |rid: RowId| {
+            if log {
+                let rid = u64::from_le_bytes(rid.to_bytes());
+                let op = TxnOp { rid, after: op.before.clone(), ..op.clone() };
+                annotate_next_commit(op.encode());
             }
-            Some(before) => {
-                let rid = match cur_rid {
-                    Some(rid) if holds_key(rid)? => {
-                        let new =
-                            self.inner.heap.update(rid, before, |_| {})?.ok_or_else(|| self.dangling(rid))?;
-                        if new != rid {
-                            self.inner.primary.upsert(pk, &new.to_bytes())?;
-                        }
-                        new
-                    }
-                    _ => {
-                        let rid = self.inner.heap.insert(before)?;
-                        self.inner.primary.upsert(pk, &rid.to_bytes())?;
-                        rid
-                    }
-                };
-                for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-                    tree.upsert(
-                        &Schema::secondary_key_bytes(&value_of(before, ix.column), pk),
-                        &rid.to_bytes(),
-                    )?;
-                }
+        };
+        let rid = match found {
+            Some(rid) => {
+                self.inner.heap.update(rid, before, &mut note_rid)?.ok_or_else(|| self.dangling(rid))?
             }
+            None => self.inner.heap.insert_annotated(before, &mut note_rid)?,
+        };
+        take_annotation();
+        if cur_rid != Some(rid) {
+            self.inner.primary.upsert(pk, &rid.to_bytes())?;
+        }
+        for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
+            tree.upsert(&Schema::secondary_key_bytes(&value_of(before, ix.column)?, pk), &rid.to_bytes())?;
         }
         Ok(())
     }
@@ -400,7 +482,7 @@ impl Table {
         let s = &self.inner.schema;
         let mut bytes = Vec::new();
         s.encode_row(&self.inner.name, row, &mut bytes)?;
-        let pk = self.pk_bytes(&row[s.primary_key])?;
+        let pk = self.pk_bytes(self.pk_of(row)?)?;
         self.check_index_entries(row, &pk)?;
         Ok((bytes, pk))
     }
@@ -488,9 +570,14 @@ impl Table {
     /// Reads the row with primary key `key`, passing a zero-copy view to `f`.
     ///
     /// The read sees only committed data: it waits for a change of the same key that is still
-    /// committing, and, while explicit transactions run, takes a shared lock on the key.
+    /// committing, and, while explicit transactions run, takes a shared lock on the key. That
+    /// lock wait can fail like a transaction's: with [`Error::LockTimeout`] or
+    /// [`Error::Deadlock`] (both [`Error::is_retryable`]) when a transaction holds the key
+    /// exclusively for longer than the lock timeout; retry the read. Once the database is
+    /// closed it fails with [`Error::Closed`].
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
+        self.inner.txn.check_open()?;
         // Integer keys are encoded on the stack: a point read allocates nothing.
         let (int_pk, owned_pk);
         let pk: &[u8] = match key {
@@ -550,6 +637,7 @@ impl Table {
         mut f: impl FnMut(usize, Option<RowView<'_>>),
         between_stages: &mut dyn FnMut(),
     ) -> Result<()> {
+        self.inner.txn.check_open()?;
         self.check_poisoned()?;
         let shared = &self.inner.txn;
         let mut pks = Vec::with_capacity(READ_BATCH * 8);
@@ -613,8 +701,9 @@ impl Table {
                 };
                 let found = self.inner.heap.read(rid, |bytes| {
                     let v = RowView::new(s, bytes);
-                    self.has_pk(&v, pk(j)).then(|| f(i, Some(v))).is_some()
+                    Ok::<_, Error>(self.has_pk(&v, pk(j))?.then(|| f(i, Some(v))).is_some())
                 })?;
+                let found = found.transpose()?;
                 if found != Some(true) && self.read_pk(pk(j), |v| f(i, Some(v)))?.is_none() {
                     f(i, None);
                 }
@@ -623,13 +712,14 @@ impl Table {
         Ok(())
     }
 
-    /// True if the row `v` has primary key `pk` (encoded).
-    fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> bool {
+    /// True if the row `v` has primary key `pk` (encoded); an error for a row that does not
+    /// match the schema.
+    fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> Result<bool> {
         let s = &self.inner.schema;
-        match s.columns[s.primary_key].ty {
-            ColumnType::Int => crate::btree::key::encode_i64(v.int(s.primary_key)) == pk,
-            _ => v.bytes(s.primary_key) == pk,
-        }
+        Ok(match s.columns[s.primary_key].ty {
+            ColumnType::Int => crate::btree::key::encode_i64(v.try_int(s.primary_key)?) == pk,
+            _ => v.try_bytes(s.primary_key)? == pk,
+        })
     }
 
     /// Follows the primary index to the row and checks it is the row asked for. Readers take
@@ -644,9 +734,9 @@ impl Table {
             let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
             let got = self.inner.heap.read(rid, |b| {
                 let v = RowView::new(s, b);
-                self.has_pk(&v, pk).then(|| (f.take().expect("called once"))(v))
+                Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(v)))
             })?;
-            if let Some(Some(r)) = got {
+            if let Some(Some(r)) = got.transpose()? {
                 return Ok(Some(r));
             }
             last = Some(rid);
@@ -655,9 +745,11 @@ impl Table {
         Err(self.dangling(last.expect("at least one attempt")))
     }
 
-    /// The row with primary key `key`, decoded.
+    /// The row with primary key `key`, decoded. Like [`Table::read`], it can fail with a
+    /// retryable lock error ([`Error::is_retryable`]) while explicit transactions run; a row
+    /// that does not match the schema is [`Error::Corruption`].
     pub fn get(&self, key: &Value) -> Result<Option<Vec<Value>>> {
-        self.read(key, |r| r.to_values())
+        self.read(key, |r| r.try_values())?.transpose()
     }
 
     /// Replaces the row with the same primary key. Returns false if there is none. On an I/O
@@ -684,7 +776,7 @@ impl Table {
         };
         let old_values: Vec<Value> = {
             let v = RowView::new(s, &old_row);
-            s.indexes.iter().map(|ix| v.value(ix.column)).collect()
+            s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         let op = TxnOp {
             txn,
@@ -712,8 +804,22 @@ impl Table {
                 changed.push(n);
             }
         }
-        // 2. The row itself.
-        let new_rid = match self.inner.heap.update(rid, &bytes, |_| {}) {
+        // 2. The row itself. A row that moves logs where it went (with the insert that puts it
+        //    there), so recovery finds it before its index entries are re-pointed.
+        let mut moved = |new: RowId| {
+            if log {
+                let op = TxnOp {
+                    txn,
+                    table: self.inner.id,
+                    pk: pk.clone(),
+                    rid: u64::from_le_bytes(new.to_bytes()),
+                    before: rec.as_ref().and_then(|r| r.before.clone()),
+                    after: Some(bytes.clone()),
+                };
+                annotate_next_commit(op.encode());
+            }
+        };
+        let new_rid = match self.inner.heap.update(rid, &bytes, &mut moved) {
             Ok(Some(r)) => r,
             Ok(None) => return Err(self.roll_back(undo, self.dangling(rid))),
             Err(e) => return Err(self.roll_back(undo, e)),
@@ -771,7 +877,7 @@ impl Table {
         };
         let old_values: Vec<Value> = {
             let v = RowView::new(s, &old_row);
-            s.indexes.iter().map(|ix| v.value(ix.column)).collect()
+            s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         let rid_bytes = u64::from_le_bytes(rid.to_bytes());
         let op = TxnOp {
@@ -805,6 +911,7 @@ impl Table {
     /// Full table scan in heap order until `f` returns `Ok(false)`. The row's page is latched
     /// while `f` runs: `f` must not modify this table.
     pub fn scan(&self, mut f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
+        self.inner.txn.check_open()?;
         let s = &self.inner.schema;
         self.inner.heap.scan(|_, b| f(RowView::new(s, b)))
     }
@@ -817,6 +924,7 @@ impl Table {
         parts: usize,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.inner.txn.check_open()?;
         if parts == 0 || part >= parts {
             return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
         }
@@ -835,6 +943,7 @@ impl Table {
         hi: Bound<&Value>,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.inner.txn.check_open()?;
         let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
             Ok(match b {
                 Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
@@ -852,6 +961,7 @@ impl Table {
 
     /// All rows whose column indexed by `index` equals `value`, in primary-key order.
     pub fn lookup(&self, index: &str, value: &Value) -> Result<Vec<Vec<Value>>> {
+        self.inner.txn.check_open()?;
         let s = &self.inner.schema;
         let pos = s
             .indexes
@@ -874,8 +984,13 @@ impl Table {
         for pk in pks {
             // The row may have changed since the index entry was copied: keep it only if it
             // still has the value looked for.
-            if let Some(Some(r)) = self.read_pk(&pk, |r| (r.value(col) == *value).then(|| r.to_values()))? {
-                rows.push(r);
+            let row = self.read_pk(&pk, |r| match r.try_value(col) {
+                Ok(v) if v == *value => Some(r.try_values()),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })?;
+            if let Some(Some(r)) = row {
+                rows.push(r?);
             }
         }
         Ok(rows)
@@ -885,6 +1000,7 @@ impl Table {
     /// entries, each entry points at a row with the right key, and every tree is well formed.
     /// Returns the number of rows.
     pub fn check_integrity(&self) -> Result<u64> {
+        self.inner.txn.check_open()?;
         let s = &self.inner.schema;
         let bad = |d: String| Error::Corruption {
             file: format!("t{}", self.inner.id),
@@ -897,13 +1013,13 @@ impl Table {
         self.inner.heap.scan(|rid, b| {
             rows += 1;
             let v = RowView::new(s, b);
-            let pk = s.primary_key_bytes(&self.inner.name, &v.value(s.primary_key))?;
+            let pk = s.primary_key_bytes(&self.inner.name, &v.try_value(s.primary_key)?)?;
             if self.inner.primary.get_with(&pk, RowId::from_bytes)?.flatten() != Some(rid) {
                 problems = Some(bad(format!("row at {rid:?} has no matching primary index entry")));
                 return Ok(false);
             }
             for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-                let k = Schema::secondary_key_bytes(&v.value(ix.column), &pk);
+                let k = Schema::secondary_key_bytes(&v.try_value(ix.column)?, &pk);
                 if tree.get_with(&k, RowId::from_bytes)?.flatten() != Some(rid) {
                     problems = Some(bad(format!("row at {rid:?} has no entry in index `{}`", ix.name)));
                     return Ok(false);

@@ -248,7 +248,10 @@ pub struct RowView<'a> {
 
 impl std::fmt::Debug for RowView<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries((0..self.schema.columns.len()).map(|i| self.value(i))).finish()
+        match self.try_values() {
+            Ok(v) => f.debug_list().entries(v).finish(),
+            Err(e) => write!(f, "<{} row bytes: {e}>", self.bytes.len()),
+        }
     }
 }
 
@@ -258,53 +261,135 @@ impl<'a> RowView<'a> {
         Self { schema, bytes }
     }
 
-    fn span(&self, col: usize) -> (usize, usize) {
-        let mut off = 0;
-        for (i, c) in self.schema.columns.iter().enumerate() {
-            let len = match c.ty {
-                ColumnType::Int => 8,
-                ColumnType::Char(n) => n as usize,
-                ColumnType::Bytes(_) => {
-                    let l =
-                        u32::from_le_bytes(self.bytes[off..off + 4].try_into().expect("4 bytes")) as usize;
-                    if i == col {
-                        return (off + 4, l);
+    /// Where column `col` lies in the row: `(offset, length)`. Errors: a column the schema does
+    /// not have (`InvalidArgument`), or row bytes that do not hold the schema's columns
+    /// (`Corruption`).
+    fn span(&self, col: usize) -> Result<(usize, usize)> {
+        let cols = &self.schema.columns;
+        if col >= cols.len() {
+            return Err(Error::InvalidArgument(format!(
+                "column {col} does not exist (the row has {} columns)",
+                cols.len()
+            )));
+        }
+        let short = |c: &Column, need: usize| Error::Corruption {
+            file: "row".into(),
+            offset: 0,
+            detail: format!(
+                "a row of {} bytes ends inside column `{}` (it needs {need} bytes): the row does not match \
+                 its schema",
+                self.bytes.len(),
+                c.name
+            ),
+        };
+        let mut off = 0usize;
+        for (i, c) in cols.iter().enumerate() {
+            let (start, len) = match c.ty {
+                ColumnType::Int => (off, 8),
+                ColumnType::Char(n) => (off, n as usize),
+                ColumnType::Bytes(max) => {
+                    let l = self.bytes.get(off..off + 4).ok_or_else(|| short(c, off + 4))?;
+                    let l = u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize;
+                    if l > max as usize {
+                        return Err(Error::Corruption {
+                            file: "row".into(),
+                            offset: 0,
+                            detail: format!(
+                                "column `{}` holds {l} bytes, more than its maximum {max}: the row does not \
+                                 match its schema",
+                                c.name
+                            ),
+                        });
                     }
-                    off += 4;
-                    l
+                    (off + 4, l)
                 }
             };
+            let end = start
+                .checked_add(len)
+                .filter(|&e| e <= self.bytes.len())
+                .ok_or_else(|| short(c, start.saturating_add(len)))?;
             if i == col {
-                return (off, len);
+                return Ok((start, len));
             }
-            off += len;
+            off = end;
         }
-        panic!("column {col} out of range");
+        unreachable!("col < columns.len()")
     }
 
-    /// Integer value of column `col` (which must be `Int`).
+    fn expect_type(&self, col: usize, int: bool) -> Result<()> {
+        match self.schema.columns.get(col) {
+            Some(c) if (c.ty == ColumnType::Int) != int => Err(Error::InvalidArgument(format!(
+                "column `{}` is {:?}, not {}",
+                c.name,
+                c.ty,
+                if int { "Int" } else { "Char or Bytes" }
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Integer value of column `col`; an error if the column does not exist, is not `Int`, or
+    /// the row bytes do not match the schema.
+    pub fn try_int(&self, col: usize) -> Result<i64> {
+        self.expect_type(col, true)?;
+        let (o, _) = self.span(col)?;
+        Ok(i64::from_le_bytes(self.bytes[o..o + 8].try_into().expect("8 bytes")))
+    }
+
+    /// Bytes of column `col` (a `Char` column includes its zero padding); an error if the column
+    /// does not exist, is `Int`, or the row bytes do not match the schema.
+    pub fn try_bytes(&self, col: usize) -> Result<&'a [u8]> {
+        self.expect_type(col, false)?;
+        let (o, l) = self.span(col)?;
+        Ok(&self.bytes[o..o + l])
+    }
+
+    /// Column `col` as a [`Value`]; an error if the column does not exist or the row bytes do
+    /// not match the schema.
+    pub fn try_value(&self, col: usize) -> Result<Value> {
+        match self.schema.columns.get(col).map(|c| c.ty) {
+            Some(ColumnType::Int) => self.try_int(col).map(Value::Int),
+            _ => self.try_bytes(col).map(|b| Value::Bytes(b.to_vec())),
+        }
+    }
+
+    /// All columns as values; an error if the row bytes do not match the schema.
+    pub fn try_values(&self) -> Result<Vec<Value>> {
+        (0..self.schema.columns.len()).map(|i| self.try_value(i)).collect()
+    }
+
+    /// Integer value of column `col`.
+    ///
+    /// # Panics
+    /// If the column does not exist or is not `Int`, or the row does not match its schema
+    /// (a corrupt row); [`RowView::try_int`] returns those as errors.
     pub fn int(&self, col: usize) -> i64 {
-        let (o, _) = self.span(col);
-        i64::from_le_bytes(self.bytes[o..o + 8].try_into().expect("8 bytes"))
+        self.try_int(col).unwrap_or_else(|e| panic!("RowView::int({col}): {e}"))
     }
 
     /// Bytes of column `col` (a `Char` column includes its zero padding).
+    ///
+    /// # Panics
+    /// If the column does not exist or is `Int`, or the row does not match its schema;
+    /// [`RowView::try_bytes`] returns those as errors.
     pub fn bytes(&self, col: usize) -> &'a [u8] {
-        let (o, l) = self.span(col);
-        &self.bytes[o..o + l]
+        self.try_bytes(col).unwrap_or_else(|e| panic!("RowView::bytes({col}): {e}"))
     }
 
     /// Column `col` as a [`Value`].
+    ///
+    /// # Panics
+    /// As [`RowView::int`] and [`RowView::bytes`]; [`RowView::try_value`] returns errors.
     pub fn value(&self, col: usize) -> Value {
-        match self.schema.columns[col].ty {
-            ColumnType::Int => Value::Int(self.int(col)),
-            _ => Value::Bytes(self.bytes(col).to_vec()),
-        }
+        self.try_value(col).unwrap_or_else(|e| panic!("RowView::value({col}): {e}"))
     }
 
     /// All columns as values.
+    ///
+    /// # Panics
+    /// If the row does not match its schema; [`RowView::try_values`] returns an error.
     pub fn to_values(&self) -> Vec<Value> {
-        (0..self.schema.columns.len()).map(|i| self.value(i)).collect()
+        self.try_values().unwrap_or_else(|e| panic!("RowView::to_values: {e}"))
     }
 
     /// The encoded bytes.

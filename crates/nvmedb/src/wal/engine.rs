@@ -53,12 +53,31 @@ pub struct EngineLog {
     /// Redo start of the last checkpoint; guarded for the page-change decision by `horizon_lock`.
     horizon: AtomicU64,
     horizon_lock: RwLock<()>,
+    /// The end of the log when it was opened: every page on disk then must be at or below it.
+    opened_end: Lsn,
+    /// Whether pages read later are checked against the log's end (off when the user accepted
+    /// a lost log).
+    check_page_lsns: bool,
 }
 
 impl EngineLog {
     /// Wraps an open log; pages whose LSN is below `horizon` get full images.
     pub fn new(log: Arc<dyn RecordLog>, horizon: Lsn) -> Self {
-        Self { log, horizon: AtomicU64::new(horizon), horizon_lock: RwLock::new(()) }
+        let opened_end = log.end_lsn();
+        Self {
+            log,
+            horizon: AtomicU64::new(horizon),
+            horizon_lock: RwLock::new(()),
+            opened_end,
+            check_page_lsns: true,
+        }
+    }
+
+    /// Stops checking pages read from devices against the end of the log (a database opened
+    /// with `Options::accept_lost_log`).
+    pub fn accept_lost_log(mut self) -> Self {
+        self.check_page_lsns = false;
+        self
     }
 
     /// The underlying record log.
@@ -107,6 +126,14 @@ impl PageLogger for EngineLog {
 impl WalGate for EngineLog {
     fn ensure_durable(&self, lsn: u64) -> Result<()> {
         self.wait_durable(lsn)
+    }
+
+    fn page_lsn_limit(&self) -> u64 {
+        if !self.check_page_lsns {
+            return u64::MAX;
+        }
+        // A page written back since the open waited for the log to be durable up to its LSN.
+        self.opened_end.max(self.log.durable_lsn())
     }
 }
 

@@ -1,0 +1,8 @@
+//! libFuzzer target: `decoders::feed_catalog` on arbitrary bytes.
+#![no_main]
+
+#[path = "../../crates/nvmedb/tests/support/decoders.rs"]
+#[allow(dead_code)]
+mod decoders;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| decoders::feed_catalog(data));
