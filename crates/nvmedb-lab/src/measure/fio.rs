@@ -1,10 +1,16 @@
 //! fio as the reference: runs it on a file and reads its JSON output.
 //!
-//! Owns: the fio command lines the lab uses. Invariant: random-read runs are read-only
-//! (`--readonly`), so fio can never change a database file it measures.
+//! Owns: the fio command lines the lab uses and the reading of fio's JSON. Invariant: random-read
+//! runs are read-only (`--readonly`), so fio can never change a database file it measures; a
+//! missing or failing fio is `None`, and the experiment says the reference did not run.
 
 use std::path::Path;
 use std::process::Command;
+
+/// True when `fio` can be run.
+pub fn installed() -> bool {
+    Command::new("fio").arg("--version").output().is_ok_and(|o| o.status.success())
+}
 
 /// fio's random-read IOPS on `file` (O_DIRECT), or `None` when fio is missing or fails.
 /// `engine` is fio's `ioengine` (e.g. `psync`, `io_uring`).

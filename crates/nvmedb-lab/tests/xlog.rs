@@ -2,8 +2,9 @@
 //! produced and parses back (CSV rows, the JSON with its run context, PNG and SVG plots, the
 //! summary with the durability statements). Nothing about speed is asserted.
 
+use nvmedb_lab::experiment::{self, RunOptions};
+use nvmedb_lab::experiments::xlog::{CommitPoint, SchedPoint, TxnPoint, Xlog, XlogConfig, XlogResults};
 use nvmedb_lab::report::{read_csv, read_json};
-use nvmedb_lab::xloglab::{run, CommitPoint, SchedPoint, TxnPoint, XlogLabConfig, XlogLabResults};
 use std::path::{Path, PathBuf};
 
 fn check_plot(dir: &Path, stem: &str) {
@@ -17,10 +18,11 @@ fn check_plot(dir: &Path, stem: &str) {
 fn xlog_lab_tiny_run_produces_every_file() {
     let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xloglab-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
-    let mut cfg = XlogLabConfig::default_scale(root.join("data"), root.join("results")).tiny();
+    let mut cfg = XlogConfig::default_scale(root.join("data")).tiny();
     cfg.ring_dir = root.join("rings");
     std::fs::create_dir_all(&cfg.ring_dir).unwrap();
-    let out = run(&cfg).expect("lab xlog runs");
+    let opts = RunOptions { results_root: root.join("results"), progress: false };
+    let out = experiment::run::<Xlog>(&cfg, &opts).expect("lab xlog runs");
     let d = &out.dir;
     let fig9: Vec<TxnPoint> = read_csv(d.join("fig9.csv")).unwrap();
     assert_eq!(fig9.len(), 4 * cfg.workers.len());
@@ -35,7 +37,7 @@ fn xlog_lab_tiny_run_produces_every_file() {
     let fig12: Vec<SchedPoint> = read_csv(d.join("fig12.csv")).unwrap();
     assert_eq!(fig12.len(), 3 * cfg.fig12_fast_pcts.len());
     assert!(fig12.iter().all(|p| p.device.contains("emulated")));
-    let json = read_json::<XlogLabConfig, XlogLabResults>(d.join("results.json")).unwrap();
+    let json = read_json::<XlogConfig, XlogResults>(d.join("results.json")).unwrap();
     assert_eq!(json.experiment, "xlog");
     assert!(!json.context.git_commit.is_empty());
     assert_eq!(json.results.fig9.len(), fig9.len());
@@ -44,6 +46,8 @@ fn xlog_lab_tiny_run_produces_every_file() {
         check_plot(d, stem);
     }
     let summary = std::fs::read_to_string(d.join("summary.txt")).unwrap();
+    assert_eq!(summary, out.summary.text);
+    assert!(d.join("summary.json").exists());
     assert!(summary.contains("NOT a power loss"), "the summary states the fast side's durability");
     assert!(summary.contains("Fig. 12") && summary.contains("EMULATED"));
     // The working files are cleaned up (databases, conventional rings, ring files).
