@@ -136,6 +136,14 @@ pub fn non_empty<T>(field: &str, values: &[T]) -> Result<()> {
     Ok(())
 }
 
+/// Checks that every name in `parts` is one of `known`; `field` names the list (`--parts`).
+pub fn known_parts(field: &str, parts: &[String], known: &[&str]) -> Result<()> {
+    match parts.iter().find(|p| !known.contains(&p.as_str())) {
+        Some(p) => Err(LabError::config(field, format!("unknown part `{p}` ({})", known.join(", ")))),
+        None => Ok(()),
+    }
+}
+
 /// Checks that a duration in seconds is finite and positive (or, with `zero_ok`, zero).
 pub fn seconds(field: &str, value: f64, zero_ok: bool) -> Result<()> {
     if !value.is_finite() || value < 0.0 || (value == 0.0 && !zero_ok) {

@@ -132,14 +132,7 @@ impl Experiment for CommitBench {
     type Results = CommitResults;
 
     fn validate(cfg: &CommitConfig) -> Result<()> {
-        for p in &cfg.parts {
-            if !PARTS.contains(&p.as_str()) {
-                return Err(LabError::config(
-                    "--parts",
-                    format!("unknown part `{p}` ({})", PARTS.join(", ")),
-                ));
-            }
-        }
+        experiment::known_parts("--parts", &cfg.parts, &PARTS)?;
         experiment::non_empty("--threads", &cfg.threads)?;
         if cfg.threads.contains(&0) || cfg.reps == 0 || cfg.rows == 0 {
             return Err(LabError::config("--threads/--reps/--rows", "must be at least 1"));

@@ -349,14 +349,7 @@ impl Experiment for EngineBench {
     type Results = EngineResults;
 
     fn validate(cfg: &EngineConfig) -> Result<()> {
-        for p in &cfg.parts {
-            if !PARTS.contains(&p.as_str()) {
-                return Err(LabError::config(
-                    "--parts",
-                    format!("unknown part `{p}` ({})", PARTS.join(", ")),
-                ));
-            }
-        }
+        experiment::known_parts("--parts", &cfg.parts, &PARTS)?;
         if cfg.rows == 0 || cfg.reps == 0 || cfg.miss_threads == 0 || cfg.scan_threads == 0 {
             return Err(LabError::config(
                 "--rows/--reps/--miss-threads/--scan-threads",

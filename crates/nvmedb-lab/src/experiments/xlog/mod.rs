@@ -234,14 +234,7 @@ impl Experiment for Xlog {
     type Results = XlogResults;
 
     fn validate(cfg: &XlogConfig) -> Result<()> {
-        for p in &cfg.parts {
-            if !PARTS.contains(&p.as_str()) {
-                return Err(LabError::config(
-                    "--parts",
-                    format!("unknown part `{p}` ({})", PARTS.join(", ")),
-                ));
-            }
-        }
+        experiment::known_parts("--parts", &cfg.parts, &PARTS)?;
         if cfg.on("fig9") {
             experiment::non_empty("--workers", &cfg.workers)?;
         }
