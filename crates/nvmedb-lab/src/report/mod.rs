@@ -21,7 +21,7 @@ mod trace_chart;
 pub use self::csv::{read_csv, write_csv, CsvWriter};
 pub use dir::{latest_runs, utc_timestamp, LatestRun, ResultsDir, SUMMARY_FILE};
 pub use error::ReportError;
-pub use json::{read_json, write_json, ResultFile};
+pub use json::{read_doc, read_json, write_json, write_pretty, ResultFile};
 pub use plot::{
     font_path, LegendPosition, LineChart, PlotFiles, Series, SeriesStyle, DEFAULT_FONT_PATH, FONT_ENV,
 };

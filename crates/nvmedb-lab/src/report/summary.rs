@@ -5,11 +5,11 @@
 //! summary carries the run's [`RunContext`]; figure names are stable keys (a whole-lab report
 //! finds the same figure in every run by its name); units are spelled out.
 
-use super::{ReportError, Result};
+use super::json::{read_doc, write_pretty};
+use super::Result;
 use crate::machine::RunContext;
 use crate::measure::Spread;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// What a figure is compared with in the same run (the device's limit, a peer, a target).
@@ -92,18 +92,10 @@ pub struct SummaryFile {
 
 /// Writes `summary` as pretty JSON to `path`.
 pub fn write_summary(path: impl AsRef<Path>, summary: &SummaryFile) -> Result<PathBuf> {
-    let path = path.as_ref().to_path_buf();
-    let mut bytes = serde_json::to_vec_pretty(summary)
-        .map_err(|source| ReportError::Json { path: path.clone(), source })?;
-    bytes.push(b'\n');
-    let mut f = std::fs::File::create(&path).map_err(ReportError::io(&path, "create"))?;
-    f.write_all(&bytes).map_err(ReportError::io(&path, "write"))?;
-    Ok(path)
+    write_pretty(path, summary)
 }
 
 /// Reads a summary written by [`write_summary`].
 pub fn read_summary(path: impl AsRef<Path>) -> Result<SummaryFile> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(ReportError::io(path, "read"))?;
-    serde_json::from_slice(&bytes).map_err(|source| ReportError::Json { path: path.to_path_buf(), source })
+    read_doc(path)
 }

@@ -57,6 +57,9 @@ pub struct TraceChart {
     /// Write each I/O and wait interval's duration (µs) on it where it fits, as in seed 001
     /// Figs. 7/8.
     pub annotate_durations: bool,
+    /// Draw a thin black tick where each interval of this kind starts (a transaction's start,
+    /// when each transaction is recorded as one interval of it).
+    pub mark_starts: Option<TraceKind>,
 }
 
 impl TraceChart {
@@ -77,6 +80,7 @@ impl TraceChart {
             duration_ns: end,
             width: 1200,
             annotate_durations: false,
+            mark_starts: None,
         };
         if trace.dropped() > 0 {
             c.footnotes.push(format!("{} intervals dropped (trace buffers full)", trace.dropped()));
@@ -93,6 +97,12 @@ impl TraceChart {
     /// Turns duration labels on I/O and wait intervals on or off.
     pub fn annotate_durations(mut self, on: bool) -> Self {
         self.annotate_durations = on;
+        self
+    }
+
+    /// Draws a tick at the start of every interval of `kind`.
+    pub fn mark_starts(mut self, kind: TraceKind) -> Self {
+        self.mark_starts = Some(kind);
         self
     }
 
@@ -184,6 +194,16 @@ impl Figure for TraceChart {
                     Rectangle::new([(s, y_top), (e, y_bot)], style)
                 });
                 chart.draw_series(rects).map_err(err)?;
+            }
+        }
+        if let Some(kind) = self.mark_starts {
+            for (row, r) in self.rows.iter().enumerate() {
+                let (y_top, y_bot) = ((n - row) as f64 - 0.02, (n - row - 1) as f64 + 0.02);
+                let ticks = r.intervals.iter().filter(|iv| iv.kind == kind && iv.start_ns > 0).map(|iv| {
+                    let x = iv.start_ns as f64 / div;
+                    PathElement::new(vec![(x, y_top), (x, y_bot)], BLACK.stroke_width(2))
+                });
+                chart.draw_series(ticks).map_err(err)?;
             }
         }
         // Row labels at the left of each row.

@@ -103,19 +103,22 @@ pub fn trace_chart(
         &trace.window(win.from_ns, win.to_ns),
     )
     .subtitle(format!(
-        "{:.2} ms window from {:.1} ms into a {:.1} s traced run at {:.0} tps ({shown}); {}",
+        "{:.2} ms from {:.1} ms into a {:.1} s traced run at {:.0} tps; {shown}",
         win.len_ns() as f64 / 1e6,
         win.from_ns.saturating_sub(first) as f64 / 1e6,
         trace.span_ns() as f64 / 1e9,
         tps,
-        if w == Workload::Update { WAL_STATUS } else { "read only" }
     ))
-    .annotate_durations(true);
+    .annotate_durations(true)
+    .mark_starts(TraceKind::Cpu);
     chart.duration_ns = win.len_ns();
     for s in win.short {
         chart = chart.footnote(s);
     }
-    chart.footnote("a transaction is a CPU span (purple) with its reads, write-backs and waits drawn over it")
+    chart = chart.footnote(if w == Workload::Update { WAL_STATUS } else { "SELECT: read only, no log" });
+    chart.footnote(
+        "a transaction is a CPU span (purple) with its reads, write-backs and waits drawn over it; black ticks mark where each starts",
+    )
 }
 
 /// For each workload, at the smallest buffer on the traced device: throughput off/on/off, the
@@ -144,7 +147,9 @@ pub fn trace_runs(
         let (from, to) = (mid_from.min(win.from_ns), (mid_from + CSV_WINDOW_NS).max(win.to_ns));
         write_trace_csv(env.dir.file(&format!("{stem}.csv")), &trace.window(from, to))?;
         env.dir.write_csv(&format!("{stem}_summary"), &trace_summary(&trace))?;
-        let files = trace_chart(&dev.report.label, w, pct, &trace, win, on).write(env.dir.path(), &stem)?;
+        let files = trace_chart(&dev.report.label, w, pct, &trace, win, on)
+            .footnote(format!("machine: {}", env.context.one_line()))
+            .write(env.dir.path(), &stem)?;
         let from_trace = ModelInput::from_trace(&trace);
         out.push(TraceRun {
             device_label: dev.report.label.clone(),
