@@ -15,11 +15,11 @@
 
 use crate::error::{LabError, Result};
 use crate::machine::RunContext;
-use crate::report::{Figure, ResultsDir};
+use crate::report::{read_doc, read_json, Figure, ResultFile, ResultsDir};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// An experiment: a configuration in, results out, and a report of them.
 pub trait Experiment {
@@ -128,6 +128,33 @@ pub fn run<E: Experiment>(config: &E::Config, opts: &RunOptions) -> Result<Outco
     Ok(Outcome { results, summary, dir: env.dir.path().to_path_buf() })
 }
 
+/// Draws the report of an earlier run of `E` in `dir` again, from its `results.json`, with the
+/// current code: the tables, plots, `summary.txt` and `summary.json` are rewritten (artefacts
+/// drawn while the run measured, such as trace charts, are kept as they are).
+pub fn replot<E: Experiment>(dir: &Path) -> Result<Summary> {
+    let doc: ResultFile<E::Config, E::Results> = read_json(dir.join("results.json"))?;
+    if doc.experiment != E::NAME {
+        return Err(LabError::config(
+            "results.json",
+            format!("{} holds a run of `{}`, not `{}`", dir.display(), doc.experiment, E::NAME),
+        ));
+    }
+    let env = RunEnv { context: doc.context, dir: ResultsDir::open(dir, E::NAME)?, progress: false };
+    let summary = E::report(&doc.config, &doc.results, &env)?;
+    env.dir.write_text("summary.txt", &summary.text)?;
+    env.dir.write_summary(E::TITLE, &env.context, &summary.figures)?;
+    Ok(summary)
+}
+
+/// The experiment whose run `dir` holds (the `experiment` field of its `results.json`).
+pub fn recorded_experiment(dir: &Path) -> Result<String> {
+    #[derive(serde::Deserialize)]
+    struct Header {
+        experiment: String,
+    }
+    Ok(read_doc::<Header>(dir.join("results.json"))?.experiment)
+}
+
 /// Checks that `values` is not empty: `field` names the list.
 pub fn non_empty<T>(field: &str, values: &[T]) -> Result<()> {
     if values.is_empty() {
@@ -156,7 +183,7 @@ pub fn seconds(field: &str, value: f64, zero_ok: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{latest_runs, read_json, ResultFile};
+    use crate::report::latest_runs;
     use serde::Deserialize;
 
     #[derive(Debug)]
@@ -206,6 +233,11 @@ mod tests {
         assert_eq!(latest[0].summary.figures[0].value, 3.0);
         assert_eq!(latest[0].summary.figures[0].reference.as_ref().map(|r| r.value), Some(1.5));
         assert!(latest[0].summary.files.iter().any(|f| f == "points.csv"));
+        // The report of a finished run can be drawn again from its results.json.
+        std::fs::remove_file(out.dir.join("points.csv")).unwrap();
+        assert_eq!(recorded_experiment(&out.dir).unwrap(), "doubling");
+        assert_eq!(replot::<Doubling>(&out.dir).unwrap().text, "doubled: 3\n");
+        assert!(out.dir.join("points.csv").exists());
         // A bad configuration fails before any directory is made.
         let e = run::<Doubling>(&Cfg { x: -1.0 }, &opts).unwrap_err();
         assert!(e.to_string().starts_with("x: "), "{e}");

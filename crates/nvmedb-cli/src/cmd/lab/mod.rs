@@ -5,7 +5,8 @@
 //! the experiment measures, reports and writes its files through `nvmedb_lab::experiment::run`.
 //!
 //! A new experiment's command is one file here: an `Args` struct with `#[command(flatten)]
-//! common: CommonArgs`, an `impl LabArgs`, and one arm in [`LabCommand`] and [`dispatch`].
+//! common: CommonArgs`, an `impl LabArgs`, and one arm in [`LabCommand`] and [`dispatch`] (and
+//! one line in `replot`).
 
 mod commit;
 mod engine;
@@ -17,6 +18,7 @@ use super::args::CommonArgs;
 use super::CliError;
 use clap::Subcommand;
 use nvmedb_lab::experiment::{self, Experiment};
+use std::path::{Path, PathBuf};
 
 /// The flags of a command that runs experiment `Exp`.
 pub trait LabArgs {
@@ -59,6 +61,11 @@ pub enum LabCommand {
     /// Seed 000 Case B (update throughput single vs HA log shipping vs HA data mirroring
     /// across buffer sizes, standby over loopback) and seed 002 Fig. 13 (replication delay).
     Ha(ha::HaArgs),
+    /// Draw an earlier run's tables and plots again from its results.json with this code.
+    Replot {
+        /// The run's directory (`results/<experiment>/<UTC time>` or `.../latest`).
+        dir: PathBuf,
+    },
 }
 
 /// Runs a lab subcommand.
@@ -69,7 +76,28 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Commit(a) => run(a),
         LabCommand::Xlog(a) => run(a),
         LabCommand::Ha(a) => run(a),
+        LabCommand::Replot { dir } => replot(dir),
     }
+}
+
+/// Redraws the report of the run in `dir`, whichever experiment it is.
+fn replot(dir: &Path) -> Result<(), CliError> {
+    use nvmedb_lab::experiments::{commit, engine, ha, iobench, primitive, xlog};
+    let name = experiment::recorded_experiment(dir)?;
+    let summary = match name.as_str() {
+        n if n == primitive::Primitive::NAME => experiment::replot::<primitive::Primitive>(dir)?,
+        n if n == engine::EngineBench::NAME => experiment::replot::<engine::EngineBench>(dir)?,
+        n if n == commit::CommitBench::NAME => experiment::replot::<commit::CommitBench>(dir)?,
+        n if n == xlog::Xlog::NAME => experiment::replot::<xlog::Xlog>(dir)?,
+        n if n == ha::Ha::NAME => experiment::replot::<ha::Ha>(dir)?,
+        n if n == iobench::IoBench::NAME => experiment::replot::<iobench::IoBench>(dir)?,
+        other => {
+            return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
+        }
+    };
+    print!("{}", summary.text);
+    println!("results: {}", dir.display());
+    Ok(())
 }
 
 impl LabCommand {
@@ -81,6 +109,7 @@ impl LabCommand {
             LabCommand::Commit(_) => "lab commit",
             LabCommand::Xlog(_) => "lab xlog",
             LabCommand::Ha(_) => "lab ha",
+            LabCommand::Replot { .. } => "lab replot",
         }
     }
 }

@@ -29,17 +29,17 @@ fn throughput_chart(
     };
     let mut chart = LineChart::new(title, "table buffer (% of table size)", y)
         .subtitle(format!(
-            "{} tables × {} rows, {} clients, median of {} (min–max in CSV); {}{}",
+            "{} tables × {} rows, {} clients, median of {} (min–max in CSV){}",
             cfg.tables,
             cfg.rows_per_table,
             cfg.clients,
             cfg.repetitions,
-            if w == Workload::Update { WAL_STATUS } else { "read only" },
             app_cpu_note(cfg)
         ))
         .log_x(true)
         .x_ticks(cfg.buffer_pcts.clone())
         .legend(LegendPosition::LowerRight)
+        .footnote(if w == Workload::Update { WAL_STATUS } else { "SELECT: read only, no log" })
         .footnote(ctx.one_line());
     if normalised {
         // The curves rise towards 100 % at the right: the legend goes top left.
