@@ -68,11 +68,10 @@ side = j["read"] if j["read"]["io_bytes"] > 0 else j["write"]
 print(f"{sys.argv[2]}\tfio\t{side['iops']:.1f}\t{side['lat_ns']['mean'] / 1000:.2f}\t{side['clat_ns']['percentile']['50.000000'] / 1000:.2f}")
 PY
 }
-iobench_one() { # name args rep
-  local json=$OUT/iobench-$3-$(echo "$1" | tr -c 'A-Za-z0-9' _).json
+iobench_one() { # name args rep (each run's files land in $OUT/iobench/<UTC time>/)
   # shellcheck disable=SC2086
   line=$("$BIN" iobench --device "$FILE" --size "$SIZE" --duration "$RUNTIME" --warmup "$RAMP" --no-progress \
-      --out "$json" $2 | grep '^RESULT')
+      --results "$OUT" $2 | grep '^RESULT')
   python3 - "$1" "$line" <<'PY' >>"$RESULTS"
 import sys
 kv = dict(p.split("=", 1) for p in sys.argv[2].split()[1:])
@@ -117,4 +116,4 @@ for name in dict.fromkeys(r[0] for r in rows):
         print(f"| {name} | IOPS | {mmm(fi)} | {mmm(ii)} | {ratio_iops:.3f} | |")
 PY
 echo
-echo "raw results: $RESULTS; per-run JSON in $OUT"
+echo "raw results: $RESULTS; per-run JSON in $OUT (fio-*.json) and $OUT/iobench/"

@@ -1,14 +1,22 @@
 //! nvmedb-lab: the laboratory. Experiments that drive the engine through its public API and
 //! turn their measurements into CSV, JSON, plots and summaries.
+//!
+//! Layout: [`experiment`] (the one `Experiment` trait and the driver every run goes through),
+//! [`error`] ([`LabError`]), [`measure`] (histograms, CPU clocks, statistics, worker threads,
+//! fio, progress bars), [`workload`] (tables and transactions shared by experiments),
+//! [`experiments`] (one module per experiment), [`report`] (the only writer of CSV, JSON and
+//! plots), [`model`] (seed 000 §3) and [`machine`] (what ran where).
 
 #![warn(missing_docs)]
 
-pub mod enginebench;
-pub mod fio;
-pub mod ha;
-pub mod iobench;
+pub mod error;
+pub mod experiment;
+pub mod experiments;
 pub mod machine;
+pub mod measure;
 pub mod model;
-pub mod primitive;
 pub mod report;
-pub mod xloglab;
+pub mod workload;
+
+pub use error::LabError;
+pub use experiment::{Experiment, Outcome, RunEnv, RunOptions, Summary};

@@ -2,13 +2,14 @@
 //! directory for the disk device, short windows): every result file is written and parses
 //! back, and the summary, model and trace code paths run. No timing is asserted.
 
-use nvmedb_lab::machine::RunContext;
-use nvmedb_lab::primitive::output::{device_ceiling_series, median, model_rows, summarise, targets};
-use nvmedb_lab::primitive::{
-    self, DeviceKind, DeviceReport, PointResult, PrimitiveConfig, PrimitiveResults, Workload, WAL_STATUS,
+use nvmedb_lab::experiment::{self, Outcome, RunOptions};
+use nvmedb_lab::experiments::primitive::summary::{device_ceiling_series, model_rows, summarise, targets};
+use nvmedb_lab::experiments::primitive::{
+    DeviceKind, DeviceReport, PointResult, Primitive, PrimitiveConfig, PrimitiveResults, Workload, WAL_STATUS,
 };
 use nvmedb_lab::report::{read_csv, read_json, ResultFile};
-use std::path::PathBuf;
+use nvmedb_lab::LabError;
+use std::path::{Path, PathBuf};
 
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("nvmedb-prim-{name}-{}", std::process::id()));
@@ -16,7 +17,11 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-fn tiny(root: &std::path::Path) -> PrimitiveConfig {
+fn run(root: &Path, cfg: &PrimitiveConfig) -> Result<Outcome<Primitive>, LabError> {
+    experiment::run::<Primitive>(cfg, &RunOptions { results_root: root.join("results"), progress: false })
+}
+
+fn tiny(root: &Path) -> PrimitiveConfig {
     PrimitiveConfig {
         tables: 3,
         rows_per_table: 60,
@@ -27,11 +32,9 @@ fn tiny(root: &std::path::Path) -> PrimitiveConfig {
         duration_s: 0.1,
         repetitions: 2,
         data_dir: root.join("data"),
-        results_root: root.join("results"),
         trace_window_ms: 1.0,
         iobench_s: 0.05,
         fio: false,
-        progress: false,
         ..PrimitiveConfig::default()
     }
 }
@@ -44,12 +47,13 @@ fn tiny_run_writes_every_file_and_they_parse() {
     }
     let root = temp_dir("e2e");
     let cfg = tiny(&root);
-    let out = primitive::run(&cfg).expect("the tiny experiment runs");
+    let out = run(&root, &cfg).expect("the tiny experiment runs");
     for f in [
         "results.csv",
         "summary.csv",
         "results.json",
         "summary.txt",
+        "summary.json",
         "select_throughput.png",
         "select_throughput.svg",
         "update_throughput.png",
@@ -90,8 +94,15 @@ fn tiny_run_writes_every_file_and_they_parse() {
     assert!(opt.label.contains("EMULATED") && opt.read_qd1_p50_us > 0.0 && opt.profile.is_some());
     assert_eq!(doc.results.traces.len(), 2);
     assert!(doc.results.traces.iter().all(|t| t.intervals > 0 && t.tps_tracing_on > 0.0));
-    assert!(out.summary_text.contains("EMULATED") && out.summary_text.contains(WAL_STATUS));
-    assert!(out.summary_text.contains("model (device t_io) %"));
+    let text = &out.summary.text;
+    assert!(text.contains("EMULATED") && text.contains(WAL_STATUS));
+    assert!(text.contains("model (device t_io) %"));
+    assert!(text.contains("Seed 000 Fig. 5 targets") && !text.to_lowercase().contains("issue"));
+    assert!(out
+        .summary
+        .figures
+        .iter()
+        .any(|f| f.name == "select/optane/smallest_over_full_pct" && f.reference.is_some()));
     // The 100 % point of every device and workload is its own reference.
     assert!(doc
         .results
@@ -114,9 +125,9 @@ fn disk_device_loads_once_and_is_reused() {
     if !nvmedb_lab::report::font_path().exists() {
         return;
     }
-    let first = primitive::run(&cfg).expect("first run loads");
+    let first = run(&root, &cfg).expect("first run loads");
     assert!(first.results.devices[0].load_s > 0.0);
-    let second = primitive::run(&cfg).expect("second run reuses the data");
+    let second = run(&root, &cfg).expect("second run reuses the data");
     assert_eq!(second.results.devices[0].load_s, 0.0);
     assert!(cfg.disk_db_dir().join("catalog.nvdb").exists());
     let _ = std::fs::remove_dir_all(root);
@@ -127,7 +138,7 @@ fn bad_configurations_are_named() {
     let root = temp_dir("bad");
     let mut cfg = tiny(&root);
     cfg.buffer_pcts = vec![0.0];
-    assert!(primitive::run(&cfg).unwrap_err().to_string().contains("buffer_pcts"));
+    assert!(run(&root, &cfg).unwrap_err().to_string().contains("buffer_pcts"));
     let mut cfg = tiny(&root);
     cfg.policy = "LRU".into();
     assert!(cfg.validate().unwrap_err().to_string().contains("LRU"));
@@ -168,9 +179,6 @@ fn point(device: &str, workload: &str, pct: f64, rep: usize, tps: f64) -> PointR
 
 #[test]
 fn summary_model_and_targets_on_synthetic_points() {
-    assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-    assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-    assert_eq!(median(&[]), 0.0);
     let mut pts = Vec::new();
     for rep in 0..3 {
         pts.push(point("optane", "select", 1.0, rep, 900.0 + rep as f64 * 10.0));
@@ -232,5 +240,4 @@ fn summary_model_and_targets_on_synthetic_points() {
     let line = device_ceiling_series(&r, "optane", Workload::Select).expect("a ceiling line");
     assert_eq!(line.points, vec![(1.0, 50.0), (100.0, 100.0)]);
     assert!(device_ceiling_series(&r, "optane", Workload::Update).is_none(), "no update points");
-    let _ = RunContext::capture();
 }

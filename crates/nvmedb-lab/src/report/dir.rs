@@ -1,9 +1,12 @@
-//! The results directory of one run: `<root>/<experiment>/<UTC timestamp>/`.
+//! The results directory of one run: `<root>/<experiment>/<UTC timestamp>/`, and finding the
+//! latest run of every experiment (`<root>/<experiment>/latest`).
 //!
-//! Owns: creating that directory and naming files inside it. Invariants: a run never writes
-//! into another run's directory (a name clash within the same second gets a `-2`, `-3` ...
-//! suffix), and the timestamp is UTC in the sortable form `YYYYMMDDTHHMMSSZ`.
+//! Owns: creating that directory, naming files inside it, the `latest` link and
+//! [`latest_runs`]. Invariants: a run never writes into another run's directory (a name clash
+//! within the same second gets a `-2`, `-3` ... suffix), and the timestamp is UTC in the
+//! sortable form `YYYYMMDDTHHMMSSZ`.
 
+use super::summary::{read_summary, write_summary, Figure, SummaryFile};
 use super::{ReportError, Result};
 use crate::machine::RunContext;
 use serde::Serialize;
@@ -97,12 +100,68 @@ impl ResultsDir {
         super::write_json(self.file(&format!("{name}.json")), &self.experiment, context, config, results)
     }
 
+    /// Writes `summary.json`: the headline figures with the run context and the list of every
+    /// file in the directory (so write it last).
+    pub fn write_summary(&self, title: &str, context: &RunContext, figures: &[Figure]) -> Result<PathBuf> {
+        let mut files: Vec<String> = std::fs::read_dir(&self.path)
+            .map_err(ReportError::io(&self.path, "list"))?
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .chain(std::iter::once(SUMMARY_FILE.to_string()))
+            .collect();
+        files.sort();
+        files.dedup();
+        let doc = SummaryFile {
+            experiment: self.experiment.clone(),
+            title: title.to_string(),
+            context: context.clone(),
+            figures: figures.to_vec(),
+            files,
+        };
+        write_summary(self.file(SUMMARY_FILE), &doc)
+    }
+
     /// Writes `text` to `file_name` (summaries, notes).
     pub fn write_text(&self, file_name: &str, text: &str) -> Result<PathBuf> {
         let path = self.file(file_name);
         std::fs::write(&path, text).map_err(ReportError::io(&path, "write"))?;
         Ok(path)
     }
+}
+
+/// The machine-readable summary of a run, in its directory.
+pub const SUMMARY_FILE: &str = "summary.json";
+
+/// The latest run of one experiment: its directory and its summary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatestRun {
+    /// The run's directory (`latest` resolved).
+    pub dir: PathBuf,
+    /// Its `summary.json`.
+    pub summary: SummaryFile,
+}
+
+/// The latest run of every experiment under `root` (each `<root>/<name>/latest` holding a
+/// `summary.json`), sorted by experiment name. Experiments without a finished run are skipped;
+/// a summary that cannot be read is an error naming its file.
+pub fn latest_runs(root: impl AsRef<Path>) -> Result<Vec<LatestRun>> {
+    let root = root.as_ref();
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(ReportError::io(root, "list")(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(ReportError::io(root, "list"))?;
+        let latest = entry.path().join("latest");
+        if !latest.join(SUMMARY_FILE).is_file() {
+            continue;
+        }
+        let dir = std::fs::canonicalize(&latest).map_err(ReportError::io(&latest, "resolve"))?;
+        out.push(LatestRun { summary: read_summary(dir.join(SUMMARY_FILE))?, dir });
+    }
+    out.sort_by(|a, b| a.summary.experiment.cmp(&b.summary.experiment));
+    Ok(out)
 }
 
 /// `unix_s` as a UTC timestamp `YYYYMMDDTHHMMSSZ`.
@@ -154,6 +213,19 @@ mod tests {
         );
         b.link_latest().expect("relink");
         assert_eq!(std::fs::read_link(&link).expect("link"), PathBuf::from("19700101T000000Z-2"));
+        // Only runs with a summary are found; the latest one wins.
+        assert!(latest_runs(&root).expect("scan").is_empty());
+        let ctx = RunContext::capture();
+        let fig = Figure::new("a/b", "a b", 1.5, "tps").against("fio", 3.0);
+        b.write_text("summary.txt", "text").expect("text");
+        b.write_summary("an experiment", &ctx, std::slice::from_ref(&fig)).expect("summary");
+        let runs = latest_runs(&root).expect("scan");
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].dir, std::fs::canonicalize(b.path()).expect("dir"));
+        assert_eq!(runs[0].summary.experiment, "exp");
+        assert_eq!(runs[0].summary.figures, [fig]);
+        assert_eq!(runs[0].summary.files, ["summary.json", "summary.txt"]);
+        assert!(latest_runs(root.join("missing")).expect("no root").is_empty());
         std::fs::remove_dir_all(&root).expect("cleanup");
     }
 }

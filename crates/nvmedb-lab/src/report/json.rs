@@ -1,6 +1,7 @@
 //! JSON result files: provenance, configuration and results in one document.
 //!
-//! Owns: `ResultFile` and its writer/reader. Invariant: a JSON result file always carries the
+//! Owns: `ResultFile` and its writer/reader, and the one pretty-JSON writer and reader every
+//! JSON file of the lab goes through. Invariant: a JSON result file always carries the
 //! `RunContext` (command, git commit, machine, time) next to the configuration it ran with.
 
 use super::{ReportError, Result};
@@ -38,21 +39,30 @@ pub fn write_json<C: Serialize, R: Serialize>(
         config: &'a C,
         results: &'a R,
     }
+    write_pretty(path, &Borrowed { experiment, context, config, results })
+}
+
+/// Writes `doc` as pretty JSON (and a final newline) to `path`: the one JSON writer of the lab.
+pub fn write_pretty<T: Serialize>(path: impl AsRef<Path>, doc: &T) -> Result<PathBuf> {
     let path = path.as_ref().to_path_buf();
-    let doc = Borrowed { experiment, context, config, results };
     let mut bytes =
-        serde_json::to_vec_pretty(&doc).map_err(|source| ReportError::Json { path: path.clone(), source })?;
+        serde_json::to_vec_pretty(doc).map_err(|source| ReportError::Json { path: path.clone(), source })?;
     bytes.push(b'\n');
     let mut f = std::fs::File::create(&path).map_err(ReportError::io(&path, "create"))?;
     f.write_all(&bytes).map_err(ReportError::io(&path, "write"))?;
     Ok(path)
 }
 
+/// Reads a JSON document written by [`write_pretty`].
+pub fn read_doc<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<T> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(ReportError::io(path, "read"))?;
+    serde_json::from_slice(&bytes).map_err(|source| ReportError::Json { path: path.to_path_buf(), source })
+}
+
 /// Reads a result file written by [`write_json`].
 pub fn read_json<C: DeserializeOwned, R: DeserializeOwned>(
     path: impl AsRef<Path>,
 ) -> Result<ResultFile<C, R>> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(ReportError::io(path, "read"))?;
-    serde_json::from_slice(&bytes).map_err(|source| ReportError::Json { path: path.to_path_buf(), source })
+    read_doc(path)
 }

@@ -1,8 +1,9 @@
 //! Reports: turning an experiment's measurements into files a person can read or re-plot.
 //!
-//! Owns: the results directory layout ([`ResultsDir`]), CSV and JSON writers (every JSON result
-//! file embeds the [`crate::machine::RunContext`] and the configuration), plain-text summary
-//! tables, and plots in PNG and SVG (line charts, trace charts, model-vs-measured charts).
+//! Owns: the results directory layout ([`ResultsDir`], [`latest_runs`]), CSV and JSON writers
+//! (every JSON result file embeds the [`crate::machine::RunContext`] and the configuration), the
+//! machine-readable run summary (`summary.json`: [`Figure`]s), plain-text summary tables, and
+//! plots in PNG and SVG (line charts, trace charts, model-vs-measured charts).
 //! Invariants: every failure is a [`ReportError`] naming the file it concerns; a plot is always
 //! written in both formats from the same drawing code; every plot can carry footnote lines
 //! (emulated-device labels with their achieved latency, the machine).
@@ -13,19 +14,22 @@ mod error;
 mod glyph;
 mod json;
 mod plot;
+mod summary;
 mod table;
 mod trace_chart;
 
 pub use self::csv::{read_csv, write_csv, CsvWriter};
-pub use dir::{utc_timestamp, ResultsDir};
+pub use dir::{latest_runs, utc_timestamp, LatestRun, ResultsDir, SUMMARY_FILE};
 pub use error::ReportError;
-pub use json::{read_json, write_json, ResultFile};
+pub use json::{read_doc, read_json, write_json, write_pretty, ResultFile};
 pub use plot::{
     font_path, LegendPosition, LineChart, PlotFiles, Series, SeriesStyle, DEFAULT_FONT_PATH, FONT_ENV,
 };
+pub use summary::{read_summary, write_summary, Figure, Reference, SummaryFile};
 pub use table::{Align, TextTable};
 pub use trace_chart::{
-    kind_color, trace_summary, trace_summary_table, write_trace_csv, TraceChart, TraceRow, TraceSummaryRow,
+    kind_color, trace_summary, trace_summary_table, transaction_window, write_trace_csv, TraceChart,
+    TraceRow, TraceSummaryRow, TxnWindow,
 };
 
 /// Result type of report operations.

@@ -72,7 +72,12 @@ pub struct PlotFiles {
     pub svg: PathBuf,
 }
 
-pub(crate) type DrawResult = std::result::Result<(), String>;
+/// Why drawing on a plotters backend failed (the backend's error, as text: plotters' errors are
+/// generic over the backend).
+#[derive(Debug)]
+pub(crate) struct DrawError(String);
+
+pub(crate) type DrawResult = std::result::Result<(), DrawError>;
 
 /// A figure that can draw itself on any plotters backend.
 pub(crate) trait Figure {
@@ -82,8 +87,8 @@ pub(crate) trait Figure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult;
 }
 
-pub(crate) fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
+pub(crate) fn err<E: std::fmt::Display>(e: E) -> DrawError {
+    DrawError(e.to_string())
 }
 
 /// Draws `fig` into `<dir>/<stem>.png` and `<dir>/<stem>.svg`.
@@ -92,7 +97,7 @@ pub(crate) fn write_plot(fig: &impl Figure, dir: &Path, stem: &str) -> Result<Pl
     let files = PlotFiles { png: dir.join(format!("{stem}.png")), svg: dir.join(format!("{stem}.svg")) };
     let plot_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |detail: String| ReportError::Plot { path, detail }
+        move |e: DrawError| ReportError::Plot { path, detail: e.0 }
     };
     {
         let root = PngText::new(BitMapBackend::new(&files.png, fig.size()), font).into_drawing_area();
@@ -125,7 +130,7 @@ pub(crate) fn page<DB: DrawingBackend>(
     title: &str,
     subtitle: Option<&str>,
     footnotes: &[String],
-) -> std::result::Result<DrawingArea<DB, Shift>, String> {
+) -> std::result::Result<DrawingArea<DB, Shift>, DrawError> {
     root.fill(&WHITE).map_err(err)?;
     let (w, h) = root.dim_in_pixel();
     let top = 8 + TITLE_PX + 6 + subtitle.map_or(0, |_| TEXT_PX + 4);

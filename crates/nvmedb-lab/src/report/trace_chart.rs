@@ -1,10 +1,12 @@
 //! Trace charts like seed 000 Figs. 8/10 and seed 001 Figs. 7/8: one row per client over time,
 //! coloured intervals per kind, a legend of the kinds, and footnotes; plus the trace's CSV.
 //!
-//! Owns: `TraceChart`, the colour of each `TraceKind`, `write_trace_csv`. Invariants: rows keep
-//! the trace's thread order (first client on top); within a row intervals are drawn by rising
+//! Owns: `TraceChart`, the colour of each `TraceKind`, `write_trace_csv`, and
+//! [`transaction_window`], which picks the window a chart shows. Invariants: rows keep the
+//! trace's thread order (first client on top); within a row intervals are drawn by rising
 //! priority so a read inside a CPU span stays visible; an interval narrower than a pixel is
-//! widened to one pixel so short I/Os still show.
+//! widened to one pixel so short I/Os still show; a chosen window shows every client's
+//! `want` whole transactions, or names each client that has fewer and why.
 
 use super::plot::{err, fmt_tick, page, write_plot, DrawResult, Figure, PlotFiles};
 use super::{CsvWriter, ReportError, Result, TextTable};
@@ -55,6 +57,9 @@ pub struct TraceChart {
     /// Write each I/O and wait interval's duration (µs) on it where it fits, as in seed 001
     /// Figs. 7/8.
     pub annotate_durations: bool,
+    /// Draw a thin black tick where each interval of this kind starts (a transaction's start,
+    /// when each transaction is recorded as one interval of it).
+    pub mark_starts: Option<TraceKind>,
 }
 
 impl TraceChart {
@@ -75,6 +80,7 @@ impl TraceChart {
             duration_ns: end,
             width: 1200,
             annotate_durations: false,
+            mark_starts: None,
         };
         if trace.dropped() > 0 {
             c.footnotes.push(format!("{} intervals dropped (trace buffers full)", trace.dropped()));
@@ -91,6 +97,12 @@ impl TraceChart {
     /// Turns duration labels on I/O and wait intervals on or off.
     pub fn annotate_durations(mut self, on: bool) -> Self {
         self.annotate_durations = on;
+        self
+    }
+
+    /// Draws a tick at the start of every interval of `kind`.
+    pub fn mark_starts(mut self, kind: TraceKind) -> Self {
+        self.mark_starts = Some(kind);
         self
     }
 
@@ -184,6 +196,16 @@ impl Figure for TraceChart {
                 chart.draw_series(rects).map_err(err)?;
             }
         }
+        if let Some(kind) = self.mark_starts {
+            for (row, r) in self.rows.iter().enumerate() {
+                let (y_top, y_bot) = ((n - row) as f64 - 0.02, (n - row - 1) as f64 + 0.02);
+                let ticks = r.intervals.iter().filter(|iv| iv.kind == kind && iv.start_ns > 0).map(|iv| {
+                    let x = iv.start_ns as f64 / div;
+                    PathElement::new(vec![(x, y_top), (x, y_bot)], BLACK.stroke_width(2))
+                });
+                chart.draw_series(ticks).map_err(err)?;
+            }
+        }
         // Row labels at the left of each row.
         let label_style = TextStyle::from(font.into_font()).pos(Pos::new(HPos::Right, VPos::Center));
         for (row, r) in self.rows.iter().enumerate() {
@@ -225,6 +247,109 @@ fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>) -> DrawResult 
         x += 30 + text_w as i32 + 28;
     }
     Ok(())
+}
+
+/// The window a trace chart shows, and what it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TxnWindow {
+    /// Start, ns since the trace epoch.
+    pub from_ns: u64,
+    /// End, ns since the trace epoch.
+    pub to_ns: u64,
+    /// Fewest whole transactions any client has inside the window (0 without clients).
+    pub min_whole: usize,
+    /// Clients with fewer than the wanted whole transactions inside the window, each with the
+    /// reason (ready to print as a footnote).
+    pub short: Vec<String>,
+}
+
+impl TxnWindow {
+    /// Length, ns.
+    pub fn len_ns(&self) -> u64 {
+        self.to_ns - self.from_ns
+    }
+}
+
+/// Chooses a window of `trace` in which every client shows `want` whole transactions. A
+/// transaction is one interval of `txn_kind` (the experiment wraps each transaction in one);
+/// a client is a thread that recorded at least one. The window starts in the middle of the
+/// trace (`min_ns` before its midpoint's half) and is at least `min_ns` long; it ends when the
+/// slowest client has completed `want` transactions after its start. When a client has too few
+/// after the middle, the window starts at the beginning of the trace instead; a client with
+/// fewer than `want` in the whole trace is named in [`TxnWindow::short`] with the number it
+/// completed and the longest interval it was in (what it waited for).
+pub fn transaction_window(trace: &Trace, txn_kind: TraceKind, want: usize, min_ns: u64) -> TxnWindow {
+    let want = want.max(1);
+    let first =
+        trace.threads.iter().flat_map(|t| t.intervals.iter()).map(|iv| iv.start_ns).min().unwrap_or(0);
+    let mid = first + trace.span_ns() / 2;
+    let clients: Vec<(&str, Vec<&Interval>)> = trace
+        .threads
+        .iter()
+        .map(|t| (t.label.as_str(), t.intervals.iter().filter(|iv| iv.kind == txn_kind).collect::<Vec<_>>()))
+        .filter(|(_, txns)| !txns.is_empty())
+        .collect();
+    // The end of each client's `want`-th transaction starting at or after `from` (None: fewer).
+    let ends = |from: u64| -> Vec<Option<u64>> {
+        clients
+            .iter()
+            .map(|(_, txns)| {
+                let i = txns.partition_point(|iv| iv.start_ns < from);
+                txns.get(i + want - 1).map(|iv| iv.end_ns)
+            })
+            .collect()
+    };
+    let centred = mid.saturating_sub(min_ns / 2).max(first);
+    let (from, e) = match ends(centred) {
+        e if e.iter().all(Option::is_some) => (centred, e),
+        _ => (first, ends(first)),
+    };
+    let mut to = from + min_ns;
+    let mut short = Vec::new();
+    for ((label, txns), end) in clients.iter().zip(&e) {
+        match end {
+            Some(end) => to = to.max(*end),
+            None => {
+                // Show all this client did: its last transaction ends the window at the latest.
+                if let Some(last) = txns.last() {
+                    to = to.max(last.end_ns);
+                }
+                short.push((*label, txns.len()));
+            }
+        }
+    }
+    let window = trace.window(from, to);
+    let min_whole = clients
+        .iter()
+        .map(|(_, txns)| txns.iter().filter(|iv| iv.start_ns >= from && iv.end_ns <= to).count())
+        .min()
+        .unwrap_or(0);
+    let short = short
+        .into_iter()
+        .map(|(label, n)| {
+            let longest = trace
+                .threads
+                .iter()
+                .find(|t| t.label == label)
+                .and_then(|t| {
+                    t.intervals.iter().filter(|iv| iv.kind != txn_kind).max_by_key(|iv| iv.duration_ns())
+                })
+                .map(|iv| {
+                    format!(
+                        "; longest interval: {}, {:.2} ms",
+                        iv.kind.label(),
+                        iv.duration_ns() as f64 / 1e6
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                "{label}: only {n} whole transaction(s) in the whole {:.2} s traced run{longest}",
+                trace.span_ns() as f64 / 1e9
+            )
+        })
+        .collect();
+    debug_assert!(window.duration_ns == to - from);
+    TxnWindow { from_ns: from, to_ns: to, min_whole, short }
 }
 
 /// Writes every interval of `trace` as `thread,label,kind,start_ns,end_ns,duration_ns`.
@@ -307,4 +432,65 @@ pub fn trace_summary_table(title: &str, trace: &Trace) -> TextTable {
         trace.dropped()
     ));
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvmedb::trace::ThreadTrace;
+
+    /// A client doing transactions of `txn_ns` back to back from `start` to `end`, each a CPU
+    /// span with a log wait inside.
+    fn client(i: u32, start: u64, end: u64, txn_ns: u64) -> ThreadTrace {
+        let mut intervals = Vec::new();
+        let mut t = start;
+        while t + txn_ns <= end {
+            intervals.push(Interval { kind: TraceKind::Cpu, start_ns: t, end_ns: t + txn_ns });
+            intervals.push(Interval {
+                kind: TraceKind::LogWait,
+                start_ns: t + txn_ns / 4,
+                end_ns: t + txn_ns,
+            });
+            t += txn_ns;
+        }
+        ThreadTrace { thread_index: i, label: format!("client {i:02}"), intervals, dropped: 0 }
+    }
+
+    #[test]
+    fn the_window_grows_until_the_slowest_client_shows_its_transactions() {
+        // Client 0 finishes a transaction every 0.1 ms, client 1 every 4 ms: a 3 ms window from
+        // the middle shows none of client 1's.
+        let trace = Trace {
+            duration_ns: 100_000_000,
+            threads: vec![client(0, 0, 100_000_000, 100_000), client(1, 0, 100_000_000, 4_000_000)],
+        };
+        let w = transaction_window(&trace, TraceKind::Cpu, 3, 3_000_000);
+        assert!(w.short.is_empty(), "{w:?}");
+        assert!(w.min_whole >= 3, "{w:?}");
+        assert!(
+            w.len_ns() >= 12_000_000 && w.len_ns() <= 16_000_000,
+            "three 4 ms transactions and no more: {w:?}"
+        );
+        assert!(w.from_ns >= 45_000_000, "starts in the middle: {w:?}");
+        // Fast clients alone: the minimum length holds.
+        let fast = Trace { duration_ns: 100_000_000, threads: vec![client(0, 0, 100_000_000, 100_000)] };
+        assert_eq!(transaction_window(&fast, TraceKind::Cpu, 3, 3_000_000).len_ns(), 3_000_000);
+    }
+
+    #[test]
+    fn a_client_without_enough_transactions_is_named_with_its_wait() {
+        let mut stuck = client(1, 0, 100_000_000, 60_000_000);
+        stuck.intervals.push(Interval {
+            kind: TraceKind::LogWait,
+            start_ns: 60_000_000,
+            end_ns: 100_000_000,
+        });
+        let trace =
+            Trace { duration_ns: 100_000_000, threads: vec![client(0, 0, 100_000_000, 100_000), stuck] };
+        let w = transaction_window(&trace, TraceKind::Cpu, 3, 3_000_000);
+        assert_eq!(w.from_ns, 0, "falls back to the start of the trace");
+        assert_eq!(w.short.len(), 1);
+        assert!(w.short[0].starts_with("client 01: only 1 whole transaction"), "{}", w.short[0]);
+        assert!(w.short[0].ends_with("longest interval: waiting for log, 45.00 ms"), "{}", w.short[0]);
+    }
 }

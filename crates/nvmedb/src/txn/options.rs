@@ -57,7 +57,7 @@ impl Default for LockOptions {
     ///
     /// Why yield while spinning: a pure spin assumes the lock holder is running on another
     /// core. When runnable threads outnumber cores the spinner instead sits on the core the
-    /// preempted holder needs (lockbench, 2 cores, 20 threads: pure spin 24–29 k txn/s, spin
+    /// preempted holder needs (`nvmedb lab engine --parts locks`, 2 cores, 20 threads: pure spin 24–29 k txn/s, spin
     /// with yield 150–160 k, park at once 47–90 k).
     fn default() -> Self {
         Self {

@@ -1,0 +1,140 @@
+//! `nvmedb lab …`: one subcommand per experiment, each run by the one generic [`run`].
+//!
+//! Owns: [`LabCommand`], the [`LabArgs`] trait (a command's flags: the common ones and a
+//! configuration) and [`run`]. Invariant: a lab command only turns flags into a configuration;
+//! the experiment measures, reports and writes its files through `nvmedb_lab::experiment::run`.
+//!
+//! A new experiment's command is one file here: an `Args` struct with `#[command(flatten)]
+//! common: CommonArgs`, an `impl LabArgs`, and one arm in [`LabCommand`] and [`dispatch`] (and
+//! one line in `replot`).
+
+mod commit;
+mod engine;
+mod ha;
+mod primitive;
+mod xlog;
+
+use super::args::CommonArgs;
+use super::CliError;
+use clap::Subcommand;
+use nvmedb_lab::experiment::{self, Experiment};
+use std::path::{Path, PathBuf};
+
+/// The flags of a command that runs experiment `Exp`.
+pub trait LabArgs {
+    /// The experiment.
+    type Exp: Experiment;
+    /// The flags every lab command has.
+    fn common(&self) -> &CommonArgs;
+    /// The experiment's configuration; a bad flag is an error naming it.
+    fn config(&self) -> Result<<Self::Exp as Experiment>::Config, CliError>;
+}
+
+/// Runs the experiment of `args`, prints its summary and where its results are.
+pub fn run<A: LabArgs>(args: &A) -> Result<(), CliError> {
+    let config = args.config()?;
+    let out = experiment::run::<A::Exp>(&config, &args.common().options())?;
+    print!("{}", out.summary.text);
+    println!("results: {}", out.dir.display());
+    Ok(())
+}
+
+/// `nvmedb lab …` experiments.
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// Seed 000/001 primitive workload: single-row SELECT/UPDATE across buffer sizes and devices.
+    /// A flag given twice takes its last value (the main job's defaults can be overridden).
+    #[command(args_override_self = true)]
+    Primitive(Box<primitive::PrimitiveArgs>),
+    /// Buffer manager, table and lock micro-benchmarks: in-memory lookups, 1 % buffer lookups vs
+    /// fio on the same file, full scans under SHR-1/16/512 and SEP, and (part `locks`) the lock
+    /// manager's wait policies.
+    Engine(engine::EngineArgs),
+    /// Durable commits from several threads vs fio's fdatasync rate (and, part `log`, the log
+    /// alone), and recovery time of a large log.
+    Commit(commit::CommitArgs),
+    /// Seed 002 §6 on this machine: Fig. 9 (transactions vs workers with no log, a memory log,
+    /// the fast log and the fdatasync file log — also the commit benchmark at 1/4/20 clients
+    /// with fio's fdatasync rate), Fig. 10 (write size), Fig. 11 (queue size), Fig. 12
+    /// (scheduler modes, emulated device). About two minutes; `--long` for longer runs.
+    Xlog(xlog::XlogArgs),
+    /// Seed 000 Case B (update throughput single vs HA log shipping vs HA data mirroring
+    /// across buffer sizes, standby over loopback) and seed 002 Fig. 13 (replication delay).
+    Ha(ha::HaArgs),
+    /// Draw an earlier run's tables and plots again from its results.json with this code.
+    Replot {
+        /// The run's directory (`results/<experiment>/<UTC time>` or `.../latest`).
+        dir: PathBuf,
+    },
+}
+
+/// Runs a lab subcommand.
+pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
+    match command {
+        LabCommand::Primitive(a) => run(a.as_ref()),
+        LabCommand::Engine(a) => run(a),
+        LabCommand::Commit(a) => run(a),
+        LabCommand::Xlog(a) => run(a),
+        LabCommand::Ha(a) => run(a),
+        LabCommand::Replot { dir } => replot(dir),
+    }
+}
+
+/// Redraws the report of the run in `dir`, whichever experiment it is.
+fn replot(dir: &Path) -> Result<(), CliError> {
+    use nvmedb_lab::experiments::{commit, engine, ha, iobench, primitive, xlog};
+    let name = experiment::recorded_experiment(dir)?;
+    let summary = match name.as_str() {
+        n if n == primitive::Primitive::NAME => experiment::replot::<primitive::Primitive>(dir)?,
+        n if n == engine::EngineBench::NAME => experiment::replot::<engine::EngineBench>(dir)?,
+        n if n == commit::CommitBench::NAME => experiment::replot::<commit::CommitBench>(dir)?,
+        n if n == xlog::Xlog::NAME => experiment::replot::<xlog::Xlog>(dir)?,
+        n if n == ha::Ha::NAME => experiment::replot::<ha::Ha>(dir)?,
+        n if n == iobench::IoBench::NAME => experiment::replot::<iobench::IoBench>(dir)?,
+        other => {
+            return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
+        }
+    };
+    print!("{}", summary.text);
+    println!("results: {}", dir.display());
+    Ok(())
+}
+
+impl LabCommand {
+    /// The subcommand's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LabCommand::Primitive(_) => "lab primitive",
+            LabCommand::Engine(_) => "lab engine",
+            LabCommand::Commit(_) => "lab commit",
+            LabCommand::Xlog(_) => "lab xlog",
+            LabCommand::Ha(_) => "lab ha",
+            LabCommand::Replot { .. } => "lab replot",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        lab: LabCommand,
+    }
+
+    /// The configuration `args` of a lab command map to.
+    pub fn parse(args: &[&str]) -> LabCommand {
+        Cli::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).expect("parses").lab
+    }
+
+    #[test]
+    fn every_experiment_has_a_command_with_the_common_flags() {
+        for name in ["primitive", "engine", "commit", "xlog", "ha"] {
+            let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
+            assert_eq!(c.name(), format!("lab {name}"));
+        }
+    }
+}

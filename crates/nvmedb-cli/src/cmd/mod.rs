@@ -1,0 +1,16 @@
+//! The command families of `nvmedb`, one file each: `machine`, `iobench`, `lab` (one file per
+//! experiment under `lab/`), `inspect` and `replication` (standby, promote, status).
+//!
+//! Owns: the flags of each command and their translation into a configuration; a command runs
+//! by calling the engine or `nvmedb-lab` and printing what they return. Invariant: no command
+//! measures, summarises or writes result files itself; every failure is a [`CliError`].
+
+pub mod args;
+mod error;
+pub mod inspect;
+pub mod iobench;
+pub mod lab;
+pub mod machine;
+pub mod replication;
+
+pub use error::CliError;

@@ -1,0 +1,127 @@
+//! `nvmedb standby`, `nvmedb promote` and `nvmedb status`: running a standby and administering
+//! it over the network.
+//!
+//! Owns: the flags of the three commands and their loops. Invariant: the secret is read from a
+//! file, never from the command line.
+
+use super::CliError;
+use clap::Args;
+use std::path::PathBuf;
+
+/// Flags of `nvmedb standby`.
+#[derive(Args, Debug)]
+pub struct StandbyArgs {
+    /// Address to listen on (loopback by default; give e.g. 0.0.0.0:7700 to accept other hosts).
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub listen: String,
+    /// The standby's database directory.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// File holding the shared secret.
+    #[arg(long)]
+    pub secret_file: PathBuf,
+    /// Seed the data directory from this (closed) primary database first. Without it, an
+    /// empty directory takes a base backup from the primary when it connects, and a former
+    /// primary's directory rejoins as a standby.
+    #[arg(long)]
+    pub seed_from: Option<PathBuf>,
+    /// Do not apply redo continuously (data-page mirroring mode: pages arrive written).
+    #[arg(long)]
+    pub no_apply: bool,
+    /// Seconds between status lines.
+    #[arg(long, default_value_t = 10.0)]
+    pub status_every: f64,
+}
+
+/// Flags of `nvmedb promote` and `nvmedb status`.
+#[derive(Args, Debug)]
+pub struct AdminArgs {
+    /// The standby's address.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub addr: String,
+    /// File holding the shared secret.
+    #[arg(long)]
+    pub secret_file: PathBuf,
+}
+
+/// Flags of `nvmedb promote`.
+#[derive(Args, Debug)]
+pub struct PromoteArgs {
+    /// The standby's address and secret.
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    /// Promote even if too few standbys of the old synchronous set can be fenced: only when the
+    /// old primary is known to be down (it could otherwise still acknowledge commits).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Runs a standby until it is promoted.
+pub fn standby(a: &StandbyArgs) -> Result<(), CliError> {
+    use nvmedb::repl::{read_secret, seed_standby, Standby, StandbyConfig};
+    let secret = read_secret(&a.secret_file).map_err(CliError::engine("reading the secret"))?;
+    if let Some(p) = &a.seed_from {
+        seed_standby(p, &a.data).map_err(CliError::engine(format!(
+            "seeding {} from {}",
+            a.data.display(),
+            p.display()
+        )))?;
+        println!("seeded {} from {}", a.data.display(), p.display());
+    }
+    let sb = Standby::start(StandbyConfig {
+        listen: a.listen.clone(),
+        data_dir: a.data.clone(),
+        secret,
+        apply: !a.no_apply,
+        options: nvmedb::Options::default(),
+    })
+    .map_err(CliError::engine("starting the standby"))?;
+    println!("standby listening on {} for {}", sb.addr(), a.data.display());
+    let every = std::time::Duration::from_secs_f64(a.status_every.max(0.1));
+    let mut last = std::time::Instant::now();
+    loop {
+        if let Some(r) = sb.promotion() {
+            println!(
+                "promoted: epoch {}, log end {}, redo {} pages, {} unfinished transactions undone; fenced {:?}; took {:?}; {} now opens as a primary",
+                r.epoch,
+                r.log_end,
+                r.recovery.pages_redone,
+                r.recovery.losers,
+                r.fenced,
+                r.taken,
+                a.data.display()
+            );
+            for n in &r.notes {
+                println!("note: {n}");
+            }
+            sb.shutdown();
+            return Ok(());
+        }
+        if last.elapsed() >= every {
+            print!("{}", sb.status());
+            last = std::time::Instant::now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn secret(a: &AdminArgs) -> Result<Vec<u8>, CliError> {
+    nvmedb::repl::read_secret(&a.secret_file).map_err(CliError::engine("reading the secret"))
+}
+
+/// Promotes the standby at `a.admin.addr`.
+pub fn promote(a: &PromoteArgs) -> Result<(), CliError> {
+    let opts = nvmedb::repl::PromoteOptions { force: a.force, ..Default::default() };
+    let (epoch, end) = nvmedb::repl::admin_promote_with(&a.admin.addr, &secret(&a.admin)?, &opts)
+        .map_err(CliError::engine(format!("promoting {}", a.admin.addr)))?;
+    println!("promoted {}: epoch {epoch}, log end {end}", a.admin.addr);
+    Ok(())
+}
+
+/// Prints the status of the standby at `a.addr`.
+pub fn status(a: &AdminArgs) -> Result<(), CliError> {
+    let text = nvmedb::repl::admin_status(&a.addr, &secret(a)?)
+        .map_err(CliError::engine(format!("asking {} for its status", a.addr)))?;
+    print!("{text}");
+    Ok(())
+}

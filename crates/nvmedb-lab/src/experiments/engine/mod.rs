@@ -1,0 +1,489 @@
+//! `nvmedb lab engine`: micro-benchmarks of the buffer manager, tables and lock manager —
+//! in-memory point lookups, point lookups with a 1 % buffer against the device's random-read
+//! limit (fio and iobench on the same file, page size and concurrency, in the same run), full
+//! scans under SHR-1/16/512 and SEP, and (part `locks`) lock/release costs and contended
+//! transactions under each lock-wait policy.
+//!
+//! Owns: [`EngineConfig`], [`EngineResults`] and the [`EngineBench`] experiment. Submodules:
+//! `data` (schema, options, load), `lookups` (parts memory and miss), `scan`, `locks`.
+//! Invariant: every figure it prints is measured in this run, and every engine figure is
+//! printed beside the device figure it is compared with.
+
+mod data;
+mod locks;
+mod lookups;
+mod scan;
+
+use crate::error::{LabError, Result};
+use crate::experiment::{self, Experiment, RunEnv, Summary};
+use crate::measure::Spread;
+use crate::report::Figure;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The parts, in the order they run.
+pub const PARTS: [&str; 4] = ["memory", "miss", "scan", "locks"];
+
+/// What to run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EngineConfig {
+    /// Directory of the database (real disk; must not be tmpfs).
+    pub data_dir: PathBuf,
+    /// Rows in the table.
+    pub rows: u64,
+    /// Bytes of the payload column of each row.
+    pub payload_bytes: u32,
+    /// Table and index page size.
+    pub page_size: usize,
+    /// Seconds per measurement.
+    pub duration_s: f64,
+    /// Threads for the in-memory lookup test.
+    pub memory_threads: Vec<usize>,
+    /// Threads (= outstanding reads) for the 1 % buffer lookup test.
+    pub miss_threads: usize,
+    /// Table buffer for the miss test, percent of the table.
+    pub miss_buffer_pct: f64,
+    /// Threads for the scan test.
+    pub scan_threads: usize,
+    /// Table buffer for the scan test, percent of the table.
+    pub scan_buffer_pct: f64,
+    /// Policies compared by the scan test.
+    pub scan_policies: Vec<String>,
+    /// Repetitions of each measurement.
+    pub reps: usize,
+    /// Run fio as the reference where it is installed.
+    pub use_fio: bool,
+    /// Parts to run: any of [`PARTS`].
+    pub parts: Vec<String>,
+    /// Huge-page settings the in-memory test compares (each run in turn, same data).
+    pub memory_huge_pages: Vec<bool>,
+    /// Lock-free-hit settings the in-memory test compares.
+    pub memory_lock_free: Vec<bool>,
+    /// Keys per call the in-memory test compares: 1 is one `Table::read` per lookup; more is
+    /// one `Table::read_many` per that many keys (lookups interleaved to overlap cache misses).
+    pub memory_batch: Vec<usize>,
+    /// Thread counts of the contended lock test.
+    #[serde(default = "default_lock_threads")]
+    pub lock_threads: Vec<usize>,
+    /// Keys of the lock test's hot set (each transaction locks two of them).
+    #[serde(default = "default_lock_hot_keys")]
+    pub lock_hot_keys: u64,
+    /// CPU work while holding the two locks, ns.
+    #[serde(default = "default_lock_hold_ns")]
+    pub lock_hold_ns: u64,
+}
+
+fn default_lock_threads() -> Vec<usize> {
+    vec![2, 4, 20]
+}
+fn default_lock_hot_keys() -> u64 {
+    8
+}
+fn default_lock_hold_ns() -> u64 {
+    2000
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("nvmedb-data/enginebench"),
+            rows: 1_000_000,
+            payload_bytes: 1000,
+            page_size: 16384,
+            duration_s: 5.0,
+            memory_threads: vec![1, 2],
+            miss_threads: 32,
+            miss_buffer_pct: 1.0,
+            scan_threads: 2,
+            scan_buffer_pct: 5.0,
+            scan_policies: vec!["shr-1".into(), "shr-16".into(), "shr-512".into(), "sep".into()],
+            reps: 3,
+            use_fio: true,
+            parts: vec!["memory".into(), "miss".into(), "scan".into()],
+            memory_huge_pages: vec![true],
+            memory_lock_free: vec![true],
+            memory_batch: vec![1, nvmedb::READ_BATCH],
+            lock_threads: default_lock_threads(),
+            lock_hot_keys: default_lock_hot_keys(),
+            lock_hold_ns: default_lock_hold_ns(),
+        }
+    }
+}
+
+impl EngineConfig {
+    fn wants(&self, part: &str) -> bool {
+        self.parts.iter().any(|p| p == part)
+    }
+}
+
+/// In-memory lookup result for one thread count.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemoryLookups {
+    /// Client threads.
+    pub threads: usize,
+    /// Buffer memory advised for transparent huge pages.
+    pub huge_pages: bool,
+    /// Hits served through the lock-free page → frame table.
+    pub lock_free_hits: bool,
+    /// Keys per call: 1 = `Table::read`, more = `Table::read_many`.
+    pub batch: usize,
+    /// Lookups per second.
+    pub lookups_per_s: Spread,
+    /// Lookups per CPU-second the client threads consumed (a per-core rate that holds on a
+    /// shared machine, where wall-clock rates also count time other processes took).
+    pub lookups_per_cpu_s: Spread,
+    /// Lookups per second per core used (threads capped at the cores available).
+    pub lookups_per_s_per_core: f64,
+    /// Buffer hit ratio achieved.
+    pub hit_ratio: f64,
+}
+
+impl MemoryLookups {
+    fn line(&self) -> String {
+        let c = self.lookups_per_cpu_s;
+        format!(
+            "in-memory lookups, {} thread(s), {}, huge pages {}, lock-free hits {}: {} lookups/s ({:.2} M/s per core by wall clock, {:.2} M per CPU-second [{:.2}..{:.2}]), hit ratio {:.4}",
+            self.threads,
+            if self.batch > 1 { format!("read_many of {} keys", self.batch) } else { "one read per key".to_string() },
+            if self.huge_pages { "on" } else { "off" },
+            if self.lock_free_hits { "on" } else { "off" },
+            self.lookups_per_s,
+            self.lookups_per_s_per_core / 1e6,
+            c.median / 1e6,
+            c.min / 1e6,
+            c.max / 1e6,
+            self.hit_ratio
+        )
+    }
+}
+
+/// 1 % buffer lookup result with its device references.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MissLookups {
+    /// Client threads (outstanding reads).
+    pub threads: usize,
+    /// Table buffer, percent of the table (the configured share, or more when that is under
+    /// two frames per client).
+    pub buffer_pct: f64,
+    /// Lookups per second.
+    pub lookups_per_s: Spread,
+    /// Table page reads per second achieved by the engine.
+    pub engine_read_iops: Spread,
+    /// Table buffer hit ratio achieved.
+    pub hit_ratio: f64,
+    /// fio on the heap file: psync with `threads` jobs (same concurrency, blocking reads).
+    pub fio_psync_iops: Option<Spread>,
+    /// fio on the heap file: io_uring with depth `threads` (same number in flight).
+    pub fio_uring_iops: Option<Spread>,
+    /// iobench on the heap file, sync engine with `threads` threads.
+    pub iobench_sync_iops: Spread,
+    /// Engine read IOPS / fio psync IOPS.
+    pub ratio_vs_fio_psync: Option<f64>,
+    /// Engine read IOPS / fio io_uring IOPS.
+    pub ratio_vs_fio_uring: Option<f64>,
+}
+
+impl MissLookups {
+    fn lines(&self, cfg: &EngineConfig) -> [String; 2] {
+        let threads = self.threads;
+        let pct = if self.buffer_pct > cfg.miss_buffer_pct {
+            format!("{:.1}", self.buffer_pct)
+        } else {
+            cfg.miss_buffer_pct.to_string()
+        };
+        let ratio = |r: Option<f64>| r.map_or("n/a".into(), |r| format!("{:.1} %", r * 100.0));
+        let spread = |s: Option<Spread>| s.map_or("n/a".into(), |s| s.to_string());
+        [
+            format!(
+                "{pct}% buffer lookups, {threads} threads: {} lookups/s, engine reads {} IOPS, hit ratio {:.3}",
+                self.lookups_per_s, self.engine_read_iops, self.hit_ratio
+            ),
+            format!(
+                "  same file, {} KiB random reads: fio psync x{threads}: {} IOPS (engine/fio {}), fio io_uring QD{threads}: {} IOPS (engine/fio {}), iobench sync x{threads}: {} IOPS",
+                cfg.page_size / 1024,
+                spread(self.fio_psync_iops),
+                ratio(self.ratio_vs_fio_psync),
+                spread(self.fio_uring_iops),
+                ratio(self.ratio_vs_fio_uring),
+                self.iobench_sync_iops
+            ),
+        ]
+    }
+}
+
+/// Scan result for one policy.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScanResult {
+    /// Policy label (SHR-k or SEP).
+    pub policy: String,
+    /// Seconds per full scan.
+    pub seconds: Spread,
+    /// Page reads per second.
+    pub read_iops: Spread,
+    /// MiB/s read.
+    pub mib_per_s: f64,
+    /// Share of the device's sequential-read limit (iobench, page size, depth 32) reached.
+    pub share_of_device_limit: f64,
+}
+
+impl ScanResult {
+    fn line(&self, threads: usize) -> String {
+        format!(
+            "scan {:>7}, {threads} threads: {:.2} s [{:.2}..{:.2}], {} read IOPS, {:.0} MiB/s, {:.0} % of the device limit",
+            self.policy,
+            self.seconds.median,
+            self.seconds.min,
+            self.seconds.max,
+            self.read_iops,
+            self.mib_per_s,
+            self.share_of_device_limit * 100.0
+        )
+    }
+}
+
+/// Contended lock transactions under one wait setting.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LockContention {
+    /// Wait setting (sleep-1ms, park, spin-10us, spin+yield).
+    pub setting: String,
+    /// Client threads.
+    pub threads: usize,
+    /// Transactions (two X locks, hold, release) per second.
+    pub txn_per_s: f64,
+    /// Transaction latency p50, µs.
+    pub txn_p50_us: f64,
+    /// Transaction latency p99, µs.
+    pub txn_p99_us: f64,
+    /// Lock requests that waited.
+    pub waits: u64,
+    /// Waits granted while spinning, %.
+    pub spin_granted_pct: f64,
+    /// Waits that parked.
+    pub parked_waits: u64,
+    /// Park calls.
+    pub park_calls: u64,
+    /// Mean wait, µs (None: nothing waited).
+    pub mean_wait_us: Option<f64>,
+    /// Upper bound of the median wait's histogram bucket, µs.
+    pub wait_p50_below_us: Option<f64>,
+    /// Upper bound of the p99 wait's bucket, µs.
+    pub wait_p99_below_us: Option<f64>,
+    /// Upper bound of the p99.9 wait's bucket, µs.
+    pub wait_p999_below_us: Option<f64>,
+}
+
+impl LockContention {
+    fn line(&self) -> String {
+        let q = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} µs"));
+        format!(
+            "locks {:<10} {:>2} thr: {:>9.0} txn/s | txn p50 {:>6.1} µs p99 {:>7.1} µs | waits {:>7} (spin-granted {:>5.1}%, parked {:>7}, park calls {:>8}) mean wait {} wait p50 <{} p99 <{} p99.9 <{}",
+            self.setting,
+            self.threads,
+            self.txn_per_s,
+            self.txn_p50_us,
+            self.txn_p99_us,
+            self.waits,
+            self.spin_granted_pct,
+            self.parked_waits,
+            self.park_calls,
+            q(self.mean_wait_us),
+            q(self.wait_p50_below_us),
+            q(self.wait_p99_below_us),
+            q(self.wait_p999_below_us),
+        )
+    }
+}
+
+/// The lock manager part.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LockResults {
+    /// One thread: lock X + release_all, ns.
+    pub uncontended_x_release_ns: f64,
+    /// One thread: lock S + re-entrant S + upgrade X + release_all, ns per transaction.
+    pub uncontended_s_s_x_release_ns: f64,
+    /// One thread: 8 X locks + release_all, ns per lock.
+    pub uncontended_8x_per_lock_ns: f64,
+    /// Contended transactions per setting and thread count.
+    pub contended: Vec<LockContention>,
+}
+
+impl LockResults {
+    fn uncontended_line(&self) -> String {
+        format!(
+            "locks uncontended: X + release_all {:.0} ns ({:.2} M/s); S + re-entrant S + upgrade X + release_all {:.0} ns; 8 X + release_all {:.0} ns per lock",
+            self.uncontended_x_release_ns,
+            1e3 / self.uncontended_x_release_ns,
+            self.uncontended_s_s_x_release_ns,
+            self.uncontended_8x_per_lock_ns
+        )
+    }
+}
+
+/// Everything the benchmark measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EngineResults {
+    /// Heap file size in bytes.
+    pub table_bytes: u64,
+    /// In-memory lookups.
+    pub memory: Vec<MemoryLookups>,
+    /// 1 % buffer lookups.
+    pub miss: Option<MissLookups>,
+    /// Device limit for scans: iobench sequential read, page size, depth 32.
+    pub device_limit_iops: Option<f64>,
+    /// Scans per policy.
+    pub scans: Vec<ScanResult>,
+    /// The lock manager (part `locks`).
+    #[serde(default)]
+    pub locks: Option<LockResults>,
+}
+
+/// The `nvmedb lab engine` experiment.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineBench;
+
+impl Experiment for EngineBench {
+    const NAME: &'static str = "engine";
+    const TITLE: &'static str =
+        "buffer manager, tables and locks: in-memory lookups, 1 % buffer lookups vs fio, scans per policy";
+    type Config = EngineConfig;
+    type Results = EngineResults;
+
+    fn validate(cfg: &EngineConfig) -> Result<()> {
+        experiment::known_parts("--parts", &cfg.parts, &PARTS)?;
+        if cfg.rows == 0 || cfg.reps == 0 || cfg.miss_threads == 0 || cfg.scan_threads == 0 {
+            return Err(LabError::config(
+                "--rows/--reps/--miss-threads/--scan-threads",
+                "must be at least 1",
+            ));
+        }
+        if cfg.page_size == 0 || cfg.page_size % 4096 != 0 {
+            return Err(LabError::config(
+                "--page-size",
+                format!("{}: must be a multiple of 4096", cfg.page_size),
+            ));
+        }
+        experiment::non_empty("--memory-batch", &cfg.memory_batch)?;
+        experiment::seconds("--duration", cfg.duration_s, false)
+    }
+
+    fn run(cfg: &EngineConfig, env: &RunEnv) -> Result<EngineResults> {
+        let needs_table = ["memory", "miss", "scan"].iter().any(|p| cfg.wants(p));
+        let heap = cfg.data_dir.join("t0.heap");
+        let table_bytes = if needs_table {
+            data::load(cfg, env.progress)?;
+            std::fs::metadata(&heap).map_err(LabError::io(&heap, "read the size of"))?.len()
+        } else {
+            0
+        };
+        let mut r = EngineResults {
+            table_bytes,
+            memory: Vec::new(),
+            miss: None,
+            device_limit_iops: None,
+            scans: Vec::new(),
+            locks: None,
+        };
+        if cfg.wants("memory") {
+            r.memory = lookups::memory(cfg, env)?;
+        }
+        if cfg.wants("miss") {
+            r.miss = Some(lookups::miss(cfg, env, &heap, table_bytes)?);
+        }
+        if cfg.wants("scan") {
+            let limit = scan::device_limit(cfg, &heap, table_bytes)?;
+            env.note(format!(
+                "device limit: iobench {} KiB sequential read QD32: {limit:.0} IOPS",
+                cfg.page_size / 1024
+            ));
+            r.device_limit_iops = Some(limit);
+            r.scans = scan::scans(cfg, env, limit)?;
+        }
+        if cfg.wants("locks") {
+            r.locks = Some(locks::locks(cfg, env)?);
+        }
+        Ok(r)
+    }
+
+    fn report(cfg: &EngineConfig, r: &EngineResults, env: &RunEnv) -> Result<Summary> {
+        let mut text = format!("# nvmedb lab engine — {}\n", env.context.one_line());
+        let mut figures = Vec::new();
+        for m in &r.memory {
+            text.push_str(&format!("{}\n", m.line()));
+            let key = format!(
+                "memory/threads{}/batch{}/hp{}/lf{}",
+                m.threads, m.batch, m.huge_pages, m.lock_free_hits
+            );
+            figures.push(Figure::repeated(
+                format!("{key}/lookups_per_s"),
+                format!("in-memory lookups, {} threads, {} keys per call", m.threads, m.batch),
+                m.lookups_per_s,
+                "lookups/s",
+            ));
+            figures.push(Figure::repeated(
+                format!("{key}/lookups_per_cpu_s"),
+                "in-memory lookups per CPU-second",
+                m.lookups_per_cpu_s,
+                "lookups/CPU-s",
+            ));
+        }
+        if let Some(m) = &r.miss {
+            for line in m.lines(cfg) {
+                text.push_str(&format!("{line}\n"));
+            }
+            let mut f = Figure::repeated(
+                "miss/engine_read_iops",
+                format!("engine page reads at {:.1} % buffer, {} threads", m.buffer_pct, m.threads),
+                m.engine_read_iops,
+                "IOPS",
+            );
+            if let Some(fio) = m.fio_psync_iops {
+                f = f.against(format!("fio psync x{} on the heap file", m.threads), fio.median);
+            }
+            figures.push(f);
+            figures.push(Figure::repeated(
+                "miss/lookups_per_s",
+                "lookups at the small buffer",
+                m.lookups_per_s,
+                "lookups/s",
+            ));
+        }
+        if let Some(limit) = r.device_limit_iops {
+            text.push_str(&format!(
+                "device limit: iobench {} KiB sequential read QD32: {limit:.0} IOPS\n",
+                cfg.page_size / 1024
+            ));
+        }
+        for s in &r.scans {
+            text.push_str(&format!("{}\n", s.line(cfg.scan_threads)));
+            let mut f = Figure::repeated(
+                format!("scan/{}/read_iops", s.policy),
+                format!("full scan under {}", s.policy),
+                s.read_iops,
+                "IOPS",
+            );
+            if let Some(limit) = r.device_limit_iops {
+                f = f.against("iobench sequential read QD32 on the heap file", limit);
+            }
+            figures.push(f);
+        }
+        if let Some(l) = &r.locks {
+            text.push_str(&format!("{}\n", l.uncontended_line()));
+            figures.push(Figure::new(
+                "locks/uncontended_x_release_ns",
+                "lock X + release_all, one thread",
+                l.uncontended_x_release_ns,
+                "ns",
+            ));
+            for c in &l.contended {
+                text.push_str(&format!("{}\n", c.line()));
+                figures.push(Figure::new(
+                    format!("locks/{}/threads{}/txn_per_s", c.setting, c.threads),
+                    format!("lock transactions, {} waits, {} threads", c.setting, c.threads),
+                    c.txn_per_s,
+                    "txn/s",
+                ));
+            }
+        }
+        Ok(Summary { text, figures })
+    }
+}

@@ -1,0 +1,72 @@
+//! fio as the reference: runs it on a file and reads its JSON output.
+//!
+//! Owns: the fio command lines the lab uses and the reading of fio's JSON. Invariant: random-read
+//! runs are read-only (`--readonly`), so fio can never change a database file it measures; a
+//! missing or failing fio is `None`, and the experiment says the reference did not run.
+
+use std::path::Path;
+use std::process::Command;
+
+/// True when `fio` can be run.
+pub fn installed() -> bool {
+    Command::new("fio").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// fio's random-read IOPS on `file` (O_DIRECT), or `None` when fio is missing or fails.
+/// `engine` is fio's `ioengine` (e.g. `psync`, `io_uring`).
+pub fn randread_iops(
+    file: &Path,
+    block_bytes: usize,
+    jobs: usize,
+    depth: usize,
+    engine: &str,
+    secs: f64,
+) -> Option<f64> {
+    let out = Command::new("fio")
+        .args([
+            "--name=nvmedb-ref",
+            &format!("--filename={}", file.display()),
+            "--readonly",
+            "--rw=randread",
+            &format!("--bs={block_bytes}"),
+            "--direct=1",
+            &format!("--ioengine={engine}"),
+            &format!("--iodepth={depth}"),
+            &format!("--numjobs={jobs}"),
+            "--group_reporting",
+            "--time_based",
+            &format!("--runtime={}", secs.ceil().max(1.0) as u64),
+            "--output-format=json",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["jobs"][0]["read"]["iops"].as_f64()
+}
+
+/// fio's rate of 4 KiB sequential O_DIRECT writes each followed by fdatasync, one job, in a
+/// scratch file under `dir` (removed afterwards).
+pub fn fdatasync_iops(dir: &Path, secs: f64) -> Option<f64> {
+    let file = dir.join("fio-fdatasync.tmp");
+    let out = Command::new("fio")
+        .args([
+            "--name=sync",
+            &format!("--filename={}", file.display()),
+            "--rw=write",
+            "--bs=4k",
+            "--direct=1",
+            "--fdatasync=1",
+            "--size=64m",
+            "--time_based",
+            &format!("--runtime={}", secs.ceil().max(1.0) as u64),
+            "--output-format=json",
+        ])
+        .output()
+        .ok()?;
+    let _ = std::fs::remove_file(&file);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["jobs"][0]["write"]["iops"].as_f64()
+}

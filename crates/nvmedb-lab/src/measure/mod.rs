@@ -1,0 +1,19 @@
+//! Measuring: the instruments every experiment shares.
+//!
+//! Owns: [`hist`] (the one latency-histogram set-up), [`clock`] (thread and process CPU
+//! clocks), [`stats`] (median and min/median/max of repetitions), [`workers`] (worker threads
+//! with a warm-up and a measured window), [`fio`] (fio as the device reference) and
+//! [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
+//! second copy of them.
+
+pub mod clock;
+pub mod fio;
+pub mod hist;
+pub mod progress;
+pub mod stats;
+pub mod workers;
+
+pub use clock::{burn_thread_cpu, process_cpu_ns, thread_cpu_ns};
+pub use hist::{LatencyHistogram, LatencySummary};
+pub use stats::{median, Spread};
+pub use workers::{WindowHooks, WindowRun, Workers};
