@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod heap;
+mod scan;
 pub mod schema;
 
 pub use heap::{HeapFile, RowId};
