@@ -16,7 +16,6 @@ pub mod machine;
 pub mod measure;
 pub mod model;
 pub mod report;
-pub mod tpcc;
 pub mod workload;
 
 pub use error::LabError;

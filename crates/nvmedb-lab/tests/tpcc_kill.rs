@@ -10,9 +10,11 @@
 
 use nvmedb::util::Rng;
 use nvmedb::{BufferSize, Database, Options, Value};
-use nvmedb_lab::tpcc::schema as s;
-use nvmedb_lab::tpcc::txn::{execute_with_retries, Context, TxnOutput};
-use nvmedb_lab::tpcc::{check_consistency, load, NuConstants, Scale, Tables, Terminal, TpccRng, TxnInput};
+use nvmedb_lab::workload::tpcc::schema as s;
+use nvmedb_lab::workload::tpcc::txn::{execute_with_retries, Context, TxnOutput};
+use nvmedb_lab::workload::tpcc::{
+    check_consistency, load, NuConstants, Scale, Tables, Terminal, TpccRng, TxnInput,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 

@@ -5,9 +5,9 @@
 
 use nvmedb::io::MemStorage;
 use nvmedb::{BufferSize, Database, Options, RowView, Table, Value};
-use nvmedb_lab::tpcc::random::last_name;
-use nvmedb_lab::tpcc::schema::{self as s, customer_name_key};
-use nvmedb_lab::tpcc::{check_consistency, load, LoadReport, RowCounts, Scale, Tables};
+use nvmedb_lab::workload::tpcc::random::last_name;
+use nvmedb_lab::workload::tpcc::schema::{self as s, customer_name_key};
+use nvmedb_lab::workload::tpcc::{check_consistency, load, LoadReport, RowCounts, Scale, Tables};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

@@ -12,13 +12,13 @@
 use nvmedb::io::MemStorage;
 use nvmedb::txn::LockOptions;
 use nvmedb::{ColumnType, Database, Options, Value};
-use nvmedb_lab::tpcc::input::{
+use nvmedb_lab::workload::tpcc::input::{
     CustomerBy, DeliveryInput, NewOrderInput, OrderLineInput, OrderStatusInput, PaymentInput, StockLevelInput,
 };
-use nvmedb_lab::tpcc::random::last_name;
-use nvmedb_lab::tpcc::schema::{self as s, schema, Tables};
-use nvmedb_lab::tpcc::txn::{execute, execute_with_retries, Context, TxnOutput};
-use nvmedb_lab::tpcc::{check_consistency, load, NuConstants, Scale, Terminal, TpccError, TpccRng, TxnInput};
+use nvmedb_lab::workload::tpcc::random::last_name;
+use nvmedb_lab::workload::tpcc::schema::{self as s, schema, Tables};
+use nvmedb_lab::workload::tpcc::txn::{execute, execute_with_retries, Context, TxnOutput};
+use nvmedb_lab::workload::tpcc::{check_consistency, load, NuConstants, Scale, Terminal, TpccRng, TxnInput};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -409,13 +409,8 @@ fn lock_conflicts_are_retried_and_counted_and_leave_nothing_behind() {
     let mut holder = ctx.db.begin();
     holder.get_for_update(&ctx.tables.warehouse, &int(1)).unwrap();
     let err = execute_with_retries(&ctx, &input, 3).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            TpccError::RetriesExhausted { attempts: 3, last: nvmedb::Error::LockTimeout { .. }, .. }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err.engine_error(), Some(nvmedb::Error::LockTimeout { .. })), "{err}");
+    assert!(err.to_string().starts_with("Payment gave up after 3 attempts"), "{err}");
     holder.commit().unwrap();
     assert_eq!(col(&ctx, "warehouse", 1, s::warehouse::YTD), 2000, "the failed attempts left nothing");
     assert_eq!(rows(&ctx, "history"), 0);

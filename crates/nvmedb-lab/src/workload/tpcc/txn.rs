@@ -19,7 +19,7 @@ use super::input::{
     CustomerBy, DeliveryInput, NewOrderInput, OrderStatusInput, PaymentInput, StockLevelInput,
 };
 use super::schema::{self as s, Tables};
-use super::TpccError;
+use crate::error::{LabError, Result};
 use nvmedb::txn::LockMode;
 use nvmedb::{Database, RowView, Transaction, Value};
 use std::collections::BTreeSet;
@@ -90,7 +90,7 @@ pub struct Context {
 
 impl Context {
     /// A context over an open TPC-C database.
-    pub fn new(db: Database, tables: Tables) -> Result<Self, TpccError> {
+    pub fn new(db: Database, tables: Tables) -> Result<Self> {
         let lo = Value::Int(s::district_key(1, 1));
         let hi = Value::Int(s::district_key(1, 15));
         let mut districts = 0;
@@ -122,34 +122,33 @@ pub struct Retries {
     pub lock_timeouts: u32,
 }
 
-impl TpccError {
-    /// True for a deadlock or lock timeout (abort and run the transaction again).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, TpccError::Engine { source, .. } if source.is_retryable())
-    }
+/// True for a deadlock or lock timeout (abort and run the transaction again).
+pub fn is_retryable(e: &LabError) -> bool {
+    e.engine_error().is_some_and(nvmedb::Error::is_retryable)
 }
 
-fn eng(what: &'static str) -> impl Fn(nvmedb::Error) -> TpccError {
-    move |e| TpccError::engine(what, e)
+fn eng(what: &'static str) -> impl Fn(nvmedb::Error) -> LabError {
+    move |e| LabError::engine(what)(e)
 }
 
 fn int(r: &RowView<'_>, col: usize) -> i64 {
     r.int(col)
 }
 
-fn vint(row: &[Value], table: &'static str, col: usize) -> Result<i64, TpccError> {
-    row.get(col)
-        .and_then(Value::as_int)
-        .ok_or_else(|| TpccError::Missing { table, what: format!("integer in column {col}") })
+fn vint(row: &[Value], table: &'static str, col: usize) -> Result<i64> {
+    row.get(col).and_then(Value::as_int).ok_or_else(|| LabError::Inconsistent {
+        what: format!("a row of table `{table}`"),
+        detail: format!("column {col} is not an integer"),
+    })
 }
 
-fn missing(table: &'static str, what: String) -> TpccError {
-    TpccError::Missing { table, what }
+fn missing(table: &'static str, key: String) -> LabError {
+    LabError::MissingRow { table: table.into(), key }
 }
 
-/// Runs one attempt of `input`. A retryable error (see [`TpccError::is_retryable`]) leaves
-/// nothing behind: the transaction was rolled back.
-pub fn execute(ctx: &Context, input: &TxnInput) -> Result<TxnOutput, TpccError> {
+/// Runs one attempt of `input`. A retryable error (see [`is_retryable`]) leaves nothing
+/// behind: the transaction was rolled back.
+pub fn execute(ctx: &Context, input: &TxnInput) -> Result<TxnOutput> {
     let mut tx = ctx.db.begin();
     let out = match input {
         TxnInput::NewOrder(i) => new_order(ctx, &mut tx, i)?,
@@ -172,24 +171,25 @@ pub fn execute_with_retries(
     ctx: &Context,
     input: &TxnInput,
     max_attempts: u32,
-) -> Result<(TxnOutput, Retries), TpccError> {
+) -> Result<(TxnOutput, Retries)> {
     let mut retries = Retries::default();
     let mut attempt = 0;
     loop {
         attempt += 1;
         match execute(ctx, input) {
             Ok(out) => return Ok((out, retries)),
-            Err(TpccError::Engine { source, context }) if source.is_retryable() => {
+            Err(LabError::Engine { source, context }) if source.is_retryable() => {
                 match source {
                     nvmedb::Error::Deadlock { .. } => retries.deadlocks += 1,
                     _ => retries.lock_timeouts += 1,
                 }
                 if attempt >= max_attempts {
-                    let _ = context;
-                    return Err(TpccError::RetriesExhausted {
-                        kind: input.kind(),
-                        attempts: attempt,
-                        last: source,
+                    return Err(LabError::Engine {
+                        context: format!(
+                            "{} gave up after {attempt} attempts, each a deadlock victim or timed out waiting for a lock (last while {context})",
+                            input.kind().name()
+                        ),
+                        source,
                     });
                 }
             }
@@ -199,7 +199,7 @@ pub fn execute_with_retries(
 }
 
 /// New-Order (§2.4.2).
-fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<TxnOutput, TpccError> {
+fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<TxnOutput> {
     let t = &ctx.tables;
     let now = super::load::now_us();
     let w_tax = tx
@@ -214,12 +214,10 @@ fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<T
     let d_tax = vint(&district, "district", s::district::TAX)?;
     let o_id = vint(&district, "district", s::district::NEXT_O_ID)?;
     if o_id > s::MAX_ORDER_ID {
-        return Err(TpccError::Config(format!(
-            "district {} of warehouse {} reached order id {o_id}, beyond the {} the keys allow",
-            i.d,
-            i.w,
-            s::MAX_ORDER_ID
-        )));
+        return Err(LabError::Inconsistent {
+            what: format!("district {} of warehouse {}", i.d, i.w),
+            detail: format!("reached order id {o_id}, beyond the {} the keys allow", s::MAX_ORDER_ID),
+        });
     }
     district[s::district::NEXT_O_ID] = Value::Int(o_id + 1);
     tx.update(&t.district, &district).map_err(eng("New-Order: updating the district"))?;
@@ -301,7 +299,7 @@ fn select_customer(
     d: u32,
     by: &CustomerBy,
     mode: LockMode,
-) -> Result<(u32, Value), TpccError> {
+) -> Result<(u32, Value)> {
     match by {
         CustomerBy::Id(c) => Ok((*c, Value::Int(s::customer_key(w, d, *c)))),
         CustomerBy::LastName(last) => {
@@ -335,7 +333,7 @@ fn select_customer(
 }
 
 /// Payment (§2.5.2).
-fn payment(ctx: &Context, tx: &mut Transaction, i: &PaymentInput) -> Result<TxnOutput, TpccError> {
+fn payment(ctx: &Context, tx: &mut Transaction, i: &PaymentInput) -> Result<TxnOutput> {
     let t = &ctx.tables;
     let now = super::load::now_us();
     let mut wh = tx
@@ -388,7 +386,7 @@ fn payment(ctx: &Context, tx: &mut Transaction, i: &PaymentInput) -> Result<TxnO
 }
 
 /// Order-Status (§2.6.2).
-fn order_status(ctx: &Context, tx: &mut Transaction, i: &OrderStatusInput) -> Result<TxnOutput, TpccError> {
+fn order_status(ctx: &Context, tx: &mut Transaction, i: &OrderStatusInput) -> Result<TxnOutput> {
     let t = &ctx.tables;
     let (c_id, ckey) = select_customer(ctx, tx, i.w, i.d, &i.customer, LockMode::Shared)?;
     let balance = tx
@@ -427,7 +425,7 @@ fn order_status(ctx: &Context, tx: &mut Transaction, i: &OrderStatusInput) -> Re
 }
 
 /// Delivery (§2.7.4): all districts of the warehouse in one transaction.
-fn delivery(ctx: &Context, tx: &mut Transaction, i: &DeliveryInput) -> Result<TxnOutput, TpccError> {
+fn delivery(ctx: &Context, tx: &mut Transaction, i: &DeliveryInput) -> Result<TxnOutput> {
     let t = &ctx.tables;
     let now = super::load::now_us();
     let mut delivered = Vec::new();
@@ -488,7 +486,7 @@ fn delivery(ctx: &Context, tx: &mut Transaction, i: &DeliveryInput) -> Result<Tx
 }
 
 /// Stock-Level (§2.8.2).
-fn stock_level(ctx: &Context, tx: &mut Transaction, i: &StockLevelInput) -> Result<TxnOutput, TpccError> {
+fn stock_level(ctx: &Context, tx: &mut Transaction, i: &StockLevelInput) -> Result<TxnOutput> {
     let t = &ctx.tables;
     let next = tx
         .read(&t.district, &Value::Int(s::district_key(i.w, i.d)), |r| int(&r, s::district::NEXT_O_ID))

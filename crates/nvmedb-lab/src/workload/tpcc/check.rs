@@ -9,11 +9,11 @@
 //! 3. max(NO_O_ID) − min(NO_O_ID) + 1 = the number of the district's NEW-ORDER rows;
 //! 4. Σ O_OL_CNT = the number of the district's ORDER-LINE rows.
 //!
-//! Invariant: the first condition that fails is returned as [`TpccError::Consistency`],
-//! naming the condition, the warehouse and (for 2–4) the district, with both sides' values.
+//! Invariant: the first condition that fails is returned as [`LabError::Inconsistent`], whose
+//! text names the condition, the warehouse and (for 2–4) the district, with both sides' values.
 
 use super::schema::{self as s, Tables};
-use super::TpccError;
+use crate::error::{LabError, Result};
 use nvmedb::{RowView, Table};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -54,13 +54,25 @@ struct DistrictAgg {
     ol_rows: i64,
 }
 
+/// How a failed condition is named: "TPC-C consistency condition 2 (§3.3.2.2) fails at
+/// warehouse 1, district 3".
+pub fn violation(condition: u8, warehouse: u32, district: Option<u32>) -> String {
+    let mut s = format!(
+        "TPC-C consistency condition {condition} (§3.3.2.{condition}) fails at warehouse {warehouse}"
+    );
+    if let Some(d) = district {
+        s.push_str(&format!(", district {d}"));
+    }
+    s
+}
+
 /// Cents as dollars and cents.
 fn money(cents: i64) -> String {
     let sign = if cents < 0 { "-" } else { "" };
     format!("{sign}{}.{:02}", cents.unsigned_abs() / 100, cents.unsigned_abs() % 100)
 }
 
-fn scan(table: &Table, mut f: impl FnMut(RowView<'_>)) -> Result<u64, TpccError> {
+fn scan(table: &Table, mut f: impl FnMut(RowView<'_>)) -> Result<u64> {
     let mut n = 0;
     table
         .scan(|r| {
@@ -68,15 +80,13 @@ fn scan(table: &Table, mut f: impl FnMut(RowView<'_>)) -> Result<u64, TpccError>
             f(r);
             Ok(true)
         })
-        .map_err(|e| {
-            TpccError::engine(format!("scanning table `{}` for the consistency check", table.name()), e)
-        })?;
+        .map_err(LabError::engine(format!("scanning table `{}` for the consistency check", table.name())))?;
     Ok(n)
 }
 
 /// Checks conditions 1–4 of §3.3.2 over the whole database. Run it when no transaction is
 /// running (the scans take no locks).
-pub fn check_consistency(t: &Tables) -> Result<ConsistencyReport, TpccError> {
+pub fn check_consistency(t: &Tables) -> Result<ConsistencyReport> {
     let mut w_ytd: BTreeMap<u32, i64> = BTreeMap::new();
     let mut dist: BTreeMap<(u32, u32), DistrictAgg> = BTreeMap::new();
     let wd = |r: &RowView<'_>, w: usize, d: usize| (r.int(w) as u32, r.int(d) as u32);
@@ -116,7 +126,7 @@ pub fn check_consistency(t: &Tables) -> Result<ConsistencyReport, TpccError> {
         agg("order_line", wd(&r, s::order_line::W_ID, s::order_line::D_ID), &mut |a| a.ol_rows += 1);
     })?;
     let fail = |condition: u8, w: u32, d: Option<u32>, detail: String| {
-        Err(TpccError::Consistency { condition, warehouse: w, district: d, detail })
+        Err(LabError::Inconsistent { what: violation(condition, w, d), detail })
     };
     if let Some((table, w, d)) = stray {
         return fail(

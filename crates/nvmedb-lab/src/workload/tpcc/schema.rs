@@ -17,7 +17,7 @@
 //! - HISTORY has no primary key in the specification: `h_key` is a surrogate (the customer key
 //!   for the initial rows, above [`HISTORY_RUN_BASE`] for rows inserted by Payment).
 
-use super::TpccError;
+use crate::error::{LabError, Result};
 use nvmedb::{ColumnType, Database, Schema, Table};
 
 /// Table names, in the specification's order.
@@ -358,8 +358,8 @@ impl Scale {
     }
 
     /// Checks the values against what the key packing and the specification allow.
-    pub fn validate(&self) -> Result<(), TpccError> {
-        let bad = |m: String| Err(TpccError::Config(m));
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(LabError::config("warehouses/scale", m));
         if self.warehouses == 0 || self.warehouses > MAX_WAREHOUSES {
             return bad(format!("warehouses {}: need 1 to {MAX_WAREHOUSES}", self.warehouses));
         }
@@ -421,7 +421,7 @@ fn fixed(name: &str, n: u32) -> (&str, ColumnType) {
 }
 
 /// The schema of table `name` (one of [`TABLE_NAMES`]).
-pub fn schema(name: &str) -> Result<Schema, TpccError> {
+pub fn schema(name: &str) -> Result<Schema> {
     let address = |p: &'static str| -> [(String, ColumnType); 5] {
         [
             (format!("{p}_street_1"), ColumnType::Bytes(20)),
@@ -438,7 +438,7 @@ pub fn schema(name: &str) -> Result<Schema, TpccError> {
         cols.extend(tail);
         Schema::new(cols)
     };
-    let engine = |e: nvmedb::Error| TpccError::engine("building a schema", e);
+    let engine = |e: nvmedb::Error| LabError::engine("building a TPC-C schema")(e);
     Ok(match name {
         "warehouse" => {
             with_address(vec![int("w_id"), var("w_name", 10)], "w", vec![int("w_tax"), int("w_ytd")])
@@ -528,7 +528,7 @@ pub fn schema(name: &str) -> Result<Schema, TpccError> {
             cols.extend([int("s_ytd"), int("s_order_cnt"), int("s_remote_cnt"), var("s_data", 50)]);
             Schema::new(cols)
         }
-        other => return Err(TpccError::Config(format!("`{other}` is not a TPC-C table"))),
+        other => return Err(LabError::config("table", format!("`{other}` is not a TPC-C table"))),
     })
 }
 
@@ -556,7 +556,7 @@ pub struct Tables {
 }
 
 impl Tables {
-    fn build(mut get: impl FnMut(&str) -> Result<Table, TpccError>) -> Result<Self, TpccError> {
+    fn build(mut get: impl FnMut(&str) -> Result<Table>) -> Result<Self> {
         Ok(Self {
             warehouse: get("warehouse")?,
             district: get("district")?,
@@ -571,22 +571,19 @@ impl Tables {
     }
 
     /// Creates the nine tables in an empty database.
-    pub fn create(db: &Database) -> Result<Self, TpccError> {
+    pub fn create(db: &Database) -> Result<Self> {
         Self::build(|name| {
-            db.create_table(name, schema(name)?)
-                .map_err(|e| TpccError::engine(format!("creating table `{name}`"), e))
+            db.create_table(name, schema(name)?).map_err(LabError::engine(format!("creating table `{name}`")))
         })
     }
 
     /// Opens the nine tables of a loaded database; an error names a missing table.
-    pub fn open(db: &Database) -> Result<Self, TpccError> {
+    pub fn open(db: &Database) -> Result<Self> {
         Self::build(|name| {
-            db.table(name).map_err(|e| {
-                TpccError::engine(
-                    format!("{} holds no TPC-C table `{name}` (load it first)", db.location()),
-                    e,
-                )
-            })
+            db.table(name).map_err(LabError::engine(format!(
+                "{} holds no TPC-C table `{name}` (load it first)",
+                db.location()
+            )))
         })
     }
 

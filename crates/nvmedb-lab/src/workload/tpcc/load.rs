@@ -11,7 +11,7 @@
 
 use super::random::{last_name, NuConstants, TpccRng};
 use super::schema::{self, RowCounts, Scale, Tables};
-use super::TpccError;
+use crate::error::{LabError, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use nvmedb::{Database, Table, Value};
 use serde::{Deserialize, Serialize};
@@ -105,15 +105,15 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn insert(&self, table: &Table, index: usize, row: &[Value]) -> Result<(), TpccError> {
-        table.insert(row).map_err(|e| TpccError::engine(format!("loading table `{}`", table.name()), e))?;
+    fn insert(&self, table: &Table, index: usize, row: &[Value]) -> Result<()> {
+        table.insert(row).map_err(LabError::engine(format!("loading table `{}`", table.name())))?;
         if self.counters.n[index].fetch_add(1, Ordering::Relaxed) % 1024 == 1023 {
             self.bar.inc(1024);
         }
         Ok(())
     }
 
-    fn run(&self, unit: Unit, seed: u64) -> Result<(), TpccError> {
+    fn run(&self, unit: Unit, seed: u64) -> Result<()> {
         let mut r = TpccRng::new(unit.seed(seed));
         let s = self.scale;
         match unit {
@@ -301,13 +301,7 @@ pub fn now_us() -> i64 {
 /// threads (a progress bar unless `progress` is false), then checkpoints. Open `db` with
 /// `Options::wal = false` ([`LOAD_METHOD`]); a logged load works too, only slower, and the
 /// report says so.
-pub fn load(
-    db: &Database,
-    scale: &Scale,
-    seed: u64,
-    threads: usize,
-    progress: bool,
-) -> Result<LoadReport, TpccError> {
+pub fn load(db: &Database, scale: &Scale, seed: u64, threads: usize, progress: bool) -> Result<LoadReport> {
     scale.validate()?;
     let started = std::time::Instant::now();
     let tables = Tables::create(db)?;
@@ -323,7 +317,7 @@ pub fn load(
     let counters = Counters::default();
     let work = units(scale);
     let next = AtomicUsize::new(0);
-    let first_error: Mutex<Option<TpccError>> = Mutex::new(None);
+    let first_error: Mutex<Option<LabError>> = Mutex::new(None);
     let now = now_us();
     let threads = threads.clamp(1, work.len());
     std::thread::scope(|s| {
@@ -348,7 +342,7 @@ pub fn load(
         return Err(e);
     }
     bar.set_message("checkpoint");
-    db.checkpoint().map_err(|e| TpccError::engine("checkpointing after the load", e))?;
+    db.checkpoint().map_err(LabError::engine("checkpointing after the TPC-C load"))?;
     bar.finish_and_clear();
     let n = |i: usize| counters.n[i].load(Ordering::Relaxed);
     let rows = RowCounts {
