@@ -433,18 +433,18 @@ fn a_deadlock_victim_is_retried_once_and_counted() {
         customer: CustomerBy::Id(1),
         amount: 7,
     });
-    // An older transaction holds the district; the Payment takes the warehouse, then waits for
-    // the district; the older one then asks for the warehouse: a cycle.
+    // An older transaction holds the warehouse; the Payment takes its customer and the
+    // district, then waits for the warehouse; the older one then asks for the district: a cycle.
     let mut older = ctx.db.begin();
-    let mut district =
-        older.get_for_update(&ctx.tables.district, &int(s::district_key(1, 1))).unwrap().unwrap();
+    let mut wh = older.get_for_update(&ctx.tables.warehouse, &int(1)).unwrap().unwrap();
     let waits = ctx.db.lock_stats().waits;
     std::thread::scope(|sc| {
         let payment = sc.spawn(|| execute_with_retries(&ctx, &input, 5).unwrap());
         while ctx.db.lock_stats().waits == waits {
             std::thread::yield_now();
         }
-        let mut wh = older.get_for_update(&ctx.tables.warehouse, &int(1)).unwrap().unwrap();
+        let mut district =
+            older.get_for_update(&ctx.tables.district, &int(s::district_key(1, 1))).unwrap().unwrap();
         wh[s::warehouse::YTD] = int(2000 + 1);
         district[s::district::YTD] = int(1000 + 1);
         older.update(&ctx.tables.warehouse, &wh).unwrap();

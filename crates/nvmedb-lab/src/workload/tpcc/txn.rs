@@ -5,10 +5,14 @@
 //! - every read and write goes through one [`nvmedb::Transaction`] under strict two-phase
 //!   locking: rows read are share-locked, rows changed (or read in order to change them) are
 //!   exclusively locked before they are read, all locks are held until the commit is durable;
-//! - locks are taken in the specification's order (warehouse, district, customer, ...), the
-//!   same order in New-Order and Payment, so the common paths do not deadlock with each other;
-//!   a deadlock or lock timeout aborts the attempt (the transaction is rolled back) and
-//!   [`execute_with_retries`] runs the same input again, counting it;
+//! - the rows every transaction of a warehouse or district touches are locked last, so they are
+//!   held for little more than the commit: New-Order locks its district, customer, items and
+//!   stock, then reads the warehouse; Payment locks its customer, then the district, then the
+//!   warehouse. District before warehouse in both, so those two never deadlock; a New-Order
+//!   and a Payment of the same customer can (New-Order holds the district and wants the
+//!   customer, Payment the reverse). A deadlock or lock timeout aborts the attempt (the
+//!   transaction is rolled back) and [`execute_with_retries`] runs the same input again,
+//!   counting it;
 //! - a New-Order whose last item id is unused rolls back after doing all its other work and
 //!   reports `rolled_back` (§2.4.2.3); no other outcome leaves a transaction uncommitted;
 //! - Delivery delivers the oldest undelivered order of every district in one transaction, the
@@ -202,10 +206,6 @@ pub fn execute_with_retries(
 fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<TxnOutput> {
     let t = &ctx.tables;
     let now = super::load::now_us();
-    let w_tax = tx
-        .read(&t.warehouse, &Value::Int(i64::from(i.w)), |r| int(&r, s::warehouse::TAX))
-        .map_err(eng("New-Order: reading the warehouse"))?
-        .ok_or_else(|| missing("warehouse", format!("warehouse {}", i.w)))?;
     let dkey = Value::Int(s::district_key(i.w, i.d));
     let mut district = tx
         .get_for_update(&t.district, &dkey)
@@ -285,6 +285,12 @@ fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<T
         ];
         tx.insert(&t.order_line, &ol).map_err(eng("New-Order: inserting an order line"))?;
     }
+    // The warehouse last: every Payment of the warehouse updates its row, so it is locked for
+    // as short a time as the result allows.
+    let w_tax = tx
+        .read(&t.warehouse, &Value::Int(i64::from(i.w)), |r| int(&r, s::warehouse::TAX))
+        .map_err(eng("New-Order: reading the warehouse"))?
+        .ok_or_else(|| missing("warehouse", format!("warehouse {}", i.w)))?;
     let total = (i128::from(sum) * i128::from(10_000 - c_discount) * i128::from(10_000 + w_tax + d_tax)
         / 100_000_000) as i64;
     Ok(TxnOutput::NewOrder { o_id, total, lines: i.lines.len(), rolled_back: false })
@@ -336,18 +342,6 @@ fn select_customer(
 fn payment(ctx: &Context, tx: &mut Transaction, i: &PaymentInput) -> Result<TxnOutput> {
     let t = &ctx.tables;
     let now = super::load::now_us();
-    let mut wh = tx
-        .get_for_update(&t.warehouse, &Value::Int(i64::from(i.w)))
-        .map_err(eng("Payment: reading the warehouse"))?
-        .ok_or_else(|| missing("warehouse", format!("warehouse {}", i.w)))?;
-    wh[s::warehouse::YTD] = Value::Int(vint(&wh, "warehouse", s::warehouse::YTD)? + i.amount);
-    tx.update(&t.warehouse, &wh).map_err(eng("Payment: updating the warehouse"))?;
-    let mut district = tx
-        .get_for_update(&t.district, &Value::Int(s::district_key(i.w, i.d)))
-        .map_err(eng("Payment: reading the district"))?
-        .ok_or_else(|| missing("district", format!("district {} of warehouse {}", i.d, i.w)))?;
-    district[s::district::YTD] = Value::Int(vint(&district, "district", s::district::YTD)? + i.amount);
-    tx.update(&t.district, &district).map_err(eng("Payment: updating the district"))?;
     let (c_id, ckey) = select_customer(ctx, tx, i.c_w, i.c_d, &i.customer, LockMode::Exclusive)?;
     let mut c = tx
         .get_for_update(&t.customer, &ckey)
@@ -366,6 +360,18 @@ fn payment(ctx: &Context, tx: &mut Transaction, i: &PaymentInput) -> Result<TxnO
         c[s::customer::DATA] = Value::Bytes(data);
     }
     tx.update(&t.customer, &c).map_err(eng("Payment: updating the customer"))?;
+    let mut district = tx
+        .get_for_update(&t.district, &Value::Int(s::district_key(i.w, i.d)))
+        .map_err(eng("Payment: reading the district"))?
+        .ok_or_else(|| missing("district", format!("district {} of warehouse {}", i.d, i.w)))?;
+    district[s::district::YTD] = Value::Int(vint(&district, "district", s::district::YTD)? + i.amount);
+    tx.update(&t.district, &district).map_err(eng("Payment: updating the district"))?;
+    let mut wh = tx
+        .get_for_update(&t.warehouse, &Value::Int(i64::from(i.w)))
+        .map_err(eng("Payment: reading the warehouse"))?
+        .ok_or_else(|| missing("warehouse", format!("warehouse {}", i.w)))?;
+    wh[s::warehouse::YTD] = Value::Int(vint(&wh, "warehouse", s::warehouse::YTD)? + i.amount);
+    tx.update(&t.warehouse, &wh).map_err(eng("Payment: updating the warehouse"))?;
     let name = |v: &Value| v.as_bytes().unwrap_or_default().to_vec();
     let mut h_data = name(&wh[s::warehouse::NAME]);
     h_data.extend_from_slice(b"    ");
