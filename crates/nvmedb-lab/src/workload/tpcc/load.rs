@@ -22,7 +22,7 @@ use std::sync::Mutex;
 const CHUNK: u32 = 10_000;
 
 /// What a load did (stored with results, printed by the lab).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadReport {
     /// Cardinalities asked for.
     pub scale: Scale,
