@@ -12,7 +12,7 @@
 use super::random::{last_name, NuConstants, TpccRng};
 use super::schema::{self, RowCounts, Scale, Tables};
 use crate::error::{LabError, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use nvmedb::{Database, Table, Value};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -307,12 +307,7 @@ pub fn load(db: &Database, scale: &Scale, seed: u64, threads: usize, progress: b
     let tables = Tables::create(db)?;
     let constants = NuConstants::for_load(&mut TpccRng::new(seed ^ 0xC0DE));
     let expected = scale.expected_rows().total();
-    let bar = if progress { ProgressBar::new(expected) } else { ProgressBar::hidden() };
-    if let Ok(style) = ProgressStyle::with_template(
-        "tpcc load {pos}/{len} rows (order lines estimated) [{wide_bar}] {per_sec} eta {eta} {msg}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
+    let bar = crate::measure::progress::bar(progress, expected, "tpcc load (rows; order lines estimated)");
     bar.set_message(format!("{} warehouse(s), log off", scale.warehouses));
     let counters = Counters::default();
     let work = units(scale);
