@@ -181,8 +181,8 @@ impl Default for TpccConfig {
             ],
             log: LogChoice::Duplexed,
             ha: HaMode::Off,
-            warmup_s: 2.0,
-            duration_s: 4.0,
+            warmup_s: 1.0,
+            duration_s: 3.0,
             repetitions: 2,
             table_page_size: o.table_page_size,
             index_page_size: o.index_page_size,
@@ -193,7 +193,7 @@ impl Default for TpccConfig {
             trace: true,
             trace_device: None,
             trace_window_ms: 5.0,
-            iobench_s: 1.0,
+            iobench_s: 0.5,
             profile_overrides: Vec::new(),
             case_c: false,
         }
@@ -459,6 +459,17 @@ pub struct TpccResults {
     pub case_c: Option<CaseC>,
     /// Consistency checks passed (one per point).
     pub checks_passed: usize,
+    /// The machine's load average (1 min) when the run started and when it ended: other work
+    /// on a shared machine takes CPU from the terminals.
+    pub load_average: (f64, f64),
+}
+
+/// The 1-minute load average (0 if unknown).
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
 }
 
 /// The `nvmedb lab tpcc` experiment.
@@ -477,6 +488,7 @@ impl Experiment for Tpcc {
     }
 
     fn run(cfg: &TpccConfig, env: &RunEnv) -> Result<TpccResults> {
+        let load_before = load_average();
         let template = setup::template(cfg, env)?;
         env.note(template.load.describe());
         let mut devices = Vec::new();
@@ -526,6 +538,7 @@ impl Experiment for Tpcc {
             trace,
             case_c,
             checks_passed,
+            load_average: (load_before, load_average()),
         })
     }
 

@@ -29,7 +29,8 @@ pub const WHOLE_TXNS: usize = 3;
 
 /// What limited a point, from its counters: the CPU when the process kept the machine's cores
 /// busy, else the largest share of a transaction's wall time per client among device reads
-/// (and write-backs), lock waits, and the rest (log and commit waits, replication included).
+/// (and write-backs), lock waits, and the rest (log and commit waits, replication included, and
+/// time runnable but not running when other processes take the CPU).
 pub fn limit(r: &super::PointResult, table: &BufferStats) -> String {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     if r.process_cpu_cores >= 0.85 * cores {
@@ -40,9 +41,10 @@ pub fn limit(r: &super::PointResult, table: &BufferStats) -> String {
     let locks = r.lock_wait_us_per_txn;
     let rest = (r.client_us_per_txn - r.cpu_us_per_txn - reads - locks).max(0.0);
     let total = r.client_us_per_txn.max(1e-9);
-    let (what, us) = [("device reads", reads), ("lock waits", locks), ("log/commit waits", rest)]
-        .into_iter()
-        .fold(("CPU", r.cpu_us_per_txn), |best, x| if x.1 > best.1 { x } else { best });
+    let (what, us) =
+        [("device reads", reads), ("lock waits", locks), ("log/commit waits or CPU queueing", rest)]
+            .into_iter()
+            .fold(("CPU", r.cpu_us_per_txn), |best, x| if x.1 > best.1 { x } else { best });
     format!("{what} ({:.0} % of a client's time; {:.1} cores busy)", 100.0 * us / total, r.process_cpu_cores)
 }
 
@@ -295,16 +297,20 @@ fn throughput_chart(cfg: &TpccConfig, env: &RunEnv, r: &TpccResults, relative: b
     };
     let mut chart = LineChart::new(title, "table buffer (% of table data; indexes cached)", y)
         .subtitle(format!(
-            "{} warehouses, {} terminals, {}; {}; median of {} (min-max in CSV)",
+            "{} warehouses, {} terminals, {}, {} log; median of {}",
             r.load.scale.warehouses,
             cfg.clients,
-            cfg.ha.describe(),
-            cfg.log.describe(),
+            cfg.ha.name(),
+            match cfg.log {
+                super::LogChoice::Duplexed => "duplexed",
+                super::LogChoice::Fast => "fast",
+            },
             cfg.repetitions
         ))
         .log_x(true)
         .x_ticks(cfg.buffer_pcts.clone())
         .legend(if relative { LegendPosition::UpperLeft } else { LegendPosition::LowerRight })
+        .footnote(format!("{}; {}", cfg.ha.describe(), cfg.log.describe()))
         .footnote(env.context.one_line());
     if relative {
         chart = chart.y_range(0.0, 110.0);
@@ -426,6 +432,10 @@ pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary>
         env.context.one_line(),
         r.load.describe()
     );
+    text.push_str(&format!(
+        "load average (1 min) {:.1} at the start, {:.1} at the end, on {} CPUs\n",
+        r.load_average.0, r.load_average.1, env.context.cpus
+    ));
     text.push_str(&format!(
         "database: {:.0} MB of tables, {:.0} MB of indexes (cached); {} terminals with zero think time, each drawing its warehouse per transaction; {} s warm-up, {} s measured per point\n",
         r.table_bytes as f64 / 1e6,
