@@ -69,7 +69,7 @@ pub enum LabCommand {
     },
     /// TPC-C (seeds 000/002/003): tpmC, txn/s and per-type latency across buffer sizes, devices,
     /// log kinds and HA; `--case-c` runs seed 000 Case C (Fig. 7); `--check DIR` checks a
-    /// database's consistency conditions. Default: 2 warehouses, 4 terminals, a few minutes.
+    /// database's consistency conditions. Default: 4 warehouses, 4 terminals, a few minutes.
     Tpcc(Box<tpcc::TpccArgs>),
 }
 

@@ -19,7 +19,7 @@ pub struct TpccArgs {
     /// instead of running the experiment.
     #[arg(long, value_name = "DIR")]
     pub check: Option<PathBuf>,
-    /// Warehouses (default 2: about 190 MB of tables and 20 MB of indexes).
+    /// Warehouses (default 4: about 400 MB of tables and 110 MB of indexes).
     #[arg(long)]
     pub warehouses: Option<u32>,
     /// Terminals (client threads; default 4).
@@ -53,7 +53,7 @@ pub struct TpccArgs {
     /// Repetitions per point (interleaved; min/median/max are reported).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Table page size (bytes or K suffix; default the engine's 16 KiB).
+    /// Table page size (bytes or K suffix; default 4 KiB, see the summary).
     #[arg(long = "table-page")]
     pub table_page: Option<String>,
     /// Directory on the real disk for the loaded database (kept between runs) and disk points.
@@ -186,7 +186,7 @@ mod tests {
         let c =
             config(&["--warehouses", "3", "--devices", "memory,optane", "--buffers", "5,100", "--ha", "on"])
                 .unwrap();
-        assert_eq!((c.warehouses, c.clients, c.ha), (3, 4, HaMode::On));
+        assert_eq!((c.warehouses, c.clients, c.ha, c.table_page_size), (3, 4, HaMode::On, 4096));
         assert_eq!(c.devices, vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())]);
         assert_eq!(c.buffer_pcts, vec![5.0, 100.0]);
         let full = config(&["--full-scale"]).unwrap();
