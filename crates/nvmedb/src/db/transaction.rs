@@ -176,21 +176,8 @@ impl Transaction {
         mode: LockMode,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
-        let mut keys = table.primary_range(lo, hi)?;
-        loop {
-            let batch = keys.next_batch(table, SCAN_BATCH)?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for pk in &batch {
-                self.shared.locks.lock(self.id, table.id(), pk, mode)?;
-                if let Some(more) = table.txn_read(pk, &mut f)? {
-                    if !more? {
-                        return Ok(());
-                    }
-                }
-            }
-        }
+        let keys = table.primary_range(lo, hi)?;
+        self.locked_scan(table, keys, mode, |pk| Ok(table.txn_read(pk, &mut f)?.transpose()?.unwrap_or(true)))
     }
 
     /// Visits the rows whose value in the column of secondary index `index` lies within
@@ -234,7 +221,28 @@ impl Transaction {
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         let pos = table.index_position(index)?;
-        let mut keys = table.secondary_range(pos, lo, hi)?;
+        let keys = table.secondary_range(pos, lo, hi)?;
+        self.locked_scan(table, keys, mode, |pk| {
+            let seen = table.txn_read(pk, |row| {
+                if table.row_in_index_range(pos, &row, lo, hi) {
+                    f(row).map(Some)
+                } else {
+                    Ok(None)
+                }
+            })?;
+            Ok(seen.transpose()?.flatten().unwrap_or(true))
+        })
+    }
+
+    /// Walks `keys` a batch at a time (no latch held between batches), locks each primary key
+    /// in `mode`, and calls `visit` with it until it returns `Ok(false)`.
+    fn locked_scan(
+        &mut self,
+        table: &Table,
+        mut keys: crate::table::KeyRange,
+        mode: LockMode,
+        mut visit: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
         loop {
             let batch = keys.next_batch(table, SCAN_BATCH)?;
             if batch.is_empty() {
@@ -242,14 +250,7 @@ impl Transaction {
             }
             for pk in &batch {
                 self.shared.locks.lock(self.id, table.id(), pk, mode)?;
-                let seen = table.txn_read(pk, |row| {
-                    if table.row_in_index_range(pos, &row, lo, hi) {
-                        f(row).map(Some)
-                    } else {
-                        Ok(None)
-                    }
-                })?;
-                if let Some(Some(false)) = seen.transpose()? {
+                if !visit(pk)? {
                     return Ok(());
                 }
             }

@@ -13,6 +13,7 @@ mod scan;
 pub mod schema;
 
 pub use heap::{HeapFile, RowId};
+pub(crate) use scan::KeyRange;
 
 pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
 

@@ -5,11 +5,10 @@
 //! takes its last value.
 
 use super::LabArgs;
-use crate::cmd::args::{parse_size, CommonArgs};
+use crate::cmd::args::{parse_devices, parse_size, CommonArgs};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::tpcc::{check_dir, HaMode, LogChoice, Tpcc, TpccConfig};
-use nvmedb_lab::measure::DeviceKind;
 use std::path::PathBuf;
 
 /// Flags of `nvmedb lab tpcc`.
@@ -104,14 +103,7 @@ fn to_config(a: &TpccArgs) -> Result<TpccConfig, CliError> {
         cfg.buffer_pcts = b.clone();
     }
     if let Some(d) = &a.devices {
-        cfg.devices = d
-            .iter()
-            .map(|d| {
-                DeviceKind::parse(d).ok_or_else(|| {
-                    CliError::flag("--devices", format!("`{d}` is not disk, memory or a profile"))
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        cfg.devices = parse_devices("--devices", d)?;
     }
     if let Some(l) = &a.log {
         cfg.log = LogChoice::parse(l)
@@ -175,6 +167,7 @@ mod tests {
     use super::super::tests::parse;
     use super::super::LabCommand;
     use super::*;
+    use nvmedb_lab::measure::DeviceKind;
 
     fn config(args: &[&str]) -> Result<TpccConfig, CliError> {
         let LabCommand::Tpcc(a) = parse(&[&["tpcc"], args].concat()) else { panic!("not lab tpcc") };
