@@ -10,7 +10,8 @@ use nvmedb_lab::workload::tpcc::{check_consistency, load, Scale, Tables};
 use nvmedb_lab::LabError;
 use std::sync::Arc;
 
-fn loaded() -> Tables {
+/// A loaded database and its tables (the handle is kept: tables of a closed database fail).
+fn loaded() -> (Database, Tables) {
     let db = Database::open_with_storage(
         Arc::new(MemStorage::new()),
         Options { wal: false, ..Options::default() },
@@ -19,7 +20,7 @@ fn loaded() -> Tables {
     load(&db, &Scale::reduced(2), 11, 2, false).unwrap();
     let t = Tables::open(&db).unwrap();
     check_consistency(&t).expect("a fresh load is consistent");
-    t
+    (db, t)
 }
 
 fn expect_failure(t: &Tables, condition: u8, warehouse: u32, district: Option<u32>) -> String {
@@ -43,7 +44,7 @@ fn bump(t: &nvmedb::Table, key: i64, col: usize, by: i64) {
 
 #[test]
 fn a_district_whose_next_order_id_is_off_fails_condition_2() {
-    let t = loaded();
+    let (_db, t) = loaded();
     let key = s::district_key(2, 3);
     bump(&t.district, key, s::district::NEXT_O_ID, 1);
     let msg = expect_failure(&t, 2, 2, Some(3));
@@ -54,7 +55,7 @@ fn a_district_whose_next_order_id_is_off_fails_condition_2() {
 
 #[test]
 fn a_district_whose_ytd_is_off_fails_condition_1() {
-    let t = loaded();
+    let (_db, t) = loaded();
     bump(&t.district, s::district_key(1, 7), s::district::YTD, 5);
     let msg = expect_failure(&t, 1, 1, None);
     assert!(msg.contains("W_YTD = 300000.00 but the sum of D_YTD = 300000.05"), "{msg}");
@@ -62,7 +63,7 @@ fn a_district_whose_ytd_is_off_fails_condition_1() {
 
 #[test]
 fn a_lost_order_line_fails_condition_4() {
-    let t = loaded();
+    let (_db, t) = loaded();
     let key = s::order_line_key(1, 5, 12, 2);
     let row = t.order_line.get(&Value::Int(key)).unwrap().expect("every order has at least 5 lines");
     assert!(t.order_line.delete(&Value::Int(key)).unwrap());
@@ -74,7 +75,7 @@ fn a_lost_order_line_fails_condition_4() {
 
 #[test]
 fn a_hole_in_the_new_orders_fails_condition_3() {
-    let t = loaded();
+    let (_db, t) = loaded();
     // Reduced scale: orders 22..=30 of each district are new; remove one in the middle.
     assert!(t.new_order.delete(&Value::Int(s::order_key(2, 10, 25))).unwrap());
     let msg = expect_failure(&t, 3, 2, Some(10));
@@ -83,7 +84,7 @@ fn a_hole_in_the_new_orders_fails_condition_3() {
 
 #[test]
 fn a_lost_newest_new_order_fails_condition_2() {
-    let t = loaded();
+    let (_db, t) = loaded();
     assert!(t.new_order.delete(&Value::Int(s::order_key(1, 1, 30))).unwrap());
     let msg = expect_failure(&t, 2, 1, Some(1));
     assert!(msg.contains("max(NO_O_ID) = 29"), "{msg}");

@@ -109,7 +109,7 @@ pub fn summarise(points: &[super::PointResult]) -> Vec<SummaryRow> {
         .collect();
     for r in &mut rows {
         if let Some((_, _, f)) = full.iter().find(|(d, ha, _)| *d == r.device && *ha == r.ha) {
-            r.relative_pct = (*f > 0.0).then(|| 100.0 * r.tps_median / f);
+            r.relative_pct = (*f > 0.0).then(|| 100.0 * (r.tps_median / f));
         }
     }
     rows
