@@ -1,10 +1,11 @@
 //! Flag values shared by several commands: sizes with K/M/G suffixes and the flags every lab
 //! command has.
 //!
-//! Owns: [`parse_size`] and [`CommonArgs`]. Invariant: a bad value is an error naming the flag.
+//! Owns: [`parse_size`], [`parse_devices`] and [`CommonArgs`]. Invariant: a bad value is an error naming the flag.
 
 use super::CliError;
 use clap::Args;
+use nvmedb_lab::measure::DeviceKind;
 use nvmedb_lab::RunOptions;
 use std::path::PathBuf;
 
@@ -24,6 +25,17 @@ pub fn parse_size(flag: &'static str, s: &str) -> Result<u64, CliError> {
         .parse()
         .map_err(|_| CliError::flag(flag, format!("`{s}` is not a size (e.g. 4096, 4k, 1G)")))?;
     Ok((v * mult as f64) as u64)
+}
+
+/// `disk`, `memory` or emulated profile names as devices; `flag` names the flag in the error.
+pub fn parse_devices(flag: &'static str, names: &[String]) -> Result<Vec<DeviceKind>, CliError> {
+    names
+        .iter()
+        .map(|d| {
+            DeviceKind::parse(d)
+                .ok_or_else(|| CliError::flag(flag, format!("`{d}` is not disk, memory or a profile")))
+        })
+        .collect()
 }
 
 /// The flags of every lab command (and `iobench`).

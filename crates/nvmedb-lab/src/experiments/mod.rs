@@ -13,4 +13,5 @@ pub mod engine;
 pub mod ha;
 pub mod iobench;
 pub mod primitive;
+pub mod tpcc;
 pub mod xlog;

@@ -1,12 +1,13 @@
 //! Measuring: the instruments every experiment shares.
 //!
 //! Owns: [`hist`] (the one latency-histogram set-up), [`clock`] (thread and process CPU
-//! clocks), [`stats`] (median and min/median/max of repetitions), [`workers`] (worker threads
-//! with a warm-up and a measured window), [`fio`] (fio as the device reference) and
-//! [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
+//! clocks), [`device`] (where an experiment's data lives, and its label), [`stats`] (median
+//! and min/median/max of repetitions), [`workers`] (worker threads with a warm-up and a
+//! measured window), [`fio`] (fio as the device reference) and [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
 //! second copy of them.
 
 pub mod clock;
+pub mod device;
 pub mod fio;
 pub mod hist;
 pub mod progress;
@@ -14,6 +15,7 @@ pub mod stats;
 pub mod workers;
 
 pub use clock::{burn_thread_cpu, process_cpu_ns, thread_cpu_ns};
+pub use device::DeviceKind;
 pub use hist::{LatencyHistogram, LatencySummary};
 pub use stats::{median, Spread};
 pub use workers::{WindowHooks, WindowRun, Workers};

@@ -344,7 +344,10 @@ pub fn entry_space(k: &[u8], v: &[u8]) -> usize {
 
 /// True if an entry of this size fits (possibly after compaction).
 pub fn fits(p: &[u8], k: &[u8], v: &[u8]) -> bool {
-    free_space(p) >= entry_space(k, v)
+    // The gap between the slot array and the entry heap is free space too: when it holds the
+    // entry and its slot, skip the walk over every entry that the total needs.
+    let gap_needed = SLOTS + (count(p) + 1) * SLOT_BYTES + ENTRY_HEADER + k.len() + v.len();
+    heap_start(p) >= gap_needed || free_space(p) >= entry_space(k, v)
 }
 
 fn compact(p: &mut [u8]) {

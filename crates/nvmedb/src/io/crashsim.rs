@@ -241,6 +241,9 @@ impl Storage for CrashSimStorage {
     fn location(&self) -> String {
         "crash-sim memory".into()
     }
+    fn in_ram(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -26,9 +26,10 @@ pub struct EmulatedStorage {
 }
 
 impl EmulatedStorage {
-    /// Wraps `inner`. Fails if `profile` must be RAM-backed and `inner` is not memory.
+    /// Wraps `inner`. Fails if `profile` must be RAM-backed and `inner` is not in RAM (memory, or
+    /// a directory on tmpfs: see [`Storage::in_ram`]).
     pub fn new(inner: Arc<dyn Storage>, profile: DeviceProfile, seed: u64) -> IoResult<Self> {
-        if profile.backing == Backing::Ram && inner.location() != "memory" {
+        if profile.backing == Backing::Ram && !inner.in_ram() {
             return Err(IoError::os(
                 &inner.location(),
                 IoOpKind::Setup,
@@ -37,7 +38,7 @@ impl EmulatedStorage {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     format!(
-                        "profile `{}` is faster than a real disk and must wrap RAM storage",
+                        "profile `{}` is faster than a real disk and must wrap RAM storage (memory or a directory on tmpfs)",
                         profile.name
                     ),
                 ),

@@ -629,6 +629,8 @@ impl Drop for UringQueue<'_> {
 #[derive(Debug)]
 pub struct DirStorage {
     dir: PathBuf,
+    /// The directory is on tmpfs (RAM).
+    tmpfs: bool,
     opts: FileOptions,
     open: Mutex<BTreeMap<String, Arc<FileDevice>>>,
     /// The lock file, flocked, once [`Storage::lock`] took it; closing it releases the lock.
@@ -641,7 +643,8 @@ impl DirStorage {
         let dir = dir.as_ref().to_path_buf();
         std::fs::create_dir_all(&dir)
             .map_err(|e| IoError::os(&dir.display().to_string(), IoOpKind::Setup, 0, 0, e))?;
-        Ok(Self { dir, opts, open: Mutex::new(BTreeMap::new()), lock: Mutex::new(None) })
+        let tmpfs = is_tmpfs(&dir);
+        Ok(Self { dir, tmpfs, opts, open: Mutex::new(BTreeMap::new()), lock: Mutex::new(None) })
     }
 
     fn path_of(&self, name: &str) -> IoResult<PathBuf> {
@@ -756,4 +759,19 @@ impl Storage for DirStorage {
     fn location(&self) -> String {
         self.dir.display().to_string()
     }
+
+    fn in_ram(&self) -> bool {
+        self.tmpfs
+    }
+}
+
+/// True if `dir` is on tmpfs (its files live in RAM).
+fn is_tmpfs(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: statfs is a plain C struct of integers, for which all-zero bytes are a value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a statfs we own; statfs writes only into it.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
 }

@@ -90,6 +90,9 @@ impl Storage for HookedStorage {
     fn lock(&self) -> IoResult<()> {
         self.inner.lock()
     }
+    fn in_ram(&self) -> bool {
+        self.inner.in_ram()
+    }
 }
 
 #[cfg(test)]

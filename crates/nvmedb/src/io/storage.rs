@@ -31,6 +31,11 @@ pub trait Storage: Send + Sync {
     fn lock(&self) -> IoResult<()> {
         Ok(())
     }
+    /// True when the devices are in RAM (memory, or a directory on tmpfs): only such storage
+    /// may sit behind a device profile faster than a real disk.
+    fn in_ram(&self) -> bool {
+        false
+    }
 }
 
 /// The lock file a locked directory storage holds (not a device: [`Storage::list`] omits it).
@@ -89,5 +94,9 @@ impl Storage for MemStorage {
 
     fn location(&self) -> String {
         "memory".into()
+    }
+
+    fn in_ram(&self) -> bool {
+        true
     }
 }

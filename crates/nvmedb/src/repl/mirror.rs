@@ -161,4 +161,7 @@ impl Storage for MirrorStorage {
     fn location(&self) -> String {
         format!("{} (mirrored to {})", self.inner.location(), self.pool.cfg.addr)
     }
+    fn in_ram(&self) -> bool {
+        self.inner.in_ram()
+    }
 }

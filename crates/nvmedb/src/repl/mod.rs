@@ -215,10 +215,44 @@ pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
 pub fn open_primary(
     path: &std::path::Path,
     options: crate::Options,
-    mut config: ReplConfig,
+    config: ReplConfig,
     mirror: Option<MirrorConfig>,
 ) -> crate::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
     use crate::io::{DirStorage, FileOptions, Storage};
+    use std::sync::Arc;
+    let fo = FileOptions::default();
+    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo.clone())?);
+    let a: Arc<dyn Storage> = Arc::new(DirStorage::new(path.join("wal"), fo.clone())?);
+    let mdir = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
+    let b: Arc<dyn Storage> = Arc::new(DirStorage::new(mdir, fo)?);
+    let file_log =
+        crate::wal::FileLogOpener { primary: a, secondary: b, options: options.wal_options.clone() };
+    // A former standby's directory keeps its replica log (the LSNs go on where the standby's
+    // left off, so its own standbys can follow it) unless a file log was started since.
+    let replica = path.join("standby");
+    let log: Box<dyn crate::wal::LogOpener> =
+        if replica.join("log.start").exists() && crate::wal::LogOpener::is_empty(&file_log)? {
+            Box::new(ReplicaLogOpener(ReplicaLog::open(&replica, 0)?))
+        } else {
+            Box::new(file_log)
+        };
+    open_primary_with(storage, log, path, options, config, mirror)
+}
+
+/// [`open_primary`] over any storage and local log: `storage` holds the data files (for example
+/// an emulated device profile over a directory, which standbys are seeded from), `log` opens
+/// the local log (the duplexed file log on any two storages, or the fast log) that is wrapped
+/// in a [`ReplicatedLog`], and `state_dir` keeps the primary's epoch. The rules of
+/// [`open_primary`] apply: mirroring needs eager mode with the fail policy, and the primary
+/// runs at the larger of `config.epoch` and the epoch stored in `state_dir`.
+pub fn open_primary_with(
+    storage: std::sync::Arc<dyn crate::io::Storage>,
+    log: Box<dyn crate::wal::LogOpener>,
+    state_dir: &std::path::Path,
+    options: crate::Options,
+    mut config: ReplConfig,
+    mirror: Option<MirrorConfig>,
+) -> crate::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
     use std::sync::{Arc, Mutex};
     if mirror.is_some()
         && (config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }))
@@ -230,34 +264,19 @@ pub fn open_primary(
             detail: "data-page mirroring needs eager mode with the fail policy".into(),
         });
     }
-    config.epoch = config.epoch.max(state::read_epoch(path)?);
-    state::write_epoch(path, config.epoch)?;
-    let fo = FileOptions::default();
-    let mut storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo.clone())?);
-    if let Some(m) = mirror {
-        storage = Arc::new(MirrorStorage::new(storage, m));
-    }
+    config.epoch = config.epoch.max(state::read_epoch(state_dir)?);
+    state::write_epoch(state_dir, config.epoch)?;
+    let storage: Arc<dyn crate::io::Storage> = match mirror {
+        Some(m) => Arc::new(MirrorStorage::new(storage, m)),
+        None => storage,
+    };
     let backup = storage.clone();
-    let a: Arc<dyn Storage> = Arc::new(DirStorage::new(path.join("wal"), fo.clone())?);
-    let mdir = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
-    let b: Arc<dyn Storage> = Arc::new(DirStorage::new(mdir, fo)?);
-    let file_log =
-        crate::wal::FileLogOpener { primary: a, secondary: b, options: options.wal_options.clone() };
-    // A former standby's directory keeps its replica log (the LSNs go on where the standby's
-    // left off, so its own standbys can follow it) unless a file log was started since.
-    let replica = path.join("standby");
-    let inner: Box<dyn crate::wal::LogOpener> =
-        if replica.join("log.start").exists() && crate::wal::LogOpener::is_empty(&file_log)? {
-            Box::new(ReplicaLogOpener(ReplicaLog::open(&replica, 0)?))
-        } else {
-            Box::new(file_log)
-        };
     let handle = Arc::new(Mutex::new(None));
     let opener = ReplicatedLogOpener {
-        inner,
+        inner: log,
         config,
         handle: handle.clone(),
-        state_dir: Some(path.to_path_buf()),
+        state_dir: Some(state_dir.to_path_buf()),
         backup: Some(backup),
     };
     let db = crate::Database::open_with_log(storage, Some(Box::new(opener)), options)?;

@@ -9,9 +9,11 @@
 
 pub mod catalog;
 pub mod heap;
+mod scan;
 pub mod schema;
 
 pub use heap::{HeapFile, RowId};
+pub(crate) use scan::KeyRange;
 
 pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
 

@@ -12,6 +12,7 @@ mod commit;
 mod engine;
 mod ha;
 mod primitive;
+mod tpcc;
 mod xlog;
 
 use super::args::CommonArgs;
@@ -66,6 +67,10 @@ pub enum LabCommand {
         /// The run's directory (`results/<experiment>/<UTC time>` or `.../latest`).
         dir: PathBuf,
     },
+    /// TPC-C (seeds 000/002/003): tpmC, txn/s and per-type latency across buffer sizes, devices,
+    /// log kinds and HA; `--case-c` runs seed 000 Case C (Fig. 7); `--check DIR` checks a
+    /// database's consistency conditions. Default: 4 warehouses, 4 terminals, a few minutes.
+    Tpcc(Box<tpcc::TpccArgs>),
 }
 
 /// Runs a lab subcommand.
@@ -77,6 +82,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Xlog(a) => run(a),
         LabCommand::Ha(a) => run(a),
         LabCommand::Replot { dir } => replot(dir),
+        LabCommand::Tpcc(a) => tpcc::run(a),
     }
 }
 
@@ -110,6 +116,7 @@ impl LabCommand {
             LabCommand::Xlog(_) => "lab xlog",
             LabCommand::Ha(_) => "lab ha",
             LabCommand::Replot { .. } => "lab replot",
+            LabCommand::Tpcc(_) => "lab tpcc",
         }
     }
 }
@@ -132,7 +139,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha"] {
+        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }

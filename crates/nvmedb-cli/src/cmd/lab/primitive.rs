@@ -4,11 +4,11 @@
 //! given twice takes its last value, so the main job's defaults can be overridden.
 
 use super::LabArgs;
-use crate::cmd::args::{parse_size, CommonArgs};
+use crate::cmd::args::{parse_devices, parse_size, CommonArgs};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::primitive::{
-    DeviceKind, Primitive, PrimitiveConfig, Workload, DEFAULT_ROWS, FULL_SCALE_ROWS,
+    Primitive, PrimitiveConfig, Workload, DEFAULT_ROWS, FULL_SCALE_ROWS,
 };
 use std::path::PathBuf;
 
@@ -96,14 +96,7 @@ fn to_config(a: &PrimitiveArgs) -> Result<PrimitiveConfig, CliError> {
         (None, true) => FULL_SCALE_ROWS,
         (None, false) => DEFAULT_ROWS,
     };
-    let devices = a
-        .devices
-        .iter()
-        .map(|d| {
-            DeviceKind::parse(d)
-                .ok_or_else(|| CliError::flag("--devices", format!("`{d}` is not disk, memory or a profile")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let devices = parse_devices("--devices", &a.devices)?;
     let workloads = a
         .workloads
         .iter()
@@ -157,6 +150,7 @@ mod tests {
     use super::super::tests::parse;
     use super::super::LabCommand;
     use super::*;
+    use nvmedb_lab::measure::DeviceKind;
 
     fn config(args: &[&str]) -> Result<PrimitiveConfig, CliError> {
         let LabCommand::Primitive(a) = parse(&[&["primitive"], args].concat()) else {

@@ -81,45 +81,7 @@ impl Workload {
     }
 }
 
-/// Where a device's data lives.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceKind {
-    /// The real disk: O_DIRECT files in the data directory.
-    Disk,
-    /// Plain RAM, no latency (for tests and as an in-memory reference).
-    Memory,
-    /// RAM behind an emulated profile.
-    Emulated(String),
-}
-
-impl DeviceKind {
-    /// Parses `disk`, `memory` or a built-in profile name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.trim() {
-            "disk" | "real" => Some(Self::Disk),
-            "memory" | "mem" => Some(Self::Memory),
-            p if DeviceProfile::builtin(p).is_some() => Some(Self::Emulated(p.to_string())),
-            _ => None,
-        }
-    }
-    /// Short name (`disk`, `memory`, or the profile).
-    pub fn name(&self) -> String {
-        match self {
-            Self::Disk => "disk".into(),
-            Self::Memory => "memory".into(),
-            Self::Emulated(p) => p.clone(),
-        }
-    }
-    /// Name with the emulation label, for tables and legends.
-    pub fn label(&self) -> String {
-        match self {
-            Self::Disk => "disk (real)".into(),
-            Self::Memory => "memory (no device)".into(),
-            Self::Emulated(p) => format!("{p} (EMULATED)"),
-        }
-    }
-}
+pub use crate::measure::DeviceKind;
 
 /// The experiment's configuration (stored in results.json).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -241,12 +203,7 @@ impl PrimitiveConfig {
 
     /// The emulated profile `name` with the configured overrides.
     pub fn profile(&self, name: &str) -> Result<DeviceProfile> {
-        let mut p = DeviceProfile::builtin(name)
-            .ok_or_else(|| LabError::config("devices", format!("unknown device profile `{name}`")))?;
-        for o in &self.profile_overrides {
-            p.apply_override(o).map_err(|e| LabError::config("profile_overrides", e.to_string()))?;
-        }
-        Ok(p)
+        crate::measure::device::profile(name, &self.profile_overrides)
     }
 
     /// Name of the disk database directory for this scale.

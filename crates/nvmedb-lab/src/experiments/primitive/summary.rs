@@ -72,7 +72,7 @@ pub fn summarise(points: &[PointResult]) -> Vec<SummaryRow> {
     for r in &mut rows {
         if let Some((_, _, base)) = bases.iter().find(|(d, w, _)| *d == r.device && *w == r.workload) {
             if *base > 0.0 {
-                r.relative_pct = Some(100.0 * r.tps_median / base);
+                r.relative_pct = Some(100.0 * (r.tps_median / base));
             }
         }
     }

@@ -1,0 +1,221 @@
+//! One measured point of the TPC-C experiment: the terminals run the mix against a fresh copy of
+//! the database for a warm-up and a measured window; then the consistency conditions are
+//! checked and the copy is discarded.
+//!
+//! Owns: [`run`], [`PointOutcome`] and the terminals' state. Invariants: a transaction counts,
+//! with its latency (first attempt to commit, retries included), when it started inside the
+//! window; buffer, log and lock counters are the differences across the window; the terminals'
+//! randomness is seeded from (seed, terminal); the run's NURand constants are drawn against the
+//! load's (§2.1.6); a consistency failure fails the point.
+
+use super::report;
+use super::setup::{self, PreparedDevice, Template};
+use super::{PointResult, TpccConfig};
+use crate::error::{LabError, Result};
+use crate::measure::{LatencyHistogram, WindowHooks, Workers};
+use crate::workload::tpcc::txn::{execute_with_retries, Context, TxnOutput};
+use crate::workload::tpcc::{check_consistency, NuConstants, Terminal, TpccRng, TxnKind};
+use nvmedb::trace::{self, Trace, TraceConfig, TraceKind};
+use nvmedb::txn::LockStats;
+use nvmedb::{BufferStats, Database};
+use std::time::{Duration, Instant};
+
+/// Attempts a transaction gets before a deadlock or lock-timeout streak fails the point.
+const MAX_ATTEMPTS: u32 = 100;
+
+/// What a point produced.
+pub struct PointOutcome {
+    /// Its row.
+    pub result: PointResult,
+    /// The trace of its window, when traced.
+    pub trace: Option<Trace>,
+}
+
+/// One terminal's state.
+struct Client {
+    terminal: Terminal,
+    latency: [LatencyHistogram; 5],
+    rollbacks: u64,
+    deadlocks: u64,
+    timeouts: u64,
+}
+
+/// Counter snapshots at the window's edges, and the tracer.
+struct Counters<'a> {
+    db: &'a Database,
+    traced: bool,
+    at_open: Option<(BufferStats, BufferStats, u64, LockStats)>,
+    delta: Option<(BufferStats, BufferStats, u64, LockStats)>,
+}
+
+impl Counters<'_> {
+    fn snapshot(&self) -> (BufferStats, BufferStats, u64, LockStats) {
+        let (t, i) = self.db.buffer_stats();
+        let log = self.db.engine_log().map_or(0, |l| l.record_log().stats().bytes_written);
+        (t, i, log, self.db.lock_stats())
+    }
+}
+
+impl WindowHooks for Counters<'_> {
+    fn opened(&mut self) {
+        self.at_open = Some(self.snapshot());
+        if self.traced {
+            trace::start(TraceConfig { capacity_per_thread: 1 << 18 });
+        }
+    }
+    fn closed(&mut self) {
+        if self.traced {
+            trace::stop();
+        }
+        if let Some((t0, i0, log0, l0)) = self.at_open.take() {
+            let (t1, i1, log1, l1) = self.snapshot();
+            let locks = LockStats {
+                waits: l1.waits - l0.waits,
+                wait_ns_total: l1.wait_ns_total - l0.wait_ns_total,
+                deadlocks: l1.deadlocks - l0.deadlocks,
+                timeouts: l1.timeouts - l0.timeouts,
+                ..l1
+            };
+            self.delta = Some((t1.since(&t0), i1.since(&i0), log1.saturating_sub(log0), locks));
+        }
+    }
+}
+
+/// A terminal's home warehouse: with at least as many terminals as warehouses, each terminal
+/// is bound to one (as the specification's terminals are), round robin; with fewer (seed 000's
+/// 30 clients on 800 warehouses), each transaction draws its warehouse.
+fn home_warehouse(cfg: &TpccConfig, warehouses: u32, client: usize) -> Option<u32> {
+    (cfg.clients >= warehouses as usize).then(|| (client % warehouses as usize) as u32 + 1)
+}
+
+/// Runs one point: a fresh copy of the database on `dev` at `pct` % buffer, the terminals for
+/// the warm-up and the window (traced when `traced`), the consistency check, close.
+pub fn run(
+    cfg: &TpccConfig,
+    t: &Template,
+    dev: &PreparedDevice,
+    pct: f64,
+    rep: usize,
+    seed: u64,
+    traced: bool,
+) -> Result<PointOutcome> {
+    let open = setup::open_point(cfg, t, dev, pct, seed)?;
+    let buffer_bytes = open.buffer_bytes;
+    let ctx = Context::new(open.db.clone(), open.tables.clone())?;
+    let run_constants = NuConstants::for_run(&t.load.constants, &mut TpccRng::new(seed ^ 0xC0));
+    let scale = t.load.scale;
+    let mut counters = Counters { db: &open.db, traced, at_open: None, delta: None };
+    let workers = Workers::new(
+        "TPC-C terminals",
+        cfg.clients,
+        Duration::from_secs_f64(cfg.warmup_s),
+        Duration::from_secs_f64(cfg.duration_s),
+    );
+    let run = workers.run(
+        |c| {
+            if traced {
+                trace::set_thread_label(format!("client {c:02}"));
+            }
+            let terminal_seed = seed ^ (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            Ok(Client {
+                terminal: Terminal::new(
+                    scale,
+                    run_constants,
+                    terminal_seed,
+                    home_warehouse(cfg, scale.warehouses, c),
+                ),
+                latency: Default::default(),
+                rollbacks: 0,
+                deadlocks: 0,
+                timeouts: 0,
+            })
+        },
+        |client, measuring| {
+            let input = client.terminal.next_input();
+            let t0 = Instant::now();
+            let span = traced.then(|| trace::span(TraceKind::Cpu));
+            let r = execute_with_retries(&ctx, &input, MAX_ATTEMPTS);
+            drop(span);
+            let (out, retries) = r?;
+            if measuring {
+                client.latency[input.kind().index()].record(t0.elapsed());
+                client.deadlocks += u64::from(retries.deadlocks);
+                client.timeouts += u64::from(retries.lock_timeouts);
+                if let TxnOutput::NewOrder { rolled_back: true, .. } = out {
+                    client.rollbacks += 1;
+                }
+            }
+            Ok(1)
+        },
+        &mut counters,
+    )?;
+    let trace = traced.then(trace::collect);
+    let (table_stats, index_stats, log_bytes, locks) =
+        counters.delta.take().ok_or_else(|| LabError::Inconsistent {
+            what: "the point's window".into(),
+            detail: "it closed without counters".into(),
+        })?;
+    check_consistency(&ctx.tables)?;
+    drop(ctx);
+    // The copy is discarded: no closing checkpoint (it would write every dirty page through
+    // the device under test). The primary goes before its standby.
+    let setup::OpenPoint { db, tables, repl, .. } = open;
+    drop(tables);
+    drop(db);
+    drop(repl);
+    dev.clean_point()?;
+
+    let mut latency: [LatencyHistogram; 5] = Default::default();
+    let (mut rollbacks, mut deadlocks, mut timeouts) = (0, 0, 0);
+    for c in &run.states {
+        for (all, mine) in latency.iter_mut().zip(&c.latency) {
+            all.add(mine);
+        }
+        rollbacks += c.rollbacks;
+        deadlocks += c.deadlocks;
+        timeouts += c.timeouts;
+    }
+    let txns = run.ops;
+    let window_s = run.window.as_secs_f64();
+    let per_txn = |x: f64| if txns > 0 { x / txns as f64 } else { 0.0 };
+    let per_type = TxnKind::ALL.map(|k| latency[k.index()].len());
+    let q = |p: f64| TxnKind::ALL.map(|k| latency[k.index()].quantile_us(p));
+    let mut result = PointResult {
+        device: dev.kind.name(),
+        device_label: dev.report.label.clone(),
+        ha: cfg.ha.name().into(),
+        buffer_pct: pct,
+        buffer_bytes,
+        repetition: rep,
+        phase: if traced { "trace".into() } else { "sweep".into() },
+        window_s,
+        transactions: txns,
+        tps: run.ops_per_s(),
+        tpmc: per_type[TxnKind::NewOrder.index()] as f64 * 60.0 / window_s.max(1e-9),
+        per_type,
+        rollbacks,
+        deadlock_retries: deadlocks,
+        lock_timeout_retries: timeouts,
+        p50_us: q(0.50),
+        p90_us: q(0.90),
+        p99_us: q(0.99),
+        hit_ratio: table_stats.hit_ratio(),
+        index_hit_ratio: index_stats.hit_ratio(),
+        page_reads_per_txn: per_txn(table_stats.reads as f64),
+        page_writes_per_txn: per_txn(table_stats.writes as f64),
+        io_us_per_read: if table_stats.reads > 0 {
+            table_stats.io_wait_ns as f64 / table_stats.reads as f64 / 1e3
+        } else {
+            0.0
+        },
+        log_bytes_per_txn: per_txn(log_bytes as f64),
+        cpu_us_per_txn: per_txn(run.worker_cpu_ns as f64 / 1e3),
+        lock_waits_per_txn: per_txn(locks.waits as f64),
+        lock_wait_us_per_txn: per_txn(locks.wait_ns_total as f64 / 1e3),
+        client_us_per_txn: per_txn(cfg.clients as f64 * window_s * 1e6),
+        process_cpu_cores: run.process_cpu_cores(),
+        limit: String::new(),
+    };
+    result.limit = report::limit(&result, &table_stats);
+    Ok(PointOutcome { result, trace })
+}

@@ -1,0 +1,96 @@
+//! `nvmedb lab tpcc` end to end at the reduced test scale: memory and emulated optane, HA with
+//! log shipping and data mirroring, two buffer sizes, a traced window; every point passes the
+//! consistency check, the result files and plots are written; `--check` passes on the loaded
+//! database and names the condition, warehouse and district once a district row is broken.
+
+use nvmedb::{Database, Options, Value};
+use nvmedb_lab::experiment::{self, RunOptions};
+use nvmedb_lab::experiments::tpcc::{check_dir, HaMode, Tpcc, TpccConfig};
+use nvmedb_lab::measure::DeviceKind;
+use nvmedb_lab::workload::tpcc::schema as s;
+use nvmedb_lab::workload::tpcc::Tables;
+use std::path::PathBuf;
+
+fn scratch(name: &str) -> PathBuf {
+    let base =
+        std::env::var("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
+    let d = base.join(format!("nvmedb-tpcc-lab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn a_small_run_measures_checks_and_reports_every_point() {
+    let root = scratch("run");
+    let ram = PathBuf::from(format!("/dev/shm/nvmedb-tpcc-lab-{}", std::process::id()));
+    let cfg = TpccConfig {
+        warehouses: 2,
+        clients: 3,
+        reduced: true,
+        buffer_pcts: vec![20.0, 100.0],
+        devices: vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())],
+        ha: HaMode::On,
+        warmup_s: 0.2,
+        duration_s: 0.6,
+        repetitions: 1,
+        data_dir: root.join("data"),
+        ram_dir: ram.clone(),
+        iobench_s: 0.2,
+        trace_window_ms: 1.0,
+        ..TpccConfig::default()
+    };
+    let opts = RunOptions { results_root: root.join("results"), progress: false };
+    let out = experiment::run::<Tpcc>(&cfg, &opts).expect("the run succeeds");
+    let r = &out.results;
+    assert_eq!(r.load.scale.warehouses, 2);
+    assert_eq!(r.points.len(), 4, "2 devices x 2 buffers");
+    assert_eq!(r.checks_passed, 4);
+    for p in &r.points {
+        assert!(p.transactions > 0, "{} at {} %: no transaction", p.device, p.buffer_pct);
+        assert_eq!(p.per_type.iter().sum::<u64>(), p.transactions);
+        assert!(p.tpmc > 0.0 && p.per_type[0] > 0);
+        assert!(p.log_bytes_per_txn > 0.0, "the log is on");
+        assert_eq!(p.ha, "HA");
+        assert!(!p.limit.is_empty());
+    }
+    let optane = r.devices.iter().find(|d| d.device == "optane").unwrap();
+    assert!(optane.label.contains("EMULATED") && optane.label.contains("µs"), "{}", optane.label);
+    assert!(optane.standby_location.as_deref().is_some_and(|s| s.contains("tmpfs")));
+    for d in ["memory", "optane"] {
+        let at = |pct: f64| r.summary.iter().find(|s| s.device == d && s.buffer_pct == pct).unwrap();
+        assert_eq!(at(100.0).relative_pct, Some(100.0));
+        assert!(at(20.0).hit_ratio <= at(100.0).hit_ratio, "{d}: a smaller buffer does not hit more");
+    }
+    let t = r.trace.as_ref().expect("a traced window");
+    assert!(t.intervals > 0 && t.chart_png.ends_with(".png"));
+    for f in
+        ["points.csv", "throughput.png", "relative.svg", "trace_optane.png", "summary.txt", "results.json"]
+    {
+        assert!(out.dir.join(f).exists(), "{f} written");
+    }
+    assert!(out.summary.text.contains("consistency conditions 1-4"), "{}", out.summary.text);
+    assert!(!ram.exists(), "the RAM copies are removed");
+
+    // --check on the loaded database, then on a broken one.
+    let template = std::fs::read_dir(root.join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir() && p.file_name().unwrap().to_string_lossy().starts_with("tpcc-w2-reduced"))
+        .expect("the loaded database stays in the data directory");
+    let report = check_dir(&template).expect("the loaded database is consistent");
+    assert!(report.contains("conditions 1-4") && report.contains("every index entry matches"), "{report}");
+    {
+        let db = Database::open(&template, Options { wal: false, ..Options::default() }).unwrap();
+        let t = Tables::open(&db).unwrap();
+        let key = Value::Int(s::district_key(2, 4));
+        let mut d = t.district.get(&key).unwrap().unwrap();
+        d[s::district::NEXT_O_ID] = Value::Int(7);
+        assert!(t.district.update(&d).unwrap());
+        drop(t);
+        db.close().unwrap();
+    }
+    let e = check_dir(&template).unwrap_err().to_string();
+    assert!(e.contains("condition 2") && e.contains("warehouse 2, district 4"), "{e}");
+    assert!(check_dir(&root).is_err(), "not a database");
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -1,0 +1,187 @@
+//! Key ranges over a table's primary and secondary indexes, for scans that lock row by row.
+//!
+//! Owns: turning value bounds into index-key bounds ([`KeyRange`]), collecting the primary keys
+//! of a range a bounded batch at a time (no latch is held once a batch is returned, so the
+//! caller may wait for locks between batches), and the row-side re-check that a row found
+//! through an index still lies in the range. Invariants: a batch holds at most the number of
+//! keys asked for, in index order, each strictly after the previous batch's last entry; a
+//! secondary range yields primary keys, never index entries, so callers lock and read exactly
+//! what point operations lock and read.
+
+use super::{RowView, Schema, Table, Value};
+use crate::btree::key;
+use crate::error::{Error, Result};
+use std::ops::{Bound, RangeBounds};
+
+/// Which index a [`KeyRange`] walks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RangeIndex {
+    /// The primary index (entries: primary key → row id).
+    Primary,
+    /// Secondary index number `n` (entries: value component ++ primary key → row id).
+    Secondary(usize),
+}
+
+/// A range of one index in encoded-key form, walked a batch at a time.
+pub(crate) struct KeyRange {
+    index: RangeIndex,
+    /// Where the next batch starts.
+    from: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    done: bool,
+}
+
+/// The smallest byte string greater than every string that starts with `prefix`, or `None` if
+/// there is none (the prefix is all 0xFF bytes).
+fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut s = prefix.to_vec();
+    while let Some(last) = s.pop() {
+        if last != 0xFF {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}
+
+impl KeyRange {
+    /// The next at most `max` primary keys of the range, in index order (empty when the range
+    /// is exhausted). Entries are copied out of the tree; no latch is held on return.
+    pub(crate) fn next_batch(&mut self, table: &Table, max: usize) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        if self.done || max == 0 {
+            return Ok(out);
+        }
+        let tree = match self.index {
+            RangeIndex::Primary => &table.inner.primary,
+            RangeIndex::Secondary(n) => &table.inner.secondaries[n],
+        };
+        let mut last: Option<Vec<u8>> = None;
+        tree.range(self.from.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice), |k, _| {
+            last = Some(k.to_vec());
+            out.push(k.to_vec());
+            Ok(out.len() < max)
+        })?;
+        match last {
+            Some(k) if out.len() == max => self.from = Bound::Excluded(k),
+            _ => self.done = true,
+        }
+        if let RangeIndex::Secondary(n) = self.index {
+            let column = table.inner.schema.indexes[n].column;
+            let int = table.inner.schema.columns[column].ty == super::ColumnType::Int;
+            for k in &mut out {
+                let pk = if int { k.get(8..) } else { key::pop_bytes_component(k).map(|(_, rest)| rest) }
+                    .ok_or_else(|| Error::Corruption {
+                        file: format!("t{}.idx", table.inner.id),
+                        offset: 0,
+                        detail: format!(
+                            "index `{}` holds a malformed entry",
+                            table.inner.schema.indexes[n].name
+                        ),
+                    })?;
+                *k = pk.to_vec();
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Table {
+    /// The primary-key range `lo..hi` (by value) in encoded form.
+    pub(crate) fn primary_range(&self, lo: Bound<&Value>, hi: Bound<&Value>) -> Result<KeyRange> {
+        let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
+            Ok(match b {
+                Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
+                Bound::Excluded(v) => Bound::Excluded(self.pk_bytes(v)?),
+                Bound::Unbounded => Bound::Unbounded,
+            })
+        };
+        Ok(KeyRange { index: RangeIndex::Primary, from: enc(lo)?, hi: enc(hi)?, done: false })
+    }
+
+    /// Position of the secondary index called `index`.
+    pub(crate) fn index_position(&self, index: &str) -> Result<usize> {
+        self.inner
+            .schema
+            .indexes
+            .iter()
+            .position(|ix| ix.name == index)
+            .ok_or_else(|| Error::NotFound(format!("index `{index}` on table `{}`", self.inner.name)))
+    }
+
+    /// The entries of secondary index `pos` whose value lies in `lo..hi`, in encoded form.
+    /// Every entry of value `v` starts with `v`'s component, so value bounds become bounds on
+    /// that prefix: the first key with a prefix, or the successor of all keys with it.
+    pub(crate) fn secondary_range(
+        &self,
+        pos: usize,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+    ) -> Result<KeyRange> {
+        let s = &self.inner.schema;
+        let column = s.indexes[pos].column;
+        let prefix = |v: &Value| -> Result<Vec<u8>> {
+            s.check_value(&self.inner.name, column, v)?;
+            let mut p = Vec::new();
+            Schema::secondary_prefix(v, &mut p);
+            Ok(p)
+        };
+        let from = match lo {
+            Bound::Included(v) => Bound::Included(prefix(v)?),
+            Bound::Excluded(v) => match prefix_successor(&prefix(v)?) {
+                Some(s) => Bound::Included(s),
+                None => return Ok(KeyRange::empty(pos)),
+            },
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let hi = match hi {
+            Bound::Included(v) => prefix_successor(&prefix(v)?).map_or(Bound::Unbounded, Bound::Excluded),
+            Bound::Excluded(v) => Bound::Excluded(prefix(v)?),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Ok(KeyRange { index: RangeIndex::Secondary(pos), from, hi, done: false })
+    }
+
+    /// True if row `row`'s value in the column of secondary index `pos` lies in `lo..hi` (a row
+    /// found through the index may have changed before its lock was granted).
+    pub(crate) fn row_in_index_range(
+        &self,
+        pos: usize,
+        row: &RowView<'_>,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+    ) -> bool {
+        let v = row.value(self.inner.schema.indexes[pos].column);
+        (lo, hi).contains(&&v)
+    }
+}
+
+impl KeyRange {
+    fn empty(pos: usize) -> Self {
+        KeyRange {
+            index: RangeIndex::Secondary(pos),
+            from: Bound::Unbounded,
+            hi: Bound::Unbounded,
+            done: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_successor;
+
+    #[test]
+    fn prefix_successor_bounds_every_extension() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(&[1, 0xFF, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xFF, 0xFF]), None);
+        let p = [7u8, 0xFF];
+        let s = prefix_successor(&p).unwrap();
+        for ext in [&[][..], &[0], &[0xFF, 0xFF, 0xFF], &[1, 2, 3]] {
+            let k: Vec<u8> = p.iter().chain(ext).copied().collect();
+            assert!(k < s, "{k:?} < {s:?}");
+        }
+        assert!([8u8].as_slice() >= s.as_slice());
+    }
+}

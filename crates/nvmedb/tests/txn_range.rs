@@ -1,0 +1,230 @@
+//! Range scans inside transactions: `Transaction::range` (primary key) and
+//! `Transaction::index_range` (secondary index, Int and Bytes columns) against a `BTreeMap`
+//! model under random bounds; rows are locked as they are visited; a row deleted or moved out
+//! of the range while the scan waited for its lock is skipped.
+
+use nvmedb::txn::{LockMode, LockOptions};
+use nvmedb::util::Rng;
+use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Table, Value};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn options(lock_timeout: Duration) -> Options {
+    Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        table_buffer: BufferSize::Bytes(64 * 4096),
+        index_buffer: BufferSize::Bytes(256 * 4096),
+        lock_options: LockOptions { lock_timeout, ..LockOptions::default() },
+        ..Options::default()
+    }
+}
+
+/// A database with table `t` (id, grp, name) indexed by grp and by name.
+fn open_with(lock_timeout: Duration) -> (Database, Table) {
+    let db =
+        Database::open_with_storage(Arc::new(nvmedb::io::MemStorage::new()), options(lock_timeout)).unwrap();
+    let schema =
+        Schema::new(vec![("id", ColumnType::Int), ("grp", ColumnType::Int), ("name", ColumnType::Bytes(12))])
+            .with_index("by_grp", "grp")
+            .unwrap()
+            .with_index("by_name", "name")
+            .unwrap();
+    let t = db.create_table("t", schema).unwrap();
+    (db, t)
+}
+
+fn open() -> (Database, Table) {
+    open_with(Duration::from_secs(30))
+}
+
+fn random_bound<T: Clone>(rng: &mut Rng, v: T) -> Bound<T> {
+    match rng.below(3) {
+        0 => Bound::Included(v),
+        1 => Bound::Excluded(v),
+        _ => Bound::Unbounded,
+    }
+}
+
+fn random_name(rng: &mut Rng) -> Vec<u8> {
+    // Short names over a small alphabet with zero bytes, so prefixes and escapes both occur.
+    let len = rng.below(4) as usize;
+    (0..len).map(|_| [0u8, b'a', b'b', 0xFF][rng.below(4) as usize]).collect()
+}
+
+/// Rows: id → (grp, name). Every scan of the engine equals a filter of the model.
+#[test]
+fn range_and_index_range_match_a_model_under_random_bounds() {
+    let (db, t) = open();
+    let mut rng = Rng::new(7);
+    let mut model: BTreeMap<i64, (i64, Vec<u8>)> = BTreeMap::new();
+    for _ in 0..600 {
+        let id = rng.below(2000) as i64 - 1000;
+        let grp = rng.below(20) as i64 - 10;
+        let name = random_name(&mut rng);
+        if model.insert(id, (grp, name.clone())).is_some() {
+            t.update(&[Value::Int(id), Value::Int(grp), Value::Bytes(name)]).unwrap();
+        } else {
+            t.insert(&[Value::Int(id), Value::Int(grp), Value::Bytes(name)]).unwrap();
+        }
+    }
+    for round in 0..300 {
+        let mut tx = db.begin();
+        // Primary key.
+        let (a, b) = (rng.below(2200) as i64 - 1100, rng.below(2200) as i64 - 1100);
+        let (lo, hi) = (random_bound(&mut rng, Value::Int(a)), random_bound(&mut rng, Value::Int(b)));
+        let limit = 1 + rng.below(100) as usize;
+        let mut got = Vec::new();
+        tx.range(&t, lo.as_ref(), hi.as_ref(), LockMode::Shared, |r| {
+            got.push(r.int(0));
+            Ok(got.len() < limit)
+        })
+        .unwrap();
+        let as_int = |b: &Bound<Value>| b.as_ref().map(|v| v.as_int().unwrap());
+        let want: Vec<i64> = if matches!((&lo, &hi), (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) if x > y)
+        {
+            Vec::new()
+        } else {
+            model.range((as_int(&lo), as_int(&hi))).map(|(k, _)| *k).take(limit).collect()
+        };
+        assert_eq!(got, want, "round {round}: range {lo:?}..{hi:?} limit {limit}");
+        // Int secondary index: (grp, id) order.
+        let (a, b) = (rng.below(24) as i64 - 12, rng.below(24) as i64 - 12);
+        let (lo, hi) = (random_bound(&mut rng, Value::Int(a)), random_bound(&mut rng, Value::Int(b)));
+        let mut got = Vec::new();
+        tx.index_range(&t, "by_grp", lo.as_ref(), hi.as_ref(), LockMode::Shared, |r| {
+            got.push((r.int(1), r.int(0)));
+            Ok(true)
+        })
+        .unwrap();
+        let mut want: Vec<(i64, i64)> = model
+            .iter()
+            .filter(|(_, (g, _))| (as_int(&lo), as_int(&hi)).contains(g))
+            .map(|(id, (g, _))| (*g, *id))
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "round {round}: by_grp {lo:?}..{hi:?}");
+        // Bytes secondary index: (name, id) order.
+        let (a, b) = (random_name(&mut rng), random_name(&mut rng));
+        let (lo, hi) = (random_bound(&mut rng, a), random_bound(&mut rng, b));
+        let vb = |b: &Bound<Vec<u8>>| b.clone().map(Value::Bytes);
+        let mut got = Vec::new();
+        tx.index_range(&t, "by_name", vb(&lo).as_ref(), vb(&hi).as_ref(), LockMode::Shared, |r| {
+            got.push((r.bytes(2).to_vec(), r.int(0)));
+            Ok(true)
+        })
+        .unwrap();
+        let mut want: Vec<(Vec<u8>, i64)> = model
+            .iter()
+            .filter(|(_, (_, n))| (lo.as_ref(), hi.as_ref()).contains(&n))
+            .map(|(id, (_, n))| (n.clone(), *id))
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "round {round}: by_name {lo:?}..{hi:?}");
+        tx.commit().unwrap();
+    }
+}
+
+use std::ops::RangeBounds;
+
+/// A prefix of a Bytes value selects exactly the values that start with it.
+#[test]
+fn bytes_prefix_selects_exactly_its_extensions() {
+    let (db, t) = open();
+    let names: [&[u8]; 7] = [b"ab", b"ab\0", b"ab\0\xff", b"abz", b"ac", b"a", b"ab\xff\xff"];
+    for (i, n) in names.iter().enumerate() {
+        t.insert(&[Value::Int(i as i64), Value::Int(0), Value::Bytes(n.to_vec())]).unwrap();
+    }
+    let mut tx = db.begin();
+    let (lo, hi) = (Value::from("ab"), Value::from("ac"));
+    let mut got = Vec::new();
+    tx.index_range(&t, "by_name", Bound::Included(&lo), Bound::Excluded(&hi), LockMode::Shared, |r| {
+        got.push(r.int(0));
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(got, [0, 1, 2, 3, 6]); // "ab" < "ab\0" < "ab\0\xff" < "abz" < "ab\xff\xff"
+    tx.commit().unwrap();
+}
+
+/// Rows visited in Exclusive mode stay locked until the transaction ends; rows the scan has
+/// not reached are free; after commit a writer gets through.
+#[test]
+fn exclusive_scan_locks_what_it_visits_until_the_end() {
+    let (db, t) = open_with(Duration::from_millis(100));
+    for id in 0..10 {
+        t.insert(&[Value::Int(id), Value::Int(id % 3), Value::from("x")]).unwrap();
+    }
+    let mut tx = db.begin();
+    let mut seen = Vec::new();
+    tx.range(&t, Bound::Included(&Value::Int(2)), Bound::Unbounded, LockMode::Exclusive, |r| {
+        seen.push(r.int(0));
+        Ok(seen.len() < 3)
+    })
+    .unwrap();
+    assert_eq!(seen, [2, 3, 4]);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut other = db.begin();
+            let e = other.update(&t, &[Value::Int(3), Value::Int(9), Value::from("y")]).unwrap_err();
+            assert!(matches!(e, Error::LockTimeout { .. }), "{e}");
+            other.abort().unwrap();
+            let mut other = db.begin();
+            assert!(other.update(&t, &[Value::Int(5), Value::Int(9), Value::from("y")]).unwrap());
+            other.commit().unwrap();
+        });
+    });
+    tx.commit().unwrap();
+    assert!(t.update(&[Value::Int(3), Value::Int(9), Value::from("y")]).unwrap());
+}
+
+/// A scan that waits for a row's lock skips the row if its holder deleted it, and a secondary
+/// scan skips a row whose value left the range; both see the rows that are still there.
+#[test]
+fn rows_deleted_or_moved_while_waiting_are_skipped() {
+    let (db, t) = open();
+    for id in 0..6 {
+        t.insert(&[Value::Int(id), Value::Int(1), Value::from("x")]).unwrap();
+    }
+    let mut writer = db.begin();
+    assert!(writer.delete(&t, &Value::Int(1)).unwrap());
+    assert!(writer.update(&t, &[Value::Int(2), Value::Int(7), Value::from("x")]).unwrap());
+    let waits_before = db.lock_stats().waits;
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut tx = db.begin();
+            let mut by_pk = Vec::new();
+            tx.range(&t, Bound::Unbounded, Bound::Unbounded, LockMode::Shared, |r| {
+                by_pk.push(r.int(0));
+                Ok(true)
+            })
+            .unwrap();
+            let mut by_grp = Vec::new();
+            let one = Value::Int(1);
+            tx.index_range(
+                &t,
+                "by_grp",
+                Bound::Included(&one),
+                Bound::Included(&one),
+                LockMode::Shared,
+                |r| {
+                    by_grp.push(r.int(0));
+                    Ok(true)
+                },
+            )
+            .unwrap();
+            tx.commit().unwrap();
+            (by_pk, by_grp)
+        });
+        // The scan waits for row 1 (the lock timeout is far away); then its holder commits.
+        while db.lock_stats().waits == waits_before {
+            std::thread::yield_now();
+        }
+        writer.commit().unwrap();
+        let (by_pk, by_grp) = h.join().unwrap();
+        assert_eq!(by_pk, [0, 2, 3, 4, 5]);
+        assert_eq!(by_grp, [0, 3, 4, 5]);
+    });
+}
