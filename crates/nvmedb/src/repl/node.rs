@@ -211,7 +211,7 @@ pub struct HaNode {
 }
 
 enum Role {
-    Standby { sb: Standby, deferred: u32, why_not: String },
+    Standby { sb: Standby, deferred: u32, why_not: String, retry_at: Instant },
     Primary { lead: Leadership, _sb: Option<Standby>, last_renewal: Instant, sync_recorded: bool },
 }
 
@@ -344,13 +344,15 @@ fn set_leading(sh: &Shared, l: Option<Leadership>) {
 
 fn run(sh: Arc<Shared>, sb: Standby) {
     let mut agent = Agent::new(sh.store.clone(), &sh.cfg.prefix, &sh.cfg.name, sh.cfg.timing);
-    let mut role = Some(Role::Standby { sb, deferred: 0, why_not: String::new() });
+    let mut role = Some(Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: Instant::now() });
     let mut last_store_error = String::new();
     while !sh.stop.load(Ordering::Acquire) {
         let started = Instant::now();
         let r = role.take().expect("a role");
         role = Some(match r {
-            Role::Standby { sb, deferred, why_not } => standby_tick(&sh, &mut agent, sb, deferred, why_not),
+            Role::Standby { sb, deferred, why_not, retry_at } => {
+                standby_tick(&sh, &mut agent, sb, deferred, why_not, retry_at)
+            }
             Role::Primary { lead, _sb, last_renewal, sync_recorded } => {
                 primary_tick(&sh, &mut agent, lead, _sb, last_renewal, sync_recorded)
             }
@@ -370,10 +372,13 @@ fn run(sh: Arc<Shared>, sb: Standby) {
             lead.log.step_down("the node is stopping");
             let epoch = lead.epoch;
             drop(lead);
-            wait_closed(&sh, Duration::from_secs(30));
             let _ = agent.release();
             (sh.events)(&NodeEvent::SteppedDown { epoch, why: "the node is stopping".into() });
-            drop(_sb);
+            if let Some(sb) = _sb {
+                sb.shutdown();
+                drop(sb);
+            }
+            wait_closed(&sh, Duration::from_secs(30));
         }
         Some(Role::Standby { sb, .. }) => sb.shutdown(),
         None => {}
@@ -390,7 +395,14 @@ fn store_error(sh: &Shared) -> Option<String> {
     sh.store_error.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
-fn standby_tick(sh: &Shared, agent: &mut Agent, sb: Standby, deferred: u32, why_not: String) -> Role {
+fn standby_tick(
+    sh: &Shared,
+    agent: &mut Agent,
+    sb: Standby,
+    deferred: u32,
+    why_not: String,
+    retry_at: Instant,
+) -> Role {
     let epoch = sb.epoch();
     let pos = sb.position();
     *sh.status.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -402,11 +414,11 @@ fn standby_tick(sh: &Shared, agent: &mut Agent, sb: Standby, deferred: u32, why_
         Ok(c) => c,
         Err(e) => {
             note_store_error(sh, &e);
-            return Role::Standby { sb, deferred, why_not };
+            return Role::Standby { sb, deferred, why_not, retry_at };
         }
     };
-    if cluster.leader.is_some() {
-        return Role::Standby { sb, deferred: 0, why_not };
+    if cluster.leader.is_some() || Instant::now() < retry_at {
+        return Role::Standby { sb, deferred: 0, why_not, retry_at };
     }
     let view_epoch = sb.cluster().map(|v| v.epoch);
     if !sb.is_seeded() && cluster.sync.is_some() {
@@ -414,14 +426,14 @@ fn standby_tick(sh: &Shared, agent: &mut Agent, sb: Standby, deferred: u32, why_
         if w != why_not {
             (sh.events)(&NodeEvent::Note(w.clone()));
         }
-        return Role::Standby { sb, deferred, why_not: w };
+        return Role::Standby { sb, deferred, why_not: w, retry_at };
     }
     if let Err(w) = agent.eligible(cluster.sync.as_ref(), view_epoch) {
         let w = format!("no leader, but this node may not take over: it {w}");
         if w != why_not {
             (sh.events)(&NodeEvent::Note(w.clone()));
         }
-        return Role::Standby { sb, deferred, why_not: w };
+        return Role::Standby { sb, deferred, why_not: w, retry_at };
     }
     // Let a more advanced member of the set go first (one tick), so that the usual winner
     // needs to take nothing from its peers.
@@ -432,15 +444,15 @@ fn standby_tick(sh: &Shared, agent: &mut Agent, sb: Standby, deferred: u32, why_
             && cluster.sync.as_ref().is_some_and(|s| s.members.contains(&m.name))
     });
     if ahead && deferred < 2 {
-        return Role::Standby { sb, deferred: deferred + 1, why_not };
+        return Role::Standby { sb, deferred: deferred + 1, why_not, retry_at };
     }
     let my_epoch = epoch.max(super::read_epoch(&sh.cfg.data_dir).unwrap_or(0));
     let new_epoch = match agent.try_take_over(my_epoch, view_epoch) {
         Ok(Some(e)) => e,
-        Ok(None) => return Role::Standby { sb, deferred: 0, why_not },
+        Ok(None) => return Role::Standby { sb, deferred: 0, why_not, retry_at },
         Err(e) => {
             note_store_error(sh, &e);
-            return Role::Standby { sb, deferred: 0, why_not };
+            return Role::Standby { sb, deferred: 0, why_not, retry_at };
         }
     };
     let taken_at = unix_ns();
@@ -473,9 +485,10 @@ fn standby_tick(sh: &Shared, agent: &mut Agent, sb: Standby, deferred: u32, why_
         Err(e) => {
             let _ = agent.release();
             (sh.events)(&NodeEvent::Note(format!(
-                "took the leader key at epoch {new_epoch} but promotion failed: {e}"
+                "took the leader key at epoch {new_epoch} but promotion failed: {e}; next attempt in one TTL"
             )));
-            Role::Standby { sb, deferred: 0, why_not }
+            // Not again at once: each attempt spends an epoch and fences the peers anew.
+            Role::Standby { sb, deferred: 0, why_not, retry_at: Instant::now() + sh.cfg.timing.ttl }
         }
     }
 }
@@ -611,14 +624,19 @@ fn step_down(sh: &Shared, agent: &mut Agent, lead: Leadership, sb: Option<Standb
         agent.abandon();
     }
     (sh.events)(&NodeEvent::SteppedDown { epoch, why });
+    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) =
+        format!("{} stepped down from epoch {epoch}; waiting for the database to close", sh.cfg.name);
+    // The promoted standby's storage holds the directory lock with the database: it goes
+    // first, then the clients' handles.
+    if let Some(sb) = sb {
+        sb.shutdown();
+        drop(sb);
+    }
     if !wait_closed(sh, Duration::from_secs(60)) {
         (sh.events)(&NodeEvent::Note(
             "the database is still open 60 s after stepping down (a client keeps a handle); waiting".into(),
         ));
         wait_closed(sh, Duration::from_secs(3600));
-    }
-    if let Some(sb) = sb {
-        sb.shutdown();
     }
     restart_standby(sh)
 }
@@ -628,7 +646,7 @@ fn restart_standby(sh: &Shared) -> Role {
         match start_standby(sh) {
             Ok(sb) => {
                 (sh.events)(&NodeEvent::Standby { epoch: sb.epoch() });
-                return Role::Standby { sb, deferred: 0, why_not: String::new() };
+                return Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: Instant::now() };
             }
             Err(e) => {
                 (sh.events)(&NodeEvent::Note(format!("restarting as a standby failed: {e}; retrying")));

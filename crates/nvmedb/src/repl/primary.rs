@@ -703,6 +703,17 @@ fn shipper(sh: Arc<Shared>, i: usize) {
     while !sh.stop.load(Ordering::Acquire) {
         match ship_once(&sh, i, &addr) {
             Ok(()) => {}
+            Err(ReplError::Fenced { their_epoch, our_epoch, .. }) if their_epoch <= our_epoch => {
+                // A node promoted at an older epoch (a primary this one superseded, not yet
+                // stepped down) refuses log connections: not a reason to stop; it follows this
+                // primary once it restarts as a standby.
+                set_link(
+                    &sh,
+                    i,
+                    LinkState::Failed,
+                    format!("{addr} was promoted at epoch {their_epoch} (older than {our_epoch}): waiting for it to rejoin as a standby"),
+                );
+            }
             Err(e @ ReplError::Fenced { .. }) => {
                 set_link(&sh, i, LinkState::Failed, e.to_string());
                 fence(&sh, e);
