@@ -12,6 +12,13 @@ fi
 if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && [ -z "${NVMEDB_PLOT_FONT:-}" ] && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null || true
 fi
+# Building the etcd client of automatic failover (nvmedb node --ha) needs protoc.
+if ! command -v protoc >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null || true
+  fi
+  command -v protoc >/dev/null 2>&1 || { echo "protoc is missing: apt-get install protobuf-compiler" >&2; exit 1; }
+fi
 cargo build --release -p nvmedb-cli
 ./target/release/nvmedb machine
 exec ./target/release/nvmedb lab primitive \

@@ -7,7 +7,7 @@
 mod cmd;
 
 use clap::{Parser, Subcommand};
-use cmd::{inspect, iobench, lab, machine, replication, CliError};
+use cmd::{inspect, iobench, lab, machine, node, replication, CliError};
 
 /// nvmedb: a storage engine for microsecond-latency NVMe storage, and its laboratory.
 #[derive(Parser, Debug)]
@@ -34,8 +34,12 @@ enum Commands {
     /// synchronous set, takes what a fenced standby has beyond it, finishes redo, undoes losers
     /// and closes cleanly (its directory then opens as an ordinary database).
     Promote(replication::PromoteArgs),
-    /// Show a standby's replication status (role, epoch, positions, counters).
-    Status(replication::AdminArgs),
+    /// Show a standby's replication status (role, epoch, positions, counters), or with --ha the
+    /// cluster (leader, epoch, synchronous set, each node's role, LSN and lag).
+    Status(replication::StatusArgs),
+    /// Run one node of an automatically failing-over cluster on etcd (--ha etcd://...): it leads
+    /// or follows as the leadership lease decides, optionally with committing clients.
+    Node(Box<node::NodeArgs>),
 }
 
 impl Commands {
@@ -48,6 +52,7 @@ impl Commands {
             Commands::Standby(_) => "standby",
             Commands::Promote(_) => "promote",
             Commands::Status(_) => "status",
+            Commands::Node(_) => "node",
         }
     }
 
@@ -60,6 +65,7 @@ impl Commands {
             Commands::Standby(a) => replication::standby(a),
             Commands::Promote(a) => replication::promote(a),
             Commands::Status(a) => replication::status(a),
+            Commands::Node(a) => node::run(a),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The command families of `nvmedb`, one file each: `machine`, `iobench`, `lab` (one file per
-//! experiment under `lab/`), `inspect` and `replication` (standby, promote, status).
+//! experiment under `lab/`), `inspect`, `replication` (standby, promote, status) and `node` (an HA node on etcd, the
+//! cluster view).
 //!
 //! Owns: the flags of each command and their translation into a configuration; a command runs
 //! by calling the engine or `nvmedb-lab` and printing what they return. Invariant: no command
@@ -11,6 +12,7 @@ pub mod inspect;
 pub mod iobench;
 pub mod lab;
 pub mod machine;
+pub mod node;
 pub mod replication;
 
 pub use error::CliError;

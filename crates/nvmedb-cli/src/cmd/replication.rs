@@ -118,10 +118,37 @@ pub fn promote(a: &PromoteArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Prints the status of the standby at `a.addr`.
-pub fn status(a: &AdminArgs) -> Result<(), CliError> {
-    let text = nvmedb::repl::admin_status(&a.addr, &secret(a)?)
-        .map_err(CliError::engine(format!("asking {} for its status", a.addr)))?;
+/// Flags of `nvmedb status`: one standby's status (`--addr`, `--secret-file`), or the whole
+/// cluster as its coordination store shows it (`--ha`).
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The standby's address.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub addr: String,
+    /// File holding the shared secret (needed with --addr).
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// Show the cluster instead: leader, epoch, synchronous set, each node's role, epoch,
+    /// durable LSN and lag, from this coordination store (etcd://host:port,...).
+    #[arg(long)]
+    pub ha: Option<String>,
+    /// The cluster's name (with --ha).
+    #[arg(long, default_value = "default")]
+    pub cluster: String,
+}
+
+/// Prints the status of the standby at `a.addr`, or of the cluster with `--ha`.
+pub fn status(a: &StatusArgs) -> Result<(), CliError> {
+    if let Some(ha) = &a.ha {
+        return super::node::status(&super::node::ClusterArgs { ha: ha.clone(), cluster: a.cluster.clone() });
+    }
+    let file = a
+        .secret_file
+        .clone()
+        .ok_or_else(|| CliError::flag("--secret-file", "needed to ask a standby (or give --ha)"))?;
+    let text =
+        nvmedb::repl::admin_status(&a.addr, &secret(&AdminArgs { addr: a.addr.clone(), secret_file: file })?)
+            .map_err(CliError::engine(format!("asking {} for its status", a.addr)))?;
     print!("{text}");
     Ok(())
 }

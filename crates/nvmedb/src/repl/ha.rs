@@ -73,6 +73,7 @@ pub struct Agent {
     name: String,
     timing: LeaseTiming,
     lease: Option<LeaseId>,
+    member_lease: Option<LeaseId>,
     gate: Arc<AckGate>,
 }
 
@@ -85,6 +86,7 @@ impl Agent {
             name: name.to_string(),
             timing,
             lease: None,
+            member_lease: None,
             gate: AckGate::closed(),
         }
     }
@@ -116,15 +118,61 @@ impl Agent {
     }
 
     /// Primary: records the synchronous set before acknowledging with it (only while leader).
-    pub fn record_sync_set(&self, set: &SyncSet) -> Result<(), CoordError> {
-        self.store.put(&self.key("sync"), set.encode().as_bytes(), None).map(|_| ())
+    /// A compare-and-swap that never replaces a set of a newer epoch: a primary that was
+    /// stopped between its takeover and this call, and lost its lease meanwhile, cannot
+    /// overwrite its successor's set. Returns false when a newer set is there (the caller is
+    /// no longer the leader and must not acknowledge).
+    pub fn record_sync_set(&self, set: &SyncSet) -> Result<bool, CoordError> {
+        let key = self.key("sync");
+        loop {
+            let cur = self.store.get(&key)?;
+            let won = match &cur {
+                Some(v) => {
+                    let old = SyncSet::decode(&String::from_utf8_lossy(&v.value));
+                    if old.is_some_and(|o| o.epoch > set.epoch) {
+                        return Ok(false);
+                    }
+                    self.store.replace(&key, v.revision, set.encode().as_bytes(), None)?
+                }
+                None => self.store.create(&key, set.encode().as_bytes(), None)?,
+            };
+            if won.is_some() {
+                return Ok(true);
+            }
+        }
     }
 
-    /// Publishes this node's role, epoch and durable position (bound to its lease if it has
-    /// one).
-    pub fn publish(&self, role: &str, epoch: u64, durable: u64) -> Result<(), CoordError> {
+    /// Publishes this node's role, epoch and durable position under `members/<name>`, bound to
+    /// a member lease of its own (granted here, renewed at each call), so a node that stops
+    /// publishing drops out of the cluster view after one TTL.
+    pub fn publish(&mut self, role: &str, epoch: u64, durable: u64) -> Result<(), CoordError> {
+        let lease = match self.member_lease {
+            Some(l) => match self.store.keep_alive(l) {
+                Ok(()) => l,
+                Err(CoordError::LeaseExpired(_)) => self.store.grant(self.timing.ttl)?,
+                Err(e) => return Err(e),
+            },
+            None => self.store.grant(self.timing.ttl)?,
+        };
+        self.member_lease = Some(lease);
         let v = format!("{role} {epoch} {durable}");
-        self.store.put(&self.key(&format!("members/{}", self.name)), v.as_bytes(), self.lease).map(|_| ())
+        match self.store.put(&self.key(&format!("members/{}", self.name)), v.as_bytes(), Some(lease)) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.member_lease = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// True while this agent holds the leader key's lease (as far as it knows).
+    pub fn is_leader(&self) -> bool {
+        self.lease.is_some()
+    }
+
+    /// The cluster as the store shows it.
+    pub fn cluster_status(&self) -> Result<ClusterStatus, CoordError> {
+        ClusterStatus::read(self.store.as_ref(), &self.prefix)
     }
 
     /// Primary: renews the leadership lease; on success the gate stays open until
@@ -147,19 +195,48 @@ impl Agent {
         }
     }
 
-    /// Standby: takes the leader key if it is free and this node is in the recorded
-    /// synchronous set (or no set was ever recorded: the cluster's first primary). Returns the
-    /// new epoch, which is larger than `my_epoch` and than every epoch handed out before. The
-    /// caller promotes at that epoch and then calls [`Agent::renew`]; if promotion fails it
-    /// calls [`Agent::release`].
-    pub fn try_take_over(&mut self, my_epoch: u64) -> Result<Option<u64>, CoordError> {
+    /// Whether a standby may take over under the recorded synchronous set `set`: with no set
+    /// (nothing was ever acknowledged in this cluster) any node may; otherwise only a member of
+    /// the set that learned that very set from the primary that recorded it (`view_epoch`, the
+    /// epoch of the cluster view its primary sent it, equals the set's epoch). Such a standby
+    /// holds every acknowledged commit (eager), or its promotion fences n−k+1 of the set and
+    /// takes their records (quorum); a member that never followed that primary might lack
+    /// commits that primary acknowledged.
+    pub fn eligible(&self, set: Option<&SyncSet>, view_epoch: Option<u64>) -> Result<(), String> {
+        let Some(set) = set else { return Ok(()) };
+        if !set.members.iter().any(|m| m == &self.name) {
+            return Err(format!(
+                "not in the synchronous set of epoch {} ({})",
+                set.epoch,
+                set.members.join(",")
+            ));
+        }
+        if view_epoch != Some(set.epoch) {
+            return Err(format!(
+                "has not followed the primary of epoch {} (its cluster view is of epoch {})",
+                set.epoch,
+                view_epoch.map_or("-".to_string(), |e| e.to_string())
+            ));
+        }
+        Ok(())
+    }
+
+    /// Standby: takes the leader key if it is free and this node is [`Agent::eligible`] (with
+    /// `view_epoch`, the epoch of the cluster view it learned from its last primary). Returns
+    /// the new epoch, which is larger than `my_epoch` and than every epoch handed out before.
+    /// The caller promotes at that epoch, records its synchronous set
+    /// ([`Agent::record_sync_set`]) before acknowledging, and calls [`Agent::renew`]; if
+    /// promotion fails it calls [`Agent::release`].
+    pub fn try_take_over(
+        &mut self,
+        my_epoch: u64,
+        view_epoch: Option<u64>,
+    ) -> Result<Option<u64>, CoordError> {
         if self.leader()?.is_some() {
             return Ok(None);
         }
-        if let Some(set) = self.sync_set()? {
-            if !set.members.iter().any(|m| m == &self.name) {
-                return Ok(None);
-            }
+        if self.eligible(self.sync_set()?.as_ref(), view_epoch).is_err() {
+            return Ok(None);
         }
         let sent = Instant::now();
         let lease = self.store.grant(self.timing.ttl)?;
@@ -197,6 +274,126 @@ impl Agent {
         }
         Ok(())
     }
+
+    /// Forgets the leadership without asking the store (it cannot be reached): closes the
+    /// gate; the lease expires in the store by itself.
+    pub fn abandon(&mut self) {
+        self.gate.close();
+        self.lease = None;
+    }
+
+    /// Removes this node's member key (shutting down).
+    pub fn unpublish(&mut self) -> Result<(), CoordError> {
+        if let Some(l) = self.member_lease.take() {
+            self.store.revoke(l)?;
+        }
+        Ok(())
+    }
+}
+
+/// One node as it publishes itself under `members/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// Its name.
+    pub name: String,
+    /// `primary` or `standby` (or what else it published).
+    pub role: String,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Its durable log position (a primary: acknowledged; a standby: persisted).
+    pub durable: u64,
+}
+
+/// The cluster as the coordination store shows it (`nvmedb status --ha`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The prefix the cluster lives under.
+    pub prefix: String,
+    /// The leader key: name and epoch.
+    pub leader: Option<(String, u64)>,
+    /// The last epoch handed out.
+    pub epoch: Option<u64>,
+    /// The recorded synchronous set.
+    pub sync: Option<SyncSet>,
+    /// Every member that published itself within one TTL.
+    pub members: Vec<MemberStatus>,
+}
+
+impl ClusterStatus {
+    /// Reads the cluster under `prefix`.
+    pub fn read(store: &dyn CoordStore, prefix: &str) -> Result<Self, CoordError> {
+        let prefix = prefix.trim_end_matches('/').to_string();
+        let leader = store.get(&format!("{prefix}/leader"))?.and_then(|v| {
+            let s = String::from_utf8(v.value).ok()?;
+            let (n, e) = s.rsplit_once(' ')?;
+            Some((n.to_string(), e.parse().ok()?))
+        });
+        let epoch = store
+            .get(&format!("{prefix}/epoch"))?
+            .and_then(|v| String::from_utf8_lossy(&v.value).parse().ok());
+        let sync = store
+            .get(&format!("{prefix}/sync"))?
+            .and_then(|v| SyncSet::decode(&String::from_utf8_lossy(&v.value)));
+        let mp = format!("{prefix}/members/");
+        let members = store
+            .list(&mp)?
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let s = String::from_utf8_lossy(&v.value).into_owned();
+                let mut it = s.split(' ');
+                Some(MemberStatus {
+                    name: k.strip_prefix(&mp)?.to_string(),
+                    role: it.next()?.to_string(),
+                    epoch: it.next()?.parse().ok()?,
+                    durable: it.next()?.parse().ok()?,
+                })
+            })
+            .collect();
+        Ok(Self { prefix, leader, epoch, sync, members })
+    }
+}
+
+impl std::fmt::Display for ClusterStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "cluster {}", self.prefix)?;
+        match &self.leader {
+            Some((n, e)) => writeln!(f, "leader {n}  epoch {e}")?,
+            None => writeln!(f, "leader NONE (no node holds the leadership lease)")?,
+        }
+        writeln!(f, "last epoch handed out {}", self.epoch.map_or("-".to_string(), |e| e.to_string()))?;
+        match &self.sync {
+            Some(s) => writeln!(
+                f,
+                "synchronous set (epoch {}, {}): {}",
+                s.epoch,
+                mode_name(s.mode),
+                if s.members.is_empty() { "-".to_string() } else { s.members.join(", ") }
+            )?,
+            None => writeln!(f, "synchronous set: none recorded")?,
+        }
+        let top = self
+            .members
+            .iter()
+            .filter(|m| m.role == "primary")
+            .map(|m| m.durable)
+            .max()
+            .or_else(|| self.members.iter().map(|m| m.durable).max())
+            .unwrap_or(0);
+        writeln!(
+            f,
+            "{:<12} {:<8} {:>6} {:>16} {:>14}",
+            "member", "role", "epoch", "durable LSN", "lag (bytes)"
+        )?;
+        for m in &self.members {
+            let lag =
+                if m.role == "primary" { "-".to_string() } else { top.saturating_sub(m.durable).to_string() };
+            writeln!(f, "{:<12} {:<8} {:>6} {:>16} {:>14}", m.name, m.role, m.epoch, m.durable, lag)?;
+        }
+        if self.members.is_empty() {
+            writeln!(f, "(no member has published itself within its lease)")?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -217,23 +414,29 @@ mod tests {
     fn one_node_takes_over_at_a_time_and_epochs_only_grow() {
         let timing = LeaseTiming { ttl: Duration::from_secs(10), margin: Duration::from_secs(2) };
         let (clock, _, mut a) = agents(3, timing);
-        let e1 = a[0].try_take_over(1).unwrap().expect("the first node leads");
+        let e1 = a[0].try_take_over(1, None).unwrap().expect("the first node leads");
         assert_eq!(e1, 2);
         assert!(a[0].gate().is_open());
-        assert_eq!(a[1].try_take_over(1).unwrap(), None, "the key is held");
-        a[0].record_sync_set(&SyncSet {
-            epoch: e1,
-            mode: ReplicationMode::Eager,
-            members: vec!["n1".into()],
-        })
-        .unwrap();
+        assert_eq!(a[1].try_take_over(1, None).unwrap(), None, "the key is held");
+        let set =
+            SyncSet { epoch: e1, mode: ReplicationMode::Eager, members: vec!["n1".into(), "n2".into()] };
+        assert!(a[0].record_sync_set(&set).unwrap());
         assert_eq!(a[0].leader().unwrap(), Some(("n0".into(), e1)));
         // The leader stops renewing: the key vanishes after the TTL; only the set's member may
         // take over, at a larger epoch.
         clock.advance(timing.ttl + Duration::from_millis(1));
-        assert_eq!(a[2].try_take_over(1).unwrap(), None, "n2 is not in the synchronous set");
-        let e2 = a[1].try_take_over(1).unwrap().expect("n1 is");
+        assert_eq!(a[0].try_take_over(1, Some(e1)).unwrap(), None, "n0 is not in the synchronous set");
+        assert_eq!(
+            a[2].try_take_over(1, Some(e1 - 1)).unwrap(),
+            None,
+            "n2 is in the set but never followed the primary that recorded it"
+        );
+        let e2 = a[1].try_take_over(1, Some(e1)).unwrap().expect("n1 is, and followed it");
         assert!(e2 > e1);
+        // The old leader, resuming, cannot put back a set older than its successor's.
+        assert!(a[1].record_sync_set(&SyncSet { epoch: e2, ..set.clone() }).unwrap());
+        assert!(!a[0].record_sync_set(&set).unwrap(), "a stale set never replaces a newer one");
+        assert_eq!(a[0].sync_set().unwrap().unwrap().epoch, e2);
         assert!(!a[0].renew().unwrap(), "the old leader learns it lost the lease");
         assert!(!a[0].gate().is_open());
         assert!(a[1].renew().unwrap());
@@ -247,7 +450,7 @@ mod tests {
         let timing = LeaseTiming { ttl: Duration::from_millis(400), margin: Duration::from_millis(150) };
         let (_, _, mut a) = agents(1, timing);
         let clock_start = Instant::now();
-        a[0].try_take_over(1).unwrap().expect("leads");
+        a[0].try_take_over(1, None).unwrap().expect("leads");
         assert!(a[0].gate().is_open());
         // No renewal reaches the store (here: none is sent). The gate closes on its own at
         // sent + ttl - margin, before the store could expire the lease (sent + ttl or later).
@@ -257,6 +460,26 @@ mod tests {
         }
         assert!(clock_start.elapsed() < timing.ttl + Duration::from_secs(5));
         assert!(clock_start.elapsed() >= timing.ttl - timing.margin);
+    }
+
+    #[test]
+    fn members_publish_under_their_own_lease_and_the_status_shows_them() {
+        let timing = LeaseTiming::default();
+        let (clock, store, mut a) = agents(2, timing);
+        a[0].try_take_over(1, None).unwrap().expect("leads");
+        a[0].publish("primary", 2, 5000).unwrap();
+        a[1].publish("standby", 2, 4000).unwrap();
+        let st = ClusterStatus::read(&store, "/nvmedb/c").unwrap();
+        assert_eq!(st.leader, Some(("n0".into(), 2)));
+        assert_eq!(st.members.len(), 2);
+        let text = st.to_string();
+        assert!(text.contains("leader n0  epoch 2") && text.contains("1000"), "{text}");
+        // n1 stops publishing: its key goes with its member lease; n0 renews its own.
+        clock.advance(timing.ttl / 2);
+        a[0].publish("primary", 2, 6000).unwrap();
+        clock.advance(timing.ttl / 2 + Duration::from_millis(1));
+        let st = ClusterStatus::read(&store, "/nvmedb/c").unwrap();
+        assert_eq!(st.members.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), vec!["n0"]);
     }
 
     #[test]

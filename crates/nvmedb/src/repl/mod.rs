@@ -23,9 +23,12 @@
 //!   standby that has seen a newer primary or was promoted.
 
 pub mod coord;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod forward;
 pub mod ha;
 mod mirror;
+pub mod node;
 mod primary;
 mod promote;
 mod replica_log;

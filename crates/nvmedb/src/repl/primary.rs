@@ -414,6 +414,21 @@ impl ReplicatedLog {
         std::mem::take(&mut *self.sh.delays.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Stops acknowledging for good (an HA agent that lost its leadership steps down): every
+    /// waiting and later commit fails at once with [`ReplError::LeaseLost`] carrying `why`,
+    /// and the status shows it; then shipping stops as in [`ReplicatedLog::shutdown`].
+    pub fn step_down(&self, why: &str) {
+        {
+            let mut ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+            if ms.fenced.is_none() {
+                ms.fenced = Some(ReplError::LeaseLost { detail: format!("stepped down: {why}") });
+                ms.events.push(format!("stepped down: {why}"));
+            }
+        }
+        self.sh.ack_cv.notify_all();
+        self.shutdown();
+    }
+
     /// Stops shipping and closes the connections (also done on drop).
     pub fn shutdown(&self) {
         self.sh.stop.store(true, Ordering::Release);
@@ -688,6 +703,17 @@ fn shipper(sh: Arc<Shared>, i: usize) {
     while !sh.stop.load(Ordering::Acquire) {
         match ship_once(&sh, i, &addr) {
             Ok(()) => {}
+            Err(ReplError::Fenced { their_epoch, our_epoch, .. }) if their_epoch <= our_epoch => {
+                // A node promoted at an older epoch (a primary this one superseded, not yet
+                // stepped down) refuses log connections: not a reason to stop; it follows this
+                // primary once it restarts as a standby.
+                set_link(
+                    &sh,
+                    i,
+                    LinkState::Failed,
+                    format!("{addr} was promoted at epoch {their_epoch} (older than {our_epoch}): waiting for it to rejoin as a standby"),
+                );
+            }
             Err(e @ ReplError::Fenced { .. }) => {
                 set_link(&sh, i, LinkState::Failed, e.to_string());
                 fence(&sh, e);

@@ -283,6 +283,12 @@ impl Standby {
         self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// True when its directory holds a complete copy (seeded, or a base backup finished): only
+    /// then can it be promoted.
+    pub fn is_seeded(&self) -> bool {
+        self.sh.seeded.load(Ordering::Acquire)
+    }
+
     /// True once promotion has begun (and not failed).
     pub fn is_promoted(&self) -> bool {
         self.sh.promoting.load(Ordering::Acquire)

@@ -1,0 +1,657 @@
+//! An HA node: the agent's loop inside a node process (Patroni's role, built in), over any
+//! [`CoordStore`] (etcd in production).
+//!
+//! Owns: [`HaNode`] — one thread that runs the rules of [`super::ha`] every tick: as a standby
+//! it publishes its role, epoch and persisted position, and when the leader key is free and it
+//! is eligible (in the recorded synchronous set, having followed the primary that recorded it)
+//! it takes the key at a new epoch, promotes itself into a replicating primary
+//! ([`Standby::promote_to_primary`], which fences n−k+1 of the old set and takes their records),
+//! records its own synchronous set, and only then hands the database out ([`HaNode::leading`]);
+//! as a primary it renews its lease every tick (its acknowledgement gate stays open until
+//! `renewal sent + TTL − margin`) and publishes its acknowledged position; when the lease is
+//! lost (or cannot be renewed for a whole TTL, or a newer epoch fenced it) it steps down: every
+//! commit fails from then on, and once every handle of the database is gone the node restarts
+//! as a standby of the same directory, which rejoins the new primary at the fork point.
+//!
+//! Invariants:
+//! - The database is handed out only after the synchronous set it acknowledges with is recorded
+//!   in the store under this node's epoch (synchronous_mode_strict).
+//! - A primary whose renewals fail acknowledges nothing after `sent + TTL − margin` of its last
+//!   successful renewal (the gate, see [`super::ha`]); the store cannot expire its lease before
+//!   `sent + TTL`.
+//! - The data directory is used by one role at a time: the standby restarts only after the
+//!   primary's database is closed (its directory lock is free).
+
+use super::coord::{CoordError, CoordStore};
+use super::ha::{Agent, LeaseTiming, SyncSet};
+use super::{
+    open_primary, PromoteOptions, PromoteReport, ReplConfig, ReplicatedLog, ReplicationMode, Standby,
+    StandbyConfig, StandbyPolicy,
+};
+use crate::error::{Error, Result};
+use crate::{Database, Options};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Creates a fresh cluster's tables (called once, by the node that bootstraps the cluster).
+pub type BootstrapFn = Arc<dyn Fn(&Database) -> Result<()> + Send + Sync>;
+
+/// Receives the node's events (role changes, refusals), e.g. to print them.
+pub type EventFn = Arc<dyn Fn(&NodeEvent) + Send + Sync>;
+
+/// Configuration of one HA node.
+#[derive(Clone)]
+pub struct NodeConfig {
+    /// The node's name in the cluster (unique).
+    pub name: String,
+    /// Its database directory.
+    pub data_dir: PathBuf,
+    /// Its replication address: the standby listens here, and the other nodes ship to it when
+    /// they lead.
+    pub listen: String,
+    /// The other nodes: (name, replication address).
+    pub peers: Vec<(String, String)>,
+    /// The shared secret of the replication handshake.
+    pub secret: Vec<u8>,
+    /// How a primary acknowledges over its peers (eager, quorum:k, ...).
+    pub mode: ReplicationMode,
+    /// How long a commit waits for the standbys before it fails.
+    pub commit_timeout: Duration,
+    /// The leadership lease.
+    pub timing: LeaseTiming,
+    /// How often the agent runs (renewals, publishing, takeover attempts); at most a third of
+    /// the TTL.
+    pub tick: Duration,
+    /// The cluster's prefix in the store (e.g. `/nvmedb/main`).
+    pub prefix: String,
+    /// Engine options of the database and of the standby.
+    pub options: Options,
+    /// Creates the tables when this node bootstraps a fresh cluster.
+    pub bootstrap: Option<BootstrapFn>,
+    /// How long to wait for peers while fencing and taking records at promotion.
+    pub peer_timeout: Duration,
+}
+
+impl NodeConfig {
+    /// A configuration with the defaults: eager mode, commit timeout 10 s, lease TTL 10 s with a
+    /// 2 s margin, a tick of TTL/4, no bootstrap tables.
+    pub fn new(
+        name: &str,
+        data_dir: PathBuf,
+        listen: &str,
+        peers: Vec<(String, String)>,
+        secret: Vec<u8>,
+    ) -> Self {
+        let timing = LeaseTiming::default();
+        Self {
+            name: name.into(),
+            data_dir,
+            listen: listen.into(),
+            peers,
+            secret,
+            mode: ReplicationMode::Eager,
+            commit_timeout: Duration::from_secs(10),
+            timing,
+            tick: timing.ttl / 4,
+            prefix: "/nvmedb/default".into(),
+            options: Options::default(),
+            bootstrap: None,
+            peer_timeout: Duration::from_secs(3),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |key: &str, detail: String| Err(Error::Config { key: key.into(), detail });
+        if self.timing.margin >= self.timing.ttl {
+            return bad(
+                "ha.margin",
+                format!("the margin {:?} must be below the TTL {:?}", self.timing.margin, self.timing.ttl),
+            );
+        }
+        if self.tick.is_zero() || self.tick * 3 > self.timing.ttl - self.timing.margin {
+            return bad(
+                "ha.tick",
+                format!(
+                    "the tick {:?} must be at most a third of TTL − margin ({:?}) so that renewals keep the gate open",
+                    self.tick,
+                    self.timing.ttl - self.timing.margin
+                ),
+            );
+        }
+        if self.peers.iter().any(|(n, _)| n == &self.name) {
+            return bad("ha.peers", format!("node {} is listed among its own peers", self.name));
+        }
+        Ok(())
+    }
+}
+
+/// What a node tells its owner.
+#[derive(Debug, Clone)]
+pub enum NodeEvent {
+    /// Running as a standby at this epoch.
+    Standby {
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// Took the leadership and opened the database as the primary (the synchronous set is
+    /// recorded; commits may be acknowledged now).
+    Leader {
+        /// The new epoch.
+        epoch: u64,
+        /// Wall-clock time of the takeover (ns since the Unix epoch).
+        at_unix_ns: u128,
+        /// What promotion did (`None`: this node bootstrapped a fresh cluster).
+        promotion: Option<PromoteReport>,
+    },
+    /// Gave the leadership up.
+    SteppedDown {
+        /// The epoch it led.
+        epoch: u64,
+        /// Why.
+        why: String,
+    },
+    /// Something worth saying that changes nothing (a failed promotion, a store error, why it
+    /// does not take over).
+    Note(String),
+}
+
+impl std::fmt::Display for NodeEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeEvent::Standby { epoch } => write!(f, "STANDBY epoch {epoch}"),
+            NodeEvent::Leader { epoch, at_unix_ns, promotion } => {
+                write!(f, "LEADER epoch {epoch} at {at_unix_ns}")?;
+                match promotion {
+                    Some(r) => write!(
+                        f,
+                        " (promoted: log end {}, fenced {:?}, took {:?}, {} pages redone, {} unfinished transactions undone)",
+                        r.log_end, r.fenced, r.taken, r.recovery.pages_redone, r.recovery.losers
+                    ),
+                    None => write!(f, " (bootstrapped a new cluster)"),
+                }
+            }
+            NodeEvent::SteppedDown { epoch, why } => write!(f, "STEPPED DOWN from epoch {epoch}: {why}"),
+            NodeEvent::Note(n) => write!(f, "note: {n}"),
+        }
+    }
+}
+
+/// The database while this node leads.
+#[derive(Clone)]
+pub struct Leadership {
+    /// The database (commits fail once the node steps down; drop it then).
+    pub db: Database,
+    /// The epoch this node leads.
+    pub epoch: u64,
+    /// Its replicated log (status).
+    pub log: Arc<ReplicatedLog>,
+}
+
+struct Shared {
+    cfg: NodeConfig,
+    store: Arc<dyn CoordStore>,
+    events: EventFn,
+    leading: Mutex<Option<Leadership>>,
+    leading_cv: Condvar,
+    stop: AtomicBool,
+    stop_mx: Mutex<()>,
+    stop_cv: Condvar,
+    status: Mutex<String>,
+    role_changes: AtomicU64,
+    store_error: Mutex<Option<String>>,
+}
+
+/// A running HA node (see the module documentation). Dropping it stops it.
+pub struct HaNode {
+    sh: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+enum Role {
+    Standby { sb: Standby, deferred: u32, why_not: String, retry_at: Instant },
+    Primary { lead: Leadership, _sb: Option<Standby>, last_renewal: Instant, sync_recorded: bool },
+}
+
+fn unix_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+}
+
+impl HaNode {
+    /// Starts the node: its directory opens as a standby (a former primary's rejoins), and the
+    /// agent thread starts deciding through `store`. `events` receives every role change.
+    pub fn start(cfg: NodeConfig, store: Arc<dyn CoordStore>, events: EventFn) -> Result<Self> {
+        cfg.check()?;
+        let sh = Arc::new(Shared {
+            cfg,
+            store,
+            events,
+            leading: Mutex::new(None),
+            leading_cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            stop_mx: Mutex::new(()),
+            stop_cv: Condvar::new(),
+            status: Mutex::new("starting".into()),
+            role_changes: AtomicU64::new(0),
+            store_error: Mutex::new(None),
+        });
+        let sb = start_standby(&sh)?;
+        (sh.events)(&NodeEvent::Standby { epoch: sb.epoch() });
+        let s2 = sh.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("nvmedb-ha-{}", sh.cfg.name))
+            .spawn(move || run(s2, sb))
+            .map_err(|e| Error::Config {
+                key: "ha".into(),
+                detail: format!("cannot start the agent thread: {e}"),
+            })?;
+        Ok(Self { sh, thread: Mutex::new(Some(t)) })
+    }
+
+    /// The database while this node leads (`None` as a standby).
+    pub fn leading(&self) -> Option<Leadership> {
+        self.sh.leading.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits up to `timeout` for this node to lead.
+    pub fn wait_leading(&self, timeout: Duration) -> Option<Leadership> {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.sh.leading.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(l) = g.as_ref() {
+                return Some(l.clone());
+            }
+            let now = Instant::now();
+            if now >= deadline || self.sh.stop.load(Ordering::Acquire) {
+                return None;
+            }
+            g = self.sh.leading_cv.wait_timeout(g, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// How many times the node changed role.
+    pub fn role_changes(&self) -> u64 {
+        self.sh.role_changes.load(Ordering::Acquire)
+    }
+
+    /// The node's status (role, epoch, positions) as of its last tick.
+    pub fn status(&self) -> String {
+        self.sh.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Stops the agent: a primary steps down and releases its lease (a standby takes over at
+    /// once), a standby shuts down; the member key is removed.
+    pub fn stop(&self) {
+        self.sh.stop.store(true, Ordering::Release);
+        {
+            let _g = self.sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+            self.sh.stop_cv.notify_all();
+        }
+        self.sh.leading_cv.notify_all();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for HaNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn start_standby(sh: &Shared) -> Result<Standby> {
+    Standby::start(StandbyConfig {
+        listen: sh.cfg.listen.clone(),
+        data_dir: sh.cfg.data_dir.clone(),
+        secret: sh.cfg.secret.clone(),
+        apply: true,
+        options: sh.cfg.options.clone(),
+    })
+}
+
+fn repl_config(sh: &Shared, epoch: u64, agent: &Agent) -> ReplConfig {
+    ReplConfig {
+        standbys: sh.cfg.peers.iter().map(|(_, a)| a.clone()).collect(),
+        secret: sh.cfg.secret.clone(),
+        mode: sh.cfg.mode,
+        policy: StandbyPolicy::Fail { timeout: sh.cfg.commit_timeout },
+        epoch,
+        ack_gate: Some(agent.gate()),
+        ..ReplConfig::default()
+    }
+}
+
+fn sync_set(sh: &Shared, epoch: u64) -> SyncSet {
+    SyncSet { epoch, mode: sh.cfg.mode, members: sh.cfg.peers.iter().map(|(n, _)| n.clone()).collect() }
+}
+
+/// Sleeps one tick (or less when stopping).
+fn pause(sh: &Shared, d: Duration) {
+    let g = sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+    if !sh.stop.load(Ordering::Acquire) {
+        let _ = sh.stop_cv.wait_timeout(g, d);
+    }
+}
+
+fn set_leading(sh: &Shared, l: Option<Leadership>) {
+    *sh.leading.lock().unwrap_or_else(|e| e.into_inner()) = l;
+    sh.role_changes.fetch_add(1, Ordering::AcqRel);
+    sh.leading_cv.notify_all();
+}
+
+fn run(sh: Arc<Shared>, sb: Standby) {
+    let mut agent = Agent::new(sh.store.clone(), &sh.cfg.prefix, &sh.cfg.name, sh.cfg.timing);
+    let mut role = Some(Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: Instant::now() });
+    let mut last_store_error = String::new();
+    while !sh.stop.load(Ordering::Acquire) {
+        let started = Instant::now();
+        let r = role.take().expect("a role");
+        role = Some(match r {
+            Role::Standby { sb, deferred, why_not, retry_at } => {
+                standby_tick(&sh, &mut agent, sb, deferred, why_not, retry_at)
+            }
+            Role::Primary { lead, _sb, last_renewal, sync_recorded } => {
+                primary_tick(&sh, &mut agent, lead, _sb, last_renewal, sync_recorded)
+            }
+        });
+        if let Some(e) = store_error(&sh) {
+            if e != last_store_error {
+                (sh.events)(&NodeEvent::Note(e.clone()));
+                last_store_error = e;
+            }
+        }
+        pause(&sh, sh.cfg.tick.saturating_sub(started.elapsed()));
+    }
+    // Stopping.
+    match role.take() {
+        Some(Role::Primary { lead, _sb, .. }) => {
+            set_leading(&sh, None);
+            lead.log.step_down("the node is stopping");
+            let epoch = lead.epoch;
+            drop(lead);
+            let _ = agent.release();
+            (sh.events)(&NodeEvent::SteppedDown { epoch, why: "the node is stopping".into() });
+            if let Some(sb) = _sb {
+                sb.shutdown();
+                drop(sb);
+            }
+            wait_closed(&sh, Duration::from_secs(30));
+        }
+        Some(Role::Standby { sb, .. }) => sb.shutdown(),
+        None => {}
+    }
+    let _ = agent.unpublish();
+}
+
+/// Remembers the last store error of this tick (reported once per change by the loop).
+fn note_store_error(sh: &Shared, e: &CoordError) {
+    *sh.store_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+}
+
+fn store_error(sh: &Shared) -> Option<String> {
+    sh.store_error.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+fn standby_tick(
+    sh: &Shared,
+    agent: &mut Agent,
+    sb: Standby,
+    deferred: u32,
+    why_not: String,
+    retry_at: Instant,
+) -> Role {
+    let epoch = sb.epoch();
+    let pos = sb.position();
+    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) =
+        format!("{} standby epoch {epoch} persisted {pos} applied {}", sh.cfg.name, sb.applied());
+    if let Err(e) = agent.publish("standby", epoch, pos) {
+        note_store_error(sh, &e);
+    }
+    let cluster = match agent.cluster_status() {
+        Ok(c) => c,
+        Err(e) => {
+            note_store_error(sh, &e);
+            return Role::Standby { sb, deferred, why_not, retry_at };
+        }
+    };
+    if cluster.leader.is_some() || Instant::now() < retry_at {
+        return Role::Standby { sb, deferred: 0, why_not, retry_at };
+    }
+    let view_epoch = sb.cluster().map(|v| v.epoch);
+    if !sb.is_seeded() && cluster.sync.is_some() {
+        let w = "no leader, but this node holds no complete copy yet (waiting for a base backup)".to_string();
+        if w != why_not {
+            (sh.events)(&NodeEvent::Note(w.clone()));
+        }
+        return Role::Standby { sb, deferred, why_not: w, retry_at };
+    }
+    if let Err(w) = agent.eligible(cluster.sync.as_ref(), view_epoch) {
+        let w = format!("no leader, but this node may not take over: it {w}");
+        if w != why_not {
+            (sh.events)(&NodeEvent::Note(w.clone()));
+        }
+        return Role::Standby { sb, deferred, why_not: w, retry_at };
+    }
+    // Let a more advanced member of the set go first (one tick), so that the usual winner
+    // needs to take nothing from its peers.
+    let ahead = cluster.members.iter().any(|m| {
+        m.name != sh.cfg.name
+            && m.role == "standby"
+            && m.durable > pos
+            && cluster.sync.as_ref().is_some_and(|s| s.members.contains(&m.name))
+    });
+    if ahead && deferred < 2 {
+        return Role::Standby { sb, deferred: deferred + 1, why_not, retry_at };
+    }
+    let my_epoch = epoch.max(super::read_epoch(&sh.cfg.data_dir).unwrap_or(0));
+    let new_epoch = match agent.try_take_over(my_epoch, view_epoch) {
+        Ok(Some(e)) => e,
+        Ok(None) => return Role::Standby { sb, deferred: 0, why_not, retry_at },
+        Err(e) => {
+            note_store_error(sh, &e);
+            return Role::Standby { sb, deferred: 0, why_not, retry_at };
+        }
+    };
+    let taken_at = unix_ns();
+    let renewed = Instant::now();
+    if !sb.is_seeded() {
+        // A fresh cluster (nothing recorded, nothing acknowledged): this node creates it.
+        sb.shutdown();
+        drop(sb);
+        let opened = bootstrap(sh, new_epoch).and_then(|()| {
+            open_primary(&sh.cfg.data_dir, sh.cfg.options.clone(), repl_config(sh, new_epoch, agent), None)
+        });
+        return match opened {
+            Ok((db, log)) => {
+                let lead = Leadership { db, epoch: new_epoch, log };
+                become_leader(sh, agent, lead, None, None, renewed, taken_at)
+            }
+            Err(e) => {
+                let _ = agent.release();
+                (sh.events)(&NodeEvent::Note(format!("bootstrapping the cluster failed: {e}")));
+                restart_standby(sh)
+            }
+        };
+    }
+    let opts = PromoteOptions { epoch: Some(new_epoch), force: false, peer_timeout: sh.cfg.peer_timeout };
+    match sb.promote_to_primary(&opts, repl_config(sh, new_epoch, agent)) {
+        Ok((db, log, rep)) => {
+            let lead = Leadership { db, epoch: new_epoch, log };
+            become_leader(sh, agent, lead, Some(sb), Some(rep), renewed, taken_at)
+        }
+        Err(e) => {
+            let _ = agent.release();
+            (sh.events)(&NodeEvent::Note(format!(
+                "took the leader key at epoch {new_epoch} but promotion failed: {e}; next attempt in one TTL"
+            )));
+            // Not again at once: each attempt spends an epoch and fences the peers anew.
+            Role::Standby { sb, deferred: 0, why_not, retry_at: Instant::now() + sh.cfg.timing.ttl }
+        }
+    }
+}
+
+/// Creates the fresh cluster's database and tables alone (lazy, no standbys: nothing is
+/// acknowledged to a client yet, and the standbys take a base backup of the result), so that
+/// creating it does not wait for standbys still copying.
+fn bootstrap(sh: &Shared, epoch: u64) -> Result<()> {
+    let cfg = ReplConfig {
+        secret: sh.cfg.secret.clone(),
+        mode: ReplicationMode::Lazy,
+        epoch,
+        ..ReplConfig::default()
+    };
+    let (db, log) = open_primary(&sh.cfg.data_dir, sh.cfg.options.clone(), cfg, None)?;
+    if let Some(b) = &sh.cfg.bootstrap {
+        b(&db)?;
+    }
+    db.close()?;
+    log.shutdown();
+    drop(log);
+    if !wait_closed(sh, Duration::from_secs(10)) {
+        return Err(Error::Config {
+            key: "ha".into(),
+            detail: "the bootstrapped database did not close".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Records the synchronous set, then hands the database out.
+fn become_leader(
+    sh: &Shared,
+    agent: &mut Agent,
+    lead: Leadership,
+    sb: Option<Standby>,
+    promotion: Option<PromoteReport>,
+    renewed: Instant,
+    taken_at: u128,
+) -> Role {
+    match agent.record_sync_set(&sync_set(sh, lead.epoch)) {
+        Ok(true) => {
+            set_leading(sh, Some(lead.clone()));
+            (sh.events)(&NodeEvent::Leader { epoch: lead.epoch, at_unix_ns: taken_at, promotion });
+            Role::Primary { lead, _sb: sb, last_renewal: renewed, sync_recorded: true }
+        }
+        Ok(false) => step_down(sh, agent, lead, sb, "a newer primary recorded its synchronous set".into()),
+        Err(e) => {
+            // Not recorded yet: keep the lease and try again next tick; nothing is handed out.
+            note_store_error(sh, &e);
+            Role::Primary { lead, _sb: sb, last_renewal: renewed, sync_recorded: false }
+        }
+    }
+}
+
+fn primary_tick(
+    sh: &Shared,
+    agent: &mut Agent,
+    lead: Leadership,
+    sb: Option<Standby>,
+    mut last_renewal: Instant,
+    sync_recorded: bool,
+) -> Role {
+    match agent.renew() {
+        Ok(true) => last_renewal = Instant::now(),
+        Ok(false) => {
+            return step_down(
+                sh,
+                agent,
+                lead,
+                sb,
+                "its leadership lease expired (another node may lead)".into(),
+            )
+        }
+        Err(e) => {
+            note_store_error(sh, &e);
+            if last_renewal.elapsed() >= sh.cfg.timing.ttl {
+                agent.abandon();
+                return step_down(
+                    sh,
+                    agent,
+                    lead,
+                    sb,
+                    format!("its lease could not be renewed for a whole TTL ({:?}): {e}", sh.cfg.timing.ttl),
+                );
+            }
+        }
+    }
+    let st = lead.log.status();
+    if let Some(f) = &st.fenced {
+        return step_down(sh, agent, lead, sb, format!("fenced: {f}"));
+    }
+    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = format!(
+        "{} primary epoch {} acknowledged {} local {}{}",
+        sh.cfg.name,
+        lead.epoch,
+        st.durable,
+        st.local_durable,
+        if st.lease_lost { "  NOT ACKNOWLEDGING (lease not renewed)" } else { "" }
+    );
+    if let Err(e) = agent.publish("primary", lead.epoch, st.durable) {
+        note_store_error(sh, &e);
+    }
+    if !sync_recorded {
+        return become_leader(sh, agent, lead, sb, None, last_renewal, unix_ns());
+    }
+    Role::Primary { lead, _sb: sb, last_renewal, sync_recorded }
+}
+
+/// Waits until every handle of the database is gone (its directory lock is free).
+fn wait_closed(sh: &Shared, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(st) = crate::io::DirStorage::new(&sh.cfg.data_dir, crate::io::FileOptions::default()) {
+            if crate::io::Storage::lock(&st).is_ok() {
+                return true;
+            }
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn step_down(sh: &Shared, agent: &mut Agent, lead: Leadership, sb: Option<Standby>, why: String) -> Role {
+    set_leading(sh, None);
+    lead.log.step_down(&why);
+    let epoch = lead.epoch;
+    drop(lead);
+    if let Err(e) = agent.release() {
+        note_store_error(sh, &e);
+        agent.abandon();
+    }
+    (sh.events)(&NodeEvent::SteppedDown { epoch, why });
+    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) =
+        format!("{} stepped down from epoch {epoch}; waiting for the database to close", sh.cfg.name);
+    // The promoted standby's storage holds the directory lock with the database: it goes
+    // first, then the clients' handles.
+    if let Some(sb) = sb {
+        sb.shutdown();
+        drop(sb);
+    }
+    if !wait_closed(sh, Duration::from_secs(60)) {
+        (sh.events)(&NodeEvent::Note(
+            "the database is still open 60 s after stepping down (a client keeps a handle); waiting".into(),
+        ));
+        wait_closed(sh, Duration::from_secs(3600));
+    }
+    restart_standby(sh)
+}
+
+fn restart_standby(sh: &Shared) -> Role {
+    loop {
+        match start_standby(sh) {
+            Ok(sb) => {
+                (sh.events)(&NodeEvent::Standby { epoch: sb.epoch() });
+                return Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: Instant::now() };
+            }
+            Err(e) => {
+                (sh.events)(&NodeEvent::Note(format!("restarting as a standby failed: {e}; retrying")));
+                pause(sh, Duration::from_secs(1));
+            }
+        }
+    }
+}
