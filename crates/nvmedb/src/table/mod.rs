@@ -326,6 +326,151 @@ impl Table {
         Ok(())
     }
 
+    /// Makes every later use of this handle (and its clones) fail: the table was dropped or
+    /// replaced by a rebuild.
+    pub(crate) fn mark_dropped(&self) {
+        self.poison("the table was dropped or rebuilt; open it again by name".into());
+    }
+
+    /// Inserts a row into a table nobody else can see yet (a rebuild's new table): no lock,
+    /// no undo list; the change is logged as part of `txn`, which the caller commits once.
+    pub(crate) fn bulk_insert(&self, txn: u64, row: &[Value]) -> Result<()> {
+        let (bytes, pk) = self.prepare_row(row)?;
+        self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))?;
+        Ok(())
+    }
+
+    /// The largest primary key (`None` for an empty table), e.g. to continue a sequence of
+    /// generated keys after a restart.
+    pub fn last_key(&self) -> Result<Option<Value>> {
+        self.check_poisoned()?;
+        let Some(k) = self.inner.primary.last_key()? else { return Ok(None) };
+        let s = &self.inner.schema;
+        let ty = s.columns[s.primary_key].ty;
+        Ok(Some(match ty {
+            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 => {
+                Value::Int(crate::btree::key::decode_i64(&k).ok_or_else(|| self.bad_key(&k))?)
+            }
+            ColumnType::Timestamp => {
+                Value::Timestamp(crate::btree::key::decode_i64(&k).ok_or_else(|| self.bad_key(&k))?)
+            }
+            _ => {
+                // Other key types: the row holds the value.
+                let v = self.read_pk(&k, |r| r.value(s.primary_key))?;
+                v.ok_or_else(|| self.bad_key(&k))?
+            }
+        }))
+    }
+
+    fn bad_key(&self, k: &[u8]) -> Error {
+        Error::Corruption {
+            file: format!("t{}.idx", self.inner.id),
+            offset: 0,
+            detail: format!("primary index of `{}` holds key {k:02x?} of the wrong shape", self.inner.name),
+        }
+    }
+
+    /// Encoded primary keys of the rows whose primary key lies within the bounds, in key
+    /// order, until `f` returns `Ok(false)`. Only the index is read (no rows, no locks): the
+    /// caller reads each row with [`Table::read_encoded`] or in a transaction.
+    pub fn primary_keys(
+        &self,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        mut f: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.check_poisoned()?;
+        let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
+            Ok(match b {
+                Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
+                Bound::Excluded(v) => Bound::Excluded(self.pk_bytes(v)?),
+                Bound::Unbounded => Bound::Unbounded,
+            })
+        };
+        let (lo, hi) = (enc(lo)?, enc(hi)?);
+        self.inner
+            .primary
+            .range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |pk, _| f(pk))
+    }
+
+    /// Encoded primary keys of the rows whose value in the column of secondary index `index`
+    /// (its position in the schema) lies within the bounds, in index order (NULLs last), until
+    /// `f` returns `Ok(false)`. Only the index is read; the caller reads the rows (and
+    /// re-checks the value: a row may change after its entry was read).
+    pub fn index_keys(
+        &self,
+        index: usize,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        mut f: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.check_poisoned()?;
+        let s = &self.inner.schema;
+        let ix = s
+            .indexes
+            .get(index)
+            .ok_or_else(|| Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)))?;
+        let col = ix.column;
+        let prefix = |v: &Value| -> Result<Vec<u8>> {
+            s.check_value(&self.inner.name, col, v)?;
+            let mut p = Vec::new();
+            s.secondary_prefix(col, v, &mut p);
+            Ok(p)
+        };
+        let lo_key = match lo {
+            Bound::Included(v) => Bound::Included(prefix(v)?),
+            Bound::Excluded(v) => Bound::Excluded(prefix(v)?),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let hi_key = match hi {
+            Bound::Included(v) | Bound::Excluded(v) => Some(prefix(v)?),
+            Bound::Unbounded => None,
+        };
+        let start = match &lo_key {
+            Bound::Included(p) | Bound::Excluded(p) => Bound::Included(p.as_slice()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let name = &self.inner.name;
+        self.inner.secondaries[index].range(start, Bound::Unbounded, |k, _| {
+            let n = s.secondary_value_len(col, k).ok_or_else(|| Error::Corruption {
+                file: format!("t{}.idx", self.inner.id),
+                offset: 0,
+                detail: format!("index `{}` of `{name}` holds a malformed key", ix.name),
+            })?;
+            let (v, pk) = k.split_at(n);
+            if let Bound::Excluded(p) = &lo_key {
+                if v == p.as_slice() {
+                    return Ok(true);
+                }
+            }
+            match (&hi_key, hi) {
+                (Some(h), Bound::Included(_)) if v > h.as_slice() => return Ok(false),
+                (Some(h), Bound::Excluded(_)) if v >= h.as_slice() => return Ok(false),
+                _ => {}
+            }
+            f(pk)
+        })
+    }
+
+    /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
+    /// [`Table::index_keys`] give them).
+    pub fn read_encoded<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
+        self.check_poisoned()?;
+        let shared = &self.inner.txn;
+        if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let txn = shared.begin();
+            let r =
+                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared).and_then(|_| self.read_pk(pk, f));
+            shared.locks.release_all(txn);
+            shared.forget(txn);
+            return r;
+        }
+        if shared.log.is_some() {
+            drop(self.key_lock(pk));
+        }
+        self.read_pk(pk, f)
+    }
+
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
     pub(crate) fn txn_insert(&self, txn: u64, row: &[Value]) -> Result<Option<TxnOp>> {
         let (bytes, pk) = self.prepare_row(row)?;
