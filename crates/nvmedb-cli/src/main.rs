@@ -7,7 +7,7 @@
 mod cmd;
 
 use clap::{Parser, Subcommand};
-use cmd::{inspect, iobench, lab, machine, replication, CliError};
+use cmd::{inspect, iobench, lab, machine, replication, serve, CliError};
 
 /// nvmedb: a storage engine for microsecond-latency NVMe storage, and its laboratory.
 #[derive(Parser, Debug)]
@@ -36,6 +36,9 @@ enum Commands {
     Promote(replication::PromoteArgs),
     /// Show a standby's replication status (role, epoch, positions, counters).
     Status(replication::AdminArgs),
+    /// Serve the database over the PostgreSQL protocol (psql, pgbench, drivers) until SIGTERM
+    /// or Ctrl-C, then checkpoint and exit.
+    Serve(serve::ServeArgs),
 }
 
 impl Commands {
@@ -48,6 +51,7 @@ impl Commands {
             Commands::Standby(_) => "standby",
             Commands::Promote(_) => "promote",
             Commands::Status(_) => "status",
+            Commands::Serve(_) => "serve",
         }
     }
 
@@ -60,6 +64,7 @@ impl Commands {
             Commands::Standby(a) => replication::standby(a),
             Commands::Promote(a) => replication::promote(a),
             Commands::Status(a) => replication::status(a),
+            Commands::Serve(a) => serve::run(a),
         }
     }
 }

@@ -493,7 +493,11 @@ impl Exec<'_> {
         let t = &p.table;
         let mut n = 0;
         let mut ret = Vec::new();
-        let mut one = |vals: Vec<Datum>, n: &mut u64, ret: &mut Vec<Vec<Datum>>| -> SqlResult<()> {
+        let one = |tx: &mut Transaction,
+                   vals: Vec<Datum>,
+                   n: &mut u64,
+                   ret: &mut Vec<Vec<Datum>>|
+         -> SqlResult<()> {
             let (values, row) = self.new_row(t, &p.targets, vals)?;
             tx.insert(&t.table, &values).map_err(|e| engine(e, t))?;
             *n += 1;
@@ -506,16 +510,16 @@ impl Exec<'_> {
             InsertSource::Values(rows) => {
                 for r in rows {
                     let vals = r.iter().map(|e| e.eval(&[], &self.ctx)).collect::<SqlResult<Vec<_>>>()?;
-                    one(vals, &mut n, &mut ret)?;
+                    one(tx, vals, &mut n, &mut ret)?;
                 }
             }
             InsertSource::Query(q) => {
                 let rows = {
-                    let mut rd = Reader { txn: None, for_update: false };
+                    let mut rd = Reader { txn: Some(&mut *tx), for_update: false };
                     self.query(&mut rd, q)?
                 };
                 for r in rows {
-                    one(r, &mut n, &mut ret)?;
+                    one(tx, r, &mut n, &mut ret)?;
                 }
             }
         }

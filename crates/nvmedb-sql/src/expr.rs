@@ -113,6 +113,8 @@ pub enum Expr {
     Func(Func, Vec<Expr>),
     /// `CASE [operand] WHEN .. THEN .. ELSE .. END`
     Case(Option<Box<Expr>>, Vec<(Expr, Expr)>, Option<Box<Expr>>),
+    /// The value of uncorrelated scalar subquery `n` (computed before the statement runs).
+    Subquery(usize),
 }
 
 /// What evaluation may consult besides the row.
@@ -127,6 +129,8 @@ pub struct EvalCtx<'a> {
     pub user: &'a str,
     /// The database name the client connected to.
     pub database: &'a str,
+    /// Values of the statement's scalar subqueries.
+    pub subs: &'a [Datum],
 }
 
 /// The `version()` string.
@@ -285,7 +289,7 @@ impl Expr {
     /// True if the expression reads no column (constants, parameters, functions of them).
     pub fn is_row_independent(&self) -> bool {
         match self {
-            Expr::Const(_) | Expr::Param(_) => true,
+            Expr::Const(_) | Expr::Param(_) | Expr::Subquery(_) => true,
             Expr::Column(_) => false,
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.is_row_independent(),
             Expr::Binary(_, a, b, _) | Expr::Like(a, b, _, _) => {
@@ -305,7 +309,7 @@ impl Expr {
     pub fn columns(&self, f: &mut dyn FnMut(usize)) {
         match self {
             Expr::Column(c) => f(*c),
-            Expr::Const(_) | Expr::Param(_) => {}
+            Expr::Const(_) | Expr::Param(_) | Expr::Subquery(_) => {}
             Expr::Neg(e) | Expr::Not(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.columns(f),
             Expr::Binary(_, a, b, _) | Expr::Like(a, b, _, _) => {
                 a.columns(f);
@@ -336,6 +340,7 @@ impl Expr {
         Ok(match self {
             Expr::Const(d) => d.clone(),
             Expr::Column(c) => row[*c].clone(),
+            Expr::Subquery(i) => ctx.subs.get(*i).cloned().unwrap_or(Datum::Null),
             Expr::Param(i) => ctx.params.get(*i).cloned().ok_or_else(|| {
                 SqlError::new(code::UNDEFINED_PARAMETER, format!("there is no parameter ${}", i + 1))
             })?,

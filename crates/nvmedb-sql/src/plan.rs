@@ -259,6 +259,9 @@ pub struct Prepared {
     pub columns: Vec<OutCol>,
     /// Catalog version the plan was made at.
     pub version: u64,
+    /// Uncorrelated scalar subqueries, computed in order before the statement (a later one
+    /// may use an earlier one's value).
+    pub subqueries: Vec<QueryPlan>,
 }
 
 /// Resolution scope: the tables of a FROM clause.
@@ -278,6 +281,7 @@ pub struct Planner<'a> {
     catalog: &'a Catalog,
     params: Vec<SqlType>,
     scope: Vec<ScopeTable>,
+    subqueries: Vec<QueryPlan>,
 }
 
 fn ident(i: &ast::Ident) -> String {
@@ -451,6 +455,7 @@ impl<'a> Planner<'a> {
             catalog,
             params: param_types.iter().map(|t| t.unwrap_or(SqlType::Unknown)).collect(),
             scope: Vec::new(),
+            subqueries: Vec::new(),
         }
     }
 
@@ -460,7 +465,7 @@ impl<'a> Planner<'a> {
         let (stmt, columns) = self.statement(st)?;
         let params =
             self.params.iter().map(|t| if *t == SqlType::Unknown { SqlType::Text } else { *t }).collect();
-        Ok(Prepared { sql: sql.to_string(), stmt, params, columns, version })
+        Ok(Prepared { sql: sql.to_string(), stmt, params, columns, version, subqueries: self.subqueries })
     }
 
     fn statement(&mut self, st: &ast::Statement) -> SqlResult<(Stmt, Vec<OutCol>)> {
@@ -920,6 +925,14 @@ impl<'a> Planner<'a> {
                 }
             }
             AstExpr::Function(f) => self.function(f, m),
+            AstExpr::Subquery(q) => {
+                let (plan, cols) = self.subplan(q)?;
+                if cols.len() != 1 {
+                    return Err(SqlError::syntax("subquery must return only one column"));
+                }
+                self.subqueries.push(plan);
+                Ok((Expr::Subquery(self.subqueries.len() - 1), cols[0].ty))
+            }
             AstExpr::Case { operand, conditions, else_result, .. } => {
                 let op = match operand {
                     Some(o) => Some(Box::new(self.bind(o, m)?.0)),
@@ -1448,6 +1461,20 @@ impl<'a> Planner<'a> {
         Ok((plan, cols))
     }
 
+    /// Plans an uncorrelated subquery (its own FROM scope; parameters and subqueries shared).
+    fn subplan(&mut self, q: &ast::Query) -> SqlResult<(QueryPlan, Vec<OutCol>)> {
+        let mut sub = Planner {
+            catalog: self.catalog,
+            params: std::mem::take(&mut self.params),
+            scope: vec![],
+            subqueries: std::mem::take(&mut self.subqueries),
+        };
+        let r = sub.query(q);
+        self.params = sub.params;
+        self.subqueries = sub.subqueries;
+        r
+    }
+
     fn values_query(&mut self, v: &ast::Values) -> SqlResult<(QueryPlan, Vec<OutCol>)> {
         let _ = v;
         Err(SqlError::unsupported("VALUES as a query"))
@@ -1638,13 +1665,7 @@ impl<'a> Planner<'a> {
                 InsertSource::Values(rows)
             }
             _ => {
-                let mut sub = Planner {
-                    catalog: self.catalog,
-                    params: std::mem::take(&mut self.params),
-                    scope: vec![],
-                };
-                let (plan, cols) = sub.query(src)?;
-                self.params = sub.params;
+                let (plan, cols) = self.subplan(src)?;
                 if cols.len() != targets.len() {
                     return Err(SqlError::syntax(format!(
                         "INSERT has {} expressions for {} target columns",

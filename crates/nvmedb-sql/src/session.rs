@@ -275,6 +275,7 @@ impl Session {
             params: param_types.iter().map(|t| t.unwrap_or(SqlType::Text)).collect(),
             columns: vec![],
             version,
+            subqueries: vec![],
         };
         Ok(Arc::new(match parse::parse_one(text)? {
             Parsed::Empty => mk(Stmt::Empty),
@@ -532,64 +533,74 @@ impl Session {
         let engine = self.engine.clone();
         let (settings, user, database) = (&self.settings, &self.user, &self.database);
         let lookup = |n: &str| lookup_setting(settings, &engine, n);
-        let ex = Exec { ctx: EvalCtx { params, settings: &lookup, now: now_micros(), user, database } };
+        let now = now_micros();
+        macro_rules! ctx {
+            ($subs:expr) => {
+                EvalCtx { params, settings: &lookup, now, user, database, subs: $subs }
+            };
+        }
         let in_block = matches!(self.state, TxnState::Active(_));
         if !in_block {
             engine.gate.enter_shared();
         }
+        let read_only = matches!(&p.stmt, Stmt::Query(q) if !q.for_update);
+        let dirty = &mut self.dirty;
         let result = (|| -> SqlResult<Outcome> {
-            let cols = || Arc::new(p.columns.clone());
-            match (&p.stmt, &mut self.state) {
-                (Stmt::Query(q), TxnState::Active(tx)) => {
-                    let mut rd = Reader { txn: Some(&mut **tx), for_update: q.for_update };
+            let mut own = None;
+            let mut tx: Option<&mut Transaction> = match &mut self.state {
+                TxnState::Active(tx) => {
+                    *dirty |= !read_only;
+                    Some(tx)
+                }
+                _ if read_only => None,
+                _ => Some(own.insert(engine.db.begin())),
+            };
+            let mut subs = Vec::with_capacity(p.subqueries.len());
+            for sq in &p.subqueries {
+                let ex = Exec { ctx: ctx!(&subs) };
+                let mut rd = Reader { txn: tx.as_deref_mut(), for_update: false };
+                let mut rows = ex.query(&mut rd, sq)?;
+                if rows.len() > 1 {
+                    return Err(SqlError::new(
+                        "21000",
+                        "more than one row returned by a subquery used as an expression",
+                    ));
+                }
+                let v = rows.pop().and_then(|mut r| r.pop()).unwrap_or(Datum::Null);
+                subs.push(v);
+            }
+            let ex = Exec { ctx: ctx!(&subs) };
+            let (tag, rows) = match &p.stmt {
+                Stmt::Query(q) => {
+                    let mut rd = Reader { txn: tx.as_deref_mut(), for_update: q.for_update };
                     let rows = ex.query(&mut rd, q)?;
-                    let tag = format!("SELECT {}", rows.len());
-                    Ok(Outcome::Rows(cols(), rows, tag))
+                    (format!("SELECT {}", rows.len()), rows)
                 }
-                (Stmt::Query(q), _) if !q.for_update => {
-                    let mut rd = Reader { txn: None, for_update: false };
-                    let rows = ex.query(&mut rd, q)?;
-                    let tag = format!("SELECT {}", rows.len());
-                    Ok(Outcome::Rows(cols(), rows, tag))
+                Stmt::Insert(ins) => {
+                    let (n, rows) =
+                        ex.insert(tx.as_deref_mut().expect("changes run in a transaction"), ins)?;
+                    (format!("INSERT 0 {n}"), rows)
                 }
-                (stmt, state) => {
-                    let mut own = None;
-                    let tx: &mut Transaction = match state {
-                        TxnState::Active(tx) => {
-                            self.dirty = true;
-                            tx
-                        }
-                        _ => own.insert(engine.db.begin()),
-                    };
-                    let (tag, rows) = match stmt {
-                        Stmt::Query(q) => {
-                            let mut rd = Reader { txn: Some(tx), for_update: true };
-                            let rows = ex.query(&mut rd, q)?;
-                            (format!("SELECT {}", rows.len()), rows)
-                        }
-                        Stmt::Insert(ins) => {
-                            let (n, rows) = ex.insert(tx, ins)?;
-                            (format!("INSERT 0 {n}"), rows)
-                        }
-                        Stmt::Update(m) => {
-                            let (n, rows) = ex.modify(tx, m, false)?;
-                            (format!("UPDATE {n}"), rows)
-                        }
-                        Stmt::Delete(m) => {
-                            let (n, rows) = ex.modify(tx, m, true)?;
-                            (format!("DELETE {n}"), rows)
-                        }
-                        _ => unreachable!("dml() runs queries and changes"),
-                    };
-                    if let Some(tx) = own {
-                        tx.commit()?;
-                    }
-                    if p.columns.is_empty() {
-                        Ok(Outcome::Done(tag))
-                    } else {
-                        Ok(Outcome::Rows(cols(), rows, tag))
-                    }
+                Stmt::Update(m) => {
+                    let (n, rows) =
+                        ex.modify(tx.as_deref_mut().expect("changes run in a transaction"), m, false)?;
+                    (format!("UPDATE {n}"), rows)
                 }
+                Stmt::Delete(m) => {
+                    let (n, rows) =
+                        ex.modify(tx.as_deref_mut().expect("changes run in a transaction"), m, true)?;
+                    (format!("DELETE {n}"), rows)
+                }
+                _ => unreachable!("dml() runs queries and changes"),
+            };
+            drop(tx);
+            if let Some(tx) = own {
+                tx.commit()?;
+            }
+            if p.columns.is_empty() {
+                Ok(Outcome::Done(tag))
+            } else {
+                Ok(Outcome::Rows(Arc::new(p.columns.clone()), rows, tag))
             }
         })();
         if !in_block {
@@ -619,9 +630,6 @@ impl Session {
         if held {
             self.engine.gate.enter_shared();
             self.holds_gate = true;
-        }
-        if matches!(self.state, TxnState::Active(_)) && r.is_ok() {
-            self.notices.push("DDL took effect at once; ROLLBACK will not undo it".into());
         }
         r
     }

@@ -203,6 +203,15 @@ async fn simple_and_extended_queries_with_every_type() {
     )
     .await;
     assert_eq!(j2, [[Some("25".to_string())]]);
+    let sub = simple_rows(
+        &c,
+        "SELECT (SELECT max(bal) FROM acct), (SELECT count(*) FROM branch) + 1, id FROM acct \
+         WHERE bal = (SELECT min(bal) FROM acct)",
+    )
+    .await;
+    assert_eq!(sub, [[Some("1000".to_string()), Some("5".to_string()), Some("1".to_string())]]);
+    let e = c.batch_execute("SELECT (SELECT id FROM acct)").await.unwrap_err();
+    assert_eq!(code(&e), "21000");
     // What clients send at start-up.
     let v = simple_rows(&c, "SELECT version()").await;
     assert!(v[0][0].as_deref().unwrap().contains("nvmedb"));

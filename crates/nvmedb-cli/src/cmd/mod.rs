@@ -1,5 +1,5 @@
 //! The command families of `nvmedb`, one file each: `machine`, `iobench`, `lab` (one file per
-//! experiment under `lab/`), `inspect` and `replication` (standby, promote, status).
+//! experiment under `lab/`), `inspect`, `replication` (standby, promote, status) and `serve` (the PostgreSQL server).
 //!
 //! Owns: the flags of each command and their translation into a configuration; a command runs
 //! by calling the engine or `nvmedb-lab` and printing what they return. Invariant: no command
@@ -12,5 +12,6 @@ pub mod iobench;
 pub mod lab;
 pub mod machine;
 pub mod replication;
+pub mod serve;
 
 pub use error::CliError;
