@@ -244,7 +244,7 @@ fn kill_9_during_pgbench_loses_no_acknowledged_transaction() {
     let mut s = Serve::start(&data);
     assert_ok(&s.pgbench(&pgbench, &["-i", "-s", "1"]), "pgbench -i -s 1");
     let clients = 6i64;
-    let mut run = s
+    let run = s
         .client(&pgbench)
         .current_dir(&logs)
         .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", "2", "-T", "120", "-l"])

@@ -587,13 +587,11 @@ impl Session {
                     (format!("UPDATE {n}"), rows)
                 }
                 Stmt::Delete(m) => {
-                    let (n, rows) =
-                        ex.modify(tx.as_deref_mut().expect("changes run in a transaction"), m, true)?;
+                    let (n, rows) = ex.modify(tx.expect("changes run in a transaction"), m, true)?;
                     (format!("DELETE {n}"), rows)
                 }
                 _ => unreachable!("dml() runs queries and changes"),
             };
-            drop(tx);
             if let Some(tx) = own {
                 tx.commit()?;
             }
