@@ -43,7 +43,7 @@ pub enum CliError {
         /// The database directory.
         data: PathBuf,
         /// The server's error.
-        source: nvmedb_sql::ServeError,
+        source: Box<nvmedb_sql::ServeError>,
     },
 }
 

@@ -72,5 +72,5 @@ pub fn config(a: &ServeArgs) -> Result<ServerConfig, CliError> {
 /// Runs the server until SIGTERM or Ctrl-C.
 pub fn run(a: &ServeArgs) -> Result<(), CliError> {
     let c = config(a)?;
-    nvmedb_sql::serve(c).map_err(|e| CliError::Server { data: a.data.clone(), source: e })
+    nvmedb_sql::serve(c).map_err(|e| CliError::Server { data: a.data.clone(), source: Box::new(e) })
 }

@@ -377,20 +377,10 @@ impl Table {
         &self,
         lo: Bound<&Value>,
         hi: Bound<&Value>,
-        mut f: impl FnMut(&[u8]) -> Result<bool>,
+        f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         self.check_poisoned()?;
-        let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
-            Ok(match b {
-                Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
-                Bound::Excluded(v) => Bound::Excluded(self.pk_bytes(v)?),
-                Bound::Unbounded => Bound::Unbounded,
-            })
-        };
-        let (lo, hi) = (enc(lo)?, enc(hi)?);
-        self.inner
-            .primary
-            .range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |pk, _| f(pk))
+        self.primary_range(lo, hi)?.for_each(self, f)
     }
 
     /// Encoded primary keys of the rows whose value in the column of secondary index `index`
@@ -402,54 +392,13 @@ impl Table {
         index: usize,
         lo: Bound<&Value>,
         hi: Bound<&Value>,
-        mut f: impl FnMut(&[u8]) -> Result<bool>,
+        f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         self.check_poisoned()?;
-        let s = &self.inner.schema;
-        let ix = s
-            .indexes
-            .get(index)
-            .ok_or_else(|| Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)))?;
-        let col = ix.column;
-        let prefix = |v: &Value| -> Result<Vec<u8>> {
-            s.check_value(&self.inner.name, col, v)?;
-            let mut p = Vec::new();
-            s.secondary_prefix(col, v, &mut p);
-            Ok(p)
-        };
-        let lo_key = match lo {
-            Bound::Included(v) => Bound::Included(prefix(v)?),
-            Bound::Excluded(v) => Bound::Excluded(prefix(v)?),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let hi_key = match hi {
-            Bound::Included(v) | Bound::Excluded(v) => Some(prefix(v)?),
-            Bound::Unbounded => None,
-        };
-        let start = match &lo_key {
-            Bound::Included(p) | Bound::Excluded(p) => Bound::Included(p.as_slice()),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let name = &self.inner.name;
-        self.inner.secondaries[index].range(start, Bound::Unbounded, |k, _| {
-            let n = s.secondary_value_len(col, k).ok_or_else(|| Error::Corruption {
-                file: format!("t{}.idx", self.inner.id),
-                offset: 0,
-                detail: format!("index `{}` of `{name}` holds a malformed key", ix.name),
-            })?;
-            let (v, pk) = k.split_at(n);
-            if let Bound::Excluded(p) = &lo_key {
-                if v == p.as_slice() {
-                    return Ok(true);
-                }
-            }
-            match (&hi_key, hi) {
-                (Some(h), Bound::Included(_)) if v > h.as_slice() => return Ok(false),
-                (Some(h), Bound::Excluded(_)) if v >= h.as_slice() => return Ok(false),
-                _ => {}
-            }
-            f(pk)
-        })
+        if index >= self.inner.schema.indexes.len() {
+            return Err(Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)));
+        }
+        self.secondary_range(index, lo, hi)?.for_each(self, f)
     }
 
     /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
