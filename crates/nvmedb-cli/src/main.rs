@@ -7,7 +7,7 @@
 mod cmd;
 
 use clap::{Parser, Subcommand};
-use cmd::{inspect, iobench, lab, machine, node, replication, CliError};
+use cmd::{inspect, iobench, lab, machine, node, replication, serve, CliError};
 
 /// nvmedb: a storage engine for microsecond-latency NVMe storage, and its laboratory.
 #[derive(Parser, Debug)]
@@ -40,6 +40,9 @@ enum Commands {
     /// Run one node of an automatically failing-over cluster on etcd (--ha etcd://...): it leads
     /// or follows as the leadership lease decides, optionally with committing clients.
     Node(Box<node::NodeArgs>),
+    /// Serve the database over the PostgreSQL protocol (psql, pgbench, drivers) until SIGTERM
+    /// or Ctrl-C, then checkpoint and exit.
+    Serve(serve::ServeArgs),
 }
 
 impl Commands {
@@ -53,6 +56,7 @@ impl Commands {
             Commands::Promote(_) => "promote",
             Commands::Status(_) => "status",
             Commands::Node(_) => "node",
+            Commands::Serve(_) => "serve",
         }
     }
 
@@ -66,6 +70,7 @@ impl Commands {
             Commands::Promote(a) => replication::promote(a),
             Commands::Status(a) => replication::status(a),
             Commands::Node(a) => node::run(a),
+            Commands::Serve(a) => serve::run(a),
         }
     }
 }

@@ -121,11 +121,11 @@ pub fn describe_page(
                         let v = RowView::new(s, row);
                         let vals: Vec<String> = (0..s.columns.len())
                             .map(|c| match v.try_value(c) {
-                                Ok(crate::Value::Int(i)) => i.to_string(),
                                 Ok(crate::Value::Bytes(b)) => format!(
                                     "'{}'",
                                     String::from_utf8_lossy(&b[..b.len().min(24)]).trim_end_matches('\0')
                                 ),
+                                Ok(other) => other.to_string(),
                                 Err(e) => format!("<{e}>"),
                             })
                             .collect();

@@ -38,6 +38,13 @@ pub enum CliError {
         /// The database directory.
         dir: PathBuf,
     },
+    /// The PostgreSQL server over `data` failed.
+    Server {
+        /// The database directory.
+        data: PathBuf,
+        /// The server's error.
+        source: Box<nvmedb_sql::ServeError>,
+    },
 }
 
 impl CliError {
@@ -63,6 +70,7 @@ impl fmt::Display for CliError {
                 write!(f, "{} is not an nvmedb database (no {})", dir.display(), nvmedb::db::CATALOG_FILE)
             }
             Self::NoSuchTable { table, dir } => write!(f, "no table `{table}` in {}", dir.display()),
+            Self::Server { data, source } => write!(f, "serving {}: {source}", data.display()),
         }
     }
 }

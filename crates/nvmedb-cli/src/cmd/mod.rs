@@ -1,6 +1,6 @@
 //! The command families of `nvmedb`, one file each: `machine`, `iobench`, `lab` (one file per
-//! experiment under `lab/`), `inspect`, `replication` (standby, promote, status) and `node` (an HA node on etcd, the
-//! cluster view).
+//! experiment under `lab/`), `inspect`, `replication` (standby, promote, status), `node` (an HA node on etcd,
+//! the cluster view) and `serve` (the PostgreSQL server).
 //!
 //! Owns: the flags of each command and their translation into a configuration; a command runs
 //! by calling the engine or `nvmedb-lab` and printing what they return. Invariant: no command
@@ -14,5 +14,6 @@ pub mod lab;
 pub mod machine;
 pub mod node;
 pub mod replication;
+pub mod serve;
 
 pub use error::CliError;

@@ -561,6 +561,28 @@ impl BTree {
         }
     }
 
+    /// The largest key in the tree (`None` when it is empty): a descent along the rightmost
+    /// children, or a scan when the rightmost leaf has been emptied by deletes.
+    pub fn last_key(&self) -> Result<Option<Vec<u8>>> {
+        let mut g = self.fix(self.root)?;
+        while !node::is_leaf(&g) {
+            let n = node::count(&g);
+            let child = if n == 0 { node::link(&g) } else { node::child(&g, n - 1) };
+            g = self.fix_child(&g, child, &[0])?;
+        }
+        let n = node::count(&g);
+        if n > 0 {
+            return Ok(Some(node::key(&g, n - 1).to_vec()));
+        }
+        drop(g);
+        let mut last = None;
+        self.range(Bound::Unbounded, Bound::Unbounded, |k, _| {
+            last = Some(k.to_vec());
+            Ok(true)
+        })?;
+        Ok(last)
+    }
+
     /// Calls `f(key, value)` for every entry with `lo <= key <= hi` (per the bounds) in key
     /// order until `f` returns `Ok(false)`. No latch is held while `f` runs: entries are copied
     /// a leaf at a time and the next leaf is found by descending again from the last key seen.

@@ -22,6 +22,9 @@ struct FileEntry {
     device: Arc<dyn Device>,
     name: String,
     next_page: AtomicU64,
+    /// Set by [`BufferPool::drop_file`]: its pages are discarded instead of written back, and
+    /// reads of it fail.
+    dropped: std::sync::atomic::AtomicBool,
 }
 
 /// One page-table lock (padded against false sharing).
@@ -300,7 +303,20 @@ impl BufferPool {
         if files[idx].is_some() {
             return Err(Error::AlreadyExists(format!("file id {file_id} is already registered")));
         }
-        files[idx] = Some(Arc::new(FileEntry { device, name, next_page: AtomicU64::new(pages) }));
+        files[idx] = Some(Arc::new(FileEntry {
+            device,
+            name,
+            next_page: AtomicU64::new(pages),
+            dropped: std::sync::atomic::AtomicBool::new(false),
+        }));
+        Ok(())
+    }
+
+    /// Forgets file `file_id` (its table was dropped): its buffered pages are discarded as
+    /// they are evicted or flushed, never written, and later reads of it fail. The caller
+    /// makes sure nothing uses the file any more; the id must not be registered again.
+    pub fn drop_file(&self, file_id: u32) -> Result<()> {
+        self.file(file_id)?.dropped.store(true, Release);
         Ok(())
     }
 
@@ -534,6 +550,9 @@ impl BufferPool {
                 }
             }
             let file = self.file(pid.file)?;
+            if file.dropped.load(Acquire) {
+                return Err(Error::NotFound(format!("{} belongs to a dropped table", file.name)));
+            }
             let pages = file.next_page.load(Acquire);
             if pid.page >= pages {
                 return Err(Error::InvalidArgument(format!(
@@ -720,6 +739,9 @@ impl BufferPool {
                 }
                 // SAFETY: we hold the latch shared and a pin.
                 copy.copy_from_slice(unsafe { part.arena.bytes(i) });
+            }
+            if file.dropped.load(Acquire) {
+                return Ok(true); // a dropped table's page: nothing to keep
             }
             let lsn = PageHeader::lsn_of(copy);
             let gate = self.gate.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -913,7 +935,7 @@ impl BufferPool {
         }
         let files: Vec<Arc<FileEntry>> =
             self.files.read().unwrap_or_else(|e| e.into_inner()).iter().flatten().cloned().collect();
-        for file in files {
+        for file in files.iter().filter(|f| !f.dropped.load(Acquire)) {
             file.device.sync()?;
         }
         Ok(())

@@ -7,9 +7,11 @@
 //! root pages have been written and synced.
 
 use crate::btree::BTree;
+mod ddl;
 mod recovery;
 mod transaction;
 
+pub use ddl::{convert_row, BulkLoad};
 pub use recovery::RecoveryReport;
 pub use transaction::Transaction;
 
@@ -17,7 +19,7 @@ use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, Poo
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
-use crate::table::{HeapFile, Schema, Table, TxnShared};
+use crate::table::{HeapFile, Table, TxnShared};
 use crate::wal::engine::{EngineLog, TxnLog, KIND_CHECKPOINT, KIND_RECOVERY, TAG_INDEX, TAG_TABLE};
 use crate::wal::{FileLogOpener, LogOpener, WalOptions};
 use std::collections::HashMap;
@@ -568,6 +570,17 @@ impl Database {
             by_id.insert(t.id, table.clone());
             tables.insert(t.name.clone(), table);
         }
+        // Files of tables that are not in the catalog: dropped (the drop stopped before
+        // deleting them) or rebuilt copies that were never switched in.
+        for f in storage.list()? {
+            let id = f
+                .strip_prefix('t')
+                .and_then(|r| r.strip_suffix(".heap").or_else(|| r.strip_suffix(".idx")))
+                .and_then(|n| n.parse::<u32>().ok());
+            if id.is_some_and(|id| !by_id.contains_key(&id)) {
+                storage.remove(&f)?;
+            }
+        }
         // Undo what unfinished transactions did, newest first.
         if let Some(t) = &txn_log {
             for (&id, ops) in losers.iter().rev() {
@@ -700,64 +713,6 @@ impl Database {
         let primary = BTree::open(index_pool.clone(), t.id, t.primary_root);
         let secondaries = t.index_roots.iter().map(|&r| BTree::open(index_pool.clone(), t.id, r)).collect();
         Ok(Table::new(t.id, t.name.clone(), t.schema.clone(), heap, primary, secondaries, txn))
-    }
-
-    /// Creates a table. Its name must be new.
-    pub fn create_table(&self, name: &str, schema: Schema) -> Result<Table> {
-        schema.validate()?;
-        if name.is_empty() || name.len() > 255 {
-            return Err(Error::InvalidArgument("a table name needs 1 to 255 bytes".into()));
-        }
-        let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
-        if cat.1.tables.iter().any(|t| t.name == name) {
-            return Err(Error::AlreadyExists(format!("table `{name}`")));
-        }
-        let heap_max = crate::page::slotted::max_record_len(cat.1.table_page_size as usize);
-        if schema.max_row_bytes() > heap_max {
-            return Err(Error::InvalidArgument(format!(
-                "table `{name}`: rows of up to {} bytes do not fit {}-byte table pages (at most {heap_max})",
-                schema.max_row_bytes(),
-                cat.1.table_page_size
-            )));
-        }
-        let id = cat.1.next_table_id;
-        let st = &self.inner.storage;
-        self.inner.table_pool.register_file(id, st.open(&heap_name(id), true)?)?;
-        self.inner.index_pool.register_file(id, st.open(&index_name(id), true)?)?;
-        let primary = BTree::create(self.inner.index_pool.clone(), id)?;
-        let mut index_roots = Vec::new();
-        for _ in &schema.indexes {
-            index_roots.push(BTree::create(self.inner.index_pool.clone(), id)?.root());
-        }
-        // The catalog may only name roots that are on disk.
-        self.inner.index_pool.flush_all()?;
-        let meta =
-            TableMeta { id, name: name.to_string(), schema, primary_root: primary.root(), index_roots };
-        let mut next = cat.1.clone();
-        next.next_table_id = id + 1;
-        next.tables.push(meta.clone());
-        cat.0.store(&next)?;
-        cat.1 = next;
-        if let Some(t) = &self.inner.txn.log {
-            // Standbys learn of the table from the log; a commit that uses it waits for a later
-            // LSN, so no wait here.
-            t.log()
-                .append(crate::wal::engine::KIND_CATALOG, &crate::table::catalog::encode_catalog(&cat.1))?;
-        }
-        let heap = HeapFile::open(self.inner.table_pool.clone(), id, &heap_name(id))?;
-        let secondaries =
-            meta.index_roots.iter().map(|&r| BTree::open(self.inner.index_pool.clone(), id, r)).collect();
-        let table = Table::new(
-            id,
-            meta.name.clone(),
-            meta.schema,
-            heap,
-            primary,
-            secondaries,
-            self.inner.txn.clone(),
-        );
-        self.inner.tables.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), table.clone());
-        Ok(table)
     }
 
     /// Opens a table by name.

@@ -168,6 +168,7 @@ pub(crate) fn redo(
         pages: HashMap::new(),
         devices: HashMap::new(),
     };
+    let live: std::collections::HashSet<u32> = catalog.tables.iter().map(|t| t.id).collect();
     let mut ops: Losers = BTreeMap::new();
     let mut max_txn = 0u64;
     let mut reader = log.reader(read_from)?;
@@ -201,6 +202,11 @@ pub(crate) fn redo(
                     continue;
                 }
                 for (pid, change) in &m.changes {
+                    if !live.contains(&pid.file) {
+                        // A dropped table, or one rebuilt but not yet switched in: its files
+                        // are gone or about to be removed.
+                        continue;
+                    }
                     let p = cache.page(tag, pid.file, pid.page)?;
                     let full = matches!(change, PageChange::FullImage(_));
                     if p.valid && PageHeader::lsn_of(&p.buf) >= rec.end_lsn {

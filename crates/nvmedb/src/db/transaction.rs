@@ -77,6 +77,41 @@ impl Transaction {
         table.txn_read(&k, f)
     }
 
+    /// [`Transaction::read`] by encoded primary key (as [`Table::primary_keys`] and
+    /// [`Table::index_keys`] give them).
+    pub fn read_encoded<R>(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        self.shared.locks.lock(self.id, table.id(), key, LockMode::Shared)?;
+        table.txn_read(key, f)
+    }
+
+    /// Like [`Transaction::read_encoded`] but takes the key's exclusive lock, for a row about
+    /// to be changed.
+    pub fn read_encoded_for_update<R>(
+        &mut self,
+        table: &Table,
+        key: &[u8],
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        self.shared.locks.lock(self.id, table.id(), key, LockMode::Exclusive)?;
+        table.txn_read(key, f)
+    }
+
+    /// Reads the row for update under the exclusive lock, passing a zero-copy view to `f`.
+    pub fn read_for_update<R>(
+        &mut self,
+        table: &Table,
+        key: &Value,
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        let k = self.lock(table, key, LockMode::Exclusive)?;
+        table.txn_read(&k, f)
+    }
+
     /// Reads and decodes the row with primary key `key` under a shared lock.
     pub fn get(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
         self.read(table, key, |r| r.try_values())?.transpose()
@@ -95,7 +130,10 @@ impl Transaction {
         let _open = shared.enter()?;
         let pk = table.pk_of(row)?;
         self.lock(table, pk, LockMode::Exclusive)?;
-        if let Some(op) = table.txn_insert(self.id, row)? {
+        if let Some(mut op) = table.txn_insert(self.id, row)? {
+            // Undoing an insert finds the row through its key: keep only the key in memory
+            // (the log record keeps the whole row for recovery), so a large load stays small.
+            op.after = None;
             self.undo.push((table.clone(), op));
         }
         Ok(())

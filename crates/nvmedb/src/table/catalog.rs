@@ -6,7 +6,11 @@
 //! catalog write leaves the previous version in force.
 //!
 //! Slot layout: magic `NVCT` u32, format version u16, reserved u16, sequence u64, payload
-//! length u32, CRC32C of the payload u32, reserved 8 bytes, payload (see `encode`).
+//! length u32, CRC32C of the payload u32, reserved 8 bytes, payload (see `encode`). A column is
+//! its name, a type tag byte (1 int, 2 char, 3 bytes, 4 int32, 5 int16, 6 double, 7 bool,
+//! 8 timestamp, 9 numeric, 10 text; high bit: nullable) and a u32 argument (length, or
+//! precision << 8 | scale); an index is its name, its column number (high bit: unique) and
+//! its root page.
 
 use super::schema::{Column, ColumnType, IndexDef, Schema};
 use crate::error::{Error, Result};
@@ -16,6 +20,10 @@ const MAGIC: u32 = 0x5443_564E;
 const VERSION: u16 = 1;
 const SLOT_BYTES: usize = 64 * 1024;
 const SLOT_HEADER: usize = 32;
+/// Set in a column's type tag: the column is nullable.
+const NULLABLE_BIT: u8 = 0x80;
+/// Set in an index's column number: the index is unique.
+const UNIQUE_BIT: u16 = 0x8000;
 
 /// Persistent description of one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,15 +123,22 @@ fn encode(c: &CatalogData) -> Vec<u8> {
                 ColumnType::Int => (1, 0),
                 ColumnType::Char(n) => (2, n),
                 ColumnType::Bytes(n) => (3, n),
+                ColumnType::Int32 => (4, 0),
+                ColumnType::Int16 => (5, 0),
+                ColumnType::Double => (6, 0),
+                ColumnType::Bool => (7, 0),
+                ColumnType::Timestamp => (8, 0),
+                ColumnType::Numeric { precision, scale } => (9, u32::from(precision) << 8 | u32::from(scale)),
+                ColumnType::Text(n) => (10, n),
             };
-            w.u8(tag);
+            w.u8(tag | if col.nullable { NULLABLE_BIT } else { 0 });
             w.u32(arg);
         }
         w.u16(t.schema.primary_key as u16);
         w.u16(t.schema.indexes.len() as u16);
         for (ix, root) in t.schema.indexes.iter().zip(&t.index_roots) {
             w.str(&ix.name);
-            w.u16(ix.column as u16);
+            w.u16(ix.column as u16 | if ix.unique { UNIQUE_BIT } else { 0 });
             w.u64(*root);
         }
         w.u64(t.primary_root);
@@ -151,13 +166,21 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
             let cname = r.str()?;
             let tag = r.u8()?;
             let arg = r.u32()?;
-            let ty = match tag {
+            let nullable = tag & NULLABLE_BIT != 0;
+            let ty = match tag & !NULLABLE_BIT {
                 1 => ColumnType::Int,
                 2 => ColumnType::Char(arg),
                 3 => ColumnType::Bytes(arg),
+                4 => ColumnType::Int32,
+                5 => ColumnType::Int16,
+                6 => ColumnType::Double,
+                7 => ColumnType::Bool,
+                8 => ColumnType::Timestamp,
+                9 => ColumnType::Numeric { precision: (arg >> 8) as u8, scale: arg as u8 },
+                10 => ColumnType::Text(arg),
                 _ => return None,
             };
-            columns.push(Column { name: cname, ty });
+            columns.push(Column { name: cname, ty, nullable });
         }
         let primary_key = r.u16()? as usize;
         let nix = r.u16()?;
@@ -165,9 +188,13 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
         let mut index_roots = Vec::new();
         for _ in 0..nix {
             let iname = r.str()?;
-            let column = r.u16()? as usize;
+            let column = r.u16()?;
             index_roots.push(r.u64()?);
-            indexes.push(IndexDef { name: iname, column });
+            indexes.push(IndexDef {
+                name: iname,
+                column: usize::from(column & !UNIQUE_BIT),
+                unique: column & UNIQUE_BIT != 0,
+            });
         }
         let primary_root = r.u64()?;
         c.tables.push(TableMeta {
@@ -342,9 +369,23 @@ mod tests {
     use std::sync::Arc;
 
     fn sample(n: u32) -> CatalogData {
-        let schema = Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Bytes(100))])
-            .with_index("by_v", "v")
-            .unwrap();
+        let schema = Schema::new(vec![
+            ("id", ColumnType::Int),
+            ("v", ColumnType::Bytes(100)),
+            ("i4", ColumnType::Int32),
+            ("i2", ColumnType::Int16),
+            ("d", ColumnType::Double),
+            ("b", ColumnType::Bool),
+            ("ts", ColumnType::Timestamp),
+            ("n", ColumnType::Numeric { precision: 12, scale: 2 }),
+            ("t", ColumnType::Text(u32::MAX)),
+        ])
+        .with_nullable("t")
+        .unwrap()
+        .with_index("by_v", "v")
+        .unwrap()
+        .with_unique_index("by_i4", "i4")
+        .unwrap();
         CatalogData {
             table_page_size: 16384,
             index_page_size: 4096,
@@ -357,7 +398,7 @@ mod tests {
                     name: format!("t{i}"),
                     schema: schema.clone(),
                     primary_root: 0,
-                    index_roots: vec![1],
+                    index_roots: vec![1, 2],
                 })
                 .collect(),
         }

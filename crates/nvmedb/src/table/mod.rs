@@ -33,6 +33,8 @@ const UNDO_ATTEMPTS: usize = 16;
 pub const READ_BATCH: usize = 16;
 
 const READ_RETRIES: usize = 10_000;
+/// Added to a table id to name the lock space of its unique-index values.
+const UNIQUE_LOCK_SPACE: u32 = 0x8000_0000;
 
 /// A compensating action that reverses one completed step of a multi-structure change.
 enum Undo {
@@ -229,13 +231,18 @@ impl Table {
     fn auto_commit<R>(
         &self,
         pk: &[u8],
+        row: Option<&[Value]>,
         body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
     ) -> Result<R> {
         let shared = &self.inner.txn;
         shared.checkpoint_if_wanted();
         let _open = shared.enter()?;
         let txn = shared.begin();
-        if let Err(e) = shared.locks.lock(txn, self.inner.id, pk, LockMode::Exclusive) {
+        let locked = shared
+            .locks
+            .lock(txn, self.inner.id, pk, LockMode::Exclusive)
+            .and_then(|_| row.map_or(Ok(()), |r| self.lock_unique_values(txn, r)));
+        if let Err(e) = locked {
             shared.locks.release_all(txn);
             shared.forget(txn);
             return Err(e);
@@ -278,15 +285,152 @@ impl Table {
         Ok((r?, rec))
     }
 
+    /// Takes the exclusive locks that serialise writers of the same value of each unique
+    /// index (so two transactions cannot both find a value free and both take it).
+    fn lock_unique_values(&self, txn: u64, row: &[Value]) -> Result<()> {
+        let s = &self.inner.schema;
+        for (n, ix) in s.indexes.iter().enumerate() {
+            if !ix.unique || row[ix.column].is_null() {
+                continue;
+            }
+            let mut k = vec![n as u8];
+            s.secondary_prefix(ix.column, &row[ix.column], &mut k);
+            self.inner.txn.locks.lock(txn, self.inner.id | UNIQUE_LOCK_SPACE, &k, LockMode::Exclusive)?;
+        }
+        Ok(())
+    }
+
+    /// Fails with `AlreadyExists` if unique index `n` holds `value` for a row other than `pk`.
+    fn check_unique(&self, n: usize, value: &Value, pk: &[u8]) -> Result<()> {
+        let s = &self.inner.schema;
+        let ix = &s.indexes[n];
+        if !ix.unique || value.is_null() {
+            return Ok(());
+        }
+        let mut prefix = Vec::new();
+        s.secondary_prefix(ix.column, value, &mut prefix);
+        let mut taken = false;
+        self.inner.secondaries[n].range(Bound::Included(&prefix), Bound::Unbounded, |k, _| {
+            if !k.starts_with(&prefix) {
+                return Ok(false);
+            }
+            taken = &k[prefix.len()..] != pk;
+            Ok(!taken)
+        })?;
+        if taken {
+            return Err(Error::AlreadyExists(format!(
+                "table `{}`, unique index `{}`: value {value} of column `{}`",
+                self.inner.name, ix.name, s.columns[ix.column].name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Makes every later use of this handle (and its clones) fail: the table was dropped or
+    /// replaced by a rebuild.
+    pub(crate) fn mark_dropped(&self) {
+        self.poison("the table was dropped or rebuilt; open it again by name".into());
+    }
+
+    /// Inserts a row into a table nobody else can see yet (a rebuild's new table): no lock,
+    /// no undo list; the change is logged as part of `txn`, which the caller commits once.
+    pub(crate) fn bulk_insert(&self, txn: u64, row: &[Value]) -> Result<()> {
+        let (bytes, pk) = self.prepare_row(row)?;
+        self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))?;
+        Ok(())
+    }
+
+    /// The largest primary key (`None` for an empty table), e.g. to continue a sequence of
+    /// generated keys after a restart.
+    pub fn last_key(&self) -> Result<Option<Value>> {
+        self.check_poisoned()?;
+        let Some(k) = self.inner.primary.last_key()? else { return Ok(None) };
+        let s = &self.inner.schema;
+        let ty = s.columns[s.primary_key].ty;
+        Ok(Some(match ty {
+            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 => {
+                Value::Int(crate::btree::key::decode_i64(&k).ok_or_else(|| self.bad_key(&k))?)
+            }
+            ColumnType::Timestamp => {
+                Value::Timestamp(crate::btree::key::decode_i64(&k).ok_or_else(|| self.bad_key(&k))?)
+            }
+            _ => {
+                // Other key types: the row holds the value.
+                let v = self.read_pk(&k, |r| r.value(s.primary_key))?;
+                v.ok_or_else(|| self.bad_key(&k))?
+            }
+        }))
+    }
+
+    fn bad_key(&self, k: &[u8]) -> Error {
+        Error::Corruption {
+            file: format!("t{}.idx", self.inner.id),
+            offset: 0,
+            detail: format!("primary index of `{}` holds key {k:02x?} of the wrong shape", self.inner.name),
+        }
+    }
+
+    /// Encoded primary keys of the rows whose primary key lies within the bounds, in key
+    /// order, until `f` returns `Ok(false)`. Only the index is read (no rows, no locks): the
+    /// caller reads each row with [`Table::read_encoded`] or in a transaction.
+    pub fn primary_keys(
+        &self,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        f: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.check_poisoned()?;
+        self.primary_range(lo, hi)?.for_each(self, f)
+    }
+
+    /// Encoded primary keys of the rows whose value in the column of secondary index `index`
+    /// (its position in the schema) lies within the bounds, in index order (NULLs last), until
+    /// `f` returns `Ok(false)`. Only the index is read; the caller reads the rows (and
+    /// re-checks the value: a row may change after its entry was read).
+    pub fn index_keys(
+        &self,
+        index: usize,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        f: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.check_poisoned()?;
+        if index >= self.inner.schema.indexes.len() {
+            return Err(Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)));
+        }
+        self.secondary_range(index, lo, hi)?.for_each(self, f)
+    }
+
+    /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
+    /// [`Table::index_keys`] give them).
+    pub fn read_encoded<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
+        self.check_poisoned()?;
+        let shared = &self.inner.txn;
+        if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let txn = shared.begin();
+            let r =
+                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared).and_then(|_| self.read_pk(pk, f));
+            shared.locks.release_all(txn);
+            shared.forget(txn);
+            return r;
+        }
+        if shared.log.is_some() {
+            drop(self.key_lock(pk));
+        }
+        self.read_pk(pk, f)
+    }
+
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
     pub(crate) fn txn_insert(&self, txn: u64, row: &[Value]) -> Result<Option<TxnOp>> {
         let (bytes, pk) = self.prepare_row(row)?;
+        self.lock_unique_values(txn, row)?;
         Ok(self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))?.1)
     }
 
     /// Explicit-transaction update.
     pub(crate) fn txn_update(&self, txn: u64, row: &[Value]) -> Result<(bool, Option<TxnOp>)> {
         let (bytes, pk) = self.prepare_row(row)?;
+        self.lock_unique_values(txn, row)?;
         self.in_txn(txn, &pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
     }
 
@@ -374,7 +518,7 @@ impl Table {
             for row in [op.after.as_deref(), cur_row.as_deref()].into_iter().flatten() {
                 let v = value_of(row, ix.column)?;
                 if Some(&v) != want.as_ref() {
-                    tree.delete(&Schema::secondary_key_bytes(&v, pk))?;
+                    tree.delete(&s.secondary_key_bytes(ix.column, &v, pk))?;
                 }
             }
         }
@@ -409,7 +553,10 @@ impl Table {
             self.inner.primary.upsert(pk, &rid.to_bytes())?;
         }
         for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-            tree.upsert(&Schema::secondary_key_bytes(&value_of(before, ix.column)?, pk), &rid.to_bytes())?;
+            tree.upsert(
+                &s.secondary_key_bytes(ix.column, &value_of(before, ix.column)?, pk),
+                &rid.to_bytes(),
+            )?;
         }
         Ok(())
     }
@@ -502,7 +649,7 @@ impl Table {
     /// the steps already done are reversed, so the table is as before.
     pub fn insert(&self, row: &[Value]) -> Result<()> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))
+        self.auto_commit(&pk, Some(row), |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))
     }
 
     fn insert_locked(
@@ -522,6 +669,9 @@ impl Table {
                 self.inner.name, row[s.primary_key]
             )));
         }
+        for n in 0..s.indexes.len() {
+            self.check_unique(n, &row[s.indexes[n].column], &pk)?;
+        }
         let table = self.inner.id;
         let rid = self.inner.heap.insert_annotated(bytes, &mut |rid| {
             let rid = u64::from_le_bytes(rid.to_bytes());
@@ -534,7 +684,7 @@ impl Table {
         }
         undo.push(Undo::PrimaryDelete(pk.clone()));
         for (n, (ix, tree)) in s.indexes.iter().zip(&self.inner.secondaries).enumerate() {
-            let k = Schema::secondary_key_bytes(&row[ix.column], &pk);
+            let k = s.secondary_key_bytes(ix.column, &row[ix.column], &pk);
             if let Err(e) = tree.insert(&k, &rid.to_bytes()) {
                 return Err(self.roll_back(undo, e));
             }
@@ -555,7 +705,7 @@ impl Table {
             )));
         }
         for ix in &s.indexes {
-            let k = Schema::secondary_key_bytes(&row[ix.column], pk);
+            let k = s.secondary_key_bytes(ix.column, &row[ix.column], pk);
             if k.len() + 8 > max {
                 return Err(Error::InvalidArgument(format!(
                     "table `{}`, index `{}`: key of {} bytes exceeds the {} bytes an index entry allows",
@@ -583,9 +733,7 @@ impl Table {
         // Integer keys are encoded on the stack: a point read allocates nothing.
         let (int_pk, owned_pk);
         let pk: &[u8] = match key {
-            Value::Int(x)
-                if self.inner.schema.columns[self.inner.schema.primary_key].ty == ColumnType::Int =>
-            {
+            Value::Int(x) if self.inner.schema.columns[self.inner.schema.primary_key].ty.is_integer() => {
                 int_pk = crate::btree::key::encode_i64(*x);
                 &int_pk
             }
@@ -660,7 +808,7 @@ impl Table {
             for (j, k) in batch.iter().enumerate() {
                 match k {
                     Value::Int(x)
-                        if self.inner.schema.columns[self.inner.schema.primary_key].ty == ColumnType::Int =>
+                        if self.inner.schema.columns[self.inner.schema.primary_key].ty.is_integer() =>
                     {
                         pks.extend_from_slice(&crate::btree::key::encode_i64(*x))
                     }
@@ -719,8 +867,17 @@ impl Table {
     fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> Result<bool> {
         let s = &self.inner.schema;
         Ok(match s.columns[s.primary_key].ty {
-            ColumnType::Int => crate::btree::key::encode_i64(v.try_int(s.primary_key)?) == pk,
-            _ => v.try_bytes(s.primary_key)? == pk,
+            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp => {
+                crate::btree::key::encode_i64(v.try_int(s.primary_key)?) == pk
+            }
+            ColumnType::Char(_) | ColumnType::Bytes(_) | ColumnType::Text(_) => {
+                v.try_bytes(s.primary_key)? == pk
+            }
+            _ => {
+                let mut k = Vec::with_capacity(16);
+                s.try_primary_key_of(v, &mut k)?;
+                k == pk
+            }
         })
     }
 
@@ -758,7 +915,7 @@ impl Table {
     /// error the steps already done are reversed.
     pub fn update(&self, row: &[Value]) -> Result<bool> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
+        self.auto_commit(&pk, Some(row), |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
     }
 
     fn update_locked(
@@ -780,6 +937,11 @@ impl Table {
             let v = RowView::new(s, &old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
+        for (n, old) in old_values.iter().enumerate() {
+            if *old != row[s.indexes[n].column] {
+                self.check_unique(n, &row[s.indexes[n].column], &pk)?;
+            }
+        }
         let op = TxnOp {
             txn,
             table: self.inner.id,
@@ -798,7 +960,7 @@ impl Table {
             s.indexes.iter().zip(&self.inner.secondaries).zip(&old_values).enumerate()
         {
             if *old != row[ix.column] {
-                let k = Schema::secondary_key_bytes(&row[ix.column], &pk);
+                let k = s.secondary_key_bytes(ix.column, &row[ix.column], &pk);
                 if let Err(e) = tree.insert(&k, &rid.to_bytes()) {
                     return Err(self.roll_back(undo, e));
                 }
@@ -836,13 +998,13 @@ impl Table {
         if new_rid != rid {
             self.inner.primary.upsert(&pk, &new_rid.to_bytes()).map_err(poison)?;
             for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-                let k = Schema::secondary_key_bytes(&row[ix.column], &pk);
+                let k = s.secondary_key_bytes(ix.column, &row[ix.column], &pk);
                 tree.upsert(&k, &new_rid.to_bytes()).map_err(poison)?;
             }
         }
         // 4. Old secondary entries go last.
         for &n in &changed {
-            let k = Schema::secondary_key_bytes(&old_values[n], &pk);
+            let k = s.secondary_key_bytes(s.indexes[n].column, &old_values[n], &pk);
             self.inner.secondaries[n].delete(&k).map_err(poison)?;
         }
         Ok(true)
@@ -867,7 +1029,7 @@ impl Table {
     pub fn delete(&self, key: &Value) -> Result<bool> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
-        self.auto_commit(&pk, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
+        self.auto_commit(&pk, None, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
     }
 
     fn delete_locked(&self, txn: u64, log: bool, rec: &mut Option<TxnOp>, pk: &[u8]) -> Result<bool> {
@@ -893,7 +1055,7 @@ impl Table {
         Self::record_op(log, rec, op);
         let mut undo = Vec::new();
         for (n, (tree, old)) in self.inner.secondaries.iter().zip(&old_values).enumerate() {
-            let k = Schema::secondary_key_bytes(old, &pk);
+            let k = s.secondary_key_bytes(s.indexes[n].column, old, &pk);
             if let Err(e) = tree.delete(&k) {
                 return Err(self.roll_back(undo, e));
             }
@@ -972,7 +1134,7 @@ impl Table {
             .ok_or_else(|| Error::NotFound(format!("index `{index}` on table `{}`", self.inner.name)))?;
         s.check_value(&self.inner.name, s.indexes[pos].column, value)?;
         let mut prefix = Vec::new();
-        Schema::secondary_prefix(value, &mut prefix);
+        s.secondary_prefix(s.indexes[pos].column, value, &mut prefix);
         let mut pks = Vec::new();
         self.inner.secondaries[pos].range(Bound::Included(&prefix), Bound::Unbounded, |k, _| {
             if !k.starts_with(&prefix) {
@@ -1021,7 +1183,7 @@ impl Table {
                 return Ok(false);
             }
             for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-                let k = Schema::secondary_key_bytes(&v.try_value(ix.column)?, &pk);
+                let k = s.secondary_key_bytes(ix.column, &v.try_value(ix.column)?, &pk);
                 if tree.get_with(&k, RowId::from_bytes)?.flatten() != Some(rid) {
                     problems = Some(bad(format!("row at {rid:?} has no entry in index `{}`", ix.name)));
                     return Ok(false);

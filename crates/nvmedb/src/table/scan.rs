@@ -8,8 +8,7 @@
 //! secondary range yields primary keys, never index entries, so callers lock and read exactly
 //! what point operations lock and read.
 
-use super::{RowView, Schema, Table, Value};
-use crate::btree::key;
+use super::{RowView, Table, Value};
 use crate::error::{Error, Result};
 use std::ops::{Bound, RangeBounds};
 
@@ -45,6 +44,26 @@ fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl KeyRange {
+    /// The primary key in index entry `k` (a secondary entry is its value component followed
+    /// by the primary key).
+    fn primary_key<'k>(&self, table: &Table, k: &'k [u8]) -> Result<&'k [u8]> {
+        let RangeIndex::Secondary(n) = self.index else { return Ok(k) };
+        let s = &table.inner.schema;
+        let ix = &s.indexes[n];
+        s.secondary_value_len(ix.column, k).and_then(|len| k.get(len..)).ok_or_else(|| Error::Corruption {
+            file: format!("t{}.idx", table.inner.id),
+            offset: 0,
+            detail: format!("index `{}` of `{}` holds a malformed entry", ix.name, table.inner.name),
+        })
+    }
+
+    fn tree<'t>(&self, table: &'t Table) -> &'t crate::btree::BTree {
+        match self.index {
+            RangeIndex::Primary => &table.inner.primary,
+            RangeIndex::Secondary(n) => &table.inner.secondaries[n],
+        }
+    }
+
     /// The next at most `max` primary keys of the range, in index order (empty when the range
     /// is exhausted). Entries are copied out of the tree; no latch is held on return.
     pub(crate) fn next_batch(&mut self, table: &Table, max: usize) -> Result<Vec<Vec<u8>>> {
@@ -52,37 +71,30 @@ impl KeyRange {
         if self.done || max == 0 {
             return Ok(out);
         }
-        let tree = match self.index {
-            RangeIndex::Primary => &table.inner.primary,
-            RangeIndex::Secondary(n) => &table.inner.secondaries[n],
-        };
         let mut last: Option<Vec<u8>> = None;
-        tree.range(self.from.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice), |k, _| {
-            last = Some(k.to_vec());
-            out.push(k.to_vec());
+        let (from, hi) = (self.from.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice));
+        self.tree(table).range(from, hi, |k, _| {
+            out.push(self.primary_key(table, k)?.to_vec());
+            if out.len() == max {
+                last = Some(k.to_vec());
+            }
             Ok(out.len() < max)
         })?;
         match last {
-            Some(k) if out.len() == max => self.from = Bound::Excluded(k),
-            _ => self.done = true,
-        }
-        if let RangeIndex::Secondary(n) = self.index {
-            let column = table.inner.schema.indexes[n].column;
-            let int = table.inner.schema.columns[column].ty == super::ColumnType::Int;
-            for k in &mut out {
-                let pk = if int { k.get(8..) } else { key::pop_bytes_component(k).map(|(_, rest)| rest) }
-                    .ok_or_else(|| Error::Corruption {
-                        file: format!("t{}.idx", table.inner.id),
-                        offset: 0,
-                        detail: format!(
-                            "index `{}` holds a malformed entry",
-                            table.inner.schema.indexes[n].name
-                        ),
-                    })?;
-                *k = pk.to_vec();
-            }
+            Some(k) => self.from = Bound::Excluded(k),
+            None => self.done = true,
         }
         Ok(out)
+    }
+
+    /// Calls `f` with every primary key of the range, in index order, until it returns
+    /// `Ok(false)`; the tree's latches are held meanwhile, so `f` must not wait for locks.
+    pub(crate) fn for_each(&self, table: &Table, mut f: impl FnMut(&[u8]) -> Result<bool>) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
+        let (from, hi) = (self.from.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice));
+        self.tree(table).range(from, hi, |k, _| f(self.primary_key(table, k)?))
     }
 }
 
@@ -123,7 +135,7 @@ impl Table {
         let prefix = |v: &Value| -> Result<Vec<u8>> {
             s.check_value(&self.inner.name, column, v)?;
             let mut p = Vec::new();
-            Schema::secondary_prefix(v, &mut p);
+            s.secondary_prefix(column, v, &mut p);
             Ok(p)
         };
         let from = match lo {

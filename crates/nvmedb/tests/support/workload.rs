@@ -439,8 +439,8 @@ fn short(v: &[Value]) -> String {
     let parts: Vec<String> = v
         .iter()
         .map(|x| match x {
-            Value::Int(i) => i.to_string(),
             Value::Bytes(b) => format!("{} B", b.len()),
+            other => other.to_string(),
         })
         .collect();
     format!("({})", parts.join(", "))

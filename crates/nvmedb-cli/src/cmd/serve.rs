@@ -1,0 +1,76 @@
+//! `nvmedb serve`: the PostgreSQL wire-protocol server over a database directory (a thin
+//! layer over `nvmedb_sql::serve`).
+//!
+//! Owns: [`ServeArgs`] and their translation into a [`ServerConfig`]. Invariant: a bad flag is
+//! an error naming the flag; the server itself lives in `nvmedb-sql`.
+
+use super::args::parse_size;
+use super::CliError;
+use clap::Args;
+use nvmedb::BufferSize;
+use nvmedb_sql::{Auth, ServerConfig};
+use std::path::PathBuf;
+
+/// Flags of `nvmedb serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Database directory (created if missing).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Address to listen on (loopback by default; e.g. 0.0.0.0:5432 accepts other hosts).
+    #[arg(long, default_value = "127.0.0.1:5432")]
+    pub listen: String,
+    /// Authentication: `trust` (anyone who reaches the port) or `scram` (SCRAM-SHA-256 against
+    /// --password-file).
+    #[arg(long, default_value = "trust")]
+    pub auth: String,
+    /// Password file for --auth scram: lines `user:password`, or one line with a password for
+    /// every user.
+    #[arg(long)]
+    pub password_file: Option<PathBuf>,
+    /// Connections served at once; more are refused (SQLSTATE 53300).
+    #[arg(long, default_value_t = 100)]
+    pub max_connections: usize,
+    /// Table buffer: a size (64MiB, 1G) or a share of the data present at start (5%).
+    #[arg(long, default_value = "64MiB")]
+    pub buffer: String,
+    /// Index buffer: a size or a share of the index data present at start.
+    #[arg(long, default_value = "64MiB")]
+    pub index_buffer: String,
+}
+
+fn buffer_size(s: &str, flag: &'static str) -> Result<BufferSize, CliError> {
+    match s.trim().strip_suffix('%') {
+        Some(p) => p
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|p| p.is_finite() && *p > 0.0)
+            .map(BufferSize::PercentOfData)
+            .ok_or_else(|| CliError::flag(flag, format!("`{s}` is not a positive percentage"))),
+        None => parse_size(flag, s).map(BufferSize::Bytes),
+    }
+}
+
+/// The server configuration the flags describe.
+pub fn config(a: &ServeArgs) -> Result<ServerConfig, CliError> {
+    let mut c = ServerConfig::new(&a.data);
+    c.listen = a.listen.clone();
+    c.max_connections = a.max_connections;
+    c.auth = match (a.auth.as_str(), &a.password_file) {
+        ("trust", None) => Auth::Trust,
+        ("trust", Some(_)) => return Err(CliError::flag("--password-file", "needs --auth scram")),
+        ("scram", Some(f)) => Auth::Scram { password_file: f.clone() },
+        ("scram", None) => return Err(CliError::flag("--auth", "scram needs --password-file")),
+        (other, _) => return Err(CliError::flag("--auth", format!("`{other}`: expected trust or scram"))),
+    };
+    c.options.table_buffer = buffer_size(&a.buffer, "--buffer")?;
+    c.options.index_buffer = buffer_size(&a.index_buffer, "--index-buffer")?;
+    Ok(c)
+}
+
+/// Runs the server until SIGTERM or Ctrl-C.
+pub fn run(a: &ServeArgs) -> Result<(), CliError> {
+    let c = config(a)?;
+    nvmedb_sql::serve(c).map_err(|e| CliError::Server { data: a.data.clone(), source: Box::new(e) })
+}

@@ -1,0 +1,170 @@
+//! The SQL view of the engine's tables.
+//!
+//! Owns: [`TableInfo`] (a table's visible columns with their SQL types, its key, its indexes,
+//! and the generator of hidden row ids) and [`Catalog`] (name → table, with a version number
+//! that every DDL statement bumps, so cached plans know to re-plan). The engine's catalog is
+//! the only schema store: everything here is derived from it when a table is opened.
+//!
+//! A table created without a primary key gets a hidden first column, [`ROWID_COLUMN`], an
+//! 8-byte integer key filled from a per-table counter (continued after a restart from the
+//! largest key present); clients never see it (`SELECT *`, COPY and INSERT without a column
+//! list skip it).
+
+use crate::error::{code, SqlError, SqlResult};
+use crate::types::SqlType;
+use nvmedb::{Database, Table};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Name of the hidden row-id column of tables created without a primary key (a name no
+/// client column may take).
+pub const ROWID_COLUMN: &str = "$rowid";
+
+/// A column as SQL sees it.
+#[derive(Debug, Clone)]
+pub struct ColumnInfo {
+    /// Name.
+    pub name: String,
+    /// SQL type.
+    pub ty: SqlType,
+    /// Whether NULL is allowed.
+    pub nullable: bool,
+}
+
+/// A table as SQL sees it.
+#[derive(Debug)]
+pub struct TableInfo {
+    /// The engine table.
+    pub table: Table,
+    /// Name.
+    pub name: String,
+    /// All engine columns in row order (the hidden row id first, when there is one).
+    pub columns: Vec<ColumnInfo>,
+    /// Whether column 0 is the hidden row id.
+    pub hidden_rowid: bool,
+    /// Engine position of the primary-key column.
+    pub pk: usize,
+    /// Secondary indexes: (name, engine column, unique).
+    pub indexes: Vec<(String, usize, bool)>,
+    /// Next hidden row id.
+    next_rowid: AtomicI64,
+}
+
+impl TableInfo {
+    /// Builds the SQL view of `table`.
+    pub fn new(table: Table) -> SqlResult<Self> {
+        let s = table.schema();
+        let columns: Vec<ColumnInfo> = s
+            .columns
+            .iter()
+            .map(|c| ColumnInfo { name: c.name.clone(), ty: SqlType::of_column(c.ty), nullable: c.nullable })
+            .collect();
+        let hidden_rowid = s.primary_key == 0 && s.columns[0].name == ROWID_COLUMN;
+        let next = if hidden_rowid {
+            table
+                .last_key()
+                .map_err(|e| SqlError::from_engine(e, Some(table.name())))?
+                .and_then(|v| v.as_int())
+                .unwrap_or(0)
+                + 1
+        } else {
+            1
+        };
+        Ok(Self {
+            name: table.name().to_string(),
+            pk: s.primary_key,
+            indexes: s.indexes.iter().map(|ix| (ix.name.clone(), ix.column, ix.unique)).collect(),
+            columns,
+            hidden_rowid,
+            next_rowid: AtomicI64::new(next),
+            table,
+        })
+    }
+
+    /// Engine positions of the columns a client sees, in order.
+    pub fn visible(&self) -> std::ops::Range<usize> {
+        usize::from(self.hidden_rowid)..self.columns.len()
+    }
+
+    /// Engine position of the visible column `name`.
+    pub fn column(&self, name: &str) -> SqlResult<usize> {
+        self.visible().find(|&i| self.columns[i].name == name).ok_or_else(|| {
+            SqlError::new(
+                code::UNDEFINED_COLUMN,
+                format!("column \"{name}\" of relation \"{}\" does not exist", self.name),
+            )
+            .with_table(&self.name)
+            .with_column(name)
+        })
+    }
+
+    /// A fresh hidden row id.
+    pub fn next_rowid(&self) -> i64 {
+        self.next_rowid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The secondary index (position) on engine column `col`, if any.
+    pub fn index_on(&self, col: usize) -> Option<usize> {
+        self.indexes.iter().position(|(_, c, _)| *c == col)
+    }
+}
+
+/// All tables, by name, with a version bumped by every DDL statement.
+#[derive(Debug)]
+pub struct Catalog {
+    tables: RwLock<HashMap<String, Arc<TableInfo>>>,
+    version: AtomicU64,
+}
+
+impl Catalog {
+    /// Reads every table of `db`.
+    pub fn load(db: &Database) -> SqlResult<Self> {
+        let mut tables = HashMap::new();
+        for name in db.table_names() {
+            let t = db.table(&name)?;
+            tables.insert(name, Arc::new(TableInfo::new(t)?));
+        }
+        Ok(Self { tables: RwLock::new(tables), version: AtomicU64::new(1) })
+    }
+
+    /// The current version (plans made at an older one are re-made).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Table `name`, or 42P01.
+    pub fn get(&self, name: &str) -> SqlResult<Arc<TableInfo>> {
+        self.tables.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned().ok_or_else(|| {
+            SqlError::new(code::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
+                .with_table(name)
+        })
+    }
+
+    /// True if table `name` exists.
+    pub fn exists(&self, name: &str) -> bool {
+        self.tables.read().unwrap_or_else(|e| e.into_inner()).contains_key(name)
+    }
+
+    /// Names of all tables, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> =
+            self.tables.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Installs (or replaces) the SQL view of `table` and bumps the version.
+    pub fn put(&self, table: Table) -> SqlResult<Arc<TableInfo>> {
+        let info = Arc::new(TableInfo::new(table)?);
+        self.tables.write().unwrap_or_else(|e| e.into_inner()).insert(info.name.clone(), info.clone());
+        self.version.fetch_add(1, Ordering::AcqRel);
+        Ok(info)
+    }
+
+    /// Forgets table `name` and bumps the version.
+    pub fn remove(&self, name: &str) {
+        self.tables.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,964 @@
+//! A client session: transaction state, settings, cached plans, COPY, and DDL.
+//!
+//! Owns: [`Engine`] (the database, its SQL catalog and the DDL gate every session shares) and
+//! [`Session`] (one client's state machine: idle, in a transaction block, or in a failed block
+//! that only ROLLBACK leaves). Statements outside a block run as their own transaction;
+//! changes commit durably before the command completes. A session dropped in the middle of
+//! a block (the client went away) rolls it back.
+//!
+//! DDL (CREATE/DROP/TRUNCATE/CREATE INDEX/ALTER TABLE ADD PRIMARY KEY) takes effect at once
+//! and is not undone by ROLLBACK; it waits, through the gate, until no other statement or
+//! transaction block is running, and is refused inside a block that has already changed
+//! rows.
+
+use crate::catalog::{Catalog, ROWID_COLUMN};
+use crate::error::{code, SqlError, SqlResult};
+use crate::exec::{Exec, Reader};
+use crate::expr::EvalCtx;
+use crate::parse::{self, Parsed};
+use crate::plan::{CopyPlan, OutCol, Planner, Prepared, Stmt};
+use crate::types::{now_micros, Datum, SqlType};
+use nvmedb::{Database, Transaction};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bit of [`Gate`]'s state word: a DDL statement holds or wants the gate.
+const EXCLUSIVE: u64 = 1 << 63;
+
+/// Lets DDL run alone: statements and transaction blocks hold it shared (one atomic add), a
+/// DDL statement exclusively (new shared holders wait while it waits or runs).
+#[derive(Debug, Default)]
+pub struct Gate {
+    state: AtomicU64,
+    writer: Mutex<()>,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn enter_shared(&self) {
+        loop {
+            let s = self.state.load(Ordering::Acquire);
+            if s & EXCLUSIVE == 0 {
+                if self.state.compare_exchange_weak(s, s + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    return;
+                }
+                continue;
+            }
+            let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            if self.state.load(Ordering::Acquire) & EXCLUSIVE != 0 {
+                let _ = self.cv.wait_timeout(g, Duration::from_millis(50));
+            }
+        }
+    }
+
+    fn leave_shared(&self) {
+        let s = self.state.fetch_sub(1, Ordering::AcqRel);
+        if s & EXCLUSIVE != 0 && (s & !EXCLUSIVE) == 1 {
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits (up to `timeout`) until no shared holder remains; the guard releases the gate.
+    fn enter_exclusive(&self, timeout: Duration) -> SqlResult<GateGuard<'_>> {
+        let w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        self.state.fetch_or(EXCLUSIVE, Ordering::AcqRel);
+        let deadline = Instant::now() + timeout;
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        while self.state.load(Ordering::Acquire) & !EXCLUSIVE != 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                self.state.fetch_and(!EXCLUSIVE, Ordering::AcqRel);
+                self.cv.notify_all();
+                return Err(SqlError::new(
+                    code::LOCK_NOT_AVAILABLE,
+                    format!(
+                        "DDL waited {timeout:?} for other sessions' statements and transaction blocks to finish; \
+                         end them and try again"
+                    ),
+                ));
+            }
+            g = self
+                .cv
+                .wait_timeout(g, (deadline - now).min(Duration::from_millis(50)))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(g);
+        Ok(GateGuard { gate: self, _writer: w })
+    }
+}
+
+struct GateGuard<'a> {
+    gate: &'a Gate,
+    _writer: std::sync::MutexGuard<'a, ()>,
+}
+
+impl Drop for GateGuard<'_> {
+    fn drop(&mut self) {
+        self.gate.state.fetch_and(!EXCLUSIVE, Ordering::AcqRel);
+        let _g = self.gate.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.gate.cv.notify_all();
+    }
+}
+
+/// What every session shares: the database, the SQL catalog, the DDL gate.
+#[derive(Debug)]
+pub struct Engine {
+    /// The database.
+    pub db: Database,
+    /// Tables as SQL sees them.
+    pub catalog: Catalog,
+    gate: Gate,
+    /// How long DDL waits for other sessions.
+    pub ddl_timeout: Duration,
+    /// Settings SHOW reports that describe the server (buffer size, durability).
+    pub server_settings: Vec<(String, String)>,
+}
+
+impl Engine {
+    /// Wraps an open database.
+    pub fn new(db: Database) -> SqlResult<Arc<Self>> {
+        let catalog = Catalog::load(&db)?;
+        let buffer_mb = db.table_pool().memory_bytes() / (1 << 20);
+        Ok(Arc::new(Self {
+            db,
+            catalog,
+            gate: Gate::default(),
+            ddl_timeout: Duration::from_secs(30),
+            server_settings: vec![("shared_buffers".into(), format!("{buffer_mb}MB"))],
+        }))
+    }
+}
+
+/// Transaction status as the protocol reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxStatus {
+    /// Not in a transaction block.
+    Idle,
+    /// In a transaction block.
+    InBlock,
+    /// In a failed transaction block (only ROLLBACK or COMMIT end it).
+    Failed,
+}
+
+/// The result of one statement.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Rows (with the columns they have), and the command tag.
+    Rows(Arc<Vec<OutCol>>, Vec<Vec<Datum>>, String),
+    /// A command tag.
+    Done(String),
+    /// COPY FROM STDIN started: the client now sends this many columns per line.
+    CopyIn(usize),
+    /// An empty query.
+    Empty,
+}
+
+/// A notice for the client (e.g. "there is no transaction in progress").
+pub type Notice = String;
+
+enum TxnState {
+    Idle,
+    Active(Box<Transaction>),
+    Failed,
+}
+
+struct CopyIn {
+    plan: CopyPlan,
+    own: Option<Box<Transaction>>,
+    buf: Vec<u8>,
+    rows: u64,
+    line: u64,
+    err: Option<SqlError>,
+    done: bool,
+    started: Instant,
+}
+
+/// One client's session.
+pub struct Session {
+    engine: Arc<Engine>,
+    state: TxnState,
+    /// The transaction block has changed rows.
+    dirty: bool,
+    /// This session holds the gate shared for its transaction block.
+    holds_gate: bool,
+    settings: HashMap<String, String>,
+    user: String,
+    database: String,
+    cache: HashMap<String, Arc<Prepared>>,
+    copy: Option<CopyIn>,
+    notices: Vec<Notice>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Session({}@{}, {:?})", self.user, self.database, self.status())
+    }
+}
+
+/// Plans kept per session for repeated simple-query texts.
+const PLAN_CACHE: usize = 256;
+
+fn default_setting(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "server_version" => "15.0",
+        "server_version_num" => "150000",
+        "server_encoding" | "client_encoding" => "UTF8",
+        "datestyle" => "ISO, MDY",
+        "timezone" => "UTC",
+        "intervalstyle" => "postgres",
+        "standard_conforming_strings" | "integer_datetimes" | "fsync" | "synchronous_commit" => "on",
+        "transaction_isolation" | "default_transaction_isolation" => "repeatable read",
+        "transaction_read_only" | "default_transaction_read_only" => "off",
+        "search_path" => "\"$user\", public",
+        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => "0",
+        "extra_float_digits" => "1",
+        "application_name" => "",
+        "max_identifier_length" => "63",
+        "block_size" => "16384",
+        "is_superuser" => "on",
+        _ => return None,
+    })
+}
+
+impl Session {
+    /// A new session for `user` on `database`.
+    pub fn new(engine: Arc<Engine>, user: &str, database: &str) -> Self {
+        Self {
+            engine,
+            state: TxnState::Idle,
+            dirty: false,
+            holds_gate: false,
+            settings: HashMap::new(),
+            user: user.to_string(),
+            database: database.to_string(),
+            cache: HashMap::new(),
+            copy: None,
+            notices: Vec::new(),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Transaction status.
+    pub fn status(&self) -> TxStatus {
+        match self.state {
+            TxnState::Idle => TxStatus::Idle,
+            TxnState::Active(_) => TxStatus::InBlock,
+            TxnState::Failed => TxStatus::Failed,
+        }
+    }
+
+    /// Notices produced since the last call.
+    pub fn take_notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// A setting's value (as SHOW and `current_setting` give it).
+    pub fn setting(&self, name: &str) -> Option<String> {
+        lookup_setting(&self.settings, &self.engine, name)
+    }
+
+    /// Plans one statement of text (as [`parse::split`] yields them).
+    pub fn prepare(&self, text: &str, param_types: &[Option<SqlType>]) -> SqlResult<Arc<Prepared>> {
+        let version = self.engine.catalog.version();
+        let mk = |stmt: Stmt| Prepared {
+            sql: text.to_string(),
+            stmt,
+            params: param_types.iter().map(|t| t.unwrap_or(SqlType::Text)).collect(),
+            columns: vec![],
+            version,
+            subqueries: vec![],
+        };
+        Ok(Arc::new(match parse::parse_one(text)? {
+            Parsed::Empty => mk(Stmt::Empty),
+            Parsed::Begin => mk(Stmt::Begin),
+            Parsed::Commit => mk(Stmt::Commit),
+            Parsed::Rollback => mk(Stmt::Rollback),
+            Parsed::Checkpoint => mk(Stmt::Checkpoint),
+            Parsed::Vacuum => mk(Stmt::NoOp("VACUUM")),
+            Parsed::Copy(spec) => {
+                let info = self.engine.catalog.get(&spec.table)?;
+                let targets = if spec.columns.is_empty() {
+                    info.visible().collect()
+                } else {
+                    spec.columns.iter().map(|c| info.column(c)).collect::<SqlResult<_>>()?
+                };
+                mk(Stmt::Copy(Box::new(CopyPlan {
+                    table: info,
+                    targets,
+                    delimiter: spec.delimiter,
+                    null: spec.null,
+                })))
+            }
+            Parsed::Sql(st) => Planner::new(&self.engine.catalog, param_types).plan(text, &st)?,
+        }))
+    }
+
+    /// A plan made at the current catalog version (re-planned after DDL).
+    fn current(&self, p: &Arc<Prepared>) -> SqlResult<Arc<Prepared>> {
+        if p.version == self.engine.catalog.version() {
+            return Ok(p.clone());
+        }
+        let types: Vec<Option<SqlType>> = p.params.iter().map(|t| Some(*t)).collect();
+        let fresh = self.prepare(&p.sql, &types)?;
+        if fresh.columns.len() != p.columns.len()
+            || fresh.columns.iter().zip(&p.columns).any(|(a, b)| a.ty != b.ty)
+        {
+            return Err(SqlError::new(
+                code::FEATURE_NOT_SUPPORTED,
+                "cached plan must not change result type",
+            ));
+        }
+        Ok(fresh)
+    }
+
+    /// Runs a query string of the simple protocol: one outcome per statement, stopping after
+    /// the first error or at a COPY (whose data comes next).
+    pub fn simple_query(&mut self, sql: &str) -> Vec<SqlResult<Outcome>> {
+        let parts = parse::split(sql);
+        if parts.is_empty() {
+            return vec![Ok(Outcome::Empty)];
+        }
+        let mut out = Vec::new();
+        for text in parts {
+            let r = self.simple_one(text);
+            let stop = matches!(r, Err(_) | Ok(Outcome::CopyIn(_)));
+            out.push(r);
+            if stop {
+                break;
+            }
+        }
+        out
+    }
+
+    fn simple_one(&mut self, text: &str) -> SqlResult<Outcome> {
+        let cached = self.cache.get(text).cloned();
+        let p = match cached {
+            Some(p) => p,
+            None => {
+                if matches!(self.state, TxnState::Failed) {
+                    // Parse only what can end the block.
+                    if let Ok(Parsed::Commit | Parsed::Rollback) = parse::parse_one(text) {
+                    } else {
+                        return Err(failed_block());
+                    }
+                }
+                let p = self.prepare(text, &[]).inspect_err(|_| self.fail_block())?;
+                if !matches!(p.stmt, Stmt::Copy(_)) {
+                    if self.cache.len() >= PLAN_CACHE {
+                        self.cache.clear();
+                    }
+                    self.cache.insert(text.to_string(), p.clone());
+                }
+                p
+            }
+        };
+        self.execute(&p, Vec::new())
+    }
+
+    /// Decodes bound parameters of `p` (text or binary, per `binary(i)`).
+    pub fn decode_params(
+        p: &Prepared,
+        raw: &[Option<&[u8]>],
+        binary: impl Fn(usize) -> bool,
+    ) -> SqlResult<Vec<Datum>> {
+        if raw.len() != p.params.len() {
+            return Err(SqlError::new(
+                code::PROTOCOL_VIOLATION,
+                format!(
+                    "bind message supplies {} parameters, but prepared statement requires {}",
+                    raw.len(),
+                    p.params.len()
+                ),
+            ));
+        }
+        raw.iter()
+            .enumerate()
+            .map(|(i, r)| match r {
+                None => Ok(Datum::Null),
+                Some(b) if binary(i) => Datum::from_binary(b, p.params[i]),
+                Some(b) => {
+                    let s = std::str::from_utf8(b).map_err(|_| {
+                        SqlError::new(
+                            code::INVALID_TEXT_REPRESENTATION,
+                            format!("parameter ${} is not UTF-8", i + 1),
+                        )
+                    })?;
+                    Datum::parse(s, p.params[i])
+                }
+            })
+            .collect()
+    }
+
+    /// Fails the transaction block after an error met outside [`Session::execute`] (e.g. a
+    /// bad Parse or Bind of the extended protocol).
+    pub fn fail_current_block(&mut self) {
+        self.fail_block();
+    }
+
+    fn fail_block(&mut self) {
+        if let TxnState::Active(tx) = std::mem::replace(&mut self.state, TxnState::Idle) {
+            let _ = tx.abort();
+            self.state = TxnState::Failed;
+            self.release_gate();
+        }
+    }
+
+    fn release_gate(&mut self) {
+        if self.holds_gate {
+            self.engine.gate.leave_shared();
+            self.holds_gate = false;
+        }
+    }
+
+    /// Runs a prepared statement with bound parameters.
+    pub fn execute(&mut self, p: &Arc<Prepared>, params: Vec<Datum>) -> SqlResult<Outcome> {
+        if self.copy.is_some() {
+            return Err(SqlError::new(code::PROTOCOL_VIOLATION, "a COPY is in progress"));
+        }
+        if matches!(self.state, TxnState::Failed) && !matches!(p.stmt, Stmt::Commit | Stmt::Rollback) {
+            return Err(failed_block());
+        }
+        let p = self.current(p).inspect_err(|_| self.fail_block())?;
+        let r = self.run(&p, &params);
+        if r.is_err() {
+            self.fail_block();
+        }
+        r
+    }
+
+    fn run(&mut self, p: &Prepared, params: &[Datum]) -> SqlResult<Outcome> {
+        match &p.stmt {
+            Stmt::Empty => Ok(Outcome::Empty),
+            Stmt::Begin => {
+                if matches!(self.state, TxnState::Active(_)) {
+                    self.notices.push("there is already a transaction in progress".into());
+                } else {
+                    self.engine.gate.enter_shared();
+                    self.holds_gate = true;
+                    self.state = TxnState::Active(Box::new(self.engine.db.begin()));
+                    self.dirty = false;
+                }
+                Ok(Outcome::Done("BEGIN".into()))
+            }
+            Stmt::Commit => match std::mem::replace(&mut self.state, TxnState::Idle) {
+                TxnState::Active(tx) => {
+                    let r = tx.commit();
+                    self.release_gate();
+                    r.map_err(SqlError::from)?;
+                    Ok(Outcome::Done("COMMIT".into()))
+                }
+                TxnState::Failed => Ok(Outcome::Done("ROLLBACK".into())),
+                TxnState::Idle => {
+                    self.notices.push("there is no transaction in progress".into());
+                    Ok(Outcome::Done("COMMIT".into()))
+                }
+            },
+            Stmt::Rollback => match std::mem::replace(&mut self.state, TxnState::Idle) {
+                TxnState::Active(tx) => {
+                    let r = tx.abort();
+                    self.release_gate();
+                    r.map_err(SqlError::from)?;
+                    Ok(Outcome::Done("ROLLBACK".into()))
+                }
+                TxnState::Failed => Ok(Outcome::Done("ROLLBACK".into())),
+                TxnState::Idle => {
+                    self.notices.push("there is no transaction in progress".into());
+                    Ok(Outcome::Done("ROLLBACK".into()))
+                }
+            },
+            Stmt::Set(name, value) => {
+                match value {
+                    Some(v) => self.settings.insert(name.clone(), v.clone()),
+                    None => self.settings.remove(name),
+                };
+                Ok(Outcome::Done("SET".into()))
+            }
+            Stmt::Show(name) => {
+                let v = self.setting(name).ok_or_else(|| {
+                    SqlError::new(
+                        code::UNDEFINED_OBJECT,
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    )
+                })?;
+                Ok(Outcome::Rows(Arc::new(p.columns.clone()), vec![vec![Datum::Text(v)]], "SHOW".into()))
+            }
+            Stmt::Checkpoint => {
+                self.engine.db.checkpoint()?;
+                Ok(Outcome::Done("CHECKPOINT".into()))
+            }
+            Stmt::NoOp(tag) => Ok(Outcome::Done((*tag).into())),
+            Stmt::Copy(plan) => {
+                let own = match self.state {
+                    TxnState::Active(_) => {
+                        self.dirty = true;
+                        None
+                    }
+                    _ => Some(Box::new(self.engine.db.begin())),
+                };
+                if own.is_some() {
+                    self.engine.gate.enter_shared();
+                }
+                let n = plan.targets.len();
+                self.copy = Some(CopyIn {
+                    plan: (**plan).clone(),
+                    own,
+                    buf: Vec::new(),
+                    rows: 0,
+                    line: 0,
+                    err: None,
+                    done: false,
+                    started: Instant::now(),
+                });
+                Ok(Outcome::CopyIn(n))
+            }
+            Stmt::CreateTable(..)
+            | Stmt::DropTable(..)
+            | Stmt::Truncate(..)
+            | Stmt::CreateIndex { .. }
+            | Stmt::AddPrimaryKey(..) => self.ddl(&p.stmt),
+            Stmt::Query(_) | Stmt::Insert(_) | Stmt::Update(_) | Stmt::Delete(_) => self.dml(p, params),
+        }
+    }
+
+    fn dml(&mut self, p: &Prepared, params: &[Datum]) -> SqlResult<Outcome> {
+        let engine = self.engine.clone();
+        let (settings, user, database) = (&self.settings, &self.user, &self.database);
+        let lookup = |n: &str| lookup_setting(settings, &engine, n);
+        let now = now_micros();
+        macro_rules! ctx {
+            ($subs:expr) => {
+                EvalCtx { params, settings: &lookup, now, user, database, subs: $subs }
+            };
+        }
+        let in_block = matches!(self.state, TxnState::Active(_));
+        if !in_block {
+            engine.gate.enter_shared();
+        }
+        let read_only = matches!(&p.stmt, Stmt::Query(q) if !q.for_update);
+        let dirty = &mut self.dirty;
+        let result = (|| -> SqlResult<Outcome> {
+            let mut own = None;
+            let mut tx: Option<&mut Transaction> = match &mut self.state {
+                TxnState::Active(tx) => {
+                    *dirty |= !read_only;
+                    Some(tx)
+                }
+                _ if read_only => None,
+                _ => Some(own.insert(engine.db.begin())),
+            };
+            let mut subs = Vec::with_capacity(p.subqueries.len());
+            for sq in &p.subqueries {
+                let ex = Exec { ctx: ctx!(&subs) };
+                let mut rd = Reader { txn: tx.as_deref_mut(), for_update: false };
+                let mut rows = ex.query(&mut rd, sq)?;
+                if rows.len() > 1 {
+                    return Err(SqlError::new(
+                        "21000",
+                        "more than one row returned by a subquery used as an expression",
+                    ));
+                }
+                let v = rows.pop().and_then(|mut r| r.pop()).unwrap_or(Datum::Null);
+                subs.push(v);
+            }
+            let ex = Exec { ctx: ctx!(&subs) };
+            let (tag, rows) = match &p.stmt {
+                Stmt::Query(q) => {
+                    let mut rd = Reader { txn: tx.as_deref_mut(), for_update: q.for_update };
+                    let rows = ex.query(&mut rd, q)?;
+                    (format!("SELECT {}", rows.len()), rows)
+                }
+                Stmt::Insert(ins) => {
+                    let (n, rows) =
+                        ex.insert(tx.as_deref_mut().expect("changes run in a transaction"), ins)?;
+                    (format!("INSERT 0 {n}"), rows)
+                }
+                Stmt::Update(m) => {
+                    let (n, rows) =
+                        ex.modify(tx.as_deref_mut().expect("changes run in a transaction"), m, false)?;
+                    (format!("UPDATE {n}"), rows)
+                }
+                Stmt::Delete(m) => {
+                    let (n, rows) = ex.modify(tx.expect("changes run in a transaction"), m, true)?;
+                    (format!("DELETE {n}"), rows)
+                }
+                _ => unreachable!("dml() runs queries and changes"),
+            };
+            if let Some(tx) = own {
+                tx.commit()?;
+            }
+            if p.columns.is_empty() {
+                Ok(Outcome::Done(tag))
+            } else {
+                Ok(Outcome::Rows(Arc::new(p.columns.clone()), rows, tag))
+            }
+        })();
+        if !in_block {
+            engine.gate.leave_shared();
+        }
+        result
+    }
+
+    /// Runs a DDL statement alone (see the module documentation).
+    fn ddl(&mut self, stmt: &Stmt) -> SqlResult<Outcome> {
+        if matches!(self.state, TxnState::Active(_)) && self.dirty {
+            return Err(SqlError::new(
+                code::FEATURE_NOT_SUPPORTED,
+                "DDL in a transaction block that has already changed rows is not supported (nvmedb runs DDL at once, outside transactions)",
+            ));
+        }
+        let held = self.holds_gate;
+        if held {
+            self.engine.gate.leave_shared();
+            self.holds_gate = false;
+        }
+        let engine = self.engine.clone();
+        let r = {
+            let _x = engine.gate.enter_exclusive(engine.ddl_timeout)?;
+            self.ddl_locked(stmt)
+        };
+        if held {
+            self.engine.gate.enter_shared();
+            self.holds_gate = true;
+        }
+        r
+    }
+
+    fn ddl_locked(&mut self, stmt: &Stmt) -> SqlResult<Outcome> {
+        let e = &self.engine;
+        let eng = |err: nvmedb::Error, t: &str| SqlError::from_engine(err, Some(t));
+        match stmt {
+            Stmt::CreateTable(name, schema, if_not_exists) => {
+                if e.catalog.exists(name) {
+                    if *if_not_exists {
+                        self.notices.push(format!("relation \"{name}\" already exists, skipping"));
+                        return Ok(Outcome::Done("CREATE TABLE".into()));
+                    }
+                    return Err(SqlError::new(
+                        code::DUPLICATE_TABLE,
+                        format!("relation \"{name}\" already exists"),
+                    )
+                    .with_table(name));
+                }
+                let t = e.db.create_table(name, schema.clone()).map_err(|err| eng(err, name))?;
+                e.catalog.put(t)?;
+                Ok(Outcome::Done("CREATE TABLE".into()))
+            }
+            Stmt::DropTable(names, if_exists) => {
+                for n in names {
+                    if !e.catalog.exists(n) && !*if_exists {
+                        return Err(SqlError::new(
+                            code::UNDEFINED_TABLE,
+                            format!("table \"{n}\" does not exist"),
+                        )
+                        .with_table(n));
+                    }
+                }
+                for n in names {
+                    if !e.catalog.exists(n) {
+                        self.notices.push(format!("table \"{n}\" does not exist, skipping"));
+                        continue;
+                    }
+                    e.db.drop_table(n).map_err(|err| eng(err, n))?;
+                    e.catalog.remove(n);
+                }
+                Ok(Outcome::Done("DROP TABLE".into()))
+            }
+            Stmt::Truncate(names) => {
+                for n in names {
+                    let info = e.catalog.get(n)?;
+                    let t =
+                        e.db.rebuild_table(n, info.table.schema().clone(), |_, _| Ok(()))
+                            .map_err(|err| eng(err, n))?;
+                    e.catalog.put(t)?;
+                }
+                Ok(Outcome::Done("TRUNCATE TABLE".into()))
+            }
+            Stmt::CreateIndex { name, table, column, unique, if_not_exists } => {
+                let info = e.catalog.get(table)?;
+                if info.indexes.iter().any(|(n, _, _)| n == name) {
+                    if *if_not_exists {
+                        self.notices.push(format!("relation \"{name}\" already exists, skipping"));
+                        return Ok(Outcome::Done("CREATE INDEX".into()));
+                    }
+                    return Err(SqlError::new(
+                        code::DUPLICATE_TABLE,
+                        format!("relation \"{name}\" already exists"),
+                    ));
+                }
+                let s = info.table.schema().clone();
+                let s = if *unique { s.with_unique_index(name, column) } else { s.with_index(name, column) }
+                    .map_err(|err| eng(err, table))?;
+                let t = rebuild_copy(&e.db, table, s)?;
+                e.catalog.put(t)?;
+                Ok(Outcome::Done("CREATE INDEX".into()))
+            }
+            Stmt::AddPrimaryKey(table, column) => {
+                let info = e.catalog.get(table)?;
+                if !info.hidden_rowid {
+                    return Err(SqlError::new(
+                        "42P16",
+                        format!("multiple primary keys for table \"{table}\" are not allowed"),
+                    ));
+                }
+                let old = info.table.schema();
+                let mut columns = old.columns[1..].to_vec();
+                let pk = columns.iter().position(|c| c.name == *column).expect("planner checked the column");
+                columns[pk].nullable = false;
+                let indexes = old
+                    .indexes
+                    .iter()
+                    .map(|ix| nvmedb::table::IndexDef { column: ix.column - 1, ..ix.clone() })
+                    .collect();
+                let s = nvmedb::Schema { columns, primary_key: pk, indexes };
+                debug_assert_ne!(old.columns[0].name, column.as_str());
+                debug_assert_eq!(old.columns[0].name, ROWID_COLUMN);
+                let t = rebuild_copy(&e.db, table, s)?;
+                e.catalog.put(t)?;
+                Ok(Outcome::Done("ALTER TABLE".into()))
+            }
+            _ => unreachable!("ddl() runs DDL statements"),
+        }
+    }
+
+    /// COPY data from the client (any split of the stream).
+    pub fn copy_data(&mut self, data: &[u8]) {
+        let Some(c) = &mut self.copy else { return };
+        if c.err.is_some() || c.done {
+            return;
+        }
+        c.buf.extend_from_slice(data);
+        let engine = self.engine.clone();
+        let tx: &mut Transaction = match (&mut c.own, &mut self.state) {
+            (Some(own), _) => own,
+            (None, TxnState::Active(tx)) => tx,
+            (None, _) => {
+                c.err = Some(SqlError::new(code::INTERNAL_ERROR, "COPY lost its transaction"));
+                return;
+            }
+        };
+        let mut start = 0;
+        while let Some(nl) = c.buf[start..].iter().position(|&b| b == b'\n') {
+            let line = &c.buf[start..start + nl];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            start += nl + 1;
+            c.line += 1;
+            if line == b"\\." {
+                c.done = true;
+                break;
+            }
+            if let Err(e) = copy_line(&c.plan, line, tx) {
+                c.err = Some(e.with_detail(format!("COPY {}, line {}", c.plan.table.name, c.line)));
+                break;
+            }
+            c.rows += 1;
+            if c.rows % 1_000_000 == 0 {
+                eprintln!(
+                    "nvmedb: COPY {}: {} rows ({:.0} rows/s)",
+                    c.plan.table.name,
+                    c.rows,
+                    c.rows as f64 / c.started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        c.buf.drain(..start);
+        let _ = engine;
+    }
+
+    /// The client finished its COPY data: commits (outside a block) and reports `COPY n`.
+    pub fn copy_done(&mut self) -> SqlResult<Outcome> {
+        let Some(mut c) = self.copy.take() else {
+            return Err(SqlError::new(code::PROTOCOL_VIOLATION, "no COPY in progress"));
+        };
+        if c.err.is_none() && !c.buf.is_empty() && !c.done {
+            // A last line without its newline.
+            let mut last = std::mem::take(&mut c.buf);
+            last.push(b'\n');
+            self.copy = Some(c);
+            self.copy_data(&last);
+            c = self.copy.take().expect("put back above");
+        }
+        let own = c.own.take();
+        if own.is_some() {
+            self.engine.gate.leave_shared();
+        }
+        if let Some(e) = c.err {
+            drop(own); // rolls back
+            self.fail_block();
+            return Err(e);
+        }
+        if let Some(tx) = own {
+            tx.commit()?;
+        }
+        Ok(Outcome::Done(format!("COPY {}", c.rows)))
+    }
+
+    /// The client abandoned its COPY.
+    pub fn copy_fail(&mut self, why: &str) -> SqlError {
+        if let Some(c) = self.copy.take() {
+            if c.own.is_some() {
+                self.engine.gate.leave_shared();
+            }
+        }
+        self.fail_block();
+        SqlError::new("57014", format!("COPY from stdin failed: {why}"))
+    }
+
+    /// True while a COPY FROM STDIN is receiving data.
+    pub fn in_copy(&self) -> bool {
+        self.copy.is_some()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A client gone mid-transaction: its transaction rolls back when dropped.
+        if let Some(c) = self.copy.take() {
+            if c.own.is_some() {
+                self.engine.gate.leave_shared();
+            }
+        }
+        self.state = TxnState::Idle;
+        self.release_gate();
+    }
+}
+
+fn lookup_setting(settings: &HashMap<String, String>, engine: &Engine, name: &str) -> Option<String> {
+    let name = name.to_ascii_lowercase();
+    if let Some(v) = settings.get(&name) {
+        return Some(v.clone());
+    }
+    if let Some((_, v)) = engine.server_settings.iter().find(|(k, _)| *k == name) {
+        return Some(v.clone());
+    }
+    default_setting(&name).map(str::to_string)
+}
+
+fn failed_block() -> SqlError {
+    SqlError::new(
+        code::IN_FAILED_SQL_TRANSACTION,
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
+}
+
+/// Rebuilds `table` under `schema`, copying its rows (progress on stderr for big tables).
+fn rebuild_copy(db: &Database, table: &str, schema: nvmedb::Schema) -> SqlResult<nvmedb::Table> {
+    let started = Instant::now();
+    db.rebuild_table(table, schema, |old, load| {
+        let to = load.table().schema().clone();
+        old.scan(|row| {
+            load.insert(&nvmedb::convert_row(&row, &to))?;
+            if load.rows() % 1_000_000 == 0 {
+                eprintln!(
+                    "nvmedb: rebuilding {table}: {} rows ({:.1} s)",
+                    load.rows(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Ok(true)
+        })
+    })
+    .map_err(|e| SqlError::from_engine(e, Some(table)))
+}
+
+/// Unescapes one field of the COPY text format.
+fn unescape(f: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(f.len());
+    let mut i = 0;
+    while i < f.len() {
+        if f[i] == b'\\' && i + 1 < f.len() {
+            i += 1;
+            let c = f[i];
+            match c {
+                b'b' => out.push(8),
+                b'f' => out.push(12),
+                b'n' => out.push(b'\n'),
+                b'r' => out.push(b'\r'),
+                b't' => out.push(b'\t'),
+                b'v' => out.push(11),
+                b'0'..=b'7' => {
+                    let mut v = 0u32;
+                    let mut n = 0;
+                    while n < 3 && i < f.len() && (b'0'..=b'7').contains(&f[i]) {
+                        v = v * 8 + u32::from(f[i] - b'0');
+                        i += 1;
+                        n += 1;
+                    }
+                    out.push(v as u8);
+                    continue;
+                }
+                b'x' if i + 1 < f.len() && f[i + 1].is_ascii_hexdigit() => {
+                    let mut v = 0u32;
+                    let mut n = 0;
+                    i += 1;
+                    while n < 2 && i < f.len() && f[i].is_ascii_hexdigit() {
+                        v = v * 16 + (f[i] as char).to_digit(16).expect("hex digit");
+                        i += 1;
+                        n += 1;
+                    }
+                    out.push(v as u8);
+                    continue;
+                }
+                other => out.push(other),
+            }
+            i += 1;
+        } else {
+            out.push(f[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Inserts one line of COPY text.
+fn copy_line(plan: &CopyPlan, line: &[u8], tx: &mut Transaction) -> SqlResult<()> {
+    let t = &plan.table;
+    let mut row = vec![nvmedb::Value::Null; t.columns.len()];
+    if t.hidden_rowid {
+        row[0] = nvmedb::Value::Int(t.next_rowid());
+    }
+    let mut fields = line.split(|&b| b == plan.delimiter);
+    for &col in &plan.targets {
+        let c = &t.columns[col];
+        let Some(f) = fields.next() else {
+            return Err(SqlError::new(
+                code::BAD_COPY_FILE_FORMAT,
+                format!("missing data for column \"{}\"", c.name),
+            ));
+        };
+        let d = if f == plan.null.as_bytes() {
+            Datum::Null
+        } else {
+            let s = unescape(f);
+            let s = std::str::from_utf8(&s).map_err(|_| {
+                SqlError::new(code::BAD_COPY_FILE_FORMAT, format!("invalid UTF-8 in column \"{}\"", c.name))
+            })?;
+            match c.ty {
+                SqlType::Text | SqlType::Varchar(_) | SqlType::Bpchar(_) => Datum::Text(s.to_string()),
+                ty => Datum::parse(s, ty).map_err(|e| e.with_column(&c.name))?,
+            }
+        };
+        if d.is_null() && !c.nullable {
+            return Err(SqlError::new(
+                code::NOT_NULL_VIOLATION,
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    c.name, t.name
+                ),
+            ));
+        }
+        row[col] = d.to_value(c.ty, &c.name)?;
+    }
+    if fields.next().is_some() {
+        return Err(SqlError::new(code::BAD_COPY_FILE_FORMAT, "extra data after last expected column"));
+    }
+    tx.insert(&t.table, &row).map_err(|e| SqlError::from_engine(e, Some(&t.name)))
+}

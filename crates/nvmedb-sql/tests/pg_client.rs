@@ -1,0 +1,431 @@
+//! A real PostgreSQL driver (tokio-postgres) against the server: simple and extended
+//! queries, parameters of every supported type in text and binary form, COPY FROM STDIN,
+//! transactions and rollback, every SQLSTATE the server promises, a client that disconnects
+//! in the middle of a transaction, and concurrent sessions moving money between accounts.
+
+use nvmedb_sql::{Server, ServerConfig};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+struct Fixture {
+    server: Option<Server>,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start(lock_timeout: Duration) -> Fixture {
+    let dir = std::env::temp_dir().join(format!(
+        "nvmedb-sql-{}-{}",
+        std::process::id(),
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    let mut config = ServerConfig::new(&dir);
+    config.listen = "127.0.0.1:0".into();
+    config.options.table_buffer = nvmedb::BufferSize::Bytes(8 << 20);
+    config.options.index_buffer = nvmedb::BufferSize::Bytes(8 << 20);
+    config.options.lock_options.lock_timeout = lock_timeout;
+    let server = Server::start(config).expect("server starts");
+    Fixture { server: Some(server), _dir: TempDir(dir) }
+}
+
+impl Fixture {
+    async fn connect(&self) -> Client {
+        let addr = self.server.as_ref().unwrap().addr();
+        let conn = format!("host={} port={} user=tester dbname=test", addr.ip(), addr.port());
+        let (client, connection) = tokio_postgres::connect(&conn, NoTls).await.expect("connects");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().unwrap();
+        }
+    }
+}
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("not a server error: {e}"))
+}
+
+fn message(e: &tokio_postgres::Error) -> String {
+    e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default()
+}
+
+async fn simple_rows(c: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    c.simple_query(sql)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_and_extended_queries_with_every_type() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    c.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, small smallint, big bigint, d double precision, b boolean, \
+         ts timestamp, n numeric(12,2), v varchar(20), t text, ch char(5), raw bytea); \
+         INSERT INTO t VALUES (1, 2, 3000000000, 1.5, true, '2024-02-29 13:45:07.5', 12.34, 'vv', 'tt', 'ab', '\\x00ff'), \
+                              (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);",
+    )
+    .await
+    .unwrap();
+    // Simple protocol: text results.
+    let rows = simple_rows(&c, "SELECT * FROM t ORDER BY id").await;
+    assert_eq!(
+        rows[0],
+        [
+            "1",
+            "2",
+            "3000000000",
+            "1.5",
+            "t",
+            "2024-02-29 13:45:07.5",
+            "12.34",
+            "vv",
+            "tt",
+            "ab   ",
+            "\\x00ff"
+        ]
+        .map(|s| Some(s.to_string()))
+    );
+    assert!(rows[1][1..].iter().all(Option::is_none));
+    // Extended protocol: binary results and typed parameters of every type.
+    let ts = UNIX_EPOCH + Duration::from_micros(1_709_214_307_500_000);
+    let row = c
+        .query_one("SELECT id, small, big, d, b, ts, v, t, ch, raw FROM t WHERE id = $1", &[&1i32])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1);
+    assert_eq!(row.get::<_, i16>(1), 2);
+    assert_eq!(row.get::<_, i64>(2), 3_000_000_000);
+    assert_eq!(row.get::<_, f64>(3), 1.5);
+    assert!(row.get::<_, bool>(4));
+    assert_eq!(row.get::<_, SystemTime>(5), ts);
+    assert_eq!(row.get::<_, &str>(6), "vv");
+    assert_eq!(row.get::<_, &str>(7), "tt");
+    assert_eq!(row.get::<_, &str>(8), "ab   ");
+    assert_eq!(row.get::<_, Vec<u8>>(9), vec![0, 255]);
+    let n = c.query_one("SELECT n FROM t WHERE id = 1", &[]).await.unwrap();
+    assert_eq!(n.get::<_, rust_decimal::Decimal>(0).to_string(), "12.34");
+    let ins = c
+        .prepare("INSERT INTO t (id, small, big, d, b, ts, n, v, t, ch, raw) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+        .await
+        .unwrap();
+    let dec = rust_decimal::Decimal::new(-98765, 3); // -98.765 → rounds to -98.77 at scale 2
+    c.execute(
+        &ins,
+        &[&3i32, &-7i16, &-1i64, &-0.25f64, &false, &ts, &dec, &"x", &"y", &"z", &vec![1u8, 2, 3]],
+    )
+    .await
+    .unwrap();
+    let back = c
+        .query_one("SELECT small, big, d, b, ts, n, v, t, ch, raw FROM t WHERE id = $1", &[&3i32])
+        .await
+        .unwrap();
+    assert_eq!(back.get::<_, i16>(0), -7);
+    assert_eq!(back.get::<_, i64>(1), -1);
+    assert_eq!(back.get::<_, f64>(2), -0.25);
+    assert!(!back.get::<_, bool>(3));
+    assert_eq!(back.get::<_, SystemTime>(4), ts);
+    assert_eq!(back.get::<_, rust_decimal::Decimal>(5).to_string(), "-98.77");
+    assert_eq!(back.get::<_, &str>(8), "z    ");
+    assert_eq!(back.get::<_, Vec<u8>>(9), vec![1, 2, 3]);
+    // NULL parameters, a prepared statement reused, RETURNING, expressions on parameters.
+    let upd = c.prepare("UPDATE t SET big = big + $1 WHERE id = $2 RETURNING big").await.unwrap();
+    for _ in 0..3 {
+        c.query_one(&upd, &[&10i64, &3i32]).await.unwrap();
+    }
+    assert_eq!(c.query_one(&upd, &[&0i64, &3i32]).await.unwrap().get::<_, i64>(0), 29);
+    c.execute("UPDATE t SET v = $1 WHERE id = 3", &[&None::<&str>]).await.unwrap();
+    assert_eq!(
+        c.query_one("SELECT v FROM t WHERE id = 3", &[]).await.unwrap().get::<_, Option<&str>>(0),
+        None
+    );
+    // Ranges, aggregates, grouping, ordering, limits, a join.
+    c.batch_execute(
+        "CREATE TABLE acct (id int PRIMARY KEY, branch int NOT NULL, bal int); CREATE INDEX acct_branch ON acct (branch); \
+         CREATE TABLE branch (bid int PRIMARY KEY, name text);",
+    )
+    .await
+    .unwrap();
+    for i in 1..=100i32 {
+        c.execute("INSERT INTO acct VALUES ($1, $2, $3)", &[&i, &(i % 4), &(i * 10)]).await.unwrap();
+    }
+    c.batch_execute("INSERT INTO branch VALUES (0, 'zero'), (1, 'one'), (2, 'two'), (3, 'three')")
+        .await
+        .unwrap();
+    let r = c
+        .query("SELECT id FROM acct WHERE id BETWEEN $1 AND $2 ORDER BY id DESC LIMIT 3", &[&10i32, &20i32])
+        .await
+        .unwrap();
+    assert_eq!(r.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>(), [20, 19, 18]);
+    let r = c
+        .query_one("SELECT count(*), sum(bal), min(bal), max(bal), avg(bal) FROM acct WHERE branch = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, i64>(0), 25);
+    assert_eq!(r.get::<_, i64>(1), (0..25).map(|k| (4 * k + 1) * 10).sum::<i64>());
+    assert_eq!((r.get::<_, i32>(2), r.get::<_, i32>(3)), (10, 970));
+    assert_eq!(r.get::<_, rust_decimal::Decimal>(4).to_string(), "490.000000");
+    let g = simple_rows(
+        &c,
+        "SELECT branch, count(*) AS n FROM acct GROUP BY branch HAVING count(*) > 24 ORDER BY 1",
+    )
+    .await;
+    assert_eq!(g.len(), 4);
+    assert_eq!(g[3], [Some("3".to_string()), Some("25".to_string())]);
+    let j = simple_rows(
+        &c,
+        "SELECT a.id, b.name FROM acct a JOIN branch b ON a.branch = b.bid WHERE a.id < 3 ORDER BY a.id",
+    )
+    .await;
+    assert_eq!(j, [[Some("1".into()), Some("one".into())], [Some("2".into()), Some("two".into())]]);
+    let j2 = simple_rows(
+        &c,
+        "SELECT count(*) FROM acct, branch WHERE branch.name = 'two' AND acct.branch = branch.bid",
+    )
+    .await;
+    assert_eq!(j2, [[Some("25".to_string())]]);
+    let sub = simple_rows(
+        &c,
+        "SELECT (SELECT max(bal) FROM acct), (SELECT count(*) FROM branch) + 1, id FROM acct \
+         WHERE bal = (SELECT min(bal) FROM acct)",
+    )
+    .await;
+    assert_eq!(sub, [[Some("1000".to_string()), Some("5".to_string()), Some("1".to_string())]]);
+    let e = c.batch_execute("SELECT (SELECT id FROM acct)").await.unwrap_err();
+    assert_eq!(code(&e), "21000");
+    // What clients send at start-up.
+    let v = simple_rows(&c, "SELECT version()").await;
+    assert!(v[0][0].as_deref().unwrap().contains("nvmedb"));
+    assert_eq!(simple_rows(&c, "SHOW client_encoding").await, [[Some("UTF8".to_string())]]);
+    c.batch_execute("SET application_name = 'tests'; SET extra_float_digits = 3").await.unwrap();
+    assert_eq!(
+        simple_rows(&c, "SELECT current_setting('application_name')").await,
+        [[Some("tests".to_string())]]
+    );
+    let now = c.query_one("SELECT now(), CURRENT_TIMESTAMP", &[]).await.unwrap();
+    let t: SystemTime = now.get(0);
+    assert!(t.duration_since(UNIX_EPOCH).unwrap().as_secs() > 1_600_000_000);
+    c.batch_execute("VACUUM ANALYZE acct; ANALYZE acct; CHECKPOINT").await.unwrap();
+    // DELETE and TRUNCATE, DROP TABLE IF EXISTS.
+    assert_eq!(c.execute("DELETE FROM acct WHERE branch = $1", &[&0i32]).await.unwrap(), 25);
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM acct").await, [[Some("75".to_string())]]);
+    c.batch_execute("TRUNCATE acct; DROP TABLE IF EXISTS nothing_here, branch").await.unwrap();
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM acct").await, [[Some("0".to_string())]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_and_transactions() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    c.batch_execute("CREATE TABLE h (tid int, delta int, note text, at timestamp)").await.unwrap();
+    // COPY in text format, split across messages at odd places, with escapes and NULLs.
+    let sink = c.copy_in("COPY h (tid, delta, note, at) FROM STDIN").await.unwrap();
+    use futures::SinkExt;
+    let mut sink = Box::pin(sink);
+    let mut data = String::new();
+    for i in 0..1000 {
+        data.push_str(&format!("{i}\t{}\tline\\t{i}\t\\N\n", i * 2));
+    }
+    for chunk in data.as_bytes().chunks(777) {
+        sink.send(bytes::Bytes::copy_from_slice(chunk)).await.unwrap();
+    }
+    assert_eq!(sink.as_mut().finish().await.unwrap(), 1000);
+    let r = simple_rows(&c, "SELECT count(*), sum(delta) FROM h").await;
+    assert_eq!(r, [[Some("1000".to_string()), Some("999000".to_string())]]);
+    assert_eq!(simple_rows(&c, "SELECT note FROM h WHERE tid = 7").await, [[Some("line\t7".to_string())]]);
+    // A bad line fails the whole COPY: nothing of it stays.
+    let sink = c.copy_in("COPY h (tid, delta) FROM STDIN").await.unwrap();
+    let mut sink = Box::pin(sink);
+    sink.send(bytes::Bytes::from_static(b"1\t2\nx\t3\n")).await.unwrap();
+    let e = sink.as_mut().finish().await.unwrap_err();
+    assert_eq!(code(&e), "22P02", "{e}");
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM h").await, [[Some("1000".to_string())]]);
+    // Rollback undoes; commit keeps.
+    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL)").await.unwrap();
+    c.batch_execute("INSERT INTO acct VALUES (1, 100), (2, 100)").await.unwrap();
+    let mut c = c;
+    let tx = c.transaction().await.unwrap();
+    tx.execute("UPDATE acct SET bal = bal - 30 WHERE id = 1", &[]).await.unwrap();
+    tx.execute("INSERT INTO acct VALUES (3, 1)", &[]).await.unwrap();
+    tx.execute("DELETE FROM acct WHERE id = 2", &[]).await.unwrap();
+    assert_eq!(tx.query_one("SELECT bal FROM acct WHERE id = 1", &[]).await.unwrap().get::<_, i32>(0), 70);
+    tx.rollback().await.unwrap();
+    assert_eq!(simple_rows(&c, "SELECT id, bal FROM acct ORDER BY id").await.len(), 2);
+    assert_eq!(simple_rows(&c, "SELECT bal FROM acct WHERE id = 1").await, [[Some("100".to_string())]]);
+    let tx = c.transaction().await.unwrap();
+    tx.execute("UPDATE acct SET bal = bal - 30 WHERE id = 1", &[]).await.unwrap();
+    tx.execute("UPDATE acct SET bal = bal + 30 WHERE id = 2", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        simple_rows(&c, "SELECT sum(bal), min(bal) FROM acct").await,
+        [[Some("200".to_string()), Some("70".to_string())]]
+    );
+    // An error fails the block: later statements are refused until ROLLBACK.
+    c.batch_execute("BEGIN").await.unwrap();
+    let e = c.batch_execute("INSERT INTO acct VALUES (1, 0)").await.unwrap_err();
+    assert_eq!(code(&e), "23505");
+    let e = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert_eq!(code(&e), "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(simple_rows(&c, "SELECT 1").await, [[Some("1".to_string())]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_promised_sqlstate() {
+    let f = start(Duration::from_millis(300));
+    let c = f.connect().await;
+    c.batch_execute(
+        "CREATE TABLE k (id int PRIMARY KEY, v int NOT NULL); INSERT INTO k VALUES (1, 1), (2, 2)",
+    )
+    .await
+    .unwrap();
+    let err = |sql: &'static str| {
+        let c = &c;
+        async move { c.batch_execute(sql).await.unwrap_err() }
+    };
+    let e = err("SELECT * FROM nope").await;
+    assert_eq!(code(&e), "42P01");
+    assert!(message(&e).contains("nope"), "{e:?}");
+    let e = err("SELECT nope FROM k").await;
+    assert_eq!(code(&e), "42703");
+    assert!(message(&e).contains("nope"));
+    let e = err("INSERT INTO k VALUES (1, 5)").await;
+    assert_eq!(code(&e), "23505");
+    assert!(message(&e).contains('k') && message(&e).contains('1'), "{}", message(&e));
+    let e = err("INSERT INTO k (id) VALUES (9)").await;
+    assert_eq!(code(&e), "23502");
+    assert!(message(&e).contains("\"v\""), "{}", message(&e));
+    let e = err("SELEKT 1").await;
+    assert_eq!(code(&e), "42601");
+    let e = err("SELECT * FROM k WHERE id = 'abc'").await;
+    assert_eq!(code(&e), "22P02");
+    assert!(message(&e).contains("abc"));
+    let e = c.query("SELECT * FROM k WHERE id = $1::text::int", &[&"x1"]).await.unwrap_err();
+    assert_eq!(code(&e), "22P02");
+    let e = err("CREATE VIEW vk AS SELECT * FROM k").await;
+    assert_eq!(code(&e), "0A000");
+    assert!(message(&e).contains("CREATE VIEW"), "{}", message(&e));
+    // pgbench's partition probe reads pg_catalog: an error, so pgbench assumes no partitions.
+    let e = err("select o.n, p.partstrat from pg_catalog.pg_class as c where c.relname = 'k'").await;
+    assert_eq!(code(&e), "0A000");
+    // 40P01: two transactions lock rows in opposite orders.
+    let (a, b) = (f.connect().await, f.connect().await);
+    a.batch_execute("BEGIN; UPDATE k SET v = v + 1 WHERE id = 1").await.unwrap();
+    b.batch_execute("BEGIN; UPDATE k SET v = v + 1 WHERE id = 2").await.unwrap();
+    let (ra, rb) = tokio::join!(
+        a.batch_execute("UPDATE k SET v = v + 1 WHERE id = 2"),
+        b.batch_execute("UPDATE k SET v = v + 1 WHERE id = 1")
+    );
+    let codes: Vec<String> = [&ra, &rb].iter().filter_map(|r| r.as_ref().err()).map(code).collect();
+    assert!(codes.contains(&"40P01".to_string()), "{codes:?}");
+    a.batch_execute("ROLLBACK").await.unwrap();
+    b.batch_execute("ROLLBACK").await.unwrap();
+    // 55P03: a lock held longer than the lock timeout (no cycle).
+    a.batch_execute("BEGIN; UPDATE k SET v = 10 WHERE id = 1").await.unwrap();
+    let e = b.batch_execute("UPDATE k SET v = 20 WHERE id = 1").await.unwrap_err();
+    assert_eq!(code(&e), "55P03");
+    a.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(simple_rows(&b, "SELECT v FROM k WHERE id = 1").await, [[Some("10".to_string())]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_transaction_is_rolled_back() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    c.batch_execute("CREATE TABLE k (id int PRIMARY KEY, v int); INSERT INTO k VALUES (1, 1)").await.unwrap();
+    {
+        let gone = f.connect().await;
+        gone.batch_execute("BEGIN; UPDATE k SET v = 99 WHERE id = 1; INSERT INTO k VALUES (2, 2)")
+            .await
+            .unwrap();
+        // Dropped here: the socket closes with the transaction open.
+    }
+    // The row lock is released when the server notices; then the old value is back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = simple_rows(&c, "SELECT v FROM k WHERE id = 1").await;
+        if r == [[Some("1".to_string())]] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the gone client's change is still visible: {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM k").await, [[Some("1".to_string())]]);
+    // A malformed message ends only its own connection.
+    let addr = f.server.as_ref().unwrap().addr();
+    let mut raw = std::net::TcpStream::connect(addr).unwrap();
+    use std::io::Write;
+    raw.write_all(&[0, 0, 0, 3, 0xde, 0xad]).unwrap();
+    drop(raw);
+    assert_eq!(simple_rows(&c, "SELECT v FROM k WHERE id = 1").await, [[Some("1".to_string())]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sessions_keep_the_total() {
+    let f = start(Duration::from_secs(10));
+    let c = f.connect().await;
+    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY, bal bigint NOT NULL)").await.unwrap();
+    for i in 0..20i32 {
+        c.execute("INSERT INTO acct VALUES ($1, 1000)", &[&i]).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let mut client = f.connect().await;
+        tasks.push(tokio::spawn(async move {
+            let mut seed = w * 7919 + 1;
+            let mut done = 0;
+            let mut retries = 0;
+            while done < 40 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let (from, to) = ((seed >> 33) % 20, (seed >> 45) % 20);
+                if from == to {
+                    continue;
+                }
+                let tx = client.transaction().await.unwrap();
+                let r: Result<(), tokio_postgres::Error> = async {
+                    tx.execute("UPDATE acct SET bal = bal - 7 WHERE id = $1", &[&(from as i32)]).await?;
+                    tx.execute("UPDATE acct SET bal = bal + 7 WHERE id = $1", &[&(to as i32)]).await?;
+                    Ok(())
+                }
+                .await;
+                match r {
+                    Ok(()) => {
+                        tx.commit().await.unwrap();
+                        done += 1;
+                    }
+                    Err(e) => {
+                        assert!(["40P01", "55P03"].contains(&code(&e).as_str()), "{e}");
+                        let _ = tx.rollback().await;
+                        retries += 1;
+                    }
+                }
+            }
+            retries
+        }));
+    }
+    let mut retries = 0;
+    for t in tasks {
+        retries += t.await.unwrap();
+    }
+    let r = simple_rows(&c, "SELECT sum(bal), count(*) FROM acct").await;
+    assert_eq!(r, [[Some("20000".to_string()), Some("20".to_string())]], "after {retries} retried deadlocks");
+}
