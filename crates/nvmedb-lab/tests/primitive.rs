@@ -241,3 +241,23 @@ fn summary_model_and_targets_on_synthetic_points() {
     assert_eq!(line.points, vec![(1.0, 50.0), (100.0, 100.0)]);
     assert!(device_ceiling_series(&r, "optane", Workload::Update).is_none(), "no update points");
 }
+
+/// Memory and every emulated profile share one RAM image of the database, each writing it
+/// under its own log. Tracing a device after another one has written the image must still
+/// open it (a new log per open): pairing the image with the traced device's earlier log would
+/// end the log before the catalog's last checkpoint, which the engine refuses as lost records.
+#[test]
+fn tracing_a_device_after_another_wrote_the_shared_image_opens_it() {
+    if !nvmedb_lab::report::font_path().exists() {
+        eprintln!("skipping: no plot font at {}", nvmedb_lab::report::font_path().display());
+        return;
+    }
+    let root = temp_dir("shared-image");
+    let mut cfg = tiny(&root);
+    cfg.devices = vec![DeviceKind::Emulated("optane".into()), DeviceKind::Memory];
+    cfg.repetitions = 1;
+    cfg.trace_device = Some("optane".into());
+    let out = run(&root, &cfg).expect("traces optane after memory wrote the image");
+    assert!(out.dir.join("trace_update_optane.svg").exists());
+    let _ = std::fs::remove_dir_all(&root);
+}

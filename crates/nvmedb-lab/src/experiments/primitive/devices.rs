@@ -23,8 +23,9 @@ pub struct PreparedDevice {
     pub kind: DeviceKind,
     /// Where the data lives.
     pub storage: Arc<dyn Storage>,
-    /// The two copies of the write-ahead log, on the same kind of device as the data.
-    pub logs: (Arc<dyn Storage>, Arc<dyn Storage>),
+    /// The two copies of the write-ahead log of the disk database (its own directory). Devices
+    /// on the shared RAM image get a new log at every open instead (see [`open_at`]).
+    pub logs: Option<(Arc<dyn Storage>, Arc<dyn Storage>)>,
     /// What the device measured, and its sizes.
     pub report: DeviceReport,
 }
@@ -201,7 +202,7 @@ pub fn prepare(
     if let DeviceKind::Emulated(_) = kind {
         report.label = format!("{} (EMULATED, read p50 {:.1} µs)", kind.name(), report.read_qd1_p50_us);
     }
-    let logs: (Arc<dyn Storage>, Arc<dyn Storage>) = match kind {
+    let logs = match kind {
         DeviceKind::Disk => {
             let dir = cfg.disk_db_dir();
             let open = |d: std::path::PathBuf| -> Result<Arc<dyn Storage>> {
@@ -210,15 +211,30 @@ pub fn prepare(
                         .map_err(LabError::engine(format!("opening the log directory {}", d.display())))?,
                 ))
             };
-            (open(dir.join("wal"))?, open(dir.join("wal-mirror"))?)
+            Some((open(dir.join("wal"))?, open(dir.join("wal-mirror"))?))
         }
-        DeviceKind::Memory => (Arc::new(MemStorage::new()), Arc::new(MemStorage::new())),
+        DeviceKind::Memory | DeviceKind::Emulated(_) => None,
+    };
+    Ok(PreparedDevice { kind: kind.clone(), storage, logs, report })
+}
+
+/// The log for one open of `dev`'s database: the disk database's own log directories, or a new
+/// pair of log storages on the device's kind for the RAM image. That image is shared by
+/// `memory` and every emulated profile, each of which writes it under its own log; reopening it
+/// with an earlier device's log would pair the data with a log that ends before the catalog's
+/// last checkpoint (the engine refuses that as lost log records). Every open of the image
+/// follows a clean close, so a new log loses nothing.
+fn logs_for(cfg: &PrimitiveConfig, dev: &PreparedDevice) -> Result<(Arc<dyn Storage>, Arc<dyn Storage>)> {
+    if let Some((a, b)) = &dev.logs {
+        return Ok((a.clone(), b.clone()));
+    }
+    Ok(match &dev.kind {
         DeviceKind::Emulated(p) => (
             Arc::new(EmulatedStorage::in_memory(cfg.profile(p)?, cfg.seed ^ 1)),
             Arc::new(EmulatedStorage::in_memory(cfg.profile(p)?, cfg.seed ^ 2)),
         ),
-    };
-    Ok(PreparedDevice { kind: kind.clone(), storage, logs, report })
+        _ => (Arc::new(MemStorage::new()), Arc::new(MemStorage::new())),
+    })
 }
 
 /// An open database at one buffer size, with its tables.
@@ -242,7 +258,7 @@ pub fn open_at(cfg: &PrimitiveConfig, dev: &PreparedDevice, pct: f64) -> Result<
     let index_bytes = (dev.report.index_bytes * 2).max(16 << 20);
     let db = Database::open_with_storages(
         dev.storage.clone(),
-        Some((dev.logs.0.clone(), dev.logs.1.clone())),
+        Some(logs_for(cfg, dev)?),
         cfg.options(buffer_bytes, index_bytes)?,
     )
     .map_err(LabError::engine("opening the database"))?;
