@@ -815,6 +815,12 @@ impl BufferPool {
         })
     }
 
+    /// The most pages one [`BufferPool::prefetch`] call of this thread reads: an eighth of the
+    /// frames of the thread's partition (the whole pool under SHR-k, its own part under SEP).
+    pub fn read_ahead_limit(&self) -> usize {
+        (self.partition().arena.len() / 8).max(1)
+    }
+
     /// Reads the non-resident pages among `pages` of file `file_id` with one batched device
     /// submission (many reads in flight), so that later fixes hit. Pages already resident are
     /// skipped; pages past the end of the file are ignored. Returns how many pages were read.
@@ -835,7 +841,7 @@ impl BufferPool {
                 continue;
             }
             // Leave most of the pool to other threads: read ahead into at most an eighth.
-            if claimed.len() >= (part.arena.len() / 8).max(1) {
+            if claimed.len() >= self.read_ahead_limit() {
                 break;
             }
             // One sweep, no waiting: read-ahead is advice.
