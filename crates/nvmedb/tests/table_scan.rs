@@ -1,6 +1,7 @@
 //! Partitioned scans with read-ahead under each buffer policy: every row is seen exactly once,
-//! and a cold pass reads every heap page exactly once (counted by the pool), whatever the
-//! number of scanning threads, the read-ahead depth and the policy.
+//! and a cold pass reads every heap page (exactly once under SEP, where each thread reads into
+//! its own partition, and with one thread; counted by the pool), whatever the number of
+//! scanning threads, the read-ahead depth and the policy.
 
 use nvmedb::buffer::BufferPolicy;
 use nvmedb::io::{MemStorage, Storage};
@@ -23,7 +24,7 @@ fn options(policy: BufferPolicy, frames: u64) -> Options {
 }
 
 #[test]
-fn a_cold_pass_reads_every_page_once_under_every_policy() {
+fn a_cold_pass_reads_every_page_under_every_policy() {
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let schema = Schema::new(vec![("id", ColumnType::Int), ("pad", ColumnType::Char(200))]);
     {
@@ -68,7 +69,13 @@ fn a_cold_pass_reads_every_page_once_under_every_policy() {
                 assert_eq!(seen.load(Ordering::Relaxed), ROWS as u64, "{what}");
                 assert_eq!(sum.load(Ordering::Relaxed), (ROWS * (ROWS - 1) / 2) as u64, "{what}");
                 let d = db.buffer_stats().0.since(&before);
-                assert_eq!(d.reads, pages, "{what}: every page read exactly once");
+                if matches!(policy, BufferPolicy::Separated { .. }) || threads == 1 {
+                    assert_eq!(d.reads, pages, "{what}: every page read exactly once");
+                } else {
+                    // In a shared pool a page read ahead for a thread that is off the CPU can be
+                    // evicted by the others before it is used, and is then read again.
+                    assert!(d.reads >= pages, "{what}: {} reads of {pages} pages", d.reads);
+                }
                 db.close().unwrap();
             }
         }
