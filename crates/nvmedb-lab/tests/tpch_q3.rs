@@ -73,3 +73,50 @@ fn q3_matches_the_reference_under_every_policy_and_worker_count() {
     assert_eq!(got, tpch::q3_reference(SF, &other).unwrap());
     assert_ne!(got, reference);
 }
+
+#[test]
+fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
+    use nvmedb_lab::experiment::{self, RunOptions};
+    use nvmedb_lab::experiments::tpch::{TpchBench, TpchConfig};
+    let dir = std::env::temp_dir().join(format!("nvmedb-tpch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = TpchConfig {
+        data_dir: dir.join("data"),
+        sf: SF,
+        page_size: 8192,
+        workers: vec![1, 2],
+        read_ahead: 4,
+        policies: vec!["shr-1".into(), "sep".into()],
+        devices: vec!["disk".into(), "optane-x2".into()],
+        reps: 1,
+        device_secs: 0.2,
+        use_fio: false,
+        ..TpchConfig::default()
+    };
+    let opts = RunOptions { results_root: dir.join("results"), progress: false };
+    let out = experiment::run::<TpchBench>(&cfg, &opts).expect("lab tpch");
+    let r = &out.results;
+    assert!(!r.load.reused);
+    assert_eq!(r.load.rows, tpch::cardinalities(SF));
+    assert_eq!(r.answer, tpch::q3_reference(SF, &Q3Params::default()).unwrap());
+    assert_eq!(r.points.len(), 2 * 2 * 2, "devices x policies x workers");
+    for p in &r.points {
+        assert!(p.pages_per_s.median > 0.0 && p.limit_iops > 0.0, "{p:?}");
+        assert_eq!(p.kind, if p.device == "disk" { "REAL" } else { "EMULATED" });
+        if p.policy == "SEP" || p.workers == 1 {
+            assert_eq!(p.reads_per_page, 1.0, "{p:?}");
+        }
+    }
+    assert!(r.device_labels.iter().any(|(_, l)| l.contains("EMULATED") && l.contains("µs")));
+    for f in
+        ["points.csv", "ratios.csv", "limits.csv", "iops_disk.png", "time_optane_x2.svg", "ratio_disk.png"]
+    {
+        assert!(out.dir.join(f).exists(), "{f}");
+    }
+    assert!(out.summary.text.contains("% of the device limit"));
+    // A second run finds the loaded database and reuses it.
+    let again = TpchConfig { devices: vec!["disk".into()], workers: vec![2], ..cfg };
+    let out = experiment::run::<TpchBench>(&again, &opts).expect("second run");
+    assert!(out.results.load.reused);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -47,6 +47,48 @@ pub fn randread_iops(
     v["jobs"][0]["read"]["iops"].as_f64()
 }
 
+/// fio's sequential-read IOPS on `file` (O_DIRECT, io_uring, read-only): `jobs` jobs, each
+/// reading its own contiguous slice of `size_bytes / jobs` (as the partitioned scans do) with
+/// `depth` reads in flight, or `None` when fio is missing or fails.
+pub fn seqread_iops(
+    file: &Path,
+    block_bytes: usize,
+    size_bytes: u64,
+    jobs: usize,
+    depth: usize,
+    secs: f64,
+) -> Option<f64> {
+    let slice = (size_bytes / jobs.max(1) as u64) / block_bytes as u64 * block_bytes as u64;
+    if slice == 0 {
+        return None;
+    }
+    let out = Command::new("fio")
+        .args([
+            "--name=nvmedb-seq",
+            &format!("--filename={}", file.display()),
+            "--readonly",
+            "--rw=read",
+            &format!("--bs={block_bytes}"),
+            "--direct=1",
+            "--ioengine=io_uring",
+            &format!("--iodepth={depth}"),
+            &format!("--numjobs={jobs}"),
+            &format!("--size={slice}"),
+            &format!("--offset_increment={slice}"),
+            "--group_reporting",
+            "--time_based",
+            &format!("--runtime={}", secs.ceil().max(1.0) as u64),
+            "--output-format=json",
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["jobs"][0]["read"]["iops"].as_f64()
+}
+
 /// fio's rate of 4 KiB sequential O_DIRECT writes each followed by fdatasync, one job, in a
 /// scratch file under `dir` (removed afterwards).
 pub fn fdatasync_iops(dir: &Path, secs: f64) -> Option<f64> {
