@@ -120,3 +120,22 @@ fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
     assert!(out.results.load.reused);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The reference evaluation itself against the TPC-H answer set shipped with tpchgen (SF 1,
+/// validation parameters). Generates 6 million lineitems: run with `--ignored`.
+#[test]
+#[ignore]
+fn the_reference_reproduces_the_official_sf1_answer() {
+    let got: Vec<String> =
+        tpch::q3_reference(1.0, &Q3Params::default()).unwrap().iter().map(|r| r.line()).collect();
+    let want: Vec<String> = tpchgen::q_and_a::answers_sf1::Q3_ANSWER
+        .lines()
+        .skip(2)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            format!("{}|{}|{}|{}", f[0], f[1], f[2], f[3])
+        })
+        .collect();
+    assert_eq!(got, want);
+}

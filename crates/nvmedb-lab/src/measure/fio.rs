@@ -48,8 +48,10 @@ pub fn randread_iops(
 }
 
 /// fio's sequential-read IOPS on `file` (O_DIRECT, io_uring, read-only): `jobs` jobs, each
-/// reading its own contiguous slice of `size_bytes / jobs` (as the partitioned scans do) with
-/// `depth` reads in flight, or `None` when fio is missing or fails.
+/// reading its own contiguous slice of `size_bytes / jobs` (as the partitioned scans do) in
+/// batches of `depth` reads submitted together and reaped together (as a scan's read-ahead
+/// does; the block layer may merge a batch's adjacent reads), or `None` when fio is missing or
+/// fails.
 pub fn seqread_iops(
     file: &Path,
     block_bytes: usize,
@@ -72,6 +74,8 @@ pub fn seqread_iops(
             "--direct=1",
             "--ioengine=io_uring",
             &format!("--iodepth={depth}"),
+            &format!("--iodepth_batch_submit={depth}"),
+            &format!("--iodepth_batch_complete_min={depth}"),
             &format!("--numjobs={jobs}"),
             &format!("--size={slice}"),
             &format!("--offset_increment={slice}"),

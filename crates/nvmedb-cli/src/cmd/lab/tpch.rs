@@ -17,8 +17,8 @@ pub struct TpchArgs {
     /// size, reused across runs when it matches).
     #[arg(long, default_value = "nvmedb-data/tpch")]
     pub data_dir: PathBuf,
-    /// TPC-H scale factor (seed 004: 100; SF 0.1 loads in about a minute on 2 cores).
-    #[arg(long, default_value_t = 0.1)]
+    /// TPC-H scale factor (seed 004: 100; SF 0.2 loads in about a minute on 2 cores).
+    #[arg(long, default_value_t = 0.2)]
     pub sf: f64,
     /// Table page size (bytes or with a K suffix; seed 004: 16K).
     #[arg(long, default_value = "16k")]

@@ -268,8 +268,8 @@ pub struct Limit {
     pub workers: usize,
     /// Reads in flight per thread (= the query's read-ahead).
     pub depth: usize,
-    /// iobench: page-size sequential reads, each thread its own slice, through the engine's
-    /// Device (the emulator for emulated devices).
+    /// iobench: page-size sequential reads, each thread its own slice, `depth` submitted
+    /// together, through the engine's Device (the emulator for emulated devices).
     pub iobench_iops: f64,
     /// CPU µs per read iobench's process spent (for emulated devices: the emulator's cost).
     pub iobench_cpu_us_per_read: f64,
@@ -300,7 +300,9 @@ pub fn limit(cfg: &TpchConfig, spec: &DeviceSpec, load: &LoadInfo, workers: usiz
             ..IoBenchConfig::default()
         },
     };
-    let c = IoBenchConfig { pattern: Pattern::Sequential, depth, threads: workers, ..base };
+    // Batches of `depth` submitted together, as a scan's read-ahead submits them.
+    let c =
+        IoBenchConfig { pattern: Pattern::Sequential, depth, threads: workers, submit_batch: depth, ..base };
     let r = iobench::measure(&c, false).map_err(LabError::in_part(format!("iobench on {}", spec.short())))?;
     let fio_iops = match (&spec.profile, cfg.use_fio) {
         (None, true) => {

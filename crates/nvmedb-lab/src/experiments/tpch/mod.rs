@@ -70,7 +70,7 @@ impl Default for TpchConfig {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from("nvmedb-data/tpch"),
-            sf: 0.1,
+            sf: 0.2,
             page_size: 16384,
             load_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             reload: false,
@@ -129,7 +129,8 @@ pub struct Point {
     pub pages_per_s: Spread,
     /// MiB/s read (median).
     pub mib_per_s: f64,
-    /// Share of page fixes served without a device read: 1 − reads / pages scanned (median).
+    /// Share of page fixes served without a device read: 1 − reads / pages scanned, at least 0
+    /// (median; pages read again after an eviction show in `reads_per_page`).
     pub hit_ratio: f64,
     /// Pages read / pages in the three tables (1 = each page once; more = read again after
     /// an eviction; median).
@@ -239,7 +240,7 @@ impl Experiment for TpchBench {
             for &w in &cfg.workers {
                 let l = devices::limit(cfg, spec, &load, w)?;
                 env.note(format!(
-                    "  limit {} x{w} QD{}: iobench {:.0} pages/s ({:.1} CPU µs/read), fio {}",
+                    "  limit of {}, {w} workers x QD{}: iobench {:.0} pages/s ({:.1} CPU µs/read), fio {}",
                     spec.short(),
                     l.depth,
                     l.iobench_iops,
@@ -367,7 +368,7 @@ fn point(
         seconds: Spread::of(&ss.iter().map(|s| s.seconds).collect::<Vec<_>>()),
         pages_per_s,
         mib_per_s: pages_per_s.median * cfg.page_size as f64 / (1 << 20) as f64,
-        hit_ratio: med(&|s| 1.0 - s.reads as f64 / pages_total as f64),
+        hit_ratio: med(&|s| (1.0 - s.reads as f64 / pages_total as f64).max(0.0)),
         reads_per_page: med(&|s| s.reads as f64 / pages_total as f64),
         latch_waits: med(&|s| s.latch_waits as f64),
         latch_wait_ms: med(&|s| s.latch_wait_ns as f64 / 1e6),
