@@ -22,29 +22,7 @@ pub fn randread_iops(
     engine: &str,
     secs: f64,
 ) -> Option<f64> {
-    let out = Command::new("fio")
-        .args([
-            "--name=nvmedb-ref",
-            &format!("--filename={}", file.display()),
-            "--readonly",
-            "--rw=randread",
-            &format!("--bs={block_bytes}"),
-            "--direct=1",
-            &format!("--ioengine={engine}"),
-            &format!("--iodepth={depth}"),
-            &format!("--numjobs={jobs}"),
-            "--group_reporting",
-            "--time_based",
-            &format!("--runtime={}", secs.ceil().max(1.0) as u64),
-            "--output-format=json",
-        ])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["jobs"][0]["read"]["iops"].as_f64()
+    read_iops(file, &["--rw=randread".into(), format!("--ioengine={engine}")], block_bytes, jobs, depth, secs)
 }
 
 /// fio's sequential-read IOPS on `file` (O_DIRECT, io_uring, read-only): `jobs` jobs, each
@@ -64,26 +42,43 @@ pub fn seqread_iops(
     if slice == 0 {
         return None;
     }
+    let shape = [
+        "--rw=read".to_string(),
+        "--ioengine=io_uring".into(),
+        format!("--iodepth_batch_submit={depth}"),
+        format!("--iodepth_batch_complete_min={depth}"),
+        format!("--size={slice}"),
+        format!("--offset_increment={slice}"),
+    ];
+    read_iops(file, &shape, block_bytes, jobs, depth, secs)
+}
+
+/// Runs a read-only, O_DIRECT, time-based fio job of `jobs` × `depth` reads of `block_bytes`
+/// on `file` with the extra `shape` options; its read IOPS, or `None` when fio is missing or
+/// fails.
+fn read_iops(
+    file: &Path,
+    shape: &[String],
+    block_bytes: usize,
+    jobs: usize,
+    depth: usize,
+    secs: f64,
+) -> Option<f64> {
     let out = Command::new("fio")
         .args([
-            "--name=nvmedb-seq",
-            &format!("--filename={}", file.display()),
-            "--readonly",
-            "--rw=read",
-            &format!("--bs={block_bytes}"),
-            "--direct=1",
-            "--ioengine=io_uring",
-            &format!("--iodepth={depth}"),
-            &format!("--iodepth_batch_submit={depth}"),
-            &format!("--iodepth_batch_complete_min={depth}"),
-            &format!("--numjobs={jobs}"),
-            &format!("--size={slice}"),
-            &format!("--offset_increment={slice}"),
-            "--group_reporting",
-            "--time_based",
-            &format!("--runtime={}", secs.ceil().max(1.0) as u64),
-            "--output-format=json",
+            "--name=nvmedb-ref".to_string(),
+            format!("--filename={}", file.display()),
+            "--readonly".into(),
+            format!("--bs={block_bytes}"),
+            "--direct=1".into(),
+            format!("--iodepth={depth}"),
+            format!("--numjobs={jobs}"),
+            "--group_reporting".into(),
+            "--time_based".into(),
+            format!("--runtime={}", secs.ceil().max(1.0) as u64),
+            "--output-format=json".into(),
         ])
+        .args(shape)
         .output()
         .ok()?;
     if !out.status.success() {
