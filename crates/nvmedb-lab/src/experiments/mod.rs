@@ -3,10 +3,10 @@
 //!
 //! Owns: [`iobench`] (fio-like device benchmark), [`engine`] (buffer manager, tables, locks),
 //! [`commit`] (durable commits, the log alone, recovery), [`primitive`] (seed 000/001 primitive
-//! workload), [`xlog`] (seed 002 §6), [`ha`] (seed 000 Case B, seed 002 Fig. 13). Invariant:
-//! an experiment imports shared pieces from `measure/`, `workload/` and `report/`, never from
-//! another experiment (iobench's [`iobench::measure`] is the device reference every experiment
-//! may call).
+//! workload), [`xlog`] (seed 002 §6), [`ha`] (seed 000 Case B, seed 002 Fig. 13), [`tpch`]
+//! (seed 004: TPC-H Q3 under SHR-k and SEP). Invariant: an experiment imports shared pieces
+//! from `measure/`, `workload/` and `report/`, never from another experiment (iobench's
+//! [`iobench::measure`] is the device reference every experiment may call).
 
 pub mod commit;
 pub mod engine;
@@ -14,4 +14,5 @@ pub mod ha;
 pub mod iobench;
 pub mod primitive;
 pub mod tpcc;
+pub mod tpch;
 pub mod xlog;

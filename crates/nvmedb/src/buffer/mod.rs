@@ -239,6 +239,10 @@ pub struct BufferStats {
     pub io_wait_ns: u64,
     /// Writes done by the background writer (a subset of `writes`).
     pub background_writes: u64,
+    /// Page-table lock or page latch acquisitions that found it held and waited.
+    pub latch_waits: u64,
+    /// Nanoseconds threads spent in those waits.
+    pub latch_wait_ns: u64,
 }
 
 impl BufferStats {
@@ -262,6 +266,8 @@ impl BufferStats {
             evictions: self.evictions - earlier.evictions,
             io_wait_ns: self.io_wait_ns - earlier.io_wait_ns,
             background_writes: self.background_writes - earlier.background_writes,
+            latch_waits: self.latch_waits - earlier.latch_waits,
+            latch_wait_ns: self.latch_wait_ns - earlier.latch_wait_ns,
         }
     }
 }

@@ -55,6 +55,10 @@ struct Partition {
     background_writes: AtomicU64,
     evictions: AtomicU64,
     io_wait_ns: AtomicU64,
+    /// Acquisitions of a page-table lock or a page latch that found it held and waited.
+    latch_waits: AtomicU64,
+    /// Nanoseconds spent in those waits.
+    latch_wait_ns: AtomicU64,
     /// Frames currently being written back (at most one write-back per frame at a time).
     writing: Box<[AtomicBool]>,
 }
@@ -73,12 +77,51 @@ impl Partition {
             background_writes: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             io_wait_ns: AtomicU64::new(0),
+            latch_waits: AtomicU64::new(0),
+            latch_wait_ns: AtomicU64::new(0),
             writing: (0..frames).map(|_| AtomicBool::new(false)).collect(),
         })
     }
 
     fn stripe(&self, key: u64) -> &Stripe {
         &self.stripes[stripe_of(key, self.stripes.len())]
+    }
+
+    /// Locks the page-table stripe of `key`; a lock found held is waited for and the wait
+    /// counted (seed 004's SHR-k contention).
+    fn lock_stripe(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, u32, PageKeyBuild>> {
+        let m = &self.stripe(key).map;
+        match m.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let t0 = Instant::now();
+                let g = lock(m);
+                self.count_latch_wait(t0);
+                g
+            }
+        }
+    }
+
+    /// Latches frame `i` shared; a latch found held exclusively (a load or change in
+    /// progress) is waited for and the wait counted.
+    fn read_latch(&self, i: usize) -> RwLockReadGuard<'_, ()> {
+        let l = &self.arena.frames[i].latch;
+        match l.try_read() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let t0 = Instant::now();
+                let g = l.read().unwrap_or_else(|e| e.into_inner());
+                self.count_latch_wait(t0);
+                g
+            }
+        }
+    }
+
+    fn count_latch_wait(&self, since: Instant) {
+        self.latch_waits.fetch_add(1, Relaxed);
+        self.latch_wait_ns.fetch_add(since.elapsed().as_nanos() as u64, Relaxed);
     }
 
     /// Counts a buffer hit in this thread's shard.
@@ -485,7 +528,7 @@ impl BufferPool {
             let f = &part.arena.frames[i];
             let fixed = match mode {
                 FixMode::Shared => {
-                    let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
+                    let g = part.read_latch(i);
                     Fixed::Shared(PageRef { part, frame: i, pid, pinned: true, latch: Some(g) })
                 }
                 FixMode::Exclusive => {
@@ -537,10 +580,9 @@ impl BufferPool {
                 part.unpin(i);
             }
         }
-        let stripe = part.stripe(key);
         loop {
             {
-                let map = lock(&stripe.map);
+                let map = part.lock_stripe(key);
                 if let Some(&i) = map.get(&key) {
                     let f = &part.arena.frames[i as usize];
                     f.pins.fetch_add(1, AcqRel);
@@ -564,7 +606,7 @@ impl BufferPool {
             let f = &part.arena.frames[victim];
             let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
             {
-                let mut map = lock(&stripe.map);
+                let mut map = part.lock_stripe(key);
                 if map.contains_key(&key) {
                     // Another thread loaded it meanwhile: give the frame back and take the hit.
                     drop(map);
@@ -600,7 +642,7 @@ impl BufferPool {
                 }
                 Err(e) => {
                     {
-                        let mut map = lock(&stripe.map);
+                        let mut map = part.lock_stripe(key);
                         map.remove(&key);
                         part.xlate.clear(key, victim);
                         f.page_key.store(NO_PAGE, Release);
@@ -665,8 +707,7 @@ impl BufferPool {
                 self.write_back(part, i, key, false)?;
                 continue;
             }
-            let stripe = part.stripe(key);
-            let mut map = lock(&stripe.map);
+            let mut map = part.lock_stripe(key);
             if f.page_key.load(Acquire) == key
                 && !f.dirty.load(Acquire)
                 && !f.sticky.load(Relaxed)
@@ -701,7 +742,7 @@ impl BufferPool {
     fn write_back(&self, part: &Partition, i: usize, key: u64, background: bool) -> Result<bool> {
         let f = &part.arena.frames[i];
         {
-            let map = lock(&part.stripe(key).map);
+            let map = part.lock_stripe(key);
             if f.page_key.load(Acquire) != key || map.get(&key) != Some(&(i as u32)) {
                 return Ok(false);
             }
@@ -774,6 +815,12 @@ impl BufferPool {
         })
     }
 
+    /// The most pages one [`BufferPool::prefetch`] call of this thread reads: an eighth of the
+    /// frames of the thread's partition (the whole pool under SHR-k, its own part under SEP).
+    pub fn read_ahead_limit(&self) -> usize {
+        (self.partition().arena.len() / 8).max(1)
+    }
+
     /// Reads the non-resident pages among `pages` of file `file_id` with one batched device
     /// submission (many reads in flight), so that later fixes hit. Pages already resident are
     /// skipped; pages past the end of the file are ignored. Returns how many pages were read.
@@ -790,11 +837,11 @@ impl BufferPool {
         for page in pages.start..end {
             let pid = PageId::new(file_id, page);
             let key = pid.key();
-            if lock(&part.stripe(key).map).contains_key(&key) {
+            if part.lock_stripe(key).contains_key(&key) {
                 continue;
             }
             // Leave most of the pool to other threads: read ahead into at most an eighth.
-            if claimed.len() >= (part.arena.len() / 8).max(1) {
+            if claimed.len() >= self.read_ahead_limit() {
                 break;
             }
             // One sweep, no waiting: read-ahead is advice.
@@ -809,7 +856,7 @@ impl BufferPool {
             };
             let f = &part.arena.frames[victim];
             let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
-            let mut map = lock(&part.stripe(key).map);
+            let mut map = part.lock_stripe(key);
             if map.contains_key(&key) {
                 drop(map);
                 drop(wl);
@@ -871,7 +918,7 @@ impl BufferPool {
                         first_err.get_or_insert(e);
                     }
                     let key = pid.key();
-                    let mut map = lock(&part.stripe(key).map);
+                    let mut map = part.lock_stripe(key);
                     map.remove(&key);
                     part.xlate.clear(key, i);
                     f.page_key.store(NO_PAGE, Release);
@@ -904,7 +951,7 @@ impl BufferPool {
         bytes.fill(0);
         PageHeader::init(bytes, page_type, file_id, page_no);
         {
-            let mut map = lock(&part.stripe(key).map);
+            let mut map = part.lock_stripe(key);
             let prev = map.insert(key, victim as u32);
             assert!(prev.is_none(), "new page {pid} was already mapped");
             f.page_key.store(key, Release);
@@ -970,6 +1017,8 @@ impl BufferPool {
             s.background_writes += p.background_writes.load(Relaxed);
             s.evictions += p.evictions.load(Relaxed);
             s.io_wait_ns += p.io_wait_ns.load(Relaxed);
+            s.latch_waits += p.latch_waits.load(Relaxed);
+            s.latch_wait_ns += p.latch_wait_ns.load(Relaxed);
         }
         s
     }

@@ -396,3 +396,40 @@ fn lock_free_hits_never_see_a_reused_frame() {
         assert!(pool.stats().evictions > 100, "the pool must evict constantly");
     }
 }
+
+#[test]
+fn waits_on_a_held_page_latch_are_counted_and_uncontended_fixes_are_not() {
+    let (pool, _) = pool(8, BufferPolicy::Shared { stripes: 1 });
+    for _ in 0..4u64 {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    for p in 0..4u64 {
+        drop(pool.fix(PageId::new(0, p), PageClass::Data).unwrap());
+    }
+    assert_eq!(pool.stats().latch_waits, 0, "one thread never waits");
+    // A reader that arrives while the page is held exclusively waits, and the wait is counted.
+    // The holder cannot tell when the reader has blocked, so it holds longer on each attempt
+    // until the reader was seen to block (in practice the first attempt).
+    let before = pool.stats();
+    for attempt in 0..12u32 {
+        let g = pool.fix_mut(PageId::new(0, 1), PageClass::Data).unwrap();
+        let started = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                started.store(true, Ordering::Release);
+                drop(pool.fix(PageId::new(0, 1), PageClass::Data).unwrap());
+            });
+            while !started.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1 << attempt.min(9)));
+            assert!(!reader.is_finished(), "the reader cannot fix a page held exclusively");
+            drop(g);
+        });
+        if pool.stats().since(&before).latch_waits > 0 {
+            break;
+        }
+    }
+    let d = pool.stats().since(&before);
+    assert!(d.latch_waits >= 1 && d.latch_wait_ns > 0, "{d:?}");
+}

@@ -232,10 +232,22 @@ impl HeapFile {
     pub fn scan_pages(
         &self,
         range: std::ops::Range<u64>,
+        f: impl FnMut(RowId, &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_pages_ahead(range, READ_AHEAD_PAGES, f)
+    }
+
+    /// Like [`HeapFile::scan_pages`], reading ahead `read_ahead` pages per batched submission
+    /// (at least 1; capped at [`BufferPool::read_ahead_limit`], so under SEP every batch fits
+    /// the scanning thread's own partition).
+    pub fn scan_pages_ahead(
+        &self,
+        range: std::ops::Range<u64>,
+        read_ahead: u64,
         mut f: impl FnMut(RowId, &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let end = range.end.min(self.pages()?);
-        let window = READ_AHEAD_PAGES.min((self.pool.config().frames / 8).max(1) as u64);
+        let window = read_ahead.max(1).min(self.pool.read_ahead_limit() as u64);
         let mut prefetched_to = range.start;
         for page in range.start..end {
             if page >= prefetched_to {

@@ -1086,6 +1086,19 @@ impl Table {
         &self,
         part: usize,
         parts: usize,
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_partition_ahead(part, parts, heap::READ_AHEAD_PAGES, f)
+    }
+
+    /// Like [`Table::scan_partition`], reading ahead `read_ahead` pages per batched device
+    /// submission (the I/O depth of one scanning thread; at least 1, at most an eighth of the
+    /// pool's frames, or of the thread's partition under SEP).
+    pub fn scan_partition_ahead(
+        &self,
+        part: usize,
+        parts: usize,
+        read_ahead: u64,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         self.inner.txn.check_open()?;
@@ -1097,7 +1110,7 @@ impl Table {
         let start = (part as u64 * per).min(pages);
         let end = (start + per).min(pages);
         let s = &self.inner.schema;
-        self.inner.heap.scan_pages(start..end, |_, b| f(RowView::new(s, b)))
+        self.inner.heap.scan_pages_ahead(start..end, read_ahead, |_, b| f(RowView::new(s, b)))
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.

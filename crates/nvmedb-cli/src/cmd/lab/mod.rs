@@ -13,6 +13,7 @@ mod engine;
 mod ha;
 mod primitive;
 mod tpcc;
+mod tpch;
 mod xlog;
 
 use super::args::CommonArgs;
@@ -62,6 +63,10 @@ pub enum LabCommand {
     /// Seed 000 Case B (update throughput single vs HA log shipping vs HA data mirroring
     /// across buffer sizes, standby over loopback) and seed 002 Fig. 13 (replication delay).
     Ha(ha::HaArgs),
+    /// Seed 004: TPC-H Q3 (tpchgen data) as parallel scans through the buffer manager under
+    /// SHR-1/16/512 and SEP, on the disk and emulated Optane (striped), against the devices'
+    /// sequential-read limit measured by fio and iobench in the same run.
+    Tpch(tpch::TpchArgs),
     /// Draw an earlier run's tables and plots again from its results.json with this code.
     Replot {
         /// The run's directory (`results/<experiment>/<UTC time>` or `.../latest`).
@@ -81,6 +86,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Commit(a) => run(a),
         LabCommand::Xlog(a) => run(a),
         LabCommand::Ha(a) => run(a),
+        LabCommand::Tpch(a) => run(a),
         LabCommand::Replot { dir } => replot(dir),
         LabCommand::Tpcc(a) => tpcc::run(a),
     }
@@ -88,7 +94,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
 
 /// Redraws the report of the run in `dir`, whichever experiment it is.
 fn replot(dir: &Path) -> Result<(), CliError> {
-    use nvmedb_lab::experiments::{commit, engine, ha, iobench, primitive, xlog};
+    use nvmedb_lab::experiments::{commit, engine, ha, iobench, primitive, tpch, xlog};
     let name = experiment::recorded_experiment(dir)?;
     let summary = match name.as_str() {
         n if n == primitive::Primitive::NAME => experiment::replot::<primitive::Primitive>(dir)?,
@@ -97,6 +103,7 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == xlog::Xlog::NAME => experiment::replot::<xlog::Xlog>(dir)?,
         n if n == ha::Ha::NAME => experiment::replot::<ha::Ha>(dir)?,
         n if n == iobench::IoBench::NAME => experiment::replot::<iobench::IoBench>(dir)?,
+        n if n == tpch::TpchBench::NAME => experiment::replot::<tpch::TpchBench>(dir)?,
         other => {
             return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
         }
@@ -115,6 +122,7 @@ impl LabCommand {
             LabCommand::Commit(_) => "lab commit",
             LabCommand::Xlog(_) => "lab xlog",
             LabCommand::Ha(_) => "lab ha",
+            LabCommand::Tpch(_) => "lab tpch",
             LabCommand::Replot { .. } => "lab replot",
             LabCommand::Tpcc(_) => "lab tpcc",
         }
@@ -139,7 +147,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc"] {
+        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }

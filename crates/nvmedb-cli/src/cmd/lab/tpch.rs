@@ -1,0 +1,103 @@
+//! `nvmedb lab tpch`: the flags of seed 004's TPC-H Q3 experiment.
+//!
+//! Owns: [`TpchArgs`] and its translation into a [`TpchConfig`].
+
+use super::LabArgs;
+use crate::cmd::args::{parse_size, CommonArgs};
+use crate::cmd::CliError;
+use clap::Args;
+use nvmedb_lab::experiments::tpch::{TpchBench, TpchConfig};
+use nvmedb_lab::workload::tpch::Q3Params;
+use std::path::PathBuf;
+
+/// Flags of `nvmedb lab tpch`.
+#[derive(Args, Debug)]
+pub struct TpchArgs {
+    /// Directory of the loaded databases on the disk under test (one per scale factor and page
+    /// size, reused across runs when it matches).
+    #[arg(long, default_value = "nvmedb-data/tpch")]
+    pub data_dir: PathBuf,
+    /// TPC-H scale factor (seed 004: 100; SF 0.2 loads in about a minute on 2 cores).
+    #[arg(long, default_value_t = 0.2)]
+    pub sf: f64,
+    /// Table page size (bytes or with a K suffix; seed 004: 16K).
+    #[arg(long, default_value = "16k")]
+    pub page_size: String,
+    /// Loader threads (default: the number of CPUs).
+    #[arg(long)]
+    pub load_threads: Option<usize>,
+    /// Load again even if a matching database exists.
+    #[arg(long)]
+    pub reload: bool,
+    /// Query worker counts (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+    pub workers: Vec<usize>,
+    /// Pages each worker reads ahead per batched submission (its I/O depth).
+    #[arg(long, default_value_t = 32)]
+    pub read_ahead: u64,
+    /// Buffer policies (comma-separated): shr-<k>, sep.
+    #[arg(long, value_delimiter = ',', default_value = "shr-1,shr-16,shr-512,sep")]
+    pub policies: Vec<String>,
+    /// Table buffer as a size (e.g. 64M); default: seed 004's 1 GB per SF 100.
+    #[arg(long, conflicts_with = "buffer_pct")]
+    pub buffer: Option<String>,
+    /// Table buffer as a percentage of the three tables.
+    #[arg(long)]
+    pub buffer_pct: Option<f64>,
+    /// Devices (comma-separated): disk, a profile (optane, nand, ...), or <profile>-x<N> for N
+    /// emulated devices striped together (seed 004: ten P4800X).
+    #[arg(long, value_delimiter = ',', default_value = "disk,optane,optane-x10")]
+    pub devices: Vec<String>,
+    /// Repetitions of every point (interleaved).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Q3's market segment.
+    #[arg(long, default_value = "BUILDING")]
+    pub segment: String,
+    /// Q3's date (YYYY-MM-DD).
+    #[arg(long, default_value = "1995-03-15")]
+    pub date: String,
+    /// Seconds of each device-limit measurement (fio, iobench).
+    #[arg(long, default_value_t = 2.0)]
+    pub device_secs: f64,
+    /// Skip the fio reference runs.
+    #[arg(long)]
+    pub no_fio: bool,
+    /// Take the page-table lock on every buffer hit, as seed 004's SHR-k buffers did (the
+    /// engine's default serves hits lock-free).
+    #[arg(long)]
+    pub locked_hits: bool,
+    /// Results root and progress.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+impl LabArgs for TpchArgs {
+    type Exp = TpchBench;
+
+    fn common(&self) -> &CommonArgs {
+        &self.common
+    }
+
+    fn config(&self) -> Result<TpchConfig, CliError> {
+        let d = TpchConfig::default();
+        Ok(TpchConfig {
+            data_dir: self.data_dir.clone(),
+            sf: self.sf,
+            page_size: parse_size("--page-size", &self.page_size)? as usize,
+            load_threads: self.load_threads.unwrap_or(d.load_threads),
+            reload: self.reload,
+            workers: self.workers.clone(),
+            read_ahead: self.read_ahead,
+            policies: self.policies.clone(),
+            buffer_bytes: self.buffer.as_deref().map(|b| parse_size("--buffer", b)).transpose()?,
+            buffer_pct: self.buffer_pct,
+            devices: self.devices.clone(),
+            reps: self.reps,
+            params: Q3Params { segment: self.segment.clone(), date: self.date.clone() },
+            device_secs: self.device_secs,
+            use_fio: !self.no_fio,
+            lock_free_hits: !self.locked_hits,
+        })
+    }
+}
