@@ -110,6 +110,12 @@ fn tiny_run_writes_every_file_and_they_parse() {
         .iter()
         .filter(|s| s.buffer_pct == 100.0)
         .all(|s| s.relative_pct == Some(100.0)));
+    // The whole-lab page reads the run: seed 000 Fig. 5's share is the summary's figure.
+    let page = nvmedb_lab::page::build(&root.join("results")).expect("lab page");
+    let fig5 = page.rows.iter().find(|r| r.id == "seed000-fig5").expect("row");
+    let share =
+        out.summary.figures.iter().find(|f| f.name == "select/optane/smallest_over_full_pct").unwrap();
+    assert!(fig5.ours.contains(&format!("optane SELECT {}", nvmedb_lab::page::pct(share.value))), "{fig5:?}");
     let _ = std::fs::remove_dir_all(root);
 }
 

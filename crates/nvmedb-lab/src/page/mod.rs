@@ -18,6 +18,7 @@ mod registry;
 mod render;
 mod run;
 
+pub use extract::{num, pct};
 pub use registry::{Extractor, Section, SECTIONS};
 pub use run::{pretty_utc, Run};
 
