@@ -80,6 +80,19 @@ pub fn fig5(run: &Run) -> Result<Finding> {
             }
         }
     }
+    for s in &doc.results.summary {
+        details.push((
+            format!("{} on {} at {} % buffer", upper(&s.workload), s.device_label, num(s.buffer_pct)),
+            format!(
+                "{} tps median (min {}, max {}, n {}), hit ratio {}",
+                num(s.tps_median),
+                num(s.tps_min),
+                num(s.tps_max),
+                s.n,
+                num(s.hit_ratio)
+            ),
+        ));
+    }
     let mut ours = Vec::new();
     let mut compared = Vec::new();
     let mut misses = Vec::new();
