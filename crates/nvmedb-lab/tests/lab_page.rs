@@ -7,7 +7,7 @@
 
 use nvmedb_lab::experiment::{self, RunOptions};
 use nvmedb_lab::experiments::ha::{Ha, HaConfig};
-use nvmedb_lab::experiments::primitive::{DeviceKind, Primitive, PrimitiveConfig};
+use nvmedb_lab::experiments::primitive::{Primitive, PrimitiveConfig};
 use nvmedb_lab::page::{self, Status, SECTIONS};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,21 +49,7 @@ fn fixture() -> Option<&'static Path> {
         }
         let dir = scratch("fixture");
         let opts = RunOptions { results_root: dir.join("results"), progress: false };
-        let prim = PrimitiveConfig {
-            tables: 2,
-            rows_per_table: 60,
-            clients: 4,
-            buffer_pcts: vec![10.0, 100.0],
-            devices: vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())],
-            warmup_s: 0.05,
-            duration_s: 0.1,
-            repetitions: 1,
-            data_dir: dir.join("data"),
-            trace_window_ms: 1.0,
-            iobench_s: 0.05,
-            fio: false,
-            ..PrimitiveConfig::default()
-        };
+        let prim = PrimitiveConfig { repetitions: 1, ..PrimitiveConfig::tiny(dir.join("data")) };
         experiment::run::<Primitive>(&prim, &opts).expect("tiny primitive run");
         let ha = HaConfig {
             tables: 1,

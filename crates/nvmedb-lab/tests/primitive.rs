@@ -22,21 +22,7 @@ fn run(root: &Path, cfg: &PrimitiveConfig) -> Result<Outcome<Primitive>, LabErro
 }
 
 fn tiny(root: &Path) -> PrimitiveConfig {
-    PrimitiveConfig {
-        tables: 3,
-        rows_per_table: 60,
-        clients: 4,
-        buffer_pcts: vec![10.0, 100.0],
-        devices: vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())],
-        warmup_s: 0.05,
-        duration_s: 0.1,
-        repetitions: 2,
-        data_dir: root.join("data"),
-        trace_window_ms: 1.0,
-        iobench_s: 0.05,
-        fio: false,
-        ..PrimitiveConfig::default()
-    }
+    PrimitiveConfig::tiny(root.join("data"))
 }
 
 #[test]
