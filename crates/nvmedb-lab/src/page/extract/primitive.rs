@@ -44,6 +44,9 @@ fn devices(doc: &Doc) -> Vec<String> {
         .devices
         .iter()
         .map(|d| {
+            if d.read_qd32_iops <= 0.0 {
+                return format!("{}: no device reference measured", d.label);
+            }
             let mut s = format!(
                 "{}: page read QD1 p50 {} µs, p99 {} µs",
                 d.label,
