@@ -6,7 +6,7 @@
 //! (log shipping only) is shown beside it. Throughputs come from `results.json`'s summary rows,
 //! the delay percentiles from `summary.json`.
 
-use super::{num, pct, ratio, Finding, Run, Status, TOLERANCE_POINTS};
+use super::{buffer, num, pct, ratio, Finding, Run, Status, TOLERANCE_POINTS};
 use crate::error::Result;
 use crate::experiments::ha::{HaConfig, HaResults};
 use crate::report::ResultFile;
@@ -32,7 +32,7 @@ pub fn fig6(run: &Run) -> Result<Finding> {
     let mut details = Vec::new();
     for s in &r.summary {
         details.push((
-            format!("{} at {} % buffer", s.config, num(s.buffer_pct)),
+            format!("{} at {} % buffer", s.config, buffer(s.buffer_pct)),
             format!("{} tx/s (median; {} below single)", num(s.median_tps), pct(s.overhead_pct)),
         ));
     }
@@ -45,19 +45,19 @@ pub fn fig6(run: &Run) -> Result<Finding> {
             continue;
         }
         let share = 100.0 * ha / single;
-        ours.push(format!("{PAPER_HA}/single {} at {} %", pct(share), num(b)));
+        ours.push(format!("{PAPER_HA}/single {} at {} %", pct(share), buffer(b)));
         compared.push(format!(
             "{} vs {} at {} % buffer ({})",
             pct(share),
             pct(paper),
-            num(b),
+            buffer(b),
             ratio(share, paper)
         ));
         if (share - paper).abs() > TOLERANCE_POINTS {
             misses.push(format!(
                 "{} of single at {} % buffer vs the paper's {}",
                 pct(share),
-                num(b),
+                buffer(b),
                 pct(paper)
             ));
         }

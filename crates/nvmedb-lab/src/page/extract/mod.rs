@@ -48,6 +48,11 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// A buffer size in % of the data as configured: `1`, `12.5`, `100`.
+pub fn buffer(pct: f64) -> String {
+    format!("{pct}")
+}
+
 /// A percentage: `87.4 %`.
 pub fn pct(v: f64) -> String {
     format!("{} %", num(v))

@@ -6,7 +6,7 @@
 //! `<workload>/<device>/smallest_over_full_pct` figures of `summary.json`; the model, the
 //! device ceilings and the traces from `results.json`.
 
-use super::{num, pct, ratio, Finding, Run, Status, TOLERANCE_POINTS};
+use super::{buffer, num, pct, ratio, Finding, Run, Status, TOLERANCE_POINTS};
 use crate::error::Result;
 use crate::experiments::primitive::{PrimitiveConfig, PrimitiveResults};
 use crate::model::{relative_performance, PAPER_T_MEM_US};
@@ -78,14 +78,16 @@ pub fn fig5(run: &Run) -> Result<Finding> {
                 if let Some(r) = &f.reference {
                     v.push_str(&format!("  ({}: {})", r.label, pct(r.value)));
                 }
-                details
-                    .push((format!("{} on {} at {} % buffer, % of 100 %", upper(w), d.label, num(small)), v));
+                details.push((
+                    format!("{} on {} at {} % buffer, % of 100 %", upper(w), d.label, buffer(small)),
+                    v,
+                ));
             }
         }
     }
     for s in &doc.results.summary {
         details.push((
-            format!("{} on {} at {} % buffer", upper(&s.workload), s.device_label, num(s.buffer_pct)),
+            format!("{} on {} at {} % buffer", upper(&s.workload), s.device_label, buffer(s.buffer_pct)),
             format!(
                 "{} tps median (min {}, max {}, n {}), hit ratio {}",
                 num(s.tps_median),
@@ -122,7 +124,7 @@ pub fn fig5(run: &Run) -> Result<Finding> {
     } else if small > 1.0 {
         Status::Differs(format!(
             "the shares match within {TOLERANCE_POINTS} points, but the smallest buffer here is {} %, not 1 %",
-            num(small)
+            buffer(small)
         ))
     } else {
         Status::Reproduced
@@ -164,7 +166,7 @@ fn fig5_reason(doc: &Doc, dev: &str, w: &str, paper: f64, value: f64, small: f64
     }
     s.push_str(&format!("; {} clients on {} CPUs", doc.config.clients, doc.context.cpus));
     if small > 1.0 {
-        s.push_str(&format!("; smallest buffer {} %", num(small)));
+        s.push_str(&format!("; smallest buffer {} %", buffer(small)));
     }
     s
 }
@@ -262,7 +264,7 @@ pub fn traces(run: &Run) -> Result<Finding> {
         let (Some(cpu), Some(io)) = (t.trace_t_cpu_us, t.trace_t_io_us) else { continue };
         let model = relative_performance(cpu, PAPER_T_MEM_US, io) * 100.0;
         details.push((
-            format!("{} on {} at {} % buffer", upper(&t.workload), t.device_label, num(t.buffer_pct)),
+            format!("{} on {} at {} % buffer", upper(&t.workload), t.device_label, buffer(t.buffer_pct)),
             format!(
                 "CPU {} µs and I/O {} µs per data read → model {}; {} tps traced vs {} untraced, {} intervals",
                 num(cpu),
