@@ -6,7 +6,7 @@
 //! (or, for the placeholders below, its extractor filled in); until its experiment has a run, the
 //! section is a "not run" row.
 
-use super::extract::{engine, ha, primitive, xlog};
+use super::extract::{engine, ha, primitive, tpcc, xlog};
 use super::{Finding, Run};
 use crate::error::Result;
 
@@ -82,7 +82,7 @@ pub static SECTIONS: &[Section] = &[
         paper: "low-latency vs external storage: 1.1× at 100 % buffer, 6.1× at 5 %; vs mid-latency: 1.4× at both",
         experiment: "tpcc",
         command: "nvmedb lab tpcc",
-        extract: None,
+        extract: Some(tpcc::fig7),
     },
     Section {
         id: "seed000-fig8-10",
@@ -92,7 +92,7 @@ pub static SECTIONS: &[Section] = &[
         paper: "100 % buffer: CPU and log-write waits; 5 % buffer: data reads dominate, most on external storage",
         experiment: "tpcc",
         command: "nvmedb lab tpcc",
-        extract: None,
+        extract: Some(tpcc::traces),
     },
     Section {
         id: "seed000-fig11",

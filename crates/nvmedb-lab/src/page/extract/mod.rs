@@ -1,6 +1,6 @@
 //! Extractors: what each seed figure's section reads from its experiment's latest run.
 //!
-//! Owns: one file per experiment ([`primitive`], [`ha`], [`xlog`], [`engine`]), the generic
+//! Owns: one file per experiment ([`primitive`], [`ha`], [`xlog`], [`engine`], [`tpcc`]), the generic
 //! view of a run no extractor compares ([`generic`]) and the number formatting every extractor
 //! uses ([`num`], [`pct`]). Invariant: an extractor only reads the run (its `summary.json`
 //! figures and its typed `results.json`) and the paper's constants; a status of "reproduced"
@@ -10,6 +10,7 @@
 pub mod engine;
 pub mod ha;
 pub mod primitive;
+pub mod tpcc;
 pub mod xlog;
 
 use super::{Finding, Run, Status};
