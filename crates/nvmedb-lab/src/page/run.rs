@@ -54,6 +54,11 @@ impl Run {
         self.summary.files.contains(&name).then(|| self.dir.join(name))
     }
 
+    /// Those of `stems` whose SVG plot the run wrote, in the order given.
+    pub fn plots_present(&self, stems: &[&str]) -> Vec<String> {
+        stems.iter().filter(|s| self.plot(s).is_some()).map(|s| s.to_string()).collect()
+    }
+
     /// The stems of every SVG plot of the run whose name starts with `prefix`, sorted.
     pub fn plots_starting(&self, prefix: &str) -> Vec<String> {
         self.summary

@@ -72,7 +72,7 @@ pub fn fig6(run: &Run) -> Result<Finding> {
     let mut f = Finding::new(ours.join("; "), compared.join("; "), status);
     f.details = details;
     f.devices = vec![where_it_ran(&doc)];
-    f.plots = run.plot("throughput").map(|_| vec!["throughput".to_string()]).unwrap_or_default();
+    f.plots = run.plots_present(&["throughput"]);
     Ok(f)
 }
 
@@ -113,7 +113,7 @@ pub fn fig13(run: &Run) -> Result<Finding> {
         .map(|d| (format!("p{}", num(d.percentile)), format!("{} µs", num(d.delay_us))))
         .collect();
     f.devices = vec![where_it_ran(&doc)];
-    f.plots = run.plot("delay").map(|_| vec!["delay".to_string()]).unwrap_or_default();
+    f.plots = run.plots_present(&["delay"]);
     Ok(f)
 }
 

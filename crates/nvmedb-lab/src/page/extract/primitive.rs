@@ -132,11 +132,8 @@ pub fn fig5(run: &Run) -> Result<Finding> {
     let mut f = Finding::new(ours.join("; "), compared.join("; "), status);
     f.details = details;
     f.devices = devices(&doc);
-    f.plots = ["select_relative", "update_relative", "select_throughput", "update_throughput"]
-        .into_iter()
-        .filter(|s| run.plot(s).is_some())
-        .map(str::to_string)
-        .collect();
+    f.plots =
+        run.plots_present(&["select_relative", "update_relative", "select_throughput", "update_throughput"]);
     Ok(f)
 }
 
@@ -245,11 +242,7 @@ pub fn fig1(run: &Run) -> Result<Finding> {
     let mut f = Finding::new(ours, comparison, status);
     f.details = details;
     f.devices = devices(&doc);
-    f.plots = ["select_model", "update_model"]
-        .into_iter()
-        .filter(|s| run.plot(s).is_some())
-        .map(str::to_string)
-        .collect();
+    f.plots = run.plots_present(&["select_model", "update_model"]);
     Ok(f)
 }
 

@@ -64,11 +64,7 @@ pub fn fig7(run: &Run) -> Result<Finding> {
     let mut f = Finding::new(ours, comparison, status);
     f.details = figure_rows(run);
     f.devices = devices(run);
-    f.plots = ["throughput", "relative"]
-        .into_iter()
-        .filter(|s| run.plot(s).is_some())
-        .map(str::to_string)
-        .collect();
+    f.plots = run.plots_present(&["throughput", "relative"]);
     Ok(f)
 }
 

@@ -24,10 +24,6 @@ fn kib(bytes: usize) -> String {
     }
 }
 
-fn plots(run: &Run, stems: &[&str]) -> Vec<String> {
-    stems.iter().filter(|s| run.plot(s).is_some()).map(|s| s.to_string()).collect()
-}
-
 /// Seed 002 Fig. 9: throughput per log kind at the most workers measured.
 pub fn fig9(run: &Run) -> Result<Finding> {
     let doc: Doc = run.results()?;
@@ -75,7 +71,7 @@ pub fn fig9(run: &Run) -> Result<Finding> {
     let mut f = Finding::new(ours, comparison, status);
     f.details = details;
     f.devices = durability(&doc);
-    f.plots = plots(run, &["fig9_throughput", "fig9_p99"]);
+    f.plots = run.plots_present(&["fig9_throughput", "fig9_p99"]);
     Ok(f)
 }
 
@@ -133,7 +129,7 @@ pub fn fig10(run: &Run) -> Result<Finding> {
     let mut f = Finding::new(ours, comparison, status);
     f.details = details;
     f.devices = durability(&doc);
-    f.plots = plots(run, &["fig10"]);
+    f.plots = run.plots_present(&["fig10"]);
     Ok(f)
 }
 
@@ -184,7 +180,7 @@ pub fn fig11(run: &Run) -> Result<Finding> {
         })
         .collect();
     f.devices = durability(&doc);
-    f.plots = plots(run, &["fig11"]);
+    f.plots = run.plots_present(&["fig11"]);
     Ok(f)
 }
 
@@ -257,6 +253,6 @@ pub fn fig12(run: &Run) -> Result<Finding> {
             )
         })
         .collect();
-    f.plots = plots(run, &["fig12"]);
+    f.plots = run.plots_present(&["fig12"]);
     Ok(f)
 }
