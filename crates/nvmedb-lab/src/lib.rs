@@ -5,7 +5,8 @@
 //! [`error`] ([`LabError`]), [`measure`] (histograms, CPU clocks, statistics, worker threads,
 //! fio, progress bars), [`workload`] (tables and transactions shared by experiments),
 //! [`experiments`] (one module per experiment), [`report`] (the only writer of CSV, JSON and
-//! plots), [`model`] (seed 000 §3) and [`machine`] (what ran where).
+//! plots), [`page`] (the whole-lab HTML page: every seed figure beside ours), [`model`] (seed
+//! 000 §3) and [`machine`] (what ran where).
 
 #![warn(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod experiments;
 pub mod machine;
 pub mod measure;
 pub mod model;
+pub mod page;
 pub mod report;
 pub mod workload;
 

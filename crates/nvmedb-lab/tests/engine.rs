@@ -1,7 +1,8 @@
 //! `lab engine` end to end at a tiny scale: single and batched in-memory lookups, the 1 %
 //! buffer part on a table so small that its 1 % is under two frames per client (the buffer is
-//! raised, and said so, instead of failing with "no evictable frame"), and the lock manager
-//! part. Every result file is written. No timing is asserted.
+//! raised, and said so, instead of failing with "no evictable frame"), full scans under each
+//! buffer policy, and the lock manager part; the whole-lab page reads the run. Every result
+//! file is written. No timing is asserted.
 
 use nvmedb_lab::experiment::{self, RunOptions};
 use nvmedb_lab::experiments::engine::{EngineBench, EngineConfig};
@@ -21,7 +22,7 @@ fn tiny_engine_bench_runs_lookups_a_raised_miss_buffer_and_locks() {
         miss_threads: 8,
         reps: 1,
         use_fio: false,
-        parts: vec!["memory".into(), "miss".into(), "locks".into()],
+        parts: vec!["memory".into(), "miss".into(), "scan".into(), "locks".into()],
         memory_batch: vec![1, 16],
         lock_threads: vec![2],
         ..EngineConfig::default()
@@ -46,5 +47,9 @@ fn tiny_engine_bench_runs_lookups_a_raised_miss_buffer_and_locks() {
     assert_eq!(latest.len(), 1);
     assert_eq!(latest[0].summary.experiment, "engine");
     assert!(latest[0].summary.figures.iter().any(|f| f.name == "miss/engine_read_iops"));
+    // The whole-lab page compares the scan part with seed 004's buffer policies.
+    let page = nvmedb_lab::page::build(&dir.join("results")).expect("lab page");
+    let row = page.rows.iter().find(|r| r.id == "seed004-scan").expect("row");
+    assert!(row.ours.contains("SEP / SHR-1 = "), "{row:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,21 +22,7 @@ fn run(root: &Path, cfg: &PrimitiveConfig) -> Result<Outcome<Primitive>, LabErro
 }
 
 fn tiny(root: &Path) -> PrimitiveConfig {
-    PrimitiveConfig {
-        tables: 3,
-        rows_per_table: 60,
-        clients: 4,
-        buffer_pcts: vec![10.0, 100.0],
-        devices: vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())],
-        warmup_s: 0.05,
-        duration_s: 0.1,
-        repetitions: 2,
-        data_dir: root.join("data"),
-        trace_window_ms: 1.0,
-        iobench_s: 0.05,
-        fio: false,
-        ..PrimitiveConfig::default()
-    }
+    PrimitiveConfig::tiny(root.join("data"))
 }
 
 #[test]
@@ -110,6 +96,12 @@ fn tiny_run_writes_every_file_and_they_parse() {
         .iter()
         .filter(|s| s.buffer_pct == 100.0)
         .all(|s| s.relative_pct == Some(100.0)));
+    // The whole-lab page reads the run: seed 000 Fig. 5's share is the summary's figure.
+    let page = nvmedb_lab::page::build(&root.join("results")).expect("lab page");
+    let fig5 = page.rows.iter().find(|r| r.id == "seed000-fig5").expect("row");
+    let share =
+        out.summary.figures.iter().find(|f| f.name == "select/optane/smallest_over_full_pct").unwrap();
+    assert!(fig5.ours.contains(&format!("optane SELECT {}", nvmedb_lab::page::pct(share.value))), "{fig5:?}");
     let _ = std::fs::remove_dir_all(root);
 }
 

@@ -92,5 +92,13 @@ fn a_small_run_measures_checks_and_reports_every_point() {
     let e = check_dir(&template).unwrap_err().to_string();
     assert!(e.contains("condition 2") && e.contains("warehouse 2, district 4"), "{e}");
     assert!(check_dir(&root).is_err(), "not a database");
+    // The whole-lab page reads the run: no Case C devices here, so Fig. 7 says what is missing,
+    // and the traces of Figs. 8/10 (if any) are shown.
+    let page = nvmedb_lab::page::build(&root.join("results")).expect("lab page");
+    let fig7 = page.rows.iter().find(|r| r.id == "seed000-fig7").expect("row");
+    assert!(
+        matches!(&fig7.status, nvmedb_lab::page::Status::NotRun(why) if why.contains("Case C")),
+        "{fig7:?}"
+    );
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -50,6 +50,18 @@ fn xlog_lab_tiny_run_produces_every_file() {
     assert!(d.join("summary.json").exists());
     assert!(summary.contains("NOT a power loss"), "the summary states the fast side's durability");
     assert!(summary.contains("Fig. 12") && summary.contains("EMULATED"));
+    // The whole-lab page compares every figure of the run with the paper.
+    let page = nvmedb_lab::page::build(&root.join("results")).expect("lab page");
+    for id in ["seed002-fig9", "seed002-fig10", "seed002-fig11", "seed002-fig12"] {
+        let row = page.rows.iter().find(|r| r.id == id).expect("row");
+        assert!(
+            matches!(row.status, nvmedb_lab::page::Status::Reproduced | nvmedb_lab::page::Status::Differs(_)),
+            "{id}: {:?} {}",
+            row.status,
+            row.ours
+        );
+    }
+    assert!(page.html.contains("data-plot=\"fig12\""));
     // The working files are cleaned up (databases, conventional rings, ring files).
     let left: Vec<_> = std::fs::read_dir(&cfg.ring_dir).unwrap().collect();
     assert!(left.is_empty(), "ring files left behind: {left:?}");

@@ -3,7 +3,8 @@
 //! Owns: the results directory layout ([`ResultsDir`], [`latest_runs`]), CSV and JSON writers
 //! (every JSON result file embeds the [`crate::machine::RunContext`] and the configuration), the
 //! machine-readable run summary (`summary.json`: [`Figure`]s), plain-text summary tables, and
-//! plots in PNG and SVG (line charts, trace charts, model-vs-measured charts).
+//! plots in PNG and SVG (line charts, trace charts, model-vs-measured charts), and HTML pages
+//! (escaping, inline SVG, the file writer).
 //! Invariants: every failure is a [`ReportError`] naming the file it concerns; a plot is always
 //! written in both formats from the same drawing code; every plot can carry footnote lines
 //! (emulated-device labels with their achieved latency, the machine).
@@ -12,6 +13,7 @@ mod csv;
 mod dir;
 mod error;
 mod glyph;
+mod html;
 mod json;
 mod plot;
 mod summary;
@@ -21,6 +23,7 @@ mod trace_chart;
 pub use self::csv::{read_csv, write_csv, CsvWriter};
 pub use dir::{latest_runs, utc_timestamp, LatestRun, ResultsDir, SUMMARY_FILE};
 pub use error::ReportError;
+pub use html::{escape, inline_svg, write_html};
 pub use json::{read_doc, read_json, write_json, write_pretty, ResultFile};
 pub use plot::{
     font_path, LegendPosition, LineChart, PlotFiles, Series, SeriesStyle, DEFAULT_FONT_PATH, FONT_ENV,

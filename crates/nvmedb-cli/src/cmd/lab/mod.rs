@@ -6,7 +6,7 @@
 //!
 //! A new experiment's command is one file here: an `Args` struct with `#[command(flatten)]
 //! common: CommonArgs`, an `impl LabArgs`, and one arm in [`LabCommand`] and [`dispatch`] (and
-//! one line in `replot`).
+//! one line in `replot`). `lab report` writes the whole-lab page (`nvmedb_lab::page`).
 
 mod commit;
 mod engine;
@@ -67,6 +67,16 @@ pub enum LabCommand {
     /// SHR-1/16/512 and SEP, on the disk and emulated Optane (striped), against the devices'
     /// sequential-read limit measured by fio and iobench in the same run.
     Tpch(tpch::TpchArgs),
+    /// One self-contained HTML page of the whole lab: every seed figure with the paper's number,
+    /// ours, the status and our plot, from the latest run of every experiment under --results.
+    Report {
+        /// Root of the results directories.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// The HTML file to write (default `<results>/lab-report.html`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Draw an earlier run's tables and plots again from its results.json with this code.
     Replot {
         /// The run's directory (`results/<experiment>/<UTC time>` or `.../latest`).
@@ -89,6 +99,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Tpch(a) => run(a),
         LabCommand::Replot { dir } => replot(dir),
         LabCommand::Tpcc(a) => tpcc::run(a),
+        LabCommand::Report { results, out } => report(results, out.as_deref()),
     }
 }
 
@@ -113,6 +124,19 @@ fn replot(dir: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Writes the whole-lab page and prints where it is, with one line per figure.
+fn report(results: &Path, out: Option<&Path>) -> Result<(), CliError> {
+    let (page, path) = nvmedb_lab::page::write(results, out)?;
+    for row in &page.rows {
+        println!("{:<34} {:<20} {}", row.figure, row.status.label(), row.ours);
+    }
+    if !page.other_runs.is_empty() {
+        println!("other runs on the page: {}", page.other_runs.join(", "));
+    }
+    println!("page: {}", path.display());
+    Ok(())
+}
+
 impl LabCommand {
     /// The subcommand's name, for messages.
     pub fn name(&self) -> &'static str {
@@ -125,6 +149,7 @@ impl LabCommand {
             LabCommand::Tpch(_) => "lab tpch",
             LabCommand::Replot { .. } => "lab replot",
             LabCommand::Tpcc(_) => "lab tpcc",
+            LabCommand::Report { .. } => "lab report",
         }
     }
 }
@@ -150,6 +175,12 @@ mod tests {
         for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
+        }
+        match parse(&["report", "--results", "/tmp/r", "--out", "/tmp/p.html"]) {
+            LabCommand::Report { results, out } => {
+                assert_eq!((results, out), (PathBuf::from("/tmp/r"), Some(PathBuf::from("/tmp/p.html"))))
+            }
+            other => panic!("parsed as {other:?}"),
         }
     }
 }

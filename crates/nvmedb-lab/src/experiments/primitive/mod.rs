@@ -169,6 +169,27 @@ impl Default for PrimitiveConfig {
 }
 
 impl PrimitiveConfig {
+    /// A tiny scale for end-to-end tests (seconds, not minutes): 3 tables × 60 rows, 4 clients,
+    /// buffers 10 % and 100 %, RAM and emulated optane, 2 repetitions of 0.1 s, no fio; data in
+    /// `data_dir`.
+    pub fn tiny(data_dir: PathBuf) -> Self {
+        Self {
+            tables: 3,
+            rows_per_table: 60,
+            clients: 4,
+            buffer_pcts: vec![10.0, 100.0],
+            devices: vec![DeviceKind::Memory, DeviceKind::Emulated("optane".into())],
+            warmup_s: 0.05,
+            duration_s: 0.1,
+            repetitions: 2,
+            data_dir,
+            trace_window_ms: 1.0,
+            iobench_s: 0.05,
+            fio: false,
+            ..Self::default()
+        }
+    }
+
     /// Checks the values; errors name the field.
     pub fn validate(&self) -> Result<()> {
         if self.tables == 0 || self.rows_per_table == 0 || self.clients == 0 || self.repetitions == 0 {
