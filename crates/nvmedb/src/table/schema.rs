@@ -751,9 +751,14 @@ impl<'a> RowView<'a> {
                 (None, ColumnType::Bytes(max) | ColumnType::Text(max)) => {
                     let l = self.bytes.get(off..off + 4).ok_or_else(|| short(c, off + 4))?;
                     let l = u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize;
-                    if l > max as usize {
+                    // Text's maximum counts characters, each at most 4 bytes of UTF-8.
+                    let limit = match c.ty {
+                        ColumnType::Text(_) => (max as usize).saturating_mul(4),
+                        _ => max as usize,
+                    };
+                    if l > limit {
                         return Err(self.mismatch(format!(
-                            "column `{}` holds {l} bytes, more than its maximum {max}",
+                            "column `{}` holds {l} bytes, more than its maximum of {limit}",
                             c.name
                         )));
                     }
