@@ -12,6 +12,7 @@
 
 use crate::error::{code, SqlError, SqlResult};
 use crate::types::SqlType;
+use nvmedb::util::sync::RwLockExt;
 use nvmedb::{Database, Table};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -135,7 +136,7 @@ impl Catalog {
 
     /// Table `name`, or 42P01.
     pub fn get(&self, name: &str) -> SqlResult<Arc<TableInfo>> {
-        self.tables.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned().ok_or_else(|| {
+        self.tables.read_locked().get(name).cloned().ok_or_else(|| {
             SqlError::new(code::UNDEFINED_TABLE, format!("relation \"{name}\" does not exist"))
                 .with_table(name)
         })
@@ -143,13 +144,12 @@ impl Catalog {
 
     /// True if table `name` exists.
     pub fn exists(&self, name: &str) -> bool {
-        self.tables.read().unwrap_or_else(|e| e.into_inner()).contains_key(name)
+        self.tables.read_locked().contains_key(name)
     }
 
     /// Names of all tables, sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> =
-            self.tables.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        let mut v: Vec<String> = self.tables.read_locked().keys().cloned().collect();
         v.sort();
         v
     }
@@ -157,14 +157,14 @@ impl Catalog {
     /// Installs (or replaces) the SQL view of `table` and bumps the version.
     pub fn put(&self, table: Table) -> SqlResult<Arc<TableInfo>> {
         let info = Arc::new(TableInfo::new(table)?);
-        self.tables.write().unwrap_or_else(|e| e.into_inner()).insert(info.name.clone(), info.clone());
+        self.tables.write_locked().insert(info.name.clone(), info.clone());
         self.version.fetch_add(1, Ordering::AcqRel);
         Ok(info)
     }
 
     /// Forgets table `name` and bumps the version.
     pub fn remove(&self, name: &str) {
-        self.tables.write().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.tables.write_locked().remove(name);
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -16,6 +16,7 @@ use crate::session::{Engine, Outcome, Session, TxStatus};
 use crate::types::{Datum, SqlType};
 use async_trait::async_trait;
 use futures::sink::{Sink, SinkExt};
+use nvmedb::util::sync::MutexExt;
 use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
@@ -220,7 +221,7 @@ struct Conn {
 
 impl Conn {
     fn with<R>(&self, client: &dyn ClientInfoLike, f: impl FnOnce(&mut ConnState) -> R) -> R {
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.state.locked();
         let st = g.get_or_insert_with(|| ConnState {
             session: Session::new(self.shared.engine.clone(), &client.user(), &client.database()),
             statements: HashMap::new(),
@@ -872,10 +873,10 @@ impl Server {
     /// a checkpoint.
     pub fn shutdown(mut self) -> Result<(), ServeError> {
         self.stop_accepting();
-        for (_, s) in self.shared.conns.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+        for (_, s) in self.shared.conns.locked().drain() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        let workers: Vec<_> = self.workers.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        let workers: Vec<_> = self.workers.locked().drain(..).collect();
         for w in workers {
             let _ = w.join();
         }
@@ -896,7 +897,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         if self.acceptor.is_some() {
             self.stop_accepting();
-            for (_, s) in self.shared.conns.lock().unwrap_or_else(|e| e.into_inner()).drain() {
+            for (_, s) in self.shared.conns.locked().drain() {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
         }
@@ -917,7 +918,7 @@ fn accept_loop(
         let _ = stream.set_nodelay(true);
         let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         if let Ok(c) = stream.try_clone() {
-            shared.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(id, c);
+            shared.conns.locked().insert(id, c);
         }
         let n = shared.active.fetch_add(1, Ordering::AcqRel) + 1;
         let refuse = (n > shared.max).then(|| {
@@ -945,11 +946,11 @@ fn accept_loop(
                     }
                 });
             }
-            sh.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            sh.conns.locked().remove(&id);
             sh.active.fetch_sub(1, Ordering::AcqRel);
         });
         if let Ok(h) = handle {
-            let mut w = workers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = workers.locked();
             w.retain(|h| !h.is_finished());
             w.push(h);
         } else {

@@ -18,6 +18,7 @@ use crate::expr::EvalCtx;
 use crate::parse::{self, Parsed};
 use crate::plan::{CopyPlan, OutCol, Planner, Prepared, Stmt};
 use crate::types::{now_micros, Datum, SqlType};
+use nvmedb::util::sync::{CondvarExt, MutexExt};
 use nvmedb::{Database, Transaction};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +48,7 @@ impl Gate {
                 }
                 continue;
             }
-            let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let g = self.lock.locked();
             if self.state.load(Ordering::Acquire) & EXCLUSIVE != 0 {
                 let _ = self.cv.wait_timeout(g, Duration::from_millis(50));
             }
@@ -57,17 +58,17 @@ impl Gate {
     fn leave_shared(&self) {
         let s = self.state.fetch_sub(1, Ordering::AcqRel);
         if s & EXCLUSIVE != 0 && (s & !EXCLUSIVE) == 1 {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.lock.locked();
             self.cv.notify_all();
         }
     }
 
     /// Waits (up to `timeout`) until no shared holder remains; the guard releases the gate.
     fn enter_exclusive(&self, timeout: Duration) -> SqlResult<GateGuard<'_>> {
-        let w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let w = self.writer.locked();
         self.state.fetch_or(EXCLUSIVE, Ordering::AcqRel);
         let deadline = Instant::now() + timeout;
-        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.lock.locked();
         while self.state.load(Ordering::Acquire) & !EXCLUSIVE != 0 {
             let now = Instant::now();
             if now >= deadline {
@@ -81,11 +82,7 @@ impl Gate {
                     ),
                 ));
             }
-            g = self
-                .cv
-                .wait_timeout(g, (deadline - now).min(Duration::from_millis(50)))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            g = self.cv.wait_timeout_locked(g, (deadline - now).min(Duration::from_millis(50))).0;
         }
         drop(g);
         Ok(GateGuard { gate: self, _writer: w })
@@ -100,7 +97,7 @@ struct GateGuard<'a> {
 impl Drop for GateGuard<'_> {
     fn drop(&mut self) {
         self.gate.state.fetch_and(!EXCLUSIVE, Ordering::AcqRel);
-        let _g = self.gate.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.gate.lock.locked();
         self.gate.cv.notify_all();
     }
 }

@@ -17,6 +17,7 @@
 
 mod support;
 
+use nvmedb::util::sync::MutexExt;
 use nvmedb::util::Rng;
 use nvmedb::xlog::XLogOpener;
 use nvmedb::{BufferSize, Database, FastLogOptions, LogKind, Options};
@@ -117,7 +118,7 @@ fn kill9_fast_log_loses_no_acknowledged_commit() {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run_kill9(log: &str) {
-    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = SERIAL.locked();
     let iters = support::iters(12);
     let seed = support::seed(7);
     let test = if log == "fast" {

@@ -3,13 +3,14 @@
 //! here takes `SERIAL` first.
 
 use nvmedb::trace::{self, TraceConfig, TraceKind};
+use nvmedb::util::sync::MutexExt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    SERIAL.locked()
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! checked byte for byte.
 
 use nvmedb::io::{CrashSimDevice, Device, MemDevice};
+use nvmedb::util::sync::MutexExt;
 use nvmedb::util::Rng;
 use nvmedb::wal::LogSink;
 use nvmedb::xlog::{
@@ -118,7 +119,7 @@ fn xlog_credit_never_exceeds_contiguous_filled_bytes() {
                     fill(&mut buf[cut..], pos + cut as u64);
                 }
                 {
-                    let mut f = filled.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut f = filled.locked();
                     f.insert(pos, len as u64);
                     let mut p = prefix.load(Ordering::SeqCst);
                     while let Some(l) = f.remove(&p) {
@@ -378,7 +379,7 @@ fn xlog_replication_counters_and_mirror() {
     struct Collect(Mutex<BTreeMap<u64, Vec<u8>>>);
     impl Mirror for Collect {
         fn on_frame(&self, pos: u64, bytes: &[u8]) -> nvmedb::Result<()> {
-            let prev = self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(pos, bytes.to_vec());
+            let prev = self.0.locked().insert(pos, bytes.to_vec());
             assert!(prev.is_none(), "frame mirrored twice");
             Ok(())
         }
@@ -413,7 +414,7 @@ fn xlog_replication_counters_and_mirror() {
     log.update_shadow(1, end);
     assert!(waiter.join().expect("waiter") >= end);
     assert_eq!(log.status().links.len(), 2);
-    let m = mirror.0.lock().unwrap_or_else(|e| e.into_inner());
+    let m = mirror.0.locked();
     let mut pos = 0;
     let mut joined = Vec::new();
     for (p, b) in m.iter() {
@@ -493,7 +494,7 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
                     rng.fill(&mut rec);
                     let (s, e) = w.x_pwrite(&rec).expect("x_pwrite");
                     assert_eq!(e - s, len as u64, "seed {seed}");
-                    records.lock().unwrap_or_else(|e| e.into_inner()).push((s, rec));
+                    records.locked().push((s, rec));
                 } else {
                     let len = rng.range(1, 3000) as usize;
                     let mut a = w.x_alloc(len).expect("x_alloc");
@@ -501,7 +502,7 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
                     rng.fill(a.buf());
                     let copy = a.buf().to_vec();
                     w.x_free(a).expect("x_free");
-                    records.lock().unwrap_or_else(|e| e.into_inner()).push((p, copy));
+                    records.locked().push((p, copy));
                 }
             }
             w.x_fsync().expect("x_fsync");
@@ -512,7 +513,7 @@ fn xlog_pwrite_ranges_are_contiguous_under_concurrency() {
     }
     let end = log.destage_now().expect("destage");
     let stream = log.read_stream(0, end).expect("read");
-    let mut recs = records.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut recs = records.locked().clone();
     recs.sort_by_key(|r| r.0);
     let mut pos = 0u64;
     for (s, bytes) in &recs {

@@ -11,6 +11,7 @@
 use super::clock::{process_cpu_ns, thread_cpu_ns};
 use super::hist::LatencyHistogram;
 use crate::error::{LabError, Result};
+use nvmedb::util::sync::MutexExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -114,7 +115,7 @@ struct Shared {
 
 impl Shared {
     fn fail(&self, e: LabError) {
-        self.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        self.first_error.locked().get_or_insert(e);
         self.stop.store(true, Ordering::Relaxed);
     }
 
@@ -177,7 +178,7 @@ impl Workers {
                 handles.into_iter().map(|h| h.join().ok()).collect();
             (outs, window, process_cpu)
         });
-        if let Some(e) = shared.first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(e) = shared.first_error.into_value() {
             return Err(e);
         }
         let mut run = WindowRun {

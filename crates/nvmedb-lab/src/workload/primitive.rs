@@ -7,6 +7,7 @@
 
 use crate::error::{LabError, Result};
 use crate::measure::progress;
+use nvmedb::util::sync::MutexExt;
 use nvmedb::{ColumnType, Database, Schema, Table, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -59,7 +60,7 @@ pub fn load(db: &Database, tables: usize, rows: u64, threads: usize, show_progre
                 }
                 for sid in 0..rows {
                     if let Err(e) = handles[t].insert(&row(sid)) {
-                        let mut slot = first_error.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut slot = first_error.locked();
                         slot.get_or_insert(LabError::engine(format!(
                             "loading row {sid} of {}",
                             table_name(t)
@@ -75,7 +76,7 @@ pub fn load(db: &Database, tables: usize, rows: u64, threads: usize, show_progre
         }
     });
     bar.finish_and_clear();
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    if let Some(e) = first_error.into_value() {
         return Err(e);
     }
     db.flush().map_err(LabError::engine("flushing the loaded data"))

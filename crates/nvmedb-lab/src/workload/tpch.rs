@@ -11,6 +11,7 @@
 
 use crate::error::{LabError, Result};
 use crate::measure::progress;
+use nvmedb::util::sync::MutexExt;
 use nvmedb::{ColumnType, Database, RowView, Schema, Table, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -227,13 +228,13 @@ pub fn load(db: &Database, sf: f64, threads: usize, show_progress: bool) -> Resu
                 })();
                 if let Err(e) = r {
                     failed.store(true, Ordering::Relaxed);
-                    first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                    first_error.locked().get_or_insert(e);
                 }
             });
         }
     });
     bar.finish_and_clear();
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = first_error.into_value() {
         return Err(e);
     }
     let rows = [0, 1, 2].map(|i| counts[i].load(Ordering::Relaxed));
@@ -425,11 +426,11 @@ impl<T> Exchange<T> {
     }
     fn give(&self, buckets: Vec<Vec<T>>) {
         for (j, b) in buckets.into_iter().enumerate() {
-            self.0[j].lock().unwrap_or_else(|p| p.into_inner()).extend(b);
+            self.0[j].locked().extend(b);
         }
     }
     fn take(&self, j: usize) -> Vec<T> {
-        std::mem::take(&mut *self.0[j].lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.0[j].locked())
     }
 }
 
@@ -476,7 +477,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
     let t0 = Instant::now();
     let fail = |e: LabError| {
         failed.store(true, Ordering::Relaxed);
-        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        first_error.locked().get_or_insert(e);
     };
     let scan = |t: &Table, w: usize, f: &mut dyn FnMut(RowView<'_>)| -> Result<u64> {
         let mut rows = 0u64;
@@ -490,7 +491,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
     };
     let end_phase = |p: usize| {
         if barrier.wait().is_leader() {
-            *phase_end[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            *phase_end[p].locked() = Some(Instant::now());
         }
     };
     std::thread::scope(|s| {
@@ -577,20 +578,20 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                         Some(Q3Row { orderkey: k, revenue_e4: r, orderdate: d, shippriority: p })
                     })
                     .collect();
-                answers.lock().unwrap_or_else(|p| p.into_inner()).extend(top10(rows));
+                answers.locked().extend(top10(rows));
                 end_phase(2);
             });
         }
     });
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = first_error.into_value() {
         return Err(e);
     }
-    let ends = phase_end.map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or(t0));
+    let ends = phase_end.map(|m| m.into_value().unwrap_or(t0));
     let seconds = t0.elapsed().as_secs_f64();
     let phase_s =
         [(ends[0] - t0).as_secs_f64(), (ends[1] - ends[0]).as_secs_f64(), (ends[2] - ends[1]).as_secs_f64()];
     Ok(Q3Outcome {
-        top: top10(answers.into_inner().unwrap_or_else(|p| p.into_inner())),
+        top: top10(answers.into_value()),
         rows_scanned: [0, 1, 2].map(|i| scanned[i].load(Ordering::Relaxed)),
         phase_s,
         seconds,

@@ -10,6 +10,7 @@ use super::{BufferPolicy, BufferStats, PageClass, PageId, PoolConfig, WalGate};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device};
 use crate::page::{PageHeader, PageType};
+use crate::util::sync::{MutexExt, RwLockExt};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -96,7 +97,7 @@ impl Partition {
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => {
                 let t0 = Instant::now();
-                let g = lock(m);
+                let g = m.locked();
                 self.count_latch_wait(t0);
                 g
             }
@@ -112,7 +113,7 @@ impl Partition {
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => {
                 let t0 = Instant::now();
-                let g = l.read().unwrap_or_else(|e| e.into_inner());
+                let g = l.read_locked();
                 self.count_latch_wait(t0);
                 g
             }
@@ -145,10 +146,6 @@ fn prefetch_line(p: *const u8) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 thread_local! {
@@ -313,7 +310,7 @@ impl BufferPool {
             log_failure: Mutex::new(None),
         });
         if let Some(bw) = pool.config.background_writer {
-            *lock(&pool.writer) = Some(WriterHandle::start(Arc::downgrade(&pool), bw));
+            *pool.writer.locked() = Some(WriterHandle::start(Arc::downgrade(&pool), bw));
         }
         Ok(pool)
     }
@@ -338,7 +335,7 @@ impl BufferPool {
     pub fn register_file(&self, file_id: u32, device: Arc<dyn Device>) -> Result<()> {
         let pages = device.capacity() / self.config.page_size as u64;
         let name = device.info().name;
-        let mut files = self.files.write().unwrap_or_else(|e| e.into_inner());
+        let mut files = self.files.write_locked();
         let idx = file_id as usize;
         if files.len() <= idx {
             files.resize_with(idx + 1, || None);
@@ -371,7 +368,7 @@ impl BufferPool {
     /// A page just read must not be newer than the durable log (see [`WalGate::page_lsn_limit`]):
     /// if it is, log records it depends on were lost.
     fn check_page_lsn(&self, bytes: &[u8], file: &str, offset: u64, pid: PageId) -> Result<()> {
-        let gate = self.gate.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let gate = self.gate.read_locked().clone();
         let Some(gate) = gate else { return Ok(()) };
         let lsn = PageHeader::lsn_of(bytes);
         let limit = gate.page_lsn_limit();
@@ -391,11 +388,11 @@ impl BufferPool {
 
     /// Installs the WAL rule hook consulted before every write-back.
     pub fn set_wal_gate(&self, gate: Arc<dyn WalGate>) {
-        *self.gate.write().unwrap_or_else(|e| e.into_inner()) = Some(gate);
+        *self.gate.write_locked() = Some(gate);
     }
 
     fn file(&self, file_id: u32) -> Result<Arc<FileEntry>> {
-        let files = self.files.read().unwrap_or_else(|e| e.into_inner());
+        let files = self.files.read_locked();
         files.get(file_id as usize).and_then(|f| f.clone()).ok_or_else(|| {
             Error::NotFound(format!("file id {file_id} is not registered with the buffer pool"))
         })
@@ -508,7 +505,7 @@ impl BufferPool {
             if let Some(i) = hint {
                 let f = &part.arena.frames[i];
                 if f.sticky.load(Acquire) && f.page_key.load(Acquire) == key {
-                    let g = f.latch.read().unwrap_or_else(|e| e.into_inner());
+                    let g = f.latch.read_locked();
                     if f.valid.load(Acquire) && f.page_key.load(Acquire) == key {
                         part.count_hit();
                         return Ok(Fixed::Shared(PageRef {
@@ -532,7 +529,7 @@ impl BufferPool {
                     Fixed::Shared(PageRef { part, frame: i, pid, pinned: true, latch: Some(g) })
                 }
                 FixMode::Exclusive => {
-                    let g = f.latch.write().unwrap_or_else(|e| e.into_inner());
+                    let g = f.latch.write_locked();
                     let before = self.logger.get().map(|_| {
                         // SAFETY: we hold the frame's write latch.
                         Box::<[u8]>::from(unsafe { part.arena.bytes(i) })
@@ -604,7 +601,7 @@ impl BufferPool {
             }
             let victim = self.claim_frame(part)?;
             let f = &part.arena.frames[victim];
-            let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+            let wl = f.latch.write_locked();
             {
                 let mut map = part.lock_stripe(key);
                 if map.contains_key(&key) {
@@ -785,7 +782,7 @@ impl BufferPool {
                 return Ok(true); // a dropped table's page: nothing to keep
             }
             let lsn = PageHeader::lsn_of(copy);
-            let gate = self.gate.read().unwrap_or_else(|e| e.into_inner()).clone();
+            let gate = self.gate.read_locked().clone();
             if let Some(gate) = gate {
                 if let Err(e) = gate.ensure_durable(lsn) {
                     f.dirty.store(true, Release);
@@ -855,7 +852,7 @@ impl BufferPool {
                 }
             };
             let f = &part.arena.frames[victim];
-            let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+            let wl = f.latch.write_locked();
             let mut map = part.lock_stripe(key);
             if map.contains_key(&key) {
                 drop(map);
@@ -945,7 +942,7 @@ impl BufferPool {
         let pid = PageId::new(file_id, page_no);
         let key = pid.key();
         let f = &part.arena.frames[victim];
-        let wl = f.latch.write().unwrap_or_else(|e| e.into_inner());
+        let wl = f.latch.write_locked();
         // SAFETY: we hold the write latch of a frame we claimed.
         let bytes = unsafe { part.arena.bytes_mut(victim) };
         bytes.fill(0);
@@ -980,8 +977,7 @@ impl BufferPool {
                 }
             }
         }
-        let files: Vec<Arc<FileEntry>> =
-            self.files.read().unwrap_or_else(|e| e.into_inner()).iter().flatten().cloned().collect();
+        let files: Vec<Arc<FileEntry>> = self.files.read_locked().iter().flatten().cloned().collect();
         for file in files.iter().filter(|f| !f.dropped.load(Acquire)) {
             file.device.sync()?;
         }
@@ -1033,7 +1029,7 @@ impl BufferPool {
 
     /// The last error the background writer hit, if any.
     pub fn background_writer_error(&self) -> Option<String> {
-        lock(&self.writer).as_ref().and_then(|w| w.last_error())
+        self.writer.locked().as_ref().and_then(|w| w.last_error())
     }
 }
 
@@ -1110,7 +1106,7 @@ impl BufferPool {
 
     /// The failure that poisoned logging outside a mini-transaction, if any.
     pub fn log_failure(&self) -> Option<String> {
-        lock(&self.log_failure).clone()
+        self.log_failure.locked().clone()
     }
 
     fn defer_change(&self, d: Deferred) {
@@ -1128,7 +1124,7 @@ impl BufferPool {
         if let Some(d) = orphan {
             // A change outside any mini-transaction: log it on its own.
             if let Err(e) = self.finish_changes(vec![d], true) {
-                *lock(&self.log_failure) = Some(e.to_string());
+                *self.log_failure.locked() = Some(e.to_string());
             }
         }
     }
@@ -1206,7 +1202,7 @@ impl BufferPool {
 
 impl Drop for BufferPool {
     fn drop(&mut self) {
-        if let Some(w) = lock(&self.writer).take() {
+        if let Some(w) = self.writer.locked().take() {
             w.stop();
         }
     }

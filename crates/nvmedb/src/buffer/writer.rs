@@ -6,6 +6,7 @@
 
 use super::pool::BufferPool;
 use super::BackgroundWriter;
+use crate::util::sync::{CondvarExt, MutexExt};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 
@@ -30,16 +31,15 @@ impl WriterHandle {
             .name("nvmedb-bgwriter".into())
             .spawn(move || loop {
                 {
-                    let stop = s.stop.lock().unwrap_or_else(|e| e.into_inner());
-                    let (stop, _) =
-                        s.wake.wait_timeout(stop, cfg.interval).unwrap_or_else(|e| e.into_inner());
+                    let stop = s.stop.locked();
+                    let (stop, _) = s.wake.wait_timeout_locked(stop, cfg.interval);
                     if *stop {
                         return;
                     }
                 }
                 let Some(pool) = pool.upgrade() else { return };
                 if let Err(e) = pool.background_sweep(cfg.frames_per_sweep) {
-                    *s.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                    *s.last_error.locked() = Some(e.to_string());
                 }
             })
             .ok();
@@ -47,11 +47,11 @@ impl WriterHandle {
     }
 
     pub fn last_error(&self) -> Option<String> {
-        self.shared.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.last_error.locked().clone()
     }
 
     pub fn stop(mut self) {
-        *self.shared.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *self.shared.stop.locked() = true;
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
             // The last pool reference may be dropped by the writer thread itself.

@@ -17,6 +17,7 @@ use crate::btree::BTree;
 use crate::error::{Error, Result};
 use crate::table::catalog::TableMeta;
 use crate::table::{HeapFile, RowView, Schema, Table, Value};
+use crate::util::sync::{MutexExt, RwLockExt};
 
 /// Fills a table that a [`Database::rebuild_table`] is building: rows go in without locks and
 /// without an undo list (nobody else can see the table yet); they are logged, and committed
@@ -118,7 +119,7 @@ impl Database {
 
     /// Creates a table. Its name must be new.
     pub fn create_table(&self, name: &str, schema: Schema) -> Result<Table> {
-        let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cat = self.inner.catalog.locked();
         self.check_new_table(name, &schema, cat.1.table_page_size)?;
         if cat.1.tables.iter().any(|t| t.name == name) {
             return Err(Error::AlreadyExists(format!("table `{name}`")));
@@ -129,7 +130,7 @@ impl Database {
         next.next_table_id = id + 1;
         next.tables.push(meta);
         self.publish_catalog(&mut cat, next)?;
-        self.inner.tables.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), table.clone());
+        self.inner.tables.write_locked().insert(name.to_string(), table.clone());
         Ok(table)
     }
 
@@ -148,7 +149,7 @@ impl Database {
     /// deleted. Handles to it fail from then on.
     pub fn drop_table(&self, name: &str) -> Result<()> {
         let id = {
-            let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cat = self.inner.catalog.locked();
             let pos = cat.1.tables.iter().position(|t| t.name == name).ok_or_else(|| {
                 Error::NotFound(format!("table `{name}` in {}", self.inner.storage.location()))
             })?;
@@ -157,7 +158,7 @@ impl Database {
             self.publish_catalog(&mut cat, next)?;
             id
         };
-        if let Some(old) = self.inner.tables.write().unwrap_or_else(|e| e.into_inner()).remove(name) {
+        if let Some(old) = self.inner.tables.write_locked().remove(name) {
             old.mark_dropped();
         }
         self.remove_table_files(id)
@@ -191,7 +192,7 @@ impl Database {
     ) -> Result<Table> {
         let old = self.table(name)?;
         let id = {
-            let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cat = self.inner.catalog.locked();
             self.check_new_table(name, &schema, cat.1.table_page_size)?;
             let id = cat.1.next_table_id;
             let mut next = cat.1.clone();
@@ -224,7 +225,7 @@ impl Database {
             return Err(e);
         }
         let old_id = {
-            let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cat = self.inner.catalog.locked();
             let pos = cat.1.tables.iter().position(|t| t.name == name).ok_or_else(|| {
                 Error::NotFound(format!("table `{name}` (dropped while it was being rebuilt)"))
             })?;
@@ -233,7 +234,7 @@ impl Database {
             self.publish_catalog(&mut cat, next)?;
             old_id
         };
-        self.inner.tables.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_string(), table.clone());
+        self.inner.tables.write_locked().insert(name.to_string(), table.clone());
         old.mark_dropped();
         self.remove_table_files(old_id)?;
         Ok(table)

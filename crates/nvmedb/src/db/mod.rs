@@ -8,6 +8,7 @@
 
 use crate::btree::BTree;
 mod ddl;
+use crate::util::sync::{MutexExt, RwLockExt};
 mod recovery;
 mod transaction;
 
@@ -648,7 +649,7 @@ impl Database {
         if self.inner.txn.log.is_none() {
             return self.flush();
         }
-        let _one = self.inner.checkpoint_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.inner.checkpoint_lock.locked();
         self.checkpoint_locked()
     }
 
@@ -671,7 +672,7 @@ impl Database {
         let undo = t.oldest_active_lsn().map_or(redo, |a| a.min(redo));
         self.flush()?;
         {
-            let mut cat = self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cat = self.inner.catalog.locked();
             let mut next = cat.1.clone();
             next.checkpoint_redo_lsn = redo;
             next.checkpoint_undo_lsn = undo;
@@ -719,8 +720,7 @@ impl Database {
     pub fn table(&self, name: &str) -> Result<Table> {
         self.inner
             .tables
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_locked()
             .get(name)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("table `{name}` in {}", self.inner.storage.location())))
@@ -728,8 +728,7 @@ impl Database {
 
     /// Names of all tables, sorted.
     pub fn table_names(&self) -> Vec<String> {
-        let mut v: Vec<String> =
-            self.inner.tables.read().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect();
+        let mut v: Vec<String> = self.inner.tables.read_locked().keys().cloned().collect();
         v.sort();
         v
     }
@@ -762,7 +761,7 @@ impl Database {
 
     /// Catalog contents (for inspection).
     pub fn catalog(&self) -> CatalogData {
-        self.inner.catalog.lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+        self.inner.catalog.locked().1.clone()
     }
 
     /// Checkpoints (or flushes, without a log) and closes this handle (other clones stay

@@ -10,6 +10,7 @@
 //! Simplification stated plainly: creating or removing a device is durable at once.
 
 use super::{check_alignment, Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage, DIRECT_IO_ALIGN};
+use crate::util::sync::MutexExt;
 use crate::util::Rng;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -77,7 +78,7 @@ impl CrashSimDevice {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SimState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Number of writes not yet covered by a sync.
@@ -191,7 +192,7 @@ impl CrashSimStorage {
 
     /// Crashes every device (in name order, so the outcome depends only on the seed).
     pub fn crash(&self, rng: &mut Rng) -> CrashOutcome {
-        let map = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.devices.locked();
         let mut total = CrashOutcome::default();
         for dev in map.values() {
             total.add(dev.crash(rng));
@@ -201,13 +202,13 @@ impl CrashSimStorage {
 
     /// The device behind `name`, for tests that inspect or corrupt it.
     pub fn device(&self, name: &str) -> Option<Arc<CrashSimDevice>> {
-        self.devices.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+        self.devices.locked().get(name).cloned()
     }
 }
 
 impl Storage for CrashSimStorage {
     fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
-        let mut map = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.devices.locked();
         if let Some(d) = map.get(name) {
             return Ok(d.clone());
         }
@@ -226,15 +227,15 @@ impl Storage for CrashSimStorage {
     }
 
     fn exists(&self, name: &str) -> bool {
-        self.devices.lock().unwrap_or_else(|e| e.into_inner()).contains_key(name)
+        self.devices.locked().contains_key(name)
     }
 
     fn list(&self) -> IoResult<Vec<String>> {
-        Ok(self.devices.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect())
+        Ok(self.devices.locked().keys().cloned().collect())
     }
 
     fn remove(&self, name: &str) -> IoResult<()> {
-        self.devices.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.devices.locked().remove(name);
         Ok(())
     }
 

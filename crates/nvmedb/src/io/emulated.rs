@@ -17,6 +17,7 @@ use super::{
     Completion, Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoRequest, IoResult, MemDevice, QueuedOp,
     QueuedOpKind,
 };
+use crate::util::sync::MutexExt;
 use crate::util::Rng;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -130,7 +131,7 @@ impl EmulatedMedium {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, EmuState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.locked()
     }
 }
 

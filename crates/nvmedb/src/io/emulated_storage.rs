@@ -11,6 +11,7 @@ use super::{
     Backing, Device, DeviceProfile, EmulatedDevice, EmulatedMedium, IoError, IoOpKind, IoResult, MemStorage,
     Storage,
 };
+use crate::util::sync::MutexExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -62,7 +63,7 @@ impl EmulatedStorage {
 
 impl Storage for EmulatedStorage {
     fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = self.open.locked();
         if let Some(d) = open.get(name) {
             return Ok(d.clone());
         }
@@ -82,7 +83,7 @@ impl Storage for EmulatedStorage {
     }
 
     fn remove(&self, name: &str) -> IoResult<()> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.open.locked().remove(name);
         self.inner.remove(name)
     }
 

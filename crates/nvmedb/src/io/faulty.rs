@@ -11,6 +11,7 @@
 //! are counted per rule only when the rule's filters match.
 
 use super::{Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoResult};
+use crate::util::sync::MutexExt;
 use crate::util::Rng;
 use std::ops::Range;
 use std::sync::Mutex;
@@ -148,7 +149,7 @@ impl<D: Device> FaultyDevice<D> {
 
     /// Every fault injected so far, in order.
     pub fn injected(&self) -> Vec<InjectedFault> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).log.clone()
+        self.state.locked().log.clone()
     }
 
     fn name(&self) -> String {
@@ -160,7 +161,7 @@ impl<D: Device> FaultyDevice<D> {
         let mut delay = Duration::ZERO;
         let mut error: Option<i32> = None;
         {
-            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.state.locked();
             if let (Some(limit), IoOpKind::Write) = (self.plan.enospc_beyond, op) {
                 if offset + len as u64 > limit {
                     error = Some(libc::ENOSPC);

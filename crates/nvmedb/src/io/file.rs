@@ -18,6 +18,7 @@ use super::{
     check_alignment, Completion, Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoRequest, IoResult,
     QueuedOp, QueuedOpKind, Storage, DIRECT_IO_ALIGN,
 };
+use crate::util::sync::MutexExt;
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -674,7 +675,7 @@ impl DirStorage {
 impl Storage for DirStorage {
     fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
         let path = self.path_of(name)?;
-        let mut map = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.open.locked();
         if let Some(d) = map.get(name) {
             return Ok(d.clone());
         }
@@ -706,7 +707,7 @@ impl Storage for DirStorage {
 
     fn remove(&self, name: &str) -> IoResult<()> {
         let path = self.path_of(name)?;
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.open.locked().remove(name);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -716,7 +717,7 @@ impl Storage for DirStorage {
 
     fn lock(&self) -> IoResult<()> {
         use std::io::{Read, Seek, Write};
-        let mut held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.lock.locked();
         if held.is_some() {
             return Ok(());
         }

@@ -5,6 +5,7 @@
 //! rules as a real O_DIRECT file are enforced, so code tested on RAM behaves on disk.
 
 use super::{check_alignment, Device, DeviceInfo, IoError, IoResult, DIRECT_IO_ALIGN};
+use crate::util::sync::RwLockExt;
 use std::sync::RwLock;
 
 /// A device whose medium is RAM.
@@ -30,12 +31,12 @@ impl MemDevice {
 
     /// A copy of the current contents (for tests and crash simulation).
     pub fn snapshot(&self) -> Vec<u8> {
-        self.data.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.data.read_locked().clone()
     }
 
     /// Replaces the contents (for crash simulation).
     pub fn restore(&self, bytes: Vec<u8>) {
-        *self.data.write().unwrap_or_else(|e| e.into_inner()) = bytes;
+        *self.data.write_locked() = bytes;
     }
 
     fn grow_locked(&self, data: &mut Vec<u8>, end: u64, offset: u64, len: usize) -> IoResult<()> {
@@ -61,17 +62,17 @@ impl Device for MemDevice {
     }
 
     fn capacity(&self) -> u64 {
-        self.data.read().unwrap_or_else(|e| e.into_inner()).len() as u64
+        self.data.read_locked().len() as u64
     }
 
     fn ensure_capacity(&self, len: u64) -> IoResult<()> {
-        let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let mut data = self.data.write_locked();
         self.grow_locked(&mut data, len, 0, 0)
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
         check_alignment(&self.name, self.align, offset, buf.len(), buf.as_ptr() as usize)?;
-        let data = self.data.read().unwrap_or_else(|e| e.into_inner());
+        let data = self.data.read_locked();
         let start = offset as usize;
         let end = start + buf.len();
         if end <= data.len() {
@@ -89,7 +90,7 @@ impl Device for MemDevice {
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
         check_alignment(&self.name, self.align, offset, buf.len(), buf.as_ptr() as usize)?;
-        let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let mut data = self.data.write_locked();
         let end = offset + buf.len() as u64;
         self.grow_locked(&mut data, end, offset, buf.len())?;
         data[offset as usize..end as usize].copy_from_slice(buf);

@@ -7,6 +7,7 @@
 //! written.
 
 use super::{Device, IoError, IoOpKind, IoResult, MemDevice};
+use crate::util::sync::MutexExt;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -55,13 +56,13 @@ impl MemStorage {
 
     /// The RAM device behind `name`, for tests that inspect or corrupt bytes.
     pub fn mem_device(&self, name: &str) -> Option<Arc<MemDevice>> {
-        self.devices.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+        self.devices.locked().get(name).cloned()
     }
 }
 
 impl Storage for MemStorage {
     fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
-        let mut map = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.devices.locked();
         if let Some(d) = map.get(name) {
             return Ok(d.clone());
         }
@@ -80,15 +81,15 @@ impl Storage for MemStorage {
     }
 
     fn exists(&self, name: &str) -> bool {
-        self.devices.lock().unwrap_or_else(|e| e.into_inner()).contains_key(name)
+        self.devices.locked().contains_key(name)
     }
 
     fn list(&self) -> IoResult<Vec<String>> {
-        Ok(self.devices.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect())
+        Ok(self.devices.locked().keys().cloned().collect())
     }
 
     fn remove(&self, name: &str) -> IoResult<()> {
-        self.devices.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        self.devices.locked().remove(name);
         Ok(())
     }
 

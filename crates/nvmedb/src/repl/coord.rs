@@ -13,6 +13,7 @@
 //! - Revisions increase with every write to the store; `create` succeeds for one caller only;
 //!   `replace` succeeds only if the key still has the revision the caller read.
 
+use crate::util::sync::MutexExt;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -163,7 +164,7 @@ impl MemStore {
             return Err(CoordError::Unavailable("partitioned from the simulated store".into()));
         }
         let now = self.clock.now();
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.locked();
         st.expire(now);
         f(&mut st, now)
     }

@@ -20,6 +20,7 @@ use super::standby::Shared;
 use super::state::ClusterView;
 use super::wire::{self, FrameType, Role};
 use super::ReplError;
+use crate::util::sync::MutexExt;
 use crate::wal::Lsn;
 use std::io::BufWriter;
 use std::net::{Shutdown, TcpStream};
@@ -52,7 +53,7 @@ impl Forwarder {
                     if let Err(e) = forward_once(&s2, &t2, &view, epoch, &stop2, &conn2) {
                         s2.note_forward_error(&format!("forwarding to {t2}: {e}"));
                     }
-                    *conn2.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    *conn2.locked() = None;
                     std::thread::sleep(Duration::from_millis(100));
                 }
             })
@@ -68,7 +69,7 @@ impl Forwarder {
     /// Stops the thread and closes its connection.
     pub(super) fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(c) = self.conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(c) = self.conn.locked().take() {
             let _ = c.shutdown(Shutdown::Both);
         }
         if let Some(t) = self.thread.take() {
@@ -80,7 +81,7 @@ impl Forwarder {
 /// The acknowledgement payload: this standby's persisted position, then the rest of the chain's.
 pub(super) fn ack_payload(sh: &Shared, own: Lsn) -> Vec<u8> {
     let mut p = own.to_le_bytes().to_vec();
-    for d in sh.downstream.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for d in sh.downstream.locked().iter() {
         p.extend_from_slice(&d.to_le_bytes());
     }
     p
@@ -89,10 +90,9 @@ pub(super) fn ack_payload(sh: &Shared, own: Lsn) -> Vec<u8> {
 /// Sends an acknowledgement upstream on the current log connection (after the next standby
 /// reported progress).
 fn relay_upstream(sh: &Shared) {
-    let conn =
-        sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|c| c.try_clone().ok());
+    let conn = sh.log_conn.locked().as_ref().and_then(|c| c.try_clone().ok());
     if let Some(mut c) = conn {
-        let _one = sh.upstream_writes.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = sh.upstream_writes.locked();
         let p = ack_payload(sh, sh.log.durable_lsn());
         let _ = wire::write_frame(&mut c, "upstream", sh.epoch.load(Ordering::Acquire), FrameType::Ack, &p);
     }
@@ -108,7 +108,7 @@ fn forward_once(
 ) -> Result<(), ReplError> {
     let mut s = wire::connect(target, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(target, "timeout", e))?;
-    let history = sh.history.lock().unwrap_or_else(|e| e.into_inner()).encode();
+    let history = sh.history.locked().encode();
     let w = wire::client_handshake_with(
         &mut s,
         target,
@@ -126,7 +126,7 @@ fn forward_once(
         });
     }
     wire::write_frame(&mut s, target, epoch, FrameType::Cluster, view.encode().as_bytes())?;
-    *conn.lock().unwrap_or_else(|e| e.into_inner()) = s.try_clone().ok();
+    *conn.locked() = s.try_clone().ok();
     let dead = Arc::new(AtomicBool::new(false));
     let me = view.me.unwrap_or(0);
     let reader = {
@@ -144,7 +144,7 @@ fn forward_once(
                                 .collect();
                             // Positions of members me.. of the chain.
                             let n = v.len().min(view_len(&sh).saturating_sub(me));
-                            *sh.downstream.lock().unwrap_or_else(|e| e.into_inner()) = v[..n].to_vec();
+                            *sh.downstream.locked() = v[..n].to_vec();
                             relay_upstream(&sh);
                         }
                         FrameType::Refused => return Err(wire::refused_error(&target, &f, epoch)),
@@ -170,7 +170,7 @@ fn forward_once(
 }
 
 fn view_len(sh: &Shared) -> usize {
-    sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, |v| v.members.len())
+    sh.cluster.locked().as_ref().map_or(0, |v| v.members.len())
 }
 
 /// Ships the durable records after `pos` as they arrive, until stopped or the link dies.

@@ -14,6 +14,7 @@
 use super::wire::{self, FrameType, Role};
 use super::ReplError;
 use crate::io::{Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage};
+use crate::util::sync::MutexExt;
 use std::io::{BufReader, BufWriter};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
@@ -66,7 +67,7 @@ impl Pool {
                 std::io::Error::other(e.to_string()),
             )
         };
-        let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = self.idle.locked().pop();
         let mut conn = match conn {
             Some(c) => c,
             None => self.connect().map_err(fail)?,
@@ -85,7 +86,7 @@ impl Pool {
                 }));
             }
         }
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+        self.idle.locked().push(conn);
         lr
     }
 }

@@ -48,6 +48,7 @@ pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRec
 pub use standby::{admin_status, seed_standby, Standby, StandbyConfig};
 pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
 
+use crate::util::sync::MutexExt;
 use std::fmt;
 use std::time::Duration;
 
@@ -283,8 +284,9 @@ pub fn open_primary_with(
         backup: Some(backup),
     };
     let db = crate::Database::open_with_log(storage, Some(Box::new(opener)), options)?;
-    let log = handle.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
-        crate::Error::Config { key: "wal".into(), detail: "replication needs the write-ahead log".into() }
+    let log = handle.locked().take().ok_or_else(|| crate::Error::Config {
+        key: "wal".into(),
+        detail: "replication needs the write-ahead log".into(),
     })?;
     Ok((db, log))
 }

@@ -29,6 +29,7 @@ use super::{
     StandbyConfig, StandbyPolicy,
 };
 use crate::error::{Error, Result};
+use crate::util::sync::{CondvarExt, MutexExt};
 use crate::{Database, Options};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -252,13 +253,13 @@ impl HaNode {
 
     /// The database while this node leads (`None` as a standby).
     pub fn leading(&self) -> Option<Leadership> {
-        self.sh.leading.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.sh.leading.locked().clone()
     }
 
     /// Waits up to `timeout` for this node to lead.
     pub fn wait_leading(&self, timeout: Duration) -> Option<Leadership> {
         let deadline = Instant::now() + timeout;
-        let mut g = self.sh.leading.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.sh.leading.locked();
         loop {
             if let Some(l) = g.as_ref() {
                 return Some(l.clone());
@@ -267,7 +268,7 @@ impl HaNode {
             if now >= deadline || self.sh.stop.load(Ordering::Acquire) {
                 return None;
             }
-            g = self.sh.leading_cv.wait_timeout(g, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            g = self.sh.leading_cv.wait_timeout_locked(g, deadline - now).0;
         }
     }
 
@@ -278,7 +279,7 @@ impl HaNode {
 
     /// The node's status (role, epoch, positions) as of its last tick.
     pub fn status(&self) -> String {
-        self.sh.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.sh.status.locked().clone()
     }
 
     /// Stops the agent: a primary steps down and releases its lease (a standby takes over at
@@ -286,11 +287,11 @@ impl HaNode {
     pub fn stop(&self) {
         self.sh.stop.store(true, Ordering::Release);
         {
-            let _g = self.sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.sh.stop_mx.locked();
             self.sh.stop_cv.notify_all();
         }
         self.sh.leading_cv.notify_all();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(t) = self.thread.locked().take() {
             let _ = t.join();
         }
     }
@@ -330,14 +331,14 @@ fn sync_set(sh: &Shared, epoch: u64) -> SyncSet {
 
 /// Sleeps one tick (or less when stopping).
 fn pause(sh: &Shared, d: Duration) {
-    let g = sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+    let g = sh.stop_mx.locked();
     if !sh.stop.load(Ordering::Acquire) {
         let _ = sh.stop_cv.wait_timeout(g, d);
     }
 }
 
 fn set_leading(sh: &Shared, l: Option<Leadership>) {
-    *sh.leading.lock().unwrap_or_else(|e| e.into_inner()) = l;
+    *sh.leading.locked() = l;
     sh.role_changes.fetch_add(1, Ordering::AcqRel);
     sh.leading_cv.notify_all();
 }
@@ -388,11 +389,11 @@ fn run(sh: Arc<Shared>, sb: Standby) {
 
 /// Remembers the last store error of this tick (reported once per change by the loop).
 fn note_store_error(sh: &Shared, e: &CoordError) {
-    *sh.store_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+    *sh.store_error.locked() = Some(e.to_string());
 }
 
 fn store_error(sh: &Shared) -> Option<String> {
-    sh.store_error.lock().unwrap_or_else(|e| e.into_inner()).take()
+    sh.store_error.locked().take()
 }
 
 fn standby_tick(
@@ -405,7 +406,7 @@ fn standby_tick(
 ) -> Role {
     let epoch = sb.epoch();
     let pos = sb.position();
-    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) =
+    *sh.status.locked() =
         format!("{} standby epoch {epoch} persisted {pos} applied {}", sh.cfg.name, sb.applied());
     if let Err(e) = agent.publish("standby", epoch, pos) {
         note_store_error(sh, &e);
@@ -581,7 +582,7 @@ fn primary_tick(
     if let Some(f) = &st.fenced {
         return step_down(sh, agent, lead, sb, format!("fenced: {f}"));
     }
-    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = format!(
+    *sh.status.locked() = format!(
         "{} primary epoch {} acknowledged {} local {}{}",
         sh.cfg.name,
         lead.epoch,
@@ -624,7 +625,7 @@ fn step_down(sh: &Shared, agent: &mut Agent, lead: Leadership, sb: Option<Standb
         agent.abandon();
     }
     (sh.events)(&NodeEvent::SteppedDown { epoch, why });
-    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) =
+    *sh.status.locked() =
         format!("{} stepped down from epoch {epoch}; waiting for the database to close", sh.cfg.name);
     // The promoted standby's storage holds the directory lock with the database: it goes
     // first, then the clients' handles.

@@ -26,6 +26,7 @@ use super::wire::{self, FrameType, Role};
 use super::{LinkState, ReplError, ReplicationMode};
 use crate::error::{Error, Result};
 use crate::io::Storage;
+use crate::util::sync::{CondvarExt, MutexExt};
 use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use crate::xlog::combine;
 use std::collections::VecDeque;
@@ -374,7 +375,7 @@ impl ReplicatedLog {
 
     /// The replication state (mode in force, links, shadow counters).
     pub fn status(&self) -> ReplStatus {
-        let ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+        let ms = self.sh.ms.locked();
         let local_durable = self.sh.local.durable_lsn();
         ReplStatus {
             configured: self.sh.cfg.mode,
@@ -393,7 +394,7 @@ impl ReplicatedLog {
                 .iter()
                 .enumerate()
                 .map(|(i, a)| {
-                    let l = self.sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+                    let l = self.sh.links[i].locked();
                     StandbyStatus {
                         addr: a.clone(),
                         link: l.state,
@@ -411,7 +412,7 @@ impl ReplicatedLog {
     /// Replication delays recorded so far (nanoseconds from append to the first standby's
     /// acknowledgement covering the record), draining them. Needs `record_delays`.
     pub fn take_delays(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.sh.delays.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.sh.delays.locked())
     }
 
     /// Stops acknowledging for good (an HA agent that lost its leadership steps down): every
@@ -419,7 +420,7 @@ impl ReplicatedLog {
     /// and the status shows it; then shipping stops as in [`ReplicatedLog::shutdown`].
     pub fn step_down(&self, why: &str) {
         {
-            let mut ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+            let mut ms = self.sh.ms.locked();
             if ms.fenced.is_none() {
                 ms.fenced = Some(ReplError::LeaseLost { detail: format!("stepped down: {why}") });
                 ms.events.push(format!("stepped down: {why}"));
@@ -433,17 +434,17 @@ impl ReplicatedLog {
     pub fn shutdown(&self) {
         self.sh.stop.store(true, Ordering::Release);
         for l in &self.sh.links {
-            if let Some(s) = &l.lock().unwrap_or_else(|e| e.into_inner()).stream {
+            if let Some(s) = &l.locked().stream {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
         {
-            let _g = self.sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.sh.stop_mx.locked();
             self.sh.stop_cv.notify_all();
         }
         self.sh.q_cv.notify_all();
         self.sh.ack_cv.notify_all();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads = std::mem::take(&mut *self.threads.locked());
         for t in threads {
             let _ = t.join();
         }
@@ -459,7 +460,7 @@ impl ReplicatedLog {
             .sh
             .links
             .iter()
-            .map(|l| match &l.lock().unwrap_or_else(|e| e.into_inner()).auth {
+            .map(|l| match &l.locked().auth {
                 Some(e) => {
                     first.get_or_insert_with(|| e.clone());
                     0
@@ -489,13 +490,13 @@ impl Drop for ReplicatedLog {
 
 impl RecordLog for ReplicatedLog {
     fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
-        let mut q = self.sh.q.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.sh.q.locked();
         let (lsn, end) = self.sh.local.append_record(kind, payload)?;
         q.bytes += payload.len() + 32;
         q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec() });
         self.sh.last_end.store(end, Ordering::Release);
         if self.sh.cfg.record_delays {
-            let mut smp = self.sh.samples.lock().unwrap_or_else(|e| e.into_inner());
+            let mut smp = self.sh.samples.locked();
             if smp.len() >= 4_000_000 {
                 smp.pop_front(); // no acknowledgements arrive: keep the newest
             }
@@ -527,7 +528,7 @@ impl RecordLog for ReplicatedLog {
     }
 
     fn durable_lsn(&self) -> Lsn {
-        let ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+        let ms = self.sh.ms.locked();
         self.combined(&ms)
     }
 
@@ -537,7 +538,7 @@ impl RecordLog for ReplicatedLog {
         let timeout = match self.sh.cfg.policy {
             StandbyPolicy::Fail { timeout } | StandbyPolicy::Degrade { timeout, .. } => timeout,
         };
-        let mut ms = self.sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ms = self.sh.ms.locked();
         loop {
             if let Some(f) = &ms.fenced {
                 return Err(Error::Replication(f.clone()));
@@ -586,7 +587,7 @@ impl RecordLog for ReplicatedLog {
                 }
             }
             let left = timeout.saturating_sub(waited).max(Duration::from_millis(1));
-            ms = self.sh.ack_cv.wait_timeout(ms, left).unwrap_or_else(|e| e.into_inner()).0;
+            ms = self.sh.ack_cv.wait_timeout_locked(ms, left).0;
         }
     }
 
@@ -604,7 +605,7 @@ impl RecordLog for ReplicatedLog {
         let mut keep = lsn;
         for (i, s) in self.sh.shadows.iter().enumerate() {
             let shadow = s.load(Ordering::Acquire);
-            let mut l = self.sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+            let mut l = self.sh.links[i].locked();
             if l.given_up || shadow >= lsn {
                 continue;
             }
@@ -617,7 +618,7 @@ impl RecordLog for ReplicatedLog {
                 l.detail = what.clone();
                 drop(l);
                 eprintln!("nvmedb repl: {what}");
-                self.sh.ms.lock().unwrap_or_else(|e| e.into_inner()).events.push(what);
+                self.sh.ms.locked().events.push(what);
             } else {
                 keep = keep.min(shadow);
             }
@@ -675,19 +676,19 @@ impl LogOpener for ReplicatedLogOpener {
             }
         }
         let r = ReplicatedLog::start_node(local, self.config, PrimaryNode { history, backup: self.backup })?;
-        *self.handle.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+        *self.handle.locked() = Some(r.clone());
         Ok(r)
     }
 }
 
 fn set_link(sh: &Shared, i: usize, state: LinkState, detail: String) {
-    let mut l = sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+    let mut l = sh.links[i].locked();
     l.state = state;
     l.detail = detail;
 }
 
 fn fence(sh: &Shared, e: ReplError) {
-    let mut ms = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ms = sh.ms.locked();
     if ms.fenced.is_none() {
         eprintln!("nvmedb repl: FENCED: {e}");
         ms.events.push(format!("fenced: {e}"));
@@ -721,15 +722,15 @@ fn shipper(sh: Arc<Shared>, i: usize) {
             }
             Err(e @ ReplError::AuthFailed { .. }) => {
                 set_link(&sh, i, LinkState::Failed, e.to_string());
-                sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).auth = Some(e);
+                sh.links[i].locked().auth = Some(e);
                 // Wake waiting commits: they fail now rather than at their timeout.
-                let _g = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+                let _g = sh.ms.locked();
                 sh.ack_cv.notify_all();
             }
             Err(e) => set_link(&sh, i, LinkState::Failed, e.to_string()),
         }
-        sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).stream = None;
-        let g = sh.stop_mx.lock().unwrap_or_else(|e| e.into_inner());
+        sh.links[i].locked().stream = None;
+        let g = sh.stop_mx.locked();
         if !sh.stop.load(Ordering::Acquire) {
             let _ = sh.stop_cv.wait_timeout(g, sh.cfg.reconnect_delay);
         }
@@ -753,7 +754,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
         durable,
         &sh.history.encode(),
     )?;
-    sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).auth = None;
+    sh.links[i].locked().auth = None;
     s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
     let view =
         ClusterView { epoch: sh.cfg.epoch, mode: sh.cfg.mode, members: sh.cfg.standbys.clone(), me: Some(i) };
@@ -768,12 +769,12 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
             });
         };
         pos = super::seed::send_base_backup(sh, storage.as_ref(), i, addr, &mut s)?;
-        sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).given_up = false;
+        sh.links[i].locked().given_up = false;
     }
     wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
     let recovered_start = sh.local.recovered().start_lsn;
     let end = sh.local.end_lsn();
-    let given_up = sh.links[i].lock().unwrap_or_else(|e| e.into_inner()).given_up;
+    let given_up = sh.links[i].locked().given_up;
     if pos < recovered_start || pos > end || given_up {
         let why = if given_up {
             format!("standby is at LSN {pos}, and the primary gave up its log (max_retained_bytes)")
@@ -800,7 +801,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     }
     sh.shadows[i].store(pos, Ordering::Release);
     {
-        let mut l = sh.links[i].lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = sh.links[i].locked();
         l.given_up = false;
         l.state = LinkState::Up;
         l.detail = format!("connected at LSN {pos}");
@@ -833,7 +834,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
             frame.extend_from_slice(&0u64.to_le_bytes());
             frame.extend_from_slice(&0u32.to_le_bytes());
             let mut count = 0u32;
-            let q = sh.q.lock().unwrap_or_else(|e| e.into_inner());
+            let q = sh.q.locked();
             if pos < q.start {
                 // Behind the queue: read back from the local log.
                 let qstart = q.start;
@@ -945,15 +946,15 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
                 for (j, c) in f.payload[8..].chunks(8).enumerate() {
                     if let Some(sc) = sh.shadows.get(i + 1 + j) {
                         sc.store(u64::from_le_bytes(c.try_into().expect("8 bytes")), Ordering::Release);
-                        let mut l = sh.links[i + 1 + j].lock().unwrap_or_else(|e| e.into_inner());
+                        let mut l = sh.links[i + 1 + j].locked();
                         l.state = LinkState::Up;
                         l.detail = format!("through the chain via {addr}");
                     }
                 }
                 if i == 0 && sh.cfg.record_delays {
                     let t = Instant::now();
-                    let mut smp = sh.samples.lock().unwrap_or_else(|e| e.into_inner());
-                    let mut d = sh.delays.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut smp = sh.samples.locked();
+                    let mut d = sh.delays.locked();
                     while let Some(&(end, at)) = smp.front() {
                         if end > now {
                             break;
@@ -964,7 +965,7 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
                         }
                     }
                 }
-                let _g = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+                let _g = sh.ms.locked();
                 sh.ack_cv.notify_all();
                 drop(_g);
                 restore_mode_if_caught_up(sh);
@@ -984,7 +985,7 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
 /// A standby never applies past it, so after a failover its pages hold nothing the new
 /// primary lacks (in eager and quorum modes every acknowledged record is on the new primary).
 fn apply_limit(sh: &Shared) -> Lsn {
-    let ms = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+    let ms = sh.ms.locked();
     if ms.fenced.is_some() {
         return sh.published.load(Ordering::Acquire);
     }
@@ -995,7 +996,7 @@ fn apply_limit(sh: &Shared) -> Lsn {
 
 /// Returns to the configured mode once the standbys satisfy it again for everything durable.
 fn restore_mode_if_caught_up(sh: &Shared) {
-    let mut ms = sh.ms.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ms = sh.ms.locked();
     if ms.degraded.is_none() || ms.fenced.is_some() {
         return;
     }

@@ -28,6 +28,7 @@ use super::wire::{self, FrameType, RefuseCode, Role};
 use super::{mode_name, ReplError, ReplicationMode};
 use crate::db::RecoveryReport;
 use crate::error::{Error, Result};
+use crate::util::sync::{MutexExt, RwLockExt};
 use crate::wal::{LogOpener, Lsn};
 use crate::Database;
 use std::io::{BufReader, Write};
@@ -113,7 +114,7 @@ pub(super) fn promote(
     opts: &PromoteOptions,
     replicate: Option<ReplConfig>,
 ) -> Result<Promoted> {
-    let mut done = sh.promote_lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut done = sh.promote_lock.locked();
     if done.is_some() {
         return Err(Error::InvalidArgument("this standby is already promoted".into()));
     }
@@ -123,7 +124,7 @@ pub(super) fn promote(
         ));
     }
     let epoch = {
-        let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = sh.epoch_lock.locked();
         let e = (sh.epoch.load(Ordering::Acquire) + 1).max(opts.epoch.unwrap_or(0));
         adopt_epoch(sh, e)?;
         sh.promoting.store(true, Ordering::Release);
@@ -138,12 +139,12 @@ pub(super) fn promote(
             return Err(e);
         }
     };
-    let _session = sh.log_session.lock().unwrap_or_else(|e| e.into_inner());
-    let _mirror = sh.mirror_lock.write().unwrap_or_else(|e| e.into_inner());
+    let _session = sh.log_session.locked();
+    let _mirror = sh.mirror_lock.write_locked();
     let (log_end, applied) = stop_applying(sh)?;
     // Records of the new epoch begin at the end of what was received.
     {
-        let mut h = sh.history.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = sh.history.locked();
         h.begin(epoch, log_end);
         write_history(&sh.cfg.data_dir, &h)?;
     }
@@ -162,7 +163,7 @@ pub(super) fn promote(
         }
     };
     let db = Database::open_with_log(sh.storage.clone(), Some(opener), sh.cfg.options.clone())?;
-    let rlog = handle.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let rlog = handle.locked().take();
     let report = PromoteReport {
         epoch,
         log_end,
@@ -190,7 +191,7 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
     sh.stop_forwarding();
     sh.log.sync()?;
     let mut out = Fencing::default();
-    let Some(view) = sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+    let Some(view) = sh.cluster.locked().clone() else {
         out.notes.push(
             "no synchronous set known (no primary ever connected): only this standby was fenced".into(),
         );
@@ -376,7 +377,7 @@ pub(super) fn serve_fence(
     peer: &str,
 ) -> std::result::Result<(), ReplError> {
     {
-        let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = sh.epoch_lock.locked();
         let ours = sh.epoch.load(Ordering::Acquire);
         if f.epoch < ours || sh.promoting.load(Ordering::Acquire) {
             let msg = if sh.promoting.load(Ordering::Acquire) {

@@ -22,6 +22,7 @@
 //!   primary never made durable, so no commit depending on them was acknowledged).
 
 use crate::error::{Error, Result};
+use crate::util::sync::MutexExt;
 use crate::wal::{LogRecord, Lsn, RecordReader, RecoveredLog, WalStats};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -243,18 +244,18 @@ impl ReplicaLog {
 
     /// Where the log begins (the first record still held starts at or after it).
     pub fn start_lsn(&self) -> Lsn {
-        self.start.lock().unwrap_or_else(|e| e.into_inner()).lsn
+        self.start.locked().lsn
     }
 
     fn start_off(&self) -> u64 {
-        self.start.lock().unwrap_or_else(|e| e.into_inner()).off
+        self.start.locked().off
     }
 
     /// Appends a record shipped by the primary, at the primary's LSNs. Records already held
     /// (`end <= end_lsn()`) are skipped (a re-shipment after reconnecting); a record that
     /// overlaps the end is an error.
     pub fn append_at(&self, lsn: Lsn, end: Lsn, kind: u8, payload: &[u8]) -> Result<bool> {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pending.locked();
         if end <= p.end {
             return Ok(false);
         }
@@ -279,13 +280,13 @@ impl ReplicaLog {
     /// Makes everything appended durable unless `lsn` already is (group commit: a caller that
     /// waited for another's sync finds its record durable and does not sync again).
     pub fn sync_to(&self, lsn: Lsn) -> Result<Lsn> {
-        let mut f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self.flushed.locked();
         let d = self.durable.load(Ordering::Acquire);
         if d >= lsn {
             return Ok(d);
         }
         let (buf, end, n) = {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = self.pending.locked();
             (std::mem::take(&mut p.buf), p.end, std::mem::take(&mut p.records))
         };
         if buf.is_empty() {
@@ -297,7 +298,7 @@ impl ReplicaLog {
         self.durable_len.store(f.len, Ordering::Release);
         let prev = self.durable.swap(end, Ordering::AcqRel);
         assert!(prev <= end, "replica log durable position went backwards");
-        let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.stats.locked();
         s.flushes += 1;
         s.records_flushed += n;
         s.bytes_written += buf.len() as u64;
@@ -307,12 +308,12 @@ impl ReplicaLog {
     /// Drops every record that ends after `lsn` (see the module documentation for when this is
     /// legal). Returns the new end.
     pub fn truncate_after(&self, lsn: Lsn) -> Result<Lsn> {
-        let mut f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self.flushed.locked();
+        let mut p = self.pending.locked();
         p.buf.clear();
         p.records = 0;
         let lp = self.dir.join(LOG_FILE);
-        let st = *self.start.lock().unwrap_or_else(|e| e.into_inner());
+        let st = *self.start.locked();
         let mut rf = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
         let (end, last, len) = scan(&mut rf, &lp, st, lsn)?;
         let len = len.min(f.len);
@@ -331,8 +332,8 @@ impl ReplicaLog {
     /// given back to the file system (hole punching; offsets of later records do not change).
     /// Returns the bytes released.
     pub fn truncate_before(self: &Arc<Self>, lsn: Lsn) -> Result<u64> {
-        let _f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
-        let st = *self.start.lock().unwrap_or_else(|e| e.into_inner());
+        let _f = self.flushed.locked();
+        let st = *self.start.locked();
         if lsn <= st.lsn {
             return Ok(0);
         }
@@ -356,7 +357,7 @@ impl ReplicaLog {
             return Ok(0);
         }
         write_start(&self.dir, new)?;
-        *self.start.lock().unwrap_or_else(|e| e.into_inner()) = new;
+        *self.start.locked() = new;
         let hole = new.off / 4096 * 4096;
         if hole > 0 {
             let lp = self.dir.join(LOG_FILE);
@@ -387,14 +388,14 @@ impl ReplicaLog {
     /// Empties the log and makes it begin at `start` (a base backup replaces the standby's data
     /// and log).
     pub fn reset(&self, start: Lsn) -> Result<()> {
-        let mut f = self.flushed.lock().unwrap_or_else(|e| e.into_inner());
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self.flushed.locked();
+        let mut p = self.pending.locked();
         let lp = self.dir.join(LOG_FILE);
         f.file.set_len(0).and_then(|()| f.file.sync_all()).map_err(|e| io_err(&lp, "truncate", e))?;
         f.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(&lp, "seek", e))?;
         let st = Start { lsn: start, off: 0 };
         write_start(&self.dir, st)?;
-        *self.start.lock().unwrap_or_else(|e| e.into_inner()) = st;
+        *self.start.locked() = st;
         f.len = 0;
         *p = Pending { buf: Vec::new(), end: start, last: None, records: 0 };
         self.durable_len.store(0, Ordering::Release);
@@ -487,7 +488,7 @@ pub struct ReplicaLogHandle(pub Arc<ReplicaLog>);
 
 impl crate::wal::RecordLog for ReplicaLogHandle {
     fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
-        let mut p = self.0.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.0.pending.locked();
         let lsn = p.end;
         let end = lsn + (REPLICA_HEADER_BYTES + payload.len()) as u64;
         let crc = encode_record(&mut p.buf, lsn, end, kind, payload);
@@ -495,12 +496,12 @@ impl crate::wal::RecordLog for ReplicaLogHandle {
         p.last = Some((lsn, crc));
         p.records += 1;
         drop(p);
-        self.0.stats.lock().unwrap_or_else(|e| e.into_inner()).records_appended += 1;
+        self.0.stats.locked().records_appended += 1;
         Ok((lsn, end))
     }
 
     fn end_lsn(&self) -> Lsn {
-        self.0.pending.lock().unwrap_or_else(|e| e.into_inner()).end
+        self.0.pending.locked().end
     }
 
     fn durable_lsn(&self) -> Lsn {
@@ -513,7 +514,7 @@ impl crate::wal::RecordLog for ReplicaLogHandle {
             return Ok(d);
         }
         let d = self.0.sync_to(lsn)?;
-        self.0.stats.lock().unwrap_or_else(|e| e.into_inner()).commits += 1;
+        self.0.stats.locked().commits += 1;
         Ok(d)
     }
 
@@ -535,7 +536,7 @@ impl crate::wal::RecordLog for ReplicaLogHandle {
     }
 
     fn stats(&self) -> WalStats {
-        *self.0.stats.lock().unwrap_or_else(|e| e.into_inner())
+        *self.0.stats.locked()
     }
 
     fn describe(&self) -> String {
@@ -549,7 +550,7 @@ impl crate::wal::RecordLog for ReplicaLogHandle {
 impl ReplicaLog {
     /// The LSN after the last appended record.
     pub fn end_lsn(&self) -> Lsn {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).end
+        self.pending.locked().end
     }
 
     /// The end of what is written and synced.
@@ -559,7 +560,7 @@ impl ReplicaLog {
 
     /// Start LSN and CRC of the last appended record (`None` for an empty log).
     pub fn last_record(&self) -> Option<(Lsn, u32)> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).last
+        self.pending.locked().last
     }
 
     /// True when the durable log holds a record at `lsn` whose CRC is `crc` (the two logs

@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
+use crate::util::sync::{CondvarExt, MutexExt, RwLockExt};
 use crate::wal::engine::{KIND_CATALOG, KIND_CHECKPOINT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
 use crate::wal::Lsn;
 use crate::{Database, Options};
@@ -280,7 +281,7 @@ impl Standby {
     /// admin `Promote` request: once the reply was sent, so a process may exit when it sees
     /// this).
     pub fn promotion(&self) -> Option<PromoteReport> {
-        self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.sh.announced.locked().clone()
     }
 
     /// True when its directory holds a complete copy (seeded, or a base backup finished): only
@@ -302,20 +303,20 @@ impl Standby {
 
     /// The synchronous set the last primary announced (what promotion fences).
     pub fn cluster(&self) -> Option<ClusterView> {
-        self.sh.cluster.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.sh.cluster.locked().clone()
     }
 
     /// Blocks until the apply thread has applied everything up to `lsn` or `timeout` passes;
     /// returns whether it got there.
     pub fn wait_applied(&self, lsn: Lsn, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
-        let mut g = self.sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.sh.apply_mx.locked();
         while self.sh.applied.load(Ordering::Acquire) < lsn {
             let now = std::time::Instant::now();
             if now >= deadline {
                 return false;
             }
-            g = self.sh.apply_cv.wait_timeout(g, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            g = self.sh.apply_cv.wait_timeout_locked(g, deadline - now).0;
         }
         true
     }
@@ -342,7 +343,7 @@ impl Standby {
     /// then stays a standby, at the new epoch.
     pub fn promote_with(&self, options: &PromoteOptions) -> Result<(Database, PromoteReport)> {
         let (db, _, rep) = promote::promote(&self.sh, options, None)?;
-        *self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep.clone());
+        *self.sh.announced.locked() = Some(rep.clone());
         Ok((db, rep))
     }
 
@@ -360,7 +361,7 @@ impl Standby {
             key: "wal".into(),
             detail: "replication needs the write-ahead log".into(),
         })?;
-        *self.sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep.clone());
+        *self.sh.announced.locked() = Some(rep.clone());
         Ok((db, log, rep))
     }
 
@@ -369,15 +370,15 @@ impl Standby {
         self.sh.stop.store(true, Ordering::Release);
         self.sh.stop_forwarding();
         stop_apply(&self.sh);
-        for c in self.sh.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for c in self.sh.conns.locked().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
         }
-        if let Some(t) = self.accept.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(t) = self.accept.locked().take() {
             // Wake the accept call.
             let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
             let _ = t.join();
         }
-        for c in self.sh.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for c in self.sh.conns.locked().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
         }
     }
@@ -390,8 +391,8 @@ impl Drop for Standby {
 }
 
 fn status_text(sh: &Shared) -> String {
-    let c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
-    let set = match &*sh.cluster.lock().unwrap_or_else(|e| e.into_inner()) {
+    let c = sh.counters.locked();
+    let set = match &*sh.cluster.locked() {
         Some(v) => format!(
             "  synchronous set (epoch {}): {} over [{}]{}\n",
             v.epoch,
@@ -401,7 +402,7 @@ fn status_text(sh: &Shared) -> String {
         ),
         None => "  synchronous set: not known (no primary has connected)\n".into(),
     };
-    let role = if sh.announced.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+    let role = if sh.announced.locked().is_some() {
         "promoted"
     } else if sh.promoting.load(Ordering::Acquire) {
         "promoting"
@@ -410,7 +411,7 @@ fn status_text(sh: &Shared) -> String {
     } else {
         "standby"
     };
-    let history = sh.history.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let history = sh.history.locked().clone();
     format!(
         "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-acknowledged {}  log from {}\n  frames {}  records {}  mirrored page writes {}  base backups {}  restartpoints {} ({} log bytes released)  refused {}  last error: {}\n{set}  history (epoch from LSN): {}\n{}",
         role,
@@ -448,21 +449,21 @@ fn start_apply(sh: &Arc<Shared>) -> Result<()> {
         .spawn(move || {
             if let Err(e) = apply_loop(&s3) {
                 eprintln!("nvmedb standby: apply stopped: {e}");
-                s3.counters.lock().unwrap_or_else(|e| e.into_inner()).last_error = format!("apply: {e}");
+                s3.counters.locked().last_error = format!("apply: {e}");
             }
         })
         .map_err(|e| Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e)))?;
-    *sh.apply_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    *sh.apply_thread.locked() = Some(t);
     Ok(())
 }
 
 fn stop_apply(sh: &Shared) {
     sh.apply_stop.store(true, Ordering::Release);
     {
-        let _g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = sh.apply_mx.locked();
         sh.apply_cv.notify_all();
     }
-    let t = sh.apply_thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let t = sh.apply_thread.locked().take();
     if let Some(t) = t {
         let _ = t.join();
     }
@@ -481,11 +482,11 @@ pub(super) fn adopt_epoch(sh: &Shared, e: u64) -> Result<()> {
 /// moved on, tells the primary it is fenced, and acknowledges nothing more. Call after the
 /// epoch was raised.
 pub(super) fn end_log_session(sh: &Shared) {
-    if let Some(c) = sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(c) = sh.log_conn.locked().take() {
         // Reading ends; the handler still writes its refusal.
         let _ = c.shutdown(Shutdown::Read);
     }
-    drop(sh.log_session.lock().unwrap_or_else(|e| e.into_inner()));
+    drop(sh.log_session.locked());
 }
 
 /// Stops the apply thread (it writes back and syncs its pages) and syncs the log; returns the
@@ -504,7 +505,7 @@ fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
         let Ok(s) = conn else { continue };
         let _ = s.set_nodelay(true);
         if let Ok(c) = s.try_clone() {
-            let mut conns = sh.conns.lock().unwrap_or_else(|e| e.into_inner());
+            let mut conns = sh.conns.locked();
             conns.retain(|c| c.peer_addr().is_ok());
             conns.push(c);
         }
@@ -519,7 +520,7 @@ fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
             }
             if let Err(e) = r {
                 if !sh.stop.load(Ordering::Acquire) {
-                    let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut c = sh.counters.locked();
                     if matches!(e, ReplError::Fenced { .. } | ReplError::AuthFailed { .. }) {
                         c.refused += 1;
                     }
@@ -545,7 +546,7 @@ fn serve(sh: &Arc<Shared>, s: TcpStream, peer: &str) -> std::result::Result<(), 
     s.set_read_timeout(None).map_err(|e| ReplError::io(peer, "timeout", e))?;
     // Epoch check (and adoption of a newer one), atomically with promotion.
     {
-        let _g = sh.epoch_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = sh.epoch_lock.locked();
         let ours = sh.epoch.load(Ordering::Acquire);
         let stale = hello.role != Role::Admin && (hello.epoch < ours || sh.promoting.load(Ordering::Acquire));
         if stale {
@@ -608,11 +609,11 @@ fn serve_log(
 ) -> std::result::Result<(), ReplError> {
     let (primary_durable, session_epoch) = (hello.arg, hello.epoch);
     // A newer connection takes over from an older one.
-    if let Some(old) = sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(old) = sh.log_conn.locked().take() {
         let _ = old.shutdown(Shutdown::Both);
     }
-    let _session = sh.log_session.lock().unwrap_or_else(|e| e.into_inner());
-    *sh.log_conn.lock().unwrap_or_else(|e| e.into_inner()) = s.try_clone().ok();
+    let _session = sh.log_session.locked();
+    *sh.log_conn.locked() = s.try_clone().ok();
     // Checked after publishing the connection: an epoch raised before this point is seen here,
     // one raised after it finds the connection and ends it (see `end_log_session`).
     let fenced = |w: &mut BufWriter<TcpStream>| {
@@ -649,7 +650,7 @@ fn serve_log(
                 if fork {
                     eprintln!(
                         "nvmedb standby: REJOIN: this node's log and the primary's (epoch {session_epoch}) fork at LSN {at}: dropped LSN {at}..{end}, written under epoch {} and never acknowledged",
-                        sh.history.lock().unwrap_or_else(|e| e.into_inner()).last_epoch()
+                        sh.history.locked().last_epoch()
                     );
                 }
             }
@@ -675,13 +676,13 @@ fn serve_log(
         sh.safe.store(start, Ordering::Release);
         sh.apply_gen.fetch_add(1, Ordering::AcqRel);
         sh.seeded.store(true, Ordering::Release);
-        let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = sh.counters.locked();
         c.base_backups += 1;
         c.base_backup_reason = why.clone();
     }
     // From here this log follows the primary's history.
     {
-        let mut h = sh.history.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = sh.history.locked();
         if *h != primary_history {
             state::write_history(&sh.cfg.data_dir, &primary_history).map_err(local)?;
             *h = primary_history;
@@ -751,16 +752,16 @@ fn serve_log(
         }
         let end = sync_and_store_catalogs(sh, catalogs).map_err(local)?;
         {
-            let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = sh.counters.locked();
             c.frames += frames;
             c.records += records;
         }
         sh.safe.fetch_max(pdur.min(end), Ordering::AcqRel);
         {
-            let _g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = sh.apply_mx.locked();
             sh.apply_cv.notify_all();
         }
-        let _one = sh.upstream_writes.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = sh.upstream_writes.locked();
         wire::write_frame(
             &mut w,
             peer,
@@ -785,7 +786,7 @@ enum Follow {
 
 /// Compares this standby's history and log with a connecting primary's.
 fn follow_point(sh: &Shared, primary: &History, primary_durable: Lsn) -> Result<Follow> {
-    let fork = sh.history.lock().unwrap_or_else(|e| e.into_inner()).fork_point(primary);
+    let fork = sh.history.locked().fork_point(primary);
     let end = sh.log.end_lsn();
     let at = fork.min(primary_durable);
     if end <= at {
@@ -908,7 +909,7 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
         .ok()
         .and_then(ClusterView::decode)
         .ok_or_else(|| ReplError::Protocol { peer: peer.into(), detail: "malformed cluster frame".into() })?;
-    let mut cur = sh.cluster.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cur = sh.cluster.locked();
     if cur.as_ref() != Some(&v) {
         state::write_cluster(&sh.cfg.data_dir, &v).map_err(|e| ReplError::Protocol {
             peer: peer.into(),
@@ -924,7 +925,7 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
         }
         _ => None,
     };
-    let mut fw = sh.forwarder.lock().unwrap_or_else(|e| e.into_inner());
+    let mut fw = sh.forwarder.locked();
     let target = next.as_ref().map(|n| n.members[m_of(n)].clone());
     if fw.as_ref().map(|f| &f.target) != target.as_ref() || fw.as_ref().is_some_and(|f| f.finished()) {
         if let Some(old) = fw.take() {
@@ -943,7 +944,7 @@ impl Shared {
     /// Records a forwarding failure in the status.
     pub(super) fn note_forward_error(&self, e: &str) {
         if !self.stop.load(Ordering::Acquire) {
-            self.counters.lock().unwrap_or_else(|e| e.into_inner()).last_error = e.to_string();
+            self.counters.locked().last_error = e.to_string();
         }
     }
 
@@ -954,17 +955,17 @@ impl Shared {
 
     /// Waits (at most `timeout`) for newly synced records.
     pub(super) fn wait_for_records(&self, timeout: Duration) {
-        let g = self.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.apply_mx.locked();
         let _ = self.apply_cv.wait_timeout(g, timeout);
     }
 
     /// Stops chain forwarding (promotion, fencing, shutdown).
     pub(super) fn stop_forwarding(&self) {
-        let f = self.forwarder.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let f = self.forwarder.locked().take();
         if let Some(f) = f {
             f.stop();
         }
-        self.downstream.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.downstream.locked().clear();
     }
 }
 
@@ -976,7 +977,7 @@ fn store_catalog(sh: &Shared, payload: &[u8]) -> Result<()> {
         offset: 0,
         detail: "catalog record does not decode".into(),
     })?;
-    let _one = sh.catalog_lock.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = sh.catalog_lock.locked();
     let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
     if let Some(cur) = cur {
         data.checkpoint_redo_lsn = cur.checkpoint_redo_lsn;
@@ -1001,7 +1002,7 @@ fn serve_mirror(
     let mut devs: HashMap<String, Arc<dyn Device>> = HashMap::new();
     loop {
         let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
-        let _m = sh.mirror_lock.read().unwrap_or_else(|e| e.into_inner());
+        let _m = sh.mirror_lock.read_locked();
         if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
             return Err(e);
         }
@@ -1034,7 +1035,7 @@ fn serve_mirror(
                 let mut buf = AlignedBuf::new(bytes.len());
                 buf.copy_from_slice(bytes);
                 dev.write_at(offset, &buf).map_err(io)?;
-                sh.counters.lock().unwrap_or_else(|e| e.into_inner()).page_writes += 1;
+                sh.counters.locked().page_writes += 1;
             }
             FrameType::PageSync => dev.sync().map_err(io)?,
             k => {
@@ -1077,12 +1078,12 @@ fn serve_admin(
             FrameType::Promote => {
                 let options = PromoteOptions::decode(&f.payload);
                 // One admin promotion at a time, closed before anyone is told.
-                let _one = sh.admin_promotion.lock().unwrap_or_else(|e| e.into_inner());
+                let _one = sh.admin_promotion.locked();
                 let r =
                     promote::promote(sh, &options, None).and_then(|(db, _, rep)| db.close().map(|()| rep));
                 // A repeated request (the client lost the first reply) gets the same answer.
                 let r = match r {
-                    Err(e) => sh.promote_lock.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or(e),
+                    Err(e) => sh.promote_lock.locked().clone().ok_or(e),
                     ok => ok,
                 };
                 match r {
@@ -1091,7 +1092,7 @@ fn serve_admin(
                         p.extend_from_slice(&rep.log_end.to_le_bytes());
                         let sent = wire::write_frame(&mut w, peer, rep.epoch, FrameType::Promoted, &p);
                         // Only now may the process act on the promotion (e.g. exit).
-                        *sh.announced.lock().unwrap_or_else(|e| e.into_inner()) = Some(rep);
+                        *sh.announced.locked() = Some(rep);
                         sent?;
                     }
                     Err(e) => {
@@ -1186,7 +1187,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     flush(sh, &mut pages, &mut devs, &mut restart, skipped)?;
                     last_write_back = std::time::Instant::now();
                 }
-                let g = sh.apply_mx.lock().unwrap_or_else(|e| e.into_inner());
+                let g = sh.apply_mx.locked();
                 sh.apply_cv.notify_all();
                 if !sh.apply_stop.load(Ordering::Acquire) {
                     let _ = sh.apply_cv.wait_timeout(g, Duration::from_millis(20));
@@ -1271,7 +1272,7 @@ fn flush(
         return Ok(());
     }
     {
-        let _one = sh.catalog_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = sh.catalog_lock.locked();
         let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
         let Some(mut cat) = cur else { return Ok(()) };
         if cat.checkpoint_redo_lsn >= redo && cat.checkpoint_undo_lsn >= undo {
@@ -1282,7 +1283,7 @@ fn flush(
         store.store(&cat)?;
     }
     let released = sh.log.truncate_before(redo.min(undo))?;
-    let mut c = sh.counters.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = sh.counters.locked();
     c.restartpoints += 1;
     c.log_released += released;
     Ok(())

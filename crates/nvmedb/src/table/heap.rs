@@ -9,6 +9,7 @@
 use crate::buffer::{BufferPool, PageClass, PageId, PageRef};
 use crate::error::{Error, Result};
 use crate::page::{slotted, PageHeader, PageType};
+use crate::util::sync::MutexExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 
@@ -126,7 +127,7 @@ impl HeapFile {
                 drop(g);
                 mtr.commit()?;
             }
-            let _alloc = self.alloc_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _alloc = self.alloc_lock.locked();
             if self.insert_page.load(Acquire) != hint {
                 continue; // another thread appended a page meanwhile
             }

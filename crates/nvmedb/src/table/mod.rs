@@ -21,6 +21,7 @@ use crate::btree::BTree;
 use crate::buffer::mtr::{annotate_next_commit, take_annotation};
 use crate::error::{Error, Result};
 use crate::txn::{LockManager, LockMode, LockOptions};
+use crate::util::sync::{MutexExt, RwLockExt};
 use crate::wal::engine::{TxnLog, TxnOp};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
@@ -124,14 +125,14 @@ impl TxnShared {
     /// Admits one change: fails with `Closed` once the database is closed, and keeps it from
     /// closing until the returned guard is dropped.
     pub(crate) fn enter(&self) -> Result<ChangeGuard<'_>> {
-        let g = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        let g = self.gate.read_locked();
         self.check_open()?;
         Ok(g)
     }
 
     /// Marks the database closed once the changes in progress have finished.
     pub(crate) fn close(&self) {
-        let _all = self.gate.write().unwrap_or_else(|e| e.into_inner());
+        let _all = self.gate.write_locked();
         self.closed.store(true, std::sync::atomic::Ordering::Release);
     }
 
@@ -222,7 +223,7 @@ impl Table {
         let h = pk
             .iter()
             .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-        self.inner.key_locks[(h % KEY_LOCK_STRIPES as u64) as usize].lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.key_locks[(h % KEY_LOCK_STRIPES as u64) as usize].locked()
     }
 
     /// Runs one change as its own transaction: an exclusive lock on the key, the key's
@@ -565,14 +566,14 @@ impl Table {
         if !self.inner.is_poisoned.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
-        match &*self.inner.poisoned.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &*self.inner.poisoned.locked() {
             Some(why) => Err(Error::Poisoned(format!("table `{}`: {why}", self.inner.name))),
             None => Ok(()),
         }
     }
 
     fn poison(&self, why: String) {
-        *self.inner.poisoned.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        *self.inner.poisoned.locked() = Some(why);
         self.inner.is_poisoned.store(true, std::sync::atomic::Ordering::Release);
     }
 

@@ -8,8 +8,9 @@
 
 use super::stats::{Interval, ThreadTrace};
 use super::TraceKind;
+use crate::util::sync::MutexExt;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// One thread's intervals. The mutex is uncontended except while `collect` drains it.
 pub(super) struct ThreadBuf {
@@ -23,19 +24,14 @@ struct Inner {
     dropped: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain data behind; keep using it.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl ThreadBuf {
     pub(super) fn set_label(&self, label: String) {
-        lock(&self.inner).label = Some(label);
+        self.inner.locked().label = Some(label);
     }
 
     #[inline]
     pub(super) fn push(&self, kind: TraceKind, start_ns: u64, end_ns: u64, cap: usize) {
-        let mut g = lock(&self.inner);
+        let mut g = self.inner.locked();
         if g.intervals.len() < cap {
             g.intervals.push(Interval { kind, start_ns, end_ns });
         } else {
@@ -57,7 +53,7 @@ fn register() -> Arc<ThreadBuf> {
         index: NEXT_INDEX.fetch_add(1, Ordering::Relaxed),
         inner: Mutex::new(Inner { label: None, intervals: Vec::with_capacity(cap), dropped: 0 }),
     });
-    lock(&REGISTRY).push(Arc::clone(&buf));
+    REGISTRY.locked().push(Arc::clone(&buf));
     buf
 }
 
@@ -71,10 +67,10 @@ pub(super) fn with_local(f: impl FnOnce(&ThreadBuf)) {
 /// Empties every buffer (dropped counts too), reserves `cap` intervals in each, and forgets
 /// the buffers of exited threads.
 pub(super) fn reset_all(cap: usize) {
-    let mut reg = lock(&REGISTRY);
+    let mut reg = REGISTRY.locked();
     reg.retain(|b| Arc::strong_count(b) > 1);
     for b in reg.iter() {
-        let mut g = lock(&b.inner);
+        let mut g = b.inner.locked();
         g.intervals.clear();
         g.dropped = 0;
         let additional = cap.saturating_sub(g.intervals.capacity());
@@ -86,10 +82,10 @@ pub(super) fn reset_all(cap: usize) {
 /// forgets the buffers of exited threads. Threads with nothing recorded and nothing dropped
 /// are left out.
 pub(super) fn drain_all() -> Vec<ThreadTrace> {
-    let mut reg = lock(&REGISTRY);
+    let mut reg = REGISTRY.locked();
     let mut out = Vec::with_capacity(reg.len());
     for b in reg.iter() {
-        let mut g = lock(&b.inner);
+        let mut g = b.inner.locked();
         if g.intervals.is_empty() && g.dropped == 0 {
             continue;
         }

@@ -16,11 +16,12 @@
 use super::options::{LockOptions, VictimPolicy};
 use super::stats::{Counters, LockStats, ShardCounters};
 use super::{key_hash, LockKey, LockMode, TxnId};
+use crate::util::sync::MutexExt;
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU8, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::Instant;
 
@@ -60,13 +61,6 @@ impl Hasher for MixHasher {
 }
 
 type MixMap<V> = HashMap<u64, V, BuildHasherDefault<MixHasher>>;
-
-/// Locks a mutex, ignoring poisoning: our critical sections only panic on a failed invariant
-/// assertion, after which the process is already in a bug state; refusing all later lock
-/// requests would not make it safer.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// One waiting request.
 struct Waiter {
@@ -358,7 +352,7 @@ impl LockManager {
         let shard = &self.shards[self.shard_index(h)];
         shard.counters.requests.fetch_add(1, Relaxed);
         let waiter = {
-            let mut map = lock(&shard.table);
+            let mut map = shard.table.locked();
             let e = entry_mut(&mut map, h, table, key);
             if let Some(i) = e.holders.iter().position(|&(t, _)| t == txn) {
                 let held = e.holders[i].1;
@@ -403,11 +397,11 @@ impl LockManager {
     }
 
     fn note_held(&self, txn: TxnId, key: LockKey) {
-        lock(&self.txn_shard(txn).map).entry(txn).or_default().held.push(key);
+        self.txn_shard(txn).map.locked().entry(txn).or_default().held.push(key);
     }
 
     fn set_waiting(&self, txn: TxnId, key: LockKey, w: Arc<Waiter>) {
-        let mut m = lock(&self.txn_shard(txn).map);
+        let mut m = self.txn_shard(txn).map.locked();
         let slot = m.entry(txn).or_default();
         assert!(slot.waiting.is_none(), "transaction {txn} requested a lock while already waiting for one");
         slot.waiting = Some((key, w));
@@ -416,7 +410,7 @@ impl LockManager {
     /// Ends a wait in the registry, recording the key if it was newly granted. A transaction
     /// that holds nothing leaves no trace (the registry is bounded by live lock holders).
     fn end_wait(&self, txn: TxnId, newly_held: Option<LockKey>) {
-        let mut m = lock(&self.txn_shard(txn).map);
+        let mut m = self.txn_shard(txn).map.locked();
         let slot = m.entry(txn).or_default();
         slot.waiting = None;
         slot.held.extend(newly_held);
@@ -426,7 +420,7 @@ impl LockManager {
     }
 
     fn waiting_of(&self, txn: TxnId) -> Option<(LockKey, Arc<Waiter>)> {
-        lock(&self.txn_shard(txn).map).get(&txn).and_then(|s| s.waiting.clone())
+        self.txn_shard(txn).map.locked().get(&txn).and_then(|s| s.waiting.clone())
     }
 
     /// The wait protocol: spin on the waiter's own state word, then (after one deadlock
@@ -488,7 +482,7 @@ impl LockManager {
             VICTIM => {
                 self.end_wait(txn, None);
                 self.withdraw(h, &lk, &w);
-                let cycle = std::mem::take(&mut *lock(&w.cycle));
+                let cycle = std::mem::take(&mut *w.cycle.locked());
                 Err(Error::Deadlock { txn, key: lk, cycle })
             }
             CANCELLED => {
@@ -511,7 +505,7 @@ impl LockManager {
     /// Timeout: withdraws the request unless it was decided meanwhile; returns the final state.
     fn cancel(&self, h: u64, lk: &LockKey, w: &Arc<Waiter>) -> u8 {
         let shard = &self.shards[self.shard_index(h)];
-        let mut map = lock(&shard.table);
+        let mut map = shard.table.locked();
         match w.state.compare_exchange(WAITING, CANCELLED, AcqRel, Acquire) {
             Ok(_) => {
                 let woken = match find_entry(&mut map, h, lk.table, &lk.key) {
@@ -533,7 +527,7 @@ impl LockManager {
     /// Removes a victim's request from its queue and lets the waiters behind it move up.
     fn withdraw(&self, h: u64, lk: &LockKey, w: &Arc<Waiter>) {
         let shard = &self.shards[self.shard_index(h)];
-        let mut map = lock(&shard.table);
+        let mut map = shard.table.locked();
         let woken = match find_entry(&mut map, h, lk.table, &lk.key) {
             Some(e) => {
                 e.remove_waiter(w);
@@ -552,12 +546,12 @@ impl LockManager {
     /// after a deadlock may reuse its id, and so keep its age under
     /// [`VictimPolicy::Youngest`] (it cannot be chosen as victim forever).
     pub fn release_all(&self, txn: TxnId) -> usize {
-        let Some(slot) = lock(&self.txn_shard(txn).map).remove(&txn) else { return 0 };
+        let Some(slot) = self.txn_shard(txn).map.locked().remove(&txn) else { return 0 };
         assert!(slot.waiting.is_none(), "release_all({txn}) while the transaction waits for a lock");
         for k in &slot.held {
             let h = key_hash(k.table, &k.key);
             let shard = &self.shards[self.shard_index(h)];
-            let mut map = lock(&shard.table);
+            let mut map = shard.table.locked();
             let woken = match find_entry(&mut map, h, k.table, &k.key) {
                 Some(e) => {
                     let i = e.holders.iter().position(|&(t, _)| t == txn);
@@ -582,7 +576,7 @@ impl LockManager {
     /// The mode in which `txn` holds `(table, key)`, if it does.
     pub fn held_mode(&self, txn: TxnId, table: u32, key: &[u8]) -> Option<LockMode> {
         let h = key_hash(table, key);
-        let mut map = lock(&self.shards[self.shard_index(h)].table);
+        let mut map = self.shards[self.shard_index(h)].table.locked();
         let e = find_entry(&mut map, h, table, key)?;
         e.holders.iter().find(|&&(t, _)| t == txn).map(|&(_, m)| m)
     }
@@ -594,19 +588,19 @@ impl LockManager {
 
     /// Number of keys `txn` holds locks on.
     pub fn held_count(&self, txn: TxnId) -> usize {
-        lock(&self.txn_shard(txn).map).get(&txn).map_or(0, |s| s.held.len())
+        self.txn_shard(txn).map.locked().get(&txn).map_or(0, |s| s.held.len())
     }
 
     /// Number of lock-table entries (keys held or waited for). Zero when no transaction holds
     /// or waits for anything: entries are freed with their last holder.
     pub fn entry_count(&self) -> usize {
-        self.shards.iter().map(|s| lock(&s.table).values().map(|b| 1 + b.more.len()).sum::<usize>()).sum()
+        self.shards.iter().map(|s| s.table.locked().values().map(|b| 1 + b.more.len()).sum::<usize>()).sum()
     }
 
     /// Number of transactions the manager tracks (holding or waiting for a lock). Zero once
     /// every transaction has released: finished transactions leave nothing behind.
     pub fn active_txns(&self) -> usize {
-        self.txns.iter().map(|s| lock(&s.map).len()).sum()
+        self.txns.iter().map(|s| s.map.locked().len()).sum()
     }
 
     /// A snapshot of the counters.
@@ -633,7 +627,7 @@ impl LockManager {
         if self.blockers(me).into_iter().all(|b| self.waiting_for(b).is_none()) {
             return;
         }
-        let _serial = lock(&self.detector);
+        let _serial = self.detector.locked();
         // Killing another transaction breaks one cycle through `me`; others may remain (their
         // members checked before `me` waited, so nobody else will find them): repeat until
         // no cycle through `me` is left, or `me` itself is the victim.
@@ -646,7 +640,7 @@ impl LockManager {
                 VictimPolicy::Youngest => cycle.iter().copied().max().unwrap_or(me),
             };
             let Some((_, w)) = self.waiting_of(victim) else { continue };
-            *lock(&w.cycle) = cycle;
+            *w.cycle.locked() = cycle;
             if w.state.compare_exchange(WAITING, VICTIM, AcqRel, Acquire).is_ok() {
                 self.counters.deadlocks.fetch_add(1, Relaxed);
                 if victim == me {
@@ -667,7 +661,7 @@ impl LockManager {
             return Vec::new();
         }
         let h = key_hash(lk.table, &lk.key);
-        let mut map = lock(&self.shards[self.shard_index(h)].table);
+        let mut map = self.shards[self.shard_index(h)].table.locked();
         let Some(e) = find_entry(&mut map, h, lk.table, &lk.key) else { return Vec::new() };
         let Some(pos) = e.queue.iter().position(|q| Arc::ptr_eq(q, &w)) else { return Vec::new() };
         let mut out: Vec<TxnId> = e

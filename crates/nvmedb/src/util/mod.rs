@@ -1,9 +1,11 @@
-//! Small shared helpers with no engine knowledge: seeded randomness and checksums.
+//! Small shared helpers with no engine knowledge: seeded randomness, checksums, locks.
 //!
 //! Owns: `Rng` (a seeded, reproducible generator, so every randomised test and workload can be
-//! replayed from its printed seed) and `crc32c` helpers.
+//! replayed from its printed seed), `crc32c` helpers, and [`sync`] (taking locks whatever a
+//! panicking holder left).
 
 mod rng;
+pub mod sync;
 #[cfg(test)]
 pub(crate) mod testing;
 

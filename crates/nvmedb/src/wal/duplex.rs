@@ -5,6 +5,7 @@
 //! in flight (the slot is bounded), and every submitted job is answered with its result.
 
 use crate::io::{AlignedBuf, Device, IoError, IoOpKind};
+use crate::util::sync::{CondvarExt, MutexExt};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A copy-B write handed to the helper thread.
@@ -29,7 +30,7 @@ pub(crate) struct Helper {
 
 impl Helper {
     fn lock(&self) -> MutexGuard<'_, HelperState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     pub(crate) fn run(&self) {
@@ -45,7 +46,7 @@ impl Helper {
                         }
                         other => {
                             *st = other;
-                            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                            st = self.cv.wait_locked(st);
                         }
                     }
                 }
@@ -82,7 +83,7 @@ impl Helper {
                 HelperState::Done(r) => return r,
                 other => {
                     *st = other;
-                    st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st = self.cv.wait_locked(st);
                 }
             }
         }

@@ -10,6 +10,7 @@
 use super::{Lsn, RecordLog, KIND_USER_MIN};
 use crate::buffer::{PageLogger, WalGate};
 use crate::error::{Error, Result};
+use crate::util::sync::{MutexExt, RwLockExt};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -103,7 +104,7 @@ impl EngineLog {
     /// returns it (the checkpoint's redo start). Every page change logged after this returns
     /// uses the new horizon.
     pub fn begin_checkpoint(&self) -> Lsn {
-        let _w = self.horizon_lock.write().unwrap_or_else(|e| e.into_inner());
+        let _w = self.horizon_lock.write_locked();
         let end = self.log.end_lsn();
         self.horizon.store(end, Ordering::Release);
         end
@@ -117,7 +118,7 @@ impl EngineLog {
 
 impl PageLogger for EngineLog {
     fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64> {
-        let _r = self.horizon_lock.read().unwrap_or_else(|e| e.into_inner());
+        let _r = self.horizon_lock.read_locked();
         let payload = build(self.horizon.load(Ordering::Acquire));
         Ok(self.log.append_record(kind_for_tag(pool_tag), &payload)?.1)
     }
@@ -160,7 +161,7 @@ impl TxnLog {
     pub fn begin(&self) -> u64 {
         let id = self.next_txn.fetch_add(1, Ordering::Relaxed);
         let first = self.log.record_log().end_lsn();
-        self.active.lock().unwrap_or_else(|e| e.into_inner()).insert(id, first);
+        self.active.locked().insert(id, first);
         id
     }
 
@@ -180,12 +181,12 @@ impl TxnLog {
 
     /// Ends a transaction that logged nothing.
     pub fn forget(&self, txn: u64) {
-        self.active.lock().unwrap_or_else(|e| e.into_inner()).remove(&txn);
+        self.active.locked().remove(&txn);
     }
 
     /// Log position from which every active transaction's operations can be read.
     pub fn oldest_active_lsn(&self) -> Option<Lsn> {
-        self.active.lock().unwrap_or_else(|e| e.into_inner()).values().min().copied()
+        self.active.locked().values().min().copied()
     }
 }
 

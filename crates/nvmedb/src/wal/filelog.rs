@@ -19,6 +19,7 @@
 //! - After an I/O error the log is poisoned: every later call returns `Error::Poisoned`.
 
 use crate::io::{AlignedBuf, Device, IoError, Storage};
+use crate::util::sync::{CondvarExt, MutexExt};
 use crate::util::Rng;
 use crate::wal::duplex::{Helper, Job};
 use crate::wal::format::{
@@ -385,7 +386,7 @@ impl LogSink for FileLog {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        self.st.locked()
     }
 
     /// Seals the open batch (pads it to a block boundary) into the queue. Returns false when the
@@ -427,7 +428,7 @@ impl Inner {
     /// Waits for queue space: leads a flush when none runs, else waits for the running one.
     fn make_space<'a>(&'a self, st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>> {
         if st.flushing {
-            return Ok(self.space_cv.wait(st).unwrap_or_else(|e| e.into_inner()));
+            return Ok(self.space_cv.wait_locked(st));
         }
         let (st, r) = self.flush_one(st, false);
         r.map(|()| st)
@@ -523,7 +524,7 @@ impl Inner {
                     let me = std::thread::current().id();
                     st.sleepers.retain(|(_, t)| t.id() != me);
                 } else {
-                    st = self.flushed_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st = self.flushed_cv.wait_locked(st);
                 }
                 continue;
             }
@@ -575,7 +576,7 @@ impl Inner {
                 if now >= deadline {
                     break;
                 }
-                st = self.batch_cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+                st = self.batch_cv.wait_timeout_locked(st, deadline - now).0;
             }
         }
         if st.sealed.is_empty() {

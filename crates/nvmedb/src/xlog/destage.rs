@@ -25,6 +25,7 @@ use super::format::{
 use super::sched::WriteClass;
 use super::write_header;
 use crate::io::AlignedBuf;
+use crate::util::sync::{CondvarExt, MutexExt};
 use crate::{Error, Result};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -308,7 +309,7 @@ impl Destager {
         let mut partial_since: Option<Instant> = None;
         loop {
             let (shutdown, crash, flush) = {
-                let c = inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner());
+                let c = inner.destage_mx.locked();
                 (c.shutdown, c.crash, c.flush)
             };
             if crash {
@@ -318,7 +319,7 @@ impl Destager {
             if pending == 0 {
                 partial_since = None;
                 if flush {
-                    inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner()).flush = false;
+                    inner.destage_mx.locked().flush = false;
                     inner.notify_all();
                 }
                 if shutdown {
@@ -337,7 +338,7 @@ impl Destager {
                     // Retention holds the rest: it stays in the ring (recovery destages it once
                     // the retained position has moved). A flush waiter is released.
                     if flush {
-                        inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner()).flush = false;
+                        inner.destage_mx.locked().flush = false;
                         inner.notify_all();
                     }
                     if shutdown {
@@ -351,7 +352,7 @@ impl Destager {
                 }
             }
             // Nothing to write now: sleep until kicked (idle) or until the partial page is due.
-            let mut c = inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = inner.destage_mx.locked();
             if c.crash || c.shutdown || c.flush {
                 continue;
             }
@@ -371,7 +372,7 @@ impl Destager {
                     Some(t) => self.latency.saturating_sub(t.elapsed()).max(Duration::from_micros(1)),
                     None => Duration::from_millis(100),
                 };
-                c = inner.destage_cv.wait_timeout(c, timeout).unwrap_or_else(|e| e.into_inner()).0;
+                c = inner.destage_cv.wait_timeout_locked(c, timeout).0;
             }
             inner.destager_state.store(0, Ordering::SeqCst);
             drop(c);

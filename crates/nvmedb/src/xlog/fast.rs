@@ -18,6 +18,7 @@ use super::format::{frame_bytes, FrameHeader, FRAME_HEADER, FRAME_MAGIC, HEADER_
 use super::region::PmemRegion;
 use super::repl::{Mirror, ShadowCounters};
 use super::sched::IoScheduler;
+use crate::util::sync::{CondvarExt, MutexExt};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -205,7 +206,7 @@ impl Inner {
     }
 
     pub fn lock_alloc(&self) -> MutexGuard<'_, AllocState> {
-        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
+        self.alloc.locked()
     }
 
     /// Region offset of ring position `r`.
@@ -230,11 +231,11 @@ impl Inner {
     }
 
     pub fn error(&self) -> Option<String> {
-        self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.error.locked().clone()
     }
 
     pub fn fail(&self, msg: String) {
-        let mut e = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        let mut e = self.error.locked();
         if e.is_none() {
             *e = Some(msg);
         }
@@ -256,7 +257,7 @@ impl Inner {
     pub fn notify_all(&self) {
         fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.wait_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.wait_mx.locked();
             self.wait_cv.notify_all();
         }
     }
@@ -276,7 +277,7 @@ impl Inner {
         }
         self.waiters.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let mut g = self.wait_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.wait_mx.locked();
         let r = loop {
             if done() {
                 break Ok(());
@@ -285,7 +286,7 @@ impl Inner {
                 break Err(Error::Poisoned(format!("xlog destage failed: {e}")));
             }
             // The timeout is a safety net only; correctness rests on notify_all.
-            g = self.wait_cv.wait_timeout(g, Duration::from_millis(50)).unwrap_or_else(|e| e.into_inner()).0;
+            g = self.wait_cv.wait_timeout_locked(g, Duration::from_millis(50)).0;
         };
         drop(g);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
@@ -298,7 +299,7 @@ impl Inner {
     pub fn alloc(&self, writer: usize, len: usize) -> Result<Grant> {
         // A multi-frame x_pwrite holds `order` across its frames; everyone else takes it only
         // for the reservation, so nothing lands between that x_pwrite's frames.
-        let _order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        let _order = self.order.locked();
         self.alloc_ordered(writer, len)
     }
 
@@ -506,7 +507,7 @@ impl Inner {
             self.credit.load(Ordering::SeqCst).saturating_sub(self.destage_cursor.load(Ordering::SeqCst));
         let page_payload = (self.page_bytes - super::format::PAGE_HEADER) as u64;
         if force || state == 2 || ready >= page_payload {
-            let _g = self.destage_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.destage_mx.locked();
             self.destage_cv.notify_all();
         }
     }

@@ -38,6 +38,7 @@ pub use repl::{combine, LinkState, Mirror, ReplicationMode, ShadowCounters};
 pub use sched::{ClassStats, IoScheduler, SchedMode, WriteClass};
 
 use crate::io::Device;
+use crate::util::sync::MutexExt;
 use crate::wal::{LogSink, Lsn};
 use crate::{Error, Result};
 use destage::Destager;
@@ -591,7 +592,7 @@ impl XLog {
     pub fn destage_now(&self) -> Result<u64> {
         let target = self.inner.credit.load(Ordering::Acquire);
         {
-            let mut c = self.inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = self.inner.destage_mx.locked();
             c.flush = true;
         }
         self.inner.kick_destager(true);
@@ -653,7 +654,7 @@ impl XLog {
     fn shutdown(&mut self) -> Result<()> {
         if let Some(h) = self.destager.take() {
             {
-                let mut c = self.inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner());
+                let mut c = self.inner.destage_mx.locked();
                 c.shutdown = true;
                 self.inner.destage_cv.notify_all();
             }
@@ -672,7 +673,7 @@ impl XLog {
     pub fn crash(mut self) {
         if let Some(h) = self.destager.take() {
             {
-                let mut c = self.inner.destage_mx.lock().unwrap_or_else(|e| e.into_inner());
+                let mut c = self.inner.destage_mx.locked();
                 c.crash = true;
                 self.inner.destage_cv.notify_all();
             }
@@ -802,7 +803,7 @@ impl XWriter {
             return Ok((g.stream_pos, end));
         }
         // Several frames: hold the order lock so they are adjacent in the stream.
-        let _order = inner.order.lock().unwrap_or_else(|e| e.into_inner());
+        let _order = inner.order.locked();
         self.pwrite_ordered(buf)
     }
 
@@ -811,7 +812,7 @@ impl XWriter {
     /// as one contiguous range starting exactly at `start`.
     pub fn x_pwrite_at(&self, build: impl FnOnce(Lsn) -> Vec<u8>) -> Result<(Lsn, Lsn)> {
         let inner = &self.inner;
-        let _order = inner.order.lock().unwrap_or_else(|e| e.into_inner());
+        let _order = inner.order.locked();
         let start = inner.lock_alloc().alloc_stream;
         let buf = build(start);
         if buf.is_empty() {

@@ -38,6 +38,7 @@
 
 use super::{XLog, XLogConfig, XWriter};
 use crate::io::{AlignedBuf, Device, Storage};
+use crate::util::sync::MutexExt;
 use crate::wal::{LogOpener, LogRecord, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats, KIND_USER_MIN};
 use crate::{Error, Result};
 use std::path::PathBuf;
@@ -254,7 +255,7 @@ impl XRecordLog {
             m.skips.push((r.pos, stream_end));
             m.seq += 1;
             write_meta(me.meta_dev.as_ref(), &m)?;
-            *me.meta.get_mut().unwrap_or_else(|e| e.into_inner()) = m;
+            *me.meta.value_mut() = m;
         }
         me.truncated_at_seq.store(me.log.conv_pages_written(), Ordering::Relaxed);
         Ok(me)
@@ -272,7 +273,7 @@ impl XRecordLog {
 
     /// Stream ranges skipped as torn records (LSNs), oldest first.
     pub fn skipped(&self) -> Vec<(Lsn, Lsn)> {
-        let m = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        let m = self.meta.locked();
         m.skips.iter().map(|&(a, z)| (a + self.base, z + self.base)).collect()
     }
 
@@ -288,7 +289,7 @@ impl XRecordLog {
     }
 
     fn stream_reader(&self, from: u64, end: u64) -> XRecordReader {
-        let skips = self.meta.lock().unwrap_or_else(|e| e.into_inner()).skips.clone();
+        let skips = self.meta.locked().skips.clone();
         XRecordReader {
             log: Arc::clone(&self.log),
             tail: self.log.tail_reader(from),
@@ -374,7 +375,7 @@ impl RecordLog for XRecordLog {
 
     fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
         let s = self.to_stream(lsn)?;
-        let mut m = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.meta.locked();
         if s <= m.retain {
             return Ok(0);
         }

@@ -13,6 +13,7 @@
 //! threads that use the scheduler.
 
 use crate::io::{Device, DeviceInfo, IoQueue, IoRequest, IoResult};
+use crate::util::sync::{CondvarExt, MutexExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -115,7 +116,7 @@ impl IoScheduler {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// The scheduled device.
@@ -125,12 +126,12 @@ impl IoScheduler {
 
     /// Current mode.
     pub fn mode(&self) -> SchedMode {
-        *self.mode.lock().unwrap_or_else(|e| e.into_inner())
+        *self.mode.locked()
     }
 
     /// Changes the mode; takes effect at the next grant.
     pub fn set_mode(&self, mode: SchedMode) {
-        *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+        *self.mode.locked() = mode;
         self.cv.notify_all();
     }
 
@@ -161,7 +162,7 @@ impl IoScheduler {
         let ticket = st.next_ticket[c];
         st.next_ticket[c] += 1;
         while !self.may_go(&st, c, ticket) {
-            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.cv.wait_locked(st);
         }
         st.serving[c] += 1;
         st.in_flight += 1;
@@ -291,7 +292,7 @@ mod tests {
                 hs.push(std::thread::spawn(move || {
                     queued.fetch_add(1, Ordering::SeqCst);
                     let _g = s.acquire(class);
-                    order.lock().unwrap_or_else(|e| e.into_inner()).push(class);
+                    order.locked().push(class);
                 }));
             }
             // Wait (without sleeping) until all six hold tickets.
@@ -307,7 +308,7 @@ mod tests {
             for h in hs {
                 h.join().expect("writer thread");
             }
-            let order = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let order = order.locked().clone();
             use WriteClass::*;
             let expect = match mode {
                 // Last grant was the conventional blocker, so neutral starts with destage.

@@ -10,6 +10,7 @@ use crate::experiment::RunEnv;
 use crate::experiments::iobench::{self, IoBenchConfig, Pattern};
 use crate::measure::Spread;
 use nvmedb::buffer::BufferPolicy;
+use nvmedb::util::sync::MutexExt;
 use nvmedb::{BufferSize, Database};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,13 +45,13 @@ fn scan_once(cfg: &EngineConfig, db: &Database) -> Result<(f64, u64)> {
                     Ok(true)
                 });
                 if let Err(e) = r {
-                    *err.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    *err.locked() = Some(e);
                 }
                 rows.fetch_add(n, Ordering::Relaxed);
             });
         }
     });
-    if let Some(e) = err.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    if let Some(e) = err.into_value() {
         return Err(LabError::engine("scanning a partition")(e));
     }
     let seen = rows.load(Ordering::Relaxed);

@@ -4,6 +4,7 @@
 //! ring under a mutex and are "durable" at once; the log survives nothing and recovers nothing,
 //! and says so in [`RecordLog::describe`].
 
+use nvmedb::util::sync::MutexExt;
 use nvmedb::wal::{LogOpener, LogRecord, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,7 @@ impl RecordReader for Empty {
 
 impl RecordLog for MemLog {
     fn append_record(&self, _kind: u8, payload: &[u8]) -> nvmedb::Result<(Lsn, Lsn)> {
-        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ring = self.ring.locked();
         let len = payload.len() as u64 + 20;
         let start = self.end.load(Ordering::Relaxed);
         let n = ring.len();

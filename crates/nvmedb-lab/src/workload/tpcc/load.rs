@@ -13,6 +13,7 @@ use super::random::{last_name, NuConstants, TpccRng};
 use super::schema::{self, RowCounts, Scale, Tables};
 use crate::error::{LabError, Result};
 use indicatif::ProgressBar;
+use nvmedb::util::sync::MutexExt;
 use nvmedb::{Database, Table, Value};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -321,18 +322,18 @@ pub fn load(db: &Database, scale: &Scale, seed: u64, threads: usize, progress: b
                 let loader = Loader { t: &tables, scale, constants, now, counters: &counters, bar: &bar };
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= work.len() || first_error.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                    if i >= work.len() || first_error.locked().is_some() {
                         return;
                     }
                     if let Err(e) = loader.run(work[i], seed) {
-                        first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                        first_error.locked().get_or_insert(e);
                         return;
                     }
                 }
             });
         }
     });
-    if let Some(e) = first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    if let Some(e) = first_error.into_value() {
         bar.abandon();
         return Err(e);
     }
