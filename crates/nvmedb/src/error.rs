@@ -1,11 +1,14 @@
 //! The engine's umbrella error type.
 //!
-//! Owns: `Error`, into which every layer's typed error folds. Invariant: I/O failures and
+//! Owns: `Error`, into which every layer's typed error folds, and [`ReplError`], the
+//! replication layer's (re-exported as `repl::ReplError`). Invariants: I/O failures and
 //! corruption are distinct variants (a checksum mismatch is never reported as an I/O error and
-//! vice versa), and each variant names the file, offset, page, table or key at fault.
+//! vice versa), and each variant names the file, offset, page, table or key at fault. This
+//! module imports only `io` and the shared vocabulary in [`crate::ids`], so every layer above
+//! `io` can return it without an import cycle (`tests/layers.rs` checks the order).
 
+use crate::ids::{LockKey, LockMode, ReplicationMode, TxnId};
 use crate::io::IoError;
-use crate::txn::{LockKey, LockMode, TxnId};
 use std::fmt;
 use std::time::Duration;
 
@@ -64,7 +67,7 @@ pub enum Error {
     },
     /// Replication failed: a standby link, the handshake, fencing, or a commit that the
     /// standbys did not confirm in time.
-    Replication(crate::repl::ReplError),
+    Replication(ReplError),
     /// The database this handle belongs to was closed (its last `Database` handle was closed
     /// or dropped): a `Table` or `Transaction` kept past that refuses work instead of
     /// acknowledging changes nobody will recover. Open the database again.
@@ -117,6 +120,122 @@ impl std::error::Error for Error {
 impl From<IoError> for Error {
     fn from(e: IoError) -> Self {
         Error::Io(e)
+    }
+}
+
+/// What went wrong in replication. Every variant names the peer (address) at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplError {
+    /// A frame failed its checksum, had an impossible length, or an unknown type. The
+    /// connection is dropped.
+    Corrupt {
+        /// Peer address.
+        peer: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The handshake failed: the peer does not know the shared secret (or we do not).
+    AuthFailed {
+        /// Peer address.
+        peer: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The peer has a newer epoch: this node was demoted and may not ship or acknowledge.
+    Fenced {
+        /// Peer address.
+        peer: String,
+        /// This node's epoch.
+        our_epoch: u64,
+        /// The peer's epoch.
+        their_epoch: u64,
+    },
+    /// The logs of primary and standby cannot be joined (standby behind the primary's oldest
+    /// log, or holding records the primary does not have): reseed the standby.
+    Diverged {
+        /// Peer address.
+        peer: String,
+        /// What was found.
+        detail: String,
+    },
+    /// The peer broke the protocol (unexpected frame).
+    Protocol {
+        /// Peer address.
+        peer: String,
+        /// What was unexpected.
+        detail: String,
+    },
+    /// The connection failed (refused, reset, closed).
+    Disconnected {
+        /// Peer address.
+        peer: String,
+        /// The I/O error.
+        detail: String,
+    },
+    /// Promotion could not fence enough of the old primary's synchronous set (or could not take
+    /// the records a fenced standby holds beyond the promoted one), so the old primary might
+    /// still complete commits the new one would not have.
+    NotFenced {
+        /// Which standbys could not be fenced or read, and why.
+        detail: String,
+    },
+    /// This primary may not acknowledge: its leadership lease (held in the coordination store)
+    /// was not renewed in time, so another node may be taking over.
+    LeaseLost {
+        /// Since when, and why.
+        detail: String,
+    },
+    /// A commit waited for the standbys longer than the policy allows.
+    Timeout {
+        /// The commit's LSN.
+        lsn: u64,
+        /// The mode that was not satisfied.
+        mode: ReplicationMode,
+        /// How long it waited.
+        waited: Duration,
+        /// Standby positions when it gave up.
+        shadows: Vec<u64>,
+    },
+}
+
+impl ReplError {
+    pub(crate) fn io(peer: &str, what: &str, e: std::io::Error) -> Self {
+        ReplError::Disconnected { peer: peer.into(), detail: format!("{what}: {e}") }
+    }
+}
+
+impl fmt::Display for ReplError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplError::Corrupt { peer, detail } => write!(f, "corrupt replication frame from {peer}: {detail}"),
+            ReplError::AuthFailed { peer, detail } => {
+                write!(f, "replication authentication with {peer} failed: {detail}")
+            }
+            ReplError::Fenced { peer, our_epoch, their_epoch } => write!(
+                f,
+                "fenced: {peer} is at epoch {their_epoch}, this node at epoch {our_epoch} (demoted; it may not ship or acknowledge)"
+            ),
+            ReplError::Diverged { peer, detail } => write!(f, "logs diverged with {peer}: {detail}"),
+            ReplError::Protocol { peer, detail } => write!(f, "replication protocol error with {peer}: {detail}"),
+            ReplError::Disconnected { peer, detail } => write!(f, "replication link to {peer} down: {detail}"),
+            ReplError::LeaseLost { detail } => write!(f, "not acknowledging: leadership lease lost: {detail}"),
+            ReplError::NotFenced { detail } => write!(
+                f,
+                "not promoted: the old primary's synchronous set could not be fenced: {detail} (bring those standbys up, or promote with force once the old primary is known to be down)"
+            ),
+            ReplError::Timeout { lsn, mode, waited, shadows } => write!(
+                f,
+                "commit at LSN {lsn} not replicated in {mode:?} mode within {waited:?} (standby positions {shadows:?})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReplError {}
+
+impl From<ReplError> for Error {
+    fn from(e: ReplError) -> Self {
+        Error::Replication(e)
     }
 }
 

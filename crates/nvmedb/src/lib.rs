@@ -28,6 +28,7 @@ pub mod btree;
 pub mod buffer;
 pub mod db;
 pub mod error;
+pub mod ids;
 pub mod inspect;
 pub mod io;
 pub mod page;

@@ -37,6 +37,7 @@ mod standby;
 mod state;
 pub mod wire;
 
+pub use crate::error::ReplError;
 pub use crate::xlog::{LinkState, ReplicationMode};
 pub use mirror::{MirrorConfig, MirrorStorage};
 pub use primary::{
@@ -49,124 +50,6 @@ pub use standby::{admin_status, seed_standby, Standby, StandbyConfig};
 pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
 
 use crate::util::sync::MutexExt;
-use std::fmt;
-use std::time::Duration;
-
-/// What went wrong in replication. Every variant names the peer (address) at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplError {
-    /// A frame failed its checksum, had an impossible length, or an unknown type. The
-    /// connection is dropped.
-    Corrupt {
-        /// Peer address.
-        peer: String,
-        /// What was wrong.
-        detail: String,
-    },
-    /// The handshake failed: the peer does not know the shared secret (or we do not).
-    AuthFailed {
-        /// Peer address.
-        peer: String,
-        /// What was wrong.
-        detail: String,
-    },
-    /// The peer has a newer epoch: this node was demoted and may not ship or acknowledge.
-    Fenced {
-        /// Peer address.
-        peer: String,
-        /// This node's epoch.
-        our_epoch: u64,
-        /// The peer's epoch.
-        their_epoch: u64,
-    },
-    /// The logs of primary and standby cannot be joined (standby behind the primary's oldest
-    /// log, or holding records the primary does not have): reseed the standby.
-    Diverged {
-        /// Peer address.
-        peer: String,
-        /// What was found.
-        detail: String,
-    },
-    /// The peer broke the protocol (unexpected frame).
-    Protocol {
-        /// Peer address.
-        peer: String,
-        /// What was unexpected.
-        detail: String,
-    },
-    /// The connection failed (refused, reset, closed).
-    Disconnected {
-        /// Peer address.
-        peer: String,
-        /// The I/O error.
-        detail: String,
-    },
-    /// Promotion could not fence enough of the old primary's synchronous set (or could not take
-    /// the records a fenced standby holds beyond the promoted one), so the old primary might
-    /// still complete commits the new one would not have.
-    NotFenced {
-        /// Which standbys could not be fenced or read, and why.
-        detail: String,
-    },
-    /// This primary may not acknowledge: its leadership lease (held in the coordination store)
-    /// was not renewed in time, so another node may be taking over.
-    LeaseLost {
-        /// Since when, and why.
-        detail: String,
-    },
-    /// A commit waited for the standbys longer than the policy allows.
-    Timeout {
-        /// The commit's LSN.
-        lsn: u64,
-        /// The mode that was not satisfied.
-        mode: ReplicationMode,
-        /// How long it waited.
-        waited: Duration,
-        /// Standby positions when it gave up.
-        shadows: Vec<u64>,
-    },
-}
-
-impl ReplError {
-    pub(crate) fn io(peer: &str, what: &str, e: std::io::Error) -> Self {
-        ReplError::Disconnected { peer: peer.into(), detail: format!("{what}: {e}") }
-    }
-}
-
-impl fmt::Display for ReplError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReplError::Corrupt { peer, detail } => write!(f, "corrupt replication frame from {peer}: {detail}"),
-            ReplError::AuthFailed { peer, detail } => {
-                write!(f, "replication authentication with {peer} failed: {detail}")
-            }
-            ReplError::Fenced { peer, our_epoch, their_epoch } => write!(
-                f,
-                "fenced: {peer} is at epoch {their_epoch}, this node at epoch {our_epoch} (demoted; it may not ship or acknowledge)"
-            ),
-            ReplError::Diverged { peer, detail } => write!(f, "logs diverged with {peer}: {detail}"),
-            ReplError::Protocol { peer, detail } => write!(f, "replication protocol error with {peer}: {detail}"),
-            ReplError::Disconnected { peer, detail } => write!(f, "replication link to {peer} down: {detail}"),
-            ReplError::LeaseLost { detail } => write!(f, "not acknowledging: leadership lease lost: {detail}"),
-            ReplError::NotFenced { detail } => write!(
-                f,
-                "not promoted: the old primary's synchronous set could not be fenced: {detail} (bring those standbys up, or promote with force once the old primary is known to be down)"
-            ),
-            ReplError::Timeout { lsn, mode, waited, shadows } => write!(
-                f,
-                "commit at LSN {lsn} not replicated in {mode:?} mode within {waited:?} (standby positions {shadows:?})"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ReplError {}
-
-impl From<ReplError> for crate::Error {
-    fn from(e: ReplError) -> Self {
-        crate::Error::Replication(e)
-    }
-}
 
 /// Parses a mode name: `lazy`, `eager`, `chain`, `quorum:K`.
 pub fn parse_mode(s: &str) -> Option<ReplicationMode> {

@@ -51,76 +51,10 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
+pub use crate::ids::{LockKey, LockMode, TxnId};
 pub use lock::{LockManager, LockOutcome};
 pub use options::{LockOptions, VictimPolicy};
 pub use stats::{LockStats, WAIT_BUCKETS};
-
-use std::fmt;
-
-/// Identifies a transaction. Ids are assigned by the transaction layer, increasing with the
-/// transaction's start: a larger id is a younger transaction (used by [`VictimPolicy::Youngest`]).
-pub type TxnId = u64;
-
-/// Lock modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LockMode {
-    /// Read lock: compatible with other shared locks.
-    Shared,
-    /// Write lock: compatible with nothing.
-    Exclusive,
-}
-
-impl LockMode {
-    /// True if a lock in mode `self` can be held together with one in mode `other` by another
-    /// transaction.
-    pub fn compatible(self, other: LockMode) -> bool {
-        self == LockMode::Shared && other == LockMode::Shared
-    }
-
-    /// True if holding `self` already grants what a request for `wanted` asks.
-    pub fn covers(self, wanted: LockMode) -> bool {
-        self == LockMode::Exclusive || wanted == LockMode::Shared
-    }
-}
-
-/// What is locked: a key of a table.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockKey {
-    /// Table id.
-    pub table: u32,
-    /// Key bytes (normally the encoded primary key).
-    pub key: Box<[u8]>,
-}
-
-impl LockKey {
-    /// The key `key` of table `table`.
-    pub fn new(table: u32, key: &[u8]) -> Self {
-        Self { table, key: key.into() }
-    }
-
-    pub(crate) fn is(&self, table: u32, key: &[u8]) -> bool {
-        self.table == table && *self.key == *key
-    }
-}
-
-impl fmt::Display for LockKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "table {} key 0x", self.table)?;
-        for b in self.key.iter().take(32) {
-            write!(f, "{b:02x}")?;
-        }
-        if self.key.len() > 32 {
-            write!(f, "..({} bytes)", self.key.len())?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for LockKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
 
 /// 64-bit hash of a lock key (FxHash-style multiply-rotate, finished with a MurmurHash3 mix
 /// so every bit depends on every input bit: the low bits index the shard's table, the high

@@ -10,6 +10,7 @@
 //! the combined counter never exceeds the local counter (a byte is never acknowledged as
 //! replicated before it is persisted locally) and is monotone because its inputs are.
 
+pub use crate::ids::ReplicationMode;
 use crate::Result;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -24,19 +25,6 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 pub trait Mirror: Send + Sync {
     /// A frame's payload occupying stream positions `[stream_pos, stream_pos + bytes.len())`.
     fn on_frame(&self, stream_pos: u64, bytes: &[u8]) -> Result<()>;
-}
-
-/// How the counter the writer sees is formed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplicationMode {
-    /// The local counter only; secondaries catch up on their own.
-    Lazy,
-    /// The slowest of all secondaries (and the local counter).
-    Eager,
-    /// The position at least `k` secondaries have reached (and the local counter).
-    Quorum(usize),
-    /// The last secondary of the chain (and the local counter).
-    Chain,
 }
 
 /// Health of one secondary's link, as the status register reports it (seed 002 §7.1).

@@ -1,0 +1,198 @@
+//! The engine's layers import downwards only: every `crate::` path in a layer's non-test code
+//! names a module below it in [`ORDER`], the order `docs/ARCHITECTURE.md` draws. A strict
+//! order also means the import graph has no cycle.
+//!
+//! Paths through the crate root's re-exports (`crate::{Error, Database}`) count as imports of
+//! the module the root takes them from (read from `lib.rs`). Comments and `#[cfg(test)] mod`
+//! blocks (unit tests may build a whole database) are not imports of the layer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Bottom to top: a module may import only modules listed before it.
+const ORDER: &[&str] = &[
+    "util", "ids", "io", "error", "page", "trace", "buffer", "btree", "wal", "xlog", "txn", "table", "db",
+    "repl", "inspect",
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.expect("directory entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The source without comments and without the `#[cfg(test)]` modules (inline ones cut at
+/// their attribute; files `tests.rs`/`testing.rs` are test modules as a whole).
+fn code_of(name: &str, text: &str) -> String {
+    if name == "tests.rs" || name == "testing.rs" {
+        return String::new();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let t = lines[i].trim_start();
+        if t.starts_with("#[cfg(test)]")
+            && lines.get(i + 1).is_some_and(|n| n.trim_start().starts_with("mod "))
+        {
+            // An inline test module runs to the end of the file in this code base's style; a
+            // declaration (`mod tests;`) is just skipped.
+            if lines[i + 1].trim_end().ends_with(';') {
+                i += 2;
+                continue;
+            }
+            break;
+        }
+        if !t.starts_with("//") {
+            out.push_str(lines[i]);
+            out.push('\n');
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Names at the top level of a `{...}` group starting at `s[0] == '{'`.
+fn group_heads(s: &str) -> Vec<String> {
+    let mut depth = 0;
+    let mut heads = Vec::new();
+    let mut cur = String::new();
+    let mut at_head = true;
+    for c in s.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                if depth > 1 {
+                    at_head = false;
+                }
+            }
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            ',' if depth == 1 => {
+                heads.push(std::mem::take(&mut cur));
+                at_head = true;
+            }
+            ':' if depth == 1 => at_head = false,
+            c if depth == 1 && at_head && (c.is_alphanumeric() || c == '_') => cur.push(c),
+            c if depth == 1 && at_head && !c.is_whitespace() => at_head = false,
+            _ => {}
+        }
+    }
+    heads.push(cur);
+    heads.into_iter().filter(|h| !h.is_empty()).collect()
+}
+
+/// Every crate-level name a piece of code reaches through `crate::`.
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // `mycrate::`, not the crate root
+        }
+        let rest = &code[at + "crate::".len()..];
+        if rest.starts_with('{') {
+            names.extend(group_heads(rest));
+        } else {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// The module each crate-root re-export comes from (`pub use db::{Database, ...};`).
+fn root_reexports() -> BTreeMap<String, String> {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+    let mut map = BTreeMap::new();
+    for stmt in lib.split(';') {
+        let Some(u) = stmt.trim().strip_prefix("pub use ") else { continue };
+        let Some((module, rest)) = u.split_once("::") else { continue };
+        let rest = rest.trim();
+        let items = if rest.starts_with('{') { group_heads(rest) } else { vec![rest.to_string()] };
+        for item in items {
+            map.insert(item, module.to_string());
+        }
+    }
+    map
+}
+
+#[test]
+fn every_layer_imports_only_layers_below_it() {
+    let reexports = root_reexports();
+    let rank = |m: &str| ORDER.iter().position(|o| *o == m);
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut seen_layers = BTreeSet::new();
+    let mut violations = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(src()).expect("under src");
+        let layer = rel.components().next().and_then(|c| c.as_os_str().to_str()).unwrap_or("");
+        let layer = layer.strip_suffix(".rs").unwrap_or(layer);
+        if layer == "lib" {
+            continue;
+        }
+        let Some(own) = rank(layer) else {
+            violations.push(format!("{}: module `{layer}` is missing from ORDER", rel.display()));
+            continue;
+        };
+        seen_layers.insert(layer.to_string());
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for name in crate_paths(&code_of(name, &text)) {
+            let target = if rank(&name).is_some() {
+                name.clone()
+            } else if let Some(m) = reexports.get(&name) {
+                m.clone()
+            } else {
+                violations.push(format!(
+                    "{}: `crate::{name}` is neither a layer nor a root re-export",
+                    rel.display()
+                ));
+                continue;
+            };
+            if target == layer {
+                continue;
+            }
+            let t = rank(&target).expect("re-exports come from layers");
+            if t > own {
+                violations.push(format!(
+                    "{}: `{layer}` imports `crate::{name}` from `{target}`, above it",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "layering violations (order bottom to top: {ORDER:?}):\n{}",
+        violations.join("\n")
+    );
+    // ORDER names no module that does not exist (a renamed layer must be renamed here too).
+    let missing: Vec<_> = ORDER.iter().filter(|m| !seen_layers.contains(**m)).collect();
+    assert!(missing.is_empty(), "ORDER names modules that are not in src/: {missing:?}");
+}
+
+#[test]
+fn the_scanner_sees_grouped_and_re_exported_imports() {
+    let code =
+        "use crate::{error::{Error, Result}, io::Device};\nfn f() -> crate::Database { mycrate::x() }\n";
+    let names = crate_paths(code);
+    assert_eq!(names, ["Database", "error", "io"].iter().map(|s| s.to_string()).collect());
+    assert_eq!(root_reexports().get("Database").map(String::as_str), Some("db"));
+    let test_code = "use crate::io::Device;\n// crate::db in a comment\n#[cfg(test)]\nmod tests {\n    use crate::db::Database;\n}\n";
+    assert_eq!(crate_paths(&code_of("x.rs", test_code)), ["io"].iter().map(|s| s.to_string()).collect());
+    assert!(crate_paths(&code_of("tests.rs", test_code)).is_empty());
+}
