@@ -21,7 +21,7 @@ mod writer;
 pub use mtr::PageLogger;
 pub use pool::{BufferPool, Mtr, PageMut, PageRef};
 
-use crate::Result;
+use crate::error::Result;
 
 /// Identifies a page: a file registered with the pool and a page number in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,7 +156,7 @@ impl PoolConfig {
 
     /// Checks the values; errors name the offending option.
     pub fn validate(&self) -> Result<()> {
-        use crate::Error;
+        use crate::error::Error;
         let cfg = |key: &str, detail: String| Err(Error::Config { key: key.into(), detail });
         if self.page_size % 4096 != 0 || !(4096..=65536).contains(&self.page_size) {
             return cfg(

@@ -2,11 +2,11 @@
 //! concurrency, policies, pinning, the WAL gate and the background writer.
 
 use super::*;
+use crate::error::Error;
 use crate::io::MemDevice;
 use crate::page::{PageHeader, PageType, PAGE_HEADER_BYTES};
 use crate::util::testing::flaky_device;
 use crate::util::Rng;
-use crate::Error;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -16,8 +16,8 @@
 use super::options::{LockOptions, VictimPolicy};
 use super::stats::{Counters, LockStats, ShardCounters};
 use super::{key_hash, LockKey, LockMode, TxnId};
+use crate::error::{Error, Result};
 use crate::util::sync::MutexExt;
-use crate::{Error, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU8, Ordering::*};

@@ -3,7 +3,7 @@
 //! Owns: [`LockOptions`] and its validation. Invariant: a validated `LockOptions` has a
 //! power-of-two shard count and a non-zero park slice and lock timeout.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::time::Duration;
 
 /// Which transaction of a wait-for cycle is aborted.

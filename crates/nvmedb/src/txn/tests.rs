@@ -2,7 +2,7 @@
 //! in `tests/txn_lock_*.rs`.
 
 use super::*;
-use crate::Error;
+use crate::error::Error;
 use std::time::Duration;
 
 #[test]

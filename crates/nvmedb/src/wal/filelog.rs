@@ -18,6 +18,7 @@
 //! - Queues are bounded: at most `max_queued_batches` sealed batches wait; appenders block.
 //! - After an I/O error the log is poisoned: every later call returns `Error::Poisoned`.
 
+use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, IoError, Storage};
 use crate::util::sync::{CondvarExt, MutexExt};
 use crate::util::Rng;
@@ -30,7 +31,6 @@ use crate::wal::options::{RecoveredLog, WalOptions, WalStats};
 use crate::wal::reader::LogReader;
 use crate::wal::segment::{discover, slot_name, Segment, SegmentDesc};
 use crate::wal::{LogSink, Lsn};
-use crate::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -47,8 +47,8 @@ pub use options::{RecoveredLog, WalOptions, WalStats};
 pub use reader::{LogReader, LogRecord};
 pub use segment::{live_segments, SegmentDesc, SEGMENT_PREFIX};
 
+use crate::error::Result;
 use crate::io::Storage;
-use crate::Result;
 use std::sync::Arc;
 
 /// A log sequence number: the byte position just past a record in the logical log stream.

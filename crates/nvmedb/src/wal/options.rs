@@ -4,9 +4,9 @@
 //! [`RecoveredLog`]. Invariant: options that pass `validate` let every record of at most
 //! `max_payload_bytes` fit in one segment together with the largest filler.
 
+use crate::error::{Error, Result};
 use crate::wal::format::{BLOCK_BYTES, MAX_FILLER_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES};
 use crate::wal::Lsn;
-use crate::{Error, Result};
 
 /// Options of a [`FileLog`](crate::wal::FileLog).
 #[derive(Debug, Clone, PartialEq, Eq)]

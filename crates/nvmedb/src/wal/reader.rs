@@ -12,6 +12,7 @@
 //!   previous one is durable on both copies, such a record proves that `p` was once durable, so
 //!   the reader reports [`Error::Corruption`] naming the file and offset instead of truncating.
 
+use crate::error::{Error, Result};
 use crate::io::AlignedBuf;
 use crate::io::Storage;
 use crate::wal::format::{
@@ -20,7 +21,6 @@ use crate::wal::format::{
 };
 use crate::wal::segment::{discover, file_label, read_clamped, Segment};
 use crate::wal::Lsn;
-use crate::{Error, Result};
 use std::sync::Arc;
 
 /// Bytes read from a copy at a time.

@@ -8,9 +8,9 @@
 //! sequence numbers ending at the highest one, with non-decreasing base LSNs; two slots never
 //! claim the same sequence number, and all valid headers carry one log id (otherwise: corruption).
 
+use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage};
 use crate::wal::format::{SegmentHeader, BLOCK_BYTES, SEGMENT_HEADER_BLOCK_BYTES};
-use crate::{Error, Result};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -24,9 +24,9 @@ use super::format::{
 };
 use super::sched::WriteClass;
 use super::write_header;
+use crate::error::{Error, Result};
 use crate::io::AlignedBuf;
 use crate::util::sync::{CondvarExt, MutexExt};
-use crate::{Error, Result};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -18,8 +18,8 @@ use super::format::{frame_bytes, FrameHeader, FRAME_HEADER, FRAME_MAGIC, HEADER_
 use super::region::PmemRegion;
 use super::repl::{Mirror, ShadowCounters};
 use super::sched::IoScheduler;
+use crate::error::{Error, Result};
 use crate::util::sync::{CondvarExt, MutexExt};
-use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};

@@ -37,10 +37,10 @@ pub use region::{Backing, MsyncPolicy, PmemRegion};
 pub use repl::{combine, LinkState, Mirror, ReplicationMode, ShadowCounters};
 pub use sched::{ClassStats, IoScheduler, SchedMode, WriteClass};
 
+use crate::error::{Error, Result};
 use crate::io::Device;
 use crate::util::sync::MutexExt;
 use crate::wal::{LogSink, Lsn};
-use crate::{Error, Result};
 use destage::Destager;
 use fast::{Grant, Inner};
 use format::{FrameHeader, RegionHeader, FRAME_MAGIC, HEADER_AREA, HEADER_SLOT, PAD_MAGIC};

@@ -10,8 +10,8 @@
 
 use super::fast::Inner;
 use super::format::{PageHeader, PAGE_HEADER};
+use crate::error::{Error, Result};
 use crate::io::AlignedBuf;
-use crate::{Error, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

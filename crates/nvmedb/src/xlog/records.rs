@@ -37,10 +37,10 @@
 //! retained position when written.
 
 use super::{XLog, XLogConfig, XWriter};
+use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage};
 use crate::util::sync::MutexExt;
 use crate::wal::{LogOpener, LogRecord, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats, KIND_USER_MIN};
-use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

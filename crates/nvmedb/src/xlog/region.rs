@@ -12,8 +12,8 @@
 //! backing can make them (cache lines flushed for DAX, `msync(MS_SYNC)` for a disk file when
 //! msync is on, a store fence otherwise); the region is unmapped exactly once, on drop.
 
+use crate::error::{Error, Result};
 use crate::io::{IoError, IoOpKind};
-use crate::{Error, Result};
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

@@ -10,8 +10,8 @@
 //! the combined counter never exceeds the local counter (a byte is never acknowledged as
 //! replicated before it is persisted locally) and is monotone because its inputs are.
 
+use crate::error::Result;
 pub use crate::ids::ReplicationMode;
-use crate::Result;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Receives the write stream of the fast side, to ship it to one secondary.
