@@ -14,6 +14,7 @@ mod transaction;
 
 pub use ddl::{convert_row, BulkLoad};
 pub use recovery::RecoveryReport;
+pub(crate) use recovery::{Redo, RedoPages};
 pub use transaction::Transaction;
 
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};

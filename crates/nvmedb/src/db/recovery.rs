@@ -1,14 +1,16 @@
 //! Crash recovery: redo page changes from the last checkpoint, find the transactions that did
 //! not finish.
 //!
-//! Owns: the redo pass. It reads the log from the checkpoint's undo start, applies every page
+//! Owns: the redo pass and [`RedoPages`], the page cache redo works in (also a standby's). It reads the log from the checkpoint's undo start, applies every page
 //! change at or after the redo start whose LSN is above the page's LSN (full images repair torn
 //! pages; a diff on a page that is neither valid nor preceded by a full image is corruption),
 //! writes the repaired pages back and syncs them, and returns each unfinished transaction's
 //! logical operations for the undo pass (which runs through the tables once they are open).
 //! Invariant: redo is idempotent — running it twice, or crashing during it, is harmless.
 
+use super::{heap_name, index_name};
 use crate::buffer::mtr::{apply_page_change, decode_mtr, PageChange};
+use crate::buffer::PageId;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage};
 use crate::page::PageHeader;
@@ -54,39 +56,64 @@ struct CachedPage {
     dirty: bool,
 }
 
-struct PageCache<'a> {
+/// What [`RedoPages::apply`] did with one page change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Redo {
+    /// The change was applied (`full`: it was a full page image).
+    Applied {
+        /// The change was a full page image.
+        full: bool,
+    },
+    /// The page already holds the change (its LSN is at or past the record's end).
+    AlreadyThere,
+    /// The page is unreadable (torn or missing) and the change is a diff: it cannot be applied.
+    Unappliable,
+}
+
+/// Pages being redone, shared by crash recovery and a standby's continuous redo: each page is
+/// read once from its data file, changed in memory, and written back in page order.
+/// Invariant: a page's bytes change only through [`RedoPages::apply`], which applies a change
+/// only to a page below the change's LSN, so applying a record twice changes nothing.
+pub(crate) struct RedoPages<'a> {
     storage: &'a dyn Storage,
     /// Pages must not be newer than this (the end of the log), unless a lost log was accepted.
     lsn_limit: u64,
-    table_page: usize,
-    index_page: usize,
+    capacity: usize,
     pages: HashMap<(u8, u32, u64), CachedPage>,
     devices: HashMap<(u8, u32), Arc<dyn Device>>,
 }
 
-impl PageCache<'_> {
+impl<'a> RedoPages<'a> {
+    /// Pages of the data files in `storage`, at most `capacity` of them before
+    /// [`RedoPages::needs_room`] says so; a page read with an LSN above `lsn_limit` is
+    /// corruption (`u64::MAX` accepts any).
+    pub(crate) fn new(storage: &'a dyn Storage, lsn_limit: u64, capacity: usize) -> Self {
+        Self { storage, lsn_limit, capacity, pages: HashMap::new(), devices: HashMap::new() }
+    }
+
     fn device(&mut self, tag: u8, file: u32) -> Result<Arc<dyn Device>> {
         if let Some(d) = self.devices.get(&(tag, file)) {
             return Ok(d.clone());
         }
-        let name = if tag == TAG_TABLE { format!("t{file}.heap") } else { format!("t{file}.idx") };
+        let name = if tag == TAG_TABLE { heap_name(file) } else { index_name(file) };
         let d = self.storage.open(&name, true)?;
         self.devices.insert((tag, file), d.clone());
         Ok(d)
     }
 
-    fn page(&mut self, tag: u8, file: u32, page: u64) -> Result<&mut CachedPage> {
+    /// True when page `page` of file `file` (pool `tag`) is not held and the cache is full: the
+    /// caller writes back and [`clear`](RedoPages::clear)s first.
+    pub(crate) fn needs_room(&self, tag: u8, file: u32, page: u64) -> bool {
+        !self.pages.contains_key(&(tag, file, page)) && self.pages.len() >= self.capacity
+    }
+
+    fn page(&mut self, tag: u8, file: u32, page: u64, page_size: usize) -> Result<&mut CachedPage> {
         if !self.pages.contains_key(&(tag, file, page)) {
-            if self.pages.len() >= REDO_CACHE_PAGES {
-                self.write_back()?;
-                self.pages.clear();
-            }
-            let ps = if tag == TAG_TABLE { self.table_page } else { self.index_page };
             let dev = self.device(tag, file)?;
-            let mut buf = AlignedBuf::new(ps);
-            let offset = page * ps as u64;
+            let mut buf = AlignedBuf::new(page_size);
+            let offset = page * page_size as u64;
             let mut valid = false;
-            if offset + ps as u64 <= dev.capacity() {
+            if offset + page_size as u64 <= dev.capacity() {
                 dev.read_at(offset, &mut buf)?;
                 valid = PageHeader::verify(&buf, &dev.info().name, offset, file, page).is_ok();
                 let lsn = PageHeader::lsn_of(&buf);
@@ -108,7 +135,38 @@ impl PageCache<'_> {
         Ok(self.pages.get_mut(&(tag, file, page)).expect("inserted above"))
     }
 
-    fn write_back(&mut self) -> Result<()> {
+    /// Applies `change` of the record ending at `end_lsn` to page `pid` of pool `tag`
+    /// (`page_size`-byte pages), reading the page first if it is not held.
+    pub(crate) fn apply(
+        &mut self,
+        tag: u8,
+        pid: PageId,
+        change: &PageChange,
+        end_lsn: Lsn,
+        page_size: usize,
+    ) -> Result<Redo> {
+        let p = self.page(tag, pid.file, pid.page, page_size)?;
+        let full = matches!(change, PageChange::FullImage(_));
+        if p.valid && PageHeader::lsn_of(&p.buf) >= end_lsn {
+            return Ok(Redo::AlreadyThere);
+        }
+        if !p.valid && !full {
+            return Ok(Redo::Unappliable);
+        }
+        apply_page_change(&mut p.buf, change, end_lsn);
+        p.valid = true;
+        p.dirty = true;
+        Ok(Redo::Applied { full })
+    }
+
+    /// True when some page changed since the last write-back.
+    pub(crate) fn has_dirty(&self) -> bool {
+        self.pages.values().any(|p| p.dirty)
+    }
+
+    /// Writes every changed page back (sealed, in file and page order), then syncs every data
+    /// file read.
+    pub(crate) fn write_back(&mut self) -> Result<()> {
         let mut keys: Vec<(u8, u32, u64)> =
             self.pages.iter().filter(|(_, p)| p.dirty).map(|(k, _)| *k).collect();
         keys.sort_unstable();
@@ -123,6 +181,12 @@ impl PageCache<'_> {
             dev.sync()?;
         }
         Ok(())
+    }
+
+    /// Drops every page held (after a write-back).
+    pub(crate) fn clear(&mut self) {
+        debug_assert!(!self.has_dirty(), "dirty pages dropped before their write-back");
+        self.pages.clear();
     }
 }
 
@@ -160,14 +224,9 @@ pub(crate) fn redo(
     let redo_from = catalog.checkpoint_redo_lsn.max(recovered.start_lsn).min(log_end);
     let read_from = catalog.checkpoint_undo_lsn.max(recovered.start_lsn).min(redo_from);
     let mut report = RecoveryReport { redo_from, log_end: recovered.end_lsn, ..Default::default() };
-    let mut cache = PageCache {
-        storage,
-        lsn_limit: if accept_lost_log { u64::MAX } else { log_end },
-        table_page: catalog.table_page_size as usize,
-        index_page: catalog.index_page_size as usize,
-        pages: HashMap::new(),
-        devices: HashMap::new(),
-    };
+    let mut cache =
+        RedoPages::new(storage, if accept_lost_log { u64::MAX } else { log_end }, REDO_CACHE_PAGES);
+    let (table_page, index_page) = (catalog.table_page_size as usize, catalog.index_page_size as usize);
     let live: std::collections::HashSet<u32> = catalog.tables.iter().map(|t| t.id).collect();
     let mut ops: Losers = BTreeMap::new();
     let mut max_txn = 0u64;
@@ -182,7 +241,7 @@ pub(crate) fn redo(
                     offset: rec.lsn,
                     detail: "page-change record does not decode".into(),
                 })?;
-                let ps = if tag == TAG_TABLE { cache.table_page } else { cache.index_page };
+                let ps = if tag == TAG_TABLE { table_page } else { index_page };
                 if m.page_size != ps {
                     return Err(Error::Corruption {
                         file: "write-ahead log".into(),
@@ -207,26 +266,31 @@ pub(crate) fn redo(
                         // are gone or about to be removed.
                         continue;
                     }
-                    let p = cache.page(tag, pid.file, pid.page)?;
-                    let full = matches!(change, PageChange::FullImage(_));
-                    if p.valid && PageHeader::lsn_of(&p.buf) >= rec.end_lsn {
-                        continue;
+                    if cache.needs_room(tag, pid.file, pid.page) {
+                        cache.write_back()?;
+                        cache.clear();
                     }
-                    if !p.valid && !full {
-                        return Err(Error::Corruption {
-                            file: format!("{} page {}", if tag == TAG_TABLE { "heap" } else { "index" }, pid),
-                            offset: rec.lsn,
-                            detail:
-                                "page is unreadable (torn or missing) and the log holds no full image of it \
-                                     before this change"
-                                    .into(),
-                        });
+                    match cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
+                        Redo::Applied { full } => {
+                            report.pages_redone += 1;
+                            report.full_images_applied += u64::from(full);
+                        }
+                        Redo::AlreadyThere => {}
+                        Redo::Unappliable => {
+                            return Err(Error::Corruption {
+                                file: format!(
+                                    "{} page {}",
+                                    if tag == TAG_TABLE { "heap" } else { "index" },
+                                    pid
+                                ),
+                                offset: rec.lsn,
+                                detail:
+                                    "page is unreadable (torn or missing) and the log holds no full image \
+                                         of it before this change"
+                                        .into(),
+                            })
+                        }
                     }
-                    apply_page_change(&mut p.buf, change, rec.end_lsn);
-                    p.valid = true;
-                    p.dirty = true;
-                    report.pages_redone += 1;
-                    report.full_images_applied += u64::from(full);
                 }
             }
             KIND_COMMIT | KIND_ABORT => {

@@ -29,7 +29,8 @@ use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::ReplError;
-use crate::buffer::mtr::{apply_page_change, decode_mtr, PageChange};
+use crate::buffer::mtr::decode_mtr;
+use crate::db::{Redo, RedoPages};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
@@ -1138,19 +1139,12 @@ const APPLY_CACHE_PAGES: usize = 16 * 1024;
 /// first, so nothing depends on it.
 const APPLY_WRITE_BACK_EVERY: Duration = Duration::from_secs(10);
 
-struct CachedPage {
-    buf: AlignedBuf,
-    valid: bool,
-    dirty: bool,
-}
-
 /// The apply thread: redo of durable records up to the primary's durable position.
 fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut tail: TailReader = sh.log.tail()?;
     let mut held: Option<(super::ShippedRecord, u64)> = None;
     let mut gen = sh.apply_gen.load(Ordering::Acquire);
-    let mut pages: HashMap<(u8, u32, u64), CachedPage> = HashMap::new();
-    let mut devs: HashMap<(u8, u32), Arc<dyn Device>> = HashMap::new();
+    let mut pages = RedoPages::new(sh.storage.as_ref(), u64::MAX, APPLY_CACHE_PAGES);
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
     let mut last_write_back = std::time::Instant::now();
@@ -1160,7 +1154,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut skipped = false;
     loop {
         if sh.apply_stop.load(Ordering::Acquire) {
-            return flush(sh, &mut pages, &mut devs, &mut restart, skipped);
+            return flush(sh, &mut pages, &mut restart, skipped);
         }
         let g = sh.apply_gen.load(Ordering::Acquire);
         if g != gen {
@@ -1184,7 +1178,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 held = other;
                 let every = Duration::from_millis(sh.write_back_every_ms.load(Ordering::Acquire));
                 if last_write_back.elapsed() >= every {
-                    flush(sh, &mut pages, &mut devs, &mut restart, skipped)?;
+                    flush(sh, &mut pages, &mut restart, skipped)?;
                     last_write_back = std::time::Instant::now();
                 }
                 let g = sh.apply_mx.locked();
@@ -1199,50 +1193,16 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
             let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { crate::wal::engine::TAG_INDEX };
             if let Some(m) = decode_mtr(&rec.payload) {
                 for (pid, change) in &m.changes {
-                    let key = (tag, pid.file, pid.page);
-                    if !pages.contains_key(&key) {
-                        if pages.len() >= APPLY_CACHE_PAGES {
-                            flush(sh, &mut pages, &mut devs, &mut restart, skipped)?;
-                            pages.clear();
-                        }
-                        let dev = match devs.get(&(tag, pid.file)) {
-                            Some(d) => d.clone(),
-                            None => {
-                                let name = if tag == TAG_TABLE {
-                                    crate::db::heap_name(pid.file)
-                                } else {
-                                    crate::db::index_name(pid.file)
-                                };
-                                let d = sh.storage.open(&name, true)?;
-                                devs.insert((tag, pid.file), d.clone());
-                                d
-                            }
-                        };
-                        let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }
-                            .load(Ordering::Acquire);
-                        let mut buf = AlignedBuf::new(ps);
-                        let offset = pid.page * ps as u64;
-                        let mut valid = false;
-                        if offset + ps as u64 <= dev.capacity() {
-                            dev.read_at(offset, &mut buf)?;
-                            valid = PageHeader::verify(&buf, &dev.info().name, offset, pid.file, pid.page)
-                                .is_ok();
-                        }
-                        pages.insert(key, CachedPage { buf, valid, dirty: false });
+                    if pages.needs_room(tag, pid.file, pid.page) {
+                        flush(sh, &mut pages, &mut restart, skipped)?;
+                        pages.clear();
                     }
-                    let p = pages.get_mut(&key).expect("inserted above");
-                    let full = matches!(change, PageChange::FullImage(_));
-                    if p.valid && PageHeader::lsn_of(&p.buf) >= rec.end {
-                        continue; // already there
-                    }
-                    if !p.valid && !full {
+                    let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }
+                        .load(Ordering::Acquire);
+                    if pages.apply(tag, *pid, change, rec.end, ps)? == Redo::Unappliable {
                         // Not appliable yet (promotion's redo decides).
                         skipped = true;
-                        continue;
                     }
-                    apply_page_change(&mut p.buf, change, rec.end);
-                    p.valid = true;
-                    p.dirty = true;
                 }
             }
         }
@@ -1261,12 +1221,13 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
 /// the undo position) and the replica log releases what lies before them.
 fn flush(
     sh: &Shared,
-    pages: &mut HashMap<(u8, u32, u64), CachedPage>,
-    devs: &mut HashMap<(u8, u32), Arc<dyn Device>>,
+    pages: &mut RedoPages<'_>,
     restart: &mut Option<(Lsn, Lsn)>,
     skipped: bool,
 ) -> Result<()> {
-    write_back(pages, devs)?;
+    if pages.has_dirty() {
+        pages.write_back()?;
+    }
     let Some((redo, undo)) = restart.take() else { return Ok(()) };
     if skipped {
         return Ok(());
@@ -1286,27 +1247,5 @@ fn flush(
     let mut c = sh.counters.locked();
     c.restartpoints += 1;
     c.log_released += released;
-    Ok(())
-}
-
-fn write_back(
-    pages: &mut HashMap<(u8, u32, u64), CachedPage>,
-    devs: &mut HashMap<(u8, u32), Arc<dyn Device>>,
-) -> Result<()> {
-    let mut keys: Vec<(u8, u32, u64)> = pages.iter().filter(|(_, p)| p.dirty).map(|(k, _)| *k).collect();
-    if keys.is_empty() {
-        return Ok(());
-    }
-    keys.sort_unstable();
-    for key in keys {
-        let dev = devs.get(&(key.0, key.1)).expect("device opened when the page was read").clone();
-        let p = pages.get_mut(&key).expect("listed");
-        PageHeader::seal(&mut p.buf);
-        dev.write_at(key.2 * p.buf.len() as u64, &p.buf)?;
-        p.dirty = false;
-    }
-    for d in devs.values() {
-        d.sync()?;
-    }
     Ok(())
 }
