@@ -5,7 +5,7 @@
 //! with it.
 
 use crate::btree::node;
-use crate::db::Database;
+use crate::db::{heap_name, index_name, Database};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Storage};
 use crate::page::{slotted, PageHeader, PageType};
@@ -31,8 +31,8 @@ pub fn describe_database(db: &Database, storage: &dyn Storage) -> Result<String>
         cat.table_page_size, cat.index_page_size
     );
     for t in &cat.tables {
-        let heap = storage.open(&format!("t{}.heap", t.id), false)?.capacity();
-        let idx = storage.open(&format!("t{}.idx", t.id), false)?.capacity();
+        let heap = storage.open(&heap_name(t.id), false)?.capacity();
+        let idx = storage.open(&index_name(t.id), false)?.capacity();
         let _ = writeln!(out, "table `{}` (id {})", t.name, t.id);
         for (i, c) in t.schema.columns.iter().enumerate() {
             let pk = if i == t.schema.primary_key { "  PRIMARY KEY" } else { "" };
@@ -48,11 +48,11 @@ pub fn describe_database(db: &Database, storage: &dyn Storage) -> Result<String>
         }
         let _ = writeln!(
             out,
-            "    t{}.heap: {} pages ({} B); t{}.idx: {} pages ({} B)",
-            t.id,
+            "    {}: {} pages ({} B); {}: {} pages ({} B)",
+            heap_name(t.id),
             heap / u64::from(cat.table_page_size),
             heap,
-            t.id,
+            index_name(t.id),
             idx / u64::from(cat.index_page_size),
             idx
         );

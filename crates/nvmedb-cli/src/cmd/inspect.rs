@@ -82,14 +82,14 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
     match (a.heap_page, a.index_page) {
         (Some(p), None) => nvmedb::inspect::describe_page(
             storage.as_ref(),
-            &format!("t{}.heap", t.id),
+            &nvmedb::db::heap_name(t.id),
             cat.table_page_size as usize,
             p,
             Some(&t.schema),
         ),
         (None, Some(p)) => nvmedb::inspect::describe_page(
             storage.as_ref(),
-            &format!("t{}.idx", t.id),
+            &nvmedb::db::index_name(t.id),
             cat.index_page_size as usize,
             p,
             None,

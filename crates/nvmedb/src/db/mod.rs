@@ -1,17 +1,16 @@
 //! The embedded database handle.
 //!
 //! Owns: `Database` (open/create over a `Storage`, create and open tables, flush, stats),
-//! `Options`, and the mapping from tables to files: table `id` keeps its rows in device
-//! `t<id>.heap` (file `id` of the table pool) and its indexes in `t<id>.idx` (file `id` of the
-//! index pool); `catalog.nvdb` holds the catalog. Invariant: the catalog only names trees whose
-//! root pages have been written and synced.
+//! `Options`, and the mapping from tables to files (named in [`crate::table::files`]).
+//! Invariant: the catalog only names trees whose root pages have been written and synced.
 
 use crate::btree::BTree;
-mod ddl;
 use crate::util::sync::{MutexExt, RwLockExt};
+mod ddl;
 mod recovery;
 mod transaction;
 
+pub use crate::table::files::{heap_name, index_name, CATALOG_FILE};
 pub use ddl::{convert_row, BulkLoad};
 pub use recovery::RecoveryReport;
 pub(crate) use recovery::{Redo, RedoPages};
@@ -26,9 +25,6 @@ use crate::wal::engine::{EngineLog, TxnLog, KIND_CHECKPOINT, KIND_RECOVERY, TAG_
 use crate::wal::{FileLogOpener, LogOpener, WalOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-
-/// Name of the catalog device in a database directory.
-pub const CATALOG_FILE: &str = "catalog.nvdb";
 
 /// How much memory a buffer pool gets.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -250,13 +246,6 @@ fn clear_dir(dir: &std::path::Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-pub(crate) fn heap_name(id: u32) -> String {
-    format!("t{id}.heap")
-}
-pub(crate) fn index_name(id: u32) -> String {
-    format!("t{id}.idx")
 }
 
 fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) -> Result<usize> {

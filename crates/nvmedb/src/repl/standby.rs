@@ -152,7 +152,7 @@ pub fn seed_standby(primary_dir: &Path, standby_dir: &Path) -> Result<()> {
     for entry in rd {
         let entry = entry.map_err(|e| io(primary_dir, e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let is_data = name == crate::db::CATALOG_FILE || name.ends_with(".heap") || name.ends_with(".idx");
+        let is_data = crate::table::files::is_data_file(&name);
         if is_data && entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
             let dst = standby_dir.join(&name);
             std::fs::copy(entry.path(), &dst).map_err(|e| io(&dst, e))?;

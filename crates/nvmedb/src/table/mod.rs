@@ -8,6 +8,7 @@
 //! and the WAL.)
 
 pub mod catalog;
+pub mod files;
 pub mod heap;
 mod scan;
 pub mod schema;
@@ -365,7 +366,7 @@ impl Table {
 
     fn bad_key(&self, k: &[u8]) -> Error {
         Error::Corruption {
-            file: format!("t{}.idx", self.inner.id),
+            file: files::index_name(self.inner.id),
             offset: 0,
             detail: format!("primary index of `{}` holds key {k:02x?} of the wrong shape", self.inner.name),
         }
@@ -608,7 +609,7 @@ impl Table {
     fn rid_for(&self, pk: &[u8]) -> Result<Option<RowId>> {
         self.inner.primary.get_with(pk, RowId::from_bytes)?.map_or(Ok(None), |r| {
             r.map(Some).ok_or_else(|| Error::Corruption {
-                file: format!("t{}.idx", self.inner.id),
+                file: files::index_name(self.inner.id),
                 offset: 0,
                 detail: format!("primary index of `{}` holds a malformed row id", self.inner.name),
             })
@@ -617,7 +618,7 @@ impl Table {
 
     fn dangling(&self, rid: RowId) -> Error {
         Error::Corruption {
-            file: format!("t{}.heap", self.inner.id),
+            file: files::heap_name(self.inner.id),
             offset: rid.page,
             detail: format!(
                 "table `{}`: index points at empty slot {} of page {}",

@@ -368,7 +368,7 @@ impl Experiment for EngineBench {
 
     fn run(cfg: &EngineConfig, env: &RunEnv) -> Result<EngineResults> {
         let needs_table = ["memory", "miss", "scan"].iter().any(|p| cfg.wants(p));
-        let heap = cfg.data_dir.join("t0.heap");
+        let heap = cfg.data_dir.join(nvmedb::db::heap_name(0));
         let table_bytes = if needs_table {
             data::load(cfg, env.progress)?;
             std::fs::metadata(&heap).map_err(LabError::io(&heap, "read the size of"))?.len()

@@ -132,7 +132,7 @@ fn characterise(cfg: &PrimitiveConfig, kind: &DeviceKind, report: &mut DeviceRep
     }
     let (device, size) = match kind {
         DeviceKind::Disk => {
-            let f = cfg.disk_db_dir().join("t0.heap");
+            let f = cfg.disk_db_dir().join(nvmedb::db::heap_name(0));
             let len = std::fs::metadata(&f).map_err(LabError::io(&f, "read the size of"))?.len();
             let size = len / cfg.table_page_size as u64 * cfg.table_page_size as u64;
             (f.display().to_string(), size)

@@ -186,7 +186,7 @@ pub fn disk_database(cfg: &TpchConfig, show_progress: bool, note: &dyn Fn(String
         let t = db.table(name).map_err(LabError::engine(format!("opening table {name}")))?;
         pages[i] = t.heap_pages().map_err(LabError::engine("counting heap pages"))?;
         if *name == tpch::LINEITEM {
-            lineitem_file = dir.join(format!("t{}.heap", t.id()));
+            lineitem_file = dir.join(nvmedb::db::heap_name(t.id()));
         }
     }
     drop(db);

@@ -1,0 +1,41 @@
+//! The names of the files in a data directory.
+//!
+//! Owns: every file name the engine gives a data directory's devices: table `id` keeps its rows
+//! in `t<id>.heap` (file `id` of the table pool) and its indexes in `t<id>.idx` (file `id` of
+//! the index pool); [`CATALOG_FILE`] holds the catalog. Invariant: nothing else in the
+//! workspace spells these names (the engine, `inspect`, the CLI and the lab call these; `db`
+//! re-exports them).
+
+/// The catalog's file in a data directory.
+pub const CATALOG_FILE: &str = "catalog.nvdb";
+
+/// The heap file of table `id`.
+pub fn heap_name(id: u32) -> String {
+    format!("t{id}.heap")
+}
+
+/// The index file of table `id` (its primary and secondary B+trees).
+pub fn index_name(id: u32) -> String {
+    format!("t{id}.idx")
+}
+
+/// True for the files that hold a database's data (catalog, heaps, indexes), as opposed to
+/// logs and lock files.
+pub fn is_data_file(name: &str) -> bool {
+    name == CATALOG_FILE || name.ends_with(".heap") || name.ends_with(".idx")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_as_data_files() {
+        assert_eq!(heap_name(7), "t7.heap");
+        assert_eq!(index_name(7), "t7.idx");
+        for n in [heap_name(3), index_name(3), CATALOG_FILE.to_string()] {
+            assert!(is_data_file(&n), "{n}");
+        }
+        assert!(!is_data_file("LOCK") && !is_data_file("wal.0001"));
+    }
+}
