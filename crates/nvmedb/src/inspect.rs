@@ -189,9 +189,7 @@ pub fn describe_log(
     limit: usize,
 ) -> Result<String> {
     use crate::buffer::mtr::{decode_mtr, PageChange};
-    use crate::wal::engine::{
-        TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, KIND_RECOVERY,
-    };
+    use crate::wal::engine::{EngineRecord, TxnOp, TAG_TABLE};
     let segs = crate::wal::live_segments(primary.clone(), mirror.clone())?;
     let mut out = String::new();
     let _ = writeln!(
@@ -214,8 +212,8 @@ pub fn describe_log(
             break;
         }
         n += 1;
-        let what = match rec.kind {
-            KIND_PAGES_TABLE | KIND_PAGES_INDEX => match decode_mtr(&rec.payload) {
+        let what = match EngineRecord::decode(rec.kind, &rec.payload) {
+            Ok(Some(EngineRecord::Pages { tag, mtr })) => match decode_mtr(mtr) {
                 Some(m) => {
                     let pages: Vec<String> = m
                         .changes
@@ -241,47 +239,29 @@ pub fn describe_log(
                     });
                     format!(
                         "{} pages: {}{}",
-                        if rec.kind == KIND_PAGES_TABLE { "heap" } else { "index" },
+                        if tag == TAG_TABLE { "heap" } else { "index" },
                         pages.join(", "),
                         op.unwrap_or_default()
                     )
                 }
                 None => "page changes (DO NOT DECODE)".into(),
             },
-            KIND_COMMIT | KIND_ABORT => {
-                let txn = rec
-                    .payload
-                    .get(..8)
-                    .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-                    .unwrap_or(0);
-                format!("{} txn {txn}", if rec.kind == KIND_COMMIT { "commit" } else { "abort" })
-            }
-            KIND_CHECKPOINT => {
-                let g = |o: usize| {
-                    rec.payload.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-                };
-                format!("checkpoint redo from {:?} undo from {:?}", g(0), g(8))
-            }
-            KIND_RECOVERY => {
-                let g = |i: usize| {
-                    rec.payload
-                        .get(i * 8..i * 8 + 8)
-                        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-                };
-                format!(
-                    "recovery: redo from {} to {}, {} records, {} page changes redone ({} full images), {} unfinished \
-                     transactions ({} operations undone), {:.1} ms",
-                    g(0),
-                    g(1),
-                    g(2),
-                    g(3),
-                    g(4),
-                    g(5),
-                    g(6),
-                    g(7) as f64 / 1000.0
-                )
-            }
-            crate::wal::engine::KIND_CATALOG => match crate::table::catalog::decode_catalog(&rec.payload) {
+            Ok(Some(EngineRecord::Commit { txn })) => format!("commit txn {txn}"),
+            Ok(Some(EngineRecord::Abort { txn })) => format!("abort txn {txn}"),
+            Ok(Some(EngineRecord::Checkpoint { redo, undo })) => format!("checkpoint redo from {redo} undo from {undo}"),
+            Ok(Some(EngineRecord::Recovery(r))) => format!(
+                "recovery: redo from {} to {}, {} records, {} page changes redone ({} full images), {} unfinished \
+                 transactions ({} operations undone), {:.1} ms",
+                r.redo_from,
+                r.log_end,
+                r.records,
+                r.pages_redone,
+                r.full_images,
+                r.losers,
+                r.ops_undone,
+                r.micros as f64 / 1000.0
+            ),
+            Ok(Some(EngineRecord::Catalog(c))) => match crate::table::catalog::decode_catalog(c) {
                 Some(c) => format!(
                     "catalog: {} table(s): {}",
                     c.tables.len(),
@@ -289,7 +269,8 @@ pub fn describe_log(
                 ),
                 None => format!("catalog ({} bytes, does not decode)", rec.payload.len()),
             },
-            k => format!("kind {k}, {} payload bytes", rec.payload.len()),
+            Ok(None) => format!("kind {}, {} payload bytes", rec.kind, rec.payload.len()),
+            Err(e) => format!("{e} (DOES NOT DECODE)"),
         };
         let _ = writeln!(out, "  LSN {:>10} +{:<6} {what}", rec.lsn, rec.end_lsn - rec.lsn);
     }

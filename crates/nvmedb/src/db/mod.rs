@@ -21,7 +21,9 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
 use crate::table::{HeapFile, Table, TxnShared};
-use crate::wal::engine::{EngineLog, TxnLog, KIND_CHECKPOINT, KIND_RECOVERY, TAG_INDEX, TAG_TABLE};
+use crate::wal::engine::{
+    EngineLog, EngineRecord, RecoveryRecord, TxnLog, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE,
+};
 use crate::wal::{FileLogOpener, LogOpener, WalOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -587,18 +589,17 @@ impl Database {
         if let Some(t) = &txn_log {
             report.micros = started.elapsed().as_micros() as u64;
             // Recovery reports itself in the log (`nvmedb inspect --log` shows it).
-            let fields = [
-                report.redo_from,
-                report.log_end,
-                report.records,
-                report.pages_redone,
-                report.full_images_applied,
-                report.losers,
-                report.ops_undone,
-                report.micros,
-            ];
-            let payload: Vec<u8> = fields.iter().flat_map(|v| v.to_le_bytes()).collect();
-            t.log().append(KIND_RECOVERY, &payload)?;
+            let rec = EngineRecord::Recovery(RecoveryRecord {
+                redo_from: report.redo_from,
+                log_end: report.log_end,
+                records: report.records,
+                pages_redone: report.pages_redone,
+                full_images: report.full_images_applied,
+                losers: report.losers,
+                ops_undone: report.ops_undone,
+                micros: report.micros,
+            });
+            t.log().append(rec.kind(), &rec.encode())?;
         }
         let db = Self {
             inner: Arc::new(DbInner {
@@ -669,9 +670,7 @@ impl Database {
             cat.0.store(&next)?;
             cat.1 = next;
         }
-        let mut payload = redo.to_le_bytes().to_vec();
-        payload.extend_from_slice(&undo.to_le_bytes());
-        let end = t.log().append(KIND_CHECKPOINT, &payload)?;
+        let end = t.log().append(KIND_CHECKPOINT, &EngineRecord::Checkpoint { redo, undo }.encode())?;
         t.log().wait_durable(end)?;
         t.log().record_log().truncate_before(undo)?;
         Ok(())

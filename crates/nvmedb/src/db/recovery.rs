@@ -16,7 +16,8 @@ use crate::io::{AlignedBuf, Device, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogData;
 use crate::wal::engine::{
-    TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_INDEX, TAG_TABLE,
+    EngineRecord, TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE,
+    TAG_INDEX, TAG_TABLE,
 };
 use crate::wal::{Lsn, RecordLog};
 use std::collections::{BTreeMap, HashMap};
@@ -294,14 +295,16 @@ pub(crate) fn redo(
                 }
             }
             KIND_COMMIT | KIND_ABORT => {
-                let txn =
-                    u64::from_le_bytes(rec.payload.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(
-                        || Error::Corruption {
+                let txn = match EngineRecord::decode(rec.kind, &rec.payload) {
+                    Ok(Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn })) => txn,
+                    _ => {
+                        return Err(Error::Corruption {
                             file: "write-ahead log".into(),
                             offset: rec.lsn,
                             detail: "short commit record".into(),
-                        },
-                    )?);
+                        })
+                    }
+                };
                 max_txn = max_txn.max(txn);
                 ops.remove(&txn);
             }

@@ -36,7 +36,7 @@ use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
 use crate::util::sync::{CondvarExt, MutexExt, RwLockExt};
-use crate::wal::engine::{KIND_CATALOG, KIND_CHECKPOINT, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
+use crate::wal::engine::{EngineRecord, KIND_CATALOG, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
 use crate::wal::Lsn;
 use crate::{Database, Options};
 use std::collections::HashMap;
@@ -1206,9 +1206,9 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 }
             }
         }
-        if rec.kind == KIND_CHECKPOINT && rec.payload.len() >= 16 {
-            let redo = u64::from_le_bytes(rec.payload[..8].try_into().expect("8 bytes"));
-            let undo = u64::from_le_bytes(rec.payload[8..16].try_into().expect("8 bytes"));
+        if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
+            EngineRecord::decode(rec.kind, &rec.payload)
+        {
             restart = Some((redo, undo));
         }
         sh.applied.store(rec.end, Ordering::Release);

@@ -34,6 +34,131 @@ pub const KIND_RECOVERY: u8 = KIND_USER_MIN + 5;
 /// is the truth locally); a standby stores it, so tables created on the primary exist there.
 pub const KIND_CATALOG: u8 = KIND_USER_MIN + 6;
 
+/// What recovery did, as its [`KIND_RECOVERY`] record carries it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryRecord {
+    /// Where redo started.
+    pub redo_from: Lsn,
+    /// End of the log found.
+    pub log_end: Lsn,
+    /// Log records read.
+    pub records: u64,
+    /// Page changes applied.
+    pub pages_redone: u64,
+    /// Full page images applied.
+    pub full_images: u64,
+    /// Unfinished transactions rolled back.
+    pub losers: u64,
+    /// Their operations undone.
+    pub ops_undone: u64,
+    /// Wall time, microseconds.
+    pub micros: u64,
+}
+
+/// A record of one of the engine's kinds. The one codec of the engine's log records: the
+/// engine appends what [`EngineRecord::encode`] makes, and recovery, a standby and `inspect`
+/// read records through [`EngineRecord::decode`]. Page changes and catalogs stay in their own
+/// layers' encodings (`buffer::mtr`, `table::catalog`) and are carried as bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineRecord<'a> {
+    /// Page changes of the pool tagged `tag` (a mini-transaction record).
+    Pages {
+        /// [`TAG_TABLE`] or [`TAG_INDEX`].
+        tag: u8,
+        /// The encoded mini-transaction.
+        mtr: &'a [u8],
+    },
+    /// A transaction committed.
+    Commit {
+        /// Its id.
+        txn: u64,
+    },
+    /// A transaction's changes were undone.
+    Abort {
+        /// Its id.
+        txn: u64,
+    },
+    /// A checkpoint completed.
+    Checkpoint {
+        /// Where redo starts after it.
+        redo: Lsn,
+        /// Where the oldest transaction active at it began.
+        undo: Lsn,
+    },
+    /// Recovery finished.
+    Recovery(RecoveryRecord),
+    /// The catalog changed (the encoded catalog).
+    Catalog(&'a [u8]),
+}
+
+impl<'a> EngineRecord<'a> {
+    /// The record kind.
+    pub fn kind(&self) -> u8 {
+        match self {
+            EngineRecord::Pages { tag, .. } => kind_for_tag(*tag),
+            EngineRecord::Commit { .. } => KIND_COMMIT,
+            EngineRecord::Abort { .. } => KIND_ABORT,
+            EngineRecord::Checkpoint { .. } => KIND_CHECKPOINT,
+            EngineRecord::Recovery(_) => KIND_RECOVERY,
+            EngineRecord::Catalog(_) => KIND_CATALOG,
+        }
+    }
+
+    /// The payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let words = |w: &[u64]| w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        match self {
+            EngineRecord::Pages { mtr: b, .. } | EngineRecord::Catalog(b) => b.to_vec(),
+            EngineRecord::Commit { txn } | EngineRecord::Abort { txn } => words(&[*txn]),
+            EngineRecord::Checkpoint { redo, undo } => words(&[*redo, *undo]),
+            EngineRecord::Recovery(r) => words(&[
+                r.redo_from,
+                r.log_end,
+                r.records,
+                r.pages_redone,
+                r.full_images,
+                r.losers,
+                r.ops_undone,
+                r.micros,
+            ]),
+        }
+    }
+
+    /// Decodes a record of kind `kind`: `Ok(None)` for a kind that is not the engine's, an
+    /// error saying what is wrong for a payload too short for its kind.
+    pub fn decode(kind: u8, payload: &'a [u8]) -> std::result::Result<Option<Self>, String> {
+        let word = |i: usize| -> std::result::Result<u64, String> {
+            payload.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).ok_or_else(
+                || {
+                    format!(
+                        "record of kind {kind} has {} payload bytes, too short for its fields",
+                        payload.len()
+                    )
+                },
+            )
+        };
+        Ok(Some(match kind {
+            KIND_PAGES_TABLE => EngineRecord::Pages { tag: TAG_TABLE, mtr: payload },
+            KIND_PAGES_INDEX => EngineRecord::Pages { tag: TAG_INDEX, mtr: payload },
+            KIND_COMMIT => EngineRecord::Commit { txn: word(0)? },
+            KIND_ABORT => EngineRecord::Abort { txn: word(0)? },
+            KIND_CHECKPOINT => EngineRecord::Checkpoint { redo: word(0)?, undo: word(1)? },
+            KIND_RECOVERY => EngineRecord::Recovery(RecoveryRecord {
+                redo_from: word(0)?,
+                log_end: word(1)?,
+                records: word(2)?,
+                pages_redone: word(3)?,
+                full_images: word(4)?,
+                losers: word(5)?,
+                ops_undone: word(6)?,
+                micros: word(7)?,
+            }),
+            KIND_CATALOG => EngineRecord::Catalog(payload),
+            _ => return Ok(None),
+        }))
+    }
+}
+
 /// Pool tag of the table pool in page-change records.
 pub const TAG_TABLE: u8 = 0;
 /// Pool tag of the index pool.
@@ -167,14 +292,14 @@ impl TxnLog {
 
     /// Logs the commit and waits until it is durable (group commit shares the flush).
     pub fn commit(&self, txn: u64) -> Result<()> {
-        let end = self.log.append(KIND_COMMIT, &txn.to_le_bytes());
+        let end = self.log.append(KIND_COMMIT, &EngineRecord::Commit { txn }.encode());
         self.forget(txn);
         self.log.wait_durable(end?)
     }
 
     /// Logs that the transaction's changes were undone.
     pub fn abort(&self, txn: u64) -> Result<()> {
-        let r = self.log.append(KIND_ABORT, &txn.to_le_bytes());
+        let r = self.log.append(KIND_ABORT, &EngineRecord::Abort { txn }.encode());
         self.forget(txn);
         r.map(|_| ())
     }
@@ -263,6 +388,41 @@ impl TxnOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engine_records_round_trip_and_short_payloads_are_errors() {
+        let r = RecoveryRecord {
+            redo_from: 1,
+            log_end: 2,
+            records: 3,
+            pages_redone: 4,
+            full_images: 5,
+            losers: 6,
+            ops_undone: 7,
+            micros: 8,
+        };
+        let recs = [
+            EngineRecord::Pages { tag: TAG_TABLE, mtr: &[1, 2, 3] },
+            EngineRecord::Pages { tag: TAG_INDEX, mtr: &[] },
+            EngineRecord::Commit { txn: 42 },
+            EngineRecord::Abort { txn: u64::MAX },
+            EngineRecord::Checkpoint { redo: 100, undo: 90 },
+            EngineRecord::Recovery(r),
+            EngineRecord::Catalog(&[9; 20]),
+        ];
+        for rec in recs {
+            let payload = rec.encode();
+            assert_eq!(EngineRecord::decode(rec.kind(), &payload), Ok(Some(rec.clone())));
+            if matches!(
+                rec,
+                EngineRecord::Commit { .. } | EngineRecord::Checkpoint { .. } | EngineRecord::Recovery(_)
+            ) {
+                let e = EngineRecord::decode(rec.kind(), &payload[..payload.len() - 1]).unwrap_err();
+                assert!(e.contains("too short"), "{e}");
+            }
+        }
+        assert_eq!(EngineRecord::decode(KIND_USER_MIN + 100, &[1]), Ok(None));
+    }
 
     #[test]
     fn txn_ops_round_trip() {
