@@ -51,7 +51,7 @@ impl KeyRange {
         let s = &table.inner.schema;
         let ix = &s.indexes[n];
         s.secondary_value_len(ix.column, k).and_then(|len| k.get(len..)).ok_or_else(|| Error::Corruption {
-            file: format!("t{}.idx", table.inner.id),
+            file: super::files::index_name(table.inner.id),
             offset: 0,
             detail: format!("index `{}` of `{}` holds a malformed entry", ix.name, table.inner.name),
         })
