@@ -20,6 +20,7 @@
 //! `[heap_start, page_len - 4)`; the offset array never overlaps the heap.
 
 use crate::page::header::{PAGE_HEADER_BYTES, PAGE_TRAILER_BYTES};
+use crate::util::bytes::u64_at;
 use std::cmp::Ordering;
 
 const COUNT: usize = PAGE_HEADER_BYTES;
@@ -47,7 +48,7 @@ fn p32(p: &mut [u8], o: usize, v: usize) {
     p[o..o + 4].copy_from_slice(&(v as u32).to_le_bytes());
 }
 fn g64(p: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(p[o..o + 8].try_into().expect("8 bytes"))
+    u64_at(p, o)
 }
 fn p64(p: &mut [u8], o: usize, v: u64) {
     p[o..o + 8].copy_from_slice(&v.to_le_bytes());

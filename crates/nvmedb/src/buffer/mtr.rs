@@ -17,7 +17,7 @@
 
 use super::PageId;
 use crate::error::Result;
-use crate::page::header::PAGE_TRAILER_BYTES;
+use crate::page::header::{PAGE_LSN_RANGE, PAGE_TRAILER_BYTES};
 use crate::page::PageHeader;
 
 /// Receives atomic groups of page changes (the WAL implements it).
@@ -45,8 +45,8 @@ pub fn take_annotation() -> Option<Vec<u8>> {
     ANNOTATION.with(|a| a.borrow_mut().take())
 }
 
-/// Byte range of the LSN field, excluded from diffs (redo stamps it).
-const LSN_RANGE: std::ops::Range<usize> = 24..32;
+/// The page LSN is excluded from diffs (redo stamps it).
+const LSN_RANGE: std::ops::Range<usize> = PAGE_LSN_RANGE;
 /// Unchanged gaps shorter than this are folded into the surrounding changed range.
 const MERGE_GAP: usize = 16;
 
@@ -255,11 +255,11 @@ mod tests {
                 let len = (rng.below(64) as usize).min(4092 - at);
                 rng.fill(&mut after[at..at + len]);
             }
-            after[24..32].copy_from_slice(&[9; 8]); // LSN changes are not logged
+            after[PAGE_LSN_RANGE].copy_from_slice(&[9; 8]); // LSN changes are not logged
             let ranges = diff_ranges(&before, &after);
             let mut redo = before.clone();
             apply_page_change(&mut redo, &PageChange::Ranges(ranges.clone()), 77);
-            assert_eq!(&redo[..24], &after[..24], "seed {seed}");
+            assert_eq!(&redo[..PAGE_LSN_RANGE.start], &after[..PAGE_LSN_RANGE.start], "seed {seed}");
             assert_eq!(&redo[32..4092], &after[32..4092], "seed {seed}");
             assert_eq!(PageHeader::lsn_of(&redo), 77);
             let mut enc = 4096u32.to_le_bytes().to_vec();

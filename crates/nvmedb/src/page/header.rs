@@ -20,11 +20,14 @@
 //! write (a prefix of new sectors, a suffix of old ones) fails the check.
 
 use crate::error::{Error, Result};
+use crate::util::bytes::{u16_at, u32_at, u64_at};
 
 /// Size of the common header in bytes.
 pub const PAGE_HEADER_BYTES: usize = 32;
 /// Size of the trailing checksum in bytes.
 pub const PAGE_TRAILER_BYTES: usize = 4;
+/// Byte range of the page LSN (the log position of the page's latest change) in the header.
+pub const PAGE_LSN_RANGE: std::ops::Range<usize> = 24..32;
 /// Current on-disk page format version.
 pub const FORMAT_VERSION: u16 = 1;
 const MAGIC: u32 = 0x4750_564E;
@@ -69,18 +72,6 @@ pub struct PageHeader {
     pub lsn: u64,
 }
 
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
-}
-
 impl PageHeader {
     /// Writes a fresh header into `page` (the body is left as is).
     pub fn init(page: &mut [u8], page_type: PageType, file_id: u32, page_no: u64) {
@@ -92,7 +83,7 @@ impl PageHeader {
         page[8..12].copy_from_slice(&file_id.to_le_bytes());
         page[12..16].fill(0);
         page[16..24].copy_from_slice(&page_no.to_le_bytes());
-        page[24..32].copy_from_slice(&0u64.to_le_bytes());
+        page[PAGE_LSN_RANGE].copy_from_slice(&0u64.to_le_bytes());
     }
 
     /// Reads the header without verifying the checksum (for pages already in memory).
@@ -104,7 +95,7 @@ impl PageHeader {
             page_type: PageType::from_u8(page[6])?,
             file_id: u32_at(page, 8),
             page_no: u64_at(page, 16),
-            lsn: u64_at(page, 24),
+            lsn: u64_at(page, PAGE_LSN_RANGE.start),
         })
     }
 
@@ -119,7 +110,7 @@ impl PageHeader {
 
     /// LSN stored in the page.
     pub fn lsn_of(page: &[u8]) -> u64 {
-        u64_at(page, 24)
+        u64_at(page, PAGE_LSN_RANGE.start)
     }
 
     /// Changes the page type (a B+tree root turning from leaf into inner node).
@@ -129,7 +120,7 @@ impl PageHeader {
 
     /// Stores the LSN of the latest change.
     pub fn set_lsn(page: &mut [u8], lsn: u64) {
-        page[24..32].copy_from_slice(&lsn.to_le_bytes());
+        page[PAGE_LSN_RANGE].copy_from_slice(&lsn.to_le_bytes());
     }
 
     /// Computes and stores the checksum; call just before the page goes to a device.

@@ -26,6 +26,7 @@ use super::wire::{self, FrameType, Role};
 use super::{LinkState, ReplError, ReplicationMode};
 use crate::error::{Error, Result};
 use crate::io::Storage;
+use crate::util::bytes::u64_at;
 use crate::util::sync::{CondvarExt, MutexExt};
 use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use crate::xlog::combine;
@@ -939,7 +940,7 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
         }
         match f.kind {
             FrameType::Ack if f.payload.len() >= 8 && f.payload.len() % 8 == 0 => {
-                let pos = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
+                let pos = u64_at(&f.payload, 0);
                 let now = sh.shadows[i].fetch_max(pos, Ordering::AcqRel).max(pos);
                 // Chain mode: the positions of the standbys after this one, as they reported
                 // them along the chain.

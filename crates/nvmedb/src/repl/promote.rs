@@ -28,6 +28,7 @@ use super::wire::{self, FrameType, RefuseCode, Role};
 use super::{mode_name, ReplError, ReplicationMode};
 use crate::db::RecoveryReport;
 use crate::error::{Error, Result};
+use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::{MutexExt, RwLockExt};
 use crate::wal::{LogOpener, Lsn};
 use crate::Database;
@@ -321,9 +322,7 @@ fn fence_one(
     wire::write_frame(&mut s, addr, epoch, FrameType::Fence, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     match f.kind {
-        FrameType::FenceAck if f.payload.len() == 8 => {
-            Ok(u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")))
-        }
+        FrameType::FenceAck if f.payload.len() == 8 => Ok(u64_at(&f.payload, 0)),
         FrameType::Refused => Err(wire::refused_error(addr, &f, epoch)),
         k => Err(ReplError::Protocol {
             peer: addr.into(),
@@ -418,9 +417,9 @@ pub(super) fn serve_fetch(
     if f.payload.len() != 20 {
         return Err(ReplError::Protocol { peer: peer.into(), detail: "malformed fetch".into() });
     }
-    let from = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
-    let last_lsn = u64::from_le_bytes(f.payload[8..16].try_into().expect("8 bytes"));
-    let last_crc = u32::from_le_bytes(f.payload[16..20].try_into().expect("4 bytes"));
+    let from = u64_at(&f.payload, 0);
+    let last_lsn = u64_at(&f.payload, 8);
+    let last_crc = u32_at(&f.payload, 16);
     if last_lsn != u64::MAX && !sh.log.holds(last_lsn, last_crc).map_err(local)? {
         let msg = format!("this log does not hold the record at LSN {last_lsn} the caller's log ends with");
         refuse(w, peer, ours, RefuseCode::Diverged, &msg);
@@ -487,10 +486,9 @@ pub fn admin_promote_with(
         wire::write_frame(&mut s, addr, 0, FrameType::Promote, &options.encode())?;
         let f = wire::expect_frame(&mut s, addr)?;
         match f.kind {
-            FrameType::Promoted if f.payload.len() == 16 => Ok((
-                u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")),
-                u64::from_le_bytes(f.payload[8..].try_into().expect("8 bytes")),
-            )),
+            FrameType::Promoted if f.payload.len() == 16 => {
+                Ok((u64_at(&f.payload, 0), u64_at(&f.payload, 8)))
+            }
             FrameType::Refused => Err(wire::refused_error(addr, &f, 0)),
             k => Err(ReplError::Protocol { peer: addr.into(), detail: format!("unexpected {k:?}") }),
         }

@@ -22,6 +22,7 @@
 //!   primary never made durable, so no commit depending on them was acknowledged).
 
 use crate::error::{Error, Result};
+use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::MutexExt;
 use crate::wal::{LogRecord, Lsn, RecordReader, RecoveredLog, WalStats};
 use std::fs::{File, OpenOptions};
@@ -84,17 +85,17 @@ pub fn decode_record(b: &[u8]) -> std::result::Result<Option<(ShippedRecord, usi
     if b.len() < REPLICA_HEADER_BYTES {
         return Ok(None);
     }
-    let len = u32::from_le_bytes(b[21..25].try_into().expect("4 bytes")) as usize;
+    let len = u32_at(b, 21) as usize;
     if b.len() < REPLICA_HEADER_BYTES + len {
         return Ok(None);
     }
     let total = REPLICA_HEADER_BYTES + len;
-    let crc = u32::from_le_bytes(b[..4].try_into().expect("4 bytes"));
+    let crc = u32_at(b, 0);
     if crate::util::crc32c(&b[4..total]) != crc {
         return Err("record checksum mismatch".into());
     }
-    let lsn = u64::from_le_bytes(b[4..12].try_into().expect("8 bytes"));
-    let end = u64::from_le_bytes(b[12..20].try_into().expect("8 bytes"));
+    let lsn = u64_at(b, 4);
+    let end = u64_at(b, 12);
     if end <= lsn {
         return Err(format!("record end {end} not after its start {lsn}"));
     }
@@ -148,13 +149,10 @@ fn read_start(dir: &Path) -> Result<Option<Start>> {
     let sp = dir.join(START_FILE);
     match std::fs::read(&sp) {
         Ok(b) if b.len() == 20 && crate::util::crc32c(&b[..16]).to_le_bytes() == b[16..20] => {
-            Ok(Some(Start {
-                lsn: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-                off: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
-            }))
+            Ok(Some(Start { lsn: u64_at(&b, 0), off: u64_at(&b, 8) }))
         }
         Ok(b) if b.len() == 12 && crate::util::crc32c(&b[..8]).to_le_bytes() == b[8..12] => {
-            Ok(Some(Start { lsn: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")), off: 0 }))
+            Ok(Some(Start { lsn: u64_at(&b, 0), off: 0 }))
         }
         Ok(_) => Err(Error::Corruption {
             file: sp.display().to_string(),
@@ -195,7 +193,7 @@ fn scan(file: &mut File, path: &Path, st: Start, stop_after: Lsn) -> Result<Scan
             break;
         }
         end = r.end;
-        last = Some((r.lsn, u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes"))));
+        last = Some((r.lsn, u32_at(&bytes, off)));
         off += n;
     }
     Ok((end, last, st.off + off as u64))
@@ -447,7 +445,7 @@ impl TailReader {
         }
         let mut head = [0u8; REPLICA_HEADER_BYTES];
         self.file.read_exact(&mut head).map_err(|e| io_err(&self.path, "read", e))?;
-        let len = u32::from_le_bytes(head[21..25].try_into().expect("4 bytes")) as usize;
+        let len = u32_at(&head, 21) as usize;
         let mut rec = head.to_vec();
         rec.resize(REPLICA_HEADER_BYTES + len, 0);
         self.file.read_exact(&mut rec[REPLICA_HEADER_BYTES..]).map_err(|e| io_err(&self.path, "read", e))?;

@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::{decode_catalog, encode_catalog, CatalogData, CatalogStore};
+use crate::util::bytes::u64_at;
 use crate::wal::{FileLogOpener, LogOpener, Lsn};
 use std::collections::HashMap;
 use std::io::{BufWriter, Read, Write};
@@ -126,7 +127,7 @@ pub(super) fn send_base_backup(
     let f = wire::expect_frame(s, addr)?;
     match f.kind {
         FrameType::Welcome if f.payload.len() >= 8 => {
-            let pos = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
+            let pos = u64_at(&f.payload, 0);
             eprintln!(
                 "nvmedb repl: base backup to {addr} done: {bytes} bytes; shipping the log from LSN {pos}"
             );

@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
+use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::{CondvarExt, MutexExt, RwLockExt};
 use crate::wal::engine::{EngineRecord, KIND_CATALOG, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
 use crate::wal::Lsn;
@@ -743,7 +744,7 @@ fn serve_log(
                     detail: format!("unexpected {:?} frame", f.kind),
                 });
             }
-            pdur = pdur.max(u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")));
+            pdur = pdur.max(u64_at(&f.payload, 0));
             let count = append_records(sh, &f.payload, peer, &mut catalogs)?;
             frames += 1;
             records += u64::from(count);
@@ -869,7 +870,7 @@ pub(super) fn append_records(
     peer: &str,
     catalogs: &mut Vec<Vec<u8>>,
 ) -> std::result::Result<u32, ReplError> {
-    let count = u32::from_le_bytes(payload[8..12].try_into().expect("4 bytes"));
+    let count = u32_at(payload, 8);
     let mut off = 12;
     for _ in 0..count {
         let (rec, n) = match decode_record(&payload[off..]) {

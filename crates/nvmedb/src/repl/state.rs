@@ -19,6 +19,7 @@
 
 use super::ReplicationMode;
 use crate::error::{Error, Result};
+use crate::util::bytes::u64_at;
 use std::io::Write;
 use std::path::Path;
 
@@ -209,10 +210,7 @@ impl History {
         let v: Vec<(u64, u64)> = (0..n)
             .map(|i| {
                 let o = 4 + 16 * i;
-                (
-                    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes")),
-                    u64::from_le_bytes(b[o + 8..o + 16].try_into().expect("8 bytes")),
-                )
+                (u64_at(b, o), u64_at(b, o + 8))
             })
             .collect();
         v.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1).then_some(History(v))

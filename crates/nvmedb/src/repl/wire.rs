@@ -22,6 +22,7 @@
 //! loopback unless told otherwise.
 
 use super::ReplError;
+use crate::util::bytes::{u32_at, u64_at};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::io::{Read, Write};
@@ -197,8 +198,8 @@ pub fn read_frame(r: &mut impl Read, peer: &str) -> Result<Option<Frame>, ReplEr
             Err(e) => return Err(ReplError::io(peer, "receive", e)),
         }
     }
-    let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+    let len = u32_at(&head, 0) as usize;
+    let crc = u32_at(&head, 4);
     if !(9..=MAX_FRAME_BYTES).contains(&len) {
         return Err(ReplError::Corrupt {
             peer: peer.into(),
@@ -216,7 +217,7 @@ pub fn read_frame(r: &mut impl Read, peer: &str) -> Result<Option<Frame>, ReplEr
             ),
         });
     }
-    let epoch = u64::from_le_bytes(body[..8].try_into().expect("8 bytes"));
+    let epoch = u64_at(&body, 0);
     let kind = FrameType::from_u8(body[8]).ok_or_else(|| ReplError::Corrupt {
         peer: peer.into(),
         detail: format!("unknown frame type {}", body[8]),
@@ -368,7 +369,7 @@ pub fn client_handshake_with<S: Read + Write>(
     match f.kind {
         FrameType::Welcome if f.payload.len() == 8 || f.payload.len() == 16 => Ok(Welcome {
             epoch: f.epoch,
-            position: u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes")),
+            position: u64_at(&f.payload, 0),
             flags: f.payload.get(8..16).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
         }),
         FrameType::Refused => Err(refused_error(peer, &f, epoch)),
@@ -443,7 +444,7 @@ pub fn server_handshake<S: Read + Write>(
             detail: "the client's proof does not match our secret".into(),
         });
     }
-    let arg = u64::from_le_bytes(a.payload[MAC..MAC + 8].try_into().expect("8 bytes"));
+    let arg = u64_at(&a.payload, MAC);
     Ok(Hello { role, epoch: a.epoch, arg, extra: a.payload[MAC + 8..].to_vec() })
 }
 

@@ -15,6 +15,7 @@
 use super::schema::{Column, ColumnType, IndexDef, Schema};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device};
+use crate::util::bytes::{u16_at, u32_at, u64_at, ByteReader, ByteWriter};
 
 const MAGIC: u32 = 0x5443_564E;
 const VERSION: u16 = 1;
@@ -57,56 +58,9 @@ pub struct CatalogData {
     pub tables: Vec<TableMeta>,
 }
 
-struct Writer(Vec<u8>);
-impl Writer {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u16(&mut self, v: u16) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn str(&mut self, s: &str) {
-        self.u16(s.len() as u16);
-        self.0.extend_from_slice(s.as_bytes());
-    }
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
-}
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let s = self.b.get(self.pos..self.pos + n)?;
-        self.pos += n;
-        Some(s)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|s| s[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|s| u16::from_le_bytes([s[0], s[1]]))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|s| u32::from_le_bytes(s.try_into().expect("4")))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|s| u64::from_le_bytes(s.try_into().expect("8")))
-    }
-    fn str(&mut self) -> Option<String> {
-        let n = self.u16()? as usize;
-        String::from_utf8(self.take(n)?.to_vec()).ok()
-    }
-}
-
 fn encode(c: &CatalogData) -> Vec<u8> {
-    let mut w = Writer(Vec::new());
+    let mut out = Vec::new();
+    let mut w = ByteWriter::to(&mut out);
     w.u32(c.table_page_size);
     w.u32(c.index_page_size);
     w.u32(c.next_table_id);
@@ -115,10 +69,10 @@ fn encode(c: &CatalogData) -> Vec<u8> {
     w.u32(c.tables.len() as u32);
     for t in &c.tables {
         w.u32(t.id);
-        w.str(&t.name);
+        w.str16(&t.name);
         w.u16(t.schema.columns.len() as u16);
         for col in &t.schema.columns {
-            w.str(&col.name);
+            w.str16(&col.name);
             let (tag, arg) = match col.ty {
                 ColumnType::Int => (1, 0),
                 ColumnType::Char(n) => (2, n),
@@ -137,17 +91,17 @@ fn encode(c: &CatalogData) -> Vec<u8> {
         w.u16(t.schema.primary_key as u16);
         w.u16(t.schema.indexes.len() as u16);
         for (ix, root) in t.schema.indexes.iter().zip(&t.index_roots) {
-            w.str(&ix.name);
+            w.str16(&ix.name);
             w.u16(ix.column as u16 | if ix.unique { UNIQUE_BIT } else { 0 });
             w.u64(*root);
         }
         w.u64(t.primary_root);
     }
-    w.0
+    out
 }
 
 fn decode(b: &[u8]) -> Option<CatalogData> {
-    let mut r = Reader { b, pos: 0 };
+    let mut r = ByteReader::new(b);
     let mut c = CatalogData {
         table_page_size: r.u32()?,
         index_page_size: r.u32()?,
@@ -159,11 +113,11 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
     let n = r.u32()?;
     for _ in 0..n {
         let id = r.u32()?;
-        let name = r.str()?;
+        let name = r.str16()?;
         let ncols = r.u16()?;
         let mut columns = Vec::new();
         for _ in 0..ncols {
-            let cname = r.str()?;
+            let cname = r.str16()?;
             let tag = r.u8()?;
             let arg = r.u32()?;
             let nullable = tag & NULLABLE_BIT != 0;
@@ -187,7 +141,7 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
         let mut indexes = Vec::new();
         let mut index_roots = Vec::new();
         for _ in 0..nix {
-            let iname = r.str()?;
+            let iname = r.str16()?;
             let column = r.u16()?;
             index_roots.push(r.u64()?);
             indexes.push(IndexDef {
@@ -205,7 +159,7 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
             index_roots,
         });
     }
-    if r.pos != b.len() {
+    if r.remaining() != 0 {
         return None;
     }
     Some(c)
@@ -340,17 +294,17 @@ fn slot_image(data: &CatalogData, seq: u64) -> Result<AlignedBuf> {
 }
 
 fn parse_slot(buf: &[u8]) -> std::result::Result<(u64, CatalogData), String> {
-    let magic = u32::from_le_bytes(buf[0..4].try_into().expect("4"));
+    let magic = u32_at(buf, 0);
     if magic != MAGIC {
         return Err(format!("bad magic {magic:#010x}"));
     }
-    let version = u16::from_le_bytes([buf[4], buf[5]]);
+    let version = u16_at(buf, 4);
     if version != VERSION {
         return Err(format!("catalog format version {version}, this build reads {VERSION}"));
     }
-    let seq = u64::from_le_bytes(buf[8..16].try_into().expect("8"));
-    let len = u32::from_le_bytes(buf[16..20].try_into().expect("4")) as usize;
-    let crc = u32::from_le_bytes(buf[20..24].try_into().expect("4"));
+    let seq = u64_at(buf, 8);
+    let len = u32_at(buf, 16) as usize;
+    let crc = u32_at(buf, 20);
     if len > SLOT_BYTES - SLOT_HEADER {
         return Err(format!("payload length {len} too large"));
     }

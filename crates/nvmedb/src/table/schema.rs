@@ -23,6 +23,7 @@
 
 use crate::btree::key;
 use crate::error::{Error, Result};
+use crate::util::bytes::u64_at;
 
 /// A column's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -814,7 +815,7 @@ impl<'a> RowView<'a> {
         if l == 0 {
             return Ok(0.0);
         }
-        Ok(f64::from_bits(u64::from_le_bytes(self.bytes[o..o + 8].try_into().expect("8 bytes"))))
+        Ok(f64::from_bits(u64_at(self.bytes, o)))
     }
 
     /// Value of `Bool` column `col` (false for NULL); errors as [`RowView::try_int`].

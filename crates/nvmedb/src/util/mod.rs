@@ -1,9 +1,12 @@
-//! Small shared helpers with no engine knowledge: seeded randomness, checksums, locks.
+//! Small shared helpers with no engine knowledge: seeded randomness, checksums, locks, byte
+//! codecs.
 //!
 //! Owns: `Rng` (a seeded, reproducible generator, so every randomised test and workload can be
 //! replayed from its printed seed), `crc32c` helpers, and [`sync`] (taking locks whatever a
-//! panicking holder left).
+//! panicking holder left), and [`bytes`] (the little-endian readers and writer every format
+//! uses).
 
+pub mod bytes;
 mod rng;
 pub mod sync;
 #[cfg(test)]

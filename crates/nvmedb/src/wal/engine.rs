@@ -10,6 +10,7 @@
 use super::{Lsn, RecordLog, KIND_USER_MIN};
 use crate::buffer::{PageLogger, WalGate};
 use crate::error::{Error, Result};
+use crate::util::bytes::{ByteReader, ByteWriter};
 use crate::util::sync::{MutexExt, RwLockExt};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -337,19 +338,14 @@ impl TxnOp {
     /// Encodes for an annotation.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.pk.len());
-        out.push(1); // annotation kind: transaction operation
-        out.extend_from_slice(&self.txn.to_le_bytes());
-        out.extend_from_slice(&self.table.to_le_bytes());
-        out.extend_from_slice(&self.rid.to_le_bytes());
+        let mut w = ByteWriter::to(&mut out);
+        w.u8(1); // annotation kind: transaction operation
+        w.u64(self.txn).u32(self.table).u64(self.rid);
         for part in [Some(&self.pk), self.before.as_ref(), self.after.as_ref()] {
             match part {
-                Some(b) => {
-                    out.push(1);
-                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                    out.extend_from_slice(b);
-                }
-                None => out.push(0),
-            }
+                Some(b) => w.u8(1).u32(b.len() as u32).bytes(b),
+                None => w.u8(0),
+            };
         }
         out
     }
@@ -357,23 +353,18 @@ impl TxnOp {
     /// Decodes [`TxnOp::encode`].
     pub fn decode(b: &[u8]) -> Result<Self> {
         let bad = || Error::InvalidArgument("malformed transaction operation in the log".into());
-        let mut pos = 0;
-        let mut take = |n: usize| -> Result<&[u8]> {
-            let s = b.get(pos..pos + n).ok_or_else(bad)?;
-            pos += n;
-            Ok(s)
-        };
-        if take(1)?[0] != 1 {
+        let mut r = ByteReader::new(b);
+        if r.u8().ok_or_else(bad)? != 1 {
             return Err(bad());
         }
-        let txn = u64::from_le_bytes(take(8)?.try_into().map_err(|_| bad())?);
-        let table = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?);
-        let rid = u64::from_le_bytes(take(8)?.try_into().map_err(|_| bad())?);
+        let txn = r.u64().ok_or_else(bad)?;
+        let table = r.u32().ok_or_else(bad)?;
+        let rid = r.u64().ok_or_else(bad)?;
         let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
         for _ in 0..3 {
-            if take(1)?[0] == 1 {
-                let n = u32::from_le_bytes(take(4)?.try_into().map_err(|_| bad())?) as usize;
-                parts.push(Some(take(n)?.to_vec()));
+            if r.u8().ok_or_else(bad)? == 1 {
+                let n = r.u32().ok_or_else(bad)? as usize;
+                parts.push(Some(r.take(n).ok_or_else(bad)?.to_vec()));
             } else {
                 parts.push(None);
             }

@@ -7,6 +7,7 @@
 //! written; a record is accepted only at the position its LSN names, so bytes left over from an
 //! earlier use of a recycled segment can never pass for live records.
 
+use crate::util::bytes::{u32_at, u64_at};
 use crate::util::{crc32c, crc32c_append};
 use crate::wal::Lsn;
 
@@ -122,11 +123,11 @@ pub enum RecordFault {
 pub fn decode_header(b: &[u8]) -> RecordHeader {
     assert!(b.len() >= RECORD_HEADER_BYTES);
     RecordHeader {
-        payload_len: u32::from_le_bytes(le4(&b[4..8])),
-        lsn: u64::from_le_bytes(le8(&b[8..16])),
-        flush_lsn: u64::from_le_bytes(le8(&b[16..24])),
+        payload_len: u32_at(b, 4),
+        lsn: u64_at(b, 8),
+        flush_lsn: u64_at(b, 16),
         kind: b[24],
-        log_tag: u32::from_le_bytes(le4(&b[28..32])),
+        log_tag: u32_at(b, 28),
     }
 }
 
@@ -152,7 +153,7 @@ pub fn check_header(b: &[u8], lsn: Lsn, room: u64, log_tag: u32) -> Result<Recor
 
 /// Checks the CRC32C of a whole record (`rec` = header followed by the payload).
 pub fn check_crc(rec: &[u8]) -> Result<(), RecordFault> {
-    let stored = u32::from_le_bytes(le4(&rec[0..4]));
+    let stored = u32_at(rec, 0);
     if crc32c_append(0, &rec[4..]) == stored {
         Ok(())
     } else {
@@ -198,25 +199,25 @@ impl SegmentHeader {
         if block[0..8] != SEGMENT_MAGIC {
             return Err("bad magic".into());
         }
-        let crc = u32::from_le_bytes(le4(&block[60..64]));
+        let crc = u32_at(block, 60);
         if crc32c(&block[0..60]) != crc {
             return Err("segment header checksum mismatch".into());
         }
-        let version = u32::from_le_bytes(le4(&block[8..12]));
+        let version = u32_at(block, 8);
         if version != FORMAT_VERSION {
             return Err(format!(
                 "unsupported log format version {version} (this build reads {FORMAT_VERSION})"
             ));
         }
-        let block_bytes = u32::from_le_bytes(le4(&block[48..52]));
+        let block_bytes = u32_at(block, 48);
         if block_bytes as usize != BLOCK_BYTES {
             return Err(format!("block size {block_bytes}, expected {BLOCK_BYTES}"));
         }
         let h = SegmentHeader {
-            log_id: u64::from_le_bytes(le8(&block[16..24])),
-            seq: u64::from_le_bytes(le8(&block[24..32])),
-            base_lsn: u64::from_le_bytes(le8(&block[32..40])),
-            segment_bytes: u64::from_le_bytes(le8(&block[40..48])),
+            log_id: u64_at(block, 16),
+            seq: u64_at(block, 24),
+            base_lsn: u64_at(block, 32),
+            segment_bytes: u64_at(block, 40),
         };
         if h.segment_bytes % BLOCK_BYTES as u64 != 0 || h.segment_bytes < 2 * SEGMENT_HEADER_BLOCK_BYTES {
             return Err(format!("impossible segment size {}", h.segment_bytes));
@@ -228,18 +229,6 @@ impl SegmentHeader {
 /// The tag records carry: the low 32 bits of the log id.
 pub fn log_tag(log_id: u64) -> u32 {
     log_id as u32
-}
-
-fn le4(b: &[u8]) -> [u8; 4] {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[..4]);
-    a
-}
-
-fn le8(b: &[u8]) -> [u8; 8] {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    a
 }
 
 #[cfg(test)]

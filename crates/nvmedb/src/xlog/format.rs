@@ -18,6 +18,7 @@
 //! `magic u32 | version u16 | flags u16 | page_seq u64 | stream_pos u64 | payload_len u32 |
 //! crc u32` then the payload and zero filler up to the page end.
 
+use crate::util::bytes::{u32_at, u64_at, ByteReader, ByteWriter};
 use crate::util::{crc32c, crc32c_append};
 
 /// Bytes reserved at the start of the region file for the two header slots.
@@ -79,8 +80,8 @@ impl RegionHeader {
 
     /// Serialises with magic, version and CRC.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut b = [0u8; HEADER_LEN];
-        let mut w = Writer { buf: &mut b, at: 0 };
+        let mut v = Vec::with_capacity(HEADER_LEN);
+        let mut w = ByteWriter::to(&mut v);
         w.u64(REGION_MAGIC);
         w.u32(FORMAT_VERSION);
         w.u64(self.slot_seq);
@@ -93,7 +94,9 @@ impl RegionHeader {
         w.u64(self.conv_stream_end);
         w.u64(self.conv_next_seq);
         w.u64(0);
-        let at = w.at;
+        let at = v.len();
+        let mut b = [0u8; HEADER_LEN];
+        b[..at].copy_from_slice(&v);
         let crc = crc32c(&b[..at]);
         b[at..at + 4].copy_from_slice(&crc.to_le_bytes());
         b
@@ -105,23 +108,23 @@ impl RegionHeader {
             return None;
         }
         let body = HEADER_LEN - 4;
-        if crc32c(&b[..body]) != le_u32(b, body) {
+        if crc32c(&b[..body]) != u32_at(b, body) {
             return None;
         }
-        let mut r = Reader { buf: b, at: 0 };
-        if r.u64() != REGION_MAGIC || r.u32() != FORMAT_VERSION {
+        let mut r = ByteReader::new(b);
+        if r.u64()? != REGION_MAGIC || r.u32()? != FORMAT_VERSION {
             return None;
         }
         Some(Self {
-            slot_seq: r.u64(),
-            epoch: r.u32(),
-            ring_bytes: r.u64(),
-            conv_pages: r.u64(),
-            page_bytes: r.u32(),
-            head_ring_pos: r.u64(),
-            head_stream_pos: r.u64(),
-            conv_stream_end: r.u64(),
-            conv_next_seq: r.u64(),
+            slot_seq: r.u64()?,
+            epoch: r.u32()?,
+            ring_bytes: r.u64()?,
+            conv_pages: r.u64()?,
+            page_bytes: r.u32()?,
+            head_ring_pos: r.u64()?,
+            head_stream_pos: r.u64()?,
+            conv_stream_end: r.u64()?,
+            conv_next_seq: r.u64()?,
         })
     }
 }
@@ -159,17 +162,17 @@ impl FrameHeader {
     /// Parses the fixed fields without checking the CRC.
     pub fn decode_unchecked(b: &[u8]) -> Self {
         Self {
-            magic: le_u32(b, 0),
-            payload_len: le_u32(b, 4),
-            stream_pos: le_u64(b, 8),
-            ring_pos: le_u64(b, 16),
-            epoch: le_u32(b, 24),
+            magic: u32_at(b, 0),
+            payload_len: u32_at(b, 4),
+            stream_pos: u64_at(b, 8),
+            ring_pos: u64_at(b, 16),
+            epoch: u32_at(b, 24),
         }
     }
 
     /// True if the stored CRC matches header and `payload`.
     pub fn crc_ok(header: &[u8], payload: &[u8]) -> bool {
-        crc32c_append(crc32c(&header[..28]), payload) == le_u32(header, 28)
+        crc32c_append(crc32c(&header[..28]), payload) == u32_at(header, 28)
     }
 }
 
@@ -200,66 +203,22 @@ impl PageHeader {
 
     /// Parses and checks a page; `None` if magic, version, length or CRC is wrong.
     pub fn open(page: &[u8]) -> Option<Self> {
-        if page.len() < PAGE_HEADER || le_u32(page, 0) != PAGE_MAGIC {
+        if page.len() < PAGE_HEADER || u32_at(page, 0) != PAGE_MAGIC {
             return None;
         }
         if u16::from_le_bytes([page[4], page[5]]) as u32 != FORMAT_VERSION {
             return None;
         }
         let h =
-            Self { page_seq: le_u64(page, 8), stream_pos: le_u64(page, 16), payload_len: le_u32(page, 24) };
+            Self { page_seq: u64_at(page, 8), stream_pos: u64_at(page, 16), payload_len: u32_at(page, 24) };
         let end = PAGE_HEADER.checked_add(h.payload_len as usize)?;
         if end > page.len() {
             return None;
         }
-        if crc32c_append(crc32c(&page[..28]), &page[PAGE_HEADER..end]) != le_u32(page, 28) {
+        if crc32c_append(crc32c(&page[..28]), &page[PAGE_HEADER..end]) != u32_at(page, 28) {
             return None;
         }
         Some(h)
-    }
-}
-
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-struct Writer<'a> {
-    buf: &'a mut [u8],
-    at: usize,
-}
-
-impl Writer<'_> {
-    fn u32(&mut self, v: u32) {
-        self.buf[self.at..self.at + 4].copy_from_slice(&v.to_le_bytes());
-        self.at += 4;
-    }
-    fn u64(&mut self, v: u64) {
-        self.buf[self.at..self.at + 8].copy_from_slice(&v.to_le_bytes());
-        self.at += 8;
-    }
-}
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn u32(&mut self) -> u32 {
-        let v = le_u32(self.buf, self.at);
-        self.at += 4;
-        v
-    }
-    fn u64(&mut self) -> u64 {
-        let v = le_u64(self.buf, self.at);
-        self.at += 8;
-        v
     }
 }
 

@@ -39,6 +39,7 @@
 use super::{XLog, XLogConfig, XWriter};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage};
+use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::MutexExt;
 use crate::wal::{LogOpener, LogRecord, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats, KIND_USER_MIN};
 use std::path::PathBuf;
@@ -93,13 +94,13 @@ impl Meta {
         if &b[..8] != META_MAGIC {
             return None;
         }
-        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u = |o: usize| u64_at(b, o);
         let n = u(44) as usize;
         if n > META_MAX_SKIPS {
             return None;
         }
         let end = 52 + 16 * n;
-        let crc = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        let crc = u32_at(b, 8);
         if crate::util::crc32c(&b[12..end]) != crc {
             return None;
         }
@@ -459,8 +460,8 @@ impl RecordReader for XRecordReader {
         let mut h = [0u8; XRECORD_HEADER];
         let n = self.tail.try_pread(&mut h)?;
         assert_eq!(n, h.len(), "conventional side shorter than the durable end");
-        let len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as usize;
-        let lsn = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        let len = u32_at(&h, 4) as usize;
+        let lsn = u64_at(&h, 8);
         let total = (XRECORD_HEADER + len) as u64;
         if start + total > self.end {
             if lsn != self.base + start || len > MAX_PAYLOAD {
@@ -473,7 +474,7 @@ impl RecordReader for XRecordReader {
         rec[..XRECORD_HEADER].copy_from_slice(&h);
         let n = self.tail.try_pread(&mut rec[XRECORD_HEADER..])?;
         assert_eq!(n, len, "conventional side shorter than the durable end");
-        let crc = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
+        let crc = u32_at(&h, 0);
         if crate::util::crc32c(&rec[4..]) != crc {
             return Err(self.corrupt(start, "checksum mismatch".into()));
         }
