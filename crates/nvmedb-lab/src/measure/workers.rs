@@ -6,7 +6,10 @@
 //! window length, latencies, CPU). Invariants: an operation counts, and its latency is recorded,
 //! when it started inside the window; a worker's CPU time runs from its first operation in the
 //! window to its exit, which follows the window's close; the first error stops every worker and
-//! is the one returned; a panicking worker is an error, never a hang.
+//! is the one returned; a panicking worker is an error, never a hang; a window closes only once
+//! at least one operation has counted (a very short window on a loaded machine can otherwise
+//! pass while every worker is descheduled and measure nothing), staying open for at most
+//! [`MAX_EXTENSION`] beyond its length, and its reported length includes the extension.
 
 use super::clock::{process_cpu_ns, thread_cpu_ns};
 use super::hist::LatencyHistogram;
@@ -18,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// How often the coordinating thread calls [`WindowHooks::tick`].
 pub const TICK: Duration = Duration::from_millis(100);
+
+/// How long a window that has counted no operation yet stays open beyond its length.
+pub const MAX_EXTENSION: Duration = Duration::from_secs(30);
 
 /// A set of worker threads and its timing.
 #[derive(Debug, Clone)]
@@ -169,6 +175,14 @@ impl Workers {
             let t0 = Instant::now();
             shared.measuring.store(true, Ordering::Release);
             shared.sleep_until(t0 + self.window, Some((&mut *hooks, t0, &counters)));
+            let extended_until = t0 + self.window + MAX_EXTENSION;
+            while counters.iter().all(|c| c.0.load(Ordering::Relaxed) == 0)
+                && !shared.stop.load(Ordering::Relaxed)
+                && !handles.iter().any(|h| h.is_finished())
+                && Instant::now() < extended_until
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             shared.measuring.store(false, Ordering::Release);
             let window = t0.elapsed();
             let process_cpu = process_cpu_ns().saturating_sub(pcpu0);
@@ -300,6 +314,24 @@ mod tests {
         assert_eq!(run.states, [0, 1, 2]);
         assert!(run.window >= Duration::from_millis(250));
         assert!(run.ops_per_s() > 0.0);
+    }
+
+    #[test]
+    fn a_window_stays_open_until_an_operation_counts() {
+        // Every operation outlasts the window: without the extension it would count none.
+        let w = Workers::new("slow", 1, Duration::ZERO, Duration::from_millis(5));
+        let run = w
+            .run(
+                |_| Ok(()),
+                |_, _| {
+                    std::thread::sleep(Duration::from_millis(60));
+                    Ok(1)
+                },
+                &mut (),
+            )
+            .unwrap();
+        assert!(run.ops >= 1, "the window closed before any operation counted");
+        assert!(run.window >= Duration::from_millis(60), "the reported window includes the extension");
     }
 
     #[test]
