@@ -5,8 +5,8 @@
 //!
 //! Owns: [`ClusterSpec`], [`Cluster`], [`NodeEvent`] and the parsing of a node's output lines.
 //! Invariants: every line a node prints is recorded with the node and the instant it was read,
-//! in arrival order; a dropped cluster leaves no node process behind (the etcd members go with
-//! [`LocalEtcd`]); a wait that runs out is an error carrying the nodes' last output.
+//! in arrival order; a dropped cluster leaves no process (node or etcd member) and no scratch
+//! directory behind; a wait that runs out is an error carrying the nodes' last output.
 
 use crate::error::{LabError, Result};
 use nvmedb::repl::etcd::{free_port, EtcdStore, LocalEtcd};
@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 pub struct ClusterSpec {
     /// The `nvmedb` executable.
     pub exe: PathBuf,
-    /// Scratch directory (etcd data, node directories, the secret, the nodes' stderr).
+    /// Scratch directory (etcd data, node directories, the secret, the nodes' stderr); removed
+    /// when the cluster is dropped.
     pub dir: PathBuf,
     /// etcd members.
     pub etcd_members: usize,
@@ -369,11 +370,17 @@ impl Cluster {
 }
 
 impl Drop for Cluster {
+    /// Kills the nodes and the etcd members, then removes the scratch directory (etcd data,
+    /// node directories): a run, passed or failed, leaves neither processes nor disk behind.
     fn drop(&mut self) {
         for ch in self.procs.iter_mut().flatten() {
             let _ = ch.kill();
             let _ = ch.wait();
         }
+        for i in 0..self.spec.etcd_members {
+            self.etcd.kill(i);
+        }
+        let _ = std::fs::remove_dir_all(&self.spec.dir);
     }
 }
 
