@@ -1,6 +1,6 @@
 //! `nvmedb lab ha` end to end at a tiny scale: primary and standby each on emulated optane
-//! (single, log shipping, mirroring), the replication delay with the file log on both sides,
-//! and one failover of a three-node etcd cluster of this crate's `nvmedb`
+//! (single, log shipping, mirroring), the replication delay with the file log and with the fast
+//! log on both sides, and one failover of a three-node etcd cluster of this crate's `nvmedb`
 //! (kill -9 of the primary, lease TTL 1 s). Checks every part produced its numbers, the labels
 //! say EMULATED, no standby took over before the killed primary's lease could expire, and the
 //! result files are written. Needs `etcd` (Debian's etcd-server).
@@ -31,7 +31,7 @@ fn a_tiny_run_measures_overhead_delay_and_failover_on_emulated_devices() {
         duration_s: 0.4,
         reps: 1,
         delay_s: 0.4,
-        delay_logs: vec![LogChoice::Duplexed],
+        delay_logs: vec![LogChoice::Duplexed, LogChoice::Fast],
         failover: FailoverConfig {
             ttls: vec![1],
             trials: 1,
@@ -48,8 +48,10 @@ fn a_tiny_run_measures_overhead_delay_and_failover_on_emulated_devices() {
     for s in &r.summary {
         assert!(s.median_tps > 0.0, "{s:?}");
     }
-    let p50 = r.delay.iter().find(|d| d.log == "file" && d.percentile == 50.0);
-    assert!(p50.is_some_and(|d| d.samples > 0 && d.delay_us > 0.0), "file log delay: {:?}", r.delay);
+    for log in ["file", "fast"] {
+        let p50 = r.delay.iter().find(|d| d.log == log && d.percentile == 50.0);
+        assert!(p50.is_some_and(|d| d.samples > 0 && d.delay_us > 0.0), "{log} log delay: {:?}", r.delay);
+    }
     assert_eq!(r.failover_note, None);
     assert_eq!(r.failover.len(), 1);
     let f = &r.failover[0];
@@ -64,4 +66,5 @@ fn a_tiny_run_measures_overhead_delay_and_failover_on_emulated_devices() {
     let summary = std::fs::read_to_string(out.dir.join("summary.txt")).unwrap();
     assert!(summary.contains("EMULATED") && summary.contains("lease TTL 1 s"), "{summary}");
     assert!(!ram.exists(), "the RAM copies are removed");
+    assert!(!tmp.join("data").exists(), "the scratch directory (template, cluster) is removed");
 }

@@ -166,6 +166,12 @@ pub struct HaPoint {
     pub commits: u64,
     /// Commits per second.
     pub tps: f64,
+    /// CPU time of the whole process (clients, primary and standby) per commit, µs.
+    #[serde(default)]
+    pub cpu_us_per_commit: f64,
+    /// CPU cores the process used over the window (of the machine's, shared with neighbours).
+    #[serde(default)]
+    pub cpu_cores: f64,
 }
 
 /// Median throughput of one configuration at one buffer size on one device.
@@ -185,6 +191,15 @@ pub struct HaSummaryRow {
     pub max_tps: f64,
     /// Throughput lost against `single` at the same buffer on the same device, % (medians).
     pub overhead_pct: f64,
+    /// Overhead of each repetition against single's of the same repetition, %.
+    #[serde(default)]
+    pub rep_overheads_pct: Vec<f64>,
+    /// Median CPU time of the process per commit, µs (where the time goes on shared cores).
+    #[serde(default)]
+    pub cpu_us_per_commit: f64,
+    /// Median CPU cores the process used.
+    #[serde(default)]
+    pub cpu_cores: f64,
 }
 
 /// One row of a delay distribution.
@@ -247,12 +262,13 @@ pub struct HaResults {
     pub failover_note: Option<String>,
 }
 
+/// The points of one configuration at one buffer size on one device, in run order.
+fn points_of<'a>(points: &'a [HaPoint], device: &str, kind: &str, buffer: f64) -> Vec<&'a HaPoint> {
+    points.iter().filter(|p| p.device == device && p.config == kind && p.buffer_pct == buffer).collect()
+}
+
 fn tps_of(points: &[HaPoint], device: &str, kind: &str, buffer: f64) -> Vec<f64> {
-    points
-        .iter()
-        .filter(|p| p.device == device && p.config == kind && p.buffer_pct == buffer)
-        .map(|p| p.tps)
-        .collect()
+    points_of(points, device, kind, buffer).iter().map(|p| p.tps).collect()
 }
 
 fn summarise(cfg: &HaConfig, points: &[HaPoint]) -> Vec<HaSummaryRow> {
@@ -265,6 +281,18 @@ fn summarise(cfg: &HaConfig, points: &[HaPoint]) -> Vec<HaSummaryRow> {
                 let v = tps_of(points, &dev, kind.name(), b);
                 let m = median(&v);
                 let overhead_pct = if single > 0.0 { 100.0 * (1.0 - m / single) } else { 0.0 };
+                let these = points_of(points, &dev, kind.name(), b);
+                let singles = points_of(points, &dev, HaKind::Single.name(), b);
+                // Each repetition against single of the same repetition (run back to back).
+                let rep_overheads_pct = these
+                    .iter()
+                    .filter_map(|p| {
+                        let s = singles.iter().find(|q| q.rep == p.rep)?;
+                        (s.tps > 0.0).then(|| 100.0 * (1.0 - p.tps / s.tps))
+                    })
+                    .collect();
+                let cpu: Vec<f64> = these.iter().map(|p| p.cpu_us_per_commit).collect();
+                let cores: Vec<f64> = these.iter().map(|p| p.cpu_cores).collect();
                 out.push(HaSummaryRow {
                     device: dev.clone(),
                     config: kind.name().into(),
@@ -273,6 +301,9 @@ fn summarise(cfg: &HaConfig, points: &[HaPoint]) -> Vec<HaSummaryRow> {
                     median_tps: m,
                     max_tps: v.iter().copied().fold(0.0, f64::max),
                     overhead_pct,
+                    rep_overheads_pct,
+                    cpu_us_per_commit: median(&cpu),
+                    cpu_cores: median(&cores),
                 });
             }
         }
@@ -361,124 +392,18 @@ impl Experiment for Ha {
     }
 
     fn run(cfg: &HaConfig, env: &RunEnv) -> Result<HaResults> {
-        let _ = std::fs::remove_dir_all(&cfg.data_dir);
-        std::fs::create_dir_all(&cfg.data_dir).map_err(LabError::io(&cfg.data_dir, "create directory"))?;
         let ram_needed = cfg.devices.iter().any(|d| *d != DeviceKind::Disk);
-        if ram_needed {
-            let _ = std::fs::remove_dir_all(&cfg.ram_dir);
-        }
-        // The template: loaded with the log off (each point's copy gets the log it runs with).
-        let template = cfg.data_dir.join("template");
-        {
-            let db = Database::open(&template, Options { wal: false, ..point::options(100.0) })
-                .map_err(LabError::engine("creating the template"))?;
-            load(&db, cfg.tables, cfg.rows, 4, env.progress)?;
-            db.close().map_err(LabError::engine("closing the template"))?;
-        }
-        let mut prepared = Vec::new();
-        let mut devices = Vec::new();
-        for d in &cfg.devices {
-            let t = if *d == DeviceKind::Disk {
-                template.clone()
-            } else {
-                let ram = cfg.ram_dir.join("template");
-                if !ram.exists() {
-                    point::copy_files(&template, &ram)?;
-                    use nvmedb::io::Storage as _;
-                    if !nvmedb::io::DirStorage::new(&ram, Default::default())
-                        .map_err(LabError::engine("opening the RAM template"))?
-                        .in_ram()
-                    {
-                        return Err(LabError::config(
-                            "ram-dir",
-                            format!(
-                                "{} is not on tmpfs; emulated devices need their data in RAM",
-                                cfg.ram_dir.display()
-                            ),
-                        ));
-                    }
-                }
-                ram
-            };
-            let (p50, p99) = if cfg.iobench_s > 0.0 { characterise(cfg, d)? } else { (0.0, 0.0) };
-            let label = match d {
-                DeviceKind::Emulated(p) if p50 > 0.0 => {
-                    format!("{p} (EMULATED, 4 KiB write p50 {p50:.1} µs, p99 {p99:.1} µs)")
-                }
-                DeviceKind::Disk if p50 > 0.0 => format!("disk (real, 4 KiB O_DIRECT write p50 {p50:.0} µs)"),
-                DeviceKind::Memory => "memory (tmpfs, no device)".into(),
-                _ => d.label(),
-            };
-            env.note(format!("ha: device {label}"));
-            devices.push(DeviceReport { device: d.name(), label, write_p50_us: p50, write_p99_us: p99 });
-            prepared.push(point::Prepared::new(cfg, d, &t));
-        }
-        let mut points = Vec::new();
-        let mut seed = 1;
-        for rep in 0..cfg.reps {
-            for dev in &prepared {
-                for &b in &cfg.buffers {
-                    for kind in HaKind::ALL {
-                        seed += 1;
-                        let (commits, tps, _) = point::run(cfg, dev, kind, cfg.log, b, seed, false).map_err(
-                            LabError::in_part(format!(
-                                "{} on {} at {b} % buffer, rep {rep}",
-                                kind.name(),
-                                dev.kind.name()
-                            )),
-                        )?;
-                        env.note(format!(
-                            "ha: {:<8} {:<9} buffer {:>5.1}%  rep {rep}  {:>9.0} tx/s",
-                            dev.kind.name(),
-                            kind.name(),
-                            b,
-                            tps
-                        ));
-                        points.push(HaPoint {
-                            device: dev.kind.name(),
-                            config: kind.name().into(),
-                            buffer_pct: b,
-                            rep,
-                            commits,
-                            tps,
-                        });
-                    }
-                }
+        let clean = || {
+            let _ = std::fs::remove_dir_all(&cfg.data_dir);
+            if ram_needed {
+                let _ = std::fs::remove_dir_all(&cfg.ram_dir);
             }
-        }
-        // Replication delay (seed 002 Fig. 13): log shipping at the largest buffer, each log on
-        // both sides.
-        let dcfg = HaConfig { duration_s: cfg.delay_s, ..cfg.clone() };
-        let top = cfg.buffers.iter().copied().fold(0.0, f64::max);
-        let mut delay = Vec::new();
-        for dev in &prepared {
-            for &log in &cfg.delay_logs {
-                let (_, tps, samples) =
-                    point::run(&dcfg, dev, HaKind::HaLog, log, top, 999, true).map_err(LabError::in_part(
-                        format!("the replication-delay run, {} log on {}", log.name(), dev.kind.name()),
-                    ))?;
-                let rows = delay_rows(&dev.kind.name(), log, &samples);
-                if let (Some(p50), Some(p99)) =
-                    (rows.iter().find(|r| r.percentile == 50.0), rows.iter().find(|r| r.percentile == 99.0))
-                {
-                    env.note(format!(
-                        "ha: delay {:<8} {} log: p50 {:.1} µs, p99 {:.1} µs ({} samples, {tps:.0} tx/s)",
-                        dev.kind.name(),
-                        log.name(),
-                        p50.delay_us,
-                        p99.delay_us,
-                        samples.len()
-                    ));
-                }
-                delay.extend(rows);
-            }
-        }
-        if ram_needed {
-            let _ = std::fs::remove_dir_all(&cfg.ram_dir);
-        }
-        let (failover, failover_note) = failover::run(cfg, env)?;
-        let _ = std::fs::remove_dir_all(&cfg.data_dir);
-        Ok(HaResults { summary: summarise(cfg, &points), devices, points, delay, failover, failover_note })
+        };
+        clean();
+        // Whatever happens, the copies on the disk and in RAM go (a failed run included).
+        let r = run_parts(cfg, env, ram_needed);
+        clean();
+        r
     }
 
     fn report(cfg: &HaConfig, r: &HaResults, env: &RunEnv) -> Result<Summary> {
@@ -499,14 +424,33 @@ impl Experiment for Ha {
             text.push_str(&format!("device: {}\n", d.label));
         }
         text.push_str(&format!(
-            "\n{:<8} {:<10} {:>8} {:>10} {:>10} {:>10} {:>10}\n",
-            "device", "config", "buffer%", "min tx/s", "median", "max", "overhead%"
+            "\n{:<8} {:<10} {:>8} {:>10} {:>10} {:>10} {:>10}  {:<20} {:>12} {:>6}\n",
+            "device",
+            "config",
+            "buffer%",
+            "min tx/s",
+            "median",
+            "max",
+            "overhead%",
+            "per rep %",
+            "CPU µs/commit",
+            "cores"
         ));
         let mut figures = Vec::new();
         for s in &r.summary {
+            let reps: Vec<String> = s.rep_overheads_pct.iter().map(|o| format!("{o:.0}")).collect();
             text.push_str(&format!(
-                "{:<8} {:<10} {:>8.1} {:>10.0} {:>10.0} {:>10.0} {:>10.1}\n",
-                s.device, s.config, s.buffer_pct, s.min_tps, s.median_tps, s.max_tps, s.overhead_pct
+                "{:<8} {:<10} {:>8.1} {:>10.0} {:>10.0} {:>10.0} {:>10.1}  {:<20} {:>12.1} {:>6.2}\n",
+                s.device,
+                s.config,
+                s.buffer_pct,
+                s.min_tps,
+                s.median_tps,
+                s.max_tps,
+                s.overhead_pct,
+                reps.join(" "),
+                s.cpu_us_per_commit,
+                s.cpu_cores
             ));
             let mut f = Figure::new(
                 format!("{}/{}/buffer{}/tps", s.device, s.config, s.buffer_pct),
@@ -644,6 +588,124 @@ impl Experiment for Ha {
     }
 }
 
+/// The three parts of a run, in `cfg.data_dir` and `cfg.ram_dir` (the caller removes both).
+fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(LabError::io(&cfg.data_dir, "create directory"))?;
+    // The template: loaded with the log off (each point's copy gets the log it runs with).
+    let template = cfg.data_dir.join("template");
+    {
+        let db = Database::open(&template, Options { wal: false, ..point::options(100.0) })
+            .map_err(LabError::engine("creating the template"))?;
+        load(&db, cfg.tables, cfg.rows, 4, env.progress)?;
+        db.close().map_err(LabError::engine("closing the template"))?;
+    }
+    let mut prepared = Vec::new();
+    let mut devices = Vec::new();
+    for d in &cfg.devices {
+        let t = if *d == DeviceKind::Disk {
+            template.clone()
+        } else {
+            let ram = cfg.ram_dir.join("template");
+            if !ram.exists() {
+                point::copy_files(&template, &ram)?;
+                use nvmedb::io::Storage as _;
+                if !nvmedb::io::DirStorage::new(&ram, Default::default())
+                    .map_err(LabError::engine("opening the RAM template"))?
+                    .in_ram()
+                {
+                    return Err(LabError::config(
+                        "ram-dir",
+                        format!(
+                            "{} is not on tmpfs; emulated devices need their data in RAM",
+                            cfg.ram_dir.display()
+                        ),
+                    ));
+                }
+            }
+            ram
+        };
+        let (p50, p99) = if cfg.iobench_s > 0.0 { characterise(cfg, d)? } else { (0.0, 0.0) };
+        let label = match d {
+            DeviceKind::Emulated(p) if p50 > 0.0 => {
+                format!("{p} (EMULATED, 4 KiB write p50 {p50:.1} µs, p99 {p99:.1} µs)")
+            }
+            DeviceKind::Disk if p50 > 0.0 => format!("disk (real, 4 KiB O_DIRECT write p50 {p50:.0} µs)"),
+            DeviceKind::Memory => "memory (tmpfs, no device)".into(),
+            _ => d.label(),
+        };
+        env.note(format!("ha: device {label}"));
+        devices.push(DeviceReport { device: d.name(), label, write_p50_us: p50, write_p99_us: p99 });
+        prepared.push(point::Prepared::new(cfg, d, &t));
+    }
+    let mut points = Vec::new();
+    let mut seed = 1;
+    for rep in 0..cfg.reps {
+        for dev in &prepared {
+            for &b in &cfg.buffers {
+                for kind in HaKind::ALL {
+                    seed += 1;
+                    let pr =
+                        point::run(cfg, dev, kind, cfg.log, b, seed, false).map_err(LabError::in_part(
+                            format!("{} on {} at {b} % buffer, rep {rep}", kind.name(), dev.kind.name()),
+                        ))?;
+                    env.note(format!(
+                            "ha: {:<8} {:<9} buffer {:>5.1}%  rep {rep}  {:>9.0} tx/s  {:>6.1} µs CPU/commit  {:.2} cores",
+                            dev.kind.name(),
+                            kind.name(),
+                            b,
+                            pr.tps,
+                            pr.cpu_us_per_commit,
+                            pr.cpu_cores
+                        ));
+                    points.push(HaPoint {
+                        device: dev.kind.name(),
+                        config: kind.name().into(),
+                        buffer_pct: b,
+                        rep,
+                        commits: pr.commits,
+                        tps: pr.tps,
+                        cpu_us_per_commit: pr.cpu_us_per_commit,
+                        cpu_cores: pr.cpu_cores,
+                    });
+                }
+            }
+        }
+    }
+    // Replication delay (seed 002 Fig. 13): log shipping at the largest buffer, each log on
+    // both sides.
+    let dcfg = HaConfig { duration_s: cfg.delay_s, ..cfg.clone() };
+    let top = cfg.buffers.iter().copied().fold(0.0, f64::max);
+    let mut delay = Vec::new();
+    for dev in &prepared {
+        for &log in &cfg.delay_logs {
+            let pr =
+                point::run(&dcfg, dev, HaKind::HaLog, log, top, 999, true).map_err(LabError::in_part(
+                    format!("the replication-delay run, {} log on {}", log.name(), dev.kind.name()),
+                ))?;
+            let (tps, samples) = (pr.tps, pr.delays);
+            let rows = delay_rows(&dev.kind.name(), log, &samples);
+            if let (Some(p50), Some(p99)) =
+                (rows.iter().find(|r| r.percentile == 50.0), rows.iter().find(|r| r.percentile == 99.0))
+            {
+                env.note(format!(
+                    "ha: delay {:<8} {} log: p50 {:.1} µs, p99 {:.1} µs ({} samples, {tps:.0} tx/s)",
+                    dev.kind.name(),
+                    log.name(),
+                    p50.delay_us,
+                    p99.delay_us,
+                    samples.len()
+                ));
+            }
+            delay.extend(rows);
+        }
+    }
+    if ram_needed {
+        let _ = std::fs::remove_dir_all(&cfg.ram_dir);
+    }
+    let (failover, failover_note) = failover::run(cfg, env)?;
+    Ok(HaResults { summary: summarise(cfg, &points), devices, points, delay, failover, failover_note })
+}
+
 /// One failover, as a CSV row.
 #[derive(Debug, Serialize)]
 struct FailoverCsv {
@@ -702,8 +764,7 @@ mod failover {
                 c.spawn(leader)?;
                 (leader, epoch) = c.settled(20, &ctx)?;
             }
-            drop(c);
-            let _ = std::fs::remove_dir_all(&dir);
+            drop(c); // removes its directory
             rows.push(FailoverRow {
                 ttl_s: ttl,
                 p50_ms: percentile(&times, 0.5),

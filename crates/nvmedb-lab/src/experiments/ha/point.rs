@@ -85,8 +85,23 @@ pub fn copy_files(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `cfg.clients` clients updating random rows for the warm-up and window: commits and tps.
-fn clients(cfg: &HaConfig, tables: &[Table], seed: u64) -> Result<(u64, f64)> {
+/// What a point measured.
+#[derive(Debug, Clone, Default)]
+pub struct PointRun {
+    /// Commits in the window.
+    pub commits: u64,
+    /// Commits per second.
+    pub tps: f64,
+    /// CPU time of the whole process (clients, primary, standby) per commit, µs.
+    pub cpu_us_per_commit: f64,
+    /// CPU cores the process used over the window.
+    pub cpu_cores: f64,
+    /// Replication delays recorded (ns), when asked for.
+    pub delays: Vec<u64>,
+}
+
+/// `cfg.clients` clients updating random rows for the warm-up and window.
+fn clients(cfg: &HaConfig, tables: &[Table], seed: u64) -> Result<PointRun> {
     let workers = Workers::new(
         "UPDATE clients",
         cfg.clients,
@@ -106,7 +121,13 @@ fn clients(cfg: &HaConfig, tables: &[Table], seed: u64) -> Result<(u64, f64)> {
         },
         &mut (),
     )?;
-    Ok((run.ops, run.ops_per_s()))
+    Ok(PointRun {
+        commits: run.ops,
+        tps: run.ops_per_s(),
+        cpu_us_per_commit: run.process_cpu_ns as f64 / 1e3 / run.ops.max(1) as f64,
+        cpu_cores: run.process_cpu_cores(),
+        delays: Vec::new(),
+    })
 }
 
 /// The standby of a point: its data on a device of its own, its log on another (file log on an
@@ -134,7 +155,7 @@ fn start_standby(cfg: &HaConfig, dev: &Prepared, kind: HaKind, log: LogChoice, s
     .map_err(LabError::engine("starting the standby"))
 }
 
-/// Runs one point; with `delays`, also returns the replication delays recorded (ns).
+/// Runs one point; with `delays`, also records the replication delays.
 pub fn run(
     cfg: &HaConfig,
     dev: &Prepared,
@@ -143,7 +164,7 @@ pub fn run(
     buffer: f64,
     seed: u64,
     delays: bool,
-) -> Result<(u64, f64, Vec<u64>)> {
+) -> Result<PointRun> {
     dev.clean();
     copy_files(&dev.template, &dev.primary)?;
     let ov = &cfg.profile_overrides;
@@ -203,12 +224,14 @@ pub fn run(
     if let Some(l) = &rlog {
         l.take_delays();
     }
-    let (commits, tps) = clients(cfg, &tables, seed)?;
-    let d = rlog.as_ref().map(|l| l.take_delays()).unwrap_or_default();
+    let mut out = clients(cfg, &tables, seed)?;
+    if delays {
+        out.delays = rlog.as_ref().map(|l| l.take_delays()).unwrap_or_default();
+    }
     drop(tables);
     db.close().map_err(LabError::engine("closing the primary"))?;
     drop(rlog);
     drop(standby);
     dev.clean();
-    Ok((commits, tps, d))
+    Ok(out)
 }
