@@ -17,233 +17,18 @@
 #[path = "../../nvmedb/tests/support/mod.rs"]
 mod support;
 
-use nvmedb::repl::etcd::{free_port, EtcdStore, LocalEtcd};
-use nvmedb::repl::ha::ClusterStatus;
 use nvmedb::repl::{open_primary, ReplConfig, ReplicationMode};
 use nvmedb::Value;
+use nvmedb_lab::cluster::{Cluster, ClusterSpec, NodeEvent};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use support::TmpDir;
 
 const NODES: usize = 3;
 const CLIENTS: usize = 3;
 const CLUSTER: &str = "t";
-
-#[derive(Debug, Clone)]
-enum Ev {
-    Ack { epoch: u64, id: i64, ns: u128 },
-    Leader { epoch: u64, ns: u128 },
-    SteppedDown,
-    Other,
-}
-
-struct Log {
-    /// (node, when it arrived, event, the line)
-    events: Vec<(usize, Instant, Ev, String)>,
-}
-
-struct Cluster {
-    dir: TmpDir,
-    etcd: LocalEtcd,
-    store: EtcdStore,
-    addrs: Vec<String>,
-    procs: Vec<Option<Child>>,
-    log: Arc<Mutex<Log>>,
-    ttl: u64,
-}
-
-fn parse(line: &str) -> Ev {
-    let w: Vec<&str> = line.split_whitespace().collect();
-    match w.as_slice() {
-        ["ACK", e, id, ns] => {
-            Ev::Ack { epoch: e.parse().unwrap(), id: id.parse().unwrap(), ns: ns.parse().unwrap() }
-        }
-        [_, "LEADER", "epoch", e, "at", ns, ..] => {
-            Ev::Leader { epoch: e.parse().unwrap(), ns: ns.parse().unwrap() }
-        }
-        [_, "STEPPED", "DOWN", ..] => Ev::SteppedDown,
-        _ => Ev::Other,
-    }
-}
-
-impl Cluster {
-    fn start(ttl: u64) -> Self {
-        let dir = TmpDir::new("ha-cluster");
-        let etcd =
-            LocalEtcd::start(&dir.join("etcd"), 3, Duration::from_secs(30)).expect("three etcd members");
-        let store = EtcdStore::connect(&etcd.url(), Duration::from_secs(3)).unwrap();
-        std::fs::write(dir.join("secret"), "ha-cluster-secret\n").unwrap();
-        let addrs = (0..NODES).map(|_| format!("127.0.0.1:{}", free_port().unwrap())).collect();
-        let mut c = Self {
-            dir,
-            etcd,
-            store,
-            addrs,
-            procs: (0..NODES).map(|_| None).collect(),
-            log: Arc::new(Mutex::new(Log { events: Vec::new() })),
-            ttl,
-        };
-        for i in 0..NODES {
-            c.spawn(i);
-        }
-        c
-    }
-
-    fn spawn(&mut self, i: usize) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nvmedb"));
-        cmd.args(["node", "--ha", &self.etcd.url(), "--cluster", CLUSTER, "--name", &format!("n{i}")])
-            .arg("--data")
-            .arg(self.dir.join(&format!("n{i}")))
-            .args(["--listen", &self.addrs[i]])
-            .arg("--secret-file")
-            .arg(self.dir.join("secret"))
-            .args(["--mode", "quorum:1", "--ttl", &self.ttl.to_string()])
-            .args(["--margin", &format!("{}", self.ttl as f64 * 0.4), "--commit-timeout", "2"])
-            .args(["--clients", &CLIENTS.to_string(), "--print-acks", "--status-every", "5"]);
-        for j in (0..NODES).filter(|&j| j != i) {
-            cmd.args(["--peer", &format!("n{j}={}", self.addrs[j])]);
-        }
-        let err = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(&format!("n{i}.stderr")))
-            .unwrap();
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
-        let mut child = cmd.spawn().expect("spawn nvmedb node");
-        let out = child.stdout.take().unwrap();
-        let log = self.log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let ev = parse(&line);
-                log.lock().unwrap().events.push((i, Instant::now(), ev, line));
-            }
-        });
-        self.procs[i] = Some(child);
-    }
-
-    fn signal(&self, i: usize, sig: libc::c_int) {
-        let pid = self.procs[i].as_ref().expect("running").id() as libc::pid_t;
-        // SAFETY: sending a signal to our own child.
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "signal {sig} to node n{i}");
-    }
-
-    fn kill9(&mut self, i: usize) {
-        let mut ch = self.procs[i].take().expect("running");
-        ch.kill().unwrap();
-        ch.wait().unwrap();
-    }
-
-    fn stop(&mut self, i: usize) {
-        if self.procs[i].is_none() {
-            return;
-        }
-        self.signal(i, libc::SIGTERM);
-        let mut ch = self.procs[i].take().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(st) = ch.try_wait().unwrap() {
-                assert!(st.success(), "node n{i} stopped with {st}; {}", self.tail(i));
-                return;
-            }
-            if Instant::now() > deadline {
-                let _ = ch.kill();
-                panic!("node n{i} did not stop within 60 s of SIGTERM; {}", self.tail(i));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn tail(&self, i: usize) -> String {
-        let err = std::fs::read_to_string(self.dir.join(&format!("n{i}.stderr"))).unwrap_or_default();
-        let out: Vec<String> = self
-            .log
-            .lock()
-            .unwrap()
-            .events
-            .iter()
-            .filter(|e| e.0 == i && !matches!(e.2, Ev::Ack { .. }))
-            .map(|e| e.3.clone())
-            .collect();
-        let last = |v: &[String]| v[v.len().saturating_sub(30)..].join("\n");
-        let errs: Vec<String> = err.lines().map(String::from).collect();
-        format!("n{i} stdout (no acks):\n{}\nn{i} stderr:\n{}", last(&out), last(&errs))
-    }
-
-    fn status(&self) -> Option<ClusterStatus> {
-        ClusterStatus::read(&self.store, &format!("/nvmedb/{CLUSTER}")).ok()
-    }
-
-    fn acks_since(&self, node: usize, epoch: u64, since: Instant) -> usize {
-        self.log
-            .lock()
-            .unwrap()
-            .events
-            .iter()
-            .filter(|e| e.0 == node && e.1 >= since && matches!(e.2, Ev::Ack { epoch: x, .. } if x == epoch))
-            .count()
-    }
-
-    /// Waits for a leader whose clients committed `n` more commits and for every node to
-    /// follow it (published as a standby at its epoch); returns (leader index, epoch).
-    fn settled(&self, n: usize, ctx: &str) -> (usize, u64) {
-        let deadline = Instant::now() + Duration::from_secs(60 + 10 * self.ttl);
-        let since = Instant::now();
-        loop {
-            if let Some(st) = self.status() {
-                if let Some((name, epoch)) = &st.leader {
-                    let li: usize = name[1..].parse().unwrap();
-                    let following = st
-                        .members
-                        .iter()
-                        .filter(|m| m.name != *name && m.role == "standby" && m.epoch == *epoch)
-                        .count();
-                    if following == NODES - 1 && self.acks_since(li, *epoch, since) >= n {
-                        return (li, *epoch);
-                    }
-                }
-            }
-            if Instant::now() > deadline {
-                let tails: Vec<String> = (0..NODES).map(|i| self.tail(i)).collect();
-                panic!("{ctx}: the cluster did not settle: {:?}\n{}", self.status(), tails.join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Waits for a leader of an epoch above `above`; returns (leader, epoch, time from `t0`
-    /// to its first acknowledged commit).
-    fn new_leader(&self, above: u64, t0: Instant, ctx: &str) -> (usize, u64, Duration) {
-        let deadline = Instant::now() + Duration::from_secs(60 + 10 * self.ttl);
-        loop {
-            let first = self.log.lock().unwrap().events.iter().find_map(|e| match e.2 {
-                Ev::Ack { epoch, .. } if epoch > above && e.1 >= t0 => Some((e.0, epoch, e.1 - t0)),
-                _ => None,
-            });
-            if let Some(f) = first {
-                return f;
-            }
-            if Instant::now() > deadline {
-                let tails: Vec<String> = (0..NODES).map(|i| self.tail(i)).collect();
-                panic!("{ctx}: no new leader committed: {:?}\n{}", self.status(), tails.join("\n"));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Cluster {
-    /// A failed run leaves no node behind (the etcd members go with `LocalEtcd`).
-    fn drop(&mut self) {
-        for ch in self.procs.iter_mut().flatten() {
-            let _ = ch.kill();
-            let _ = ch.wait();
-        }
-    }
-}
 
 fn env_u64(k: &str, d: u64) -> u64 {
     std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
@@ -261,8 +46,11 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
     }
     let trials = env_u64("NVMEDB_HA_TRIALS", 5);
     let ttl = env_u64("NVMEDB_HA_TTL", 2);
-    let mut c = Cluster::start(ttl);
-    let (mut leader, mut epoch) = c.settled(20, "bootstrap");
+    let tmp = TmpDir::new("ha-cluster");
+    let spec = ClusterSpec::new(PathBuf::from(env!("CARGO_BIN_EXE_nvmedb")), tmp.join("c"), ttl);
+    assert_eq!((spec.nodes, spec.clients, spec.name.as_str()), (NODES, CLIENTS, CLUSTER));
+    let mut c = Cluster::start(spec).unwrap();
+    let (mut leader, mut epoch) = c.settled(20, "bootstrap").unwrap();
     let mut failover_times = Vec::new();
     let mut stop_late_acks = 0;
     let all = ["kill-primary", "stop-primary", "kill-etcd-leader", "kill-standby", "kill-primary"];
@@ -279,33 +67,26 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
         let t0 = Instant::now();
         match kind {
             "kill-primary" => {
-                c.kill9(leader);
-                let (l, e, t) = c.new_leader(epoch, t0, &ctx);
+                c.kill9(leader).unwrap();
+                let (l, e, t) = c.new_leader(epoch, t0, &ctx).unwrap();
                 assert_ne!(l, leader, "{ctx}");
                 failover_times.push(t);
-                c.spawn(leader);
+                c.spawn(leader).unwrap();
                 assert!(e > epoch && l != leader, "{ctx}");
             }
             "stop-primary" => {
-                c.signal(leader, libc::SIGSTOP);
-                let (l, e, t) = c.new_leader(epoch, t0, &ctx);
+                c.signal(leader, libc::SIGSTOP).unwrap();
+                let (l, e, t) = c.new_leader(epoch, t0, &ctx).unwrap();
                 assert_ne!(l, leader, "{ctx}");
                 failover_times.push(t);
                 // Everything it printed before it stopped has been read by now (the new leader
                 // took at least a lease TTL). What it prints after it continues must be at most
                 // the commits that had passed their acknowledgement check when it stopped.
                 let resumed = Instant::now();
-                c.signal(leader, libc::SIGCONT);
+                c.signal(leader, libc::SIGCONT).unwrap();
                 let old = leader;
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while !c
-                    .log
-                    .lock()
-                    .unwrap()
-                    .events
-                    .iter()
-                    .any(|e| e.0 == old && e.1 >= resumed && matches!(e.2, Ev::SteppedDown))
-                {
+                while !c.stepped_down_since(old, resumed) {
                     assert!(
                         Instant::now() < deadline,
                         "{ctx}: the resumed primary did not step down; {}",
@@ -325,12 +106,12 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
                 let el = c.etcd.leader().expect("an etcd leader");
                 c.etcd.kill(el);
                 // Commits go on (the primary renews through the other two members).
-                c.settled(20, &ctx);
+                c.settled(20, &ctx).unwrap();
                 c.etcd.restart(el).unwrap();
             }
             "kill-standby" => {
                 let s = (leader + 1 + (trial as usize / kinds.len()) % (NODES - 1)) % NODES;
-                c.kill9(s);
+                c.kill9(s).unwrap();
                 let before = Instant::now();
                 let deadline = before + Duration::from_secs(30);
                 while c.acks_since(leader, epoch, before) < 20 {
@@ -341,16 +122,16 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
                     );
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                c.spawn(s);
+                c.spawn(s).unwrap();
             }
             _ => unreachable!(),
         }
-        let (l, e) = c.settled(20, &ctx);
+        let (l, e) = c.settled(20, &ctx).unwrap();
         (leader, epoch) = (l, e);
     }
     // What an operator sees.
     let out = Command::new(env!("CARGO_BIN_EXE_nvmedb"))
-        .args(["status", "--ha", &c.etcd.url(), "--cluster", CLUSTER])
+        .args(["status", "--ha", &c.url(), "--cluster", CLUSTER])
         .output()
         .expect("nvmedb status --ha");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -360,23 +141,24 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
     println!("{text}");
     // Stop the standbys, then the primary (the last leader).
     for i in (0..NODES).filter(|&i| i != leader) {
-        c.stop(i);
+        c.stop(i).unwrap();
     }
-    c.stop(leader);
+    c.stop(leader).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let events = c.log.lock().unwrap().events.clone();
+    let events = c.events();
     // Leaders: one node per epoch, epochs growing in the order they were announced.
     let mut by_epoch: BTreeMap<u64, BTreeSet<usize>> = BTreeMap::new();
     let mut acked = BTreeSet::new();
     let mut last_leader_epoch = 0;
     let mut final_leader = None;
-    for (node, _, ev, line) in &events {
-        match ev {
-            Ev::Ack { epoch, id, .. } => {
+    for ev in &events {
+        let (node, line) = (&ev.node, &ev.line);
+        match &ev.ev {
+            NodeEvent::Ack { epoch, id, .. } => {
                 by_epoch.entry(*epoch).or_default().insert(*node);
                 assert!(acked.insert(*id), "id {id} acknowledged twice ({line})");
             }
-            Ev::Leader { epoch, .. } => {
+            NodeEvent::Leader { epoch, .. } => {
                 assert!(
                     *epoch > last_leader_epoch,
                     "leader epochs must grow: {line} after epoch {last_leader_epoch}"
@@ -394,22 +176,22 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
     // in-flight ones of a stopped primary (counted above).
     let takeovers: BTreeMap<u64, u128> = events
         .iter()
-        .filter_map(|e| match e.2 {
-            Ev::Leader { epoch, ns } => Some((epoch, ns)),
+        .filter_map(|e| match e.ev {
+            NodeEvent::Leader { epoch, ns } => Some((epoch, ns)),
             _ => None,
         })
         .collect();
     let late = events
         .iter()
-        .filter(|e| match e.2 {
-            Ev::Ack { epoch, ns, .. } => takeovers.range(epoch + 1..).any(|(_, t)| ns > *t),
+        .filter(|e| match e.ev {
+            NodeEvent::Ack { epoch, ns, .. } => takeovers.range(epoch + 1..).any(|(_, t)| ns > *t),
             _ => false,
         })
         .count();
     assert!(late <= stop_late_acks, "{late} acknowledgements after a newer leader took over ({stop_late_acks} in-flight ones of stopped primaries)");
     // The last leader's directory holds every acknowledged commit.
     let fl = final_leader.expect("a leader");
-    let dir: PathBuf = c.dir.join(&format!("n{fl}"));
+    let dir: PathBuf = c.node_dir(fl);
     let cfg = ReplConfig { mode: ReplicationMode::Lazy, secret: b"check".to_vec(), ..ReplConfig::default() };
     let (db, _log) =
         open_primary(&dir, nvmedb::Options::default(), cfg, None).expect("open the last primary");

@@ -60,6 +60,8 @@ fn fixture() -> Option<&'static Path> {
             duration_s: 0.2,
             reps: 1,
             delay_s: 0.2,
+            iobench_s: 0.2,
+            ram_dir: PathBuf::from(format!("/dev/shm/nvmedb-lab-page-ha-{}", std::process::id())),
             ..HaConfig::default_scale(dir.join("hadata"))
         };
         experiment::run::<Ha>(&ha, &opts).expect("tiny ha run");

@@ -1,12 +1,18 @@
 //! A replicating primary on any storage (`open_primary_with`): data and both log copies on an
 //! emulated device profile over the primary's directory on tmpfs (RAM, as fast profiles need),
-//! eager log shipping plus data-page mirroring to a standby; commits reach the standby and
-//! survive promotion. A directory on a real disk is refused behind a fast profile.
+//! eager log shipping plus data-page mirroring to a standby that is on emulated devices of its
+//! own (`Standby::start_on`: its data, and its replica log's writes); commits reach the standby
+//! and survive promotion, which opens the database on the standby's emulated device. A directory
+//! on a real disk is refused behind a fast profile, for the primary and for the standby's log.
 
 mod repl_common;
 
-use nvmedb::io::{DeviceProfile, DirStorage, EmulatedStorage, FileOptions, Storage};
-use nvmedb::repl::{open_primary_with, MirrorConfig, ReplicationMode};
+use nvmedb::io::{
+    DeviceProfile, DirStorage, EmulatedDevice, EmulatedStorage, FileOptions, MemDevice, Storage,
+};
+use nvmedb::repl::{
+    open_primary_with, MirrorConfig, ReplicationMode, Standby, StandbyConfig, StandbyDevices,
+};
 use nvmedb::wal::FileLogOpener;
 use nvmedb::Value;
 use repl_common::*;
@@ -18,6 +24,27 @@ fn emulated(dir: &Path, seed: u64) -> Arc<dyn Storage> {
     Arc::new(EmulatedStorage::new(inner, DeviceProfile::builtin("optane").unwrap(), seed).unwrap())
 }
 
+fn log_device(seed: u64) -> Arc<EmulatedDevice<MemDevice>> {
+    Arc::new(EmulatedDevice::new(
+        MemDevice::new("standby log"),
+        DeviceProfile::builtin("optane").unwrap(),
+        seed,
+    ))
+}
+
+fn emulated_standby(dir: &Path, seed: u64) -> nvmedb::Result<Standby> {
+    Standby::start_on(
+        StandbyConfig {
+            listen: "127.0.0.1:0".into(),
+            data_dir: dir.to_path_buf(),
+            secret: SECRET.to_vec(),
+            apply: false,
+            options: options(),
+        },
+        StandbyDevices { data: emulated(dir, seed), log: Some(log_device(seed + 1)) },
+    )
+}
+
 #[test]
 fn an_emulated_primary_mirrors_and_ships_to_its_standby() {
     let shm =
@@ -27,7 +54,7 @@ fn an_emulated_primary_mirrors_and_ships_to_its_standby() {
     create_primary(&p);
     nvmedb::repl::seed_standby(&p, &s).unwrap();
     assert!(DirStorage::new(&p, FileOptions::default()).unwrap().in_ram(), "/dev/shm is tmpfs");
-    let sb = standby(&s, false);
+    let sb = emulated_standby(&s, 10).unwrap();
     let addr = sb.addr().to_string();
     let log = FileLogOpener {
         primary: emulated(&p.join("wal"), 2),
@@ -63,6 +90,11 @@ fn an_emulated_primary_mirrors_and_ships_to_its_standby() {
     drop(db);
     drop(rlog);
     let (db2, _) = sb.promote().unwrap();
+    assert!(
+        db2.location().contains("optane"),
+        "promoted on the standby's emulated device: {}",
+        db2.location()
+    );
     for k in 0..ROWS {
         assert_eq!(c1(&db2, k), 40 + k, "row {k} after promotion");
     }
@@ -88,6 +120,17 @@ fn an_emulated_primary_mirrors_and_ships_to_its_standby() {
     let disk = tmp("emulated-disk");
     let inner: Arc<dyn Storage> = Arc::new(DirStorage::new(&disk, FileOptions::default()).unwrap());
     if !inner.in_ram() {
+        let cfg = StandbyConfig {
+            listen: "127.0.0.1:0".into(),
+            data_dir: disk.clone(),
+            secret: SECRET.to_vec(),
+            apply: false,
+            options: options(),
+        };
+        let e = Standby::start_on(cfg, StandbyDevices { data: inner.clone(), log: Some(log_device(20)) })
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("must wrap RAM"), "{e}");
         let e = EmulatedStorage::new(inner, DeviceProfile::builtin("optane").unwrap(), 1)
             .map(|_| ())
             .unwrap_err();

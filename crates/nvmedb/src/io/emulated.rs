@@ -173,6 +173,16 @@ impl<D: Device> EmulatedDevice<D> {
         self.state.lock().gc_stalls
     }
 
+    /// Charges the model for a write of `len` bytes at `offset`, submitted at `submitted`, whose
+    /// data reached RAM by another path (an unaligned append to a buffered file on tmpfs, which
+    /// this device's alignment rules would refuse), and returns once the write is due: the time
+    /// already spent since `submitted` counts inside the device's service time, as for
+    /// [`Device::write_at`].
+    pub fn charge_write(&self, offset: u64, len: usize, submitted: Instant) {
+        let due = self.schedule(true, offset, len, submitted);
+        wait_until(due, self.spin);
+    }
+
     /// When an operation submitted at `now` completes.
     fn schedule(&self, write: bool, offset: u64, len: usize, now: Instant) -> Instant {
         let p = &self.profile;

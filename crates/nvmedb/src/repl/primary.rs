@@ -6,7 +6,11 @@
 //! (configured or degraded), fencing state, and the replication-delay samples.
 //!
 //! Invariants:
-//! - Records enter the queue in LSN order, under the same lock as the local append.
+//! - Records enter the queue in LSN order: the local append and the push into the queue happen
+//!   under one append lock, which is not the queue's lock, so a local append that blocks (the
+//!   fast log's ring full until a checkpoint's page flush, which waits for the standbys, lets
+//!   destaging go on) never keeps the shippers from the queue. A record appended locally but
+//!   not yet queued lies past every queued record, so no shipper skips it.
 //! - The queue holds every record with `lsn >= queue.start`; records leave it only when they are
 //!   locally durable (so a shipper that finds its position below `queue.start` can read them
 //!   back from the local log) and, unless the queue exceeds its memory bound, confirmed by all
@@ -142,6 +146,8 @@ pub(super) struct Shared {
     pub(super) cfg: ReplConfig,
     pub(super) local: Arc<dyn RecordLog>,
     q: Mutex<Queue>,
+    /// Orders appends: held across the local append and the push into `q` (see the invariants).
+    append_mx: Mutex<()>,
     q_cv: Condvar,
     /// Shippers waiting on `q_cv` (incremented under `q`): appenders skip the wake-up syscall
     /// when nobody waits.
@@ -326,6 +332,7 @@ impl ReplicatedLog {
         let sh = Arc::new(Shared {
             local: local.clone(),
             q: Mutex::new(Queue { recs: VecDeque::new(), start: end, bytes: 0 }),
+            append_mx: Mutex::new(()),
             q_cv: Condvar::new(),
             q_waiters: std::sync::atomic::AtomicUsize::new(0),
             shadows: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -491,8 +498,9 @@ impl Drop for ReplicatedLog {
 
 impl RecordLog for ReplicatedLog {
     fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
-        let mut q = self.sh.q.locked();
+        let order = self.sh.append_mx.locked();
         let (lsn, end) = self.sh.local.append_record(kind, payload)?;
+        let mut q = self.sh.q.locked();
         q.bytes += payload.len() + 32;
         q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec() });
         self.sh.last_end.store(end, Ordering::Release);
@@ -518,6 +526,7 @@ impl RecordLog for ReplicatedLog {
             }
         }
         drop(q);
+        drop(order);
         if self.sh.q_waiters.load(Ordering::Acquire) > 0 {
             self.sh.q_cv.notify_all();
         }

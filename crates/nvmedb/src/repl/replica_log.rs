@@ -6,6 +6,10 @@
 //! ordinary buffered writes and made durable with `fdatasync` (group commit: one sync covers
 //! every record appended before it).
 //!
+//! On an emulated device (the lab's standby on emulated optane, its bytes on tmpfs),
+//! [`ReplicaLog::set_device`] charges every group-commit write to that device's latency model
+//! before it counts as durable.
+//!
 //! Invariants:
 //! - Records are stored at the LSNs the primary gave them ([`ReplicaLog::append_at`]), so page
 //!   LSNs written by redo on the standby compare correctly with this log, before and after
@@ -22,6 +26,7 @@
 //!   primary never made durable, so no commit depending on them was acknowledged).
 
 use crate::error::{Error, Result};
+use crate::io::{EmulatedDevice, MemDevice};
 use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::MutexExt;
 use crate::wal::{LogRecord, Lsn, RecordReader, RecoveredLog, WalStats};
@@ -135,6 +140,8 @@ pub struct ReplicaLog {
     durable_len: AtomicU64,
     recovered: RecoveredLog,
     stats: Mutex<WalStats>,
+    /// The emulated device the log's writes are charged to (None: the file's own sync).
+    device: Mutex<Option<Arc<EmulatedDevice<MemDevice>>>>,
 }
 
 impl std::fmt::Debug for ReplicaLog {
@@ -237,7 +244,15 @@ impl ReplicaLog {
             durable_len: AtomicU64::new(len),
             recovered,
             stats: Mutex::new(WalStats::default()),
+            device: Mutex::new(None),
         }))
+    }
+
+    /// Puts the log "on" an emulated device: from now on each group-commit write (made durable in
+    /// the file, which must be in RAM for a device faster than the disk) also waits out
+    /// `device`'s write latency before it counts as durable.
+    pub fn set_device(&self, device: Arc<EmulatedDevice<MemDevice>>) {
+        *self.device.locked() = Some(device);
     }
 
     /// Where the log begins (the first record still held starts at or after it).
@@ -291,7 +306,12 @@ impl ReplicaLog {
             return Ok(self.durable.load(Ordering::Acquire));
         }
         let lp = self.dir.join(LOG_FILE);
+        let submitted = std::time::Instant::now();
         f.file.write_all(&buf).and_then(|()| f.file.sync_data()).map_err(|e| io_err(&lp, "write", e))?;
+        let device = self.device.locked().clone();
+        if let Some(d) = device {
+            d.charge_write(f.len, buf.len(), submitted);
+        }
         f.len += buf.len() as u64;
         self.durable_len.store(f.len, Ordering::Release);
         let prev = self.durable.swap(end, Ordering::AcqRel);

@@ -250,7 +250,7 @@ pub(super) fn receive_base_backup(
 
 /// Drops the standby's copy of the database (catalog first, then the data files); the log is
 /// reset when a base backup arrives. The apply thread must be stopped.
-pub(super) fn wipe(storage: &DirStorage) -> Result<()> {
+pub(super) fn wipe(storage: &dyn Storage) -> Result<()> {
     if storage.exists(CATALOG_FILE) {
         storage.remove(CATALOG_FILE)?;
     }

@@ -32,7 +32,7 @@ use super::ReplError;
 use crate::buffer::mtr::decode_mtr;
 use crate::db::{Redo, RedoPages};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
+use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, MemDevice, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
 use crate::util::bytes::{u32_at, u64_at};
@@ -81,7 +81,7 @@ struct Counters {
 pub(super) struct Shared {
     pub(super) cfg: StandbyConfig,
     pub(super) log: Arc<ReplicaLog>,
-    pub(super) storage: Arc<DirStorage>,
+    pub(super) storage: Arc<dyn Storage>,
     pub(super) epoch: AtomicU64,
     /// Orders epoch changes with the checks of new connections and with promotion.
     pub(super) epoch_lock: Mutex<()>,
@@ -131,6 +131,17 @@ pub(super) struct Shared {
     index_page: AtomicUsize,
 }
 
+/// Where a standby keeps its data and log when they are not plain files of its directory
+/// ([`Standby::start_on`]): the lab puts a standby on an emulated device of its own.
+pub struct StandbyDevices {
+    /// The data files (catalog, heap, index), e.g. an [`crate::io::EmulatedStorage`] over the
+    /// data directory on tmpfs; promotion opens the database on it.
+    pub data: Arc<dyn Storage>,
+    /// The emulated device the replica log's writes are charged to (its bytes stay in
+    /// `<data>/standby/`, which must then be in RAM); `None`: the file's own `fdatasync`.
+    pub log: Option<Arc<EmulatedDevice<MemDevice>>>,
+}
+
 /// A running standby. See the module documentation.
 pub struct Standby {
     sh: Arc<Shared>,
@@ -167,13 +178,30 @@ pub fn seed_standby(primary_dir: &Path, standby_dir: &Path) -> Result<()> {
 impl Standby {
     /// Opens the standby's data and log and starts listening.
     pub fn start(cfg: StandbyConfig) -> Result<Self> {
+        let data = Arc::new(DirStorage::new(&cfg.data_dir, FileOptions::default())?);
+        Self::start_on(cfg, StandbyDevices { data, log: None })
+    }
+
+    /// [`Standby::start`] with the data files on `devices.data` and the replica log's writes
+    /// charged to `devices.log`. An emulated log device needs the data directory in RAM
+    /// (tmpfs): its latency replaces the medium's.
+    pub fn start_on(cfg: StandbyConfig, devices: StandbyDevices) -> Result<Self> {
+        if devices.log.is_some() && !DirStorage::new(&cfg.data_dir, FileOptions::default())?.in_ram() {
+            return Err(Error::Config {
+                key: "standby log device".into(),
+                detail: format!(
+                    "{} is not in RAM (tmpfs): an emulated log device must wrap RAM",
+                    cfg.data_dir.display()
+                ),
+            });
+        }
         if cfg.secret.is_empty() {
             return Err(Error::Config {
                 key: "repl.secret".into(),
                 detail: "an empty secret is not allowed".into(),
             });
         }
-        let storage = Arc::new(DirStorage::new(&cfg.data_dir, FileOptions::default())?);
+        let storage = devices.data;
         // Without a catalog the directory holds no complete copy: it waits for a base backup.
         let cat = if storage.exists(crate::db::CATALOG_FILE) {
             let (_, cat) = CatalogStore::load(storage.open(crate::db::CATALOG_FILE, false)?)?;
@@ -198,6 +226,9 @@ impl Standby {
             &sdir,
             cat.as_ref().map_or(0, |c| c.checkpoint_undo_lsn.min(c.checkpoint_redo_lsn)),
         )?;
+        if let Some(d) = devices.log {
+            log.set_device(d);
+        }
         let epoch = state::read_epoch(&cfg.data_dir)?;
         let cluster = state::read_cluster(&cfg.data_dir)?;
         let history = state::read_history(&cfg.data_dir)?;
@@ -664,7 +695,7 @@ fn serve_log(
     if let Some(why) = &reseed {
         eprintln!("nvmedb standby: taking a base backup from {peer}: {why}");
         sh.seeded.store(false, Ordering::Release);
-        seed::wipe(&sh.storage).map_err(local)?;
+        seed::wipe(sh.storage.as_ref()).map_err(local)?;
         wire::write_frame(
             &mut w,
             peer,

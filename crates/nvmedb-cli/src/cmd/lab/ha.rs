@@ -4,10 +4,11 @@
 //! flags that override it).
 
 use super::LabArgs;
-use crate::cmd::args::CommonArgs;
+use crate::cmd::args::{parse_devices, CommonArgs};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::ha::{Ha, HaConfig};
+use nvmedb_lab::measure::device::LogChoice;
 use std::path::PathBuf;
 
 /// Flags of `nvmedb lab ha`.
@@ -16,7 +17,26 @@ pub struct HaArgs {
     /// Scratch directory on the disk under test (recreated, removed at the end).
     #[arg(long, default_value = "nvmedb-data/ha")]
     pub data_dir: PathBuf,
-    /// Full scale (10 tables x 50k rows, 4 buffer sizes, 20 s points, 3 reps).
+    /// Devices, comma-separated: each point puts the primary on one and the standby on another
+    /// of the same kind (`optane` (default), `nand`, `san`, ... emulated over tmpfs; `disk`: the
+    /// real disk, both nodes on it; `memory`).
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Option<Vec<String>>,
+    /// Directory on tmpfs for the emulated devices' copies.
+    #[arg(long)]
+    pub ram_dir: Option<PathBuf>,
+    /// Lease TTLs of the failover part, seconds, comma-separated (`0`: no failover part).
+    #[arg(long, value_delimiter = ',')]
+    pub failover_ttls: Option<Vec<u64>>,
+    /// Logs (on both sides) the replication delay is measured with: `file` (default), `fast`
+    /// (a replicating primary over the fast log can deadlock: see docs/ha.md).
+    #[arg(long, value_delimiter = ',')]
+    pub delay_logs: Option<Vec<String>>,
+    /// Failovers (kill -9 of the primary) per lease TTL.
+    #[arg(long)]
+    pub failover_trials: Option<usize>,
+    /// Full scale (10 tables x 50k rows, 4 buffer sizes, 20 s points, 3 reps, 20 failovers
+    /// per TTL at 1, 2 and 4 s).
     #[arg(long)]
     pub full: bool,
     /// Seconds per measured point (overrides the scale's value).
@@ -50,6 +70,29 @@ impl LabArgs for HaArgs {
         if let Some(r) = self.reps {
             cfg.reps = r;
         }
+        if let Some(d) = &self.devices {
+            cfg.devices = parse_devices("--devices", d)?;
+        }
+        if let Some(r) = &self.ram_dir {
+            cfg.ram_dir = r.clone();
+        }
+        if let Some(t) = &self.failover_ttls {
+            cfg.failover.ttls = t.iter().copied().filter(|&t| t > 0).collect();
+        }
+        if let Some(l) = &self.delay_logs {
+            cfg.delay_logs = l
+                .iter()
+                .map(|s| {
+                    LogChoice::parse(s)
+                        .ok_or_else(|| CliError::flag("--delay-logs", format!("`{s}` is not file or fast")))
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(n) = self.failover_trials {
+            cfg.failover.trials = n;
+        }
+        // The nodes of the failover part are this executable (`nvmedb node`).
+        cfg.failover.node_exe = std::env::current_exe().ok();
         Ok(cfg)
     }
 }

@@ -61,7 +61,9 @@ pub enum LabCommand {
     /// (scheduler modes, emulated device). About two minutes; `--long` for longer runs.
     Xlog(xlog::XlogArgs),
     /// Seed 000 Case B (update throughput single vs HA log shipping vs HA data mirroring
-    /// across buffer sizes, standby over loopback) and seed 002 Fig. 13 (replication delay).
+    /// across buffer sizes, primary and standby each on its own emulated optane device, standby
+    /// over loopback), seed 002 Fig. 13 (replication delay with the file and the fast log) and
+    /// failover time (kill -9 of the primary, etcd, per lease TTL).
     Ha(ha::HaArgs),
     /// Seed 004: TPC-H Q3 (tpchgen data) as parallel scans through the buffer manager under
     /// SHR-1/16/512 and SEP, on the disk and emulated Optane (striped), against the devices'

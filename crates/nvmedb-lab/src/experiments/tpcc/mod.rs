@@ -23,6 +23,7 @@ pub use check::check_dir;
 
 use crate::error::{LabError, Result};
 use crate::experiment::{self, Experiment, RunEnv, Summary};
+pub use crate::measure::device::LogChoice;
 use crate::measure::{progress, DeviceKind};
 use crate::workload::tpcc::{LoadReport, Scale};
 use serde::{Deserialize, Serialize};
@@ -42,36 +43,6 @@ pub const PAPER_SHARE_PCT: f64 = 70.0;
 pub const PAPER_OPTANE_OVER_SAN: f64 = 6.1;
 /// Optane over NAND at 5 % buffer in seed 000 Fig. 7.
 pub const PAPER_OPTANE_OVER_NAND: f64 = 1.4;
-
-/// Which log the database keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogChoice {
-    /// The duplexed file log: both copies on the device under test, commit = both synced.
-    Duplexed,
-    /// The fast log (software X-SSD): the ring on tmpfs, its conventional side on the device.
-    Fast,
-}
-
-impl LogChoice {
-    /// Parses `duplexed` (or `file`) and `fast`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.trim() {
-            "duplexed" | "file" => Some(Self::Duplexed),
-            "fast" | "xlog" => Some(Self::Fast),
-            _ => None,
-        }
-    }
-    /// What the log is, for summaries.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::Duplexed => "duplexed file log on the device under test (commit = both copies synced)",
-            Self::Fast => {
-                "fast log: ring on tmpfs (survives kill -9, not power loss), destaged to the device"
-            }
-        }
-    }
-}
 
 /// High availability of the primary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

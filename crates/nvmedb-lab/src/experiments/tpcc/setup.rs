@@ -11,20 +11,20 @@
 //! whose latency the standby does not emulate), and is seeded from the primary's copy after the
 //! copy has a log (a standby follows a primary's log from the start).
 
-use super::{HaMode, LogChoice, TpccConfig};
+use super::{HaMode, TpccConfig};
 use crate::error::{LabError, Result};
 use crate::experiment::RunEnv;
 use crate::experiments::iobench::{self, Engine, IoBenchConfig};
 use crate::measure::DeviceKind;
 use crate::workload::tpcc::{load, LoadReport, Tables};
-use nvmedb::io::{DirStorage, EmulatedStorage, FileOptions, Storage};
+use nvmedb::io::{DirStorage, FileOptions, Storage};
 use nvmedb::repl::{
     open_primary_with, seed_standby, MirrorConfig, ReplConfig, ReplicatedLog, ReplicationMode, Standby,
     StandbyConfig, StandbyPolicy,
 };
-use nvmedb::wal::{FileLogOpener, LogOpener};
+use nvmedb::wal::LogOpener;
 use nvmedb::xlog::XLogOpener;
-use nvmedb::{BufferSize, Database, FastLogOptions, Options};
+use nvmedb::{BufferSize, Database, Options};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -313,32 +313,12 @@ impl PreparedDevice {
     /// The storage of directory `dir` of a point: the directory itself, behind the profile for
     /// an emulated device.
     fn storage(&self, cfg: &TpccConfig, dir: &Path, seed: u64) -> Result<Arc<dyn Storage>> {
-        let inner = dir_storage(dir)?;
-        match &self.kind {
-            DeviceKind::Emulated(p) => {
-                let profile = crate::measure::device::profile(p, &cfg.profile_overrides)?;
-                Ok(Arc::new(EmulatedStorage::new(inner, profile, seed).map_err(LabError::engine(
-                    format!("putting {} behind the {p} profile", dir.display()),
-                ))?))
-            }
-            _ => Ok(inner),
-        }
+        crate::measure::device::storage(&self.kind, dir, &cfg.profile_overrides, seed)
     }
 
     /// The point's log, on the device.
     fn log(&self, cfg: &TpccConfig, seed: u64) -> Result<Box<dyn LogOpener>> {
-        let p = &self.point_dir;
-        Ok(match cfg.log {
-            LogChoice::Duplexed => Box::new(FileLogOpener {
-                primary: self.storage(cfg, &p.join("wal"), seed ^ 1)?,
-                secondary: self.storage(cfg, &p.join("wal-mirror"), seed ^ 2)?,
-                options: Default::default(),
-            }),
-            LogChoice::Fast => Box::new(XLogOpener {
-                storage: self.storage(cfg, &p.join("xlog"), seed ^ 1)?,
-                config: FastLogOptions::default().xlog_config(p),
-            }),
-        })
+        crate::measure::device::log_opener(&self.kind, cfg.log, &self.point_dir, &cfg.profile_overrides, seed)
     }
 
     /// Removes what a point left (its copies and the fast log's ring).
