@@ -1,12 +1,14 @@
 //! `nvmedb lab tpcc` end to end at the reduced test scale: memory and emulated optane, HA with
 //! log shipping and data mirroring, two buffer sizes, a traced window; every point passes the
 //! consistency check, the result files and plots are written; `--check` passes on the loaded
-//! database and names the condition, warehouse and district once a district row is broken.
+//! database and names the condition, warehouse and district once a district row is broken; the
+//! lab page's seed 000 Fig. 7 decides by the Case C figures of the run's summary.
 
 use nvmedb::{Database, Options, Value};
 use nvmedb_lab::experiment::{self, RunOptions};
 use nvmedb_lab::experiments::tpcc::{check_dir, HaMode, Tpcc, TpccConfig};
 use nvmedb_lab::measure::DeviceKind;
+use nvmedb_lab::report::Figure;
 use nvmedb_lab::workload::tpcc::schema as s;
 use nvmedb_lab::workload::tpcc::Tables;
 use std::path::PathBuf;
@@ -98,6 +100,41 @@ fn a_small_run_measures_checks_and_reports_every_point() {
     let fig7 = page.rows.iter().find(|r| r.id == "seed000-fig7").expect("row");
     assert!(
         matches!(&fig7.status, nvmedb_lab::page::Status::NotRun(why) if why.contains("Case C")),
+        "{fig7:?}"
+    );
+    // With Case C's figures in the run's summary (as a Case C run writes them), Fig. 7 compares
+    // the ratios and optane's 5 %/100 % share with the paper's and decides by them.
+    let case_c = |over_san: f64, share: f64| {
+        let path = out.dir.join("summary.json");
+        let mut doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let figs = doc["figures"].as_array_mut().unwrap();
+        figs.retain(|f| {
+            !f["name"].as_str().unwrap().starts_with("case_c/") && f["name"] != "optane/HA/share_at_5pct"
+        });
+        for f in [
+            Figure::new("case_c/optane_over_san", "optane / san at 5 %", over_san, "x")
+                .against("seed 000", 6.1),
+            Figure::new("case_c/optane_over_nand", "optane / nand at 5 %", 1.5, "x").against("seed 000", 1.4),
+            Figure::new("optane/HA/share_at_5pct", "optane 5 %/100 %", share, "%").against("seed 000", 70.0),
+        ] {
+            figs.push(serde_json::to_value(f).unwrap());
+        }
+        std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+        let page = nvmedb_lab::page::build(&root.join("results")).expect("lab page");
+        page.rows.into_iter().find(|r| r.id == "seed000-fig7").expect("row")
+    };
+    let fig7 = case_c(6.4, 72.0);
+    assert!(fig7.ours.contains("optane / san 6.40×") && fig7.ours.contains("5 %/100 % 72"), "{fig7:?}");
+    assert!(matches!(fig7.status, nvmedb_lab::page::Status::Reproduced), "{fig7:?}");
+    let fig7 = case_c(6.4, 41.0);
+    assert!(
+        matches!(&fig7.status, nvmedb_lab::page::Status::Differs(why) if why.contains("keeps 41")),
+        "{fig7:?}"
+    );
+    let fig7 = case_c(2.0, 72.0);
+    assert!(
+        matches!(&fig7.status, nvmedb_lab::page::Status::Differs(why) if why.contains("optane / san is 2.00×")),
         "{fig7:?}"
     );
     std::fs::remove_dir_all(&root).unwrap();
