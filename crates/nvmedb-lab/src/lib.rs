@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+pub mod advisor;
 pub mod error;
 pub mod experiment;
 pub mod experiments;

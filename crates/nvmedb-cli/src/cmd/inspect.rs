@@ -31,6 +31,10 @@ pub struct InspectArgs {
     /// With --log: how many records to show.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Per-table access statistics (page reads, misses, device reads and writes, bytes, I/O
+    /// wait), summed over the sessions that closed the database cleanly.
+    #[arg(long)]
+    pub stats: bool,
     /// With --log: the log mirror directory (default <dir>/wal-mirror).
     #[arg(long)]
     pub log_mirror_dir: Option<PathBuf>,
@@ -70,9 +74,16 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
     let db = nvmedb::Database::open_with_storage(storage.clone(), opts)
         .map_err(CliError::engine(format!("opening {}", a.dir.display())))?;
     let cat = db.catalog();
+    if a.stats {
+        let stats = db.access_stats_total().map_err(CliError::engine("reading the access statistics"))?;
+        return Ok(format!(
+            "access statistics of {} (sessions closed cleanly, summed)\n{}",
+            a.dir.display(),
+            nvmedb::inspect::describe_access(&stats)
+        ));
+    }
     let Some(name) = &a.table else {
-        return nvmedb::inspect::describe_database(&db, storage.as_ref())
-            .map_err(CliError::engine("describing the database"));
+        return nvmedb::inspect::describe_database(&db).map_err(CliError::engine("describing the database"));
     };
     let t = cat
         .tables
