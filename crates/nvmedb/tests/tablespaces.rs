@@ -58,6 +58,11 @@ fn tables_are_created_in_tablespaces_moved_and_reopened() {
 
     // Reopened from the catalog's record of the tablespace.
     let db = Database::open(dir.path(), Options::default()).unwrap();
+    // The first session's statistics were saved at its close (what `nvmedb inspect --stats` shows).
+    let saved = db.access_stats_total().unwrap();
+    let a_saved = saved.iter().find(|s| s.table == "a").unwrap();
+    assert!(a_saved.heap.hits + a_saved.heap.misses >= 500, "{a_saved:?}");
+    assert!(nvmedb::inspect::describe_access(&saved).contains("side"));
     let a = db.table("a").unwrap();
     assert_eq!(a.get(&Value::Int(7)).unwrap().unwrap()[1], Value::Int(14));
     let cat = db.catalog();
