@@ -6,13 +6,14 @@
 
 mod support;
 
+use nvmedb::db::{heap_name, index_name};
 use nvmedb::io::{MemStorage, Storage};
 use nvmedb::util::Rng;
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, TablespaceSpec, Tablespaces, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use support::workload::{self, Bounds, Tables};
+use support::workload;
 use support::{kill, TmpDir};
 
 fn schema() -> Schema {
@@ -29,7 +30,7 @@ fn files(dir: &std::path::Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".heap") || n.ends_with(".idx"))
+        .filter(|n| nvmedb::table::files::parse_table_file(n).is_some())
         .collect();
     v.sort();
     v
@@ -184,43 +185,19 @@ fn kill9_move_child_entry() {
     let Some(dir) = kill::child_role() else { return };
     let seed: u64 = std::env::var("NVMEDB_KILL_WORKLOAD_SEED").unwrap().parse().unwrap();
     let db = Database::open(&dir, kill_options()).expect("child opens the database");
-    let t = Tables::open(&db).expect("workload tables");
-    let committed = workload::committed(&t).expect("commit markers");
-    let out = std::sync::Mutex::new(std::io::stdout());
-    let say = |s: String| {
-        use std::io::Write;
-        let mut o = out.lock().unwrap();
-        writeln!(o, "{s}").unwrap();
-        o.flush().unwrap();
-    };
-    std::thread::scope(|s| {
-        for c in 0..2u64 {
-            let (db, t, say) = (&db, &t, &say);
-            let n = committed.get(&c).copied().unwrap_or(0);
-            s.spawn(move || {
-                let (mut model, _) = workload::replay(seed, c, n);
-                loop {
-                    let plan = workload::plan(seed, c, &model);
-                    workload::run(db, t, &plan).unwrap_or_else(|e| panic!("child: client {c}: {e}"));
-                    say(format!("ACK {c} {}", plan.seq));
-                    workload::apply(&plan, &mut model);
-                }
-            });
-        }
-        let (db, say) = (&db, &say);
-        s.spawn(move || {
-            let places = [("side", "side"), ("default", "side"), ("default", "default"), ("side", "default")];
-            for i in 0.. {
-                for (k, table) in ["events", "items"].into_iter().enumerate() {
-                    let (h, x) = places[(i + k) % places.len()];
-                    db.move_table(table, h, x).unwrap_or_else(|e| panic!("child: moving {table}: {e}"));
-                    say(format!("MOVED {table} {h} {x}"));
-                }
-                // Commits between moves (a move holds every change back while it copies).
-                std::thread::sleep(Duration::from_millis(15));
+    let mover = |say: &dyn Fn(String)| {
+        let places = [("side", "side"), ("default", "side"), ("default", "default"), ("side", "default")];
+        for i in 0.. {
+            for (k, table) in ["events", "items"].into_iter().enumerate() {
+                let (h, x) = places[(i + k) % places.len()];
+                db.move_table(table, h, x).unwrap_or_else(|e| panic!("child: moving {table}: {e}"));
+                say(format!("MOVED {table} {h} {x}"));
             }
-        });
-    });
+            // Commits between moves (a move holds every change back while it copies).
+            std::thread::sleep(Duration::from_millis(15));
+        }
+    };
+    workload::run_clients(&db, seed, 2, Some(&mover));
 }
 
 #[test]
@@ -246,40 +223,23 @@ fn kill9_during_moves_loses_nothing_and_keeps_each_file_in_one_tablespace() {
             support::replay(seed, iter + 1)
         );
         let kill_after = rng.range(2, 12);
-        let mut child = kill::spawn(
+        let child = kill::spawn(
             "kill9_move_child_entry",
             dir.path().to_str().unwrap(),
             &[("NVMEDB_KILL_WORKLOAD_SEED", workload_seed.to_string())],
         );
-        let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut acked = workload::Acks::default();
         let mut moved = 0;
-        let mut note = |line: &str| {
-            if let Some(rest) = line.strip_prefix("ACK ") {
-                let mut f = rest.split_whitespace().map(|x| x.parse::<u64>().unwrap());
-                let (c, s) = (f.next().unwrap(), f.next().unwrap());
-                let e = acked.entry(c).or_insert(0);
-                *e = (*e).max(s + 1);
-                acks += 1;
-            } else if line.starts_with("MOVED ") {
-                moved += 1;
-                moves += 1;
-            }
-            moved
-        };
         child
-            .read_until(Duration::from_secs(120), |l| note(l) >= kill_after)
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        child
-            .kill(|l| {
-                note(l);
+            .kill_after(kill_after, |line| {
+                acked.note(line);
+                moved += u64::from(line.starts_with("MOVED "));
+                moved
             })
             .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        let bounds: BTreeMap<u64, Bounds> = (0..4)
-            .map(|c| {
-                let floor = committed.get(&c).copied().unwrap_or(0).max(acked.get(&c).copied().unwrap_or(0));
-                (c, Bounds { floor, ceil: floor + u64::from(c < 2) })
-            })
-            .collect();
+        acks += acked.n;
+        moves += moved;
+        let bounds = acked.bounds(&committed, 4, 2);
         let db = Database::open(
             dir.path(),
             Options { table_buffer: BufferSize::Bytes(64 << 20), ..kill_options() },
@@ -289,9 +249,7 @@ fn kill9_during_moves_loses_nothing_and_keeps_each_file_in_one_tablespace() {
         // Each file is in exactly the tablespace the catalog names.
         let (home, away) = (files(dir.path()), files(side.path()));
         for t in db.catalog().tables {
-            for (f, space) in
-                [(format!("t{}.heap", t.id), &t.heap_space), (format!("t{}.idx", t.id), &t.index_space)]
-            {
+            for (f, space) in [(heap_name(t.id), &t.heap_space), (index_name(t.id), &t.index_space)] {
                 let (in_home, in_side) = (home.contains(&f), away.contains(&f));
                 assert!(
                     in_home == (space == "default") && in_side == (space == "side"),

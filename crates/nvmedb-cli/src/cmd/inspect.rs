@@ -71,7 +71,7 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
         ..Default::default()
     };
-    let db = nvmedb::Database::open_with_storage(storage.clone(), opts)
+    let db = nvmedb::Database::open_with_storage(storage, opts)
         .map_err(CliError::engine(format!("opening {}", a.dir.display())))?;
     let cat = db.catalog();
     if a.stats {
@@ -90,16 +90,20 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         .iter()
         .find(|t| &t.name == name)
         .ok_or_else(|| CliError::NoSuchTable { table: name.clone(), dir: a.dir.clone() })?;
+    let space = |heap: bool| {
+        db.tablespace_storage(if heap { &t.heap_space } else { &t.index_space })
+            .map_err(CliError::engine(format!("opening the tablespace of `{name}`")))
+    };
     match (a.heap_page, a.index_page) {
         (Some(p), None) => nvmedb::inspect::describe_page(
-            storage.as_ref(),
+            space(true)?.as_ref(),
             &nvmedb::db::heap_name(t.id),
             cat.table_page_size as usize,
             p,
             Some(&t.schema),
         ),
         (None, Some(p)) => nvmedb::inspect::describe_page(
-            storage.as_ref(),
+            space(false)?.as_ref(),
             &nvmedb::db::index_name(t.id),
             cat.index_page_size as usize,
             p,
