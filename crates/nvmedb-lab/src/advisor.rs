@@ -6,7 +6,9 @@
 //! The model, per transaction and client (all µs): a transaction spends `t_cpu` on the CPU and
 //! waits `io(P) = Σ_tables reads_t · read_us(tier_t) + writes_t · write_us(tier_t)` for the
 //! device reads and write-backs of its tables on placement `P`; with `clients` clients on
-//! `cores` cores, throughput is `min(cores / t_cpu, clients / (t_cpu + io(P)))`. With one client
+//! `cores` cores, throughput is `min(cores / t_cpu, clients / (t_cpu + io(P)), min_k iops_k /
+//! ops_k(P))`, where `ops_k` are the page I/Os per transaction placed on tier `k` and `iops_k` what
+//! that device sustains (a disk arm serves one I/O at a time, whatever the clients). With one client
 //! and no CPU cap this is seed 000's relative performance (t_cpu + t_mem)/(t_cpu + t_io) times
 //! the in-memory throughput. The reads and writes per transaction are the buffer's misses and
 //! write-backs, which depend on the buffer size and the workload, not on where the files are.
@@ -34,6 +36,10 @@ pub struct Tier {
     pub price_per_gb: f64,
     /// Capacity, bytes (`None`: unlimited).
     pub capacity_bytes: Option<u64>,
+    /// Page I/Os per second the device sustains however many clients wait (`None`: no limit
+    /// below what the latency allows; an emulated disk with one arm: 1 / latency).
+    #[serde(default)]
+    pub iops: Option<f64>,
 }
 
 /// Seed 003 Table 1's prices, R$/GB: HDD 1.99, SSD NVM (Intel Optane) 20.27, DRAM 43.75. The
@@ -101,18 +107,31 @@ fn cost_of(w: &Workload, tiers: &[Tier], t: usize, tier: usize) -> f64 {
     w.tables[t].bytes as f64 / 1e9 * tiers[tier].price_per_gb
 }
 
-fn throughput(w: &Workload, io_us: f64) -> f64 {
+fn ops_of(w: &Workload, t: usize) -> f64 {
+    w.tables[t].reads_per_txn + w.tables[t].writes_per_txn
+}
+
+fn throughput(w: &Workload, tiers: &[Tier], io_us: f64, ops: &[f64]) -> f64 {
     let t_cpu = w.t_cpu_us.max(1e-3);
     let cpu_cap = f64::from(w.cores.max(1)) / t_cpu * 1e6;
     let clients = f64::from(w.clients.max(1)) / (t_cpu + io_us) * 1e6;
-    cpu_cap.min(clients)
+    let device_cap = tiers
+        .iter()
+        .zip(ops)
+        .filter_map(|(k, &o)| k.iops.filter(|_| o > 0.0).map(|iops| iops / o))
+        .fold(f64::INFINITY, f64::min);
+    cpu_cap.min(clients).min(device_cap)
 }
 
 /// The model's prediction for placement `p`.
 pub fn predict(w: &Workload, tiers: &[Tier], p: &[usize]) -> Prediction {
     let io_us: f64 = p.iter().enumerate().map(|(t, &k)| io_of(w, tiers, t, k)).sum();
     let cost: f64 = p.iter().enumerate().map(|(t, &k)| cost_of(w, tiers, t, k)).sum();
-    let txn_per_s = throughput(w, io_us);
+    let mut ops = vec![0.0; tiers.len()];
+    for (t, &k) in p.iter().enumerate() {
+        ops[k] += ops_of(w, t);
+    }
+    let txn_per_s = throughput(w, tiers, io_us, &ops);
     Prediction {
         tiers: p.iter().map(|&k| tiers[k].name.clone()).collect(),
         io_us,
@@ -140,19 +159,31 @@ struct State {
     io: f64,
     cost: f64,
     used: Vec<u64>,
+    /// Page I/Os per transaction per tier (only tiers with an IOPS limit matter).
+    ops: Vec<f64>,
     p: Placement,
 }
 
-fn dominates(a: &State, b: &State) -> bool {
-    a.io <= b.io && a.cost <= b.cost && a.used.iter().zip(&b.used).all(|(x, y)| x <= y)
+fn dominates(a: &State, b: &State, tiers: &[Tier]) -> bool {
+    a.io <= b.io
+        && a.cost <= b.cost
+        && a.used.iter().zip(&b.used).all(|(x, y)| x <= y)
+        && tiers.iter().zip(a.ops.iter().zip(&b.ops)).all(|(k, (x, y))| k.iops.is_none() || x <= y)
 }
 
 /// The feasible placement with the best predicted throughput per cost (ties: higher
-/// throughput), `None` when nothing fits. Exact: throughput per cost falls as I/O time or cost
-/// grows, so the best placement is on the Pareto frontier of (I/O time, cost, bytes per tier),
-/// which is built table by table, dropping dominated partial placements.
+/// throughput), `None` when nothing fits. Exact: throughput per cost falls as I/O time, cost or
+/// the I/Os on an IOPS-limited tier grow, so the best placement is on the Pareto frontier of
+/// (I/O time, cost, bytes per tier, I/Os per limited tier), which is built table by table,
+/// dropping dominated partial placements.
 pub fn advise(w: &Workload, tiers: &[Tier], budget: Option<f64>) -> Option<Prediction> {
-    let mut frontier = vec![State { io: 0.0, cost: 0.0, used: vec![0; tiers.len()], p: Vec::new() }];
+    let mut frontier = vec![State {
+        io: 0.0,
+        cost: 0.0,
+        used: vec![0; tiers.len()],
+        ops: vec![0.0; tiers.len()],
+        p: Vec::new(),
+    }];
     for t in 0..w.tables.len() {
         let mut next: Vec<State> = Vec::new();
         for s in &frontier {
@@ -161,6 +192,7 @@ pub fn advise(w: &Workload, tiers: &[Tier], budget: Option<f64>) -> Option<Predi
                 n.io += io_of(w, tiers, t, k);
                 n.cost += cost_of(w, tiers, t, k);
                 n.used[k] += w.tables[t].bytes;
+                n.ops[k] += ops_of(w, t);
                 n.p.push(k);
                 if budget.is_some_and(|b| n.cost > b * (1.0 + 1e-12))
                     || tiers[k].capacity_bytes.is_some_and(|c| n.used[k] > c)
@@ -173,7 +205,7 @@ pub fn advise(w: &Workload, tiers: &[Tier], budget: Option<f64>) -> Option<Predi
         next.sort_by(|a, b| a.io.total_cmp(&b.io).then(a.cost.total_cmp(&b.cost)));
         let mut kept: Vec<State> = Vec::new();
         for n in next {
-            if !kept.iter().any(|k| dominates(k, &n)) {
+            if !kept.iter().any(|k| dominates(k, &n, tiers)) {
                 kept.push(n);
             }
         }
@@ -234,6 +266,67 @@ pub fn by_access(w: &Workload, order: &[usize]) -> Placement {
     ranked(w, order, |t| t.accesses_per_txn)
 }
 
+/// A tier from a built-in device profile: its read and write latency, its IOPS limit (one arm:
+/// one I/O per latency; else its IOPS cap, if any) and seed 003's price ([`SEED_PRICES`]).
+pub fn profile_tier(p: &nvmedb::io::DeviceProfile) -> Tier {
+    let iops = match p.channels {
+        1 => Some(1e6 / p.read_latency_us.max(1e-3)),
+        _ => (p.iops_cap > 0.0).then_some(p.iops_cap),
+    };
+    Tier {
+        name: p.name.clone(),
+        read_us: p.read_latency_us,
+        write_us: p.write_latency_us,
+        price_per_gb: seed_price(&p.name).unwrap_or(0.0),
+        capacity_bytes: None,
+        iops,
+    }
+}
+
+/// One evaluated placement of [`compare`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluated {
+    /// Its name.
+    pub name: String,
+    /// Where it comes from.
+    pub how: String,
+    /// The model's prediction.
+    pub prediction: Prediction,
+}
+
+/// The advisor's recommendation (within `budget`), seed 003's two heuristics over the fastest,
+/// middle and cheapest tiers (`tiers` ordered cheapest first), every table on one tier, and the
+/// `named` placements, each predicted by the model.
+pub fn compare(
+    w: &Workload,
+    tiers: &[Tier],
+    budget: Option<f64>,
+    named: &[(String, Placement)],
+) -> Vec<Evaluated> {
+    let mut out = Vec::new();
+    let mut push = |name: String, how: String, p: &[usize]| {
+        out.push(Evaluated { name, how, prediction: predict(w, tiers, p) });
+    };
+    for (n, p) in named {
+        push(n.clone(), "named".into(), p);
+    }
+    if let Some(a) = advise(w, tiers, budget) {
+        let p: Placement =
+            a.tiers.iter().map(|n| tiers.iter().position(|t| t.name == *n).unwrap_or(0)).collect();
+        push("advisor".into(), "best predicted throughput per cost".into(), &p);
+    }
+    if tiers.len() >= 3 {
+        let order = [tiers.len() - 1, tiers.len() / 2, 0];
+        let names = format!("{}/{}/{}", tiers[order[0]].name, tiers[order[1]].name, tiers[order[2]].name);
+        push("by size".into(), format!("seed 003: smallest third on {names}"), &by_size(w, &order));
+        push("by access".into(), format!("seed 003: most accessed third on {names}"), &by_access(w, &order));
+    }
+    for (k, t) in tiers.iter().enumerate() {
+        push(format!("all {}", t.name), "every table on one tier".into(), &vec![k; w.tables.len()]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +341,7 @@ mod tests {
                 write_us: wr,
                 price_per_gb: seed_price(n).unwrap(),
                 capacity_bytes: None,
+                iops: (n == "hdd").then_some(1e6 / r),
             })
             .collect()
     }
@@ -281,6 +375,9 @@ mod tests {
             if rng.chance(0.5) {
                 tiers[3].capacity_bytes = Some(rng.below(3000) << 20);
             }
+            if rng.chance(0.5) {
+                tiers[1].iops = Some(1000.0 + rng.below(100_000) as f64);
+            }
             let all_dram = predict(&w, &tiers, &vec![3; w.tables.len()]).cost;
             let budget = rng.chance(0.6).then(|| all_dram * rng.below(100) as f64 / 100.0);
             let (a, b) = (advise(&w, &tiers, budget), brute_force(&w, &tiers, budget));
@@ -296,6 +393,23 @@ mod tests {
                 _ => panic!("case {case}: advised {a:?}, brute force {b:?}"),
             }
         }
+    }
+
+    #[test]
+    fn compare_lists_the_advice_heuristics_and_uniform_placements() {
+        let mut rng = Rng::new(5);
+        let w = synthetic(&mut rng, 6);
+        let tiers = tiers();
+        let rows = compare(&w, &tiers, None, &[("mine".into(), vec![0, 1, 2, 3, 0, 1])]);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["mine", "advisor", "by size", "by access", "all hdd", "all nand", "all optane", "all dram"]
+        );
+        let best = rows.iter().map(|r| r.prediction.txn_per_s_per_cost).fold(0.0, f64::max);
+        assert_eq!(rows[1].prediction.txn_per_s_per_cost, best, "nothing listed beats the advice");
+        let hdd = profile_tier(&nvmedb::io::DeviceProfile::builtin("hdd").unwrap());
+        assert_eq!((hdd.iops, hdd.price_per_gb), (Some(125.0), 1.99));
     }
 
     #[test]
