@@ -63,7 +63,6 @@ fn from_database(
     a: &AdviseArgs,
     dir: &std::path::Path,
 ) -> Result<(Workload, Vec<Tier>, Placement), CliError> {
-    use nvmedb::io::{DirStorage, FileOptions};
     let (Some(txns), Some(tps)) = (a.transactions, a.txn_per_s) else {
         return Err(CliError::flag(
             "--transactions",
@@ -73,21 +72,7 @@ fn from_database(
     if txns == 0 || !(tps > 0.0) {
         return Err(CliError::flag("--transactions", "--transactions and --txn-per-s must be > 0"));
     }
-    if !dir.join(nvmedb::db::CATALOG_FILE).exists() {
-        return Err(CliError::NotADatabase { dir: dir.to_path_buf() });
-    }
-    let storage = std::sync::Arc::new(
-        DirStorage::new(dir, FileOptions::default())
-            .map_err(CliError::engine(format!("opening {}", dir.display())))?,
-    );
-    let opts = nvmedb::Options {
-        create_if_missing: false,
-        table_buffer: nvmedb::BufferSize::Bytes(1 << 20),
-        index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
-        ..Default::default()
-    };
-    let db = nvmedb::Database::open_with_storage(storage, opts)
-        .map_err(CliError::engine(format!("opening {}", dir.display())))?;
+    let db = super::inspect::open_without_log(dir)?;
     let stats = db.access_stats_total().map_err(CliError::engine("reading the access statistics"))?;
     let tiers: Vec<Tier> = ["hdd", "nand", "optane", "dram"]
         .iter()

@@ -60,19 +60,7 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         return nvmedb::inspect::describe_log(p, m, a.from, a.limit)
             .map_err(CliError::engine("decoding the log"));
     }
-    // Opened without the log: inspection changes nothing (no recovery, no checkpoint).
-    let storage: Arc<dyn Storage> = Arc::new(
-        DirStorage::new(&a.dir, FileOptions::default())
-            .map_err(CliError::engine(format!("opening {}", a.dir.display())))?,
-    );
-    let opts = nvmedb::Options {
-        create_if_missing: false,
-        table_buffer: nvmedb::BufferSize::Bytes(1 << 20),
-        index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
-        ..Default::default()
-    };
-    let db = nvmedb::Database::open_with_storage(storage, opts)
-        .map_err(CliError::engine(format!("opening {}", a.dir.display())))?;
+    let db = open_without_log(&a.dir)?;
     let cat = db.catalog();
     if a.stats {
         let stats = db.access_stats_total().map_err(CliError::engine("reading the access statistics"))?;
@@ -117,6 +105,27 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         }
     }
     .map_err(CliError::engine(format!("decoding a page of `{name}`")))
+}
+
+/// Opens the database in `dir` without its log, with small buffers: nothing changes (no
+/// recovery, no checkpoint), for commands that only read (`inspect`, `advise`).
+pub fn open_without_log(dir: &std::path::Path) -> Result<nvmedb::Database, CliError> {
+    use nvmedb::io::{DirStorage, FileOptions};
+    if !dir.join(nvmedb::db::CATALOG_FILE).exists() {
+        return Err(CliError::NotADatabase { dir: dir.to_path_buf() });
+    }
+    let storage = std::sync::Arc::new(
+        DirStorage::new(dir, FileOptions::default())
+            .map_err(CliError::engine(format!("opening {}", dir.display())))?,
+    );
+    let opts = nvmedb::Options {
+        create_if_missing: false,
+        table_buffer: nvmedb::BufferSize::Bytes(1 << 20),
+        index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
+        ..Default::default()
+    };
+    nvmedb::Database::open_with_storage(storage, opts)
+        .map_err(CliError::engine(format!("opening {}", dir.display())))
 }
 
 /// Prints the description.

@@ -168,16 +168,13 @@ pub fn write(cfg: &TierConfig, r: &TierResults, env: &RunEnv) -> Result<Summary>
     }
     pred_chart.write(env.dir.path(), "predicted")?;
 
-    let mut text = format!(
-        "nvmedb lab tier — {}\nmachine: {}\n{}\n",
+    let mut text = crate::experiments::tpcc::report::header(
+        "tier",
         <super::Tier as crate::experiment::Experiment>::TITLE,
-        env.context.one_line(),
-        r.load.describe()
+        env,
+        &r.load,
+        r.load_average,
     );
-    text.push_str(&format!(
-        "load average (1 min) {:.1} at the start, {:.1} at the end, on {} CPUs\n",
-        r.load_average.0, r.load_average.1, env.context.cpus
-    ));
     text.push_str(&format!(
         "database: {:.0} MB of tables in {} KiB pages, {:.0} MB of indexes (cached in their own pool); table buffer {} % of the tables; {} terminals; {} s warm-up, {} s measured, {} repetition(s)\nlog: {}\n",
         r.table_bytes as f64 / 1e6,
