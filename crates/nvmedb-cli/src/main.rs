@@ -7,7 +7,7 @@
 mod cmd;
 
 use clap::{Parser, Subcommand};
-use cmd::{inspect, iobench, lab, machine, node, replication, serve, CliError};
+use cmd::{advise, inspect, iobench, lab, machine, node, replication, serve, CliError};
 
 /// nvmedb: a storage engine for microsecond-latency NVMe storage, and its laboratory.
 #[derive(Parser, Debug)]
@@ -28,6 +28,9 @@ enum Commands {
     Lab(lab::LabCommand),
     /// Show a database's catalog and page counts, or decode one page.
     Inspect(inspect::InspectArgs),
+    /// Which tier each table should live on for the best throughput per cost, from a
+    /// database's saved access statistics or a `lab tier` run (seed 000's model).
+    Advise(advise::AdviseArgs),
     /// Run a standby: receive a primary's log, persist and apply it, until promoted.
     Standby(replication::StandbyArgs),
     /// Promote the standby at an address: it bumps the epoch, fences the old primary's
@@ -52,6 +55,7 @@ impl Commands {
             Commands::Iobench(_) => "iobench",
             Commands::Lab(l) => l.name(),
             Commands::Inspect(_) => "inspect",
+            Commands::Advise(_) => "advise",
             Commands::Standby(_) => "standby",
             Commands::Promote(_) => "promote",
             Commands::Status(_) => "status",
@@ -66,6 +70,7 @@ impl Commands {
             Commands::Iobench(a) => lab::run(a.as_ref()),
             Commands::Lab(l) => lab::dispatch(l),
             Commands::Inspect(a) => inspect::run(a),
+            Commands::Advise(a) => advise::run(a),
             Commands::Standby(a) => replication::standby(a),
             Commands::Promote(a) => replication::promote(a),
             Commands::Status(a) => replication::status(a),

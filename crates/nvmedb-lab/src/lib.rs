@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod advisor;
 #[cfg(feature = "etcd")]
 pub mod cluster;
 pub mod error;

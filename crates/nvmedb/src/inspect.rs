@@ -20,8 +20,8 @@ fn hex(b: &[u8]) -> String {
     s
 }
 
-/// The catalog, per-table file sizes and the buffer counters.
-pub fn describe_database(db: &Database, storage: &dyn Storage) -> Result<String> {
+/// The catalog: tablespaces, and per table its columns, indexes, placement and file sizes.
+pub fn describe_database(db: &Database) -> Result<String> {
     let cat = db.catalog();
     let mut out = String::new();
     let _ = writeln!(out, "database {}", db.location());
@@ -30,9 +30,14 @@ pub fn describe_database(db: &Database, storage: &dyn Storage) -> Result<String>
         "  table page size {} B, index page size {} B",
         cat.table_page_size, cat.index_page_size
     );
+    let _ = writeln!(out, "tablespace `{}`: {}", crate::db::DEFAULT_TABLESPACE, db.location());
+    for s in &cat.tablespaces {
+        let profile = if s.profile.is_empty() { String::new() } else { format!(" (profile {})", s.profile) };
+        let _ = writeln!(out, "tablespace `{}`: {}{profile}", s.name, s.location);
+    }
     for t in &cat.tables {
-        let heap = storage.open(&heap_name(t.id), false)?.capacity();
-        let idx = storage.open(&index_name(t.id), false)?.capacity();
+        let heap = db.tablespace_storage(&t.heap_space)?.open(&heap_name(t.id), false)?.capacity();
+        let idx = db.tablespace_storage(&t.index_space)?.open(&index_name(t.id), false)?.capacity();
         let _ = writeln!(out, "table `{}` (id {})", t.name, t.id);
         for (i, c) in t.schema.columns.iter().enumerate() {
             let pk = if i == t.schema.primary_key { "  PRIMARY KEY" } else { "" };
@@ -48,16 +53,60 @@ pub fn describe_database(db: &Database, storage: &dyn Storage) -> Result<String>
         }
         let _ = writeln!(
             out,
-            "    {}: {} pages ({} B); {}: {} pages ({} B)",
+            "    {} in tablespace `{}`: {} pages ({} B); {} in tablespace `{}`: {} pages ({} B)",
             heap_name(t.id),
+            t.heap_space,
             heap / u64::from(cat.table_page_size),
             heap,
             index_name(t.id),
+            t.index_space,
             idx / u64::from(cat.index_page_size),
             idx
         );
     }
     Ok(out)
+}
+
+/// Per-table access statistics (heap and indexes): logical page reads (hits + misses), misses,
+/// device reads and writes with their bytes, and I/O wait, as a table.
+pub fn describe_access(stats: &[crate::db::TableAccess]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<20} {:<6} {:<12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>10}",
+        "table",
+        "file",
+        "tablespace",
+        "page reads",
+        "misses",
+        "dev reads",
+        "dev writes",
+        "read B",
+        "written B",
+        "I/O ms"
+    );
+    for s in stats {
+        for (file, space, st, ps) in [
+            ("heap", &s.heap_space, &s.heap, s.heap_page_size),
+            ("index", &s.index_space, &s.index, s.index_page_size),
+        ] {
+            let _ = writeln!(
+                out,
+                "{:<20} {:<6} {:<12} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>10.1}",
+                s.table,
+                file,
+                space,
+                st.hits + st.misses,
+                st.misses,
+                st.reads,
+                st.writes,
+                st.reads * ps,
+                st.writes * ps,
+                st.io_wait_ns as f64 / 1e6
+            );
+        }
+    }
+    out
 }
 
 /// Reads page `page_no` of device `file` (of `page_size` bytes) and decodes it. `schema`

@@ -22,8 +22,7 @@ use nvmedb::util::Rng;
 use nvmedb::xlog::XLogOpener;
 use nvmedb::{BufferSize, Database, FastLogOptions, LogKind, Options};
 use std::collections::BTreeMap;
-use std::time::Duration;
-use support::workload::{self, Bounds, Tables};
+use support::workload;
 use support::{kill, TmpDir};
 
 /// Kills per database.
@@ -71,34 +70,7 @@ fn kill9_child_entry() {
     let log = std::env::var("NVMEDB_KILL_LOG").unwrap_or_default();
     let (seed, threads) = (env("NVMEDB_KILL_WORKLOAD_SEED"), env("NVMEDB_KILL_THREADS"));
     let db = Database::open(&dir, options(&log)).expect("child opens the database");
-    let t = Tables::open(&db).expect("workload tables");
-    let committed = workload::committed(&t).expect("commit markers");
-    let out = std::sync::Mutex::new(std::io::stdout());
-    std::thread::scope(|s| {
-        for c in 0..threads {
-            let (db, t, out) = (&db, &t, &out);
-            let n = committed.get(&c).copied().unwrap_or(0);
-            s.spawn(move || {
-                let (mut model, _) = workload::replay(seed, c, n);
-                loop {
-                    let plan = workload::plan(seed, c, &model);
-                    workload::run(db, t, &plan)
-                        .unwrap_or_else(|e| panic!("child: client {c} transaction {}: {e}", plan.seq));
-                    use std::io::Write;
-                    let mut o = out.lock().unwrap();
-                    writeln!(o, "ACK {c} {}", plan.seq).unwrap();
-                    o.flush().unwrap();
-                    drop(o);
-                    workload::apply(&plan, &mut model);
-                }
-            });
-        }
-    });
-}
-
-fn parse_ack(line: &str) -> Option<(u64, u64)> {
-    let mut f = line.strip_prefix("ACK ")?.split_whitespace().map(|x| x.parse::<u64>().ok());
-    Some((f.next()??, f.next()??))
+    workload::run_clients(&db, seed, threads, None);
 }
 
 #[test]
@@ -154,7 +126,7 @@ fn run_kill9(log: &str) {
         let dir = db_dir.as_ref().expect("a database").path();
         let threads = rng.range(2, MAX_THREADS + 1);
         let kill_after = rng.range(1, 120);
-        let mut child = kill::spawn(
+        let child = kill::spawn(
             "kill9_child_entry",
             dir.to_str().expect("utf-8 path"),
             &[
@@ -163,32 +135,11 @@ fn run_kill9(log: &str) {
                 ("NVMEDB_KILL_THREADS", threads.to_string()),
             ],
         );
-        let mut acked: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut n = 0;
-        let mut note = |line: &str| -> u64 {
-            if let Some((c, s)) = parse_ack(line) {
-                let e = acked.entry(c).or_insert(0);
-                *e = (*e).max(s + 1);
-                n += 1;
-            }
-            n
-        };
-        child
-            .read_until(Duration::from_secs(120), |line| note(line) >= kill_after)
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        child
-            .kill(|line| {
-                note(line);
-            })
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        assert!(n > 0, "{ctx}: the child acknowledged nothing");
-        total_acks += n;
-        let bounds: BTreeMap<u64, Bounds> = (0..MAX_THREADS)
-            .map(|c| {
-                let floor = committed.get(&c).copied().unwrap_or(0).max(acked.get(&c).copied().unwrap_or(0));
-                (c, Bounds { floor, ceil: floor + u64::from(c < threads) })
-            })
-            .collect();
+        let mut acks = workload::Acks::default();
+        child.kill_after(kill_after, |line| acks.note(line)).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        assert!(acks.n > 0, "{ctx}: the child acknowledged nothing");
+        total_acks += acks.n;
+        let bounds = acks.bounds(&committed, MAX_THREADS, threads);
         // Recovery and the checks run with a roomy buffer (the child's is tiny on purpose).
         let roomy = Options {
             table_buffer: BufferSize::Bytes(64 << 20),
@@ -198,7 +149,10 @@ fn run_kill9(log: &str) {
         let db = Database::open(dir, roomy).unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
         let rep = db.recovery_report().clone();
         if std::env::var("NVMEDB_KILL_DEBUG").is_ok() {
-            eprintln!("{ctx}: threads {threads}, acked {acked:?}, before {committed:?}, recovery {rep:?}");
+            eprintln!(
+                "{ctx}: threads {threads}, acked {:?}, before {committed:?}, recovery {rep:?}",
+                acks.acked
+            );
         }
         let now = workload::verify(&db, workload_seed, &bounds).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         db.close().unwrap();

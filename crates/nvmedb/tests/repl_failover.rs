@@ -182,7 +182,7 @@ fn rounds(mode: &str, n: usize, iters: u64, seed: u64) -> (usize, usize) {
             })
             .collect();
         let addrs: Vec<String> = standbys.iter().map(|s| s.addr().to_string()).collect();
-        let mut child = kill::spawn(
+        let child = kill::spawn(
             "failover_child_entry",
             p.to_str().expect("utf-8 path"),
             &[
@@ -193,21 +193,14 @@ fn rounds(mode: &str, n: usize, iters: u64, seed: u64) -> (usize, usize) {
         );
         let kill_after = rng.range(1, 400) as usize;
         let mut acked = BTreeSet::new();
-        let mut note = |line: &str| {
+        let note = |line: &str| {
             if let Some(h) = line.strip_prefix("ACK ") {
                 acked.insert(h.parse::<i64>().unwrap());
             }
             acked.len()
         };
-        child
-            .read_until(Duration::from_secs(120), |l| note(l) >= kill_after)
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        // Acknowledgements already in the pipe count too.
-        child
-            .kill(|l| {
-                note(l);
-            })
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        // Acknowledgements still in the pipe at the kill count too.
+        child.kill_after(kill_after, note).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert!(!acked.is_empty(), "{ctx}: the child acknowledged nothing");
         // Promote the standby that holds the most (for quorum, the one the quorum guarantees).
         let best = (0..n).max_by_key(|&i| standbys[i].position()).unwrap();

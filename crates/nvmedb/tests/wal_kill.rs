@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use support::kill;
 use wal_common::payload;
 
@@ -85,13 +84,13 @@ fn wal_acknowledged_records_survive_kill_9() {
             support::replay(seed, iter + 1)
         );
         let kill_after = rng.range(1, 400) as usize;
-        let mut child = kill::spawn(
+        let child = kill::spawn(
             "wal_kill_child_entry",
             dir.to_str().expect("utf-8 path"),
             &[("NVMEDB_WAL_KILL_ITER", iter.to_string())],
         );
         let mut seen = 0;
-        let mut note = |line: &str| {
+        let note = |line: &str| {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.first() == Some(&"ack") && f.len() == 5 {
                 let v: Vec<u64> = f[1..].iter().map(|x| x.parse().unwrap()).collect();
@@ -100,14 +99,7 @@ fn wal_acknowledged_records_survive_kill_9() {
             }
             seen
         };
-        child
-            .read_until(Duration::from_secs(120), |l| note(l) >= kill_after)
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        child
-            .kill(|l| {
-                note(l);
-            })
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        child.kill_after(kill_after, note).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let (a, b) = storages(&dir);
         let got: BTreeMap<u64, Vec<u8>> = LogReader::open(a, b, 0)
             .unwrap_or_else(|e| panic!("{ctx}: open reader: {e}"))

@@ -151,28 +151,21 @@ fn xlog_kill9_recovers_every_acknowledged_byte() {
             "round {round} ({} cargo test -p nvmedb --test xlog_kill)",
             support::replay(seed, round + 1)
         );
-        let mut child = kill::spawn(
+        let child = kill::spawn(
             TEST_NAME,
             dir.to_str().expect("utf-8 path"),
             &[("XLOG_CHILD_SEED", (seed + round).to_string())],
         );
         let mut acks = 0;
         let kill_after = 100 + (seed.wrapping_add(round) % 400) as usize;
-        let mut note = |line: &str| {
+        let note = |line: &str| {
             if let Some(v) = line.strip_prefix("ACK ") {
                 max_ack = max_ack.max(v.trim().parse().expect("ack value"));
                 acks += 1;
             }
             acks
         };
-        child
-            .read_until(Duration::from_secs(120), |l| note(l) >= kill_after)
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        child
-            .kill(|l| {
-                note(l);
-            })
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        child.kill_after(kill_after, note).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         let dev = Arc::new(FileDev::open(&dir.join("conv")));
         let log = XLog::open(cfg(&dir), dev).expect("recover");
         let rep = log.recovery().clone();

@@ -31,6 +31,10 @@ pub struct InspectArgs {
     /// With --log: how many records to show.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
+    /// Per-table access statistics (page reads, misses, device reads and writes, bytes, I/O
+    /// wait), summed over the sessions that closed the database cleanly.
+    #[arg(long)]
+    pub stats: bool,
     /// With --log: the log mirror directory (default <dir>/wal-mirror).
     #[arg(long)]
     pub log_mirror_dir: Option<PathBuf>,
@@ -56,39 +60,38 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         return nvmedb::inspect::describe_log(p, m, a.from, a.limit)
             .map_err(CliError::engine("decoding the log"));
     }
-    // Opened without the log: inspection changes nothing (no recovery, no checkpoint).
-    let storage: Arc<dyn Storage> = Arc::new(
-        DirStorage::new(&a.dir, FileOptions::default())
-            .map_err(CliError::engine(format!("opening {}", a.dir.display())))?,
-    );
-    let opts = nvmedb::Options {
-        create_if_missing: false,
-        table_buffer: nvmedb::BufferSize::Bytes(1 << 20),
-        index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
-        ..Default::default()
-    };
-    let db = nvmedb::Database::open_with_storage(storage.clone(), opts)
-        .map_err(CliError::engine(format!("opening {}", a.dir.display())))?;
+    let db = open_without_log(&a.dir)?;
     let cat = db.catalog();
+    if a.stats {
+        let stats = db.access_stats_total().map_err(CliError::engine("reading the access statistics"))?;
+        return Ok(format!(
+            "access statistics of {} (sessions closed cleanly, summed)\n{}",
+            a.dir.display(),
+            nvmedb::inspect::describe_access(&stats)
+        ));
+    }
     let Some(name) = &a.table else {
-        return nvmedb::inspect::describe_database(&db, storage.as_ref())
-            .map_err(CliError::engine("describing the database"));
+        return nvmedb::inspect::describe_database(&db).map_err(CliError::engine("describing the database"));
     };
     let t = cat
         .tables
         .iter()
         .find(|t| &t.name == name)
         .ok_or_else(|| CliError::NoSuchTable { table: name.clone(), dir: a.dir.clone() })?;
+    let space = |heap: bool| {
+        db.tablespace_storage(if heap { &t.heap_space } else { &t.index_space })
+            .map_err(CliError::engine(format!("opening the tablespace of `{name}`")))
+    };
     match (a.heap_page, a.index_page) {
         (Some(p), None) => nvmedb::inspect::describe_page(
-            storage.as_ref(),
+            space(true)?.as_ref(),
             &nvmedb::db::heap_name(t.id),
             cat.table_page_size as usize,
             p,
             Some(&t.schema),
         ),
         (None, Some(p)) => nvmedb::inspect::describe_page(
-            storage.as_ref(),
+            space(false)?.as_ref(),
             &nvmedb::db::index_name(t.id),
             cat.index_page_size as usize,
             p,
@@ -102,6 +105,27 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         }
     }
     .map_err(CliError::engine(format!("decoding a page of `{name}`")))
+}
+
+/// Opens the database in `dir` without its log, with small buffers: nothing changes (no
+/// recovery, no checkpoint), for commands that only read (`inspect`, `advise`).
+pub fn open_without_log(dir: &std::path::Path) -> Result<nvmedb::Database, CliError> {
+    use nvmedb::io::{DirStorage, FileOptions};
+    if !dir.join(nvmedb::db::CATALOG_FILE).exists() {
+        return Err(CliError::NotADatabase { dir: dir.to_path_buf() });
+    }
+    let storage = std::sync::Arc::new(
+        DirStorage::new(dir, FileOptions::default())
+            .map_err(CliError::engine(format!("opening {}", dir.display())))?,
+    );
+    let opts = nvmedb::Options {
+        create_if_missing: false,
+        table_buffer: nvmedb::BufferSize::Bytes(1 << 20),
+        index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
+        ..Default::default()
+    };
+    nvmedb::Database::open_with_storage(storage, opts)
+        .map_err(CliError::engine(format!("opening {}", dir.display())))
 }
 
 /// Prints the description.

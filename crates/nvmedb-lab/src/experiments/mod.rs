@@ -4,15 +4,20 @@
 //! Owns: [`iobench`] (fio-like device benchmark), [`engine`] (buffer manager, tables, locks),
 //! [`commit`] (durable commits, the log alone, recovery), [`primitive`] (seed 000/001 primitive
 //! workload), [`xlog`] (seed 002 §6), [`ha`] (seed 000 Case B, seed 002 Fig. 13), [`tpch`]
-//! (seed 004: TPC-H Q3 under SHR-k and SEP). Invariant: an experiment imports shared pieces
-//! from `measure/`, `workload/` and `report/`, never from another experiment (iobench's
-//! [`iobench::measure`] is the device reference every experiment may call).
+//! (seed 004: TPC-H Q3 under SHR-k and SEP), [`tier`] (seed 003: TPC-C on storage tiers, the
+//! placement advisor) and [`cost`] (seed 000 §5.4: cost performance of the HA servers).
+//! Invariant: an experiment imports shared pieces from `measure/`, `workload/` and `report/`,
+//! never from another experiment, with two exceptions: iobench's [`iobench::measure`] is the
+//! device reference every experiment may call, and the TPC-C experiment's databases and points
+//! (`tpcc::setup`, `tpcc::point`) and results are what `tier` and `cost` build on.
 
 pub mod commit;
+pub mod cost;
 pub mod engine;
 pub mod ha;
 pub mod iobench;
 pub mod primitive;
+pub mod tier;
 pub mod tpcc;
 pub mod tpch;
 pub mod xlog;

@@ -20,13 +20,39 @@ use std::time::Instant;
 
 /// A registered file.
 struct FileEntry {
-    device: Arc<dyn Device>,
+    /// Replaced only by [`BufferPool::replace_device`] (a table moved to another tablespace).
+    device: RwLock<Arc<dyn Device>>,
     name: String,
+    /// This file's share of the pool's I/O counters (hits are in `BufferPool::file_hits`).
+    io: FileIo,
     next_page: AtomicU64,
     /// Set by [`BufferPool::drop_file`]: its pages are discarded instead of written back, and
     /// reads of it fail.
     dropped: std::sync::atomic::AtomicBool,
 }
+
+/// Device I/O of one file: the per-file share of the partitions' counters.
+#[derive(Default)]
+struct FileIo {
+    misses: AtomicU64,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    background_writes: AtomicU64,
+    io_wait_ns: AtomicU64,
+}
+
+impl FileEntry {
+    fn device(&self) -> Arc<dyn Device> {
+        self.device.read_locked().clone()
+    }
+}
+
+/// Per-file hit counters: `FILE_HIT_SHARDS` shards (chosen by thread slot, so threads rarely
+/// share a cache line) of `FILE_HIT_SLOTS` counters (chosen by file id modulo the slots: files
+/// whose ids are congruent share a counter).
+const FILE_HIT_SHARDS: usize = 16;
+/// See [`FILE_HIT_SHARDS`].
+pub const FILE_HIT_SLOTS: usize = 1024;
 
 /// One page-table lock (padded against false sharing).
 #[repr(align(128))]
@@ -126,8 +152,11 @@ impl Partition {
     }
 
     /// Counts a buffer hit in this thread's shard.
-    fn count_hit(&self) {
-        self.hits[THREAD_SLOT.with(|s| *s) % HIT_SHARDS].0.fetch_add(1, Relaxed);
+    fn count_hit(&self, file_hits: &[AtomicU64], file: u32) {
+        let slot = THREAD_SLOT.with(|s| *s);
+        self.hits[slot % HIT_SHARDS].0.fetch_add(1, Relaxed);
+        file_hits[(slot % FILE_HIT_SHARDS) * FILE_HIT_SLOTS + file as usize % FILE_HIT_SLOTS]
+            .fetch_add(1, Relaxed);
     }
 
     fn unpin(&self, i: usize) {
@@ -161,6 +190,8 @@ pub struct BufferPool {
     config: PoolConfig,
     parts: Box<[Partition]>,
     files: RwLock<Vec<Option<Arc<FileEntry>>>>,
+    /// Hits per file (see [`FILE_HIT_SHARDS`]).
+    file_hits: Box<[AtomicU64]>,
     gate: RwLock<Option<Arc<dyn WalGate>>>,
     writer: Mutex<Option<WriterHandle>>,
     /// The WAL hook receiving page changes, and this pool's tag in the log.
@@ -304,6 +335,7 @@ impl BufferPool {
             config,
             parts,
             files: RwLock::new(Vec::new()),
+            file_hits: (0..FILE_HIT_SHARDS * FILE_HIT_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             gate: RwLock::new(None),
             writer: Mutex::new(None),
             logger: std::sync::OnceLock::new(),
@@ -344,8 +376,9 @@ impl BufferPool {
             return Err(Error::AlreadyExists(format!("file id {file_id} is already registered")));
         }
         files[idx] = Some(Arc::new(FileEntry {
-            device,
+            device: RwLock::new(device),
             name,
+            io: FileIo::default(),
             next_page: AtomicU64::new(pages),
             dropped: std::sync::atomic::AtomicBool::new(false),
         }));
@@ -358,6 +391,51 @@ impl BufferPool {
     pub fn drop_file(&self, file_id: u32) -> Result<()> {
         self.file(file_id)?.dropped.store(true, Release);
         Ok(())
+    }
+
+    /// Puts file `file_id` on `device`, which must hold the same pages (a table moved to another
+    /// tablespace: the caller wrote every dirty page, copied the file and synced the copy, and
+    /// keeps changes away until this returns). Later reads and writes go to `device`.
+    pub fn replace_device(&self, file_id: u32, device: Arc<dyn Device>) -> Result<()> {
+        let file = self.file(file_id)?;
+        let pages = file.next_page.load(Acquire);
+        let have = device.capacity() / self.config.page_size as u64;
+        if have < pages {
+            return Err(Error::InvalidArgument(format!(
+                "{} has {have} pages but file {file_id} ({}) has {pages}: not a copy of it",
+                device.info().name,
+                file.name
+            )));
+        }
+        *file.device.write_locked() = device;
+        Ok(())
+    }
+
+    /// The device behind file `file_id`.
+    pub fn file_device(&self, file_id: u32) -> Result<Arc<dyn Device>> {
+        Ok(self.file(file_id)?.device())
+    }
+
+    /// File `file_id`'s share of [`BufferPool::stats`]: hits, misses, reads, writes, background
+    /// writes and I/O wait of its pages (evictions are counted per pool only). Summed over every
+    /// file ever registered, each counter equals the pool's. Hits of files whose ids are
+    /// congruent modulo [`FILE_HIT_SLOTS`] are counted together.
+    pub fn file_stats(&self, file_id: u32) -> Result<BufferStats> {
+        let file = self.file(file_id)?;
+        let slot = file_id as usize % FILE_HIT_SLOTS;
+        let hits =
+            (0..FILE_HIT_SHARDS).map(|s| self.file_hits[s * FILE_HIT_SLOTS + slot].load(Relaxed)).sum();
+        Ok(BufferStats {
+            hits,
+            misses: file.io.misses.load(Relaxed),
+            reads: file.io.reads.load(Relaxed),
+            writes: file.io.writes.load(Relaxed),
+            evictions: 0,
+            io_wait_ns: file.io.io_wait_ns.load(Relaxed),
+            background_writes: file.io.background_writes.load(Relaxed),
+            // Latch waits are counted per pool only.
+            ..BufferStats::default()
+        })
     }
 
     /// Number of pages file `file_id` has (including allocated pages not yet written).
@@ -407,12 +485,12 @@ impl BufferPool {
     }
 
     /// Counts a hit on frame `f` and raises its GCLOCK usage to the class weight.
-    fn record_hit(&self, part: &Partition, f: &super::frames::Frame, class: PageClass) {
+    fn record_hit(&self, part: &Partition, f: &super::frames::Frame, class: PageClass, file: u32) {
         let w = self.weight(class);
         if f.usage.load(Relaxed) < w {
             f.usage.store(w, Relaxed);
         }
-        part.count_hit();
+        part.count_hit(&self.file_hits, file);
     }
 
     /// A hint that the caller is about to fix `pid` and read the bytes at `offsets` of it: if
@@ -507,7 +585,7 @@ impl BufferPool {
                 if f.sticky.load(Acquire) && f.page_key.load(Acquire) == key {
                     let g = f.latch.read_locked();
                     if f.valid.load(Acquire) && f.page_key.load(Acquire) == key {
-                        part.count_hit();
+                        part.count_hit(&self.file_hits, pid.file);
                         return Ok(Fixed::Shared(PageRef {
                             part,
                             frame: i,
@@ -571,7 +649,7 @@ impl BufferPool {
                 let f = &part.arena.frames[i];
                 let prev = f.pins.fetch_add(1, AcqRel);
                 if prev & EVICTING == 0 && f.page_key.load(Acquire) == key {
-                    self.record_hit(part, f, class);
+                    self.record_hit(part, f, class, pid.file);
                     return Ok(i);
                 }
                 part.unpin(i);
@@ -584,7 +662,7 @@ impl BufferPool {
                     let f = &part.arena.frames[i as usize];
                     f.pins.fetch_add(1, AcqRel);
                     drop(map);
-                    self.record_hit(part, f, class);
+                    self.record_hit(part, f, class, pid.file);
                     return Ok(i as usize);
                 }
             }
@@ -620,7 +698,7 @@ impl BufferPool {
             // SAFETY: we hold the write latch of a frame we claimed.
             let bytes = unsafe { part.arena.bytes_mut(victim) };
             let start = Instant::now();
-            let loaded = file.device.read_at(offset, bytes).map_err(Error::from).and_then(|()| {
+            let loaded = file.device().read_at(offset, bytes).map_err(Error::from).and_then(|()| {
                 PageHeader::verify(bytes, &file.name, offset, pid.file, pid.page)?;
                 self.check_page_lsn(bytes, &file.name, offset, pid)
             });
@@ -628,6 +706,9 @@ impl BufferPool {
             crate::trace::record(crate::trace::TraceKind::DataRead, start, end);
             part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
             part.reads.fetch_add(1, Relaxed);
+            file.io.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
+            file.io.reads.fetch_add(1, Relaxed);
+            file.io.misses.fetch_add(1, Relaxed);
             match loaded {
                 Ok(()) => {
                     f.usage.store(self.weight(class), Relaxed);
@@ -792,15 +873,18 @@ impl BufferPool {
             PageHeader::seal(copy);
             let offset = pid.page * page_size as u64;
             let start = Instant::now();
-            let r = file.device.write_at(offset, copy);
+            let r = file.device().write_at(offset, copy);
             let end = Instant::now();
             crate::trace::record(crate::trace::TraceKind::DataWrite, start, end);
             part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
+            file.io.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
             match r {
                 Ok(()) => {
                     part.writes.fetch_add(1, Relaxed);
+                    file.io.writes.fetch_add(1, Relaxed);
                     if background {
                         part.background_writes.fetch_add(1, Relaxed);
+                        file.io.background_writes.fetch_add(1, Relaxed);
                     }
                     Ok(true)
                 }
@@ -881,7 +965,7 @@ impl BufferPool {
             if reqs.is_empty() {
                 Ok(())
             } else {
-                file.device.submit_batch(&mut reqs)
+                file.device().submit_batch(&mut reqs)
             }
         };
         let end_t = Instant::now();
@@ -889,6 +973,9 @@ impl BufferPool {
         part.io_wait_ns.fetch_add((end_t - start).as_nanos() as u64, Relaxed);
         part.reads.fetch_add(claimed.len() as u64, Relaxed);
         part.misses.fetch_add(claimed.len() as u64, Relaxed);
+        file.io.io_wait_ns.fetch_add((end_t - start).as_nanos() as u64, Relaxed);
+        file.io.reads.fetch_add(claimed.len() as u64, Relaxed);
+        file.io.misses.fetch_add(claimed.len() as u64, Relaxed);
         let mut first_err: Option<Error> = io_result.err().map(Error::from);
         let read = claimed.len();
         for (i, pid, wl) in claimed {
@@ -979,7 +1066,7 @@ impl BufferPool {
         }
         let files: Vec<Arc<FileEntry>> = self.files.read_locked().iter().flatten().cloned().collect();
         for file in files.iter().filter(|f| !f.dropped.load(Acquire)) {
-            file.device.sync()?;
+            file.device().sync()?;
         }
         Ok(())
     }

@@ -15,7 +15,7 @@
 use super::{heap_name, index_name, Database};
 use crate::btree::BTree;
 use crate::error::{Error, Result};
-use crate::table::catalog::TableMeta;
+use crate::table::catalog::{TableMeta, DEFAULT_TABLESPACE};
 use crate::table::{HeapFile, RowView, Schema, Table, Value};
 use crate::util::sync::{MutexExt, RwLockExt};
 
@@ -55,12 +55,23 @@ impl BulkLoad<'_> {
 }
 
 impl Database {
-    /// Creates table `id` called `name`: registers its files, creates its B+trees and writes
-    /// their roots to disk. The catalog does not name it yet.
-    fn new_table_files(&self, id: u32, name: &str, schema: Schema) -> Result<(Table, TableMeta)> {
-        let st = &self.inner.storage;
-        self.inner.table_pool.register_file(id, st.open(&heap_name(id), true)?)?;
-        self.inner.index_pool.register_file(id, st.open(&index_name(id), true)?)?;
+    /// Creates table `id` called `name` with its heap in tablespace `heap_space` and its indexes
+    /// in `index_space`: registers its files, creates its B+trees and writes their roots to
+    /// disk. The catalog does not name it yet.
+    fn new_table_files(
+        &self,
+        id: u32,
+        name: &str,
+        schema: Schema,
+        heap_space: &str,
+        index_space: &str,
+    ) -> Result<(Table, TableMeta)> {
+        let (heap_st, index_st) = {
+            let spaces = self.inner.spaces.read_locked();
+            (spaces.get(heap_space)?.clone(), spaces.get(index_space)?.clone())
+        };
+        self.inner.table_pool.register_file(id, heap_st.open(&heap_name(id), true)?)?;
+        self.inner.index_pool.register_file(id, index_st.open(&index_name(id), true)?)?;
         let primary = BTree::create(self.inner.index_pool.clone(), id)?;
         let mut index_roots = Vec::new();
         for _ in &schema.indexes {
@@ -68,8 +79,15 @@ impl Database {
         }
         // The catalog may only name roots that are on disk.
         self.inner.index_pool.flush_all()?;
-        let meta =
-            TableMeta { id, name: name.to_string(), schema, primary_root: primary.root(), index_roots };
+        let meta = TableMeta {
+            id,
+            name: name.to_string(),
+            schema,
+            primary_root: primary.root(),
+            index_roots,
+            heap_space: heap_space.to_string(),
+            index_space: index_space.to_string(),
+        };
         let heap = HeapFile::open(self.inner.table_pool.clone(), id, &heap_name(id))?;
         let secondaries =
             meta.index_roots.iter().map(|&r| BTree::open(self.inner.index_pool.clone(), id, r)).collect();
@@ -103,7 +121,7 @@ impl Database {
 
     /// Stores `next` as the catalog and logs it (standbys learn of table changes from the log;
     /// a commit that depends on it waits for a later position, so no wait here).
-    fn publish_catalog(
+    pub(super) fn publish_catalog(
         &self,
         cat: &mut (crate::table::catalog::CatalogStore, crate::table::catalog::CatalogData),
         next: crate::table::catalog::CatalogData,
@@ -117,15 +135,27 @@ impl Database {
         Ok(())
     }
 
-    /// Creates a table. Its name must be new.
+    /// Creates a table in the default tablespace. Its name must be new.
     pub fn create_table(&self, name: &str, schema: Schema) -> Result<Table> {
+        self.create_table_in(name, schema, DEFAULT_TABLESPACE, DEFAULT_TABLESPACE)
+    }
+
+    /// Creates a table with its heap in tablespace `heap_space` and its indexes in
+    /// `index_space` (see [`Database::create_tablespace`]). Its name must be new.
+    pub fn create_table_in(
+        &self,
+        name: &str,
+        schema: Schema,
+        heap_space: &str,
+        index_space: &str,
+    ) -> Result<Table> {
         let mut cat = self.inner.catalog.locked();
         self.check_new_table(name, &schema, cat.1.table_page_size)?;
         if cat.1.tables.iter().any(|t| t.name == name) {
             return Err(Error::AlreadyExists(format!("table `{name}`")));
         }
         let id = cat.1.next_table_id;
-        let (table, meta) = self.new_table_files(id, name, schema)?;
+        let (table, meta) = self.new_table_files(id, name, schema, heap_space, index_space)?;
         let mut next = cat.1.clone();
         next.next_table_id = id + 1;
         next.tables.push(meta);
@@ -134,14 +164,14 @@ impl Database {
         Ok(table)
     }
 
-    /// Forgets table `id`'s files: its buffered pages are discarded and the files deleted.
-    fn remove_table_files(&self, id: u32) -> Result<()> {
+    /// Forgets table `id`'s files, kept in tablespaces `heap_space` and `index_space`: its
+    /// buffered pages are discarded and the files deleted.
+    fn remove_table_files(&self, id: u32, heap_space: &str, index_space: &str) -> Result<()> {
         self.inner.table_pool.drop_file(id)?;
         self.inner.index_pool.drop_file(id)?;
-        for f in [heap_name(id), index_name(id)] {
-            self.inner.storage.remove(&f)?;
-        }
-        Ok(())
+        let spaces = self.inner.spaces.read_locked().clone();
+        spaces.get(heap_space)?.remove(&heap_name(id))?;
+        Ok(spaces.get(index_space)?.remove(&index_name(id))?)
     }
 
     /// Drops table `name`: one catalog update removes it (a crash before it leaves the table
@@ -154,14 +184,14 @@ impl Database {
                 Error::NotFound(format!("table `{name}` in {}", self.inner.storage.location()))
             })?;
             let mut next = cat.1.clone();
-            let id = next.tables.remove(pos).id;
+            let old = next.tables.remove(pos);
             self.publish_catalog(&mut cat, next)?;
-            id
+            old
         };
         if let Some(old) = self.inner.tables.write_locked().remove(name) {
             old.mark_dropped();
         }
-        self.remove_table_files(id)
+        self.remove_table_files(id.id, &id.heap_space, &id.index_space)
     }
 
     /// Replaces table `name` by a new table with `schema` (same name), filled by
@@ -191,6 +221,13 @@ impl Database {
         fill: impl FnOnce(&Table, &mut BulkLoad<'_>) -> Result<()>,
     ) -> Result<Table> {
         let old = self.table(name)?;
+        let (heap_space, index_space) = {
+            let cat = self.inner.catalog.locked();
+            let t = cat.1.tables.iter().find(|t| t.name == name).ok_or_else(|| {
+                Error::NotFound(format!("table `{name}` in {}", self.inner.storage.location()))
+            })?;
+            (t.heap_space.clone(), t.index_space.clone())
+        };
         let id = {
             let mut cat = self.inner.catalog.locked();
             self.check_new_table(name, &schema, cat.1.table_page_size)?;
@@ -201,7 +238,7 @@ impl Database {
             cat.1 = next;
             id
         };
-        let (table, meta) = self.new_table_files(id, name, schema)?;
+        let (table, meta) = self.new_table_files(id, name, schema, &heap_space, &index_space)?;
         let shared = self.inner.txn.clone();
         let txn = shared.begin();
         let mut load = BulkLoad { table: &table, txn, rows: 0 };
@@ -221,7 +258,7 @@ impl Database {
                 let _ = log.abort(txn);
             }
             table.mark_dropped();
-            let _ = self.remove_table_files(id);
+            let _ = self.remove_table_files(id, &heap_space, &index_space);
             return Err(e);
         }
         let old_id = {
@@ -230,13 +267,13 @@ impl Database {
                 Error::NotFound(format!("table `{name}` (dropped while it was being rebuilt)"))
             })?;
             let mut next = cat.1.clone();
-            let old_id = std::mem::replace(&mut next.tables[pos], meta).id;
+            let old = std::mem::replace(&mut next.tables[pos], meta);
             self.publish_catalog(&mut cat, next)?;
-            old_id
+            old
         };
         self.inner.tables.write_locked().insert(name.to_string(), table.clone());
         old.mark_dropped();
-        self.remove_table_files(old_id)?;
+        self.remove_table_files(old_id.id, &old_id.heap_space, &old_id.index_space)?;
         Ok(table)
     }
 }

@@ -8,12 +8,15 @@ use crate::btree::BTree;
 use crate::util::sync::{MutexExt, RwLockExt};
 mod ddl;
 mod recovery;
+mod tablespace;
 mod transaction;
 
+pub use crate::table::catalog::DEFAULT_TABLESPACE;
 pub use crate::table::files::{heap_name, index_name, CATALOG_FILE};
 pub use ddl::{convert_row, BulkLoad};
 pub use recovery::RecoveryReport;
-pub(crate) use recovery::{Redo, RedoPages};
+pub(crate) use recovery::{PageFiles, Redo, RedoPages};
+pub use tablespace::{parse_profile, TableAccess, TablespaceSpec, Tablespaces};
 pub use transaction::Transaction;
 
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
@@ -147,6 +150,10 @@ pub struct Options {
     /// recovers what the log still holds, checkpoints, and starts a new log above every page
     /// LSN (the old one no longer describes the pages).
     pub accept_lost_log: bool,
+    /// Storages of named tablespaces, by name (RAM or emulated devices the opener builds). A
+    /// tablespace the catalog names that is not supplied here is reopened from its catalog entry
+    /// (its directory, behind its profile).
+    pub tablespaces: Tablespaces,
 }
 
 impl Default for Options {
@@ -168,12 +175,15 @@ impl Default for Options {
             huge_pages: true,
             lock_free_hits: true,
             accept_lost_log: false,
+            tablespaces: Tablespaces::new(),
         }
     }
 }
 
 struct DbInner {
     storage: Arc<dyn Storage>,
+    /// Every tablespace's storage (the default one is `storage`).
+    spaces: RwLock<tablespace::Spaces>,
     table_pool: Arc<BufferPool>,
     index_pool: Arc<BufferPool>,
     catalog: Mutex<(CatalogStore, CatalogData)>,
@@ -209,15 +219,15 @@ impl std::fmt::Debug for Database {
 }
 
 /// The largest page LSN in the database's files (pages that are not valid are skipped).
-fn max_page_lsn(storage: &dyn Storage, data: &CatalogData) -> Result<u64> {
+fn max_page_lsn(spaces: &tablespace::Spaces, data: &CatalogData) -> Result<u64> {
     let mut max = 0;
     let mut buf = crate::io::AlignedBuf::new(1 << 20);
     for t in &data.tables {
-        for (name, ps) in [
-            (heap_name(t.id), data.table_page_size as usize),
-            (index_name(t.id), data.index_page_size as usize),
+        for (heap, name, ps) in [
+            (true, heap_name(t.id), data.table_page_size as usize),
+            (false, index_name(t.id), data.index_page_size as usize),
         ] {
-            let dev = storage.open(&name, true)?;
+            let dev = spaces.of(t, heap)?.open(&name, true)?;
             let cap = dev.capacity() / ps as u64 * ps as u64;
             let chunk = (buf.len() / ps * ps) as u64;
             let mut off = 0;
@@ -499,11 +509,13 @@ impl Database {
                     checkpoint_redo_lsn: 0,
                     checkpoint_undo_lsn: 0,
                     tables: Vec::new(),
+                    tablespaces: Vec::new(),
                 };
                 store.store(&d)?;
                 d
             }
         };
+        let spaces = tablespace::Spaces::open(storage.clone(), &data, &options.tablespaces)?;
         let started = std::time::Instant::now();
         let file_log = match log {
             Some(opener) => {
@@ -512,14 +524,14 @@ impl Database {
                     // A new log for an existing database (first use of a log, or a log that was
                     // reset): it must start above every page LSN on disk, or the WAL rule and
                     // redo would compare positions of two different logs.
-                    initial_lsn = max_page_lsn(storage.as_ref(), &data)?.max(data.checkpoint_redo_lsn) + 1;
+                    initial_lsn = max_page_lsn(&spaces, &data)?.max(data.checkpoint_redo_lsn) + 1;
                 }
                 Some(opener.open(initial_lsn)?)
             }
             None => None,
         };
         let (losers, max_txn, mut report) = match &file_log {
-            Some(fl) => recovery::redo(storage.as_ref(), &data, fl.as_ref(), options.accept_lost_log)?,
+            Some(fl) => recovery::redo(&spaces, &data, fl.as_ref(), options.accept_lost_log)?,
             None => Default::default(),
         };
         let tps = data.table_page_size as usize;
@@ -527,8 +539,8 @@ impl Database {
         let mut heap_bytes = 0;
         let mut index_bytes = 0;
         for t in &data.tables {
-            heap_bytes += storage.open(&heap_name(t.id), true)?.capacity();
-            index_bytes += storage.open(&index_name(t.id), true)?.capacity();
+            heap_bytes += spaces.of(t, true)?.open(&heap_name(t.id), true)?.capacity();
+            index_bytes += spaces.of(t, false)?.open(&index_name(t.id), true)?.capacity();
         }
         let mut tcfg =
             PoolConfig::new(tps, frames_for(options.table_buffer, tps, heap_bytes, "table_buffer")?);
@@ -559,21 +571,14 @@ impl Database {
         let mut tables = HashMap::new();
         let mut by_id = HashMap::new();
         for t in &data.tables {
-            let table = Self::attach(&storage, &table_pool, &index_pool, t, txn.clone())?;
+            let table = Self::attach(&spaces, &table_pool, &index_pool, t, txn.clone())?;
             by_id.insert(t.id, table.clone());
             tables.insert(t.name.clone(), table);
         }
-        // Files of tables that are not in the catalog: dropped (the drop stopped before
-        // deleting them) or rebuilt copies that were never switched in.
-        for f in storage.list()? {
-            let id = f
-                .strip_prefix('t')
-                .and_then(|r| r.strip_suffix(".heap").or_else(|| r.strip_suffix(".idx")))
-                .and_then(|n| n.parse::<u32>().ok());
-            if id.is_some_and(|id| !by_id.contains_key(&id)) {
-                storage.remove(&f)?;
-            }
-        }
+        // Files of tables that are not in the catalog, or not where it places them: dropped (the
+        // drop stopped before deleting them), rebuilt copies that were never switched in, and
+        // either side of an interrupted move.
+        spaces.remove_strays(&data)?;
         // Undo what unfinished transactions did, newest first.
         if let Some(t) = &txn_log {
             for (&id, ops) in losers.iter().rev() {
@@ -604,6 +609,7 @@ impl Database {
         let db = Self {
             inner: Arc::new(DbInner {
                 storage,
+                spaces: RwLock::new(spaces),
                 table_pool,
                 index_pool,
                 catalog: Mutex::new((store, data)),
@@ -691,14 +697,14 @@ impl Database {
     }
 
     fn attach(
-        storage: &Arc<dyn Storage>,
+        spaces: &tablespace::Spaces,
         table_pool: &Arc<BufferPool>,
         index_pool: &Arc<BufferPool>,
         t: &TableMeta,
         txn: Arc<TxnShared>,
     ) -> Result<Table> {
-        table_pool.register_file(t.id, storage.open(&heap_name(t.id), true)?)?;
-        index_pool.register_file(t.id, storage.open(&index_name(t.id), true)?)?;
+        table_pool.register_file(t.id, spaces.of(t, true)?.open(&heap_name(t.id), true)?)?;
+        index_pool.register_file(t.id, spaces.of(t, false)?.open(&index_name(t.id), true)?)?;
         let heap = HeapFile::open(table_pool.clone(), t.id, &heap_name(t.id))?;
         let primary = BTree::open(index_pool.clone(), t.id, t.primary_root);
         let secondaries = t.index_roots.iter().map(|&r| BTree::open(index_pool.clone(), t.id, r)).collect();
@@ -756,6 +762,7 @@ impl Database {
     /// Checkpoints (or flushes, without a log) and closes this handle (other clones stay
     /// usable).
     pub fn close(self) -> Result<()> {
-        self.checkpoint()
+        self.checkpoint()?;
+        self.save_access_stats()
     }
 }

@@ -71,12 +71,21 @@ pub(crate) enum Redo {
     Unappliable,
 }
 
+/// Where [`RedoPages`] finds a data file.
+#[derive(Clone, Copy)]
+pub(crate) enum PageFiles<'a> {
+    /// Every data file is in one storage (a standby's data directory).
+    One(&'a dyn Storage),
+    /// Each table's files are in the tablespaces the catalog names for them.
+    Placed(&'a super::tablespace::Spaces, &'a CatalogData),
+}
+
 /// Pages being redone, shared by crash recovery and a standby's continuous redo: each page is
 /// read once from its data file, changed in memory, and written back in page order.
 /// Invariant: a page's bytes change only through [`RedoPages::apply`], which applies a change
 /// only to a page below the change's LSN, so applying a record twice changes nothing.
 pub(crate) struct RedoPages<'a> {
-    storage: &'a dyn Storage,
+    files: PageFiles<'a>,
     /// Pages must not be newer than this (the end of the log), unless a lost log was accepted.
     lsn_limit: u64,
     capacity: usize,
@@ -85,11 +94,11 @@ pub(crate) struct RedoPages<'a> {
 }
 
 impl<'a> RedoPages<'a> {
-    /// Pages of the data files in `storage`, at most `capacity` of them before
+    /// Pages of the data files `files` holds, at most `capacity` of them before
     /// [`RedoPages::needs_room`] says so; a page read with an LSN above `lsn_limit` is
     /// corruption (`u64::MAX` accepts any).
-    pub(crate) fn new(storage: &'a dyn Storage, lsn_limit: u64, capacity: usize) -> Self {
-        Self { storage, lsn_limit, capacity, pages: HashMap::new(), devices: HashMap::new() }
+    pub(crate) fn new(files: PageFiles<'a>, lsn_limit: u64, capacity: usize) -> Self {
+        Self { files, lsn_limit, capacity, pages: HashMap::new(), devices: HashMap::new() }
     }
 
     fn device(&mut self, tag: u8, file: u32) -> Result<Arc<dyn Device>> {
@@ -97,7 +106,10 @@ impl<'a> RedoPages<'a> {
             return Ok(d.clone());
         }
         let name = if tag == TAG_TABLE { heap_name(file) } else { index_name(file) };
-        let d = self.storage.open(&name, true)?;
+        let d = match self.files {
+            PageFiles::One(storage) => storage.open(&name, true)?,
+            PageFiles::Placed(spaces, catalog) => spaces.for_file(catalog, tag, file)?.open(&name, true)?,
+        };
         self.devices.insert((tag, file), d.clone());
         Ok(d)
     }
@@ -194,7 +206,7 @@ impl<'a> RedoPages<'a> {
 /// Redo pass. Returns the unfinished transactions, the largest transaction id seen, and a
 /// report (undo counters filled in by the caller).
 pub(crate) fn redo(
-    storage: &dyn Storage,
+    spaces: &super::tablespace::Spaces,
     catalog: &CatalogData,
     log: &dyn RecordLog,
     accept_lost_log: bool,
@@ -225,8 +237,11 @@ pub(crate) fn redo(
     let redo_from = catalog.checkpoint_redo_lsn.max(recovered.start_lsn).min(log_end);
     let read_from = catalog.checkpoint_undo_lsn.max(recovered.start_lsn).min(redo_from);
     let mut report = RecoveryReport { redo_from, log_end: recovered.end_lsn, ..Default::default() };
-    let mut cache =
-        RedoPages::new(storage, if accept_lost_log { u64::MAX } else { log_end }, REDO_CACHE_PAGES);
+    let mut cache = RedoPages::new(
+        PageFiles::Placed(spaces, catalog),
+        if accept_lost_log { u64::MAX } else { log_end },
+        REDO_CACHE_PAGES,
+    );
     let (table_page, index_page) = (catalog.table_page_size as usize, catalog.index_page_size as usize);
     let live: std::collections::HashSet<u32> = catalog.tables.iter().map(|t| t.id).collect();
     let mut ops: Losers = BTreeMap::new();

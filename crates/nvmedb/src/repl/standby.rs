@@ -30,7 +30,7 @@ use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::ReplError;
 use crate::buffer::mtr::decode_mtr;
-use crate::db::{Redo, RedoPages};
+use crate::db::{PageFiles, Redo, RedoPages};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, MemDevice, Storage};
 use crate::page::PageHeader;
@@ -1176,7 +1176,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut tail: TailReader = sh.log.tail()?;
     let mut held: Option<(super::ShippedRecord, u64)> = None;
     let mut gen = sh.apply_gen.load(Ordering::Acquire);
-    let mut pages = RedoPages::new(sh.storage.as_ref(), u64::MAX, APPLY_CACHE_PAGES);
+    let mut pages = RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES);
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
     let mut last_write_back = std::time::Instant::now();

@@ -10,7 +10,9 @@
 //! its name, a type tag byte (1 int, 2 char, 3 bytes, 4 int32, 5 int16, 6 double, 7 bool,
 //! 8 timestamp, 9 numeric, 10 text; high bit: nullable) and a u32 argument (length, or
 //! precision << 8 | scale); an index is its name, its column number (high bit: unique) and
-//! its root page.
+//! its root page. A catalog whose tables all live in the default tablespace ends there (the
+//! original layout); otherwise a trailer follows: the tablespaces (name, location, profile)
+//! and, per table in order, the tablespace of its heap and of its indexes.
 
 use super::schema::{Column, ColumnType, IndexDef, Schema};
 use crate::error::{Error, Result};
@@ -39,6 +41,25 @@ pub struct TableMeta {
     pub primary_root: u64,
     /// Root pages of the secondary indexes, in `schema.indexes` order.
     pub index_roots: Vec<u64>,
+    /// Tablespace holding the heap file ([`DEFAULT_TABLESPACE`] unless placed elsewhere).
+    pub heap_space: String,
+    /// Tablespace holding the index file (all of the table's indexes).
+    pub index_space: String,
+}
+
+/// The tablespace every database has: its own directory (or storage).
+pub const DEFAULT_TABLESPACE: &str = "default";
+
+/// Persistent description of a named tablespace (other than the default one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablespaceMeta {
+    /// Its name.
+    pub name: String,
+    /// Where its files live: a directory, or the location of a storage the opener supplies.
+    pub location: String,
+    /// The emulated device profile in front of it: a built-in profile name followed by
+    /// `key=value` overrides, separated by spaces; empty when the directory is used as it is.
+    pub profile: String,
 }
 
 /// The whole catalog.
@@ -56,6 +77,8 @@ pub struct CatalogData {
     pub checkpoint_undo_lsn: u64,
     /// Tables.
     pub tables: Vec<TableMeta>,
+    /// Named tablespaces besides the default one.
+    pub tablespaces: Vec<TablespaceMeta>,
 }
 
 fn encode(c: &CatalogData) -> Vec<u8> {
@@ -97,6 +120,20 @@ fn encode(c: &CatalogData) -> Vec<u8> {
         }
         w.u64(t.primary_root);
     }
+    let placed =
+        c.tables.iter().any(|t| t.heap_space != DEFAULT_TABLESPACE || t.index_space != DEFAULT_TABLESPACE);
+    if placed || !c.tablespaces.is_empty() {
+        w.u16(c.tablespaces.len() as u16);
+        for s in &c.tablespaces {
+            w.str16(&s.name);
+            w.str16(&s.location);
+            w.str16(&s.profile);
+        }
+        for t in &c.tables {
+            w.str16(&t.heap_space);
+            w.str16(&t.index_space);
+        }
+    }
     out
 }
 
@@ -109,6 +146,7 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
         checkpoint_redo_lsn: r.u64()?,
         checkpoint_undo_lsn: r.u64()?,
         tables: Vec::new(),
+        tablespaces: Vec::new(),
     };
     let n = r.u32()?;
     for _ in 0..n {
@@ -157,7 +195,22 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
             schema: Schema { columns, primary_key, indexes },
             primary_root,
             index_roots,
+            heap_space: DEFAULT_TABLESPACE.into(),
+            index_space: DEFAULT_TABLESPACE.into(),
         });
+    }
+    if r.remaining() > 0 {
+        for _ in 0..r.u16()? {
+            c.tablespaces.push(TablespaceMeta {
+                name: r.str16()?,
+                location: r.str16()?,
+                profile: r.str16()?,
+            });
+        }
+        for t in &mut c.tables {
+            t.heap_space = r.str16()?;
+            t.index_space = r.str16()?;
+        }
     }
     if r.remaining() != 0 {
         return None;
@@ -174,6 +227,17 @@ pub fn validate(c: &CatalogData) -> std::result::Result<(), String> {
         }
     }
     let max_row = crate::page::slotted::max_record_len(c.table_page_size as usize);
+    for (i, s) in c.tablespaces.iter().enumerate() {
+        if s.name.is_empty()
+            || s.name == DEFAULT_TABLESPACE
+            || c.tablespaces[..i].iter().any(|o| o.name == s.name)
+        {
+            return Err(format!(
+                "tablespace {i} (`{}`) is unnamed, not unique or named `{DEFAULT_TABLESPACE}`",
+                s.name
+            ));
+        }
+    }
     for (i, t) in c.tables.iter().enumerate() {
         let name = &t.name;
         if name.is_empty() || c.tables[..i].iter().any(|o| o.name == *name || o.id == t.id) {
@@ -189,6 +253,13 @@ pub fn validate(c: &CatalogData) -> std::result::Result<(), String> {
                 t.schema.max_row_bytes(),
                 c.table_page_size
             ));
+        }
+        for space in [&t.heap_space, &t.index_space] {
+            if space != DEFAULT_TABLESPACE && !c.tablespaces.iter().any(|s| s.name == *space) {
+                return Err(format!(
+                    "table `{name}` is placed in tablespace `{space}`, which the catalog does not name"
+                ));
+            }
         }
         if t.index_roots.len() != t.schema.indexes.len() {
             return Err(format!(
@@ -353,8 +424,19 @@ mod tests {
                     schema: schema.clone(),
                     primary_root: 0,
                     index_roots: vec![1, 2],
+                    heap_space: if i % 2 == 1 { "fast".into() } else { DEFAULT_TABLESPACE.into() },
+                    index_space: DEFAULT_TABLESPACE.into(),
                 })
                 .collect(),
+            tablespaces: if n > 1 {
+                vec![TablespaceMeta {
+                    name: "fast".into(),
+                    location: "/mnt/fast".into(),
+                    profile: "optane".into(),
+                }]
+            } else {
+                Vec::new()
+            },
         }
     }
 

@@ -19,6 +19,17 @@ pub fn index_name(id: u32) -> String {
     format!("t{id}.idx")
 }
 
+/// The table id of a heap (`Some((id, true))`) or index (`Some((id, false))`) file name, `None`
+/// for any other name.
+pub fn parse_table_file(name: &str) -> Option<(u32, bool)> {
+    let rest = name.strip_prefix('t')?;
+    let (id, heap) = match rest.strip_suffix(".heap") {
+        Some(id) => (id, true),
+        None => (rest.strip_suffix(".idx")?, false),
+    };
+    id.parse().ok().map(|id| (id, heap))
+}
+
 /// True for the files that hold a database's data (catalog, heaps, indexes), as opposed to
 /// logs and lock files.
 pub fn is_data_file(name: &str) -> bool {
@@ -37,5 +48,10 @@ mod tests {
             assert!(is_data_file(&n), "{n}");
         }
         assert!(!is_data_file("LOCK") && !is_data_file("wal.0001"));
+        assert_eq!(parse_table_file(&heap_name(12)), Some((12, true)));
+        assert_eq!(parse_table_file(&index_name(0)), Some((0, false)));
+        for other in [CATALOG_FILE, "tx.heap", "t1.heapx", "wal.0001", "t.idx"] {
+            assert_eq!(parse_table_file(other), None, "{other}");
+        }
     }
 }

@@ -131,6 +131,15 @@ impl TxnShared {
         Ok(g)
     }
 
+    /// Keeps every change out until the guard is dropped (the changes in progress finish
+    /// first): a table moving between tablespaces must have no page dirtied while its file is
+    /// copied. Fails with `Closed` once the database is closed.
+    pub(crate) fn quiesce(&self) -> Result<std::sync::RwLockWriteGuard<'_, ()>> {
+        let g = self.gate.write_locked();
+        self.check_open()?;
+        Ok(g)
+    }
+
     /// Marks the database closed once the changes in progress have finished.
     pub(crate) fn close(&self) {
         let _all = self.gate.write_locked();

@@ -39,6 +39,8 @@ pub fn valid_catalog() -> Vec<u8> {
         schema: schema.clone(),
         primary_root: 0,
         index_roots: vec![1],
+        heap_space: "default".into(),
+        index_space: if id == 1 { "fast".into() } else { "default".into() },
     };
     encode_catalog(&CatalogData {
         table_page_size: 16384,
@@ -47,6 +49,11 @@ pub fn valid_catalog() -> Vec<u8> {
         checkpoint_redo_lsn: 4096,
         checkpoint_undo_lsn: 4000,
         tables: vec![t(0), t(1)],
+        tablespaces: vec![nvmedb::table::catalog::TablespaceMeta {
+            name: "fast".into(),
+            location: "/mnt/fast".into(),
+            profile: "optane".into(),
+        }],
     })
 }
 

@@ -12,6 +12,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
+/// How long a child may print nothing before [`KillChild::kill_after`] takes it for hung.
+pub const STALL: Duration = Duration::from_secs(120);
+
 /// Set in a child's environment: the role the parent gave it (often a directory).
 pub const CHILD_ENV: &str = "NVMEDB_TEST_CHILD";
 
@@ -86,6 +89,17 @@ impl KillChild {
                 }
             }
         }
+    }
+
+    /// Passes each line the child prints to `note`, which returns how many acknowledgements it
+    /// has counted; once that reaches `n`, kills the child with SIGKILL and passes on the lines
+    /// still in the pipe. Fails as [`read_until`](Self::read_until) (stall: [`STALL`]) and
+    /// [`kill`](Self::kill) do.
+    pub fn kill_after<N: PartialOrd>(mut self, n: N, mut note: impl FnMut(&str) -> N) -> Result<(), String> {
+        self.read_until(STALL, |l| note(l) >= n)?;
+        self.kill(|l| {
+            note(l);
+        })
     }
 
     /// Kills the child with SIGKILL, then passes the lines still in the pipe to `f`. Fails if

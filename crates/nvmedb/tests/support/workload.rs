@@ -511,3 +511,86 @@ pub fn verify(
     }
     Ok(n)
 }
+
+/// What runs beside a crash test's clients, given the line printer they share.
+pub type Beside<'a> = dyn Fn(&dyn Fn(String)) + Sync + 'a;
+
+/// A crash test's child: `clients` threads each run the workload's transactions from where the
+/// commit markers say the client stopped, printing `ACK <client> <seq>` (flushed) after each
+/// commit, until the process is killed; `beside`, when given, runs on a thread of its own next
+/// to them with the same printer (a test that moves tables or checkpoints while clients run).
+pub fn run_clients(db: &Database, seed: u64, clients: u64, beside: Option<&Beside<'_>>) {
+    let t = Tables::open(db).expect("workload tables");
+    let committed = committed(&t).expect("commit markers");
+    let out = std::sync::Mutex::new(std::io::stdout());
+    let say = |s: String| {
+        use std::io::Write;
+        let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+        writeln!(o, "{s}").expect("stdout");
+        o.flush().expect("stdout");
+    };
+    std::thread::scope(|s| {
+        for c in 0..clients {
+            let (t, say) = (&t, &say);
+            let n = committed.get(&c).copied().unwrap_or(0);
+            s.spawn(move || {
+                let (mut model, _) = replay(seed, c, n);
+                loop {
+                    let plan = plan(seed, c, &model);
+                    run(db, t, &plan)
+                        .unwrap_or_else(|e| panic!("child: client {c} transaction {}: {e}", plan.seq));
+                    say(format!("ACK {c} {}", plan.seq));
+                    apply(&plan, &mut model);
+                }
+            });
+        }
+        if let Some(f) = beside {
+            let say = &say;
+            s.spawn(move || f(say));
+        }
+    });
+}
+
+/// The acknowledgements a crash test's child printed (`ACK <client> <seq>` lines, as
+/// [`run_clients`] prints them).
+#[derive(Debug, Default, Clone)]
+pub struct Acks {
+    /// Per client, one more than the highest transaction acknowledged.
+    pub acked: BTreeMap<u64, u64>,
+    /// Acknowledgements read.
+    pub n: u64,
+}
+
+impl Acks {
+    /// Counts `line` if it is an acknowledgement; returns the count so far.
+    pub fn note(&mut self, line: &str) -> u64 {
+        let mut f = line
+            .strip_prefix("ACK ")
+            .into_iter()
+            .flat_map(|r| r.split_whitespace().map(|x| x.parse::<u64>().ok()));
+        if let (Some(Some(c)), Some(Some(s))) = (f.next(), f.next()) {
+            let e = self.acked.entry(c).or_insert(0);
+            *e = (*e).max(s + 1);
+            self.n += 1;
+        }
+        self.n
+    }
+
+    /// What each of clients `0..clients` may have committed after the kill, given what was
+    /// `committed` before this child ran: at least the larger of that and what it acknowledged,
+    /// at most one more for each of the first `running` clients (a transaction in flight).
+    pub fn bounds(
+        &self,
+        committed: &BTreeMap<u64, u64>,
+        clients: u64,
+        running: u64,
+    ) -> BTreeMap<u64, Bounds> {
+        (0..clients)
+            .map(|c| {
+                let floor =
+                    committed.get(&c).copied().unwrap_or(0).max(self.acked.get(&c).copied().unwrap_or(0));
+                (c, Bounds { floor, ceil: floor + u64::from(c < running) })
+            })
+            .collect()
+    }
+}

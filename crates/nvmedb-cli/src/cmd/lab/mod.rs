@@ -9,9 +9,11 @@
 //! one line in `replot`). `lab report` writes the whole-lab page (`nvmedb_lab::page`).
 
 mod commit;
+mod cost;
 mod engine;
 mod ha;
 mod primitive;
+pub mod tier;
 mod tpcc;
 mod tpch;
 mod xlog;
@@ -88,6 +90,15 @@ pub enum LabCommand {
     /// log kinds and HA; `--case-c` runs seed 000 Case C (Fig. 7); `--check DIR` checks a
     /// database's consistency conditions. Default: 4 warehouses, 4 terminals, a few minutes.
     Tpcc(Box<tpcc::TpccArgs>),
+    /// Seed 003 Figs. 4 and 6: TPC-C with its tables on emulated HDD, NAND, Optane and DRAM
+    /// tiers (all on one, H1-H5, the placement advisor's choice) and the real disk; throughput,
+    /// cost, throughput per cost, predicted vs measured. Default: a few minutes;
+    /// `--paper-scale` for seed 003's scale.
+    Tier(Box<tier::TierArgs>),
+    /// Seed 000 §5.4 / Fig. 11: cost and cost-performance of the HA configurations (low- and
+    /// mid-latency SSD, SAN, all in memory) from a `lab tpcc --case-c` run and the seed's
+    /// server configurations, next to the paper's 1.4×.
+    Cost(cost::CostArgs),
 }
 
 /// Runs a lab subcommand.
@@ -101,13 +112,15 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Tpch(a) => run(a),
         LabCommand::Replot { dir } => replot(dir),
         LabCommand::Tpcc(a) => tpcc::run(a),
+        LabCommand::Tier(a) => run(a.as_ref()),
+        LabCommand::Cost(a) => run(a),
         LabCommand::Report { results, out } => report(results, out.as_deref()),
     }
 }
 
 /// Redraws the report of the run in `dir`, whichever experiment it is.
 fn replot(dir: &Path) -> Result<(), CliError> {
-    use nvmedb_lab::experiments::{commit, engine, ha, iobench, primitive, tpch, xlog};
+    use nvmedb_lab::experiments::{commit, cost, engine, ha, iobench, primitive, tier, tpch, xlog};
     let name = experiment::recorded_experiment(dir)?;
     let summary = match name.as_str() {
         n if n == primitive::Primitive::NAME => experiment::replot::<primitive::Primitive>(dir)?,
@@ -117,6 +130,8 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == ha::Ha::NAME => experiment::replot::<ha::Ha>(dir)?,
         n if n == iobench::IoBench::NAME => experiment::replot::<iobench::IoBench>(dir)?,
         n if n == tpch::TpchBench::NAME => experiment::replot::<tpch::TpchBench>(dir)?,
+        n if n == tier::Tier::NAME => experiment::replot::<tier::Tier>(dir)?,
+        n if n == cost::Cost::NAME => experiment::replot::<cost::Cost>(dir)?,
         other => {
             return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
         }
@@ -151,6 +166,8 @@ impl LabCommand {
             LabCommand::Tpch(_) => "lab tpch",
             LabCommand::Replot { .. } => "lab replot",
             LabCommand::Tpcc(_) => "lab tpcc",
+            LabCommand::Tier(_) => "lab tier",
+            LabCommand::Cost(_) => "lab cost",
             LabCommand::Report { .. } => "lab report",
         }
     }
@@ -174,7 +191,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch"] {
+        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "tier", "cost"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }

@@ -15,9 +15,9 @@
 //! one the engine saw; a point whose database fails a consistency condition fails the run.
 
 mod check;
-mod point;
-mod report;
-mod setup;
+pub(crate) mod point;
+pub(crate) mod report;
+pub(crate) mod setup;
 
 pub use check::check_dir;
 
@@ -445,7 +445,7 @@ pub struct TpccResults {
 }
 
 /// The 1-minute load average (0 if unknown).
-fn load_average() -> f64 {
+pub(crate) fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))

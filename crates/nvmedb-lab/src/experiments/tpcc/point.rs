@@ -17,7 +17,7 @@ use crate::workload::tpcc::txn::{execute_with_retries, Context, TxnOutput};
 use crate::workload::tpcc::{check_consistency, NuConstants, Terminal, TpccRng, TxnKind};
 use nvmedb::trace::{self, Trace, TraceConfig, TraceKind};
 use nvmedb::txn::LockStats;
-use nvmedb::{BufferStats, Database};
+use nvmedb::{BufferStats, Database, TableAccess};
 use std::time::{Duration, Instant};
 
 /// Attempts a transaction gets before a deadlock or lock-timeout streak fails the point.
@@ -29,6 +29,8 @@ pub struct PointOutcome {
     pub result: PointResult,
     /// The trace of its window, when traced.
     pub trace: Option<Trace>,
+    /// Every table's access statistics in the window (differences across it).
+    pub tables: Vec<TableAccess>,
 }
 
 /// One terminal's state.
@@ -46,6 +48,8 @@ struct Counters<'a> {
     traced: bool,
     at_open: Option<(BufferStats, BufferStats, u64, LockStats)>,
     delta: Option<(BufferStats, BufferStats, u64, LockStats)>,
+    tables_at_open: Vec<TableAccess>,
+    tables: Vec<TableAccess>,
 }
 
 impl Counters<'_> {
@@ -58,6 +62,7 @@ impl Counters<'_> {
 
 impl WindowHooks for Counters<'_> {
     fn opened(&mut self) {
+        self.tables_at_open = self.db.access_stats().unwrap_or_default();
         self.at_open = Some(self.snapshot());
         if self.traced {
             trace::start(TraceConfig { capacity_per_thread: 1 << 18 });
@@ -77,6 +82,14 @@ impl WindowHooks for Counters<'_> {
                 ..l1
             };
             self.delta = Some((t1.since(&t0), i1.since(&i0), log1.saturating_sub(log0), locks));
+            let now = self.db.access_stats().unwrap_or_default();
+            self.tables = now
+                .iter()
+                .map(|t| match self.tables_at_open.iter().find(|o| o.id == t.id) {
+                    Some(o) => t.since(o),
+                    None => t.clone(),
+                })
+                .collect();
         }
     }
 }
@@ -100,11 +113,37 @@ pub fn run(
     traced: bool,
 ) -> Result<PointOutcome> {
     let open = setup::open_point(cfg, t, dev, pct, seed)?;
+    let out = measure(cfg, t, open, (&dev.kind.name(), &dev.report.label), pct, rep, seed, traced)?;
+    dev.clean_point()?;
+    Ok(out)
+}
+
+/// Measures an open point (`device`: short name and label for its row): the terminals for the
+/// warm-up and the window (traced when `traced`), the consistency check; the database is closed
+/// (dropped without a checkpoint) before it returns.
+#[allow(clippy::too_many_arguments)]
+pub fn measure(
+    cfg: &TpccConfig,
+    t: &Template,
+    open: setup::OpenPoint,
+    device: (&str, &str),
+    pct: f64,
+    rep: usize,
+    seed: u64,
+    traced: bool,
+) -> Result<PointOutcome> {
     let buffer_bytes = open.buffer_bytes;
     let ctx = Context::new(open.db.clone(), open.tables.clone())?;
     let run_constants = NuConstants::for_run(&t.load.constants, &mut TpccRng::new(seed ^ 0xC0));
     let scale = t.load.scale;
-    let mut counters = Counters { db: &open.db, traced, at_open: None, delta: None };
+    let mut counters = Counters {
+        db: &open.db,
+        traced,
+        at_open: None,
+        delta: None,
+        tables_at_open: Vec::new(),
+        tables: Vec::new(),
+    };
     let workers = Workers::new(
         "TPC-C terminals",
         cfg.clients,
@@ -150,6 +189,7 @@ pub fn run(
         &mut counters,
     )?;
     let trace = traced.then(trace::collect);
+    let tables_window = std::mem::take(&mut counters.tables);
     let (table_stats, index_stats, log_bytes, locks) =
         counters.delta.take().ok_or_else(|| LabError::Inconsistent {
             what: "the point's window".into(),
@@ -163,7 +203,6 @@ pub fn run(
     drop(tables);
     drop(db);
     drop(repl);
-    dev.clean_point()?;
 
     let mut latency: [LatencyHistogram; 5] = Default::default();
     let (mut rollbacks, mut deadlocks, mut timeouts) = (0, 0, 0);
@@ -181,8 +220,8 @@ pub fn run(
     let per_type = TxnKind::ALL.map(|k| latency[k.index()].len());
     let q = |p: f64| TxnKind::ALL.map(|k| latency[k.index()].quantile_us(p));
     let mut result = PointResult {
-        device: dev.kind.name(),
-        device_label: dev.report.label.clone(),
+        device: device.0.to_string(),
+        device_label: device.1.to_string(),
         ha: cfg.ha.name().into(),
         buffer_pct: pct,
         buffer_bytes,
@@ -217,5 +256,5 @@ pub fn run(
         limit: String::new(),
     };
     result.limit = report::limit(&result, &table_stats);
-    Ok(PointOutcome { result, trace })
+    Ok(PointOutcome { result, trace, tables: tables_window })
 }

@@ -419,6 +419,25 @@ fn case_c_text(c: &CaseC) -> String {
     s
 }
 
+/// The first lines of a TPC-C summary: the command and title, the machine, the load, and the
+/// machine's load average at the run's start and end.
+pub(crate) fn header(
+    command: &str,
+    title: &str,
+    env: &RunEnv,
+    load: &crate::workload::tpcc::LoadReport,
+    load_average: (f64, f64),
+) -> String {
+    format!(
+        "nvmedb lab {command} — {title}\nmachine: {}\n{}\nload average (1 min) {:.1} at the start, {:.1} at the end, on {} CPUs\n",
+        env.context.one_line(),
+        load.describe(),
+        load_average.0,
+        load_average.1,
+        env.context.cpus
+    )
+}
+
 /// Writes the CSVs and plots, and returns the printed summary with its headline figures.
 pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary> {
     write_points_csv(env, r)?;
@@ -426,16 +445,8 @@ pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary>
     if r.summary.iter().any(|s| s.buffer_pct == 100.0) {
         throughput_chart(cfg, env, r, true).write(env.dir.path(), "relative")?;
     }
-    let mut text = format!(
-        "nvmedb lab tpcc — {}\nmachine: {}\n{}\n",
-        <super::Tpcc as crate::experiment::Experiment>::TITLE,
-        env.context.one_line(),
-        r.load.describe()
-    );
-    text.push_str(&format!(
-        "load average (1 min) {:.1} at the start, {:.1} at the end, on {} CPUs\n",
-        r.load_average.0, r.load_average.1, env.context.cpus
-    ));
+    let mut text =
+        header("tpcc", <super::Tpcc as crate::experiment::Experiment>::TITLE, env, &r.load, r.load_average);
     text.push_str(&format!(
         "database: {:.0} MB of tables in {} KiB pages (the engine's default is 16 KiB; TPC-C's small rows cache better in small pages), {:.0} MB of indexes (cached); {} terminals with zero think time, {}; {} s warm-up, {} s measured per point\n",
         r.table_bytes as f64 / 1e6,

@@ -48,7 +48,7 @@ pub struct Template {
     pub index_bytes: u64,
 }
 
-fn dir_storage(dir: &Path) -> Result<Arc<dyn Storage>> {
+pub(crate) fn dir_storage(dir: &Path) -> Result<Arc<dyn Storage>> {
     Ok(Arc::new(
         DirStorage::new(dir, FileOptions::default())
             .map_err(LabError::engine(format!("opening directory {}", dir.display())))?,
@@ -56,7 +56,7 @@ fn dir_storage(dir: &Path) -> Result<Arc<dyn Storage>> {
 }
 
 /// Copies the files of `from` into a fresh `to`.
-fn copy_files(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<()> {
     remove_dir(to)?;
     std::fs::create_dir_all(to).map_err(LabError::io(to, "create directory"))?;
     for e in std::fs::read_dir(from).map_err(LabError::io(from, "list"))? {
@@ -68,7 +68,7 @@ fn copy_files(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn remove_dir(dir: &Path) -> Result<()> {
+pub(crate) fn remove_dir(dir: &Path) -> Result<()> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(LabError::io(dir, "remove")(e)),
         _ => Ok(()),
@@ -215,7 +215,7 @@ pub struct PreparedDevice {
 
 /// iobench's table-page random reads on `device` (a profile name or a file): QD1 p50 and mean
 /// latency, µs, and QD32 IOPS.
-fn characterise(cfg: &TpccConfig, device: String, size: u64) -> Result<(f64, f64, f64)> {
+pub(crate) fn characterise(cfg: &TpccConfig, device: String, size: u64) -> Result<(f64, f64, f64)> {
     let bench = |engine, depth| {
         let c = IoBenchConfig {
             device: device.clone(),
@@ -341,11 +341,7 @@ pub fn open_point(
 ) -> Result<OpenPoint> {
     dev.clean_point()?;
     copy_files(&dev.source, &dev.point_dir)?;
-    let min_frames = (4 * cfg.clients).max(16) as u64;
-    let buffer_bytes =
-        ((t.table_bytes as f64 * pct / 100.0) as u64).max(cfg.table_page_size as u64 * min_frames);
-    // Every index page stays cached, with room for what the run inserts.
-    let index_bytes = t.index_bytes * 2 + (32 << 20);
+    let (buffer_bytes, index_bytes) = buffers(cfg, t, pct);
     let opts = options(cfg, buffer_bytes, index_bytes);
     let storage = dev.storage(cfg, &dev.point_dir, seed)?;
     let (db, repl) = match cfg.ha {
@@ -389,15 +385,30 @@ pub fn open_point(
             (db, Some((sb, log)))
         }
     };
-    let tables = Tables::open(&db)?;
-    // The first `pct` % of every table's pages (the warm-up settles the rest).
+    let tables = prewarm(&db, pct)?;
+    Ok(OpenPoint { db, tables, buffer_bytes, repl })
+}
+
+/// A point's table buffer at `pct` % of the table data (at least four frames per client, and
+/// 16) and its index buffer (every index page stays cached, with room for what the run
+/// inserts), bytes.
+pub(crate) fn buffers(cfg: &TpccConfig, t: &Template, pct: f64) -> (u64, u64) {
+    let min_frames = (4 * cfg.clients).max(16) as u64;
+    let table = ((t.table_bytes as f64 * pct / 100.0) as u64).max(cfg.table_page_size as u64 * min_frames);
+    (table, t.index_bytes * 2 + (32 << 20))
+}
+
+/// Opens the TPC-C tables of `db` and reads the first `pct` % of every table's pages into the
+/// buffer (the warm-up settles the rest).
+pub(crate) fn prewarm(db: &Database, pct: f64) -> Result<Tables> {
+    let tables = Tables::open(db)?;
     let parts = (100.0 / pct).round().max(1.0) as usize;
     for (name, table) in tables.all() {
         table
             .scan_partition(0, parts, |_| Ok(true))
             .map_err(LabError::engine(format!("pre-warming the buffer with `{name}`")))?;
     }
-    Ok(OpenPoint { db, tables, buffer_bytes, repl })
+    Ok(tables)
 }
 
 /// Removes the RAM copies of the run (the disk template stays for the next run).
