@@ -19,10 +19,20 @@ pub fn index_name(id: u32) -> String {
     format!("t{id}.idx")
 }
 
+/// True for a table's heap file (as named by [`heap_name`]).
+pub fn is_heap_file(name: &str) -> bool {
+    name.ends_with(".heap")
+}
+
+/// True for a table's index file (as named by [`index_name`]).
+pub fn is_index_file(name: &str) -> bool {
+    name.ends_with(".idx")
+}
+
 /// True for the files that hold a database's data (catalog, heaps, indexes), as opposed to
 /// logs and lock files.
 pub fn is_data_file(name: &str) -> bool {
-    name == CATALOG_FILE || name.ends_with(".heap") || name.ends_with(".idx")
+    name == CATALOG_FILE || is_heap_file(name) || is_index_file(name)
 }
 
 #[cfg(test)]
@@ -36,6 +46,8 @@ mod tests {
         for n in [heap_name(3), index_name(3), CATALOG_FILE.to_string()] {
             assert!(is_data_file(&n), "{n}");
         }
+        assert!(is_heap_file(&heap_name(3)) && !is_heap_file(&index_name(3)));
+        assert!(is_index_file(&index_name(3)) && !is_index_file(&heap_name(3)));
         assert!(!is_data_file("LOCK") && !is_data_file("wal.0001"));
     }
 }

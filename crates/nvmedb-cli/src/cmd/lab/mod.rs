@@ -11,6 +11,7 @@
 mod commit;
 mod engine;
 mod ha;
+mod pgbench;
 mod primitive;
 mod tpcc;
 mod tpch;
@@ -86,6 +87,12 @@ pub enum LabCommand {
     /// log kinds and HA; `--case-c` runs seed 000 Case C (Fig. 7); `--check DIR` checks a
     /// database's consistency conditions. Default: 4 warehouses, 4 terminals, a few minutes.
     Tpcc(Box<tpcc::TpccArgs>),
+    /// pgbench select-only and TPC-B-like (simple and prepared protocol, 20 clients) against
+    /// `nvmedb serve` and a private PostgreSQL 15 cluster, interleaved, at equal durability and
+    /// buffer memory, in memory and with a 5 % buffer: tps, latency, CPU per transaction and
+    /// the nvmedb/PostgreSQL ratio. Default scale 2 (a few minutes); `--scale 10` for the
+    /// documented comparison.
+    Pgbench(Box<pgbench::PgbenchArgs>),
 }
 
 /// Runs a lab subcommand.
@@ -99,13 +106,14 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Tpch(a) => run(a),
         LabCommand::Replot { dir } => replot(dir),
         LabCommand::Tpcc(a) => tpcc::run(a),
+        LabCommand::Pgbench(a) => run(a.as_ref()),
         LabCommand::Report { results, out } => report(results, out.as_deref()),
     }
 }
 
 /// Redraws the report of the run in `dir`, whichever experiment it is.
 fn replot(dir: &Path) -> Result<(), CliError> {
-    use nvmedb_lab::experiments::{commit, engine, ha, iobench, primitive, tpch, xlog};
+    use nvmedb_lab::experiments::{commit, engine, ha, iobench, pgbench, primitive, tpch, xlog};
     let name = experiment::recorded_experiment(dir)?;
     let summary = match name.as_str() {
         n if n == primitive::Primitive::NAME => experiment::replot::<primitive::Primitive>(dir)?,
@@ -115,6 +123,7 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == ha::Ha::NAME => experiment::replot::<ha::Ha>(dir)?,
         n if n == iobench::IoBench::NAME => experiment::replot::<iobench::IoBench>(dir)?,
         n if n == tpch::TpchBench::NAME => experiment::replot::<tpch::TpchBench>(dir)?,
+        n if n == pgbench::PgbenchBench::NAME => experiment::replot::<pgbench::PgbenchBench>(dir)?,
         other => {
             return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
         }
@@ -149,6 +158,7 @@ impl LabCommand {
             LabCommand::Tpch(_) => "lab tpch",
             LabCommand::Replot { .. } => "lab replot",
             LabCommand::Tpcc(_) => "lab tpcc",
+            LabCommand::Pgbench(_) => "lab pgbench",
             LabCommand::Report { .. } => "lab report",
         }
     }
@@ -172,7 +182,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch"] {
+        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "pgbench"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }
