@@ -1,9 +1,10 @@
 //! The lab's error type.
 //!
 //! Owns: [`LabError`], into which every failure of an experiment folds (a bad configuration
-//! value, an engine call, a file, a result file, a worker thread, a missing row). Invariant:
-//! every variant names what failed — the configuration field or flag, what the experiment was
-//! doing when the engine failed, the file and the action — so a failed run says where to look.
+//! value, an engine call, a file, a result file, a worker thread, a missing row, an external
+//! program). Invariant: every variant names what failed — the configuration field or flag, what
+//! the experiment was doing when the engine failed, the file and the action, the program — so a
+//! failed run says where to look.
 
 use crate::report::ReportError;
 use std::fmt;
@@ -56,6 +57,13 @@ pub enum LabError {
         /// What the thread was doing.
         what: String,
     },
+    /// An external program the experiment runs (a peer server, its client) failed or is missing.
+    Tool {
+        /// The program and what it was asked to do ("pgbench -i -s 10 against PostgreSQL").
+        tool: String,
+        /// What went wrong: the exit status and the end of its output, or how to install it.
+        detail: String,
+    },
     /// A part of an experiment failed; `part` names it ("iobench on optane", "fig9 file log").
     Part {
         /// The part.
@@ -84,6 +92,11 @@ impl LabError {
         move |source| Self::Io { path, action, source }
     }
 
+    /// An external program failed: `tool` names it and what it was doing.
+    pub fn tool(tool: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::Tool { tool: tool.into(), detail: detail.into() }
+    }
+
     /// A closure wrapping an error of a named part of the experiment.
     pub fn in_part(part: impl Into<String>) -> impl FnOnce(LabError) -> Self {
         let part = part.into();
@@ -110,6 +123,7 @@ impl fmt::Display for LabError {
             Self::MissingRow { table, key } => write!(f, "table `{table}` has no row with key {key}"),
             Self::Inconsistent { what, detail } => write!(f, "{what}: {detail}"),
             Self::WorkerPanicked { what } => write!(f, "a worker thread panicked while {what}"),
+            Self::Tool { tool, detail } => write!(f, "{tool}: {detail}"),
             Self::Part { part, source } => write!(f, "{part}: {source}"),
         }
     }

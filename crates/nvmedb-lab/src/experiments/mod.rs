@@ -5,7 +5,8 @@
 //! [`commit`] (durable commits, the log alone, recovery), [`primitive`] (seed 000/001 primitive
 //! workload), [`xlog`] (seed 002 §6), [`ha`] (seed 000 Case B, seed 002 Fig. 13), [`tpch`]
 //! (seed 004: TPC-H Q3 under SHR-k and SEP), [`tier`] (seed 003: TPC-C on storage tiers, the
-//! placement advisor) and [`cost`] (seed 000 §5.4: cost performance of the HA servers).
+//! placement advisor), [`cost`] (seed 000 §5.4: cost performance of the HA servers) and
+//! [`pgbench`] (pgbench against `nvmedb serve` and PostgreSQL 15).
 //! Invariant: an experiment imports shared pieces from `measure/`, `workload/` and `report/`,
 //! never from another experiment, with two exceptions: iobench's [`iobench::measure`] is the
 //! device reference every experiment may call, and the TPC-C experiment's databases and points
@@ -16,6 +17,7 @@ pub mod cost;
 pub mod engine;
 pub mod ha;
 pub mod iobench;
+pub mod pgbench;
 pub mod primitive;
 pub mod tier;
 pub mod tpcc;

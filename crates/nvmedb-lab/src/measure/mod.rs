@@ -1,6 +1,6 @@
 //! Measuring: the instruments every experiment shares.
 //!
-//! Owns: [`hist`] (the one latency-histogram set-up), [`clock`] (thread and process CPU
+//! Owns: [`hist`] (the one latency-histogram set-up), [`clock`] (thread, process and child CPU
 //! clocks), [`device`] (where an experiment's data lives, and its label), [`stats`] (median
 //! and min/median/max of repetitions), [`workers`] (worker threads with a warm-up and a
 //! measured window), [`fio`] (fio as the device reference) and [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
@@ -14,7 +14,7 @@ pub mod progress;
 pub mod stats;
 pub mod workers;
 
-pub use clock::{burn_thread_cpu, process_cpu_ns, thread_cpu_ns};
+pub use clock::{burn_thread_cpu, children_cpu_ns, pid_cpu_ns, process_cpu_ns, thread_cpu_ns, tree_cpu_ns};
 pub use device::DeviceKind;
 pub use hist::{LatencyHistogram, LatencySummary};
 pub use stats::{median, Spread};

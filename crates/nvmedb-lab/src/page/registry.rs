@@ -214,6 +214,16 @@ pub static SECTIONS: &[Section] = &[
         command: "nvmedb lab peers",
         extract: None,
     },
+    Section {
+        id: "peers-pgbench",
+        seed: "Peers",
+        figure: "(no seed figure)",
+        title: "pgbench select-only and TPC-B-like: nvmedb serve against PostgreSQL 15 on this machine",
+        paper: "— (seed 003 drives PostgreSQL with pgbench and OLTP-Bench)",
+        experiment: "pgbench",
+        command: "nvmedb lab pgbench   (the documented comparison: --scale 10 --secs 15)",
+        extract: None,
+    },
 ];
 
 #[cfg(test)]

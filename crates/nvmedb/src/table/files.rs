@@ -30,10 +30,20 @@ pub fn parse_table_file(name: &str) -> Option<(u32, bool)> {
     id.parse().ok().map(|id| (id, heap))
 }
 
+/// True for a table's heap file (as named by [`heap_name`]).
+pub fn is_heap_file(name: &str) -> bool {
+    parse_table_file(name).is_some_and(|(_, heap)| heap)
+}
+
+/// True for a table's index file (as named by [`index_name`]).
+pub fn is_index_file(name: &str) -> bool {
+    parse_table_file(name).is_some_and(|(_, heap)| !heap)
+}
+
 /// True for the files that hold a database's data (catalog, heaps, indexes), as opposed to
 /// logs and lock files.
 pub fn is_data_file(name: &str) -> bool {
-    name == CATALOG_FILE || name.ends_with(".heap") || name.ends_with(".idx")
+    name == CATALOG_FILE || is_heap_file(name) || is_index_file(name)
 }
 
 #[cfg(test)]
@@ -47,6 +57,8 @@ mod tests {
         for n in [heap_name(3), index_name(3), CATALOG_FILE.to_string()] {
             assert!(is_data_file(&n), "{n}");
         }
+        assert!(is_heap_file(&heap_name(3)) && !is_heap_file(&index_name(3)));
+        assert!(is_index_file(&index_name(3)) && !is_index_file(&heap_name(3)));
         assert!(!is_data_file("LOCK") && !is_data_file("wal.0001"));
         assert_eq!(parse_table_file(&heap_name(12)), Some((12, true)));
         assert_eq!(parse_table_file(&index_name(0)), Some((0, false)));

@@ -12,6 +12,7 @@ mod commit;
 mod cost;
 mod engine;
 mod ha;
+mod pgbench;
 mod primitive;
 pub mod tier;
 mod tpcc;
@@ -99,6 +100,12 @@ pub enum LabCommand {
     /// mid-latency SSD, SAN, all in memory) from a `lab tpcc --case-c` run and the seed's
     /// server configurations, next to the paper's 1.4×.
     Cost(cost::CostArgs),
+    /// pgbench select-only and TPC-B-like (simple and prepared protocol, 20 clients) against
+    /// `nvmedb serve` and a private PostgreSQL 15 cluster, interleaved, at equal durability and
+    /// buffer memory, in memory and with a 5 % buffer: tps, latency, CPU per transaction and
+    /// the nvmedb/PostgreSQL ratio. Default scale 2 (a few minutes); `--scale 10` for the
+    /// documented comparison.
+    Pgbench(Box<pgbench::PgbenchArgs>),
 }
 
 /// Runs a lab subcommand.
@@ -114,13 +121,14 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Tpcc(a) => tpcc::run(a),
         LabCommand::Tier(a) => run(a.as_ref()),
         LabCommand::Cost(a) => run(a),
+        LabCommand::Pgbench(a) => run(a.as_ref()),
         LabCommand::Report { results, out } => report(results, out.as_deref()),
     }
 }
 
 /// Redraws the report of the run in `dir`, whichever experiment it is.
 fn replot(dir: &Path) -> Result<(), CliError> {
-    use nvmedb_lab::experiments::{commit, cost, engine, ha, iobench, primitive, tier, tpch, xlog};
+    use nvmedb_lab::experiments::{commit, cost, engine, ha, iobench, pgbench, primitive, tier, tpch, xlog};
     let name = experiment::recorded_experiment(dir)?;
     let summary = match name.as_str() {
         n if n == primitive::Primitive::NAME => experiment::replot::<primitive::Primitive>(dir)?,
@@ -132,6 +140,7 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == tpch::TpchBench::NAME => experiment::replot::<tpch::TpchBench>(dir)?,
         n if n == tier::Tier::NAME => experiment::replot::<tier::Tier>(dir)?,
         n if n == cost::Cost::NAME => experiment::replot::<cost::Cost>(dir)?,
+        n if n == pgbench::PgbenchBench::NAME => experiment::replot::<pgbench::PgbenchBench>(dir)?,
         other => {
             return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
         }
@@ -168,6 +177,7 @@ impl LabCommand {
             LabCommand::Tpcc(_) => "lab tpcc",
             LabCommand::Tier(_) => "lab tier",
             LabCommand::Cost(_) => "lab cost",
+            LabCommand::Pgbench(_) => "lab pgbench",
             LabCommand::Report { .. } => "lab report",
         }
     }
@@ -191,7 +201,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "tier", "cost"] {
+        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "tier", "cost", "pgbench"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }

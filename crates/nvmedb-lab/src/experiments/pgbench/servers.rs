@@ -1,0 +1,444 @@
+//! The two servers `lab pgbench` compares: a private PostgreSQL 15 cluster and an `nvmedb serve`,
+//! each a child process over a directory in the run's scratch directory.
+//!
+//! Owns: finding PostgreSQL's programs ([`PgBins`]), running them as the `postgres` user when the
+//! lab runs as root (PostgreSQL refuses root), `initdb`, starting and stopping both servers
+//! ([`Postgres`], [`Nvmedb`]), their CPU clocks, and [`Scratch`], the directory that holds both
+//! data directories. Invariants: a server is reported started only once it has said it accepts
+//! connections; its output is drained continuously (a full pipe would stall it) and its last
+//! lines are kept for error messages; a server dropped without a clean stop is shut down
+//! immediately (PostgreSQL) or killed (nvmedb), and [`Scratch`] deletes its directory when
+//! dropped, so a failed run leaves no process and no data behind.
+
+use crate::error::{LabError, Result};
+use crate::measure::{pid_cpu_ns, tree_cpu_ns};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How to install what is missing (Debian 12 packages).
+pub const INSTALL_HINT: &str =
+    "install PostgreSQL 15 (Debian 12: apt-get install postgresql-15 postgresql-client-15) or point --pg-bin at its bin directory";
+
+/// How long a server may take to start or stop.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+const STOP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// PostgreSQL's programs in one directory, and their version.
+#[derive(Debug, Clone)]
+pub struct PgBins {
+    /// The directory (`/usr/lib/postgresql/15/bin` on Debian).
+    pub dir: PathBuf,
+    /// `postgres --version`, e.g. "postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)".
+    pub version: String,
+}
+
+impl PgBins {
+    /// The programs the experiment runs.
+    pub const PROGRAMS: [&'static str; 3] = ["initdb", "postgres", "pgbench"];
+
+    /// Finds initdb, postgres and pgbench in `dir` and checks they are PostgreSQL 15; the error
+    /// says how to install them.
+    pub fn find(dir: &Path) -> Result<Self> {
+        for p in Self::PROGRAMS {
+            if !dir.join(p).is_file() {
+                return Err(LabError::tool(
+                    format!("PostgreSQL's {p}"),
+                    format!("{} not found: {INSTALL_HINT}", dir.join(p).display()),
+                ));
+            }
+        }
+        let out = Command::new(dir.join("postgres"))
+            .arg("--version")
+            .output()
+            .map_err(|e| LabError::tool("postgres --version", format!("{e}: {INSTALL_HINT}")))?;
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !version.contains("PostgreSQL) 15.") {
+            return Err(LabError::tool(
+                "postgres --version",
+                format!("`{version}` is not PostgreSQL 15 (the peer the experiment compares with): {INSTALL_HINT}"),
+            ));
+        }
+        Ok(Self { dir: dir.to_path_buf(), version })
+    }
+
+    /// The path of program `name`.
+    pub fn program(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// The account PostgreSQL runs as: `None` runs it as the lab's own user; as root, the `postgres`
+/// user (PostgreSQL refuses to run as root).
+#[derive(Debug, Clone, Copy)]
+pub struct RunAs {
+    uid: u32,
+    gid: u32,
+}
+
+impl RunAs {
+    /// `None` unless the lab runs as root; as root, the `postgres` user or an error saying so.
+    pub fn for_postgres() -> Result<Option<RunAs>> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Ok(None);
+        }
+        let name = std::ffi::CString::new("postgres").expect("no NUL");
+        // SAFETY: getpwnam reads a NUL-terminated name and returns a pointer into static storage
+        // (or null), read at once below; the lab makes no other getpw* call concurrently.
+        let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+        if pw.is_null() {
+            return Err(LabError::tool(
+                "PostgreSQL",
+                format!("refuses to run as root and there is no `postgres` user to run it as: {INSTALL_HINT} (the package creates the user) or run the lab as another user"),
+            ));
+        }
+        // SAFETY: non-null result of getpwnam, read before any other call can overwrite it.
+        let (uid, gid) = unsafe { ((*pw).pw_uid, (*pw).pw_gid) };
+        Ok(Some(RunAs { uid, gid }))
+    }
+
+    /// Makes `dir` (created if missing) the account's, mode 0700 as PostgreSQL requires.
+    fn own(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(LabError::io(dir, "create directory"))?;
+        std::os::unix::fs::chown(dir, Some(self.uid), Some(self.gid)).map_err(LabError::io(dir, "chown"))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(LabError::io(dir, "chmod 0700"))
+    }
+
+    fn apply(self, cmd: &mut Command) {
+        cmd.uid(self.uid).gid(self.gid);
+    }
+}
+
+/// The run's scratch directory: both servers' data. Deleted when dropped (also on error).
+#[derive(Debug)]
+pub struct Scratch {
+    dir: PathBuf,
+    /// The root directory this run created (removed too, when empty).
+    made_root: Option<PathBuf>,
+}
+
+impl Scratch {
+    /// Creates `<root>/run-<pid>` (emptied if a run with the same pid left it).
+    pub fn create(root: &Path) -> Result<Self> {
+        let made_root = (!root.exists()).then(|| root.to_path_buf());
+        let dir = root.join(format!("run-{}", std::process::id()));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(LabError::io(&dir, "remove"))?;
+        }
+        std::fs::create_dir_all(&dir).map_err(LabError::io(&dir, "create directory"))?;
+        let dir = dir.canonicalize().map_err(LabError::io(&dir, "resolve"))?;
+        Ok(Self { dir, made_root })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(root) = &self.made_root {
+            // The root too, when this run made it and nothing else is in it.
+            let _ = std::fs::remove_dir(root);
+        }
+    }
+}
+
+/// Bytes of the regular files under `dir` (recursively).
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A free TCP port on loopback (bound and released: another process could take it first, in
+/// which case the server fails to start with an error saying so).
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(LabError::io("127.0.0.1:0", "bind a free port on"))?;
+    l.local_addr().map(|a| a.port()).map_err(LabError::io("127.0.0.1:0", "read the port of"))
+}
+
+/// A server child process whose stderr is drained by a thread.
+#[derive(Debug)]
+struct Process {
+    name: &'static str,
+    child: Child,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    /// Signal sent when dropped without a clean stop.
+    drop_signal: i32,
+}
+
+impl Process {
+    /// Spawns `cmd` and waits until a line of its stderr gives `ready` a value (the address
+    /// or port it listens on).
+    fn spawn(
+        name: &'static str,
+        mut cmd: Command,
+        ready: fn(&str) -> Option<String>,
+        drop_signal: i32,
+    ) -> Result<(Self, String)> {
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| LabError::tool(name, format!("cannot start: {e}")))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let (tx, rx) = channel();
+        let t = tail.clone();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+                if !sent {
+                    if let Some(v) = ready(&line) {
+                        sent = tx.send(v).is_ok();
+                    }
+                }
+                let mut q = t.lock().unwrap_or_else(|p| p.into_inner());
+                if q.len() == 20 {
+                    q.pop_front();
+                }
+                q.push_back(line);
+            }
+        });
+        let mut p = Process { name, child, tail, drop_signal };
+        let v = p.wait_ready(&rx)?;
+        Ok((p, v))
+    }
+
+    fn wait_ready(&mut self, rx: &Receiver<String>) -> Result<String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(v) => return Ok(v),
+                Err(_) if Instant::now() > deadline => {
+                    return Err(LabError::tool(
+                        self.name,
+                        format!(
+                            "not ready after {} s; its last output:\n{}",
+                            START_TIMEOUT.as_secs(),
+                            self.tail()
+                        ),
+                    ))
+                }
+                Err(_) => {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        // Let the reader thread take the last lines.
+                        std::thread::sleep(Duration::from_millis(100));
+                        return Err(LabError::tool(
+                            self.name,
+                            format!("exited with {status} while starting; its last output:\n{}", self.tail()),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn tail(&self) -> String {
+        let q = self.tail.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Sends `signal` and waits for the exit; an exit status other than success is an error.
+    fn stop(mut self, signal: i32) -> Result<()> {
+        // SAFETY: kill with a pid this value owns (its child has not been waited for yet).
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => {
+                    return Err(LabError::tool(
+                        self.name,
+                        format!("exited with {status} when asked to stop; its last output:\n{}", self.tail()),
+                    ))
+                }
+                Ok(None) if Instant::now() > deadline => {
+                    return Err(LabError::tool(
+                        self.name,
+                        format!("still running {} s after it was asked to stop", STOP_TIMEOUT.as_secs()),
+                    ))
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(LabError::tool(self.name, format!("cannot wait for it: {e}"))),
+            }
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: as in `stop`.
+            unsafe { libc::kill(self.child.id() as i32, self.drop_signal) };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs a PostgreSQL program to completion; an error carries its output.
+fn run_tool(what: String, mut cmd: Command) -> Result<()> {
+    let out = cmd.output().map_err(|e| LabError::tool(&what, format!("cannot start: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(LabError::tool(
+        what,
+        format!(
+            "exited with {}:\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+/// The role both servers are reached as.
+pub const USER: &str = "bench";
+/// The database both servers are reached in (the one `initdb` makes).
+pub const DATABASE: &str = "postgres";
+
+/// A private PostgreSQL cluster.
+#[derive(Debug)]
+pub struct Postgres {
+    process: Process,
+    /// The TCP port on loopback.
+    pub port: u16,
+}
+
+impl Postgres {
+    /// `initdb` of a new cluster in `pgdata` (superuser [`USER`], trust authentication, UTF8).
+    pub fn init(bins: &PgBins, pgdata: &Path, run_as: Option<RunAs>) -> Result<()> {
+        if let Some(r) = run_as {
+            r.own(pgdata)?;
+        }
+        let mut cmd = Command::new(bins.program("initdb"));
+        cmd.arg("-D").arg(pgdata).args(["-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
+        if let Some(r) = run_as {
+            r.apply(&mut cmd);
+        }
+        run_tool(format!("initdb -D {}", pgdata.display()), cmd)
+    }
+
+    /// Starts the cluster in `pgdata` on a free loopback port: fsync and synchronous_commit on
+    /// (PostgreSQL's defaults, set explicitly), `shared_buffers` as given, autovacuum off
+    /// (pgbench vacuums before each run itself; a background vacuum would run during the other
+    /// engine's measurement), the socket directory in `pgdata`.
+    pub fn start(
+        bins: &PgBins,
+        pgdata: &Path,
+        shared_buffers_bytes: u64,
+        run_as: Option<RunAs>,
+    ) -> Result<Self> {
+        let port = free_port()?;
+        let mut cmd = Command::new(bins.program("postgres"));
+        cmd.arg("-D").arg(pgdata).args(["-p", &port.to_string()]);
+        let kb = (shared_buffers_bytes / 1024).max(128);
+        for setting in [
+            "listen_addresses=127.0.0.1".to_string(),
+            format!("unix_socket_directories={}", pgdata.display()),
+            format!("shared_buffers={kb}kB"),
+            "fsync=on".into(),
+            "synchronous_commit=on".into(),
+            "full_page_writes=on".into(),
+            "autovacuum=off".into(),
+            "max_connections=100".into(),
+        ] {
+            cmd.arg("-c").arg(setting);
+        }
+        if let Some(r) = run_as {
+            r.apply(&mut cmd);
+        }
+        let ready = |l: &str| l.contains("ready to accept connections").then(String::new);
+        let (process, _) = Process::spawn("postgres", cmd, ready, libc::SIGQUIT)?;
+        Ok(Self { process, port })
+    }
+
+    /// CPU time of the postmaster and every backend, those still running and those ended, ns,
+    /// and the number of its processes running now.
+    pub fn cpu_ns(&self) -> (u64, usize) {
+        tree_cpu_ns(self.process.pid()).unwrap_or((0, 0))
+    }
+
+    /// Fast shutdown (SIGINT: connections end, a checkpoint is written).
+    pub fn stop(self) -> Result<()> {
+        self.process.stop(libc::SIGINT)
+    }
+
+    /// Its last lines of output (for an error message).
+    pub fn tail(&self) -> String {
+        self.process.tail()
+    }
+}
+
+/// An `nvmedb serve` child process.
+#[derive(Debug)]
+pub struct Nvmedb {
+    process: Process,
+    /// The TCP port on loopback.
+    pub port: u16,
+}
+
+impl Nvmedb {
+    /// Starts `<bin> serve` over `data` on a free loopback port with these buffers (bytes).
+    pub fn start(bin: &Path, data: &Path, table_buffer: u64, index_buffer: u64) -> Result<Self> {
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0", "--buffer", &table_buffer.to_string()])
+            .args(["--index-buffer", &index_buffer.to_string()]);
+        // "nvmedb: serving <dir> on 127.0.0.1:<port> (...".
+        let ready = |l: &str| {
+            let rest = l.split(" on 127.0.0.1:").nth(1)?;
+            Some(rest.split(|c: char| !c.is_ascii_digit()).next()?.to_string())
+        };
+        let (process, port) = Process::spawn("nvmedb serve", cmd, ready, libc::SIGKILL)?;
+        let port = port
+            .parse()
+            .map_err(|_| LabError::tool("nvmedb serve", format!("reported port `{port}` is not a number")))?;
+        Ok(Self { process, port })
+    }
+
+    /// CPU time of the server (every thread), ns.
+    pub fn cpu_ns(&self) -> u64 {
+        pid_cpu_ns(self.process.pid()).unwrap_or(0)
+    }
+
+    /// Clean shutdown (SIGTERM: connections close, a checkpoint, exit).
+    pub fn stop(self) -> Result<()> {
+        self.process.stop(libc::SIGTERM)
+    }
+
+    /// Its last lines of output (for an error message).
+    pub fn tail(&self) -> String {
+        self.process.tail()
+    }
+}
