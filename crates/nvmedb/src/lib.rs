@@ -41,6 +41,8 @@ pub mod wal;
 pub mod xlog;
 
 pub use buffer::{BufferPolicy, BufferStats};
-pub use db::{convert_row, BufferSize, BulkLoad, Database, FastLogOptions, LogKind, Options, Transaction};
+pub use db::{
+    convert_row, BufferSize, BulkLoad, Database, FastLogOptions, Isolation, LogKind, Options, Transaction,
+};
 pub use error::{Error, Result};
 pub use table::{ColumnType, RowView, Schema, Table, Value, READ_BATCH};

@@ -14,7 +14,7 @@ pub use crate::table::files::{heap_name, index_name, CATALOG_FILE};
 pub use ddl::{convert_row, BulkLoad};
 pub use recovery::RecoveryReport;
 pub(crate) use recovery::{Redo, RedoPages};
-pub use transaction::Transaction;
+pub use transaction::{Isolation, Transaction};
 
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
 use crate::error::{Error, Result};
