@@ -3,12 +3,13 @@
 //! Owns: the results directory layout ([`ResultsDir`], [`latest_runs`]), CSV and JSON writers
 //! (every JSON result file embeds the [`crate::machine::RunContext`] and the configuration), the
 //! machine-readable run summary (`summary.json`: [`Figure`]s), plain-text summary tables, and
-//! plots in PNG and SVG (line charts, trace charts, model-vs-measured charts), and HTML pages
+//! plots in PNG and SVG (line charts, grouped bar charts, trace charts, model-vs-measured charts), and HTML pages
 //! (escaping, inline SVG, the file writer).
 //! Invariants: every failure is a [`ReportError`] naming the file it concerns; a plot is always
 //! written in both formats from the same drawing code; every plot can carry footnote lines
 //! (emulated-device labels with their achieved latency, the machine).
 
+mod bar_chart;
 mod csv;
 mod dir;
 mod error;
@@ -21,6 +22,7 @@ mod table;
 mod trace_chart;
 
 pub use self::csv::{read_csv, write_csv, CsvWriter};
+pub use bar_chart::BarChart;
 pub use dir::{latest_runs, utc_timestamp, LatestRun, ResultsDir, SUMMARY_FILE};
 pub use error::ReportError;
 pub use html::{escape, inline_svg, write_html};

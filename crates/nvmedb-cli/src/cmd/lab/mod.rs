@@ -11,6 +11,7 @@
 mod commit;
 mod engine;
 mod ha;
+mod peers;
 mod primitive;
 mod tpcc;
 mod tpch;
@@ -86,6 +87,11 @@ pub enum LabCommand {
     /// log kinds and HA; `--case-c` runs seed 000 Case C (Fig. 7); `--check DIR` checks a
     /// database's consistency conditions. Default: 4 warehouses, 4 terminals, a few minutes.
     Tpcc(Box<tpcc::TpccArgs>),
+    /// nvmedb vs RocksDB, LMDB and SQLite in the same run: in-memory point lookups, durable
+    /// single-row updates at 1 and 20 threads beside fio's fdatasync rate, bulk-load time, and
+    /// 1 %-cache lookups from 32 threads beside fio's random reads. Needs the `peers` cargo
+    /// feature (see the README).
+    Peers(Box<peers::PeersArgs>),
 }
 
 /// Runs a lab subcommand.
@@ -99,6 +105,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Tpch(a) => run(a),
         LabCommand::Replot { dir } => replot(dir),
         LabCommand::Tpcc(a) => tpcc::run(a),
+        LabCommand::Peers(a) => peers::run(a),
         LabCommand::Report { results, out } => report(results, out.as_deref()),
     }
 }
@@ -115,6 +122,10 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == ha::Ha::NAME => experiment::replot::<ha::Ha>(dir)?,
         n if n == iobench::IoBench::NAME => experiment::replot::<iobench::IoBench>(dir)?,
         n if n == tpch::TpchBench::NAME => experiment::replot::<tpch::TpchBench>(dir)?,
+        #[cfg(feature = "peers")]
+        n if n == nvmedb_lab::experiments::peers::PeersBench::NAME => {
+            experiment::replot::<nvmedb_lab::experiments::peers::PeersBench>(dir)?
+        }
         other => {
             return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
         }
@@ -149,6 +160,7 @@ impl LabCommand {
             LabCommand::Tpch(_) => "lab tpch",
             LabCommand::Replot { .. } => "lab replot",
             LabCommand::Tpcc(_) => "lab tpcc",
+            LabCommand::Peers(_) => "lab peers",
             LabCommand::Report { .. } => "lab report",
         }
     }
@@ -172,7 +184,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch"] {
+        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "peers"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }
