@@ -300,7 +300,7 @@ impl Experiment for PeersBench {
             chart.write(env.dir.path(), "ratios")?;
             text.push_str("plot: ratios.png / ratios.svg\n");
         }
-        env.dir.write_csv("ratios.csv", &ratios)?;
+        env.dir.write_csv("ratios", &ratios)?;
         let mut figures = Vec::new();
         for rate in all.iter().filter(|r| r.engine == Kind::Nvmedb) {
             let unit = if r.load_s.iter().any(|x| x.workload == rate.workload) { "s" } else { "ops/s" };
