@@ -172,7 +172,7 @@ fn lock_free_readers_never_see_uncommitted_rows() {
         for w in 0..3u64 {
             let (db, t, stop, committed, aborted) = (&db, &t, &stop, &committed, &aborted);
             s.spawn(move || {
-                let mut rng = Rng::new(seed ^ (w + 1) * 0x9E37);
+                let mut rng = Rng::new(seed ^ ((w + 1) * 0x9E37));
                 while !stop.load(Ordering::Relaxed) {
                     write_once(db, t, &mut rng, committed, aborted);
                 }
@@ -181,7 +181,7 @@ fn lock_free_readers_never_see_uncommitted_rows() {
         for r in 0..2u64 {
             let (db, t, stop, reads) = (&db, &t, &stop, &reads);
             s.spawn(move || {
-                let mut rng = Rng::new(seed ^ (r + 100) * 0x51ED);
+                let mut rng = Rng::new(seed ^ ((r + 100) * 0x51ED));
                 while !stop.load(Ordering::Relaxed) {
                     reads.fetch_add(read_once(db, t, &mut rng), Ordering::Relaxed);
                 }
