@@ -64,6 +64,15 @@ pub enum LabError {
         /// What went wrong: the exit status and the end of its output, or how to install it.
         detail: String,
     },
+    /// A peer engine (RocksDB, LMDB, SQLite) failed while the experiment was doing `context`.
+    Peer {
+        /// The engine.
+        engine: &'static str,
+        /// What the experiment was doing ("loading rows", "a point lookup").
+        context: String,
+        /// The engine's error message.
+        detail: String,
+    },
     /// A part of an experiment failed; `part` names it ("iobench on optane", "fig9 file log").
     Part {
         /// The part.
@@ -84,6 +93,16 @@ impl LabError {
     pub fn engine<E: Into<nvmedb::Error>>(context: impl Into<String>) -> impl FnOnce(E) -> Self {
         let context = context.into();
         move |e| Self::Engine { context, source: e.into() }
+    }
+
+    /// A closure wrapping a peer engine's error with the engine and what the experiment was
+    /// doing.
+    pub fn peer<E: std::fmt::Display>(
+        engine: &'static str,
+        context: impl Into<String>,
+    ) -> impl FnOnce(E) -> Self {
+        let context = context.into();
+        move |e| Self::Peer { engine, context, detail: e.to_string() }
     }
 
     /// A closure wrapping an OS error with the path and the action.
@@ -124,6 +143,7 @@ impl fmt::Display for LabError {
             Self::Inconsistent { what, detail } => write!(f, "{what}: {detail}"),
             Self::WorkerPanicked { what } => write!(f, "a worker thread panicked while {what}"),
             Self::Tool { tool, detail } => write!(f, "{tool}: {detail}"),
+            Self::Peer { engine, context, detail } => write!(f, "{engine}, {context}: {detail}"),
             Self::Part { part, source } => write!(f, "{part}: {source}"),
         }
     }

@@ -2,8 +2,10 @@
 //! series (an engine) in each group, each bar labelled with its value.
 //!
 //! Owns: [`BarChart`]. Invariants: every series has one value per category (checked before any
-//! file is written, naming the chart); a logarithmic y axis needs positive values; the figure is
-//! drawn by the same page layout (title, subtitle, footnotes) as the line charts.
+//! file is written, naming the chart; NaN marks a missing value and draws no bar); a logarithmic
+//! y axis needs positive values; a reference line (e.g. ratio 1), when set, is inside the y
+//! range; the figure is drawn by the same page layout (title, subtitle, footnotes) as the line
+//! charts.
 
 use super::plot::{err, fmt_tick, page, write_plot, DrawResult, Figure, PlotFiles, SERIES_COLORS};
 use super::{ReportError, Result};
@@ -24,8 +26,10 @@ pub struct BarChart {
     pub y_label: String,
     /// Category names, left to right.
     pub categories: Vec<String>,
-    /// (series name, one value per category).
+    /// (series name, one value per category; NaN: no value, no bar).
     pub series: Vec<(String, Vec<f64>)>,
+    /// A horizontal reference line across the chart (e.g. 1 on a ratio chart).
+    pub reference: Option<f64>,
     /// Logarithmic y axis (values must be > 0).
     pub log_y: bool,
     /// Lines under the chart (the machine, what a peer's memory means).
@@ -47,6 +51,7 @@ impl BarChart {
             y_label: y_label.into(),
             categories: categories.into_iter().map(Into::into).collect(),
             series: Vec::new(),
+            reference: None,
             log_y: false,
             footnotes: Vec::new(),
             size: (1000, 600),
@@ -67,6 +72,12 @@ impl BarChart {
         self.log_y = on;
         self
     }
+    /// Draws a horizontal reference line at `y`.
+    pub fn reference(mut self, y: f64) -> Self {
+        self.reference = Some(y);
+        self
+    }
+
     /// Adds a footnote line.
     pub fn footnote(mut self, note: impl Into<String>) -> Self {
         self.footnotes.push(note.into());
@@ -91,7 +102,7 @@ impl BarChart {
                     self.categories.len()
                 )));
             }
-            if values.iter().any(|v| !v.is_finite() || (self.log_y && *v <= 0.0)) {
+            if values.iter().any(|v| v.is_infinite() || (self.log_y && *v <= 0.0)) {
                 let want = if self.log_y { "positive (log axis)" } else { "finite" };
                 return Err(invalid(format!("series `{name}` has a value that is not {want}")));
             }
@@ -100,7 +111,9 @@ impl BarChart {
     }
 
     fn y_range(&self) -> (f64, f64) {
-        let values = || self.series.iter().flat_map(|(_, v)| v.iter().copied());
+        let values = || {
+            self.series.iter().flat_map(|(_, v)| v.iter().copied()).chain(self.reference).filter(|v| !v.is_nan())
+        };
         let hi = values().fold(f64::MIN, f64::max);
         if self.log_y {
             let lo = values().fold(f64::MAX, f64::min);
@@ -151,7 +164,7 @@ impl BarChart {
             .pos(Pos::new(HPos::Center, VPos::Bottom));
         for (si, (name, values)) in self.series.iter().enumerate() {
             let c = SERIES_COLORS[si % SERIES_COLORS.len()];
-            for (i, v) in values.iter().enumerate() {
+            for (i, v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
                 let left = chart.backend_coord(&(SegmentValue::Exact(i), *v)).0;
                 let right = chart.backend_coord(&(SegmentValue::Exact(i + 1), *v)).0;
                 let top = chart.backend_coord(&(SegmentValue::Exact(i), *v)).1;
@@ -167,6 +180,12 @@ impl BarChart {
                 .map_err(err)?
                 .label(name.as_str())
                 .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], c.filled()));
+        }
+        if let Some(r) = self.reference {
+            let (x0, y) = chart.backend_coord(&(SegmentValue::Exact(0), r));
+            let x1 = chart.backend_coord(&(SegmentValue::Exact(n), r)).0;
+            root.draw(&PathElement::new(vec![(x0, y), (x1, y)], RGBColor(60, 60, 60).stroke_width(2)))
+                .map_err(err)?;
         }
         chart
             .configure_series_labels()

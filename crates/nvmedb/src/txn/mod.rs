@@ -46,6 +46,7 @@
 
 mod lock;
 mod options;
+pub mod pending;
 mod stats;
 
 #[cfg(test)]
@@ -54,6 +55,7 @@ mod tests;
 pub use crate::ids::{LockKey, LockMode, TxnId};
 pub use lock::{LockManager, LockOutcome};
 pub use options::{LockOptions, VictimPolicy};
+pub use pending::PendingWriters;
 pub use stats::{LockStats, WAIT_BUCKETS};
 
 /// 64-bit hash of a lock key (FxHash-style multiply-rotate, finished with a MurmurHash3 mix

@@ -13,6 +13,7 @@ mod cost;
 mod engine;
 mod ha;
 mod pgbench;
+mod peers;
 mod primitive;
 pub mod tier;
 mod tpcc;
@@ -106,6 +107,11 @@ pub enum LabCommand {
     /// the nvmedb/PostgreSQL ratio. Default scale 2 (a few minutes); `--scale 10` for the
     /// documented comparison.
     Pgbench(Box<pgbench::PgbenchArgs>),
+    /// nvmedb vs RocksDB, LMDB and SQLite in the same run: in-memory point lookups, durable
+    /// single-row updates at 1 and 20 threads beside fio's fdatasync rate, bulk-load time, and
+    /// 1 %-cache lookups from 32 threads beside fio's random reads. Needs the `peers` cargo
+    /// feature (see the README).
+    Peers(Box<peers::PeersArgs>),
 }
 
 /// Runs a lab subcommand.
@@ -122,6 +128,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Tier(a) => run(a.as_ref()),
         LabCommand::Cost(a) => run(a),
         LabCommand::Pgbench(a) => run(a.as_ref()),
+        LabCommand::Peers(a) => peers::run(a),
         LabCommand::Report { results, out } => report(results, out.as_deref()),
     }
 }
@@ -141,6 +148,10 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == tier::Tier::NAME => experiment::replot::<tier::Tier>(dir)?,
         n if n == cost::Cost::NAME => experiment::replot::<cost::Cost>(dir)?,
         n if n == pgbench::PgbenchBench::NAME => experiment::replot::<pgbench::PgbenchBench>(dir)?,
+        #[cfg(feature = "peers")]
+        n if n == nvmedb_lab::experiments::peers::PeersBench::NAME => {
+            experiment::replot::<nvmedb_lab::experiments::peers::PeersBench>(dir)?
+        }
         other => {
             return Err(CliError::flag("replot", format!("{}: unknown experiment `{other}`", dir.display())))
         }
@@ -178,6 +189,7 @@ impl LabCommand {
             LabCommand::Tier(_) => "lab tier",
             LabCommand::Cost(_) => "lab cost",
             LabCommand::Pgbench(_) => "lab pgbench",
+            LabCommand::Peers(_) => "lab peers",
             LabCommand::Report { .. } => "lab report",
         }
     }
@@ -201,7 +213,7 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "tier", "cost", "pgbench"] {
+        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "tier", "cost", "pgbench", "peers"] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }

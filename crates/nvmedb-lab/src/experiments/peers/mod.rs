@@ -1,0 +1,320 @@
+//! `nvmedb lab peers`: nvmedb against RocksDB, LMDB and SQLite on the same machine, in the same
+//! run — in-memory point lookups (single and batched) on each table, durable single-row updates
+//! at each thread count beside fio's 4 KiB write + fdatasync rate, bulk-load time, and random
+//! lookups from many threads through a 1 % cache beside fio's random reads on nvmedb's data
+//! file. Built only with the `peers` cargo feature (RocksDB links the system's librocksdb; see
+//! the README).
+//!
+//! Owns: [`PeersConfig`], [`PeersResults`] and the [`PeersBench`] experiment. Submodules:
+//! `engines` (the four engines behind one interface, and how each is configured), `parts`
+//! (the measurements). Invariants: engines alternate inside every repetition; every figure is
+//! printed with its spread and as a ratio nvmedb / peer (for load time: peer / nvmedb, so above
+//! 1 always means nvmedb is ahead); every engine's configuration is printed with the results.
+
+pub mod engines;
+mod parts;
+
+use crate::error::{LabError, Result};
+use crate::experiment::{self, Experiment, RunEnv, Summary};
+use crate::measure::Spread;
+use crate::report::{BarChart, Figure, TextTable};
+use engines::{Kind, KINDS};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The parts, in the order they run (the load always runs: the others need the tables).
+pub const PARTS: [&str; 3] = ["memory", "commits", "miss"];
+
+/// One table: rows of `value_bytes`-byte values under 64-bit integer keys.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TableSpec {
+    /// Rows.
+    pub rows: u64,
+    /// Bytes per value.
+    pub value_bytes: usize,
+}
+
+impl TableSpec {
+    /// Payload bytes (keys and values).
+    pub fn data_bytes(&self) -> u64 {
+        self.rows * (self.value_bytes as u64 + 8)
+    }
+
+    /// "1000000×1024B".
+    pub fn label(&self) -> String {
+        let rows = if self.rows % 1_000_000 == 0 {
+            format!("{}M", self.rows / 1_000_000)
+        } else if self.rows % 1000 == 0 {
+            format!("{}K", self.rows / 1000)
+        } else {
+            self.rows.to_string()
+        };
+        format!("{rows}×{}B", self.value_bytes)
+    }
+
+    /// The table whose load time is reported: the largest.
+    fn is_load_table(&self, cfg: &PeersConfig) -> bool {
+        cfg.tables.iter().map(TableSpec::data_bytes).max() == Some(self.data_bytes())
+    }
+}
+
+/// `lab peers` settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeersConfig {
+    /// Directory for the engines' data (one subdirectory each, on the disk under test).
+    pub data_dir: PathBuf,
+    /// The tables (every engine loads each).
+    pub tables: Vec<TableSpec>,
+    /// Engines to run (nvmedb is always among them: the ratios need it).
+    pub engines: Vec<Kind>,
+    /// Parts to run: any of [`PARTS`].
+    pub parts: Vec<String>,
+    /// Seconds per measured window.
+    pub duration_s: f64,
+    /// Repetitions (engines interleaved in each).
+    pub reps: usize,
+    /// Client threads of the durable-update part.
+    pub commit_threads: Vec<usize>,
+    /// Client threads of the 1 %-cache part.
+    pub miss_threads: usize,
+    /// Cache of the miss part, percent of the largest table's data.
+    pub miss_cache_pct: f64,
+    /// Keep the data directories afterwards.
+    pub keep_data: bool,
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("nvmedb-data/peers"),
+            tables: vec![
+                TableSpec { rows: 1_000_000, value_bytes: 1024 },
+                TableSpec { rows: 200_000, value_bytes: 100 },
+            ],
+            engines: KINDS.to_vec(),
+            parts: PARTS.iter().map(|p| p.to_string()).collect(),
+            duration_s: 2.0,
+            reps: 3,
+            commit_threads: vec![1, 20],
+            miss_threads: 32,
+            miss_cache_pct: 1.0,
+            keep_data: false,
+        }
+    }
+}
+
+impl PeersConfig {
+    fn wants(&self, part: &str) -> bool {
+        self.parts.iter().any(|p| p == part)
+    }
+}
+
+/// One engine's rate on one workload, over the repetitions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rate {
+    /// The workload ("lookup 1M×1024B", "updates 20 thr").
+    pub workload: String,
+    /// The engine.
+    pub engine: Kind,
+    /// Operations per second (for the load: seconds).
+    pub per_s: Spread,
+}
+
+/// nvmedb against one peer on one workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ratio {
+    /// The workload.
+    pub workload: String,
+    /// The peer.
+    pub peer: Kind,
+    /// nvmedb's median rate over the peer's (for load time: the peer's time over nvmedb's);
+    /// above 1: nvmedb is ahead.
+    pub nvmedb_over_peer: f64,
+}
+
+/// `lab peers` results.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PeersResults {
+    /// Bulk-load time of the largest table, seconds.
+    pub load_s: Vec<Rate>,
+    /// In-memory lookups per second, one thread.
+    pub memory: Vec<Rate>,
+    /// Durable single-row updates per second, per thread count.
+    pub commits: Vec<Rate>,
+    /// fio: 4 KiB sequential write + fdatasync each, one job, IOPS.
+    pub fio_fdatasync_iops: Option<Spread>,
+    /// Lookups per second through a 1 % cache from many threads.
+    pub miss: Vec<Rate>,
+    /// The cache of the miss part, bytes.
+    pub miss_cache_bytes: u64,
+    /// fio: 4 KiB random reads (psync, one per thread, as many threads) on nvmedb's data file.
+    pub fio_randread_4k_iops: Option<Spread>,
+    /// fio: 16 KiB (nvmedb's page) random reads, likewise.
+    pub fio_randread_16k_iops: Option<Spread>,
+}
+
+impl PeersResults {
+    /// Every rate with its ratios (load: lower is better).
+    pub fn ratios(&self) -> Vec<Ratio> {
+        let mut v = parts::ratios(&self.load_s, true);
+        for rates in [&self.memory, &self.commits, &self.miss] {
+            v.extend(parts::ratios(rates, false));
+        }
+        v
+    }
+}
+
+/// The `nvmedb lab peers` experiment.
+#[derive(Debug, Clone, Copy)]
+pub struct PeersBench;
+
+impl Experiment for PeersBench {
+    const NAME: &'static str = "peers";
+    const TITLE: &'static str =
+        "nvmedb vs RocksDB, LMDB and SQLite: lookups in memory and through a 1 % cache, durable updates, bulk load";
+    type Config = PeersConfig;
+    type Results = PeersResults;
+
+    fn validate(cfg: &PeersConfig) -> Result<()> {
+        experiment::known_parts("--parts", &cfg.parts, &PARTS)?;
+        experiment::non_empty("--tables", &cfg.tables)?;
+        experiment::non_empty("--commit-threads", &cfg.commit_threads)?;
+        if !cfg.engines.contains(&Kind::Nvmedb) {
+            return Err(LabError::config("--engines", "must include nvmedb (every ratio is against it)"));
+        }
+        if cfg.tables.iter().any(|t| t.rows == 0 || t.value_bytes < 8 || t.value_bytes > 4096) {
+            return Err(LabError::config("--tables", "each table needs rows ≥ 1 and 8–4096 value bytes"));
+        }
+        if cfg.reps == 0 || cfg.miss_threads == 0 || cfg.commit_threads.contains(&0) {
+            return Err(LabError::config("--reps/--miss-threads/--commit-threads", "must be at least 1"));
+        }
+        if !(cfg.miss_cache_pct > 0.0 && cfg.miss_cache_pct <= 100.0) {
+            return Err(LabError::config("--miss-cache-pct", "must be in (0, 100]"));
+        }
+        experiment::seconds("--duration", cfg.duration_s, false)
+    }
+
+    fn run(cfg: &PeersConfig, env: &RunEnv) -> Result<PeersResults> {
+        parts::run(cfg, env)
+    }
+
+    fn report(cfg: &PeersConfig, r: &PeersResults, env: &RunEnv) -> Result<Summary> {
+        let kinds: Vec<Kind> = KINDS.iter().copied().filter(|k| cfg.engines.contains(k)).collect();
+        let sections: [(&str, &Vec<Rate>, &str); 4] = [
+            ("bulk load (durable batches of 10 000 rows)", &r.load_s, "s"),
+            ("in-memory lookups, 1 thread", &r.memory, "/s"),
+            ("durable single-row updates", &r.commits, "/s"),
+            ("lookups through a 1 % cache", &r.miss, "/s"),
+        ];
+        let mut header = vec!["workload".to_string()];
+        for k in &kinds {
+            header.push(format!("{} (min–max)", k.name()));
+        }
+        for k in kinds.iter().skip(1) {
+            header.push(format!("nvmedb/{}", k.name()));
+        }
+        let mut table = TextTable::new(header);
+        let ratios = r.ratios();
+        let mut workloads: Vec<(String, &str)> = Vec::new();
+        for (_, rates, unit) in &sections {
+            for rate in rates.iter() {
+                if !workloads.iter().any(|(w, _)| *w == rate.workload) {
+                    workloads.push((rate.workload.clone(), unit));
+                }
+            }
+        }
+        let fmt = |v: f64, unit: &str| {
+            if unit == "s" {
+                format!("{v:.1} s")
+            } else if v >= 1e6 {
+                format!("{:.2} M", v / 1e6)
+            } else if v >= 1e3 {
+                format!("{:.1} K", v / 1e3)
+            } else {
+                format!("{v:.0}")
+            }
+        };
+        let all: Vec<&Rate> = sections.iter().flat_map(|(_, v, _)| v.iter()).collect();
+        for (w, unit) in &workloads {
+            let mut row = vec![w.clone()];
+            for k in &kinds {
+                row.push(match all.iter().find(|r| r.workload == *w && r.engine == *k) {
+                    Some(r) => format!(
+                        "{} ({}–{})",
+                        fmt(r.per_s.median, unit),
+                        fmt(r.per_s.min, unit),
+                        fmt(r.per_s.max, unit)
+                    ),
+                    None => "–".into(),
+                });
+            }
+            for k in kinds.iter().skip(1) {
+                row.push(match ratios.iter().find(|x| x.workload == *w && x.peer == *k) {
+                    Some(x) => format!("{:.2}×", x.nvmedb_over_peer),
+                    None => "–".into(),
+                });
+            }
+            table.row(row);
+        }
+        let spread = |s: &Option<Spread>| {
+            s.map_or("fio did not run".to_string(), |s| {
+                format!("{:.0} (min {:.0}, max {:.0})", s.median, s.min, s.max)
+            })
+        };
+        let mut text = format!(
+            "{}\n\n{table}\nratios: nvmedb's median rate / the peer's (load: the peer's time / nvmedb's); above 1: nvmedb ahead\n\
+             fio 4 KiB write + fdatasync, 1 job: {} IOPS\n\
+             fio random reads on nvmedb's data file, {} psync threads: 4 KiB {} IOPS, 16 KiB {} IOPS\n\
+             1 % cache = {:.1} MiB; {} repetitions of {} s windows, engines interleaved in each\n\nconfiguration:\n",
+            Self::TITLE,
+            spread(&r.fio_fdatasync_iops),
+            cfg.miss_threads,
+            spread(&r.fio_randread_4k_iops),
+            spread(&r.fio_randread_16k_iops),
+            r.miss_cache_bytes as f64 / (1 << 20) as f64,
+            cfg.reps,
+            cfg.duration_s,
+        );
+        for k in &kinds {
+            text.push_str(&format!("  {}: {}\n", k.name(), k.configuration()));
+        }
+        text.push_str(&format!("machine: {}\n", env.context.one_line()));
+        // One bar chart: nvmedb / peer per workload, one bar per peer.
+        let groups: Vec<String> = workloads.iter().map(|(w, _)| w.clone()).collect();
+        let mut chart = BarChart::new(
+            "nvmedb vs peers (ratio of medians; above 1: nvmedb ahead)",
+            "nvmedb / peer",
+            groups.clone(),
+        )
+        .reference(1.0)
+        .subtitle(format!("{} repetitions, engines interleaved; load: peer time / nvmedb time", cfg.reps))
+        .footnote(env.context.one_line());
+        for k in kinds.iter().skip(1) {
+            let v = groups
+                .iter()
+                .map(|w| ratios.iter().find(|x| x.workload == *w && x.peer == *k).map_or(f64::NAN, |x| x.nvmedb_over_peer))
+                .collect();
+            chart = chart.series(k.name(), v);
+        }
+        if kinds.len() > 1 && !groups.is_empty() {
+            chart.write(env.dir.path(), "ratios")?;
+            text.push_str("plot: ratios.png / ratios.svg\n");
+        }
+        env.dir.write_csv("ratios", &ratios)?;
+        let mut figures = Vec::new();
+        for rate in all.iter().filter(|r| r.engine == Kind::Nvmedb) {
+            let unit = if r.load_s.iter().any(|x| x.workload == rate.workload) { "s" } else { "ops/s" };
+            let mut f = Figure::repeated(
+                format!("nvmedb {}", rate.workload),
+                rate.workload.clone(),
+                rate.per_s,
+                unit,
+            );
+            if let Some(x) = ratios.iter().find(|x| x.workload == rate.workload && x.peer == Kind::Lmdb) {
+                f = f.against("nvmedb / LMDB", x.nvmedb_over_peer);
+            }
+            figures.push(f);
+        }
+        Ok(Summary { text, figures })
+    }
+}

@@ -1,0 +1,236 @@
+//! The measurements of `lab peers`, each engine in turn inside every repetition (A B C D A B C D
+//! …), so a noisy moment of the shared machine hits every engine alike.
+//!
+//! Owns: [`run`]: load every table into every engine (timed: the bulk-load figures), in-memory
+//! point lookups (single and batched) on every table, durable single-row updates at each
+//! thread count beside fio's fdatasync rate, and random lookups through a 1 % cache with many
+//! threads beside fio's random reads. Invariants: every lookup checks its row; every update is
+//! durable when it returns; the data directories are removed at the end unless kept.
+
+use super::engines::{drop_from_page_cache, value, Cache, Kind, Peer, KINDS, MANY};
+use super::{PeersConfig, PeersResults, Rate, Ratio, TableSpec};
+use crate::error::{LabError, Result};
+use crate::experiment::RunEnv;
+use crate::measure::{fio, Spread, Workers};
+use nvmedb::util::Rng;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn dir_of(cfg: &PeersConfig, kind: Kind, t: &TableSpec) -> PathBuf {
+    cfg.data_dir.join(format!("{}-{}x{}", kind.name().to_lowercase(), t.rows, t.value_bytes))
+}
+
+/// How a window of client threads uses an engine.
+#[derive(Clone, Copy)]
+enum Op {
+    Get,
+    GetMany,
+    Update,
+}
+
+/// Runs `threads` clients of `peer` for `secs`: operations per second.
+fn window(peer: &Peer, t: &TableSpec, op: Op, threads: usize, secs: f64, seed: u64) -> Result<f64> {
+    let what = format!("{} clients of {}", threads, peer.kind().name());
+    let workers = Workers::new(what, threads, Duration::from_millis(200), Duration::from_secs_f64(secs));
+    let rows = t.rows;
+    let width = t.value_bytes;
+    let run = workers.run(
+        |th| Ok((peer.client()?, Rng::new(seed.wrapping_mul(7919) + th as u64), [0u64; MANY])),
+        |(c, rng, keys), _| match op {
+            Op::Get => {
+                for _ in 0..16 {
+                    c.get(rng.below(rows))?;
+                }
+                Ok(16)
+            }
+            Op::GetMany => {
+                for k in keys.iter_mut() {
+                    *k = rng.below(rows);
+                }
+                c.get_many(keys)?;
+                Ok(MANY as u64)
+            }
+            Op::Update => {
+                let k = rng.below(rows);
+                c.update(k, &value(k, width, rng.next_u64()))?;
+                Ok(1)
+            }
+        },
+        &mut (),
+    )?;
+    Ok(run.ops_per_s())
+}
+
+/// Collects per-engine repetitions of one measurement.
+struct Reps(Vec<(Kind, Vec<f64>)>);
+
+impl Reps {
+    fn new(kinds: &[Kind]) -> Self {
+        Self(kinds.iter().map(|&k| (k, Vec::new())).collect())
+    }
+    fn push(&mut self, kind: Kind, v: f64) {
+        if let Some((_, vs)) = self.0.iter_mut().find(|(k, _)| *k == kind) {
+            vs.push(v);
+        }
+    }
+    fn rates(&self, workload: &str) -> Vec<Rate> {
+        self.0
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| Rate { workload: workload.to_string(), engine: *k, per_s: Spread::of(v) })
+            .collect()
+    }
+}
+
+/// Ratios of nvmedb's median to every peer's, per workload.
+pub fn ratios(rates: &[Rate], lower_is_better: bool) -> Vec<Ratio> {
+    let mut out = Vec::new();
+    for r in rates.iter().filter(|r| r.engine != Kind::Nvmedb) {
+        let Some(n) = rates.iter().find(|n| n.engine == Kind::Nvmedb && n.workload == r.workload) else {
+            continue;
+        };
+        let (a, b) = (n.per_s.median, r.per_s.median);
+        let ratio = if lower_is_better { b / a.max(1e-12) } else { a / b.max(1e-12) };
+        out.push(Ratio { workload: r.workload.clone(), peer: r.engine, nvmedb_over_peer: ratio });
+    }
+    out
+}
+
+pub fn run(cfg: &PeersConfig, env: &RunEnv) -> Result<PeersResults> {
+    let kinds: Vec<Kind> = KINDS.iter().copied().filter(|k| cfg.engines.contains(k)).collect();
+    let mut res = PeersResults::default();
+    std::fs::create_dir_all(&cfg.data_dir).map_err(LabError::io(&cfg.data_dir, "create directory"))?;
+    // 1. Load every table into every engine (interleaved by table), timed.
+    let mut load = Reps::new(&kinds);
+    for t in &cfg.tables {
+        for &k in &kinds {
+            let dir = dir_of(cfg, k, t);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(LabError::io(&dir, "remove"))?;
+            }
+            let mut p = Peer::open(k, &dir, t.data_bytes(), Cache::Whole)?;
+            let bar = crate::measure::progress::bar(
+                env.progress,
+                t.rows,
+                format!("loading {} rows × {} B into {}", t.rows, t.value_bytes, k.name()),
+            );
+            let t0 = Instant::now();
+            p.load(t.rows, t.value_bytes, |n| bar.set_position(n))?;
+            let s = t0.elapsed().as_secs_f64();
+            bar.finish_and_clear();
+            env.note(format!("load {} into {}: {:.1} s", t.label(), k.name(), s));
+            if t.is_load_table(cfg) {
+                load.push(k, s);
+            }
+        }
+    }
+    if let Some(t) = cfg.tables.iter().find(|t| t.is_load_table(cfg)) {
+        res.load_s = load.rates(&format!("bulk load {}", t.label()));
+    }
+    // 2. In-memory point lookups, one thread (per core), single and batched.
+    if cfg.wants("memory") {
+        for t in &cfg.tables {
+            let peers: Vec<Peer> = kinds
+                .iter()
+                .map(|&k| Peer::open(k, &dir_of(cfg, k, t), t.data_bytes(), Cache::Whole))
+                .collect::<Result<_>>()?;
+            // Warm every cache with one pass over the keys.
+            for p in &peers {
+                let mut c = p.client()?;
+                for key in 0..t.rows {
+                    c.get(key)?;
+                }
+            }
+            let (mut one, mut many) = (Reps::new(&kinds), Reps::new(&kinds));
+            for rep in 0..cfg.reps {
+                for p in &peers {
+                    let r1 = window(p, t, Op::Get, 1, cfg.duration_s, rep as u64)?;
+                    let rm = window(p, t, Op::GetMany, 1, cfg.duration_s, rep as u64 + 100)?;
+                    env.note(format!(
+                        "{} {}: {:.0} lookups/s, read_many {:.0}/s",
+                        t.label(),
+                        p.kind().name(),
+                        r1,
+                        rm
+                    ));
+                    one.push(p.kind(), r1);
+                    many.push(p.kind(), rm);
+                }
+            }
+            res.memory.extend(one.rates(&format!("lookup {}", t.label())));
+            res.memory.extend(many.rates(&format!("lookup×{MANY} {}", t.label())));
+        }
+    }
+    // 3. Durable single-row updates beside fio's fdatasync rate, on the smallest table.
+    if cfg.wants("commits") {
+        let t = cfg.tables.iter().min_by_key(|t| t.data_bytes()).expect("validated: a table");
+        let peers: Vec<Peer> = kinds
+            .iter()
+            .map(|&k| Peer::open(k, &dir_of(cfg, k, t), t.data_bytes(), Cache::Whole))
+            .collect::<Result<_>>()?;
+        let mut fio_v = Vec::new();
+        let mut by_threads: Vec<(usize, Reps)> =
+            cfg.commit_threads.iter().map(|&n| (n, Reps::new(&kinds))).collect();
+        for rep in 0..cfg.reps {
+            fio_v.extend(fio::fdatasync_iops(&cfg.data_dir, cfg.duration_s));
+            for (threads, reps) in by_threads.iter_mut() {
+                for p in &peers {
+                    let r = window(p, t, Op::Update, *threads, cfg.duration_s, rep as u64 + 200)?;
+                    env.note(format!("{} threads, {}: {:.0} durable updates/s", threads, p.kind().name(), r));
+                    reps.push(p.kind(), r);
+                }
+            }
+        }
+        res.fio_fdatasync_iops = Spread::of_some(&fio_v);
+        for (threads, reps) in &by_threads {
+            res.commits.extend(reps.rates(&format!("updates {threads} thr")));
+        }
+    }
+    // 4. Random lookups through a 1 % cache from many threads, beside fio's random reads.
+    if cfg.wants("miss") {
+        let t = cfg.tables.iter().max_by_key(|t| t.data_bytes()).expect("validated: a table");
+        // At least four 16 KiB pages per client (each pins a page while it reads).
+        let floor = (cfg.miss_threads * 4 * 16384) as u64;
+        let cache = ((t.data_bytes() as f64 * cfg.miss_cache_pct / 100.0) as u64).max(floor);
+        let dirs: Vec<PathBuf> = kinds.iter().map(|&k| dir_of(cfg, k, t)).collect();
+        let peers: Vec<Peer> = kinds
+            .iter()
+            .zip(&dirs)
+            .map(|(&k, d)| Peer::open(k, d, t.data_bytes(), Cache::Bytes(cache)))
+            .collect::<Result<_>>()?;
+        let heap = peers.iter().zip(&dirs).find_map(|(p, d)| p.data_file(d));
+        let (mut miss, mut fio4, mut fio16) = (Reps::new(&kinds), Vec::new(), Vec::new());
+        for rep in 0..cfg.reps {
+            if let Some(heap) = &heap {
+                fio4.extend(fio::randread_iops(heap, 4096, cfg.miss_threads, 1, "psync", cfg.duration_s));
+                fio16.extend(fio::randread_iops(heap, 16384, cfg.miss_threads, 1, "psync", cfg.duration_s));
+            }
+            for (p, d) in peers.iter().zip(&dirs) {
+                drop_from_page_cache(&p.cached_files(d))?;
+                let r = window(p, t, Op::Get, cfg.miss_threads, cfg.duration_s, rep as u64 + 300)?;
+                env.note(format!(
+                    "1 % cache, {} threads, {}: {:.0} lookups/s",
+                    cfg.miss_threads,
+                    p.kind().name(),
+                    r
+                ));
+                miss.push(p.kind(), r);
+            }
+        }
+        res.fio_randread_4k_iops = Spread::of_some(&fio4);
+        res.fio_randread_16k_iops = Spread::of_some(&fio16);
+        res.miss = miss.rates(&format!("lookup 1% cache {}", t.label()));
+        res.miss_cache_bytes = cache;
+    }
+    if !cfg.keep_data {
+        for t in &cfg.tables {
+            for &k in &kinds {
+                let d = dir_of(cfg, k, t);
+                if d.exists() {
+                    std::fs::remove_dir_all(&d).map_err(LabError::io(&d, "remove"))?;
+                }
+            }
+        }
+    }
+    Ok(res)
+}
