@@ -18,9 +18,9 @@ pub mod cost;
 pub mod engine;
 pub mod ha;
 pub mod iobench;
-pub mod pgbench;
 #[cfg(feature = "peers")]
 pub mod peers;
+pub mod pgbench;
 pub mod primitive;
 pub mod tier;
 pub mod tpcc;

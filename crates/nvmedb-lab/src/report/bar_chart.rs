@@ -112,7 +112,11 @@ impl BarChart {
 
     fn y_range(&self) -> (f64, f64) {
         let values = || {
-            self.series.iter().flat_map(|(_, v)| v.iter().copied()).chain(self.reference).filter(|v| !v.is_nan())
+            self.series
+                .iter()
+                .flat_map(|(_, v)| v.iter().copied())
+                .chain(self.reference)
+                .filter(|v| !v.is_nan())
         };
         let hi = values().fold(f64::MIN, f64::max);
         if self.log_y {

@@ -12,8 +12,8 @@ mod commit;
 mod cost;
 mod engine;
 mod ha;
-mod pgbench;
 mod peers;
+mod pgbench;
 mod primitive;
 pub mod tier;
 mod tpcc;
@@ -213,7 +213,19 @@ mod tests {
 
     #[test]
     fn every_experiment_has_a_command_with_the_common_flags() {
-        for name in ["primitive", "engine", "commit", "xlog", "ha", "tpcc", "tpch", "tier", "cost", "pgbench", "peers"] {
+        for name in [
+            "primitive",
+            "engine",
+            "commit",
+            "xlog",
+            "ha",
+            "tpcc",
+            "tpch",
+            "tier",
+            "cost",
+            "pgbench",
+            "peers",
+        ] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
             assert_eq!(c.name(), format!("lab {name}"));
         }

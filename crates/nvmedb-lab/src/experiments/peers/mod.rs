@@ -292,7 +292,12 @@ impl Experiment for PeersBench {
         for k in kinds.iter().skip(1) {
             let v = groups
                 .iter()
-                .map(|w| ratios.iter().find(|x| x.workload == *w && x.peer == *k).map_or(f64::NAN, |x| x.nvmedb_over_peer))
+                .map(|w| {
+                    ratios
+                        .iter()
+                        .find(|x| x.workload == *w && x.peer == *k)
+                        .map_or(f64::NAN, |x| x.nvmedb_over_peer)
+                })
                 .collect();
             chart = chart.series(k.name(), v);
         }
