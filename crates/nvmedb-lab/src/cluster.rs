@@ -392,10 +392,16 @@ mod tests {
     fn node_lines_parse() {
         assert_eq!(NodeEvent::parse("ACK 3 17 99"), NodeEvent::Ack { epoch: 3, id: 17, ns: 99 });
         assert_eq!(
-            NodeEvent::parse("n1 LEADER epoch 4 at 1234 (took over)"),
+            NodeEvent::parse("n1: LEADER epoch 4 at 1234 (promoted: log end 2485353)"),
             NodeEvent::Leader { epoch: 4, ns: 1234 }
         );
-        assert_eq!(NodeEvent::parse("n0 STEPPED DOWN: lease lost"), NodeEvent::SteppedDown);
+        // As `nvmedb node --ha` prints them.
+        assert_eq!(
+            NodeEvent::parse(
+                "n0: STEPPED DOWN from epoch 6: its lease could not be renewed for a whole TTL (2s)"
+            ),
+            NodeEvent::SteppedDown
+        );
         assert_eq!(NodeEvent::parse("ACK x 1 2"), NodeEvent::Other);
     }
 }
