@@ -25,7 +25,13 @@ struct FileEntry {
     name: String,
     /// This file's share of the pool's I/O counters (hits are in `BufferPool::file_hits`).
     io: FileIo,
+    /// The next page number to hand out (allocation reserves numbers here first).
     next_page: AtomicU64,
+    /// Pages readers may see: every page below it is mapped or on the device. An allocation
+    /// raises it past its page only once the page is mapped, in page order, so a scan reading
+    /// up to the file's end never reaches a reserved page that is not mapped yet (it would read
+    /// zeroes from the device and map the page under the allocator).
+    published: AtomicU64,
     /// Set by [`BufferPool::drop_file`]: its pages are discarded instead of written back, and
     /// reads of it fail.
     dropped: std::sync::atomic::AtomicBool,
@@ -380,6 +386,7 @@ impl BufferPool {
             name,
             io: FileIo::default(),
             next_page: AtomicU64::new(pages),
+            published: AtomicU64::new(pages),
             dropped: std::sync::atomic::AtomicBool::new(false),
         }));
         Ok(())
@@ -440,7 +447,7 @@ impl BufferPool {
 
     /// Number of pages file `file_id` has (including allocated pages not yet written).
     pub fn file_pages(&self, file_id: u32) -> Result<u64> {
-        Ok(self.file(file_id)?.next_page.load(Acquire))
+        Ok(self.file(file_id)?.published.load(Acquire))
     }
 
     /// A page just read must not be newer than the durable log (see [`WalGate::page_lsn_limit`]):
@@ -670,7 +677,7 @@ impl BufferPool {
             if file.dropped.load(Acquire) {
                 return Err(Error::NotFound(format!("{} belongs to a dropped table", file.name)));
             }
-            let pages = file.next_page.load(Acquire);
+            let pages = file.published.load(Acquire);
             if pid.page >= pages {
                 return Err(Error::InvalidArgument(format!(
                     "page {} does not exist in {} (file {} has {pages} pages)",
@@ -909,7 +916,7 @@ impl BufferPool {
     /// Used by scans for read-ahead; under SEP it fills the calling thread's partition.
     pub fn prefetch(&self, file_id: u32, pages: std::ops::Range<u64>, class: PageClass) -> Result<usize> {
         let file = self.file(file_id)?;
-        let end = pages.end.min(file.next_page.load(Acquire));
+        let end = pages.end.min(file.published.load(Acquire));
         let part = self.partition();
         // Claim and map a frame for every missing page; hold each frame's write latch until
         // its read is verified so concurrent fixes of those pages wait for the data.
@@ -1040,6 +1047,11 @@ impl BufferPool {
             assert!(prev.is_none(), "new page {pid} was already mapped");
             f.page_key.store(key, Release);
             part.xlate.set(key, victim);
+        }
+        // Publish in page order: an allocation of an earlier page that has not mapped it yet
+        // holds nothing this one holds, so the wait is short and cannot deadlock.
+        while file.published.compare_exchange_weak(page_no, page_no + 1, AcqRel, Acquire).is_err() {
+            std::thread::yield_now();
         }
         f.usage.store(self.weight(class), Relaxed);
         f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
