@@ -17,7 +17,7 @@ pub use ddl::{convert_row, BulkLoad};
 pub use recovery::RecoveryReport;
 pub(crate) use recovery::{PageFiles, Redo, RedoPages};
 pub use tablespace::{parse_profile, TableAccess, TablespaceSpec, Tablespaces};
-pub use transaction::{Isolation, Transaction};
+pub use transaction::Transaction;
 
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
 use crate::error::{Error, Result};

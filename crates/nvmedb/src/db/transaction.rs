@@ -7,17 +7,7 @@
 //! changes newest first through the tables (the undo is logged like any change) and logs an
 //! abort record. A transaction dropped without commit is aborted.
 //!
-//! Isolation: [`Isolation::Serializable`] (the default, [`Database::begin`]) is the strict
-//! 2PL above. [`Isolation::ReadCommitted`] ([`Database::begin_with`]) locks only what it
-//! writes (and what it reads `for_update`); its plain reads take no lock while no writer of
-//! the key is in flight, as auto-commit reads do, and see only committed rows, but a row read
-//! twice may differ.
-//!
-//! Every change first enters its key's stripe of the table's pending writers
-//! ([`crate::txn::PendingWriters`]); the transaction leaves them all once its commit is
-//! durable or its rollback complete, before its locks go.
-//!
-//! Guarantees: serializable transactions that lock individual keys (point reads and writes, the lab's
+//! Guarantees: transactions that lock individual keys (point reads and writes, the lab's
 //! workloads) are serializable in commit order; a deadlock or lock timeout is a typed error
 //! (`Error::is_retryable`) after which the caller aborts and retries. Range scans
 //! ([`Transaction::range`], [`Transaction::index_range`]) lock every row they visit but take
@@ -30,30 +20,17 @@ use crate::table::{RowView, Table, TxnShared, Value};
 use crate::txn::LockMode;
 use crate::wal::engine::TxnOp;
 use std::ops::Bound;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Keys a range scan collects from an index before it locks and reads their rows.
 const SCAN_BATCH: usize = 32;
 
-/// How a transaction's plain reads are isolated; see the module documentation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Isolation {
-    /// Strict two-phase locking: a shared lock on every key read, kept until the end.
-    #[default]
-    Serializable,
-    /// Reads see only committed rows and take no lock while no writer of the key is in
-    /// flight; writes lock as under `Serializable`.
-    ReadCommitted,
-}
-
 /// A transaction; see the module documentation.
 pub struct Transaction {
     shared: Arc<TxnShared>,
     id: u64,
-    isolation: Isolation,
     undo: Vec<(Table, TxnOp)>,
-    /// Stripes of pending writers this transaction is inside (each once).
-    stripes: Vec<usize>,
     done: bool,
 }
 
@@ -64,19 +41,15 @@ impl std::fmt::Debug for Transaction {
 }
 
 impl Database {
-    /// Starts a serializable transaction (strict two-phase locking).
+    /// Starts a transaction.
     pub fn begin(&self) -> Transaction {
-        self.begin_with(Isolation::Serializable)
-    }
-
-    /// Starts a transaction with the given isolation of its reads.
-    pub fn begin_with(&self, isolation: Isolation) -> Transaction {
         // A log short of space (the fast log's conventional ring) asks for a checkpoint; take
         // it here, before this transaction holds anything.
         self.txn_shared().checkpoint_if_wanted();
         let shared = self.txn_shared().clone();
+        shared.explicit_active.fetch_add(1, Ordering::AcqRel);
         let id = shared.begin();
-        Transaction { shared, id, isolation, undo: Vec::new(), stripes: Vec::new(), done: false }
+        Transaction { shared, id, undo: Vec::new(), done: false }
     }
 }
 
@@ -86,43 +59,13 @@ impl Transaction {
         self.id
     }
 
-    /// The transaction's isolation.
-    pub fn isolation(&self) -> Isolation {
-        self.isolation
-    }
-
     fn lock(&self, table: &Table, key: &Value, mode: LockMode) -> Result<Vec<u8>> {
         let k = table.lock_key(key)?;
         self.shared.locks.lock(self.id, table.id(), &k, mode)?;
         Ok(k)
     }
 
-    /// Locks `key` exclusively for a change and enters its stripe of pending writers (before
-    /// the change touches a page).
-    fn lock_for_change(&mut self, table: &Table, key: &Value) -> Result<()> {
-        let k = self.lock(table, key, LockMode::Exclusive)?;
-        let stripe = table.pending_stripe(&k);
-        if !self.stripes.contains(&stripe) {
-            self.shared.pending.enter(stripe);
-            self.stripes.push(stripe);
-        }
-        Ok(())
-    }
-
-    /// A plain read of encoded key `k`: under a shared lock (serializable), or committed
-    /// without a lock while no writer is in flight (read committed).
-    fn plain_read<R>(&self, table: &Table, k: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
-        match self.isolation {
-            Isolation::Serializable => {
-                self.shared.locks.lock(self.id, table.id(), k, LockMode::Shared)?;
-                table.txn_read(k, f)
-            }
-            Isolation::ReadCommitted => table.txn_read_committed(self.id, k, f),
-        }
-    }
-
-    /// Reads the row with primary key `key`: under a shared lock kept until the transaction
-    /// ends ([`Isolation::Serializable`]), or as committed ([`Isolation::ReadCommitted`]).
+    /// Reads the row with primary key `key` under a shared lock.
     pub fn read<R>(
         &mut self,
         table: &Table,
@@ -130,8 +73,8 @@ impl Transaction {
         f: impl FnOnce(RowView<'_>) -> R,
     ) -> Result<Option<R>> {
         self.shared.check_open()?;
-        let k = table.lock_key(key)?;
-        self.plain_read(table, &k, f)
+        let k = self.lock(table, key, LockMode::Shared)?;
+        table.txn_read(&k, f)
     }
 
     /// [`Transaction::read`] by encoded primary key (as [`Table::primary_keys`] and
@@ -142,8 +85,8 @@ impl Transaction {
         key: &[u8],
         f: impl FnOnce(RowView<'_>) -> R,
     ) -> Result<Option<R>> {
-        self.shared.check_open()?;
-        self.plain_read(table, key, f)
+        self.shared.locks.lock(self.id, table.id(), key, LockMode::Shared)?;
+        table.txn_read(key, f)
     }
 
     /// Like [`Transaction::read_encoded`] but takes the key's exclusive lock, for a row about
@@ -169,7 +112,7 @@ impl Transaction {
         table.txn_read(&k, f)
     }
 
-    /// Reads and decodes the row with primary key `key` (as [`Transaction::read`]).
+    /// Reads and decodes the row with primary key `key` under a shared lock.
     pub fn get(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
         self.read(table, key, |r| r.try_values())?.transpose()
     }
@@ -186,7 +129,7 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter()?;
         let pk = table.pk_of(row)?;
-        self.lock_for_change(table, pk)?;
+        self.lock(table, pk, LockMode::Exclusive)?;
         if let Some(mut op) = table.txn_insert(self.id, row)? {
             // Undoing an insert finds the row through its key: keep only the key in memory
             // (the log record keeps the whole row for recovery), so a large load stays small.
@@ -201,7 +144,7 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter()?;
         let pk = table.pk_of(row)?;
-        self.lock_for_change(table, pk)?;
+        self.lock(table, pk, LockMode::Exclusive)?;
         let (changed, op) = table.txn_update(self.id, row)?;
         if let Some(op) = op {
             self.undo.push((table.clone(), op));
@@ -226,7 +169,7 @@ impl Transaction {
     pub fn delete(&mut self, table: &Table, key: &Value) -> Result<bool> {
         let shared = self.shared.clone();
         let _open = shared.enter()?;
-        self.lock_for_change(table, key)?;
+        self.lock(table, key, LockMode::Exclusive)?;
         let (changed, op) = table.txn_delete(self.id, key)?;
         if let Some(op) = op {
             self.undo.push((table.clone(), op));
@@ -397,11 +340,8 @@ impl Transaction {
     }
 
     fn finish(&mut self) {
-        // Committed or rolled back: lock-free readers may see these keys again.
-        for s in self.stripes.drain(..) {
-            self.shared.pending.leave(s);
-        }
         self.shared.locks.release_all(self.id);
+        self.shared.explicit_active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

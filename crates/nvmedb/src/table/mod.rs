@@ -4,10 +4,8 @@
 //! catalog format. Invariants: every live row has exactly one primary-index entry pointing at
 //! it and one entry per secondary index; modifications of one primary key are serialised by a
 //! striped key lock, so the row and its index entries change together with respect to other
-//! writers. Every writer holds the key's exclusive lock (lock manager) and is inside the key's
-//! stripe of [`PendingWriters`] from before its first page change until its change is
-//! committed or rolled back; readers that take no lock use that to see only committed rows
-//! (see `read_committed`), and fall back to the shared lock when a writer is in flight.
+//! writers. (Isolation against readers and atomicity across crashes arrive with transactions
+//! and the WAL.)
 
 pub mod catalog;
 pub mod files;
@@ -23,7 +21,7 @@ pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
 use crate::btree::BTree;
 use crate::buffer::mtr::{annotate_next_commit, take_annotation};
 use crate::error::{Error, Result};
-use crate::txn::{LockManager, LockMode, LockOptions, PendingWriters};
+use crate::txn::{LockManager, LockMode, LockOptions};
 use crate::util::sync::{MutexExt, RwLockExt};
 use crate::wal::engine::{TxnLog, TxnOp};
 use std::ops::Bound;
@@ -37,26 +35,8 @@ const UNDO_ATTEMPTS: usize = 16;
 pub const READ_BATCH: usize = 16;
 
 const READ_RETRIES: usize = 10_000;
-/// Keys [`Table::range`] copies from the index at a time.
-const RANGE_BATCH: usize = 64;
-/// Lock-free attempts at a point read before it takes the key's shared lock (an attempt
-/// fails when a writer of the key's stripe enters or leaves meanwhile).
-const LOCK_FREE_ATTEMPTS: usize = 4;
-/// Lock owners of reads that take a shared lock for one row only: ids above every transaction
-/// id, so they never collide with one.
-const READER_IDS: u64 = 1 << 63;
 /// Added to a table id to name the lock space of its unique-index values.
 const UNIQUE_LOCK_SPACE: u32 = 0x8000_0000;
-
-/// What a lock-free read found at the row id its index entry gave.
-enum Seen<R> {
-    /// The key's committed row, passed to the caller's function.
-    Row(R),
-    /// The key's row, with a writer of its stripe in flight.
-    Busy,
-    /// Another key's row: the row moved or went after its entry was read.
-    Elsewhere,
-}
 
 /// A compensating action that reverses one completed step of a multi-structure change.
 enum Undo {
@@ -91,10 +71,8 @@ pub(crate) struct TxnShared {
     /// Key locks for strict two-phase locking.
     pub(crate) locks: LockManager,
     next_id: std::sync::atomic::AtomicU64,
-    /// Lock owners for one-row shared locks (added to [`READER_IDS`]).
-    next_reader: std::sync::atomic::AtomicU64,
-    /// Stripes of keys with a writer in flight, for reads that take no lock.
-    pub(crate) pending: PendingWriters,
+    /// Explicit transactions in progress (auto-commit reads then take shared locks).
+    pub(crate) explicit_active: std::sync::atomic::AtomicUsize,
     /// Takes a checkpoint if none is running; installed by the database, called when the log
     /// asks for one ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint)).
     pub(crate) checkpointer: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -122,8 +100,7 @@ impl TxnShared {
             log,
             locks: LockManager::new(lock_options)?,
             next_id: std::sync::atomic::AtomicU64::new(1),
-            next_reader: std::sync::atomic::AtomicU64::new(0),
-            pending: PendingWriters::new(),
+            explicit_active: std::sync::atomic::AtomicUsize::new(0),
             checkpointer: std::sync::OnceLock::new(),
             storage,
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -185,12 +162,6 @@ impl TxnShared {
             Some(l) => l.begin(),
             None => self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
-    }
-
-    /// A lock owner for a read that locks one row and releases it at once (never a
-    /// transaction id).
-    fn reader_id(&self) -> u64 {
-        READER_IDS | self.next_reader.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn forget(&self, txn: u64) {
@@ -287,8 +258,6 @@ impl Table {
             shared.forget(txn);
             return Err(e);
         }
-        let stripe = PendingWriters::stripe(self.inner.id, pk);
-        shared.pending.enter(stripe);
         let result = {
             let _k = self.key_lock(pk);
             let mut rec = None;
@@ -308,8 +277,6 @@ impl Table {
                 }
             }
         };
-        // Committed or reversed: lock-free readers may see the key again.
-        shared.pending.leave(stripe);
         shared.locks.release_all(txn);
         result
     }
@@ -400,7 +367,7 @@ impl Table {
             }
             _ => {
                 // Other key types: the row holds the value.
-                let v = self.read_committed(&k, None, |r| r.value(s.primary_key))?;
+                let v = self.read_pk(&k, |r| r.value(s.primary_key))?;
                 v.ok_or_else(|| self.bad_key(&k))?
             }
         }))
@@ -449,8 +416,19 @@ impl Table {
     /// [`Table::index_keys`] give them).
     pub fn read_encoded<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
-        self.inner.txn.check_open()?;
-        self.read_committed(pk, None, f)
+        let shared = &self.inner.txn;
+        if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let txn = shared.begin();
+            let r =
+                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared).and_then(|_| self.read_pk(pk, f));
+            shared.locks.release_all(txn);
+            shared.forget(txn);
+            return r;
+        }
+        if shared.log.is_some() {
+            drop(self.key_lock(pk));
+        }
+        self.read_pk(pk, f)
     }
 
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
@@ -490,23 +468,6 @@ impl Table {
     /// Encoded primary key of `key` (for lock keys).
     pub(crate) fn lock_key(&self, key: &Value) -> Result<Vec<u8>> {
         self.pk_bytes(key)
-    }
-
-    /// Reads a row inside read-committed transaction `txn` without a lock when no writer of
-    /// the key is in flight; otherwise under a shared lock kept by `txn` until it ends.
-    pub(crate) fn txn_read_committed<R>(
-        &self,
-        txn: u64,
-        key_bytes: &[u8],
-        f: impl FnOnce(RowView<'_>) -> R,
-    ) -> Result<Option<R>> {
-        self.check_poisoned()?;
-        self.read_committed(key_bytes, Some(txn), f)
-    }
-
-    /// The stripe of [`PendingWriters`] a change of `pk` enters.
-    pub(crate) fn pending_stripe(&self, pk: &[u8]) -> usize {
-        PendingWriters::stripe(self.inner.id, pk)
     }
 
     /// Reads a row inside a transaction (the caller holds at least a shared lock on the key).
@@ -792,69 +753,20 @@ impl Table {
                 &owned_pk
             }
         };
-        self.read_committed(pk, None, f)
-    }
-
-    /// The committed row of `pk`: without a lock while no writer of the key's stripe is in
-    /// flight (see [`PendingWriters`]), else under the key's shared lock — released at once, or
-    /// kept by transaction `owner` until it ends.
-    fn read_committed<R>(
-        &self,
-        pk: &[u8],
-        owner: Option<u64>,
-        f: impl FnOnce(RowView<'_>) -> R,
-    ) -> Result<Option<R>> {
         let shared = &self.inner.txn;
-        let pending = &shared.pending;
-        let stripe = PendingWriters::stripe(self.inner.id, pk);
-        let s = &self.inner.schema;
-        let mut f = Some(f);
-        for _ in 0..LOCK_FREE_ATTEMPTS {
-            let before = pending.load(stripe);
-            if !PendingWriters::idle(before) {
-                break;
-            }
-            let Some(rid) = self.rid_for(pk)? else {
-                // No entry, and no writer entered or left meanwhile: committed absence.
-                if pending.load(stripe) == before {
-                    return Ok(None);
-                }
-                continue;
-            };
-            let seen = self.inner.heap.read(rid, |b| {
-                let v = RowView::new(s, b);
-                if !self.has_pk(&v, pk)? {
-                    return Ok(Seen::Elsewhere);
-                }
-                // Under the page latch: a writer that changed this row entered first.
-                if !PendingWriters::idle(pending.load(stripe)) {
-                    return Ok(Seen::Busy);
-                }
-                Ok::<_, Error>(Seen::Row((f.take().expect("called once"))(v)))
-            })?;
-            match seen.transpose()? {
-                Some(Seen::Row(r)) => return Ok(Some(r)),
-                Some(Seen::Busy) => break,
-                // The row moved or went since its entry was read: look again.
-                Some(Seen::Elsewhere) | None => continue,
-            }
+        if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            let txn = shared.begin();
+            let r =
+                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared).and_then(|_| self.read_pk(pk, f));
+            shared.locks.release_all(txn);
+            shared.forget(txn);
+            return r;
         }
-        let f = f.take().expect("not called yet");
-        match owner {
-            Some(txn) => {
-                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared)?;
-                self.read_pk(pk, f)
-            }
-            None => {
-                let id = shared.reader_id();
-                let r = shared
-                    .locks
-                    .lock(id, self.inner.id, pk, LockMode::Shared)
-                    .and_then(|_| self.read_pk(pk, f));
-                shared.locks.release_all(id);
-                r
-            }
+        if shared.log.is_some() {
+            // Wait for a change of this key that is still committing.
+            drop(self.key_lock(pk));
         }
+        self.read_pk(pk, f)
     }
 
     /// Reads the rows of several primary keys: calls `f(i, row)` for each `keys[i]` in turn,
@@ -888,15 +800,21 @@ impl Table {
     ) -> Result<()> {
         self.inner.txn.check_open()?;
         self.check_poisoned()?;
-        let pending = &self.inner.txn.pending;
+        let shared = &self.inner.txn;
         let mut pks = Vec::with_capacity(READ_BATCH * 8);
         let mut ends = [0usize; READ_BATCH];
         let mut rids = [None; READ_BATCH];
         let mut leaves = [None; READ_BATCH];
-        let mut stripes = [0usize; READ_BATCH];
-        // Each key's stripe value before its index lookup (`None`: a writer was in flight).
-        let mut before = [None; READ_BATCH];
         for (b, batch) in keys.chunks(READ_BATCH).enumerate() {
+            if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                // Explicit transactions run: every read takes its shared key lock.
+                for (j, k) in batch.iter().enumerate() {
+                    if self.read(k, |v| f(b * READ_BATCH + j, Some(v)))?.is_none() {
+                        f(b * READ_BATCH + j, None);
+                    }
+                }
+                continue;
+            }
             pks.clear();
             for (j, k) in batch.iter().enumerate() {
                 match k {
@@ -912,18 +830,14 @@ impl Table {
             let pk = |j: usize| &pks[if j == 0 { 0 } else { ends[j - 1] }..ends[j]];
             // 1. The leaves of all keys.
             for (j, leaf) in leaves[..batch.len()].iter_mut().enumerate() {
-                stripes[j] = PendingWriters::stripe(self.inner.id, pk(j));
                 *leaf = self.inner.primary.locate_leaf(pk(j))?;
             }
             between_stages();
-            // 2. The row ids, and a prefetch of every row. A key with a writer in flight is
-            //    left to stage 3's full read.
+            // 2. The row ids, and a prefetch of every row.
             for (j, (leaf, rid)) in leaves.iter().zip(rids.iter_mut()).take(batch.len()).enumerate() {
-                let v = pending.load(stripes[j]);
-                before[j] = PendingWriters::idle(v).then_some(v);
-                *rid = None;
-                if before[j].is_none() {
-                    continue;
+                if shared.log.is_some() {
+                    // Wait for a change of this key that is still committing.
+                    drop(self.key_lock(pk(j)));
                 }
                 let in_leaf = match *leaf {
                     Some(hint) => self.inner.primary.get_in_leaf_with(hint, pk(j), RowId::from_bytes)?,
@@ -938,35 +852,20 @@ impl Table {
                     self.inner.heap.prefetch_row(r);
                 }
             }
-            // 3. The rows, each seen only if committed (as `read_committed` checks). A key
-            //    that had a writer in flight, whose row moved since its entry was read, or
-            //    whose absence a writer may have caused, is read again in full.
+            // 3. The rows. One that moved since its index entry was read is looked up again.
             let s = &self.inner.schema;
-            for j in 0..batch.len() {
+            for (j, &rid) in rids[..batch.len()].iter().enumerate() {
                 let i = b * READ_BATCH + j;
-                let done = match (before[j], rids[j]) {
-                    (None, _) => false,
-                    (Some(v), None) => {
-                        let unchanged = pending.load(stripes[j]) == v;
-                        if unchanged {
-                            f(i, None);
-                        }
-                        unchanged
-                    }
-                    (Some(_), Some(rid)) => {
-                        let found = self.inner.heap.read(rid, |bytes| {
-                            let v = RowView::new(s, bytes);
-                            let ok =
-                                self.has_pk(&v, pk(j))? && PendingWriters::idle(pending.load(stripes[j]));
-                            if ok {
-                                f(i, Some(v));
-                            }
-                            Ok::<_, Error>(ok)
-                        })?;
-                        found.transpose()? == Some(true)
-                    }
+                let Some(rid) = rid else {
+                    f(i, None);
+                    continue;
                 };
-                if !done && self.read_committed(pk(j), None, |v| f(i, Some(v)))?.is_none() {
+                let found = self.inner.heap.read(rid, |bytes| {
+                    let v = RowView::new(s, bytes);
+                    Ok::<_, Error>(self.has_pk(&v, pk(j))?.then(|| f(i, Some(v))).is_some())
+                })?;
+                let found = found.transpose()?;
+                if found != Some(true) && self.read_pk(pk(j), |v| f(i, Some(v)))?.is_none() {
                     f(i, None);
                 }
             }
@@ -1185,54 +1084,11 @@ impl Table {
     }
 
     /// Full table scan in heap order until `f` returns `Ok(false)`. The row's page is latched
-    /// while `f` runs: `f` must not modify this table. Only committed rows are passed: a row
-    /// with a writer in flight is read again, once that writer is done, after the other rows.
-    pub fn scan(&self, f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
+    /// while `f` runs: `f` must not modify this table.
+    pub fn scan(&self, mut f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
         self.inner.txn.check_open()?;
-        let pages = self.inner.heap.pages()?;
-        self.scan_committed(|visit| self.inner.heap.scan_pages(0..pages, visit), f)
-    }
-
-    /// Runs `f` on each committed row that `scan` passes (see `read_committed`): a row whose
-    /// key's stripe has a writer in flight is set aside (and skipped if the scan meets the key
-    /// again), then read through `read_committed` once the scan is over.
-    fn scan_committed(
-        &self,
-        scan: impl FnOnce(&mut dyn FnMut(RowId, &[u8]) -> Result<bool>) -> Result<()>,
-        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
-    ) -> Result<()> {
         let s = &self.inner.schema;
-        let pending = &self.inner.txn.pending;
-        let mut set_aside: Vec<Vec<u8>> = Vec::new();
-        let mut stopped = false;
-        let mut key = Vec::with_capacity(16);
-        scan(&mut |_, b| {
-            let v = RowView::new(s, b);
-            key.clear();
-            s.try_primary_key_of(&v, &mut key)?;
-            if !set_aside.is_empty() && set_aside.contains(&key) {
-                return Ok(true);
-            }
-            // Under the page latch: a writer that changed this row entered its stripe first.
-            if !PendingWriters::idle(pending.load(PendingWriters::stripe(self.inner.id, &key))) {
-                set_aside.push(key.clone());
-                return Ok(true);
-            }
-            let go = f(v)?;
-            stopped = !go;
-            Ok(go)
-        })?;
-        if stopped {
-            return Ok(());
-        }
-        for pk in set_aside {
-            if let Some(go) = self.read_committed(&pk, None, &mut f)? {
-                if !go? {
-                    break;
-                }
-            }
-        }
-        Ok(())
+        self.inner.heap.scan(|_, b| f(RowView::new(s, b)))
     }
 
     /// Part `part` of `parts` of a full scan: a contiguous share of the heap pages, so `parts`
@@ -1254,7 +1110,7 @@ impl Table {
         part: usize,
         parts: usize,
         read_ahead: u64,
-        f: impl FnMut(RowView<'_>) -> Result<bool>,
+        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         self.inner.txn.check_open()?;
         if parts == 0 || part >= parts {
@@ -1264,12 +1120,11 @@ impl Table {
         let per = pages.div_ceil(parts as u64);
         let start = (part as u64 * per).min(pages);
         let end = (start + per).min(pages);
-        self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(start..end, read_ahead, visit), f)
+        let s = &self.inner.schema;
+        self.inner.heap.scan_pages_ahead(start..end, read_ahead, |_, b| f(RowView::new(s, b)))
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
-    /// Each row is read as [`Table::read`] reads it (committed only); the index is walked a
-    /// batch of keys at a time, with no latch held while a row waits for a writer in flight.
     pub fn range(
         &self,
         lo: Bound<&Value>,
@@ -1277,20 +1132,19 @@ impl Table {
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         self.inner.txn.check_open()?;
-        let mut keys = self.primary_range(lo, hi)?;
-        loop {
-            let batch = keys.next_batch(self, RANGE_BATCH)?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for pk in &batch {
-                // Resolved through the primary index again: the row may have moved since the
-                // entry was copied. A row deleted meanwhile is skipped.
-                if !self.read_committed(pk, None, &mut f)?.transpose()?.unwrap_or(true) {
-                    return Ok(());
-                }
-            }
-        }
+        let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
+            Ok(match b {
+                Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
+                Bound::Excluded(v) => Bound::Excluded(self.pk_bytes(v)?),
+                Bound::Unbounded => Bound::Unbounded,
+            })
+        };
+        let (lo, hi) = (enc(lo)?, enc(hi)?);
+        self.inner.primary.range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |pk, _| {
+            // Resolve through the primary index again: the row may have moved since the
+            // entry was copied. A row deleted meanwhile is skipped.
+            Ok(self.read_pk(pk, &mut f)?.transpose()?.unwrap_or(true))
+        })
     }
 
     /// All rows whose column indexed by `index` equals `value`, in primary-key order.
@@ -1318,7 +1172,7 @@ impl Table {
         for pk in pks {
             // The row may have changed since the index entry was copied: keep it only if it
             // still has the value looked for.
-            let row = self.read_committed(&pk, None, |r| match r.try_value(col) {
+            let row = self.read_pk(&pk, |r| match r.try_value(col) {
                 Ok(v) if v == *value => Some(r.try_values()),
                 Ok(_) => None,
                 Err(e) => Some(Err(e)),

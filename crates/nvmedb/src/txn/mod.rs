@@ -46,7 +46,6 @@
 
 mod lock;
 mod options;
-pub mod pending;
 mod stats;
 
 #[cfg(test)]
@@ -55,7 +54,6 @@ mod tests;
 pub use crate::ids::{LockKey, LockMode, TxnId};
 pub use lock::{LockManager, LockOutcome};
 pub use options::{LockOptions, VictimPolicy};
-pub use pending::PendingWriters;
 pub use stats::{LockStats, WAIT_BUCKETS};
 
 /// 64-bit hash of a lock key (FxHash-style multiply-rotate, finished with a MurmurHash3 mix
