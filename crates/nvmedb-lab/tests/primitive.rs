@@ -17,7 +17,12 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
+/// The engine's tracer is one per process: two runs tracing at once would drain each other's
+/// intervals, so this binary's runs take turns.
+static RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run(root: &Path, cfg: &PrimitiveConfig) -> Result<Outcome<Primitive>, LabError> {
+    let _turn = RUNS.lock().unwrap_or_else(|e| e.into_inner());
     experiment::run::<Primitive>(cfg, &RunOptions { results_root: root.join("results"), progress: false })
 }
 
