@@ -31,7 +31,8 @@ pub struct InspectArgs {
     /// With --log: how many records to show.
     #[arg(long, default_value_t = 50)]
     pub limit: usize,
-    /// With --log: the log mirror directory (default <dir>/wal-mirror).
+    /// With --log: the log mirror directory of a duplexed log (default: <dir>/wal-mirror when it
+    /// holds files).
     #[arg(long)]
     pub log_mirror_dir: Option<PathBuf>,
 }
@@ -44,16 +45,9 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         return Err(CliError::NotADatabase { dir: a.dir.clone() });
     }
     if a.log {
-        let fo = FileOptions::default();
-        let p: Arc<dyn Storage> = Arc::new(
-            DirStorage::new(a.dir.join("wal"), fo.clone()).map_err(CliError::engine("opening the log"))?,
-        );
-        let mirror = a.log_mirror_dir.clone().unwrap_or_else(|| a.dir.join("wal-mirror"));
-        let m: Arc<dyn Storage> = Arc::new(
-            DirStorage::new(&mirror, fo)
-                .map_err(CliError::engine(format!("opening {}", mirror.display())))?,
-        );
-        return nvmedb::inspect::describe_log(p, m, a.from, a.limit)
+        let o = nvmedb::Options { log_mirror_dir: a.log_mirror_dir.clone(), ..Default::default() };
+        let copies = o.file_log_copies(&a.dir).map_err(CliError::engine("opening the log"))?;
+        return nvmedb::inspect::describe_log(copies, a.from, a.limit)
             .map_err(CliError::engine("decoding the log"));
     }
     // Opened without the log: inspection changes nothing (no recovery, no checkpoint).

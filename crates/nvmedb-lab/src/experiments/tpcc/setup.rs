@@ -330,8 +330,10 @@ impl PreparedDevice {
         let p = &self.point_dir;
         Ok(match cfg.log {
             LogChoice::Duplexed => Box::new(FileLogOpener {
-                primary: self.storage(cfg, &p.join("wal"), seed ^ 1)?,
-                secondary: self.storage(cfg, &p.join("wal-mirror"), seed ^ 2)?,
+                copies: vec![
+                    self.storage(cfg, &p.join("wal"), seed ^ 1)?,
+                    self.storage(cfg, &p.join("wal-mirror"), seed ^ 2)?,
+                ],
                 options: Default::default(),
             }),
             LogChoice::Fast => Box::new(XLogOpener {
