@@ -100,7 +100,7 @@ mod tests {
         for bad in ["triple", "single+wait", "single+fast"] {
             let LabCommand::Commit(a) = parse(&["commit", "--logs", bad]) else { panic!() };
             let e = a.config().unwrap_err().to_string();
-            assert!(e.contains("--logs") && e.contains(bad.split('+').last().unwrap()), "{bad}: {e}");
+            assert!(e.contains("--logs") && e.contains(bad.rsplit('+').next().unwrap()), "{bad}: {e}");
         }
     }
 }

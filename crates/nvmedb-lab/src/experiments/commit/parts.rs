@@ -72,7 +72,10 @@ fn load(cfg: &CommitConfig, setup: &LogSetup) -> Result<()> {
 
 /// Points per thread count, filled over the repetitions.
 #[derive(Default)]
-struct Points(BTreeMap<(String, usize), (Vec<f64>, f64, f64, f64)>);
+struct Points(BTreeMap<(String, usize), Samples>);
+
+/// Commits/s of each repetition, then commits per flush, p50 and p99 of the last one.
+type Samples = (Vec<f64>, f64, f64, f64);
 
 impl Points {
     fn add<S>(&mut self, log: &str, threads: usize, run: &WindowRun<S>, flushes: u64) {
