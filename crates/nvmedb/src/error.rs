@@ -72,6 +72,10 @@ pub enum Error {
     /// or dropped): a `Table` or `Transaction` kept past that refuses work instead of
     /// acknowledging changes nobody will recover. Open the database again.
     Closed(String),
+    /// The database was opened with [`Options::read_only`](crate::Options::read_only): a change
+    /// (insert, update, delete, DDL, a bulk load) is refused; the message names the database and
+    /// the operation.
+    ReadOnly(String),
 }
 
 impl Error {
@@ -104,6 +108,7 @@ impl fmt::Display for Error {
             }
             Error::Replication(e) => write!(f, "replication: {e}"),
             Error::Closed(m) => write!(f, "closed: {m}"),
+            Error::ReadOnly(m) => write!(f, "read-only: {m}"),
         }
     }
 }

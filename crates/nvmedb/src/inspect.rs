@@ -228,32 +228,31 @@ pub fn describe_page(
     Ok(out)
 }
 
-/// Lists the log's segments and decodes up to `limit` records from the oldest one (or from
+/// Lists the segments of the log kept in `copies` (its directory, and its mirror when
+/// duplexed) and decodes up to `limit` records from the oldest one (or from
 /// `from` when given): kind, LSN, size, and for page changes the pages touched and the
 /// transaction operation they carry.
 pub fn describe_log(
-    primary: std::sync::Arc<dyn Storage>,
-    mirror: std::sync::Arc<dyn Storage>,
+    copies: Vec<std::sync::Arc<dyn Storage>>,
     from: Option<u64>,
     limit: usize,
 ) -> Result<String> {
     use crate::buffer::mtr::{decode_mtr, PageChange};
     use crate::wal::engine::{EngineRecord, TxnOp, TAG_TABLE};
-    let segs = crate::wal::live_segments(primary.clone(), mirror.clone())?;
+    let segs = crate::wal::live_segments(&copies)?;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "log in {} (mirror {}): {} segment(s)",
-        primary.location(),
-        mirror.location(),
-        segs.len()
-    );
+    let place = match copies.as_slice() {
+        [one] => one.location(),
+        [a, b, ..] => format!("{} (mirror {})", a.location(), b.location()),
+        [] => return Err(crate::Error::InvalidArgument("describe_log needs the log's storage".into())),
+    };
+    let _ = writeln!(out, "log in {place}: {} segment(s)", segs.len());
     for s in &segs {
         let _ = writeln!(out, "  {} seq {} base LSN {} ({} B)", s.name, s.seq, s.base_lsn, s.segment_bytes);
     }
     let Some(first) = segs.first() else { return Ok(out) };
     let start = from.unwrap_or(first.base_lsn);
-    let mut reader = crate::wal::LogReader::open(primary, mirror, start)?;
+    let mut reader = crate::wal::LogReader::open_copies(copies, start)?;
     let mut n = 0;
     while let Some(rec) = reader.next_record()? {
         if n == limit {

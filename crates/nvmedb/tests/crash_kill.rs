@@ -8,10 +8,11 @@
 //! vice versa), every acknowledged commit, and that every table holds exactly what the
 //! committed transactions wrote (so each transaction is all or nothing).
 //!
-//! It runs once per log kind: the duplexed file log (commit = fdatasync) and the fast log
-//! (commit = the credit counter of a tmpfs ring, which survives kill -9). The database of a
-//! run is replaced every [`EPOCH`] kills, so each one recovers from several kills in a row
-//! while the tables stay small.
+//! It runs once per log kind: the file log (commit = fdatasync; the default single log and,
+//! on alternate databases, the log duplexed into a mirror directory) and the fast log (commit =
+//! the credit counter of a tmpfs ring, which survives kill -9). The database of a run is
+//! replaced every [`EPOCH`] kills, so each one recovers from several kills in a row while the
+//! tables stay small.
 //!
 //! Iterations per log kind: `NVMEDB_TEST_ITERS` (default 12); seed: `NVMEDB_TEST_SEED`.
 
@@ -30,7 +31,8 @@ const EPOCH: u64 = 8;
 /// Clients a child runs at most.
 const MAX_THREADS: u64 = 4;
 
-/// The log of each run: `"file"` or `"fast"` (a small ring and conventional ring, so the
+/// The log of each run: `"file"` (single), `"duplexed"` (the file log with a mirror in
+/// `<dir>/wal-mirror`, configured explicitly) or `"fast"` (a small ring and conventional ring, so the
 /// conventional ring wraps and checkpoints are forced by retention during the run; large enough
 /// that a transaction waiting a second for a lock does not pin more log than the ring holds).
 fn log_kind(name: &str) -> LogKind {
@@ -41,13 +43,14 @@ fn log_kind(name: &str) -> LogKind {
             conv_pages: 2048,
             ..FastLogOptions::default()
         }),
-        _ => LogKind::Duplexed,
+        _ => LogKind::File,
     }
 }
 
-fn options(log: &str) -> Options {
+fn options(log: &str, dir: &std::path::Path) -> Options {
     Options {
         log: log_kind(log),
+        log_mirror_dir: (log == "duplexed").then(|| dir.join("wal-mirror")),
         table_page_size: 4096,
         index_page_size: 4096,
         table_buffer: BufferSize::Bytes(16 * 4096),
@@ -69,7 +72,7 @@ fn kill9_child_entry() {
     let Some(dir) = kill::child_role() else { return };
     let log = std::env::var("NVMEDB_KILL_LOG").unwrap_or_default();
     let (seed, threads) = (env("NVMEDB_KILL_WORKLOAD_SEED"), env("NVMEDB_KILL_THREADS"));
-    let db = Database::open(&dir, options(&log)).expect("child opens the database");
+    let db = Database::open(&dir, options(&log, dir.as_ref())).expect("child opens the database");
     workload::run_clients(&db, seed, threads, None);
 }
 
@@ -101,6 +104,8 @@ fn run_kill9(log: &str) {
     let mut rng = Rng::new(seed ^ u64::from(log == "fast"));
     let mut db_dir: Option<TmpDir> = None;
     let mut workload_seed = 0;
+    // The file log runs single on even databases and duplexed on odd ones.
+    let mut kind = log;
     let mut committed: BTreeMap<u64, u64> = BTreeMap::new();
     let (mut total_acks, mut total_commits, mut retried) = (0u64, 0u64, 0u64);
     let drop_dir = |d: Option<TmpDir>| {
@@ -109,28 +114,29 @@ fn run_kill9(log: &str) {
         }
     };
     for iter in 0..iters {
-        let ctx = format!(
-            "{log} log, iteration {iter} ({} cargo test -p nvmedb --test crash_kill -- {test})",
-            support::replay(seed, iter + 1)
-        );
         if iter % EPOCH == 0 {
             drop_dir(db_dir.take());
-            let dir = TmpDir::new(&format!("kill9-{log}"));
+            kind = if log == "file" && (iter / EPOCH) % 2 == 1 { "duplexed" } else { log };
+            let dir = TmpDir::new(&format!("kill9-{kind}"));
             workload_seed = rng.next_u64() % 1_000_000;
-            let db = Database::open(dir.path(), options(log)).unwrap();
+            let db = Database::open(dir.path(), options(kind, dir.path())).unwrap();
             workload::create(&db).unwrap();
             db.close().unwrap();
             committed.clear();
             db_dir = Some(dir);
         }
         let dir = db_dir.as_ref().expect("a database").path();
+        let ctx = format!(
+            "{kind} log, iteration {iter} ({} cargo test -p nvmedb --test crash_kill -- {test})",
+            support::replay(seed, iter + 1)
+        );
         let threads = rng.range(2, MAX_THREADS + 1);
         let kill_after = rng.range(1, 120);
         let child = kill::spawn(
             "kill9_child_entry",
             dir.to_str().expect("utf-8 path"),
             &[
-                ("NVMEDB_KILL_LOG", log.to_string()),
+                ("NVMEDB_KILL_LOG", kind.to_string()),
                 ("NVMEDB_KILL_WORKLOAD_SEED", workload_seed.to_string()),
                 ("NVMEDB_KILL_THREADS", threads.to_string()),
             ],
@@ -144,9 +150,14 @@ fn run_kill9(log: &str) {
         let roomy = Options {
             table_buffer: BufferSize::Bytes(64 << 20),
             index_buffer: BufferSize::Bytes(64 << 20),
-            ..options(log)
+            ..options(kind, dir)
         };
         let db = Database::open(dir, roomy).unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
+        // The file log is single unless a mirror is configured; duplexed, both copies hold it.
+        let mirrored = std::fs::read_dir(dir.join("wal-mirror")).is_ok_and(|mut d| d.next().is_some());
+        if kind != "fast" {
+            assert_eq!(mirrored, kind == "duplexed", "{ctx}: log mirror files present: {mirrored}");
+        }
         let rep = db.recovery_report().clone();
         if std::env::var("NVMEDB_KILL_DEBUG").is_ok() {
             eprintln!(

@@ -167,10 +167,15 @@ fn pages_newer_than_the_log_are_corruption_unless_accepted() {
         DirStorage::new(dir.join("wal"), FileOptions::default()).unwrap(),
         DirStorage::new(dir.join("wal-mirror"), FileOptions::default()).unwrap(),
     );
-    let ends: Vec<u64> = LogReader::open(support::snapshot(&a), support::snapshot(&b), 0)
+    let first = nvmedb::wal::live_segments(&[
+        support::snapshot(&a) as std::sync::Arc<dyn nvmedb::io::Storage>,
+        support::snapshot(&b),
+    ])
+    .unwrap()[0]
+        .base_lsn;
+    let ends: Vec<u64> = LogReader::open(support::snapshot(&a), support::snapshot(&b), first)
         .map(|r| r.filter_map(|r| r.ok().map(|r| r.end_lsn)).collect())
         .unwrap_or_default();
-    let first = nvmedb::wal::live_segments(support::snapshot(&a), support::snapshot(&b)).unwrap()[0].base_lsn;
     let ends: Vec<u64> = ends.into_iter().filter(|&e| e > first).collect();
     // Both copies lose the second half of the log.
     support::cut_log(&a, &b, ends[ends.len() / 2]);

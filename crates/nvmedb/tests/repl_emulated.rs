@@ -56,11 +56,7 @@ fn an_emulated_primary_mirrors_and_ships_to_its_standby() {
     assert!(DirStorage::new(&p, FileOptions::default()).unwrap().in_ram(), "/dev/shm is tmpfs");
     let sb = emulated_standby(&s, 10).unwrap();
     let addr = sb.addr().to_string();
-    let log = FileLogOpener {
-        primary: emulated(&p.join("wal"), 2),
-        secondary: emulated(&p.join("wal-mirror"), 3),
-        options: options().wal_options,
-    };
+    let log = FileLogOpener { copies: vec![emulated(&p.join("wal"), 2)], options: options().wal_options };
     let (db, rlog) = open_primary_with(
         emulated(&p, 1),
         Box::new(log),
@@ -102,11 +98,7 @@ fn an_emulated_primary_mirrors_and_ships_to_its_standby() {
     // A mirroring primary still needs eager mode with the fail policy.
     let e = open_primary_with(
         emulated(&p, 4),
-        Box::new(FileLogOpener {
-            primary: emulated(&p.join("wal"), 5),
-            secondary: emulated(&p.join("wal-mirror"), 6),
-            options: options().wal_options,
-        }),
+        Box::new(FileLogOpener { copies: vec![emulated(&p.join("wal"), 5)], options: options().wal_options }),
         &p,
         options(),
         config(vec![dead_addr()], ReplicationMode::Lazy, fail_after(100)),

@@ -1,5 +1,5 @@
-//! Scenario: concurrent appenders on a duplexed log; power is cut at a random write or sync
-//! (seeded), then both simulated disks crash (unsynced writes dropped, persisted or torn at
+//! Scenario: concurrent appenders on a duplexed log (a single log on every third seed); power is
+//! cut at a random write or sync (seeded), then both simulated disks crash (unsynced writes dropped, persisted or torn at
 //! 512-byte sectors; on odd seeds the blocks of each write also reach the disk separately and
 //! out of order). After reopening, every acknowledged record is present, intact and in
 //! order; every record found is one that was appended at that LSN (nothing after the end is
@@ -60,7 +60,9 @@ fn run_seed(seed: u64) {
                 Arc::new(CutStorage::new(dynp(&b), budget.clone())),
             )
         };
-        let log = Arc::new(FileLog::open(ca, cb, opts.clone()).expect("reopen after crash"));
+        // Seeds = 2 mod 3: a single log (copy B stays empty).
+        let copies: Vec<Arc<dyn nvmedb::io::Storage>> = if seed % 3 == 2 { vec![ca] } else { vec![ca, cb] };
+        let log = Arc::new(FileLog::open_copies(copies, opts.clone()).expect("reopen after crash"));
         let start_end = log.recovered().end_lsn;
         if let Some((_, (end, _))) = known.iter().next_back() {
             assert!(start_end >= *end, "recovered end {start_end} before a known record end {end}");
@@ -103,9 +105,10 @@ fn run_seed(seed: u64) {
                             if trng.chance(0.15) {
                                 let mut tr = trunc.lock().unwrap();
                                 let target = (*tr).max(s);
-                                if log.truncate_before(target).is_ok() {
-                                    *tr = target;
-                                }
+                                // Even a failed truncate may have released some of the
+                                // segments before `target` (their records are not needed).
+                                let _ = log.truncate_before(target);
+                                *tr = target;
                             }
                         }
                     }

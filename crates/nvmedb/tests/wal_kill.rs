@@ -1,5 +1,6 @@
 //! Scenario: kill -9. The test re-runs its own binary as a child process that commits records
-//! from 4 threads to a duplexed log in real O_DIRECT files and prints each acknowledgement; the
+//! from 4 threads to a log in real O_DIRECT files (duplexed in one test, single in the other)
+//! and prints each acknowledgement; the
 //! parent kills the child with SIGKILL after a seeded number of acknowledgements, reopens the
 //! log, and checks that every acknowledged record is present and intact. The log accumulates
 //! across iterations, so every iteration also recovers the previous ones' crashes.
@@ -19,12 +20,12 @@ use std::sync::{Arc, Mutex};
 use support::kill;
 use wal_common::payload;
 
-fn storages(dir: &Path) -> (Arc<dyn Storage>, Arc<dyn Storage>) {
-    let a: Arc<dyn Storage> =
-        Arc::new(DirStorage::new(dir.join("copy-a"), FileOptions::default()).expect("copy-a"));
-    let b: Arc<dyn Storage> =
-        Arc::new(DirStorage::new(dir.join("copy-b"), FileOptions::default()).expect("copy-b"));
-    (a, b)
+/// The log's copies in `dir`: `copy-a`, and `copy-b` when duplexed.
+fn storages(dir: &Path, copies: usize) -> Vec<Arc<dyn Storage>> {
+    ["copy-a", "copy-b"][..copies]
+        .iter()
+        .map(|c| Arc::new(DirStorage::new(dir.join(c), FileOptions::default()).expect(c)) as Arc<dyn Storage>)
+        .collect()
 }
 
 fn opts() -> WalOptions {
@@ -41,8 +42,9 @@ fn opts() -> WalOptions {
 fn wal_kill_child_entry() {
     let Some(dir) = kill::child_role() else { return };
     let iter: u64 = std::env::var("NVMEDB_WAL_KILL_ITER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let (a, b) = storages(Path::new(&dir));
-    let log = Arc::new(FileLog::open(a, b, opts()).expect("child open"));
+    let copies: usize =
+        std::env::var("NVMEDB_WAL_KILL_COPIES").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let log = Arc::new(FileLog::open_copies(storages(Path::new(&dir), copies), opts()).expect("child open"));
     let out = Arc::new(Mutex::new(std::io::stdout()));
     println!("open {}", log.recovered().end_lsn);
     let threads: Vec<_> = (0..4u64)
@@ -71,23 +73,36 @@ fn wal_acknowledged_records_survive_kill_9() {
     if kill::child_role().is_some() {
         return;
     }
+    kill_9_run(2, "wal_acknowledged_records_survive_kill_9");
+}
+
+#[test]
+fn wal_single_log_acknowledged_records_survive_kill_9() {
+    if kill::child_role().is_some() {
+        return;
+    }
+    kill_9_run(1, "wal_single_log_acknowledged_records_survive_kill_9");
+}
+
+/// Kills children committing to a log of `copies` copies and checks every acknowledged record.
+fn kill_9_run(copies: usize, test: &str) {
     let iters = support::iters(20);
     let seed = support::seed(1);
     let mut rng = Rng::new(seed);
-    let tmp = support::TmpDir::new("wal-kill");
+    let tmp = support::TmpDir::new(&format!("wal-kill-{copies}"));
     let dir = tmp.path().to_path_buf();
     // lsn -> (iteration, thread, index, len)
     let mut acked: BTreeMap<u64, (u64, u64, u64, usize)> = BTreeMap::new();
     for iter in 0..iters {
         let ctx = format!(
-            "iteration {iter} ({} cargo test -p nvmedb --test wal_kill)",
+            "{copies}-copy log, iteration {iter} ({} cargo test -p nvmedb --test wal_kill -- {test})",
             support::replay(seed, iter + 1)
         );
         let kill_after = rng.range(1, 400) as usize;
         let child = kill::spawn(
             "wal_kill_child_entry",
             dir.to_str().expect("utf-8 path"),
-            &[("NVMEDB_WAL_KILL_ITER", iter.to_string())],
+            &[("NVMEDB_WAL_KILL_ITER", iter.to_string()), ("NVMEDB_WAL_KILL_COPIES", copies.to_string())],
         );
         let mut seen = 0;
         let note = |line: &str| {
@@ -100,8 +115,7 @@ fn wal_acknowledged_records_survive_kill_9() {
             seen
         };
         child.kill_after(kill_after, note).unwrap_or_else(|e| panic!("{ctx}: {e}"));
-        let (a, b) = storages(&dir);
-        let got: BTreeMap<u64, Vec<u8>> = LogReader::open(a, b, 0)
+        let got: BTreeMap<u64, Vec<u8>> = LogReader::open_copies(storages(&dir, copies), 0)
             .unwrap_or_else(|e| panic!("{ctx}: open reader: {e}"))
             .map(|r| r.map(|r| (r.lsn, r.payload)))
             .collect::<nvmedb::Result<_>>()
@@ -111,6 +125,9 @@ fn wal_acknowledged_records_survive_kill_9() {
             assert!(*p == payload(it << 8 | t, *i, *len), "{ctx}: LSN {lsn} corrupted");
         }
     }
-    eprintln!("kill -9: {iters} iterations, {} acknowledged records verified", acked.len());
+    eprintln!(
+        "kill -9 ({copies}-copy log): {iters} iterations, {} acknowledged records verified",
+        acked.len()
+    );
     assert!(acked.len() as u64 >= iters, "the children acknowledged too little to test anything");
 }

@@ -121,3 +121,45 @@ fn wal_asks_for_a_checkpoint_after_its_checkpoint_volume() {
     }
     assert!(!log.wants_checkpoint(), "0 means never");
 }
+
+/// A single (one-copy) log reuses across opens the slots that `truncate_before` released: each
+/// open's new segment goes into the slot released by the previous open, so the file count stays
+/// at two, and the records kept read back intact after every reopen.
+#[test]
+fn wal_single_log_reuses_released_slots_across_opens() {
+    let (a, _) = sim_pair();
+    let opts = WalOptions { segment_bytes: 64 * 1024, max_batch_bytes: 16 * 1024, ..WalOptions::default() };
+    let mut recs: Vec<(Lsn, Vec<u8>)> = Vec::new();
+    for round in 0..8u64 {
+        let log = FileLog::open_single(dynp(&a), opts.clone()).unwrap();
+        assert_eq!(log.copies(), 1);
+        let mut last = 0;
+        for i in 0..20 {
+            let p = payload(6, round * 100 + i, 300);
+            let (s, e) = log.append(&p).unwrap();
+            recs.push((s, p));
+            last = e;
+        }
+        log.wait_durable(last).unwrap();
+        let st = log.stats();
+        if round >= 2 {
+            assert_eq!(
+                (st.segments_created, st.segments_recycled),
+                (0, 1),
+                "round {round}: the new segment must reuse the slot the last open released"
+            );
+        }
+        // Keep this open's records only.
+        let first = recs[recs.len() - 20].0;
+        log.truncate_before(first).unwrap();
+        log.close().unwrap();
+        let files = a.list().unwrap().len();
+        assert!(files <= 2, "round {round}: {files} segment files");
+        let got: Vec<_> =
+            LogReader::open_copies(vec![dynp(&a)], first).unwrap().collect::<nvmedb::Result<_>>().unwrap();
+        assert_eq!(got.len(), 20, "round {round}");
+        for (r, (s, p)) in got.iter().zip(&recs[recs.len() - 20..]) {
+            assert_eq!((r.lsn, &r.payload), (*s, p), "round {round}");
+        }
+    }
+}

@@ -35,29 +35,21 @@ pub struct InspectArgs {
     /// wait), summed over the sessions that closed the database cleanly.
     #[arg(long)]
     pub stats: bool,
-    /// With --log: the log mirror directory (default <dir>/wal-mirror).
+    /// With --log: the log mirror directory of a duplexed log (default: <dir>/wal-mirror when it
+    /// holds files).
     #[arg(long)]
     pub log_mirror_dir: Option<PathBuf>,
 }
 
 /// The text `nvmedb inspect` prints.
 pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
-    use nvmedb::io::{DirStorage, FileOptions, Storage};
-    use std::sync::Arc;
     if !a.dir.join(nvmedb::db::CATALOG_FILE).exists() {
         return Err(CliError::NotADatabase { dir: a.dir.clone() });
     }
     if a.log {
-        let fo = FileOptions::default();
-        let p: Arc<dyn Storage> = Arc::new(
-            DirStorage::new(a.dir.join("wal"), fo.clone()).map_err(CliError::engine("opening the log"))?,
-        );
-        let mirror = a.log_mirror_dir.clone().unwrap_or_else(|| a.dir.join("wal-mirror"));
-        let m: Arc<dyn Storage> = Arc::new(
-            DirStorage::new(&mirror, fo)
-                .map_err(CliError::engine(format!("opening {}", mirror.display())))?,
-        );
-        return nvmedb::inspect::describe_log(p, m, a.from, a.limit)
+        let o = nvmedb::Options { log_mirror_dir: a.log_mirror_dir.clone(), ..Default::default() };
+        let copies = o.file_log_copies(&a.dir).map_err(CliError::engine("opening the log"))?;
+        return nvmedb::inspect::describe_log(copies, a.from, a.limit)
             .map_err(CliError::engine("decoding the log"));
     }
     let db = open_without_log(&a.dir)?;

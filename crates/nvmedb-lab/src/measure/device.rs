@@ -132,8 +132,10 @@ pub fn log_opener(
 ) -> Result<Box<dyn LogOpener>> {
     Ok(match log {
         LogChoice::Duplexed => Box::new(FileLogOpener {
-            primary: storage(kind, &dir.join("wal"), overrides, seed ^ 1)?,
-            secondary: storage(kind, &dir.join("wal-mirror"), overrides, seed ^ 2)?,
+            copies: vec![
+                storage(kind, &dir.join("wal"), overrides, seed ^ 1)?,
+                storage(kind, &dir.join("wal-mirror"), overrides, seed ^ 2)?,
+            ],
             options: Default::default(),
         }),
         LogChoice::Fast => Box::new(XLogOpener {

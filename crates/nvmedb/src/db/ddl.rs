@@ -149,6 +149,7 @@ impl Database {
         heap_space: &str,
         index_space: &str,
     ) -> Result<Table> {
+        self.inner.txn.check_writable(&format!("creating table `{name}`"))?;
         let mut cat = self.inner.catalog.locked();
         self.check_new_table(name, &schema, cat.1.table_page_size)?;
         if cat.1.tables.iter().any(|t| t.name == name) {
@@ -178,6 +179,7 @@ impl Database {
     /// whole, after it leaves it gone), then its buffered pages are discarded and its files
     /// deleted. Handles to it fail from then on.
     pub fn drop_table(&self, name: &str) -> Result<()> {
+        self.inner.txn.check_writable(&format!("dropping table `{name}`"))?;
         let id = {
             let mut cat = self.inner.catalog.locked();
             let pos = cat.1.tables.iter().position(|t| t.name == name).ok_or_else(|| {
@@ -220,6 +222,7 @@ impl Database {
         schema: Schema,
         fill: impl FnOnce(&Table, &mut BulkLoad<'_>) -> Result<()>,
     ) -> Result<Table> {
+        self.inner.txn.check_writable(&format!("rebuilding table `{name}`"))?;
         let old = self.table(name)?;
         let (heap_space, index_space) = {
             let cat = self.inner.catalog.locked();

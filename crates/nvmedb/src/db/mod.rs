@@ -31,22 +31,31 @@ use crate::wal::{FileLogOpener, LogOpener, WalOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-/// How much memory a buffer pool gets.
+/// How much memory a buffer pool gets. A pool is sized once, when the database is opened.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BufferSize {
-    /// A fixed number of bytes.
+    /// A fixed number of bytes (at least 8 frames).
     Bytes(u64),
-    /// A percentage of the data present when the database is opened (at least 16 frames).
+    /// A percentage (in (0, 1000]) of the pool's data files (heap files for the table pool,
+    /// index files for the index pool) as they are when the database is opened, and at least
+    /// [`MIN_PERCENT_FRAMES`] frames — which is what an empty database gets. The pool does not
+    /// grow with the data: a database loaded after it was opened keeps the size it got then
+    /// until it is reopened, so give a database that starts empty and grows a
+    /// [`BufferSize::Bytes`] (the default: 64 MiB per pool) or reopen it after loading.
     PercentOfData(f64),
 }
+
+/// The fewest frames a [`BufferSize::PercentOfData`] pool gets (an empty database's size).
+pub const MIN_PERCENT_FRAMES: usize = 16;
 
 /// Which log [`Database::open`] keeps (when `Options::wal` is on).
 #[derive(Debug, Clone, Default)]
 pub enum LogKind {
-    /// The duplexed file log: O_DIRECT segments in `<dir>/wal` and the mirror directory; a commit
-    /// waits for fdatasync of both copies (survives power loss).
+    /// The file log: O_DIRECT segments in `<dir>/wal`, duplexed into a second directory when
+    /// [`Options::log_mirror_dir`] names one; a commit waits for fdatasync of every copy
+    /// (survives power loss).
     #[default]
-    Duplexed,
+    File,
     /// The fast log (software X-SSD): a commit waits on the credit counter of a ring in a mapped
     /// file; the conventional log ring and metadata live in `<dir>/xlog`. What it survives is
     /// the ring's backing: tmpfs (the default, `/dev/shm`) survives kill -9, **not** power loss.
@@ -128,12 +137,15 @@ pub struct Options {
     /// transaction that is durable when it returns, and a crash loses nothing acknowledged.
     /// Without it, changes are durable only after [`Database::flush`] or close.
     pub wal: bool,
-    /// Where the second copy of the log goes (default: `<dir>/wal-mirror`; put it on another
-    /// device to survive losing one).
+    /// Duplex the file log: a second copy of every flush goes to this directory, written in
+    /// parallel with the first, and a commit waits for both (put it on another device, so the
+    /// log survives losing one). `None` (the default): a single log in `<dir>/wal`, whose
+    /// commits cost one write + fdatasync — except that a database whose `<dir>/wal-mirror`
+    /// already holds log segments (created duplexed with that default mirror) stays duplexed.
     pub log_mirror_dir: Option<std::path::PathBuf>,
-    /// Log options of the duplexed file log (segment size, group commit).
+    /// Log options of the file log (segment size, group commit).
     pub wal_options: WalOptions,
-    /// Which log to keep (default: the duplexed file log).
+    /// Which log to keep (default: the file log).
     pub log: LogKind,
     /// Lock waits: spin, park, timeout, deadlock detection.
     pub lock_options: crate::txn::LockOptions,
@@ -154,6 +166,15 @@ pub struct Options {
     /// tablespace the catalog names that is not supplied here is reopened from its catalog entry
     /// (its directory, behind its profile).
     pub tablespaces: Tablespaces,
+    /// Open without changing anything (off by default). Several read-only openers, in this
+    /// process or others, may share a directory (each takes the directory's lock shared), while
+    /// a writer excludes them and they exclude a writer ([`IoError::Locked`](crate::io::IoError::Locked)).
+    /// Every change — insert, update, delete, DDL — fails with [`Error::ReadOnly`]; reads and
+    /// read-only transactions work as usual. A read-only open never creates a database, and
+    /// refuses one that did not shut down cleanly (its log holds changes that recovery would
+    /// have to write): open it read-write once first. Only the file log is read (a database
+    /// keeping the fast log is refused).
+    pub read_only: bool,
 }
 
 impl Default for Options {
@@ -170,13 +191,40 @@ impl Default for Options {
             wal: true,
             log_mirror_dir: None,
             wal_options: WalOptions::default(),
-            log: LogKind::Duplexed,
+            log: LogKind::File,
             lock_options: crate::txn::LockOptions::default(),
             huge_pages: true,
             lock_free_hits: true,
             accept_lost_log: false,
             tablespaces: Tablespaces::new(),
+            read_only: false,
         }
+    }
+}
+
+/// The directory the default mirror of the file log lives in (`<dir>/wal-mirror`).
+pub const DEFAULT_LOG_MIRROR_DIR: &str = "wal-mirror";
+
+impl Options {
+    /// The mirror directory of the file log of the database in `dir`, if the log is duplexed:
+    /// [`Options::log_mirror_dir`], or `<dir>/wal-mirror` when that holds files already.
+    pub fn log_mirror(&self, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+        self.log_mirror_dir.clone().or_else(|| {
+            let default = dir.join(DEFAULT_LOG_MIRROR_DIR);
+            std::fs::read_dir(&default).is_ok_and(|mut r| r.next().is_some()).then_some(default)
+        })
+    }
+
+    /// The copies of the file log of the database in `dir`, as O_DIRECT directory storages:
+    /// `<dir>/wal`, and the mirror when the log is duplexed ([`Options::log_mirror`]).
+    pub fn file_log_copies(&self, dir: &std::path::Path) -> Result<Vec<Arc<dyn Storage>>> {
+        let fo = crate::io::FileOptions::default();
+        let mut copies: Vec<Arc<dyn Storage>> =
+            vec![Arc::new(crate::io::DirStorage::new(dir.join("wal"), fo.clone())?)];
+        if let Some(m) = self.log_mirror(dir) {
+            copies.push(Arc::new(crate::io::DirStorage::new(m, fo)?));
+        }
+        Ok(copies)
     }
 }
 
@@ -261,8 +309,8 @@ fn clear_dir(dir: &std::path::Path) -> std::io::Result<()> {
 }
 
 fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) -> Result<usize> {
-    let bytes = match size {
-        BufferSize::Bytes(b) => b,
+    let (bytes, min_frames) = match size {
+        BufferSize::Bytes(b) => (b, 8),
         BufferSize::PercentOfData(p) => {
             if !(p > 0.0 && p <= 1000.0) {
                 return Err(Error::Config {
@@ -270,7 +318,7 @@ fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) ->
                     detail: format!("{p}% is not a percentage in (0, 1000]"),
                 });
             }
-            (data_bytes as f64 * p / 100.0) as u64
+            ((data_bytes as f64 * p / 100.0) as u64, MIN_PERCENT_FRAMES)
         }
     };
     let memory = crate::buffer::physical_memory_bytes();
@@ -280,7 +328,7 @@ fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) ->
             detail: format!("{bytes} bytes exceed this machine's memory ({memory} bytes)"),
         });
     }
-    Ok(((bytes / page_size as u64) as usize).max(8))
+    Ok(((bytes / page_size as u64) as usize).max(min_frames))
 }
 
 impl Database {
@@ -342,14 +390,23 @@ impl Database {
                 path.display()
             )));
         }
+        if options.read_only {
+            if !is_db {
+                return Err(Error::NotFound(format!(
+                    "no database at {} (a read-only open never creates one)",
+                    path.display()
+                )));
+            }
+            return Self::open_dir(path, options);
+        }
         let has_files = |d: &std::path::Path| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
         let (file_log, fast_log) = (path.join("wal"), path.join("xlog"));
         if options.wal {
             // A database keeps one kind of log: opening it with the other would start a new,
             // empty log and silently skip the records the existing one still holds.
             let (other, dir) = match options.log {
-                LogKind::Fast(_) => ("a duplexed file log", &file_log),
-                LogKind::Duplexed => ("a fast log", &fast_log),
+                LogKind::Fast(_) => ("a file log", &file_log),
+                LogKind::File => ("a fast log", &fast_log),
             };
             if has_files(dir) {
                 return Err(Error::Config {
@@ -368,16 +425,16 @@ impl Database {
             let log = match (&options.log, has_files(&fast_log)) {
                 (LogKind::Fast(f), true) => LogKind::Fast(f.clone()),
                 (_, true) => LogKind::Fast(FastLogOptions::default()),
-                (_, false) => LogKind::Duplexed,
+                (_, false) => LogKind::File,
             };
             Self::open(path, Options { wal: true, log, ..options.clone() })?.close()?;
         }
-        let mirror = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
-        let mirror_existed = mirror.exists();
-        let mirror_was_empty = !has_files(&mirror);
+        let mirror = options.log_mirror(path);
+        let mirror_existed = mirror.as_ref().is_some_and(|m| m.exists());
+        let mirror_was_empty = mirror.as_ref().is_none_or(|m| !has_files(m));
         let ring = match &options.log {
             LogKind::Fast(f) => Some(f.xlog_config(path).ring_path),
-            LogKind::Duplexed => None,
+            LogKind::File => None,
         };
         let ring_existed = ring.as_ref().is_some_and(|r| r.exists());
         if options.wal && options.accept_lost_log && is_db {
@@ -385,7 +442,7 @@ impl Database {
             // page LSN: the old one no longer covers the pages, so new records must not reuse its
             // positions.
             Self::open_dir(path, options.clone())?.close()?;
-            for dir in [&file_log, &fast_log, &mirror] {
+            for dir in [Some(&file_log), Some(&fast_log), mirror.as_ref()].into_iter().flatten() {
                 let _ = std::fs::remove_dir_all(dir);
             }
             if let Some(r) = &ring {
@@ -396,10 +453,12 @@ impl Database {
         if opened.is_err() && !is_db {
             // A failed create leaves nothing behind (what existed was empty).
             let _ = if existed { clear_dir(path) } else { std::fs::remove_dir_all(path) };
-            if !mirror_existed {
-                let _ = std::fs::remove_dir_all(&mirror);
-            } else if mirror_was_empty {
-                let _ = clear_dir(&mirror);
+            if let Some(mirror) = &mirror {
+                if !mirror_existed {
+                    let _ = std::fs::remove_dir_all(mirror);
+                } else if mirror_was_empty {
+                    let _ = clear_dir(mirror);
+                }
             }
             if let (Some(r), false) = (&ring, ring_existed) {
                 let _ = std::fs::remove_file(r);
@@ -412,6 +471,28 @@ impl Database {
         let fo = crate::io::FileOptions::default();
         let storage = crate::io::DirStorage::new(path, fo.clone())?;
         // Lock before the log directories are touched.
+        if options.read_only {
+            storage.lock_shared()?;
+            let has_files = |d: &std::path::Path| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
+            if has_files(&path.join("xlog")) {
+                return Err(Error::Config {
+                    key: "read_only".into(),
+                    detail: format!(
+                        "{} keeps a fast log; a read-only open reads only the file log (open it read-write)",
+                        path.display()
+                    ),
+                });
+            }
+            // The log is read to check that nothing needs recovery; nothing is written to it.
+            let log = if has_files(&path.join("wal")) {
+                let copies = options.file_log_copies(path)?;
+                Some(Box::new(FileLogOpener { copies, options: options.wal_options.clone() })
+                    as Box<dyn LogOpener>)
+            } else {
+                None
+            };
+            return Self::open_with_log(Arc::new(storage), log, options);
+        }
         storage.lock()?;
         if let (true, LogKind::Fast(f)) = (options.wal, &options.log) {
             let xs: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(path.join("xlog"), fo)?);
@@ -419,14 +500,13 @@ impl Database {
             return Self::open_with_log(Arc::new(storage), Some(Box::new(opener)), options);
         }
         let log = if options.wal {
-            let a: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(path.join("wal"), fo.clone())?);
-            let mirror = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
-            let b: Arc<dyn Storage> = Arc::new(crate::io::DirStorage::new(mirror, fo)?);
-            Some((a, b))
+            let copies = options.file_log_copies(path)?;
+            Some(Box::new(FileLogOpener { copies, options: options.wal_options.clone() })
+                as Box<dyn LogOpener>)
         } else {
             None
         };
-        Self::open_with_storages(Arc::new(storage), log, options)
+        Self::open_with_log(Arc::new(storage), log, options)
     }
 
     /// Opens (or creates) the database held by `storage`, without a log (`options.wal` is
@@ -444,7 +524,7 @@ impl Database {
         options: Options,
     ) -> Result<Self> {
         let opener = log.map(|(primary, secondary)| {
-            Box::new(FileLogOpener { primary, secondary, options: options.wal_options.clone() })
+            Box::new(FileLogOpener { copies: vec![primary, secondary], options: options.wal_options.clone() })
                 as Box<dyn LogOpener>
         });
         Self::open_with_log(storage, opener, options)
@@ -458,8 +538,13 @@ impl Database {
         log: Option<Box<dyn LogOpener>>,
         options: Options,
     ) -> Result<Self> {
-        // One opener at a time: a second one would write the same files with its own log.
-        storage.lock()?;
+        // One writer at a time: a second one would write the same files with its own log.
+        // Read-only openers share the lock (and exclude writers).
+        if options.read_only {
+            storage.lock_shared()?;
+        } else {
+            storage.lock()?;
+        }
         let (mut store, data) = if storage.exists(CATALOG_FILE) {
             let dev = storage.open(CATALOG_FILE, false)?;
             let (store, data) = CatalogStore::load(dev)?;
@@ -469,6 +554,11 @@ impl Database {
                 detail: "the catalog is empty".into(),
             })?;
             (store, Some(data))
+        } else if options.read_only {
+            return Err(Error::NotFound(format!(
+                "no database at {} (a read-only open never creates one)",
+                storage.location()
+            )));
         } else {
             let others = storage.list()?;
             if !others.is_empty() {
@@ -531,8 +621,25 @@ impl Database {
             None => None,
         };
         let (losers, max_txn, mut report) = match &file_log {
-            Some(fl) => recovery::redo(&spaces, &data, fl.as_ref(), options.accept_lost_log)?,
+            Some(fl) => {
+                recovery::redo(&spaces, &data, fl.as_ref(), options.accept_lost_log, options.read_only)?
+            }
             None => Default::default(),
+        };
+        // A read-only open only checked the log: it keeps none.
+        let file_log = if options.read_only {
+            if report.pages_redone > 0 || report.losers > 0 {
+                return Err(Error::ReadOnly(format!(
+                    "{} did not shut down cleanly: its log holds changes recovery must write to the data \
+                     files ({} unfinished transaction(s); page changes from LSN {}); open it read-write once",
+                    storage.location(),
+                    report.losers,
+                    report.redo_from
+                )));
+            }
+            None
+        } else {
+            file_log
         };
         let tps = data.table_page_size as usize;
         let ips = data.index_page_size as usize;
@@ -567,7 +674,12 @@ impl Database {
             table_pool.set_wal_gate(t.log().clone());
             index_pool.set_wal_gate(t.log().clone());
         }
-        let txn = Arc::new(TxnShared::new(txn_log.clone(), options.lock_options.clone(), storage.clone())?);
+        let txn = Arc::new(TxnShared::new(
+            txn_log.clone(),
+            options.lock_options.clone(),
+            storage.clone(),
+            options.read_only,
+        )?);
         let mut tables = HashMap::new();
         let mut by_id = HashMap::new();
         for t in &data.tables {
@@ -578,7 +690,9 @@ impl Database {
         // Files of tables that are not in the catalog, or not where it places them: dropped (the
         // drop stopped before deleting them), rebuilt copies that were never switched in, and
         // either side of an interrupted move.
-        spaces.remove_strays(&data)?;
+        if !options.read_only {
+            spaces.remove_strays(&data)?;
+        }
         // Undo what unfinished transactions did, newest first.
         if let Some(t) = &txn_log {
             for (&id, ops) in losers.iter().rev() {

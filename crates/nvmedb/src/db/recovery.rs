@@ -1,7 +1,11 @@
 //! Crash recovery: redo page changes from the last checkpoint, find the transactions that did
 //! not finish.
 //!
-//! Owns: the redo pass and [`RedoPages`], the page cache redo works in (also a standby's). It reads the log from the checkpoint's undo start, applies every page
+//! Owns: the redo pass and [`RedoPages`], the page cache redo works in (also a standby's). It
+//! reads the log in windows of records ([`REDO_WINDOW_RECORDS`]), reads the pages a window's
+//! changes touch that are not cached in one batch (io_uring where the device has it) before
+//! applying them, so redo waits for the disk once per window rather than once per page. It
+//! reads the log from the checkpoint's undo start, applies every page
 //! change at or after the redo start whose LSN is above the page's LSN (full images repair torn
 //! pages; a diff on a page that is neither valid nor preceded by a full image is corruption),
 //! writes the repaired pages back and syncs them, and returns each unfinished transaction's
@@ -9,7 +13,7 @@
 //! Invariant: redo is idempotent — running it twice, or crashing during it, is harmless.
 
 use super::{heap_name, index_name};
-use crate::buffer::mtr::{apply_page_change, decode_mtr, PageChange};
+use crate::buffer::mtr::{apply_page_change, decode_mtr, MtrRecord, PageChange};
 use crate::buffer::PageId;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage};
@@ -19,13 +23,16 @@ use crate::wal::engine::{
     EngineRecord, TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE,
     TAG_INDEX, TAG_TABLE,
 };
-use crate::wal::{Lsn, RecordLog};
+use crate::wal::{LogRecord, Lsn, RecordLog};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// Pages kept in memory during redo before they are written back.
 const REDO_CACHE_PAGES: usize = 16 * 1024;
+
+/// Log records read ahead of redo: the pages their changes touch are read in one batch.
+pub(crate) const REDO_WINDOW_RECORDS: usize = 512;
 
 /// What recovery did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,27 +132,90 @@ impl<'a> RedoPages<'a> {
             let dev = self.device(tag, file)?;
             let mut buf = AlignedBuf::new(page_size);
             let offset = page * page_size as u64;
-            let mut valid = false;
-            if offset + page_size as u64 <= dev.capacity() {
+            let read = offset + page_size as u64 <= dev.capacity();
+            if read {
                 dev.read_at(offset, &mut buf)?;
-                valid = PageHeader::verify(&buf, &dev.info().name, offset, file, page).is_ok();
-                let lsn = PageHeader::lsn_of(&buf);
-                if valid && lsn > self.lsn_limit {
-                    return Err(Error::Corruption {
-                        file: dev.info().name,
-                        offset,
-                        detail: format!(
-                            "page {page} has LSN {lsn}, beyond the end of the log ({}): log records this \
-                             page depends on were lost (Options::accept_lost_log opens anyway, accepting \
-                             the loss)",
-                            self.lsn_limit
-                        ),
-                    });
-                }
             }
-            self.pages.insert((tag, file, page), CachedPage { buf, valid, dirty: false });
+            self.admit(tag, file, page, &*dev, buf, read)?;
         }
         Ok(self.pages.get_mut(&(tag, file, page)).expect("inserted above"))
+    }
+
+    /// Caches page `page` of `file` (pool `tag`) whose bytes `buf` were read from `dev`
+    /// (`read` false: the page lies past the file's end): checks it and its LSN.
+    fn admit(
+        &mut self,
+        tag: u8,
+        file: u32,
+        page: u64,
+        dev: &dyn Device,
+        buf: AlignedBuf,
+        read: bool,
+    ) -> Result<()> {
+        let offset = page * buf.len() as u64;
+        let mut valid = false;
+        if read {
+            valid = PageHeader::verify(&buf, &dev.info().name, offset, file, page).is_ok();
+            let lsn = PageHeader::lsn_of(&buf);
+            if valid && lsn > self.lsn_limit {
+                return Err(Error::Corruption {
+                    file: dev.info().name,
+                    offset,
+                    detail: format!(
+                        "page {page} has LSN {lsn}, beyond the end of the log ({}): log records this \
+                         page depends on were lost (Options::accept_lost_log opens anyway, accepting \
+                         the loss)",
+                        self.lsn_limit
+                    ),
+                });
+            }
+        }
+        self.pages.insert((tag, file, page), CachedPage { buf, valid, dirty: false });
+        Ok(())
+    }
+
+    /// Reads the pages of `wanted` (pool tag, file, page, page size) that are not cached, as
+    /// many as fit, in one batch per file (submitted together: io_uring where the device has
+    /// it), so that applying the changes that follow does not wait for the disk page by page.
+    /// Pages past a file's end are cached as unreadable, as [`RedoPages::apply`] would.
+    pub(crate) fn prefetch(&mut self, wanted: &[(u8, u32, u64, usize)]) -> Result<()> {
+        let mut room = self.capacity.saturating_sub(self.pages.len());
+        let mut by_file: BTreeMap<(u8, u32), Vec<(u64, usize)>> = BTreeMap::new();
+        let mut seen = std::collections::HashSet::new();
+        for &(tag, file, page, ps) in wanted {
+            if room == 0 {
+                break;
+            }
+            if self.pages.contains_key(&(tag, file, page)) || !seen.insert((tag, file, page)) {
+                continue;
+            }
+            by_file.entry((tag, file)).or_default().push((page, ps));
+            room -= 1;
+        }
+        for ((tag, file), mut pages) in by_file {
+            pages.sort_unstable();
+            let dev = self.device(tag, file)?;
+            let cap = dev.capacity();
+            let mut bufs: Vec<(u64, AlignedBuf, bool)> = pages
+                .iter()
+                .map(|&(p, ps)| (p, AlignedBuf::new(ps), p * ps as u64 + ps as u64 <= cap))
+                .collect();
+            {
+                let mut reqs: Vec<crate::io::IoRequest<'_>> = bufs
+                    .iter_mut()
+                    .filter(|(_, _, read)| *read)
+                    .map(|(p, b, _)| crate::io::IoRequest::Read {
+                        offset: *p * b.len() as u64,
+                        buf: &mut b[..],
+                    })
+                    .collect();
+                dev.submit_batch(&mut reqs)?;
+            }
+            for (p, buf, read) in bufs {
+                self.admit(tag, file, p, &*dev, buf, read)?;
+            }
+        }
+        Ok(())
     }
 
     /// Applies `change` of the record ending at `end_lsn` to page `pid` of pool `tag`
@@ -204,12 +274,14 @@ impl<'a> RedoPages<'a> {
 }
 
 /// Redo pass. Returns the unfinished transactions, the largest transaction id seen, and a
-/// report (undo counters filled in by the caller).
+/// report (undo counters filled in by the caller). With `check_only` (a read-only open) it
+/// writes nothing and stops at the first page change it would apply (`pages_redone` 1).
 pub(crate) fn redo(
     spaces: &super::tablespace::Spaces,
     catalog: &CatalogData,
     log: &dyn RecordLog,
     accept_lost_log: bool,
+    check_only: bool,
 ) -> Result<(Losers, u64, RecoveryReport)> {
     let started = Instant::now();
     let recovered = &log.recovered();
@@ -247,53 +319,91 @@ pub(crate) fn redo(
     let mut ops: Losers = BTreeMap::new();
     let mut max_txn = 0u64;
     let mut reader = log.reader(read_from)?;
-    while let Some(rec) = reader.next_record()? {
-        report.records += 1;
-        match rec.kind {
-            KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
-                let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX };
-                let m = decode_mtr(&rec.payload).ok_or_else(|| Error::Corruption {
-                    file: "write-ahead log".into(),
-                    offset: rec.lsn,
-                    detail: "page-change record does not decode".into(),
-                })?;
-                let ps = if tag == TAG_TABLE { table_page } else { index_page };
-                if m.page_size != ps {
-                    return Err(Error::Corruption {
+    let mut window: Vec<(LogRecord, Option<MtrRecord>)> = Vec::with_capacity(REDO_WINDOW_RECORDS);
+    loop {
+        // Read a window of records ahead, decoding the page changes.
+        window.clear();
+        while window.len() < REDO_WINDOW_RECORDS {
+            let Some(rec) = reader.next_record()? else { break };
+            let mtr = match rec.kind {
+                KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
+                    let m = decode_mtr(&rec.payload).ok_or_else(|| Error::Corruption {
                         file: "write-ahead log".into(),
                         offset: rec.lsn,
-                        detail: format!(
-                            "page-change record for {}-byte pages in a database of {ps}-byte pages",
-                            m.page_size
-                        ),
-                    });
+                        detail: "page-change record does not decode".into(),
+                    })?;
+                    let ps = if rec.kind == KIND_PAGES_TABLE { table_page } else { index_page };
+                    if m.page_size != ps {
+                        return Err(Error::Corruption {
+                            file: "write-ahead log".into(),
+                            offset: rec.lsn,
+                            detail: format!(
+                                "page-change record for {}-byte pages in a database of {ps}-byte pages",
+                                m.page_size
+                            ),
+                        });
+                    }
+                    Some(m)
                 }
-                if let Some(a) = &m.annotation {
-                    let op = TxnOp::decode(a)?;
-                    max_txn = max_txn.max(op.txn);
-                    ops.entry(op.txn).or_default().push(op);
-                }
-                if rec.lsn < redo_from {
-                    continue;
-                }
-                for (pid, change) in &m.changes {
-                    if !live.contains(&pid.file) {
-                        // A dropped table, or one rebuilt but not yet switched in: its files
-                        // are gone or about to be removed.
+                _ => None,
+            };
+            window.push((rec, mtr));
+        }
+        if window.is_empty() {
+            break;
+        }
+        // Read the pages the window's changes touch in one batch per file.
+        let wanted: Vec<(u8, u32, u64, usize)> = window
+            .iter()
+            .filter(|(rec, _)| rec.lsn >= redo_from)
+            .filter_map(|(rec, m)| {
+                m.as_ref().map(|m| (if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX }, m))
+            })
+            .flat_map(|(tag, m)| {
+                m.changes
+                    .iter()
+                    .filter(|(pid, _)| live.contains(&pid.file))
+                    .map(move |(pid, _)| (tag, pid.file, pid.page, m.page_size))
+            })
+            .collect();
+        cache.prefetch(&wanted)?;
+        for (rec, mtr) in window.drain(..) {
+            report.records += 1;
+            match rec.kind {
+                KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
+                    let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX };
+                    let ps = if tag == TAG_TABLE { table_page } else { index_page };
+                    let Some(m) = mtr else { unreachable!("page-change records are decoded when read") };
+                    if let Some(a) = &m.annotation {
+                        let op = TxnOp::decode(a)?;
+                        max_txn = max_txn.max(op.txn);
+                        ops.entry(op.txn).or_default().push(op);
+                    }
+                    if rec.lsn < redo_from {
                         continue;
                     }
-                    if cache.needs_room(tag, pid.file, pid.page) {
-                        cache.write_back()?;
-                        cache.clear();
-                    }
-                    match cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
-                        Redo::Applied { full } => {
-                            report.pages_redone += 1;
-                            report.full_images_applied += u64::from(full);
+                    for (pid, change) in &m.changes {
+                        if !live.contains(&pid.file) {
+                            // A dropped table, or one rebuilt but not yet switched in: its files
+                            // are gone or about to be removed.
+                            continue;
                         }
-                        Redo::AlreadyThere => {}
-                        Redo::Unappliable => {
-                            return Err(Error::Corruption {
+                        if cache.needs_room(tag, pid.file, pid.page) {
+                            cache.write_back()?;
+                            cache.clear();
+                        }
+                        match cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
+                            Redo::Applied { .. } if check_only => {
+                                report.pages_redone = 1;
+                                report.losers = ops.len() as u64;
+                                return Ok((ops, max_txn, report));
+                            }
+                            Redo::Applied { full } => {
+                                report.pages_redone += 1;
+                                report.full_images_applied += u64::from(full);
+                            }
+                            Redo::AlreadyThere => {}
+                            Redo::Unappliable => return Err(Error::Corruption {
                                 file: format!(
                                     "{} page {}",
                                     if tag == TAG_TABLE { "heap" } else { "index" },
@@ -304,30 +414,32 @@ pub(crate) fn redo(
                                     "page is unreadable (torn or missing) and the log holds no full image \
                                          of it before this change"
                                         .into(),
-                            })
+                            }),
                         }
                     }
                 }
+                KIND_COMMIT | KIND_ABORT => {
+                    let txn = match EngineRecord::decode(rec.kind, &rec.payload) {
+                        Ok(Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn })) => txn,
+                        _ => {
+                            return Err(Error::Corruption {
+                                file: "write-ahead log".into(),
+                                offset: rec.lsn,
+                                detail: "short commit record".into(),
+                            })
+                        }
+                    };
+                    max_txn = max_txn.max(txn);
+                    ops.remove(&txn);
+                }
+                KIND_CHECKPOINT => {}
+                _ => {}
             }
-            KIND_COMMIT | KIND_ABORT => {
-                let txn = match EngineRecord::decode(rec.kind, &rec.payload) {
-                    Ok(Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn })) => txn,
-                    _ => {
-                        return Err(Error::Corruption {
-                            file: "write-ahead log".into(),
-                            offset: rec.lsn,
-                            detail: "short commit record".into(),
-                        })
-                    }
-                };
-                max_txn = max_txn.max(txn);
-                ops.remove(&txn);
-            }
-            KIND_CHECKPOINT => {}
-            _ => {}
         }
     }
-    cache.write_back()?;
+    if !check_only {
+        cache.write_back()?;
+    }
     report.losers = ops.len() as u64;
     report.micros = started.elapsed().as_micros() as u64;
     Ok((ops, max_txn, report))

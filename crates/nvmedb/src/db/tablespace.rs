@@ -243,6 +243,7 @@ impl Database {
     /// database is opened again, the tablespace is reopened from that record unless
     /// [`Options::tablespaces`](super::Options) supplies its storage.
     pub fn create_tablespace(&self, name: &str, spec: &TablespaceSpec) -> Result<()> {
+        self.inner.txn.check_writable(&format!("creating tablespace `{name}`"))?;
         let dir = if spec.dir.is_absolute() {
             spec.dir.clone()
         } else {
@@ -271,6 +272,7 @@ impl Database {
         location: String,
         profile: String,
     ) -> Result<()> {
+        self.inner.txn.check_writable(&format!("creating tablespace `{name}`"))?;
         if name.is_empty() || name.len() > 255 || name == DEFAULT_TABLESPACE {
             return Err(Error::InvalidArgument(format!(
                 "a tablespace name needs 1 to 255 bytes and cannot be `{DEFAULT_TABLESPACE}` (got `{name}`)"
@@ -304,6 +306,7 @@ impl Database {
     /// copied (reads go on); a change waiting for a row lock held by a transaction delays the
     /// move until it gets the lock or times out. Crash-safe: see the module comment.
     pub fn move_table(&self, name: &str, heap_space: &str, index_space: &str) -> Result<()> {
+        self.inner.txn.check_writable(&format!("moving table `{name}`"))?;
         let spaces = self.inner.spaces.read_locked().clone();
         spaces.get(heap_space)?;
         spaces.get(index_space)?;

@@ -127,7 +127,7 @@ impl Transaction {
     /// Inserts a row.
     pub fn insert(&mut self, table: &Table, row: &[Value]) -> Result<()> {
         let shared = self.shared.clone();
-        let _open = shared.enter()?;
+        let _open = shared.enter_change("an insert")?;
         let pk = table.pk_of(row)?;
         self.lock(table, pk, LockMode::Exclusive)?;
         if let Some(mut op) = table.txn_insert(self.id, row)? {
@@ -142,7 +142,7 @@ impl Transaction {
     /// Replaces the row with the same primary key; false if there is none.
     pub fn update(&mut self, table: &Table, row: &[Value]) -> Result<bool> {
         let shared = self.shared.clone();
-        let _open = shared.enter()?;
+        let _open = shared.enter_change("an update")?;
         let pk = table.pk_of(row)?;
         self.lock(table, pk, LockMode::Exclusive)?;
         let (changed, op) = table.txn_update(self.id, row)?;
@@ -168,7 +168,7 @@ impl Transaction {
     /// Deletes the row with primary key `key`; false if there is none.
     pub fn delete(&mut self, table: &Table, key: &Value) -> Result<bool> {
         let shared = self.shared.clone();
-        let _open = shared.enter()?;
+        let _open = shared.enter_change("a delete")?;
         self.lock(table, key, LockMode::Exclusive)?;
         let (changed, op) = table.txn_delete(self.id, key)?;
         if let Some(op) = op {

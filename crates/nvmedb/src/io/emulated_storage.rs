@@ -94,6 +94,10 @@ impl Storage for EmulatedStorage {
     fn lock(&self) -> IoResult<()> {
         self.inner.lock()
     }
+
+    fn lock_shared(&self) -> IoResult<()> {
+        self.inner.lock_shared()
+    }
 }
 
 #[cfg(test)]

@@ -664,6 +664,59 @@ impl DirStorage {
         Ok(self.dir.join(name))
     }
 
+    /// Takes the directory's lock: exclusive (a writer: the lock file then names its process)
+    /// or shared (a read-only opener; several may hold it). Held until the storage is dropped.
+    fn flock(&self, shared: bool) -> IoResult<()> {
+        use std::io::{Read, Seek, Write};
+        let mut held = self.lock.locked();
+        if held.is_some() {
+            return Ok(());
+        }
+        let path = self.dir.join(super::LOCK_FILE);
+        let name = path.display().to_string();
+        let setup = |e: std::io::Error| IoError::os(&name, IoOpKind::Setup, 0, 0, e);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(setup)?;
+        let mode = if shared { libc::LOCK_SH } else { libc::LOCK_EX };
+        // SAFETY: flock on a valid descriptor has no memory-safety preconditions.
+        if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(setup(e));
+            }
+            // A writer refused while a shared lock is still free: read-only openers hold it.
+            // SAFETY: as above.
+            if !shared && unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
+                let holder = "read-only openers (Options::read_only)".to_string();
+                return Err(IoError::Locked { path: self.location(), holder });
+            }
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let pid = text.trim().strip_prefix("pid ").and_then(|p| p.parse::<u32>().ok());
+            let holder = match pid {
+                Some(p) if p == std::process::id() => format!(
+                    "this process (pid {p}): it is already open here; share that Database (it is cheap \
+                     to clone), or drop it and every Table and Transaction of it first"
+                ),
+                Some(p) => format!("process {p}"),
+                None => "another process".to_string(),
+            };
+            return Err(IoError::Locked { path: self.location(), holder });
+        }
+        if !shared {
+            file.set_len(0).map_err(setup)?;
+            file.seek(std::io::SeekFrom::Start(0)).map_err(setup)?;
+            writeln!(file, "pid {}", std::process::id()).map_err(setup)?;
+        }
+        *held = Some(file);
+        Ok(())
+    }
+
     /// Makes creations and removals in the directory durable (fsync of the directory).
     pub fn sync_dir(&self) -> IoResult<()> {
         let name = self.dir.display().to_string();
@@ -716,45 +769,11 @@ impl Storage for DirStorage {
     }
 
     fn lock(&self) -> IoResult<()> {
-        use std::io::{Read, Seek, Write};
-        let mut held = self.lock.locked();
-        if held.is_some() {
-            return Ok(());
-        }
-        let path = self.dir.join(super::LOCK_FILE);
-        let name = path.display().to_string();
-        let setup = |e: std::io::Error| IoError::os(&name, IoOpKind::Setup, 0, 0, e);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(setup)?;
-        // SAFETY: flock on a valid descriptor has no memory-safety preconditions.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(setup(e));
-            }
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            let pid = text.trim().strip_prefix("pid ").and_then(|p| p.parse::<u32>().ok());
-            let holder = match pid {
-                Some(p) if p == std::process::id() => format!(
-                    "this process (pid {p}): it is already open here; share that Database (it is cheap \
-                     to clone), or drop it and every Table and Transaction of it first"
-                ),
-                Some(p) => format!("process {p}"),
-                None => "another process".to_string(),
-            };
-            return Err(IoError::Locked { path: self.location(), holder });
-        }
-        file.set_len(0).map_err(setup)?;
-        file.seek(std::io::SeekFrom::Start(0)).map_err(setup)?;
-        writeln!(file, "pid {}", std::process::id()).map_err(setup)?;
-        *held = Some(file);
-        Ok(())
+        self.flock(false)
+    }
+
+    fn lock_shared(&self) -> IoResult<()> {
+        self.flock(true)
     }
 
     fn location(&self) -> String {

@@ -90,6 +90,9 @@ impl Storage for HookedStorage {
     fn lock(&self) -> IoResult<()> {
         self.inner.lock()
     }
+    fn lock_shared(&self) -> IoResult<()> {
+        self.inner.lock_shared()
+    }
     fn in_ram(&self) -> bool {
         self.inner.in_ram()
     }

@@ -32,6 +32,12 @@ pub trait Storage: Send + Sync {
     fn lock(&self) -> IoResult<()> {
         Ok(())
     }
+    /// Takes this storage's lock shared, for a read-only opener: several read-only openers may
+    /// hold it at once, while [`Storage::lock`] (a writer) excludes them and they exclude a
+    /// writer ([`IoError::Locked`]). Storages no other process can reach have nothing to lock.
+    fn lock_shared(&self) -> IoResult<()> {
+        Ok(())
+    }
     /// True when the devices are in RAM (memory, or a directory on tmpfs): only such storage
     /// may sit behind a device profile faster than a real disk.
     fn in_ram(&self) -> bool {

@@ -89,8 +89,8 @@ pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
 }
 
 /// Opens (or creates) the database in directory `path` as a replicating primary: its log is
-/// the usual duplexed file log (`<path>/wal` and `options.log_mirror_dir` or
-/// `<path>/wal-mirror`) — or, in a former standby's directory, its replica log — wrapped in a
+/// the usual file log (`<path>/wal`, duplexed when [`Options::log_mirror`](crate::Options::log_mirror)
+/// names a mirror) — or, in a former standby's directory, its replica log — wrapped in a
 /// [`ReplicatedLog`]; with `mirror`, data-file writes are also
 /// mirrored synchronously ([`MirrorStorage`]). A standby is seeded from this directory while
 /// the database is closed ([`seed_standby`]), or starts empty and takes a base backup from the
@@ -108,12 +108,11 @@ pub fn open_primary(
     use crate::io::{DirStorage, FileOptions, Storage};
     use std::sync::Arc;
     let fo = FileOptions::default();
-    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo.clone())?);
-    let a: Arc<dyn Storage> = Arc::new(DirStorage::new(path.join("wal"), fo.clone())?);
-    let mdir = options.log_mirror_dir.clone().unwrap_or_else(|| path.join("wal-mirror"));
-    let b: Arc<dyn Storage> = Arc::new(DirStorage::new(mdir, fo)?);
-    let file_log =
-        crate::wal::FileLogOpener { primary: a, secondary: b, options: options.wal_options.clone() };
+    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo)?);
+    let file_log = crate::wal::FileLogOpener {
+        copies: options.file_log_copies(path)?,
+        options: options.wal_options.clone(),
+    };
     // A former standby's directory keeps its replica log (the LSNs go on where the standby's
     // left off, so its own standbys can follow it) unless a file log was started since.
     let replica = path.join("standby");

@@ -27,7 +27,7 @@ use super::wire::{self, FrameType};
 use super::ReplError;
 use crate::db::{heap_name, index_name, CATALOG_FILE};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Device, DirStorage, FileOptions, Storage};
+use crate::io::{AlignedBuf, Device, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::{decode_catalog, encode_catalog, CatalogData, CatalogStore};
 use crate::util::bytes::u64_at;
@@ -274,10 +274,10 @@ pub(super) fn adopt_primary_log(
         Error::Io(crate::io::IoError::os(&p.display().to_string(), crate::io::IoOpKind::Setup, 0, 0, e))
     };
     let wal = data_dir.join("wal");
-    let mirror = options.log_mirror_dir.clone().unwrap_or_else(|| data_dir.join("wal-mirror"));
+    let mirror = options.log_mirror(data_dir);
     let sdir = data_dir.join("standby");
     let remove_file_log = || -> Result<()> {
-        for d in [&wal, &mirror] {
+        for d in [Some(&wal), mirror.as_ref()].into_iter().flatten() {
             if d.exists() {
                 std::fs::remove_dir_all(d).map_err(|e| io(d, e))?;
             }
@@ -291,12 +291,8 @@ pub(super) fn adopt_primary_log(
     if !wal.exists() {
         return Ok(None);
     }
-    let fo = FileOptions::default();
-    let opener = FileLogOpener {
-        primary: Arc::new(DirStorage::new(&wal, fo.clone())?),
-        secondary: Arc::new(DirStorage::new(&mirror, fo)?),
-        options: options.wal_options.clone(),
-    };
+    let opener =
+        FileLogOpener { copies: options.file_log_copies(data_dir)?, options: options.wal_options.clone() };
     if opener.is_empty()? {
         return remove_file_log().map(|()| None);
     }

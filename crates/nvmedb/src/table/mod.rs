@@ -85,6 +85,8 @@ pub(crate) struct TxnShared {
     /// Changes hold it shared; closing takes it exclusively, so no change is half-way when the
     /// database reports itself closed.
     gate: std::sync::RwLock<()>,
+    /// The database was opened read-only: every change is refused.
+    pub(crate) read_only: bool,
 }
 
 /// Held while a change runs (see [`TxnShared::enter`]).
@@ -95,6 +97,7 @@ impl TxnShared {
         log: Option<Arc<TxnLog>>,
         lock_options: LockOptions,
         storage: Arc<dyn crate::io::Storage>,
+        read_only: bool,
     ) -> Result<Self> {
         Ok(Self {
             log,
@@ -105,7 +108,25 @@ impl TxnShared {
             storage,
             closed: std::sync::atomic::AtomicBool::new(false),
             gate: std::sync::RwLock::new(()),
+            read_only,
         })
+    }
+
+    /// Fails with [`Error::ReadOnly`] naming `what` when the database was opened read-only.
+    pub(crate) fn check_writable(&self, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(format!(
+                "{what} refused: the database at {} was opened read-only (Options::read_only)",
+                self.storage.location()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Admits one change ([`TxnShared::enter`]) after checking that the database is writable.
+    pub(crate) fn enter_change(&self, what: &str) -> Result<ChangeGuard<'_>> {
+        self.check_writable(what)?;
+        self.enter()
     }
 
     fn closed_error(&self) -> Error {
@@ -246,6 +267,7 @@ impl Table {
         body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
     ) -> Result<R> {
         let shared = &self.inner.txn;
+        shared.check_writable("a change")?;
         shared.checkpoint_if_wanted();
         let _open = shared.enter()?;
         let txn = shared.begin();

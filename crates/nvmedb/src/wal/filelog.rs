@@ -1,8 +1,9 @@
-//! [`FileLog`]: the duplexed, segmented, group-committing log on two [`Storage`]s.
+//! [`FileLog`]: the segmented, group-committing log on one [`Storage`], or duplexed on two.
 //!
 //! Owns: LSN assignment, batching of appended records into flushes (group commit), writing
-//! each flush to both copies in parallel and syncing both, segment switching and recycling,
-//! and the durable position. Invariants:
+//! each flush to every copy (two copies in parallel) and syncing them, segment switching and
+//! recycling (also across opens: `truncate_before` zeroes the header of a released segment, so
+//! the next open finds its slot free), and the durable position. Invariants:
 //! - LSNs are byte positions of one continuous stream: record `n + 1` starts where record `n`
 //!   ends; a segment's base LSN is exactly where the previous segment's records end.
 //! - Every flush writes whole, fresh 4 KiB blocks: a batch is padded with a filler record to
@@ -10,11 +11,11 @@
 //!   of an earlier flush, and a torn write can only damage records of the flush being written,
 //!   none of which has been acknowledged.
 //! - At most one flush runs at a time, and a flush starts only after the previous one is
-//!   durable on both copies; `durable_lsn` advances only after both copies synced, and never
+//!   durable on every copy; `durable_lsn` advances only after every copy synced, and never
 //!   goes backwards. Records carry the LSN at which their flush began, which lets the reader
 //!   tell a torn tail from mid-log corruption.
 //! - After open, appends go to a new segment starting at the recovered end, so bytes recovery
-//!   may have seen are never overwritten.
+//!   may have seen are never overwritten (a recycled slot's stale records carry other LSNs).
 //! - Queues are bounded: at most `max_queued_batches` sealed batches wait; appenders block.
 //! - After an I/O error the log is poisoned: every later call returns `Error::Poisoned`.
 
@@ -80,16 +81,27 @@ struct State {
     /// Estimated number of concurrent committers: how many were waiting when the last flushes
     /// ended (decays by one per flush). A leader waits for this much company.
     expected_company: usize,
-    /// Moving average of the time a flush takes (write and sync of both copies), in ns. A
+    /// Moving average of the time a flush takes (write and sync of every copy), in ns. A
     /// leader never waits for company longer than this: past that point, letting the late
     /// committers form the next batch while this one flushes is at least as good.
     flush_ewma_ns: u64,
     /// Committers parked until a flush covers their LSN (with `targeted_wakeups`).
-    sleepers: Vec<(Lsn, std::thread::Thread)>,
+    sleepers: Vec<Sleeper>,
+}
+
+/// A committer parked in `wait_durable`. The thread that finishes the flush covering `lsn`
+/// acknowledges it (sets `acked` to the durable position, under the state lock, and counts
+/// the commit) and unparks it: the woken committer returns without taking the lock again.
+struct Sleeper {
+    lsn: Lsn,
+    thread: std::thread::Thread,
+    /// 0 until acknowledged; then the durable position reached.
+    acked: Arc<AtomicU64>,
 }
 
 struct Inner {
-    storages: [Arc<dyn Storage>; 2],
+    /// The copies: one storage, or two for a duplexed log.
+    storages: Vec<Arc<dyn Storage>>,
     opts: WalOptions,
     log_id: u64,
     tag: u32,
@@ -101,13 +113,14 @@ struct Inner {
     /// Signalled when the open batch fills up (a leader waiting for company stops waiting).
     batch_cv: Condvar,
     durable: AtomicU64,
-    helper: Arc<Helper>,
+    /// The second copy's writer (duplexed logs only).
+    helper: Option<Arc<Helper>>,
     /// The log end when it was opened or when the last checkpoint truncated it (see
     /// [`WalOptions::checkpoint_after_bytes`]).
     checkpoint_mark: AtomicU64,
 }
 
-/// The duplexed, segmented, group-committing write-ahead log.
+/// The segmented, group-committing write-ahead log, on one storage or duplexed on two.
 ///
 /// ```
 /// use nvmedb::io::{MemStorage, Storage};
@@ -133,15 +146,35 @@ impl std::fmt::Debug for FileLog {
 }
 
 impl FileLog {
-    /// Opens (or creates) the log whose two copies live in `primary` and `secondary`: finds the
-    /// live segments, reads the newest one to its end (using whichever copy is intact), and
-    /// prepares to append after it in a new segment.
-    ///
-    /// Errors: `Config` for bad options; `Corruption` (file and offset) when a record in the
-    /// middle of the newest segment is damaged in both copies; `Io` from the storages.
+    /// Opens (or creates) the duplexed log whose two copies live in `primary` and `secondary`
+    /// (ideally on two devices): every flush is written to both in parallel, and a commit waits
+    /// for both. See [`FileLog::open_copies`].
     pub fn open(primary: Arc<dyn Storage>, secondary: Arc<dyn Storage>, opts: WalOptions) -> Result<FileLog> {
+        Self::open_copies(vec![primary, secondary], opts)
+    }
+
+    /// Opens (or creates) a single (not duplexed) log in `storage`. See [`FileLog::open_copies`].
+    pub fn open_single(storage: Arc<dyn Storage>, opts: WalOptions) -> Result<FileLog> {
+        Self::open_copies(vec![storage], opts)
+    }
+
+    /// Opens (or creates) the log kept in `copies` — one storage, or two for a duplexed log:
+    /// finds the live segments, reads the newest one to its end (using whichever copy is
+    /// intact), and prepares to append after it in a new segment (in a free slot when there is
+    /// one).
+    ///
+    /// Errors: `Config` for bad options or a number of copies other than one or two;
+    /// `Corruption` (file and offset) when a record in the middle of the newest segment is
+    /// damaged in every copy; `Io` from the storages.
+    pub fn open_copies(copies: Vec<Arc<dyn Storage>>, opts: WalOptions) -> Result<FileLog> {
         opts.validate()?;
-        let storages = [primary, secondary];
+        if !(1..=2).contains(&copies.len()) {
+            return Err(Error::Config {
+                key: "wal.copies".into(),
+                detail: format!("a file log keeps one or two copies, not {}", copies.len()),
+            });
+        }
+        let storages = copies;
         let d = discover(&storages)?;
         let created = d.log_id.is_none();
         let log_id = d.log_id.unwrap_or_else(|| Rng::new(Rng::seed_from_time()).next_u64() | 1);
@@ -189,12 +222,17 @@ impl FileLog {
             expected_company: 1,
             flush_ewma_ns: 0,
         };
-        let helper = Arc::new(Helper::new());
-        let h2 = helper.clone();
-        let helper_thread = std::thread::Builder::new()
-            .name("nvmedb-wal-copy2".into())
-            .spawn(move || h2.run())
-            .map_err(|e| Error::Io(IoError::os("wal helper thread", crate::io::IoOpKind::Setup, 0, 0, e)))?;
+        let (helper, helper_thread) = if storages.len() == 2 {
+            let helper = Arc::new(Helper::new());
+            let h2 = helper.clone();
+            let t =
+                std::thread::Builder::new().name("nvmedb-wal-copy2".into()).spawn(move || h2.run()).map_err(
+                    |e| Error::Io(IoError::os("wal helper thread", crate::io::IoOpKind::Setup, 0, 0, e)),
+                )?;
+            (Some(helper), Some(t))
+        } else {
+            (None, None)
+        };
         let inner = Arc::new(Inner {
             storages,
             opts,
@@ -208,12 +246,17 @@ impl FileLog {
             helper,
             checkpoint_mark: AtomicU64::new(end_lsn),
         });
-        Ok(FileLog { inner, recovered, helper_thread: Some(helper_thread) })
+        Ok(FileLog { inner, recovered, helper_thread })
     }
 
     /// What open found.
     pub fn recovered(&self) -> &RecoveredLog {
         &self.recovered
+    }
+
+    /// How many copies the log keeps: 1, or 2 when duplexed.
+    pub fn copies(&self) -> usize {
+        self.inner.storages.len()
     }
 
     /// The log's identifier.
@@ -246,9 +289,15 @@ impl FileLog {
     /// oldest segments are kept for recycling (up to `keep_free_segments`) or deleted. The
     /// segment holding `lsn` and all later ones stay. Returns how many segments were freed.
     ///
-    /// Reading below `lsn` afterwards is not supported: a recycled slot is overwritten.
+    /// A kept segment's header block is zeroed (and synced) in every copy before its slot can be
+    /// reused, so the release outlives the process: the next open recycles the slot instead of
+    /// creating a new file.
+    ///
+    /// Reading below `lsn` afterwards is not supported: a recycled slot is overwritten. The
+    /// caller no longer needs those records: after an error, some of the segments before `lsn`
+    /// may be released already.
     pub fn truncate_before(&self, lsn: Lsn) -> Result<usize> {
-        let to_delete = {
+        let released: Vec<Segment> = {
             let mut st = self.inner.lock();
             if let Some(p) = &st.poisoned {
                 return Err(Error::Poisoned(p.clone()));
@@ -259,12 +308,23 @@ impl FileLog {
                     "truncate_before({lsn}) beyond the durable position {durable}"
                 )));
             }
-            let mut freed = 0;
+            let mut released = Vec::new();
             while st.chain.len() >= 2 && st.chain[1].header.base_lsn <= lsn {
-                let s = st.chain.remove(0);
-                st.free_slots.push(s.name);
-                freed += 1;
+                released.push(st.chain.remove(0));
             }
+            released
+        };
+        // Oldest first: a crash part way leaves a shorter chain that still ends at the newest
+        // segment, and the zeroed slots free.
+        // (On an error the segments stay out of the chain and out of the free list: no slot
+        // whose release did not complete is reused in this life; the next open finds it again.)
+        for seg in &released {
+            self.inner.release_header(seg)?;
+        }
+        let freed = released.len();
+        let to_delete = {
+            let mut st = self.inner.lock();
+            st.free_slots.extend(released.into_iter().map(|s| s.name));
             let keep = self.inner.opts.keep_free_segments;
             let excess = st.free_slots.len().saturating_sub(keep);
             let del: Vec<String> = st.free_slots.drain(..excess).collect();
@@ -318,7 +378,9 @@ impl FileLog {
 
 impl Drop for FileLog {
     fn drop(&mut self) {
-        self.inner.helper.stop();
+        if let Some(h) = &self.inner.helper {
+            h.stop();
+        }
         if let Some(t) = self.helper_thread.take() {
             // A panic in the helper thread already surfaced as a failed flush; nothing to add.
             let _ = t.join();
@@ -361,7 +423,8 @@ impl super::RecordLog for FileLog {
 
     fn describe(&self) -> String {
         let locs: Vec<String> = self.inner.storages.iter().map(|s| s.location()).collect();
-        format!("duplexed file log (O_DIRECT writes + fdatasync) on {}", locs.join(" and "))
+        let what = if locs.len() == 2 { "duplexed file log" } else { "file log" };
+        format!("{what} (O_DIRECT writes + fdatasync) on {}", locs.join(" and "))
     }
 
     fn wants_checkpoint(&self) -> bool {
@@ -387,6 +450,24 @@ impl LogSink for FileLog {
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.st.locked()
+    }
+
+    /// Zeroes the header block of a released segment in every copy that has its file, and
+    /// syncs, so a later open sees a free slot.
+    fn release_header(&self, seg: &Segment) -> Result<()> {
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        for (c, s) in self.storages.iter().enumerate() {
+            let dev = match &seg.devs[c] {
+                Some(d) => d.clone(),
+                None if s.exists(&seg.name) => s.open(&seg.name, false)?,
+                None => continue,
+            };
+            if dev.capacity() >= BLOCK_BYTES as u64 {
+                dev.write_at(0, &zero)?;
+                dev.sync()?;
+            }
+        }
+        Ok(())
     }
 
     /// Seals the open batch (pads it to a block boundary) into the queue. Returns false when the
@@ -515,14 +596,39 @@ impl Inner {
             }
             if st.flushing {
                 if self.opts.targeted_wakeups {
-                    // Park until the running flush ends and covers us, or we are chosen to
+                    // Park until the flush that covers us acknowledges us, or we are chosen to
                     // lead the next one (see `wake_after_flush`). Spurious wake-ups loop.
-                    st.sleepers.push((lsn, std::thread::current()));
+                    let acked = Arc::new(AtomicU64::new(0));
+                    st.sleepers.push(Sleeper { lsn, thread: std::thread::current(), acked: acked.clone() });
                     drop(st);
-                    std::thread::park();
-                    st = self.lock();
-                    let me = std::thread::current().id();
-                    st.sleepers.retain(|(_, t)| t.id() != me);
+                    loop {
+                        std::thread::park();
+                        let d = acked.load(Ordering::Acquire);
+                        if d != 0 {
+                            // Acknowledged (and counted, and unregistered) by the flusher.
+                            return Ok(d);
+                        }
+                        st = self.lock();
+                        // Acknowledged between the load and the lock?
+                        let d = acked.load(Ordering::Acquire);
+                        if d != 0 {
+                            return Ok(d);
+                        }
+                        let me = std::thread::current().id();
+                        let still_parked = st.sleepers.iter().any(|s| s.thread.id() == me);
+                        if !still_parked
+                            || !st.flushing
+                            || self.durable.load(Ordering::Acquire) >= lsn
+                            || st.poisoned.is_some()
+                        {
+                            // Chosen to lead, no flush runs, or woken after an error: back to
+                            // the loop (which leads a flush when none runs).
+                            st.sleepers.retain(|s| s.thread.id() != me);
+                            break;
+                        }
+                        // A spurious wake-up: park again.
+                        drop(st);
+                    }
                 } else {
                     st = self.flushed_cv.wait_locked(st);
                 }
@@ -549,7 +655,7 @@ impl Inner {
     }
 
     /// Leads one flush: takes the oldest sealed batch (or seals the open one, after waiting up
-    /// to `group_commit_wait_us` for company), writes it to both copies and syncs them.
+    /// to `group_commit_wait_us` for company), writes it to every copy and syncs them.
     /// Precondition: no flush runs and something is pending.
     ///
     /// With `may_wait` (a committer leads) and `group_commit_wait_us > 0`, the leader waits until
@@ -659,33 +765,42 @@ impl Inner {
         (st, r)
     }
 
-    /// Takes out of the sleeper list the committers a finished flush made durable (all of them
-    /// after an error) and the earliest of the rest, which leads the next flush — nobody else
-    /// would be awake to. The caller unparks them after releasing the lock.
+    /// Takes out of the sleeper list the committers a finished flush made durable —
+    /// acknowledging each (its commit is counted here, its waiter entry was removed with the
+    /// flush) — or all of them after an error, and the earliest of the rest, which leads the
+    /// next flush: nobody else would be awake to. The next leader comes first in the returned
+    /// list, so it is woken first. The caller unparks them after releasing the lock.
     fn wake_after_flush(&self, st: &mut State) -> Vec<std::thread::Thread> {
         if st.sleepers.is_empty() {
             return Vec::new();
         }
         let durable = self.durable.load(Ordering::Acquire);
         let failed = st.poisoned.is_some();
-        let mut wake = Vec::with_capacity(st.sleepers.len());
+        let mut wake = Vec::with_capacity(st.sleepers.len() + 1);
         let mut rest = Vec::with_capacity(st.sleepers.len());
-        for (lsn, t) in st.sleepers.drain(..) {
-            if failed || lsn <= durable {
-                wake.push(t);
+        let mut acked = Vec::with_capacity(st.sleepers.len());
+        let sleepers = std::mem::take(&mut st.sleepers);
+        for s in sleepers {
+            if failed {
+                wake.push(s.thread);
+            } else if s.lsn <= durable {
+                s.acked.store(durable, Ordering::Release);
+                st.stats.commits += 1;
+                acked.push(s.thread);
             } else {
-                rest.push((lsn, t));
+                rest.push(s);
             }
         }
-        if let Some(i) = (0..rest.len()).min_by_key(|&i| rest[i].0) {
-            wake.push(rest.swap_remove(i).1);
+        if let Some(i) = (0..rest.len()).min_by_key(|&i| rest[i].lsn) {
+            wake.push(rest.swap_remove(i).thread);
         }
+        wake.extend(acked);
         st.sleepers = rest;
         wake
     }
 
-    /// Writes one batch to both copies in parallel and syncs both. Returns the new segment when
-    /// the batch started one.
+    /// Writes one batch to every copy (two in parallel: copy B on the helper thread) and syncs
+    /// them. Returns the new segment when the batch started one.
     fn write_batch(&self, batch: &Batch, target: Target) -> Result<Option<Segment>> {
         assert_eq!(batch.buf.len() % BLOCK_BYTES, 0, "flush of a partial block");
         assert_eq!(batch.file_off % BLOCK_BYTES as u64, 0, "flush at an unaligned offset");
@@ -697,25 +812,27 @@ impl Inner {
         }
         buf[header_bytes..].copy_from_slice(&batch.buf);
         let offset = batch.file_off - header_bytes as u64;
-        let (devs, new_seg): ([Arc<dyn Device>; 2], Option<Segment>) = match target {
+        let (devs, new_seg): (Vec<Arc<dyn Device>>, Option<Segment>) = match target {
             Target::Existing(seg) => {
-                let mut devs = Vec::with_capacity(2);
-                for c in 0..2 {
+                let mut devs = Vec::with_capacity(self.storages.len());
+                for (c, s) in self.storages.iter().enumerate() {
                     match &seg.devs[c] {
                         Some(d) => devs.push(d.clone()),
-                        None => devs.push(self.storages[c].open(&seg.name, true)?),
+                        None => devs.push(s.open(&seg.name, true)?),
                     }
                 }
-                let [a, b]: [Arc<dyn Device>; 2] = devs.try_into().unwrap_or_else(|_| unreachable!());
-                ([a, b], None)
+                (devs, None)
             }
             Target::New(name) => {
                 let Some(header) = batch.new_segment else { unreachable!() };
-                let a = self.storages[0].open(&name, true)?;
-                let b = self.storages[1].open(&name, true)?;
-                let recycled = a.capacity() >= header.segment_bytes || b.capacity() >= header.segment_bytes;
-                a.ensure_capacity(header.segment_bytes)?;
-                b.ensure_capacity(header.segment_bytes)?;
+                let mut devs = Vec::with_capacity(self.storages.len());
+                for s in &self.storages {
+                    devs.push(s.open(&name, true)?);
+                }
+                let recycled = devs.iter().any(|d| d.capacity() >= header.segment_bytes);
+                for d in &devs {
+                    d.ensure_capacity(header.segment_bytes)?;
+                }
                 {
                     let mut st = self.lock();
                     if recycled {
@@ -724,16 +841,22 @@ impl Inner {
                         st.stats.segments_created += 1;
                     }
                 }
-                let seg = Segment { name, header, devs: [Some(a.clone()), Some(b.clone())] };
-                ([a, b], Some(seg))
+                let seg = Segment { name, header, devs: devs.iter().cloned().map(Some).collect() };
+                (devs, Some(seg))
             }
         };
-        let buf = Arc::new(buf);
-        self.helper.submit(Job { dev: devs[1].clone(), offset, buf: buf.clone() });
-        let r0 = devs[0].write_at(offset, &buf).and_then(|()| devs[0].sync());
-        let r1 = self.helper.wait();
-        r0?;
-        r1?;
+        match (&self.helper, devs.as_slice()) {
+            (None, [a]) => a.write_at(offset, &buf).and_then(|()| a.sync())?,
+            (Some(helper), [a, b]) => {
+                let buf = Arc::new(buf);
+                helper.submit(Job { dev: b.clone(), offset, buf: buf.clone() });
+                let r0 = a.write_at(offset, &buf).and_then(|()| a.sync());
+                let r1 = helper.wait();
+                r0?;
+                r1?;
+            }
+            _ => unreachable!("a helper exactly when there are two copies"),
+        }
         Ok(new_seg)
     }
 }

@@ -3,16 +3,17 @@
 //! Owns: the [`LogSink`] seam — append bytes, ask for the persisted position, wait until a
 //! position is persisted — that the duplexed file log, the `xlog` fast path and replication all
 //! implement; and its first implementation, [`FileLog`]: CRC32C-checked records with LSNs,
-//! segment files with recycling, group commit, and log duplexing (every flush goes to two
-//! storages in parallel, a commit waits for both, and [`LogReader`] uses whichever copy is
-//! intact). The byte format is documented in `docs/format-wal.md`.
+//! segment files with recycling (also across opens), group commit, and optional log duplexing
+//! (every flush goes to two storages in parallel, a commit waits for both, and [`LogReader`]
+//! uses whichever copy is intact). The byte format is documented in `docs/format-wal.md`.
 //!
 //! # Using the file log
 //!
-//! - Open (or create) with [`FileLog::open`]`(primary, secondary, `[`WalOptions`]`)`: two
-//!   [`Storage`]s, ideally on two devices. Open finds the end of the log
-//!   (using whichever copy is intact) and [`FileLog::recovered`] says where it is.
-//! - Recovery reads with [`FileLog::reader`]`(from_lsn)` (or [`LogReader::open`] on the
+//! - Open (or create) with [`FileLog::open_single`]`(storage, `[`WalOptions`]`)`, or duplexed
+//!   with [`FileLog::open`]`(primary, secondary, options)` on two [`Storage`]s, ideally on two
+//!   devices. Open finds the end of the log (using whichever copy is intact) and
+//!   [`FileLog::recovered`] says where it is.
+//! - Recovery reads with [`FileLog::reader`]`(from_lsn)` (or [`LogReader::open_copies`] on the
 //!   storages): an iterator of [`LogRecord`] `{ lsn, end_lsn, kind, payload }` in LSN order.
 //!   A damaged record in the middle of the log is `Error::Corruption { file, offset, .. }`.
 //! - Log with [`LogSink::append`] (kind [`KIND_DATA`]) or [`FileLog::append_record`]`(kind,
@@ -68,7 +69,7 @@ impl RecordReader for LogReader {
 }
 
 /// A log of typed records, which is what the engine writes (`wal::engine::EngineLog`) and what
-/// recovery reads. The duplexed [`FileLog`] implements it; so can the `xlog` fast path and a
+/// recovery reads. The [`FileLog`] implements it; so can the `xlog` fast path and a
 /// replicating wrapper that adds the standbys' positions to `durable_lsn`.
 ///
 /// Invariants every implementation keeps: LSNs of appended records increase; `durable_lsn()`
@@ -113,25 +114,23 @@ pub trait LogOpener: Send {
     fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>>;
 }
 
-/// Opens a duplexed [`FileLog`] on two storages.
+/// Opens a [`FileLog`] on its copies: one storage, or two for a duplexed log.
 pub struct FileLogOpener {
-    /// First copy.
-    pub primary: Arc<dyn Storage>,
-    /// Second copy.
-    pub secondary: Arc<dyn Storage>,
+    /// The copies: one storage, or two (ideally on two devices) for a duplexed log.
+    pub copies: Vec<Arc<dyn Storage>>,
     /// Options (`initial_lsn` is set by [`LogOpener::open`]).
     pub options: WalOptions,
 }
 
 impl LogOpener for FileLogOpener {
     fn is_empty(&self) -> Result<bool> {
-        Ok(live_segments(self.primary.clone(), self.secondary.clone())?.is_empty())
+        Ok(live_segments(&self.copies)?.is_empty())
     }
 
     fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>> {
         let mut options = self.options;
         options.initial_lsn = options.initial_lsn.max(initial_lsn);
-        Ok(Arc::new(FileLog::open(self.primary, self.secondary, options)?))
+        Ok(Arc::new(FileLog::open_copies(self.copies, options)?))
     }
 }
 

@@ -17,7 +17,9 @@ pub struct WalOptions {
     /// join its batch. It waits only while fewer committers wait than at the end of recent
     /// flushes and the batch is below `max_batch_bytes`, so a lone committer never waits, and
     /// never longer than the average flush takes (so on a 10 µs device it waits at most ~10 µs).
-    /// 0: flush at once (commits arriving during a flush still share the next one).
+    /// 0 (the default): a flush starts as soon as the device is free — no flush runs — and
+    /// commits that arrive while one runs share the next one (`nvmedb lab commit --logs
+    /// single,single+wait200` compares the two).
     pub group_commit_wait_us: u64,
     /// A batch is sealed (and its flush may start without waiting) once it holds this many
     /// bytes; one flush writes at most this plus one record and the filler.
@@ -43,7 +45,7 @@ impl Default for WalOptions {
     fn default() -> Self {
         Self {
             segment_bytes: 64 << 20,
-            group_commit_wait_us: 200,
+            group_commit_wait_us: 0,
             max_batch_bytes: 1 << 20,
             max_queued_batches: 4,
             keep_free_segments: 4,

@@ -1,15 +1,16 @@
-//! Reading the duplexed log back: [`LogReader`].
+//! Reading the file log back: [`LogReader`].
 //!
 //! Owns: iteration over the records of the live segment chain from a given LSN, choosing per
-//! record whichever copy holds it intact, and the decision between "clean end of the log" and
+//! record whichever copy holds it intact (a duplexed log has two), and the decision between
+//! "clean end of the log" and
 //! "corruption". Invariants:
 //! - a record is returned only if its CRC32C matches and its header names the LSN at which it
 //!   was found (stale bytes of a recycled segment never match);
-//! - when neither copy holds a valid record at position `p`, the reader ends cleanly only if no
+//! - when no copy holds a valid record at position `p`, the reader ends cleanly only if no
 //!   evidence shows that a later flush completed: the next segment must start exactly at `p`
 //!   (segment switch), or, in the last segment, no block boundary after `p` may hold a valid
 //!   record whose flush began after `p`. Because the writer starts a flush only after the
-//!   previous one is durable on both copies, such a record proves that `p` was once durable, so
+//!   previous one is durable on every copy, such a record proves that `p` was once durable, so
 //!   the reader reports [`Error::Corruption`] naming the file and offset instead of truncating.
 
 use crate::error::{Error, Result};
@@ -53,18 +54,18 @@ impl Window {
     }
 }
 
-/// Iterates the records of a duplexed log from a starting LSN.
+/// Iterates the records of a file log (single or duplexed) from a starting LSN.
 ///
 /// Create one with [`LogReader::open`] (from the storages, e.g. during recovery) or
 /// `FileLog::reader` (while the log is open; it stops at the durable position).
 pub struct LogReader {
-    storages: [Arc<dyn Storage>; 2],
+    storages: Vec<Arc<dyn Storage>>,
     chain: Vec<Segment>,
     tag: u32,
     idx: usize,
     pos: Lsn,
     limit: Option<Lsn>,
-    windows: [Window; 2],
+    windows: Vec<Window>,
     ended: bool,
 }
 
@@ -81,27 +82,32 @@ impl LogReader {
     /// Errors: `NotFound` if `from` precedes the oldest live segment; `Corruption` if the
     /// segment headers contradict each other.
     pub fn open(primary: Arc<dyn Storage>, secondary: Arc<dyn Storage>, from: Lsn) -> Result<LogReader> {
-        let storages = [primary, secondary];
-        let d = discover(&storages)?;
+        Self::open_copies(vec![primary, secondary], from)
+    }
+
+    /// Opens the log kept in `copies` (one storage for a single log, two for a duplexed one) and
+    /// positions the reader at `from`, as [`LogReader::open`] does.
+    pub fn open_copies(copies: Vec<Arc<dyn Storage>>, from: Lsn) -> Result<LogReader> {
+        let d = discover(&copies)?;
         let tag = d.log_id.map(log_tag).unwrap_or(0);
-        Self::from_chain(storages, d.chain, tag, from, None)
+        Self::from_chain(copies, d.chain, tag, from, None)
     }
 
     pub(crate) fn from_chain(
-        storages: [Arc<dyn Storage>; 2],
+        storages: Vec<Arc<dyn Storage>>,
         chain: Vec<Segment>,
         tag: u32,
         from: Lsn,
         limit: Option<Lsn>,
     ) -> Result<LogReader> {
         let mut r = LogReader {
+            windows: storages.iter().map(|_| Window::empty()).collect(),
             storages,
             chain,
             tag,
             idx: 0,
             pos: from,
             limit,
-            windows: [Window::empty(), Window::empty()],
             ended: false,
         };
         if r.chain.is_empty() {
@@ -143,7 +149,7 @@ impl LogReader {
                 return Ok(None);
             }
             let pos = self.pos;
-            let mut faults = [RecordFault::NoRoom; 2];
+            let mut faults = vec![RecordFault::NoRoom; self.storages.len()];
             let mut got = None;
             for (copy, fault) in faults.iter_mut().enumerate() {
                 match self.try_record(copy, self.idx, pos)? {
@@ -163,7 +169,7 @@ impl LogReader {
                 }
                 return Ok(Some(LogRecord { lsn: h.lsn, end_lsn: end, kind: h.kind, payload }));
             }
-            // Neither copy holds a record at `pos`: segment switch, clean end, or corruption.
+            // No copy holds a record at `pos`: segment switch, clean end, or corruption.
             let seg = self.chain[self.idx].clone();
             let off = SEGMENT_HEADER_BLOCK_BYTES + (pos - seg.header.base_lsn);
             let file = file_label(&self.storages, 0, &seg.name);
@@ -177,9 +183,9 @@ impl LogReader {
                     file,
                     offset: off,
                     detail: format!(
-                        "no intact record at LSN {pos} in either copy ({:?} / {:?}), but the next segment {} \
-                         starts at LSN {}",
-                        faults[0], faults[1], next.name, next.header.base_lsn
+                        "no intact record at LSN {pos} in any copy ({faults:?}), but the next segment {} starts \
+                         at LSN {}",
+                        next.name, next.header.base_lsn
                     ),
                 });
             }
@@ -187,10 +193,7 @@ impl LogReader {
                 return Err(Error::Corruption {
                     file,
                     offset: off,
-                    detail: format!(
-                        "no intact record at durable LSN {pos} in either copy ({:?} / {:?})",
-                        faults[0], faults[1]
-                    ),
+                    detail: format!("no intact record at durable LSN {pos} in any copy ({faults:?})"),
                 });
             }
             if let Some((copy, later_off, later)) = self.find_later_flush(pos)? {
@@ -198,10 +201,8 @@ impl LogReader {
                     file,
                     offset: off,
                     detail: format!(
-                        "no intact record at LSN {pos} in either copy ({:?} / {:?}), yet a later flush \
-                         (record at LSN {later}, offset {later_off} of {}) is intact",
-                        faults[0],
-                        faults[1],
+                        "no intact record at LSN {pos} in any copy ({faults:?}), yet a later flush (record \
+                         at LSN {later}, offset {later_off} of {}) is intact",
                         file_label(&self.storages, copy, &seg.name)
                     ),
                 });
@@ -279,7 +280,7 @@ impl LogReader {
         let mut b = (off / BLOCK_BYTES as u64 + 1) * BLOCK_BYTES as u64;
         while b + RECORD_HEADER_BYTES as u64 <= h.segment_bytes {
             let lsn = h.base_lsn + (b - SEGMENT_HEADER_BLOCK_BYTES);
-            for copy in 0..2 {
+            for copy in 0..self.storages.len() {
                 let head = match self.bytes(copy, seg, b, RECORD_HEADER_BYTES)? {
                     None => continue,
                     Some(bytes) => check_header(bytes, lsn, h.segment_bytes - b, tag),

@@ -1,10 +1,12 @@
-//! Segment files of the duplexed log and how the live chain of segments is found at open.
+//! Segment files of the file log and how the live chain of segments is found at open.
 //!
 //! Owns: segment slot names (`wal-NNNNNNNN`), [`Segment`] (a header plus the device of each
-//! copy), reading a segment header from both copies, and [`discover`], which turns the files of
-//! the two storages into the chain of live segments. Invariants: a slot's header is taken from
-//! the copy whose header is valid and has the higher sequence number (a recycled slot whose new
-//! header reached only one copy is the new segment); the chain is the run of consecutive
+//! copy), reading a segment header from every copy, and [`discover`], which turns the files of
+//! the copies (one storage, or two when the log is duplexed) into the chain of live segments.
+//! Invariants: a slot's header is taken from the copy whose header is valid and has the higher
+//! sequence number (a recycled slot whose new header reached only one copy is the new segment);
+//! a slot whose header block is zero (released by `FileLog::truncate_before`) is free; the
+//! chain is the run of consecutive
 //! sequence numbers ending at the highest one, with non-decreasing base LSNs; two slots never
 //! claim the same sequence number, and all valid headers carry one log id (otherwise: corruption).
 
@@ -36,7 +38,7 @@ pub fn parse_slot(name: &str) -> Option<u64> {
 pub(crate) struct Segment {
     pub name: String,
     pub header: SegmentHeader,
-    pub devs: [Option<Arc<dyn Device>>; 2],
+    pub devs: Vec<Option<Arc<dyn Device>>>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -44,7 +46,7 @@ impl std::fmt::Debug for Segment {
         f.debug_struct("Segment")
             .field("name", &self.name)
             .field("header", &self.header)
-            .field("copies", &[self.devs[0].is_some(), self.devs[1].is_some()])
+            .field("copies", &self.devs.iter().map(Option::is_some).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -107,12 +109,12 @@ fn read_header(dev: &dyn Device) -> Result<Result<SegmentHeader, String>> {
 }
 
 /// `location/name` of a file of copy `copy`, for error messages.
-pub(crate) fn file_label(storages: &[Arc<dyn Storage>; 2], copy: usize, name: &str) -> String {
+pub(crate) fn file_label(storages: &[Arc<dyn Storage>], copy: usize, name: &str) -> String {
     format!("{}/{}", storages[copy].location(), name)
 }
 
-/// Finds the live chain of segments in the two copies.
-pub(crate) fn discover(storages: &[Arc<dyn Storage>; 2]) -> Result<Discovery> {
+/// Finds the live chain of segments in the copies.
+pub(crate) fn discover(storages: &[Arc<dyn Storage>]) -> Result<Discovery> {
     let mut names = BTreeSet::new();
     for s in storages.iter() {
         for n in s.list()? {
@@ -125,7 +127,7 @@ pub(crate) fn discover(storages: &[Arc<dyn Storage>; 2]) -> Result<Discovery> {
     let mut found: Vec<Segment> = Vec::new();
     let mut headerless = Vec::new();
     for name in &names {
-        let mut devs: [Option<Arc<dyn Device>>; 2] = [None, None];
+        let mut devs: Vec<Option<Arc<dyn Device>>> = vec![None; storages.len()];
         let mut best: Option<SegmentHeader> = None;
         for (c, s) in storages.iter().enumerate() {
             if !s.exists(name) {
@@ -208,10 +210,10 @@ pub(crate) fn discover(storages: &[Arc<dyn Storage>; 2]) -> Result<Discovery> {
     Ok(Discovery { chain, free_slots, max_slot, log_id })
 }
 
-/// The live segments of the log kept in `primary` and `secondary`, oldest first (for
-/// inspection tools; opening a log or a reader finds them itself).
-pub fn live_segments(primary: Arc<dyn Storage>, secondary: Arc<dyn Storage>) -> Result<Vec<SegmentDesc>> {
-    let d = discover(&[primary, secondary])?;
+/// The live segments of the log kept in `copies` (one storage, or two for a duplexed log),
+/// oldest first (for inspection tools; opening a log or a reader finds them itself).
+pub fn live_segments(copies: &[Arc<dyn Storage>]) -> Result<Vec<SegmentDesc>> {
+    let d = discover(copies)?;
     Ok(d.chain.iter().map(Segment::desc).collect())
 }
 

@@ -120,15 +120,20 @@ impl Drop for TmpDir {
     }
 }
 
-/// Makes `lsn` the end of the duplexed file log kept in `a` and `b`: every byte from there on
+/// Makes `lsn` the end of the file log kept in `a` and `b` (`b` empty for a single log): every byte from there on
 /// is zeroed and later segments are removed, as if nothing after it had reached either copy
 /// (a crash that lost the log's tail, or both copies truncated).
 pub fn cut_log(a: &dyn nvmedb::io::Storage, b: &dyn nvmedb::io::Storage, lsn: u64) {
     use nvmedb::io::AlignedBuf;
     const BLOCK: u64 = 4096;
-    let segs = nvmedb::wal::live_segments(snapshot(a), snapshot(b)).expect("live segments");
+    let copies: [Arc<dyn nvmedb::io::Storage>; 2] = [snapshot(a), snapshot(b)];
+    let segs = nvmedb::wal::live_segments(&copies).expect("live segments");
     for s in &segs {
         for st in [a, b] {
+            if !st.exists(&s.name) {
+                // A single (not duplexed) log has no files in the mirror.
+                continue;
+            }
             if s.base_lsn > lsn || (s.base_lsn == lsn && s.seq != segs[0].seq) {
                 st.remove(&s.name).expect("remove segment");
                 continue;

@@ -7,7 +7,7 @@ use super::LabArgs;
 use crate::cmd::args::{parse_size, CommonArgs};
 use crate::cmd::CliError;
 use clap::Args;
-use nvmedb_lab::experiments::commit::{CommitBench, CommitConfig};
+use nvmedb_lab::experiments::commit::{CommitBench, CommitConfig, LogSetup};
 use std::path::PathBuf;
 
 /// Flags of `nvmedb lab commit`.
@@ -28,17 +28,17 @@ pub struct CommitArgs {
     /// Log size for the recovery measurement (e.g. 1G; 0 skips it).
     #[arg(long, default_value = "1G")]
     pub recovery_log: String,
-    /// Upper bound of the group-commit wait, µs (the log's `group_commit_wait_us`).
-    #[arg(long, default_value_t = 200)]
-    pub group_commit_wait_us: u64,
-    /// Wake only the committers a flush covered plus the next leader (false: wake all).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub targeted_wakeups: bool,
+    /// Log set-ups to compare in the same run (comma-separated): `single` (the default options'
+    /// log) or `duplexed` (a mirror directory on the same disk), each optionally followed by
+    /// `+wait<µs>` (group-commit wait bound) and `+wakeall` (wake every waiter after a flush),
+    /// e.g. `single,duplexed+wait200`.
+    #[arg(long, value_delimiter = ',', default_value = "single")]
+    pub logs: Vec<String>,
     /// Client thread counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,4,20")]
     pub threads: Vec<usize>,
-    /// Parts to run (comma-separated): commits (through the engine), log (the duplexed file log
-    /// alone: append + wait for durability), recovery.
+    /// Parts to run (comma-separated): commits (through the engine), log (the file log alone:
+    /// append + wait for durability), recovery (of the first log set-up).
     #[arg(long, value_delimiter = ',', default_value = "commits,recovery")]
     pub parts: Vec<String>,
     /// Bytes per record of the `log` part.
@@ -64,8 +64,7 @@ impl LabArgs for CommitArgs {
             threads: self.threads.clone(),
             reps: self.reps,
             recovery_log_bytes: parse_size("--recovery-log", &self.recovery_log)?,
-            group_commit_wait_us: self.group_commit_wait_us,
-            targeted_wakeups: self.targeted_wakeups,
+            logs: self.logs.iter().map(|s| LogSetup::parse(s)).collect::<Result<_, _>>()?,
             parts: self.parts.clone(),
             log_payload_bytes: self.log_payload,
         })
@@ -87,5 +86,21 @@ mod tests {
         };
         let c = a.config().unwrap();
         assert_eq!((c.threads.as_slice(), c.recovery_log_bytes), (&[2, 8][..], 0));
+    }
+
+    #[test]
+    fn log_set_ups_are_parsed_and_bad_ones_named() {
+        let LabCommand::Commit(a) = parse(&["commit", "--logs", "single,duplexed+wait200+wakeall"]) else {
+            panic!("not lab commit")
+        };
+        let logs = a.config().unwrap().logs;
+        assert_eq!((logs[0].duplexed, logs[1].duplexed), (false, true));
+        assert_eq!((logs[1].group_commit_wait_us, logs[1].targeted_wakeups), (200, false));
+        assert_eq!(logs[1].name, "duplexed+wait200+wakeall");
+        for bad in ["triple", "single+wait", "single+fast"] {
+            let LabCommand::Commit(a) = parse(&["commit", "--logs", bad]) else { panic!() };
+            let e = a.config().unwrap_err().to_string();
+            assert!(e.contains("--logs") && e.contains(bad.rsplit('+').next().unwrap()), "{bad}: {e}");
+        }
     }
 }

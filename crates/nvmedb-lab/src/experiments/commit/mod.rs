@@ -1,12 +1,14 @@
 //! `nvmedb lab commit`: durable single-row update transactions from several threads against
 //! fio's 4 KiB write + fdatasync rate on the same disk, the log alone (append + wait for
-//! durability on the duplexed file log, part `log`) as the engine's own ceiling, and the
-//! recovery time of a large log.
+//! durability on the file log, part `log`) as the engine's own ceiling, and the recovery time
+//! of a large log — for one or more log set-ups ([`LogSetup`]: the default single log, the log
+//! duplexed into a second directory, group-commit variants) compared in the same run.
 //!
-//! Owns: [`CommitConfig`], [`CommitResults`] and the [`CommitBench`] experiment. Submodules:
-//! `parts` (the measurements). Invariants: the thread counts are configuration, never fixed in
-//! code; each repetition runs fio, then every thread count of every commit part, so the
-//! references and the engine interleave; every figure is printed beside fio's rate.
+//! Owns: [`CommitConfig`], [`LogSetup`], [`CommitResults`] and the [`CommitBench`] experiment.
+//! Submodules: `parts` (the measurements). Invariants: the thread counts and log set-ups are
+//! configuration, never fixed in code; each repetition runs fio, then every thread count of
+//! every log set-up of every commit part, so the references and the set-ups interleave; every
+//! figure is printed beside fio's rate.
 
 mod parts;
 
@@ -35,17 +37,96 @@ pub struct CommitConfig {
     pub reps: usize,
     /// Log bytes to write before the recovery measurement (0: skip).
     pub recovery_log_bytes: u64,
-    /// Group-commit wait bound of the log, µs.
-    pub group_commit_wait_us: u64,
-    /// Wake only the committers a flush covered, plus the next leader (the log's
-    /// `targeted_wakeups`); false wakes every waiter.
-    pub targeted_wakeups: bool,
+    /// The log set-ups compared (the first one also runs the recovery part).
+    #[serde(default = "default_logs")]
+    pub logs: Vec<LogSetup>,
     /// Parts to run: any of [`PARTS`].
     #[serde(default = "default_parts")]
     pub parts: Vec<String>,
     /// Bytes per record of the `log` part.
     #[serde(default = "default_log_payload")]
     pub log_payload_bytes: usize,
+}
+
+fn default_logs() -> Vec<LogSetup> {
+    vec![LogSetup::default()]
+}
+
+/// One log configuration the benchmark measures: a set-up of [`Options::default()`]'s file log
+/// (`nvmedb::Options`) with at most these changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSetup {
+    /// Its name in tables and figures (the spec it was parsed from).
+    pub name: String,
+    /// Duplexed into a second directory (`wal-mirror` beside `wal`, on the same disk here); else
+    /// the default single log.
+    pub duplexed: bool,
+    /// The log's `group_commit_wait_us`.
+    pub group_commit_wait_us: u64,
+    /// The log's `targeted_wakeups` (false: wake every waiter after a flush).
+    pub targeted_wakeups: bool,
+}
+
+impl Default for LogSetup {
+    /// The default options' log: single, default group commit.
+    fn default() -> Self {
+        let d = nvmedb::wal::WalOptions::default();
+        Self {
+            name: "single".into(),
+            duplexed: false,
+            group_commit_wait_us: d.group_commit_wait_us,
+            targeted_wakeups: d.targeted_wakeups,
+        }
+    }
+}
+
+impl LogSetup {
+    /// Parses `single` or `duplexed`, optionally followed by `+wait<µs>` (the group-commit wait
+    /// bound, default: the log's default) and `+wakeall` (targeted wake-ups off), e.g.
+    /// `duplexed+wait200` (the file log as it was configured before it became single by default).
+    pub fn parse(spec: &str) -> Result<Self> {
+        let bad = |d: String| LabError::config("--logs", d);
+        let mut parts = spec.split('+');
+        let mut s = LogSetup { name: spec.to_string(), ..LogSetup::default() };
+        match parts.next() {
+            Some("single") => {}
+            Some("duplexed") => s.duplexed = true,
+            other => {
+                return Err(bad(format!(
+                    "`{}`: a set-up starts with single or duplexed",
+                    other.unwrap_or("")
+                )))
+            }
+        }
+        for p in parts {
+            if let Some(us) = p.strip_prefix("wait") {
+                s.group_commit_wait_us =
+                    us.parse().map_err(|_| bad(format!("`{p}` in `{spec}`: wait<µs>, e.g. wait200")))?;
+            } else if p == "wakeall" {
+                s.targeted_wakeups = false;
+            } else {
+                return Err(bad(format!("`{p}` in `{spec}`: the modifiers are wait<µs> and wakeall")));
+            }
+        }
+        Ok(s)
+    }
+
+    /// How it differs from the default options' log, for notes.
+    pub fn describe(&self) -> String {
+        let d = LogSetup::default();
+        let mut v = vec![if self.duplexed {
+            "duplexed into a second directory on the same disk (commit = both copies synced)".to_string()
+        } else {
+            "single log (Options::default())".to_string()
+        }];
+        if self.group_commit_wait_us != d.group_commit_wait_us {
+            v.push(format!("group-commit wait ≤ {} µs", self.group_commit_wait_us));
+        }
+        if self.targeted_wakeups != d.targeted_wakeups {
+            v.push("every waiter woken after a flush".into());
+        }
+        v.join(", ")
+    }
 }
 
 fn default_parts() -> Vec<String> {
@@ -64,8 +145,7 @@ impl Default for CommitConfig {
             threads: vec![1, 4, 20],
             reps: 3,
             recovery_log_bytes: 1 << 30,
-            group_commit_wait_us: nvmedb::wal::WalOptions::default().group_commit_wait_us,
-            targeted_wakeups: true,
+            logs: default_logs(),
             parts: default_parts(),
             log_payload_bytes: default_log_payload(),
         }
@@ -78,9 +158,12 @@ impl CommitConfig {
     }
 }
 
-/// Commits at one thread count.
+/// Commits at one thread count with one log set-up.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CommitPoint {
+    /// The log set-up's name ([`LogSetup::name`]).
+    #[serde(default)]
+    pub log: String,
     /// Client threads.
     pub threads: usize,
     /// Commits per second over the repetitions.
@@ -108,6 +191,13 @@ pub struct RecoveryResult {
     pub redo_s: f64,
 }
 
+impl RecoveryResult {
+    /// Seconds to open per GiB of log replayed.
+    pub fn s_per_gib(&self) -> f64 {
+        self.open_s / (self.log_bytes.max(1) as f64 / (1u64 << 30) as f64)
+    }
+}
+
 /// Commit benchmark results.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CommitResults {
@@ -115,7 +205,7 @@ pub struct CommitResults {
     pub fio_fdatasync_iops: Option<Spread>,
     /// Durable single-row updates through the engine, per thread count.
     pub engine: Vec<CommitPoint>,
-    /// Append + wait for durability on the duplexed file log alone, per thread count.
+    /// Append + wait for durability on the file log alone, per thread count.
     pub log: Vec<CommitPoint>,
     /// The recovery part.
     pub recovery: Option<RecoveryResult>,
@@ -134,6 +224,12 @@ impl Experiment for CommitBench {
     fn validate(cfg: &CommitConfig) -> Result<()> {
         experiment::known_parts("--parts", &cfg.parts, &PARTS)?;
         experiment::non_empty("--threads", &cfg.threads)?;
+        experiment::non_empty("--logs", &cfg.logs)?;
+        for (i, l) in cfg.logs.iter().enumerate() {
+            if cfg.logs[..i].iter().any(|o| o.name == l.name) {
+                return Err(LabError::config("--logs", format!("`{}` is listed twice", l.name)));
+            }
+        }
         if cfg.threads.contains(&0) || cfg.reps == 0 || cfg.rows == 0 {
             return Err(LabError::config("--threads/--reps/--rows", "must be at least 1"));
         }
@@ -148,6 +244,7 @@ impl Experiment for CommitBench {
         let fio = r.fio_fdatasync_iops;
         let mut t = TextTable::new([
             "path",
+            "log",
             "threads",
             "commits/s",
             "commits/flush",
@@ -156,14 +253,15 @@ impl Experiment for CommitBench {
             "x fio fdatasync",
         ])
         .title(format!(
-            "Durable commits: {} rows, {} s per point, {} repetitions, group-commit wait ≤ {} µs",
-            cfg.rows, cfg.duration_s, cfg.reps, cfg.group_commit_wait_us
+            "Durable commits: {} rows, {} s per point, {} repetitions, interleaved",
+            cfg.rows, cfg.duration_s, cfg.reps
         ));
         let mut figures = Vec::new();
         for (path, points) in [("engine", &r.engine), ("log alone", &r.log)] {
             for p in points {
                 t.row([
                     path.to_string(),
+                    p.log.clone(),
                     p.threads.to_string(),
                     p.commits_per_s.to_string(),
                     format!("{:.1}", p.commits_per_flush),
@@ -172,9 +270,15 @@ impl Experiment for CommitBench {
                     fio.map_or("-".into(), |f| format!("{:.2}", p.commits_per_s.median / f.median)),
                 ]);
                 let key = if path == "engine" { "engine" } else { "log" };
+                // The default set-up keeps the figure names of runs that had only it.
+                let log = if p.log.is_empty() || p.log == LogSetup::default().name {
+                    String::new()
+                } else {
+                    format!("/{}", p.log)
+                };
                 let mut f = Figure::repeated(
-                    format!("{key}/threads{}/commits_per_s", p.threads),
-                    format!("{path}: durable commits from {} threads", p.threads),
+                    format!("{key}{log}/threads{}/commits_per_s", p.threads),
+                    format!("{path} ({} log): durable commits from {} threads", p.log, p.threads),
                     p.commits_per_s,
                     "commits/s",
                 );
@@ -187,13 +291,19 @@ impl Experiment for CommitBench {
         if let Some(f) = fio {
             t.note(format!("fio 4 KiB write + fdatasync, 1 job, same disk, same run: {f} IOPS"));
         }
+        for l in &cfg.logs {
+            t.note(format!("log {}: {}", l.name, l.describe()));
+        }
         t.note(format!("machine: {}", env.context.one_line()));
         let mut text = t.to_string();
         if let Some(rec) = &r.recovery {
             text.push_str(&format!(
-                "recovery of {:.0} MiB of log: {:.2} s to open ({} records, {} page changes redone, redo {:.2} s)\n",
+                "recovery of {:.0} MiB of log ({} log): {:.2} s to open = {:.2} s per GiB of log ({} records, {} \
+                 page changes redone, redo {:.2} s)\n",
                 rec.log_bytes as f64 / (1 << 20) as f64,
+                cfg.logs[0].name,
                 rec.open_s,
+                rec.s_per_gib(),
                 rec.records,
                 rec.pages_redone,
                 rec.redo_s
@@ -203,6 +313,12 @@ impl Experiment for CommitBench {
                 format!("open after a crash with {:.0} MiB of log", rec.log_bytes as f64 / (1 << 20) as f64),
                 rec.open_s,
                 "s",
+            ));
+            figures.push(Figure::new(
+                "recovery/s_per_gib",
+                "recovery time per GiB of log (open after a crash)",
+                rec.s_per_gib(),
+                "s/GiB",
             ));
         }
         Ok(Summary { text, figures })

@@ -3,9 +3,10 @@
 //!
 //! Owns: [`run`] and the parts it calls. Invariants: a commit counts only when the engine
 //! acknowledged it (a retryable lock conflict is retried, any other error fails the run); the
-//! recovery part leaves the database without a checkpoint, as a crash would.
+//! recovery part leaves the database without a checkpoint, as a crash would; each log set-up
+//! has its own database (`<data_dir>/<set-up>`), loaded the same way.
 
-use super::{CommitConfig, CommitPoint, CommitResults, RecoveryResult};
+use super::{CommitConfig, CommitPoint, CommitResults, LogSetup, RecoveryResult};
 use crate::error::{LabError, Result};
 use crate::experiment::RunEnv;
 use crate::measure::{fio, progress, Spread, WindowRun, Workers};
@@ -14,6 +15,7 @@ use nvmedb::util::Rng;
 use nvmedb::wal::{FileLog, LogSink, WalOptions};
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Table, Value};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,19 +27,28 @@ fn schema(payload: u32) -> Schema {
     ])
 }
 
-fn wal_options(cfg: &CommitConfig) -> WalOptions {
+fn wal_options(setup: &LogSetup) -> WalOptions {
     WalOptions {
-        group_commit_wait_us: cfg.group_commit_wait_us,
-        targeted_wakeups: cfg.targeted_wakeups,
+        group_commit_wait_us: setup.group_commit_wait_us,
+        targeted_wakeups: setup.targeted_wakeups,
         // The recovery part grows the log to a set size without checkpoints.
         checkpoint_after_bytes: 0,
         ..Default::default()
     }
 }
 
-fn options(cfg: &CommitConfig) -> Options {
+/// The database directory of a log set-up.
+fn db_dir(cfg: &CommitConfig, setup: &LogSetup) -> PathBuf {
+    let name: String = setup.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    cfg.data_dir.join(format!("db-{name}"))
+}
+
+/// Options::default() with the set-up's log changes, 64 MiB buffers and no checkpoints by log
+/// volume (the recovery part grows the log to a set size).
+fn options(cfg: &CommitConfig, setup: &LogSetup) -> Options {
     Options {
-        wal_options: wal_options(cfg),
+        wal_options: wal_options(setup),
+        log_mirror_dir: setup.duplexed.then(|| db_dir(cfg, setup).join("wal-mirror")),
         table_page_size: 16384,
         index_page_size: 4096,
         table_buffer: BufferSize::Bytes(64 << 20),
@@ -46,13 +57,11 @@ fn options(cfg: &CommitConfig) -> Options {
     }
 }
 
-/// Creates the table of `cfg.rows` rows (without a log, then closed).
-fn load(cfg: &CommitConfig) -> Result<()> {
-    if cfg.data_dir.exists() {
-        std::fs::remove_dir_all(&cfg.data_dir).map_err(LabError::io(&cfg.data_dir, "remove"))?;
-    }
-    let db = Database::open(&cfg.data_dir, Options { wal: false, ..options(cfg) })
-        .map_err(LabError::engine(format!("creating {}", cfg.data_dir.display())))?;
+/// Creates the table of `cfg.rows` rows for `setup` (without a log, then closed).
+fn load(cfg: &CommitConfig, setup: &LogSetup) -> Result<()> {
+    let dir = db_dir(cfg, setup);
+    let db = Database::open(&dir, Options { wal: false, ..options(cfg, setup) })
+        .map_err(LabError::engine(format!("creating {}", dir.display())))?;
     let t = db.create_table("bench", schema(100)).map_err(LabError::engine("creating the table"))?;
     for id in 0..cfg.rows {
         t.insert(&[Value::Int(id as i64), Value::Int(0), Value::Bytes(vec![b'x'; 100])])
@@ -63,21 +72,27 @@ fn load(cfg: &CommitConfig) -> Result<()> {
 
 /// Points per thread count, filled over the repetitions.
 #[derive(Default)]
-struct Points(BTreeMap<usize, (Vec<f64>, f64, f64, f64)>);
+struct Points(BTreeMap<(String, usize), Samples>);
+
+/// Commits/s of each repetition, then commits per flush, p50 and p99 of the last one.
+type Samples = (Vec<f64>, f64, f64, f64);
 
 impl Points {
-    fn add<S>(&mut self, threads: usize, run: &WindowRun<S>, flushes: u64) {
-        let e = self.0.entry(threads).or_default();
+    fn add<S>(&mut self, log: &str, threads: usize, run: &WindowRun<S>, flushes: u64) {
+        let e = self.0.entry((log.to_string(), threads)).or_default();
         e.0.push(run.ops_per_s());
         e.1 = run.ops as f64 / flushes.max(1) as f64;
         e.2 = run.latency.quantile_us(0.5);
         e.3 = run.latency.quantile_us(0.99);
     }
 
-    fn finish(self) -> Vec<CommitPoint> {
-        self.0
-            .into_iter()
-            .map(|(threads, (v, per_flush, p50, p99))| CommitPoint {
+    /// The points, in the order of `logs`, then by thread count.
+    fn finish(self, logs: &[LogSetup]) -> Vec<CommitPoint> {
+        let mut v: Vec<_> = self.0.into_iter().collect();
+        v.sort_by_key(|((log, threads), _)| (logs.iter().position(|l| &l.name == log), *threads));
+        v.into_iter()
+            .map(|((log, threads), (v, per_flush, p50, p99))| CommitPoint {
+                log,
                 threads,
                 commits_per_s: Spread::of(&v),
                 commits_per_flush: per_flush,
@@ -122,8 +137,8 @@ fn engine_commits(
     Ok((run, flushes))
 }
 
-/// A fresh duplexed file log in `<data_dir>/log-alone/{copy-a,copy-b}`.
-fn fresh_log(cfg: &CommitConfig) -> Result<FileLog> {
+/// A fresh file log of `setup` in `<data_dir>/log-alone/copy-a` (and `copy-b` when duplexed).
+fn fresh_log(cfg: &CommitConfig, setup: &LogSetup) -> Result<FileLog> {
     let dir = cfg.data_dir.join("log-alone");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(LabError::io(&dir, "remove"))?;
@@ -135,17 +150,16 @@ fn fresh_log(cfg: &CommitConfig) -> Result<FileLog> {
                 .map_err(LabError::engine(format!("opening {}", p.display())))?,
         ))
     };
-    let opts = WalOptions {
-        group_commit_wait_us: cfg.group_commit_wait_us,
-        targeted_wakeups: cfg.targeted_wakeups,
-        ..WalOptions::default()
-    };
-    FileLog::open(copy("copy-a")?, copy("copy-b")?, opts).map_err(LabError::engine("opening the log alone"))
+    let mut copies = vec![copy("copy-a")?];
+    if setup.duplexed {
+        copies.push(copy("copy-b")?);
+    }
+    FileLog::open_copies(copies, wal_options(setup)).map_err(LabError::engine("opening the log alone"))
 }
 
 /// `threads` clients appending a record and waiting for it to be durable, on the log alone.
-fn log_commits(cfg: &CommitConfig, threads: usize) -> Result<(WindowRun<Vec<u8>>, u64)> {
-    let log = fresh_log(cfg)?;
+fn log_commits(cfg: &CommitConfig, setup: &LogSetup, threads: usize) -> Result<(WindowRun<Vec<u8>>, u64)> {
+    let log = fresh_log(cfg, setup)?;
     let before = log.stats();
     let workers = Workers::new(
         format!("{threads} log clients"),
@@ -170,7 +184,7 @@ fn log_commits(cfg: &CommitConfig, threads: usize) -> Result<(WindowRun<Vec<u8>>
 
 /// Grows the log by `cfg.recovery_log_bytes` without checkpoints, leaves as a crash would, and
 /// times the reopen.
-fn recovery(cfg: &CommitConfig, env: &RunEnv, db: Database) -> Result<RecoveryResult> {
+fn recovery(cfg: &CommitConfig, setup: &LogSetup, env: &RunEnv, db: Database) -> Result<RecoveryResult> {
     let log = db.engine_log().ok_or_else(|| LabError::config("wal", "the database has no log"))?;
     let start = log.record_log().end_lsn();
     let pb = progress::bar(env.progress, cfg.recovery_log_bytes >> 20, "log MiB");
@@ -205,8 +219,8 @@ fn recovery(cfg: &CommitConfig, env: &RunEnv, db: Database) -> Result<RecoveryRe
     // Leave without a checkpoint, like a crash (dropping an open database writes nothing).
     drop(db);
     let t0 = std::time::Instant::now();
-    let db =
-        Database::open(&cfg.data_dir, options(cfg)).map_err(LabError::engine("recovering the database"))?;
+    let db = Database::open(db_dir(cfg, setup), options(cfg, setup))
+        .map_err(LabError::engine("recovering the database"))?;
     let open_s = t0.elapsed().as_secs_f64();
     let rep = db.recovery_report().clone();
     db.close().map_err(LabError::engine("closing the recovered database"))?;
@@ -221,36 +235,61 @@ fn recovery(cfg: &CommitConfig, env: &RunEnv, db: Database) -> Result<RecoveryRe
 
 /// Runs the selected parts.
 pub fn run(cfg: &CommitConfig, env: &RunEnv) -> Result<CommitResults> {
-    load(cfg)?;
-    let db = Database::open(&cfg.data_dir, options(cfg)).map_err(LabError::engine("opening the database"))?;
-    let t = db.table("bench").map_err(LabError::engine("opening the table"))?;
+    if cfg.data_dir.exists() {
+        std::fs::remove_dir_all(&cfg.data_dir).map_err(LabError::io(&cfg.data_dir, "remove"))?;
+    }
+    let mut dbs = Vec::new();
+    for setup in &cfg.logs {
+        load(cfg, setup)?;
+        let db = Database::open(db_dir(cfg, setup), options(cfg, setup))
+            .map_err(LabError::engine(format!("opening the database of the {} log", setup.name)))?;
+        let t = db.table("bench").map_err(LabError::engine("opening the table"))?;
+        dbs.push((setup, db, t));
+    }
     let (mut fio_runs, mut engine, mut alone) = (Vec::new(), Points::default(), Points::default());
     for rep in 0..cfg.reps {
         fio_runs.extend(fio::fdatasync_iops(&cfg.data_dir, cfg.duration_s));
         for &threads in &cfg.threads {
-            if cfg.wants("commits") {
-                let (run, flushes) = engine_commits(cfg, &db, &t, threads, rep)?;
-                env.note(format!("engine, {threads:>2} thread(s): {:.0} commits/s", run.ops_per_s()));
-                engine.add(threads, &run, flushes);
-            }
-            if cfg.wants("log") {
-                let (run, flushes) = log_commits(cfg, threads)?;
-                env.note(format!("log alone, {threads:>2} thread(s): {:.0} commits/s", run.ops_per_s()));
-                alone.add(threads, &run, flushes);
+            for (setup, db, t) in &dbs {
+                if cfg.wants("commits") {
+                    let (run, flushes) = engine_commits(cfg, db, t, threads, rep)?;
+                    env.note(format!(
+                        "engine, {} log, {threads:>2} thread(s): {:.0} commits/s",
+                        setup.name,
+                        run.ops_per_s()
+                    ));
+                    engine.add(&setup.name, threads, &run, flushes);
+                }
+                if cfg.wants("log") {
+                    let (run, flushes) = log_commits(cfg, setup, threads)?;
+                    env.note(format!(
+                        "log alone, {} log, {threads:>2} thread(s): {:.0} commits/s",
+                        setup.name,
+                        run.ops_per_s()
+                    ));
+                    alone.add(&setup.name, threads, &run, flushes);
+                }
             }
         }
     }
     let _ = std::fs::remove_dir_all(cfg.data_dir.join("log-alone"));
     let mut r = CommitResults {
         fio_fdatasync_iops: Spread::of_some(&fio_runs),
-        engine: engine.finish(),
-        log: alone.finish(),
+        engine: engine.finish(&cfg.logs),
+        log: alone.finish(&cfg.logs),
         recovery: None,
     };
-    drop(t);
-    if cfg.wants("recovery") && cfg.recovery_log_bytes > 0 {
-        r.recovery = Some(recovery(cfg, env, db)?);
-    } else {
+    let mut dbs = dbs.into_iter();
+    if let Some((setup, db, t)) = dbs.next() {
+        drop(t);
+        if cfg.wants("recovery") && cfg.recovery_log_bytes > 0 {
+            r.recovery = Some(recovery(cfg, setup, env, db)?);
+        } else {
+            db.close().map_err(LabError::engine("closing the database"))?;
+        }
+    }
+    for (_, db, t) in dbs {
+        drop(t);
         db.close().map_err(LabError::engine("closing the database"))?;
     }
     Ok(r)

@@ -188,8 +188,10 @@ fn open_placed(
     let home = root.join("dram");
     setup::copy_files(ram, &home)?;
     let log = FileLogOpener {
-        primary: emulated(cfg, &root.join("wal"), &cfg.log_device, seed ^ 1)?,
-        secondary: emulated(cfg, &root.join("wal-mirror"), &cfg.log_device, seed ^ 2)?,
+        copies: vec![
+            emulated(cfg, &root.join("wal"), &cfg.log_device, seed ^ 1)?,
+            emulated(cfg, &root.join("wal-mirror"), &cfg.log_device, seed ^ 2)?,
+        ],
         options: Default::default(),
     };
     let (buffer_bytes, index_bytes) = setup::buffers(tc, t, cfg.buffer_pct);

@@ -18,11 +18,8 @@ pub fn check_dir(dir: &Path) -> Result<String> {
         return Err(LabError::config("--check", format!("{} holds no nvmedb database", dir.display())));
     }
     let has_files = |d: &Path| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
-    let log = if has_files(&dir.join("xlog")) {
-        LogKind::Fast(FastLogOptions::default())
-    } else {
-        LogKind::Duplexed
-    };
+    let log =
+        if has_files(&dir.join("xlog")) { LogKind::Fast(FastLogOptions::default()) } else { LogKind::File };
     // A database loaded and never run has no log: open it without one.
     let wal = has_files(&dir.join("wal")) || has_files(&dir.join("xlog"));
     let db = Database::open(dir, Options { log, wal, create_if_missing: false, ..Options::default() })

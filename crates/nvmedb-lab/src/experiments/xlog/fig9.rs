@@ -32,14 +32,14 @@ fn db_options(log: LogKind, wal: bool) -> Options {
 fn open_db(cfg: &XlogConfig, kind: &str, dir: &Path) -> Result<Database> {
     let open = LabError::engine(format!("opening the database with the {kind} log"));
     match kind {
-        "none" => Database::open(dir, db_options(LogKind::Duplexed, false)).map_err(open),
+        "none" => Database::open(dir, db_options(LogKind::File, false)).map_err(open),
         "memory" => {
             let storage = DirStorage::new(dir, FileOptions::default())
                 .map_err(LabError::engine("opening the data directory"))?;
             Database::open_with_log(
                 Arc::new(storage),
                 Some(Box::new(MemLogOpener)),
-                db_options(LogKind::Duplexed, true),
+                db_options(LogKind::File, true),
             )
             .map_err(open)
         }
@@ -51,7 +51,7 @@ fn open_db(cfg: &XlogConfig, kind: &str, dir: &Path) -> Result<Database> {
             });
             Database::open(dir, db_options(fast, true)).map_err(open)
         }
-        _ => Database::open(dir, db_options(LogKind::Duplexed, true)).map_err(open),
+        _ => Database::open(dir, db_options(LogKind::File, true)).map_err(open),
     }
 }
 
@@ -62,7 +62,7 @@ fn load(cfg: &XlogConfig, dir: &Path) -> Result<()> {
         ("balance", ColumnType::Int),
         ("filler", ColumnType::Char(100)),
     ]);
-    let db = Database::open(dir, db_options(LogKind::Duplexed, false))
+    let db = Database::open(dir, db_options(LogKind::File, false))
         .map_err(LabError::engine("creating the database"))?;
     let t = db.create_table("acct", schema).map_err(LabError::engine("creating the table"))?;
     for id in 0..cfg.rows as i64 {
