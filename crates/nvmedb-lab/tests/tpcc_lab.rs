@@ -11,14 +11,11 @@ use nvmedb_lab::measure::DeviceKind;
 use nvmedb_lab::report::Figure;
 use nvmedb_lab::workload::tpcc::schema as s;
 use nvmedb_lab::workload::tpcc::Tables;
+use nvmedb_testkit::TmpDir;
 use std::path::PathBuf;
 
-fn scratch(name: &str) -> PathBuf {
-    let base =
-        std::env::var("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
-    let d = base.join(format!("nvmedb-tpcc-lab-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn scratch(name: &str) -> TmpDir {
+    TmpDir::path_only(&format!("tpcc-lab-{name}"))
 }
 
 #[test]
@@ -145,5 +142,4 @@ fn a_small_run_measures_checks_and_reports_every_point() {
         matches!(&fig7.status, nvmedb_lab::page::Status::Differs(why) if why.contains("optane / san is 2.00×")),
         "{fig7:?}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }

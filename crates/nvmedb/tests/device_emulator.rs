@@ -36,9 +36,16 @@ struct Sample {
     bare_median_us: f64,
 }
 
+/// The median (the mean of the middle two for an even count), as the lab's `measure::stats`
+/// computes it (this crate's tests cannot use the lab, which depends on this crate).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn measure(

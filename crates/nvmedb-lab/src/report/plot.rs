@@ -480,11 +480,10 @@ mod tests {
         let e = load_font(missing).expect_err("missing font");
         let msg = e.to_string();
         assert!(msg.contains("/nonexistent/fonts/NoSuch.ttf") && msg.contains("fonts-dejavu-core"), "{msg}");
-        let not_font = std::env::temp_dir().join(format!("nvmedb-not-a-font-{}.ttf", std::process::id()));
+        let not_font = nvmedb_testkit::TmpDir::path_only("not-a-font.ttf");
         std::fs::write(&not_font, b"hello").expect("write");
         let msg = load_font(&not_font).expect_err("not a font").to_string();
         assert!(msg.contains("not a TrueType"), "{msg}");
-        std::fs::remove_file(&not_font).expect("cleanup");
     }
 
     #[test]
