@@ -28,6 +28,12 @@ pub trait PageLogger: Send + Sync {
     /// appends the payload it returns, both under one lock that a checkpoint's change of the
     /// horizon excludes. Returns the LSN to stamp on the changed pages.
     fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64>;
+
+    /// Called when a thread opens its outermost mini-transaction, before it latches any page:
+    /// a logger whose space only a checkpoint frees waits here while it is nearly full, so
+    /// that no thread waits for log space while holding page latches a checkpoint's flush
+    /// needs. Default: returns at once.
+    fn wait_for_space(&self) {}
 }
 
 thread_local! {
