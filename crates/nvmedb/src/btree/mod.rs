@@ -12,6 +12,7 @@
 //! the separator keys of its parent; all leaves are at level 0 and linked left to right.
 //! Deletion does not merge nodes (underfull nodes are allowed, as in many production trees).
 
+pub mod build;
 pub mod key;
 pub mod node;
 
