@@ -69,16 +69,7 @@ impl TreeBuilder {
 
     /// Appends an entry; `key` must be greater than every key added before.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        let max = node::max_entry_payload(self.pool.page_size());
-        if key.is_empty() || key.len() + value.len() > max {
-            return Err(Error::InvalidArgument(format!(
-                "index entry of {} key bytes + {} value bytes: keys must be non-empty and an entry at most \
-                 {max} bytes for {}-byte index pages",
-                key.len(),
-                value.len(),
-                self.pool.page_size()
-            )));
-        }
+        super::check_entry_size(self.pool.page_size(), key, value)?;
         if self.last.as_deref().is_some_and(|l| l >= key) {
             return Err(Error::InvalidArgument(format!(
                 "bulk-built B+tree in index file {}: key {:02x?} is not greater than the key before it",
