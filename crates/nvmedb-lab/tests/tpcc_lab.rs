@@ -71,6 +71,14 @@ fn a_small_run_measures_checks_and_reports_every_point() {
         assert!(out.dir.join(f).exists(), "{f} written");
     }
     assert!(out.summary.text.contains("consistency conditions 1-4"), "{}", out.summary.text);
+    // The emulated device's lateness is counted per point; the real memory device has none.
+    for p in &r.points {
+        assert!((0.0..=1.0).contains(&p.emulator_late_share), "{p:?}");
+        if p.device == "memory" {
+            assert_eq!((p.emulator_late_us, p.emulator_late_share), (0.0, 0.0));
+        }
+    }
+    assert!(out.summary.text.contains("past their modelled completion"), "{}", out.summary.text);
     assert!(!ram.exists(), "the RAM copies are removed");
 
     // --check on the loaded database, then on a broken one.

@@ -171,8 +171,9 @@ pub(crate) fn fmt_tick(v: &f64) -> String {
     }
 }
 
-/// Distinct colours for series, in order.
-pub(crate) const SERIES_COLORS: [RGBColor; 8] = [
+/// Distinct colours for series, in order (twelve: `lab tier` plots eleven configurations, each
+/// of which must be told apart).
+pub(crate) const SERIES_COLORS: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -181,6 +182,10 @@ pub(crate) const SERIES_COLORS: [RGBColor; 8] = [
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
     RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(0, 0, 128),
+    RGBColor(0, 0, 0),
 ];
 
 /// How a series is drawn.

@@ -491,6 +491,7 @@ pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary>
             t.chart_png
         ));
     }
+    text.push_str(&lateness_text(&r.points));
     text.push_str(&format!(
         "\nconsistency conditions 1-4 of TPC-C §3.3.2 held after every one of the {} points\n",
         r.checks_passed
@@ -541,4 +542,41 @@ fn figures(r: &TpccResults) -> Vec<Figure> {
         }
     }
     out
+}
+
+/// Share of late emulated operations past which a point is flagged: its latencies are the
+/// machine's load more than the device model's.
+const LATE_FLAG_SHARE: f64 = 0.10;
+
+/// The emulated devices' lateness per device and buffer (worst repetition), and a warning naming
+/// the points where more than [`LATE_FLAG_SHARE`] of the operations completed late.
+fn lateness_text(points: &[super::PointResult]) -> String {
+    let mut rows: Vec<(String, f64, f64, f64)> = Vec::new();
+    for p in points.iter().filter(|p| p.emulator_late_us > 0.0 || p.emulator_late_share > 0.0) {
+        match rows.iter_mut().find(|r| r.0 == p.device_label && r.1 == p.buffer_pct) {
+            Some(r) => {
+                r.2 = r.2.max(p.emulator_late_us);
+                r.3 = r.3.max(p.emulator_late_share);
+            }
+            None => {
+                rows.push((p.device_label.clone(), p.buffer_pct, p.emulator_late_us, p.emulator_late_share))
+            }
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nemulated operations past their modelled completion (worst repetition; the machine's share of the latency):\n",
+    );
+    for (label, pct, mean, share) in &rows {
+        let flag =
+            if *share > LATE_FLAG_SHARE { "  <- NOT the device model: the machine was busy" } else { "" };
+        s.push_str(&format!(
+            "  {label} at {pct} %: mean {mean:.1} µs late, {:.1} % of operations > {} µs late{flag}\n",
+            share * 100.0,
+            nvmedb::io::LATE_THRESHOLD.as_micros()
+        ));
+    }
+    s
 }
