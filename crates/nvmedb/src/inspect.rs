@@ -280,10 +280,16 @@ pub fn describe_log(
                         })
                         .collect();
                     let op = m.annotation.as_deref().and_then(|a| TxnOp::decode(a).ok()).map(|op| {
-                        let kind = match (&op.before, &op.after) {
-                            (None, _) => "insert",
-                            (Some(_), Some(_)) => "update",
-                            (Some(_), None) => "delete",
+                        let kind = match (&op.patch, &op.before, &op.after) {
+                            (Some(p), ..) => format!(
+                                "update ({} of {} row bytes changed, in {} range(s))",
+                                p.changed_bytes() / 2,
+                                p.len,
+                                p.ranges.len()
+                            ),
+                            (None, None, _) => "insert".into(),
+                            (None, Some(_), Some(_)) => "update (whole rows)".into(),
+                            (None, Some(_), None) => "delete".into(),
                         };
                         format!("; txn {} {kind} table {} key {}", op.txn, op.table, hex(&op.pk))
                     });

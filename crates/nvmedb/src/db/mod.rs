@@ -7,6 +7,7 @@
 use crate::btree::BTree;
 use crate::util::sync::{MutexExt, RwLockExt};
 mod ddl;
+mod load;
 mod recovery;
 mod tablespace;
 mod transaction;
@@ -14,6 +15,7 @@ mod transaction;
 pub use crate::table::catalog::DEFAULT_TABLESPACE;
 pub use crate::table::files::{heap_name, index_name, CATALOG_FILE};
 pub use ddl::{convert_row, BulkLoad};
+pub use load::LOAD_PROGRESS_EVERY;
 pub use recovery::RecoveryReport;
 pub(crate) use recovery::{PageFiles, Redo, RedoPages};
 pub use tablespace::{parse_profile, TableAccess, TablespaceSpec, Tablespaces};
