@@ -4,34 +4,24 @@
 //! in the middle of a transaction, and concurrent sessions moving money between accounts.
 
 use nvmedb_sql::{Server, ServerConfig};
+use nvmedb_testkit::TmpDir;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 struct Fixture {
     server: Option<Server>,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    _dir: TmpDir,
 }
 
 fn start(lock_timeout: Duration) -> Fixture {
-    let dir = std::env::temp_dir().join(format!(
-        "nvmedb-sql-{}-{}",
-        std::process::id(),
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
-    ));
-    let mut config = ServerConfig::new(&dir);
+    let dir = TmpDir::path_only("sql");
+    let mut config = ServerConfig::new(dir.path());
     config.listen = "127.0.0.1:0".into();
     config.options.table_buffer = nvmedb::BufferSize::Bytes(8 << 20);
     config.options.index_buffer = nvmedb::BufferSize::Bytes(8 << 20);
     config.options.lock_options.lock_timeout = lock_timeout;
     let server = Server::start(config).expect("server starts");
-    Fixture { server: Some(server), _dir: TempDir(dir) }
+    Fixture { server: Some(server), _dir: dir }
 }
 
 impl Fixture {

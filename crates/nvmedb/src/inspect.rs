@@ -244,7 +244,9 @@ pub fn describe_log(
     let place = match copies.as_slice() {
         [one] => one.location(),
         [a, b, ..] => format!("{} (mirror {})", a.location(), b.location()),
-        [] => return Err(crate::Error::InvalidArgument("describe_log needs the log's storage".into())),
+        [] => {
+            return Err(crate::error::Error::InvalidArgument("describe_log needs the log's storage".into()))
+        }
     };
     let _ = writeln!(out, "log in {place}: {} segment(s)", segs.len());
     for s in &segs {

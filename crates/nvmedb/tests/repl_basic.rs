@@ -151,7 +151,7 @@ fn standby_down_degrades_loudly_under_the_degrade_policy_and_recovers() {
     // The standby comes back on the same address; once it has caught up the mode is restored.
     let sb = Standby::start(StandbyConfig {
         listen: addr.to_string(),
-        data_dir: s.clone(),
+        data_dir: s.to_path_buf(),
         secret: SECRET.to_vec(),
         apply: true,
         options: options(),
@@ -268,7 +268,7 @@ fn a_standby_that_was_down_catches_up_from_the_primarys_log_and_a_restarted_prim
     assert_eq!(log.status().effective, ReplicationMode::Lazy);
     let sb = Standby::start(StandbyConfig {
         listen: addr.to_string(),
-        data_dir: s.clone(),
+        data_dir: s.to_path_buf(),
         secret: SECRET.to_vec(),
         apply: true,
         options: options(),

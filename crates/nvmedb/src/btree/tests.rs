@@ -191,7 +191,7 @@ fn injected_io_errors_fail_operations_without_corrupting_the_tree() {
             };
             match r {
                 Ok(()) => {}
-                Err(crate::Error::Io(_)) => failures += 1,
+                Err(crate::error::Error::Io(_)) => failures += 1,
                 Err(e) => panic!("seed {seed} step {step}: unexpected error {e}"),
             }
         }
@@ -214,11 +214,11 @@ struct VecLogger {
 }
 
 impl crate::buffer::PageLogger for VecLogger {
-    fn log_page_changes(&self, _tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> crate::Result<u64> {
+    fn log_page_changes(&self, _tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> crate::error::Result<u64> {
         let payload = build(0);
         let payload = &payload;
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(crate::Error::Io(crate::io::IoError::os(
+            return Err(crate::error::Error::Io(crate::io::IoError::os(
                 "log",
                 crate::io::IoOpKind::Write,
                 0,

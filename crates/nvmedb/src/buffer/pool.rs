@@ -1190,9 +1190,16 @@ impl BufferPool {
         self.logger.get().is_some()
     }
 
-    /// Opens (or joins) this thread's mini-transaction on this pool.
+    /// Opens (or joins) this thread's mini-transaction on this pool. The thread's outermost
+    /// mini-transaction (none open on any pool) first passes the logger's space gate
+    /// ([`PageLogger::wait_for_space`]): call it before latching the pages it will change.
     pub fn begin_mtr(&self) -> Mtr<'_> {
         let me = self as *const BufferPool;
+        if let Some((logger, _)) = self.logger.get() {
+            if OPEN_MTRS.with(|m| m.borrow().is_empty()) {
+                logger.wait_for_space();
+            }
+        }
         OPEN_MTRS.with(|m| {
             let mut m = m.borrow_mut();
             match m.iter_mut().find(|o| o.pool == me) {
