@@ -50,15 +50,15 @@ fn tighten_timer_slack() {
 }
 
 /// Waits until `deadline`: sleeps while more than `spin` (plus the thread's learned wake-up
-/// lateness, at most [`MAX_OVERSHOOT_NS`]) remains, then polls the clock. Costs CPU only for
+/// lateness, at most `MAX_OVERSHOOT_NS`) remains, then polls the clock. Costs CPU only for
 /// the last few µs of every wait.
 ///
 /// The polling spins while no more threads of this process are polling than there are CPUs,
 /// and yields between polls beyond that. A `sched_yield` hands the core to any runnable thread,
 /// and one from another process (a build at nice 19, say) then keeps it until the next
-/// scheduler tick: measured on the 2-vCPU VM under such a load (a 10 µs wait after 20 µs of
-/// work, 1, 2 and 4 threads), yielding gave p50 24–47 µs and means of 145–1 117 µs, spinning p50
-/// 10.0–10.1 µs and means of 11–24 µs. With more pollers than cores (20 clients on 2 vCPUs),
+/// scheduler tick: measured on the 2-vCPU VM under such a load with a scratch loop (a 10 µs
+/// wait after 20 µs of work, 1, 2 and 4 threads, 2 s each), yielding gave p50 23–47 µs and means
+/// of 135–1 117 µs, spinning p50 10.0–10.1 µs and means of 11–24 µs. With more pollers than cores (20 clients on 2 vCPUs),
 /// spinners would keep the cores from threads whose I/O is already due, so they yield (seed
 /// 000's primitive workload, optane 1 % SELECT: 46 K tps spinning, 59 K yielding).
 pub fn wait_until(deadline: Instant, spin: Duration) {
