@@ -31,11 +31,10 @@ use super::{LinkState, ReplError, ReplicationMode};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::util::bytes::u64_at;
-use crate::util::sync::{CondvarExt, MutexExt};
+use crate::util::sync::MutexExt;
 use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use crate::xlog::combine;
 use std::collections::VecDeque;
-use std::io::BufWriter;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -129,6 +128,15 @@ struct ModeState {
     degraded: Option<String>,
     fenced: Option<ReplError>,
     events: Vec<String>,
+    /// Commits parked until the standbys confirm their LSN (see [`wake_covered`]).
+    sleepers: Vec<Sleeper>,
+}
+
+/// A commit waiting for the standbys: woken only when the combined position covers `lsn` (or
+/// everything changes: fencing, shutdown, a refused secret), not on every acknowledgement.
+struct Sleeper {
+    lsn: Lsn,
+    thread: std::thread::Thread,
 }
 
 struct Link {
@@ -149,13 +157,16 @@ pub(super) struct Shared {
     /// Orders appends: held across the local append and the push into `q` (see the invariants).
     append_mx: Mutex<()>,
     q_cv: Condvar,
-    /// Shippers waiting on `q_cv` (incremented under `q`): appenders skip the wake-up syscall
+    /// Shippers waiting on `q_cv` (incremented under `q`): committers skip the wake-up syscall
     /// when nobody waits.
     q_waiters: std::sync::atomic::AtomicUsize,
+    /// Per standby: the end of what its shipper has sent on the current connection
+    /// (`u64::MAX` while it is not shipping: a wake-up would not help it). A committer wakes
+    /// the shippers only when one of them has not sent its records yet.
+    sent: Vec<AtomicU64>,
     pub(super) shadows: Vec<AtomicU64>,
     links: Vec<Mutex<Link>>,
     ms: Mutex<ModeState>,
-    ack_cv: Condvar,
     published: AtomicU64,
     stop: AtomicBool,
     stop_mx: Mutex<()>,
@@ -335,6 +346,7 @@ impl ReplicatedLog {
             append_mx: Mutex::new(()),
             q_cv: Condvar::new(),
             q_waiters: std::sync::atomic::AtomicUsize::new(0),
+            sent: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
             shadows: (0..n).map(|_| AtomicU64::new(0)).collect(),
             links: (0..n)
                 .map(|_| {
@@ -348,8 +360,13 @@ impl ReplicatedLog {
                     })
                 })
                 .collect(),
-            ms: Mutex::new(ModeState { mode: cfg.mode, degraded: None, fenced: None, events: Vec::new() }),
-            ack_cv: Condvar::new(),
+            ms: Mutex::new(ModeState {
+                mode: cfg.mode,
+                degraded: None,
+                fenced: None,
+                events: Vec::new(),
+                sleepers: Vec::new(),
+            }),
             published: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stop_mx: Mutex::new(()),
@@ -433,8 +450,8 @@ impl ReplicatedLog {
                 ms.fenced = Some(ReplError::LeaseLost { detail: format!("stepped down: {why}") });
                 ms.events.push(format!("stepped down: {why}"));
             }
+            wake_all(&mut ms);
         }
-        self.sh.ack_cv.notify_all();
         self.shutdown();
     }
 
@@ -451,7 +468,7 @@ impl ReplicatedLog {
             self.sh.stop_cv.notify_all();
         }
         self.sh.q_cv.notify_all();
-        self.sh.ack_cv.notify_all();
+        wake_all(&mut self.sh.ms.locked());
         let threads = std::mem::take(&mut *self.threads.locked());
         for t in threads {
             let _ = t.join();
@@ -480,14 +497,71 @@ impl ReplicatedLog {
     }
 
     fn combined(&self, ms: &ModeState) -> Lsn {
-        let local = self.sh.local.durable_lsn();
-        if ms.fenced.is_some() {
-            return self.sh.published.load(Ordering::Acquire);
-        }
-        let shadows: Vec<u64> = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
-        let c = combine(ms.mode, local, &shadows);
-        self.sh.published.fetch_max(c, Ordering::AcqRel).max(c)
+        combined(&self.sh, ms)
     }
+
+    /// Wakes the shippers when one of them has not sent the records up to `lsn` (a committer
+    /// is about to wait for them): one wake-up per commit group at most, none while the
+    /// shippers are busy (they come back for everything queued before they sleep).
+    fn kick_shippers(&self, lsn: Lsn) {
+        let sh = &self.sh;
+        if sh.q_waiters.load(Ordering::Acquire) == 0 || sh.sent.iter().all(|s| s.load(Ordering::Acquire) >= lsn) {
+            return;
+        }
+        // Taking the queue's lock orders this wake-up after a shipper's check of the queue and
+        // its wait (a shipper that checked before our records were queued is waiting by now).
+        drop(sh.q.locked());
+        sh.q_cv.notify_all();
+    }
+}
+
+/// The position commits may be acknowledged up to (under `ms`): `combine(mode, local durable,
+/// shadows)`, never below what was published before; frozen once fenced.
+fn combined(sh: &Shared, ms: &ModeState) -> Lsn {
+    if ms.fenced.is_some() {
+        return sh.published.load(Ordering::Acquire);
+    }
+    let local = sh.local.durable_lsn();
+    let c = with_shadows(sh, |shadows| combine(ms.mode, local, shadows));
+    sh.published.fetch_max(c, Ordering::AcqRel).max(c)
+}
+
+/// Calls `f` with a snapshot of the shadow counters (on the stack for up to 8 standbys).
+fn with_shadows<T>(sh: &Shared, f: impl FnOnce(&[u64]) -> T) -> T {
+    let n = sh.shadows.len();
+    if n <= 8 {
+        let mut a = [0u64; 8];
+        for (d, s) in a.iter_mut().zip(&sh.shadows) {
+            *d = s.load(Ordering::Acquire);
+        }
+        f(&a[..n])
+    } else {
+        f(&sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect::<Vec<_>>())
+    }
+}
+
+/// Wakes every parked commit (fencing, shutdown, a refused secret, a mode change: each
+/// re-examines its case).
+fn wake_all(ms: &mut ModeState) {
+    for s in ms.sleepers.drain(..) {
+        s.thread.unpark();
+    }
+}
+
+/// Wakes the parked commits whose LSN the combined position now covers, and only those.
+fn wake_covered(sh: &Shared, ms: &mut ModeState) {
+    if ms.sleepers.is_empty() {
+        return;
+    }
+    let c = combined(sh, ms);
+    ms.sleepers.retain(|s| {
+        if s.lsn <= c {
+            s.thread.unpark();
+            false
+        } else {
+            true
+        }
+    });
 }
 
 impl Drop for ReplicatedLog {
@@ -527,9 +601,8 @@ impl RecordLog for ReplicatedLog {
         }
         drop(q);
         drop(order);
-        if self.sh.q_waiters.load(Ordering::Acquire) > 0 {
-            self.sh.q_cv.notify_all();
-        }
+        // No wake-up here: the shippers are woken when a commit waits for its records
+        // (`kick_shippers`), once per commit group rather than once per record.
         Ok((lsn, end))
     }
 
@@ -543,6 +616,8 @@ impl RecordLog for ReplicatedLog {
     }
 
     fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
+        // The records go out while the local log makes them durable.
+        self.kick_shippers(lsn);
         self.sh.local.wait_durable(lsn)?;
         let started = Instant::now();
         let timeout = match self.sh.cfg.policy {
@@ -591,13 +666,23 @@ impl RecordLog for ReplicatedLog {
                             ms.events.push(format!("degraded {from:?} -> {to:?}: {why}"));
                             ms.mode = to;
                             ms.degraded = Some(why);
+                            // The other parked commits are judged by the weaker mode now.
+                            wake_covered(&self.sh, &mut ms);
                             continue;
                         }
                     }
                 }
             }
             let left = timeout.saturating_sub(waited).max(Duration::from_millis(1));
-            ms = self.sh.ack_cv.wait_timeout_locked(ms, left).0;
+            // Park until an acknowledgement covers `lsn` (or everything changes), or the
+            // timeout; then look again (a spurious wake-up just loops).
+            let me = std::thread::current();
+            let id = me.id();
+            ms.sleepers.push(Sleeper { lsn, thread: me });
+            drop(ms);
+            std::thread::park_timeout(left);
+            ms = self.sh.ms.locked();
+            ms.sleepers.retain(|s| s.thread.id() != id);
         }
     }
 
@@ -708,8 +793,7 @@ fn fence(sh: &Shared, e: ReplError) {
         ms.events.push(format!("fenced: {e}"));
         ms.fenced = Some(e);
     }
-    drop(ms);
-    sh.ack_cv.notify_all();
+    wake_all(&mut ms);
 }
 
 /// One standby's shipper: connect, hand-shake, ship, repeat after failures until stopped.
@@ -738,8 +822,7 @@ fn shipper(sh: Arc<Shared>, i: usize) {
                 set_link(&sh, i, LinkState::Failed, e.to_string());
                 sh.links[i].locked().auth = Some(e);
                 // Wake waiting commits: they fail now rather than at their timeout.
-                let _g = sh.ms.locked();
-                sh.ack_cv.notify_all();
+                wake_all(&mut sh.ms.locked());
             }
             Err(e) => set_link(&sh, i, LinkState::Failed, e.to_string()),
         }
@@ -822,29 +905,38 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
         l.connects += 1;
         l.stream = s.try_clone().ok();
     }
-    sh.ack_cv.notify_all();
+    wake_covered(sh, &mut sh.ms.locked());
     let dead = Arc::new(AtomicBool::new(false));
     let reader = {
         let (sh, dead, addr) = (sh.clone(), dead.clone(), addr.to_string());
-        let mut rs = s.try_clone().map_err(|e| ReplError::io(&addr, "clone", e))?;
+        let rs = s.try_clone().map_err(|e| ReplError::io(&addr, "clone", e))?;
         std::thread::spawn(move || {
-            let r = ack_reader(&sh, i, &addr, &mut rs);
+            // Buffered: a frame is one receive call, not three.
+            let mut br = std::io::BufReader::with_capacity(4096, rs);
+            let r = ack_reader(&sh, i, &addr, &mut br);
             dead.store(true, Ordering::Release);
             sh.q_cv.notify_all();
-            let _ = rs.shutdown(Shutdown::Both);
+            let _ = br.get_ref().shutdown(Shutdown::Both);
             r
         })
     };
-    let mut out =
-        BufWriter::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(addr, "clone", e))?);
-    let mut frame = Vec::new();
+    let mut out = s.try_clone().map_err(|e| ReplError::io(addr, "clone", e))?;
+    // One buffer per connection: the frame header is filled in place (`wire::send_frame`), so
+    // a group of records is copied once, from the queue into the frame, and sent in one call.
+    const H: usize = wire::FRAME_HEADER_BYTES;
+    let mut frame = Vec::with_capacity(64 << 10);
     let mut sent_durable = 0;
+    // Since when nothing was left to ship (the durable position alone is sent only after a
+    // quiet spell: under load it rides on the next records frame instead).
+    let mut idle_since: Option<Instant> = None;
+    sh.sent[i].store(pos, Ordering::Release);
     let result = (|| -> std::result::Result<(), ReplError> {
         loop {
             if sh.stop.load(Ordering::Acquire) || dead.load(Ordering::Acquire) {
                 return Ok(());
             }
             frame.clear();
+            frame.resize(H, 0);
             frame.extend_from_slice(&0u64.to_le_bytes());
             frame.extend_from_slice(&0u32.to_le_bytes());
             let mut count = 0u32;
@@ -884,18 +976,30 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
             } else {
                 let from = q.recs.partition_point(|r| r.lsn < pos);
                 if from == q.recs.len() {
-                    // Idle: tell the standby how far our own log is durable (it applies only
-                    // that far), then wait for appends.
-                    let d = apply_limit(sh);
-                    if d > sent_durable {
+                    // Idle. After a quiet spell, tell the standby how far our own log is
+                    // durable (it applies only that far); otherwise wait for a committer's
+                    // wake-up (`kick_shippers`) or the quiet spell's end.
+                    let quiet = idle_since.is_some_and(|t| t.elapsed() >= IDLE_DURABLE_AFTER);
+                    if quiet {
                         drop(q);
-                        sent_durable = d;
-                        frame[..8].copy_from_slice(&d.to_le_bytes());
-                        wire::write_frame(&mut out, addr, sh.cfg.epoch, FrameType::Records, &frame)?;
+                        let d = apply_limit(sh);
+                        if d > sent_durable {
+                            sent_durable = d;
+                            frame[H..H + 8].copy_from_slice(&d.to_le_bytes());
+                            wire::send_frame(&mut out, addr, sh.cfg.epoch, FrameType::Records, &mut frame)?;
+                        }
+                        idle_since = None;
                         continue;
                     }
+                    idle_since.get_or_insert_with(Instant::now);
+                    // Commits publish what they were acknowledged up to (`combined`).
+                    let wait = if sent_durable < sh.published.load(Ordering::Acquire) {
+                        IDLE_DURABLE_AFTER
+                    } else {
+                        IDLE_WAIT
+                    };
                     sh.q_waiters.fetch_add(1, Ordering::AcqRel);
-                    let r = sh.q_cv.wait_timeout(q, Duration::from_millis(5));
+                    let r = sh.q_cv.wait_timeout(q, wait);
                     sh.q_waiters.fetch_sub(1, Ordering::AcqRel);
                     drop(r);
                     continue;
@@ -913,13 +1017,16 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
             if count == 0 {
                 continue;
             }
+            idle_since = None;
             let durable = apply_limit(sh);
             sent_durable = durable;
-            frame[..8].copy_from_slice(&durable.to_le_bytes());
-            frame[8..12].copy_from_slice(&count.to_le_bytes());
-            wire::write_frame(&mut out, addr, sh.cfg.epoch, FrameType::Records, &frame)?;
+            frame[H..H + 8].copy_from_slice(&durable.to_le_bytes());
+            frame[H + 8..H + 12].copy_from_slice(&count.to_le_bytes());
+            wire::send_frame(&mut out, addr, sh.cfg.epoch, FrameType::Records, &mut frame)?;
+            sh.sent[i].store(pos, Ordering::Release);
         }
     })();
+    sh.sent[i].store(u64::MAX, Ordering::Release);
     let _ = s.shutdown(Shutdown::Both);
     let acks = reader.join().unwrap_or_else(|_| {
         Err(ReplError::Protocol { peer: addr.into(), detail: "ack reader panicked".into() })
@@ -933,7 +1040,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     }
 }
 
-fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::result::Result<(), ReplError> {
+fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut impl std::io::Read) -> std::result::Result<(), ReplError> {
     loop {
         let f = match wire::read_frame(s, addr)? {
             Some(f) => f,
@@ -979,10 +1086,9 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
                         }
                     }
                 }
-                let _g = sh.ms.locked();
-                sh.ack_cv.notify_all();
-                drop(_g);
-                restore_mode_if_caught_up(sh);
+                let mut ms = sh.ms.locked();
+                restore_mode_if_caught_up(sh, &mut ms);
+                wake_covered(sh, &mut ms);
             }
             FrameType::Refused => return Err(wire::refused_error(addr, &f, sh.cfg.epoch)),
             k => {
@@ -995,31 +1101,30 @@ fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut TcpStream) -> std::resu
     }
 }
 
+/// An idle shipper sends the primary's durable position alone (so the standby applies the
+/// last commits) after this long without records to ship.
+const IDLE_DURABLE_AFTER: Duration = Duration::from_millis(1);
+/// How long an idle shipper with nothing to tell waits before it looks at the queue again
+/// (records appended without a commit waiting for them go out at the latest then).
+const IDLE_WAIT: Duration = Duration::from_millis(5);
+
 /// How far standbys may apply: what this primary has acknowledged (or could acknowledge now).
 /// A standby never applies past it, so after a failover its pages hold nothing the new
 /// primary lacks (in eager and quorum modes every acknowledged record is on the new primary).
 fn apply_limit(sh: &Shared) -> Lsn {
-    let ms = sh.ms.locked();
-    if ms.fenced.is_some() {
-        return sh.published.load(Ordering::Acquire);
-    }
-    let shadows: Vec<u64> = sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
-    let c = combine(ms.mode, sh.local.durable_lsn(), &shadows);
-    sh.published.fetch_max(c, Ordering::AcqRel).max(c)
+    combined(sh, &sh.ms.locked())
 }
 
 /// Returns to the configured mode once the standbys satisfy it again for everything durable.
-fn restore_mode_if_caught_up(sh: &Shared) {
-    let mut ms = sh.ms.locked();
+fn restore_mode_if_caught_up(sh: &Shared, ms: &mut ModeState) {
     if ms.degraded.is_none() || ms.fenced.is_some() {
         return;
     }
     let local = sh.local.durable_lsn();
-    let shadows: Vec<u64> = sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
     // Caught up: the configured combination covers everything locally durable (the durable
     // position may end in filler, which is never shipped: the last record's end is enough).
     let need = local.min(sh.last_end.load(Ordering::Acquire));
-    if combine(sh.cfg.mode, local, &shadows) >= need {
+    if with_shadows(sh, |shadows| combine(sh.cfg.mode, local, shadows)) >= need {
         eprintln!("nvmedb repl: RESTORED {:?} mode: standbys caught up at LSN {local}", sh.cfg.mode);
         ms.events.push(format!("restored {:?} at LSN {local}", sh.cfg.mode));
         ms.mode = sh.cfg.mode;

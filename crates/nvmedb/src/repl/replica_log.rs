@@ -87,6 +87,30 @@ pub fn record_crc(r: &ShippedRecord) -> u32 {
 /// Decodes one record from the front of `b`: `Ok(Some((record, bytes used)))`, `Ok(None)` when
 /// `b` is too short, `Err(detail)` when the bytes are not a valid record.
 pub fn decode_record(b: &[u8]) -> std::result::Result<Option<(ShippedRecord, usize)>, String> {
+    Ok(decode_record_ref(b)?.map(|(r, n)| {
+        (ShippedRecord { lsn: r.lsn, end: r.end, kind: r.kind, payload: r.payload.to_vec() }, n)
+    }))
+}
+
+/// A record decoded in place (see [`decode_record_ref`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordRef<'a> {
+    /// Start LSN (the primary's).
+    pub lsn: Lsn,
+    /// End LSN (the primary's).
+    pub end: Lsn,
+    /// Record kind.
+    pub kind: u8,
+    /// Its stored CRC (checked).
+    pub crc: u32,
+    /// Payload.
+    pub payload: &'a [u8],
+    /// The whole encoded record (header and payload), as [`encode_record`] wrote it.
+    pub encoded: &'a [u8],
+}
+
+/// [`decode_record`] without copying: the record borrows from `b`.
+pub(crate) fn decode_record_ref(b: &[u8]) -> std::result::Result<Option<(RecordRef<'_>, usize)>, String> {
     if b.len() < REPLICA_HEADER_BYTES {
         return Ok(None);
     }
@@ -104,7 +128,8 @@ pub fn decode_record(b: &[u8]) -> std::result::Result<Option<(ShippedRecord, usi
     if end <= lsn {
         return Err(format!("record end {end} not after its start {lsn}"));
     }
-    Ok(Some((ShippedRecord { lsn, end, kind: b[20], payload: b[25..total].to_vec() }, total)))
+    let r = RecordRef { lsn, end, kind: b[20], crc, payload: &b[25..total], encoded: &b[..total] };
+    Ok(Some((r, total)))
 }
 
 struct Pending {
@@ -195,12 +220,12 @@ fn scan(file: &mut File, path: &Path, st: Start, stop_after: Lsn) -> Result<Scan
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(|e| io_err(path, "read", e))?;
     let (mut off, mut end, mut last) = (0usize, st.lsn, None);
-    while let Ok(Some((r, n))) = decode_record(&bytes[off..]) {
+    while let Ok(Some((r, n))) = decode_record_ref(&bytes[off..]) {
         if r.lsn < end || r.end > stop_after {
             break;
         }
         end = r.end;
-        last = Some((r.lsn, u32_at(&bytes, off)));
+        last = Some((r.lsn, r.crc));
         off += n;
     }
     Ok((end, last, st.off + off as u64))
@@ -281,6 +306,26 @@ impl ReplicaLog {
         let crc = encode_record(&mut p.buf, lsn, end, kind, payload);
         p.end = end;
         p.last = Some((lsn, crc));
+        p.records += 1;
+        Ok(true)
+    }
+
+    /// [`ReplicaLog::append_at`] of a record already in the replica layout (a shipped frame's
+    /// bytes, checked by [`decode_record_ref`]): stored as it is, without encoding it again.
+    pub(crate) fn append_encoded(&self, r: &RecordRef<'_>) -> Result<bool> {
+        let mut p = self.pending.locked();
+        if r.end <= p.end {
+            return Ok(false);
+        }
+        if r.lsn < p.end || r.end <= r.lsn {
+            return Err(Error::InvalidArgument(format!(
+                "shipped record [{}, {}) overlaps the replica log end {}",
+                r.lsn, r.end, p.end
+            )));
+        }
+        p.buf.extend_from_slice(r.encoded);
+        p.end = r.end;
+        p.last = Some((r.lsn, r.crc));
         p.records += 1;
         Ok(true)
     }
@@ -466,21 +511,22 @@ impl TailReader {
         let mut head = [0u8; REPLICA_HEADER_BYTES];
         self.file.read_exact(&mut head).map_err(|e| io_err(&self.path, "read", e))?;
         let len = u32_at(&head, 21) as usize;
-        let mut rec = head.to_vec();
-        rec.resize(REPLICA_HEADER_BYTES + len, 0);
-        self.file.read_exact(&mut rec[REPLICA_HEADER_BYTES..]).map_err(|e| io_err(&self.path, "read", e))?;
+        // The payload is read straight into the record's own buffer (one copy).
+        let mut payload = vec![0u8; len];
+        self.file.read_exact(&mut payload).map_err(|e| io_err(&self.path, "read", e))?;
         let off = self.offset;
-        match decode_record(&rec) {
-            Ok(Some((r, n))) => {
-                assert!(off + n as u64 <= limit, "durable length cuts a record");
-                self.offset += n as u64;
-                Ok(Some(r))
-            }
-            Ok(None) => unreachable!("a full record was read"),
-            Err(detail) => {
-                Err(Error::Corruption { file: self.path.display().to_string(), offset: off, detail })
-            }
+        let corrupt = |detail: String| Error::Corruption { file: self.path.display().to_string(), offset: off, detail };
+        if crate::util::crc32c_append(crate::util::crc32c(&head[4..]), &payload) != u32_at(&head, 0) {
+            return Err(corrupt("record checksum mismatch".into()));
         }
+        let (lsn, end) = (u64_at(&head, 4), u64_at(&head, 12));
+        if end <= lsn {
+            return Err(corrupt(format!("record end {end} not after its start {lsn}")));
+        }
+        let n = (REPLICA_HEADER_BYTES + len) as u64;
+        assert!(off + n <= limit, "durable length cuts a record");
+        self.offset += n;
+        Ok(Some(ShippedRecord { lsn, end, kind: head[20], payload }))
     }
 }
 

@@ -24,7 +24,7 @@
 
 use super::forward::{ack_payload, Forwarder};
 use super::promote::{self, PromoteOptions, PromoteReport};
-use super::replica_log::{decode_record, ReplicaLog, TailReader};
+use super::replica_log::{decode_record_ref, ReplicaLog, TailReader};
 use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
@@ -99,6 +99,11 @@ pub(super) struct Shared {
     apply_stop: AtomicBool,
     apply_mx: Mutex<()>,
     apply_cv: Condvar,
+    /// Threads waiting on `apply_cv` for newly synced records (the idle apply thread, a chain
+    /// forwarder): the log session wakes them only when there are some.
+    record_waiters: AtomicUsize,
+    /// Threads waiting on `apply_cv` for the apply thread's progress ([`Standby::wait_applied`]).
+    applied_waiters: AtomicUsize,
     /// Held by the log session for its whole life.
     pub(super) log_session: Mutex<()>,
     pub(super) log_conn: Mutex<Option<TcpStream>>,
@@ -254,6 +259,8 @@ impl Standby {
             apply_stop: AtomicBool::new(false),
             apply_mx: Mutex::new(()),
             apply_cv: Condvar::new(),
+            record_waiters: AtomicUsize::new(0),
+            applied_waiters: AtomicUsize::new(0),
             log_session: Mutex::new(()),
             log_conn: Mutex::new(None),
             upstream_writes: Mutex::new(()),
@@ -344,14 +351,19 @@ impl Standby {
     pub fn wait_applied(&self, lsn: Lsn, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         let mut g = self.sh.apply_mx.locked();
-        while self.sh.applied.load(Ordering::Acquire) < lsn {
+        self.sh.applied_waiters.fetch_add(1, Ordering::SeqCst);
+        let reached = loop {
+            if self.sh.applied.load(Ordering::Acquire) >= lsn {
+                break true;
+            }
             let now = std::time::Instant::now();
             if now >= deadline {
-                return false;
+                break false;
             }
             g = self.sh.apply_cv.wait_timeout_locked(g, deadline - now).0;
-        }
-        true
+        };
+        self.sh.applied_waiters.fetch_sub(1, Ordering::SeqCst);
+        reached
     }
 
     /// One-paragraph status (role, epoch, positions, counters).
@@ -732,6 +744,9 @@ fn serve_log(
         )?;
     }
     start_apply(sh).map_err(local)?;
+    // The position last acknowledged on this connection: a frame that brings no new record
+    // (the primary's durable position alone) is not answered.
+    let mut acked = 0;
     loop {
         // Group commit: take every frame that has already arrived, then sync once and
         // acknowledge the end of all of them.
@@ -789,19 +804,19 @@ fn serve_log(
             c.frames += frames;
             c.records += records;
         }
-        sh.safe.fetch_max(pdur.min(end), Ordering::AcqRel);
-        {
-            let _g = sh.apply_mx.locked();
-            sh.apply_cv.notify_all();
+        sh.safe.fetch_max(pdur.min(end), Ordering::SeqCst);
+        sh.records_synced();
+        if end > acked {
+            acked = end;
+            let _one = sh.upstream_writes.locked();
+            wire::write_frame(
+                &mut w,
+                peer,
+                sh.epoch.load(Ordering::Acquire),
+                FrameType::Ack,
+                &ack_payload(sh, end),
+            )?;
         }
-        let _one = sh.upstream_writes.locked();
-        wire::write_frame(
-            &mut w,
-            peer,
-            sh.epoch.load(Ordering::Acquire),
-            FrameType::Ack,
-            &ack_payload(sh, end),
-        )?;
     }
 }
 
@@ -904,7 +919,7 @@ pub(super) fn append_records(
     let count = u32_at(payload, 8);
     let mut off = 12;
     for _ in 0..count {
-        let (rec, n) = match decode_record(&payload[off..]) {
+        let (rec, n) = match decode_record_ref(&payload[off..]) {
             Ok(Some(x)) => x,
             Ok(None) => {
                 return Err(ReplError::Corrupt {
@@ -917,10 +932,10 @@ pub(super) fn append_records(
         off += n;
         let fresh = sh
             .log
-            .append_at(rec.lsn, rec.end, rec.kind, &rec.payload)
+            .append_encoded(&rec)
             .map_err(|e| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") })?;
         if fresh && rec.kind == KIND_CATALOG && sh.cfg.apply {
-            catalogs.push(rec.payload);
+            catalogs.push(rec.payload.to_vec());
         }
     }
     Ok(count)
@@ -989,7 +1004,18 @@ impl Shared {
     /// Waits (at most `timeout`) for newly synced records.
     pub(super) fn wait_for_records(&self, timeout: Duration) {
         let g = self.apply_mx.locked();
+        self.record_waiters.fetch_add(1, Ordering::SeqCst);
         let _ = self.apply_cv.wait_timeout(g, timeout);
+        self.record_waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes the threads waiting for newly synced records (or a raised `safe`), if any: call
+    /// after publishing them. No system call when nobody waits.
+    pub(super) fn records_synced(&self) {
+        if self.record_waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.apply_mx.locked();
+            self.apply_cv.notify_all();
+        }
     }
 
     /// Stops chain forwarding (promotion, fencing, shutdown).
@@ -1165,6 +1191,9 @@ pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, Re
 
 /// Pages the apply thread keeps in memory; when full they are written back and dropped.
 const APPLY_CACHE_PAGES: usize = 16 * 1024;
+/// How long the apply thread, while records keep arriving, waits before it takes the next
+/// batch (it is not woken per synced group then).
+const APPLY_BATCH_WAIT: Duration = Duration::from_millis(1);
 /// How often the apply thread writes its dirty pages back (and syncs, and takes a restartpoint)
 /// when it has caught up, by default: rarely, because those writes compete with the log syncs
 /// for the disk (on a shared machine they slow the primary). Promotion writes everything back
@@ -1184,6 +1213,8 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     // standby's restartpoint (unless a change could not be applied: promotion must redo it).
     let mut restart: Option<(Lsn, Lsn)> = None;
     let mut skipped = false;
+    // Applied something since it last waited.
+    let mut busy = false;
     loop {
         if sh.apply_stop.load(Ordering::Acquire) {
             return flush(sh, &mut pages, &mut restart, skipped);
@@ -1214,9 +1245,25 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     last_write_back = std::time::Instant::now();
                 }
                 let g = sh.apply_mx.locked();
-                sh.apply_cv.notify_all();
-                if !sh.apply_stop.load(Ordering::Acquire) {
-                    let _ = sh.apply_cv.wait_timeout(g, Duration::from_millis(20));
+                if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
+                    sh.apply_cv.notify_all();
+                }
+                if sh.apply_stop.load(Ordering::Acquire) {
+                    continue;
+                }
+                if busy {
+                    // Records keep coming: take them in batches, one wake-up per
+                    // `APPLY_BATCH_WAIT` rather than one per group the log session syncs.
+                    busy = false;
+                    let _ = sh.apply_cv.wait_timeout(g, APPLY_BATCH_WAIT);
+                } else {
+                    // Idle: the log session wakes us when records arrive. Seen under the lock
+                    // after registering, so a sync in between is not missed.
+                    sh.record_waiters.fetch_add(1, Ordering::SeqCst);
+                    let moved = sh.safe.load(Ordering::SeqCst) != safe;
+                    let g = if moved { g } else { sh.apply_cv.wait_timeout_locked(g, Duration::from_millis(20)).0 };
+                    sh.record_waiters.fetch_sub(1, Ordering::SeqCst);
+                    drop(g);
                 }
                 continue;
             }
@@ -1244,6 +1291,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
             restart = Some((redo, undo));
         }
         sh.applied.store(rec.end, Ordering::Release);
+        busy = true;
     }
 }
 

@@ -160,16 +160,21 @@ pub struct Frame {
 
 /// Encodes a frame into `out` (appending).
 pub fn encode_frame(out: &mut Vec<u8>, epoch: u64, kind: FrameType, payload: &[u8]) {
-    let body = 8 + 1 + payload.len();
-    assert!(body <= MAX_FRAME_BYTES, "frame of {body} bytes exceeds the maximum");
     let start = out.len();
-    out.extend_from_slice(&(body as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&epoch.to_le_bytes());
-    out.push(kind as u8);
+    out.resize(start + FRAME_HEADER_BYTES, 0);
     out.extend_from_slice(payload);
-    let crc = crate::util::crc32c(&out[start + 8..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    seal_frame(&mut out[start..], epoch, kind);
+}
+
+/// Fills in the header of the frame in `buf` (its payload after [`FRAME_HEADER_BYTES`]).
+fn seal_frame(buf: &mut [u8], epoch: u64, kind: FrameType) {
+    let body = buf.len() - 8;
+    assert!(body <= MAX_FRAME_BYTES, "frame of {body} bytes exceeds the maximum");
+    buf[..4].copy_from_slice(&(body as u32).to_le_bytes());
+    buf[8..16].copy_from_slice(&epoch.to_le_bytes());
+    buf[16] = kind as u8;
+    let crc = crate::util::crc32c(&buf[8..]);
+    buf[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Writes one frame.
@@ -183,6 +188,21 @@ pub fn write_frame(
     let mut buf = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
     encode_frame(&mut buf, epoch, kind, payload);
     w.write_all(&buf).and_then(|()| w.flush()).map_err(|e| ReplError::io(peer, "send", e))
+}
+
+/// Sends one frame whose payload is already in `buf` after [`FRAME_HEADER_BYTES`] reserved
+/// bytes: fills the header in place and writes the whole buffer in one call (no copy of the
+/// payload, unlike [`write_frame`]). `buf` keeps the encoded frame.
+pub fn send_frame(
+    w: &mut impl Write,
+    peer: &str,
+    epoch: u64,
+    kind: FrameType,
+    buf: &mut [u8],
+) -> Result<(), ReplError> {
+    assert!(buf.len() >= FRAME_HEADER_BYTES, "send_frame needs the header's room");
+    seal_frame(buf, epoch, kind);
+    w.write_all(buf).and_then(|()| w.flush()).map_err(|e| ReplError::io(peer, "send", e))
 }
 
 /// Reads one frame. A clean end of stream before the first byte is `Ok(None)`.
@@ -206,9 +226,13 @@ pub fn read_frame(r: &mut impl Read, peer: &str) -> Result<Option<Frame>, ReplEr
             detail: format!("frame length {len} out of range"),
         });
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(|e| ReplError::io(peer, "receive", e))?;
-    let actual = crate::util::crc32c(&body);
+    // The epoch and type first, then the payload straight into its own buffer (no move of
+    // the payload afterwards); the checksum covers both.
+    let mut et = [0u8; 9];
+    r.read_exact(&mut et).map_err(|e| ReplError::io(peer, "receive", e))?;
+    let mut payload = vec![0u8; len - 9];
+    r.read_exact(&mut payload).map_err(|e| ReplError::io(peer, "receive", e))?;
+    let actual = crate::util::crc32c_append(crate::util::crc32c(&et), &payload);
     if actual != crc {
         return Err(ReplError::Corrupt {
             peer: peer.into(),
@@ -217,13 +241,12 @@ pub fn read_frame(r: &mut impl Read, peer: &str) -> Result<Option<Frame>, ReplEr
             ),
         });
     }
-    let epoch = u64_at(&body, 0);
-    let kind = FrameType::from_u8(body[8]).ok_or_else(|| ReplError::Corrupt {
+    let epoch = u64_at(&et, 0);
+    let kind = FrameType::from_u8(et[8]).ok_or_else(|| ReplError::Corrupt {
         peer: peer.into(),
-        detail: format!("unknown frame type {}", body[8]),
+        detail: format!("unknown frame type {}", et[8]),
     })?;
-    body.drain(..9);
-    Ok(Some(Frame { epoch, kind, payload: body }))
+    Ok(Some(Frame { epoch, kind, payload }))
 }
 
 /// Reads a frame, treating end of stream as an error.

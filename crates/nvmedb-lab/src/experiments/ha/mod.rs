@@ -167,6 +167,10 @@ pub struct HaPoint {
     /// CPU time of the whole process (clients, primary and standby) per commit, µs.
     #[serde(default)]
     pub cpu_us_per_commit: f64,
+    /// Of it, the client threads' (their engine work, local log flushes they lead, waits), µs;
+    /// the rest is the background threads' (log copies, shipper, standby receiver and apply).
+    #[serde(default)]
+    pub client_cpu_us_per_commit: f64,
     /// CPU cores the process used over the window (of the machine's, shared with neighbours).
     #[serde(default)]
     pub cpu_cores: f64,
@@ -195,6 +199,9 @@ pub struct HaSummaryRow {
     /// Median CPU time of the process per commit, µs (where the time goes on shared cores).
     #[serde(default)]
     pub cpu_us_per_commit: f64,
+    /// Median CPU time of the client threads per commit, µs (the rest: background threads).
+    #[serde(default)]
+    pub client_cpu_us_per_commit: f64,
     /// Median CPU cores the process used.
     #[serde(default)]
     pub cpu_cores: f64,
@@ -290,6 +297,7 @@ fn summarise(cfg: &HaConfig, points: &[HaPoint]) -> Vec<HaSummaryRow> {
                     })
                     .collect();
                 let cpu: Vec<f64> = these.iter().map(|p| p.cpu_us_per_commit).collect();
+                let client_cpu: Vec<f64> = these.iter().map(|p| p.client_cpu_us_per_commit).collect();
                 let cores: Vec<f64> = these.iter().map(|p| p.cpu_cores).collect();
                 out.push(HaSummaryRow {
                     device: dev.clone(),
@@ -301,6 +309,7 @@ fn summarise(cfg: &HaConfig, points: &[HaPoint]) -> Vec<HaSummaryRow> {
                     overhead_pct,
                     rep_overheads_pct,
                     cpu_us_per_commit: median(&cpu),
+                    client_cpu_us_per_commit: median(&client_cpu),
                     cpu_cores: median(&cores),
                 });
             }
@@ -422,7 +431,7 @@ impl Experiment for Ha {
             text.push_str(&format!("device: {}\n", d.label));
         }
         text.push_str(&format!(
-            "\n{:<8} {:<10} {:>8} {:>10} {:>10} {:>10} {:>10}  {:<20} {:>12} {:>6}\n",
+            "\n{:<8} {:<10} {:>8} {:>10} {:>10} {:>10} {:>10}  {:<20} {:>12} {:>12} {:>6}\n",
             "device",
             "config",
             "buffer%",
@@ -432,13 +441,14 @@ impl Experiment for Ha {
             "overhead%",
             "per rep %",
             "CPU µs/commit",
+            "in clients",
             "cores"
         ));
         let mut figures = Vec::new();
         for s in &r.summary {
             let reps: Vec<String> = s.rep_overheads_pct.iter().map(|o| format!("{o:.0}")).collect();
             text.push_str(&format!(
-                "{:<8} {:<10} {:>8.1} {:>10.0} {:>10.0} {:>10.0} {:>10.1}  {:<20} {:>12.1} {:>6.2}\n",
+                "{:<8} {:<10} {:>8.1} {:>10.0} {:>10.0} {:>10.0} {:>10.1}  {:<20} {:>12.1} {:>12.1} {:>6.2}\n",
                 s.device,
                 s.config,
                 s.buffer_pct,
@@ -448,6 +458,7 @@ impl Experiment for Ha {
                 s.overhead_pct,
                 reps.join(" "),
                 s.cpu_us_per_commit,
+                s.client_cpu_us_per_commit,
                 s.cpu_cores
             ));
             let mut f = Figure::new(
@@ -647,12 +658,13 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
                             format!("{} on {} at {b} % buffer, rep {rep}", kind.name(), dev.kind.name()),
                         ))?;
                     env.note(format!(
-                            "ha: {:<8} {:<9} buffer {:>5.1}%  rep {rep}  {:>9.0} tx/s  {:>6.1} µs CPU/commit  {:.2} cores",
+                            "ha: {:<8} {:<9} buffer {:>5.1}%  rep {rep}  {:>9.0} tx/s  {:>6.1} µs CPU/commit ({:.1} in clients)  {:.2} cores",
                             dev.kind.name(),
                             kind.name(),
                             b,
                             pr.tps,
                             pr.cpu_us_per_commit,
+                            pr.client_cpu_us_per_commit,
                             pr.cpu_cores
                         ));
                     points.push(HaPoint {
@@ -663,6 +675,7 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
                         commits: pr.commits,
                         tps: pr.tps,
                         cpu_us_per_commit: pr.cpu_us_per_commit,
+                        client_cpu_us_per_commit: pr.client_cpu_us_per_commit,
                         cpu_cores: pr.cpu_cores,
                     });
                 }

@@ -94,6 +94,8 @@ pub struct PointRun {
     pub tps: f64,
     /// CPU time of the whole process (clients, primary, standby) per commit, µs.
     pub cpu_us_per_commit: f64,
+    /// Of it, the client threads' CPU time per commit, µs.
+    pub client_cpu_us_per_commit: f64,
     /// CPU cores the process used over the window.
     pub cpu_cores: f64,
     /// Replication delays recorded (ns), when asked for.
@@ -125,6 +127,7 @@ fn clients(cfg: &HaConfig, tables: &[Table], seed: u64) -> Result<PointRun> {
         commits: run.ops,
         tps: run.ops_per_s(),
         cpu_us_per_commit: run.process_cpu_ns as f64 / 1e3 / run.ops.max(1) as f64,
+        client_cpu_us_per_commit: run.worker_cpu_ns as f64 / 1e3 / run.ops.max(1) as f64,
         cpu_cores: run.process_cpu_cores(),
         delays: Vec::new(),
     })
