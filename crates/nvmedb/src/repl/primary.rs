@@ -505,7 +505,9 @@ impl ReplicatedLog {
     /// shippers are busy (they come back for everything queued before they sleep).
     fn kick_shippers(&self, lsn: Lsn) {
         let sh = &self.sh;
-        if sh.q_waiters.load(Ordering::Acquire) == 0 || sh.sent.iter().all(|s| s.load(Ordering::Acquire) >= lsn) {
+        if sh.q_waiters.load(Ordering::Acquire) == 0
+            || sh.sent.iter().all(|s| s.load(Ordering::Acquire) >= lsn)
+        {
             return;
         }
         // Taking the queue's lock orders this wake-up after a shipper's check of the queue and
@@ -1040,7 +1042,12 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     }
 }
 
-fn ack_reader(sh: &Shared, i: usize, addr: &str, s: &mut impl std::io::Read) -> std::result::Result<(), ReplError> {
+fn ack_reader(
+    sh: &Shared,
+    i: usize,
+    addr: &str,
+    s: &mut impl std::io::Read,
+) -> std::result::Result<(), ReplError> {
     loop {
         let f = match wire::read_frame(s, addr)? {
             Some(f) => f,

@@ -84,14 +84,6 @@ pub fn record_crc(r: &ShippedRecord) -> u32 {
     encode_record(&mut b, r.lsn, r.end, r.kind, &r.payload)
 }
 
-/// Decodes one record from the front of `b`: `Ok(Some((record, bytes used)))`, `Ok(None)` when
-/// `b` is too short, `Err(detail)` when the bytes are not a valid record.
-pub fn decode_record(b: &[u8]) -> std::result::Result<Option<(ShippedRecord, usize)>, String> {
-    Ok(decode_record_ref(b)?.map(|(r, n)| {
-        (ShippedRecord { lsn: r.lsn, end: r.end, kind: r.kind, payload: r.payload.to_vec() }, n)
-    }))
-}
-
 /// A record decoded in place (see [`decode_record_ref`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecordRef<'a> {
@@ -109,7 +101,9 @@ pub(crate) struct RecordRef<'a> {
     pub encoded: &'a [u8],
 }
 
-/// [`decode_record`] without copying: the record borrows from `b`.
+/// Decodes one record from the front of `b`, in place (the record borrows from `b`):
+/// `Ok(Some((record, bytes used)))`, `Ok(None)` when `b` is too short, `Err(detail)` when the
+/// bytes are not a valid record.
 pub(crate) fn decode_record_ref(b: &[u8]) -> std::result::Result<Option<(RecordRef<'_>, usize)>, String> {
     if b.len() < REPLICA_HEADER_BYTES {
         return Ok(None);
@@ -119,17 +113,23 @@ pub(crate) fn decode_record_ref(b: &[u8]) -> std::result::Result<Option<(RecordR
         return Ok(None);
     }
     let total = REPLICA_HEADER_BYTES + len;
-    let crc = u32_at(b, 0);
-    if crate::util::crc32c(&b[4..total]) != crc {
+    let (lsn, end) = check_record(&b[..REPLICA_HEADER_BYTES], &b[REPLICA_HEADER_BYTES..total])?;
+    let r =
+        RecordRef { lsn, end, kind: b[20], crc: u32_at(b, 0), payload: &b[25..total], encoded: &b[..total] };
+    Ok(Some((r, total)))
+}
+
+/// Checks a record's header (`head`, [`REPLICA_HEADER_BYTES`]) against its payload: the CRC
+/// and `lsn < end`. Returns `(lsn, end)`.
+fn check_record(head: &[u8], payload: &[u8]) -> std::result::Result<(Lsn, Lsn), String> {
+    if crate::util::crc32c_append(crate::util::crc32c(&head[4..]), payload) != u32_at(head, 0) {
         return Err("record checksum mismatch".into());
     }
-    let lsn = u64_at(b, 4);
-    let end = u64_at(b, 12);
+    let (lsn, end) = (u64_at(head, 4), u64_at(head, 12));
     if end <= lsn {
         return Err(format!("record end {end} not after its start {lsn}"));
     }
-    let r = RecordRef { lsn, end, kind: b[20], crc, payload: &b[25..total], encoded: &b[..total] };
-    Ok(Some((r, total)))
+    Ok((lsn, end))
 }
 
 struct Pending {
@@ -515,14 +515,11 @@ impl TailReader {
         let mut payload = vec![0u8; len];
         self.file.read_exact(&mut payload).map_err(|e| io_err(&self.path, "read", e))?;
         let off = self.offset;
-        let corrupt = |detail: String| Error::Corruption { file: self.path.display().to_string(), offset: off, detail };
-        if crate::util::crc32c_append(crate::util::crc32c(&head[4..]), &payload) != u32_at(&head, 0) {
-            return Err(corrupt("record checksum mismatch".into()));
-        }
-        let (lsn, end) = (u64_at(&head, 4), u64_at(&head, 12));
-        if end <= lsn {
-            return Err(corrupt(format!("record end {end} not after its start {lsn}")));
-        }
+        let (lsn, end) = check_record(&head, &payload).map_err(|detail| Error::Corruption {
+            file: self.path.display().to_string(),
+            offset: off,
+            detail,
+        })?;
         let n = (REPLICA_HEADER_BYTES + len) as u64;
         assert!(off + n <= limit, "durable length cuts a record");
         self.offset += n;

@@ -1261,7 +1261,11 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     // after registering, so a sync in between is not missed.
                     sh.record_waiters.fetch_add(1, Ordering::SeqCst);
                     let moved = sh.safe.load(Ordering::SeqCst) != safe;
-                    let g = if moved { g } else { sh.apply_cv.wait_timeout_locked(g, Duration::from_millis(20)).0 };
+                    let g = if moved {
+                        g
+                    } else {
+                        sh.apply_cv.wait_timeout_locked(g, Duration::from_millis(20)).0
+                    };
                     sh.record_waiters.fetch_sub(1, Ordering::SeqCst);
                     drop(g);
                 }
