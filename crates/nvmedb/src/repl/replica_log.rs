@@ -698,6 +698,41 @@ mod tests {
     }
 
     #[test]
+    fn shipped_bytes_are_stored_as_they_came_and_read_back() {
+        let d = tmp("encoded");
+        let log = ReplicaLog::open(&d, 100).unwrap();
+        let mut frame = Vec::new();
+        encode_record(&mut frame, 100, 180, 9, &[5u8; 40]);
+        encode_record(&mut frame, 200, 300, 10, b"second");
+        let mut off = 0;
+        while let Some((r, n)) = decode_record_ref(&frame[off..]).unwrap() {
+            assert!(log.append_encoded(&r).unwrap());
+            assert!(!log.append_encoded(&r).unwrap(), "a re-shipped record is skipped");
+            off += n;
+        }
+        assert_eq!(off, frame.len());
+        assert_eq!(log.last_record().map(|(l, _)| l), Some(200));
+        assert_eq!(log.sync().unwrap(), 300);
+        let mut t = log.tail().unwrap();
+        let a = t.next_record().unwrap().unwrap();
+        assert_eq!((a.lsn, a.end, a.kind, a.payload), (100, 180, 9, vec![5u8; 40]));
+        let b = t.next_record().unwrap().unwrap();
+        assert_eq!((b.lsn, b.end, b.kind, b.payload.as_slice()), (200, 300, 10, &b"second"[..]));
+        assert!(t.next_record().unwrap().is_none());
+        // A flipped payload byte fails the record's check; an overlapping record is refused.
+        let mut bad = frame.clone();
+        bad[REPLICA_HEADER_BYTES + 3] ^= 1;
+        assert!(decode_record_ref(&bad).is_err());
+        let mut over = Vec::new();
+        encode_record(&mut over, 250, 400, 9, b"x");
+        let (r, _) = decode_record_ref(&over).unwrap().unwrap();
+        assert!(log.append_encoded(&r).is_err());
+        drop(t);
+        drop(log);
+        assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 300);
+    }
+
+    #[test]
     fn truncate_before_releases_the_prefix_and_survives_reopen() {
         let d = tmp("trunc");
         let log = ReplicaLog::open(&d, 0).unwrap();

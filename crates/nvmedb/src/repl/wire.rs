@@ -495,6 +495,23 @@ mod tests {
         assert!(read_frame(&mut &[][..], "t").unwrap().is_none());
     }
 
+    #[test]
+    fn a_frame_sealed_in_place_is_the_encoded_frame() {
+        let payload: Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
+        let mut expected = Vec::new();
+        encode_frame(&mut expected, 3, FrameType::Records, &payload);
+        let mut buf = vec![0xAA; FRAME_HEADER_BYTES];
+        buf.extend_from_slice(&payload);
+        let mut sent = Vec::new();
+        send_frame(&mut sent, "t", 3, FrameType::Records, &mut buf).unwrap();
+        assert_eq!(sent, expected);
+        let f = read_frame(&mut &sent[..], "t").unwrap().unwrap();
+        assert_eq!((f.epoch, f.kind, f.payload), (3, FrameType::Records, payload));
+        let mut bad = sent.clone();
+        bad[FRAME_HEADER_BYTES + 60_000] ^= 1;
+        assert!(matches!(read_frame(&mut &bad[..], "t"), Err(ReplError::Corrupt { .. })));
+    }
+
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
