@@ -19,7 +19,7 @@ mod pool;
 mod writer;
 
 pub use mtr::PageLogger;
-pub use pool::{BufferPool, Mtr, PageMut, PageRef};
+pub use pool::{BufferPool, Mtr, PageMut, PageRef, ReadAhead};
 
 use crate::error::Result;
 
@@ -243,6 +243,9 @@ pub struct BufferStats {
     pub latch_waits: u64,
     /// Nanoseconds threads spent in those waits.
     pub latch_wait_ns: u64,
+    /// Pages read ahead ([`BufferPool::with_read_ahead`]) whose read was still in flight when
+    /// the scan was handed an earlier page: reads overlapped with the scan's processing.
+    pub reads_overlapped: u64,
 }
 
 impl BufferStats {
@@ -268,6 +271,7 @@ impl BufferStats {
             background_writes: self.background_writes - earlier.background_writes,
             latch_waits: self.latch_waits - earlier.latch_waits,
             latch_wait_ns: self.latch_wait_ns - earlier.latch_wait_ns,
+            reads_overlapped: self.reads_overlapped - earlier.reads_overlapped,
         }
     }
 }
