@@ -136,6 +136,11 @@ pub struct PoolConfig {
     /// default; off reproduces seed 004's locked SHR-k hit path, and also turns off the
     /// `prefetch_lines` hints, which look frames up in the same table).
     pub lock_free_hits: bool,
+    /// Scans keep their read-ahead in flight while they process pages
+    /// ([`BufferPool::with_read_ahead`]; on by default). Off, a scan reads ahead in
+    /// synchronous batches: it submits a window of reads, waits for all of them, then processes
+    /// those pages with nothing in flight (the engine's earlier behaviour, kept for comparison).
+    pub async_read_ahead: bool,
 }
 
 impl PoolConfig {
@@ -151,6 +156,7 @@ impl PoolConfig {
             background_writer: None,
             huge_pages: true,
             lock_free_hits: true,
+            async_read_ahead: true,
         }
     }
 

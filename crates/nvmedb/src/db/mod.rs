@@ -155,6 +155,8 @@ pub struct Options {
     pub huge_pages: bool,
     /// Lock-free buffer hits (see [`PoolConfig::lock_free_hits`]).
     pub lock_free_hits: bool,
+    /// Asynchronous read-ahead in scans (see [`PoolConfig::async_read_ahead`]).
+    pub async_read_ahead: bool,
     /// Open even though log records were lost (off by default). A page whose LSN lies beyond
     /// the end of the log proves that the log lost records that page depends on (both copies
     /// truncated or damaged, a ring lost): opening then fails with [`Error::Corruption`] naming
@@ -197,6 +199,7 @@ impl Default for Options {
             lock_options: crate::txn::LockOptions::default(),
             huge_pages: true,
             lock_free_hits: true,
+            async_read_ahead: true,
             accept_lost_log: false,
             tablespaces: Tablespaces::new(),
             read_only: false,
@@ -737,6 +740,7 @@ impl Database {
         tcfg.background_writer = options.background_writer;
         tcfg.huge_pages = options.huge_pages;
         tcfg.lock_free_hits = options.lock_free_hits;
+        tcfg.async_read_ahead = options.async_read_ahead;
         let mut icfg =
             PoolConfig::new(ips, frames_for(options.index_buffer, ips, index_bytes, "index_buffer")?);
         icfg.pin_index_pages = options.pin_indexes;

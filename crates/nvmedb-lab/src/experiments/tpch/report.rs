@@ -135,7 +135,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
 
     let load = &r.load;
     let mut text = format!(
-        "# nvmedb lab tpch — {}\nTPC-H SF {} ({} customers, {} orders, {} lineitems; {:.0} MiB in {} KiB pages; {}), Q3 segment {} date {}, read-ahead {} pages per worker, lock-free hits {}\n",
+        "# nvmedb lab tpch — {}\nTPC-H SF {} ({} customers, {} orders, {} lineitems; {:.0} MiB in {} KiB pages; {}), Q3 segment {} date {}, read-ahead {} pages per worker ({}), lock-free hits {}\n",
         env.context.one_line(),
         cfg.sf,
         load.rows[0],
@@ -147,6 +147,11 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         cfg.params.segment,
         cfg.params.date,
         cfg.read_ahead,
+        if cfg.async_read_ahead {
+            "asynchronous, engine default"
+        } else {
+            "synchronous batches"
+        },
         if cfg.lock_free_hits { "on (engine default)" } else { "off (seed 004's locked hit path)" },
     );
     text.push_str(&format!(

@@ -85,7 +85,8 @@ impl BufferPool {
             file_id,
             device: &*device,
             queue: None,
-            batched_to: None,
+            // Synchronous batches when configured so (the first fix reads the first batch).
+            batched_to: (!self.config.async_read_ahead).then_some(pages.start),
             class,
             window: window.max(1).min(self.read_ahead_limit() as u64),
             next: pages.start,
@@ -142,7 +143,8 @@ impl<'p> ReadAhead<'p, '_> {
     fn top_up(&mut self, page: u64) -> Result<()> {
         // Pages the scan skipped are not read ahead.
         self.next = self.next.max(page);
-        let limit = (page + self.window).min(self.end);
+        // Up to `window` pages after the one handed to the scan.
+        let limit = (page + 1 + self.window).min(self.end);
         let page_size = self.pool.config.page_size;
         let mut ops = Vec::new();
         let mut failure = None;
