@@ -12,6 +12,9 @@
 //!   taken under the page's shared latch, and stays in the page table until the write is done,
 //!   so no reader can fetch a stale version from the device;
 //! - every page read from a device is checksum-verified before a guard hands it out.
+//! - a page being read ahead asynchronously lies in a frame its scanning thread claimed and
+//!   mapped to no page: no other thread sees or waits for it until it is verified and mapped
+//!   (see `pool/readahead.rs`).
 
 mod frames;
 pub mod mtr;

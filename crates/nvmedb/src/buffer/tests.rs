@@ -491,7 +491,11 @@ impl crate::io::Device for LazyDevice {
 
 /// `pages` pages with bodies `p * 7` on a [`LazyDevice`], and a cold pool of `frames` frames
 /// (configured by `cfg`) over it.
-fn cold_lazy(pages: u64, frames: usize, cfg: impl FnOnce(&mut PoolConfig)) -> (Arc<BufferPool>, Arc<LazyDevice>) {
+fn cold_lazy(
+    pages: u64,
+    frames: usize,
+    cfg: impl FnOnce(&mut PoolConfig),
+) -> (Arc<BufferPool>, Arc<LazyDevice>) {
     let dev = Arc::new(LazyDevice(MemDevice::new("lazy.db")));
     let warm = BufferPool::new(PoolConfig::new(PS, 64)).unwrap();
     warm.register_file(0, dev.clone()).unwrap();

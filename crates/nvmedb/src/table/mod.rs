@@ -1144,9 +1144,9 @@ impl Table {
         self.scan_partition_ahead(part, parts, heap::READ_AHEAD_PAGES, f)
     }
 
-    /// Like [`Table::scan_partition`], reading ahead `read_ahead` pages per batched device
-    /// submission (the I/O depth of one scanning thread; at least 1, at most an eighth of the
-    /// pool's frames, or of the thread's partition under SEP).
+    /// Like [`Table::scan_partition`], keeping `read_ahead` page reads in flight ahead of the
+    /// page being processed (the I/O depth of one scanning thread; at least 1, at most an eighth
+    /// of the pool's frames, or of the thread's partition under SEP).
     pub fn scan_partition_ahead(
         &self,
         part: usize,

@@ -32,7 +32,7 @@ pub struct TpchArgs {
     /// Query worker counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
     pub workers: Vec<usize>,
-    /// Pages each worker reads ahead per batched submission (its I/O depth).
+    /// Page reads each worker keeps in flight ahead of the page it processes (its I/O depth).
     #[arg(long, default_value_t = 32)]
     pub read_ahead: u64,
     /// Buffer policies (comma-separated): shr-<k>, sep.
