@@ -22,6 +22,8 @@ fn options(policy: BufferPolicy, frames: u64) -> Options {
         index_buffer: BufferSize::Bytes(64 * 4096),
         policy,
         wal: false,
+        // The tests of reads kept in flight need the asynchronous window (off by default).
+        async_read_ahead: true,
         ..Options::default()
     }
 }

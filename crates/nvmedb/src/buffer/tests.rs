@@ -513,7 +513,7 @@ fn cold_lazy(
 
 #[test]
 fn read_ahead_keeps_reads_in_flight_that_no_other_fix_sees_until_verified() {
-    let (cold, _dev) = cold_lazy(12, 128, |_| {});
+    let (cold, _dev) = cold_lazy(12, 128, |c| c.async_read_ahead = true);
     drop(cold.fix(PageId::new(0, 3), PageClass::Data).unwrap());
     let before = cold.stats();
     cold.with_read_ahead(0, 0..20, 4, PageClass::Data, |ra| {
@@ -540,7 +540,7 @@ fn read_ahead_keeps_reads_in_flight_that_no_other_fix_sees_until_verified() {
 
 #[test]
 fn read_ahead_of_a_corrupt_page_reports_it_and_a_stopped_window_waits_for_its_reads() {
-    let (cold, dev) = cold_lazy(12, 128, |_| {});
+    let (cold, dev) = cold_lazy(12, 128, |c| c.async_read_ahead = true);
     let mut b = crate::io::AlignedBuf::new(PS);
     dev.0.read_at(5 * PS as u64, &mut b).unwrap();
     b[99] ^= 1;

@@ -67,11 +67,11 @@ pub struct TpchArgs {
     /// engine's default serves hits lock-free).
     #[arg(long)]
     pub locked_hits: bool,
-    /// Read ahead in synchronous batches (submit `--read-ahead` reads, wait for all, process
-    /// those pages) instead of the engine's default, which keeps the reads in flight while it
-    /// processes pages; for before/after comparisons.
+    /// Keep the read-ahead in flight while pages are processed (a sliding window through the
+    /// worker's I/O queue) instead of the engine's default synchronous batches (submit
+    /// `--read-ahead` reads together, wait for all, process those pages); for comparisons.
     #[arg(long)]
-    pub sync_read_ahead: bool,
+    pub async_read_ahead: bool,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -103,7 +103,7 @@ impl LabArgs for TpchArgs {
             device_secs: self.device_secs,
             use_fio: !self.no_fio,
             lock_free_hits: !self.locked_hits,
-            async_read_ahead: !self.sync_read_ahead,
+            async_read_ahead: self.async_read_ahead,
         })
     }
 }

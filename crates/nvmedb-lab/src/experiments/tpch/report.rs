@@ -150,9 +150,9 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         cfg.params.date,
         cfg.read_ahead,
         if cfg.async_read_ahead {
-            "asynchronous, engine default"
+            "asynchronous window"
         } else {
-            "synchronous batches"
+            "synchronous batches, engine default"
         },
         if cfg.lock_free_hits { "on (engine default)" } else { "off (seed 004's locked hit path)" },
     );
