@@ -1,0 +1,219 @@
+//! Writers in flight, and the last committed image of every key they change, for readers
+//! that take no lock.
+//!
+//! Owns: [`PendingWriters`]: a fixed array of stripes (one `AtomicU64` each) hashed by table
+//! and primary key, and a sharded map from each key a writer has in flight to the key's last
+//! committed image (its *before-image*: the row, or its absence). A writer *enters* a key
+//! ([`PendingWriters::enter`]) under the key's exclusive lock, before its first page change of
+//! the key: the before-image is published first, then the stripe counts the writer. It
+//! *leaves* ([`PendingWriters::leave`]) only once the change is final, committed durably or
+//! rolled back completely: the image is withdrawn first, then the stripe forgets the writer.
+//! A stripe packs the number of writers inside it (low [`ACTIVE_BITS`] bits) and the number
+//! that have left (the bits above), so every enter and every leave changes its value.
+//!
+//! How a reader sees only committed data without taking a lock or waiting:
+//! - A row found under its heap page's shared latch with its stripe idle (no writer inside)
+//!   is committed: every writer that changed it entered before changing the page, and the
+//!   latch hand-over makes that enter visible to the reader; a writer still inside would show,
+//!   and one that left had finished (committed, or restored the before-image).
+//! - An absence (no index entry) is committed if the stripe was idle before the index lookup
+//!   and still has the same value after it (a seqlock: any writer that entered or left in
+//!   between changes the value).
+//! - Otherwise (the stripe is busy) the reader asks for the key's before-image
+//!   ([`PendingWriters::before_image`]): if another transaction has the key in flight, that
+//!   image is the key's last committed state (the writer holds the key exclusively, and its
+//!   changes become visible only when it withdraws the image). If none does, the row the
+//!   reader found under the page latch (or the absence it found) is committed: a writer
+//!   publishes its image before it changes a page and withdraws it only after its commit.
+//!
+//! A commit becomes visible to lock-free readers at the moment its writer withdraws its
+//! before-images, after the commit is durable and before the commit call returns. Stripes are
+//! shared by many keys, so a busy stripe only costs a reader one map lookup. Invariants:
+//! enters and leaves of a stripe balance (a writer leaves exactly the keys it entered, once
+//! each); a key has at most one before-image (its writer holds it exclusively).
+
+use crate::util::sync::MutexExt;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Stripes in the table (a power of two).
+pub const STRIPES: usize = 1 << 14;
+/// Bits of a stripe's value that count the writers inside it.
+pub const ACTIVE_BITS: u32 = 20;
+const ACTIVE_MASK: u64 = (1 << ACTIVE_BITS) - 1;
+/// Added by a leave: one more writer left, one fewer inside.
+const LEAVE: u64 = (1u64 << ACTIVE_BITS).wrapping_sub(1);
+/// Shards of the before-image map (a power of two; a key's shard is its stripe's low bits).
+const IMAGE_SHARDS: usize = 256;
+
+/// A key's last committed state: its row's bytes, or `None` when the key has no row.
+pub type BeforeImage = Option<Arc<[u8]>>;
+
+/// One key in flight: its table, its writer and its last committed state.
+struct InFlight {
+    table: u32,
+    txn: u64,
+    before: BeforeImage,
+}
+
+/// Keys in flight of one shard, by encoded primary key.
+type ImageShard = HashMap<Box<[u8]>, Vec<InFlight>>;
+
+/// The stripes of keys with a writer in flight and those keys' last committed images (see
+/// the module documentation).
+pub struct PendingWriters {
+    stripes: Box<[AtomicU64]>,
+    images: Box<[Mutex<ImageShard>]>,
+}
+
+impl Default for PendingWriters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for PendingWriters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let busy = self.stripes.iter().filter(|s| s.load(Ordering::Relaxed) & ACTIVE_MASK != 0).count();
+        write!(f, "PendingWriters({busy} of {STRIPES} stripes busy)")
+    }
+}
+
+impl PendingWriters {
+    /// An empty table (every stripe idle).
+    pub fn new() -> Self {
+        Self {
+            stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            images: (0..IMAGE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    /// The stripe of primary key `pk` (encoded) of table `table`.
+    #[inline]
+    pub fn stripe(table: u32, pk: &[u8]) -> usize {
+        let mut h = 0xcbf2_9ce4_8422_2325u64 ^ u64::from(table).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut chunks = pk.chunks_exact(8);
+        for c in &mut chunks {
+            h = (h ^ u64::from_le_bytes(c.try_into().expect("8 bytes"))).wrapping_mul(0x100_0000_01b3);
+            h ^= h >> 29;
+        }
+        for &b in chunks.remainder() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        h = (h ^ (h >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> (64 - STRIPES.trailing_zeros())) as usize
+    }
+
+    /// Transaction `txn`, holding key `pk` of table `table` exclusively, enters it before its
+    /// first page change of the key, publishing `before`, the key's committed state (read
+    /// under that lock). Returns the key's stripe. Call once per key and transaction, and
+    /// [`PendingWriters::leave`] once the change is committed or rolled back.
+    pub fn enter(&self, table: u32, pk: &[u8], txn: u64, before: BeforeImage) -> usize {
+        let s = Self::stripe(table, pk);
+        {
+            let mut shard = self.images[s % IMAGE_SHARDS].locked();
+            let keys = shard.entry(pk.into()).or_default();
+            assert!(
+                !keys.iter().any(|k| k.table == table),
+                "a key of table {table} entered twice (transaction {txn})"
+            );
+            keys.push(InFlight { table, txn, before });
+        }
+        let prev = self.stripes[s].fetch_add(1, Ordering::SeqCst);
+        assert!(prev & ACTIVE_MASK < ACTIVE_MASK, "more than {ACTIVE_MASK} writers in one stripe");
+        s
+    }
+
+    /// The writer of key `pk` of table `table` leaves it: its change is committed or rolled
+    /// back. Its before-image is withdrawn (from then on readers see the pages), then the
+    /// stripe forgets it.
+    pub fn leave(&self, table: u32, pk: &[u8]) {
+        let s = Self::stripe(table, pk);
+        {
+            let mut shard = self.images[s % IMAGE_SHARDS].locked();
+            let keys = shard.get_mut(pk).expect("a key left was entered");
+            let at = keys.iter().position(|k| k.table == table).expect("a key left was entered");
+            keys.swap_remove(at);
+            if keys.is_empty() {
+                shard.remove(pk);
+            }
+        }
+        let prev = self.stripes[s].fetch_add(LEAVE, Ordering::SeqCst);
+        debug_assert!(prev & ACTIVE_MASK > 0, "leaving stripe {s} nobody is inside");
+    }
+
+    /// The last committed state of key `pk` of table `table` (in stripe `stripe`) if another
+    /// transaction than `me` has it in flight: `Some(None)` for a committed absence. `None`
+    /// when no other writer has the key in flight: then the pages hold its committed state
+    /// (checked under the page latch, see the module documentation).
+    pub fn before_image(&self, stripe: usize, table: u32, pk: &[u8], me: Option<u64>) -> Option<BeforeImage> {
+        let shard = self.images[stripe % IMAGE_SHARDS].locked();
+        let k = shard.get(pk)?.iter().find(|k| k.table == table)?;
+        (Some(k.txn) != me).then(|| k.before.clone())
+    }
+
+    /// The stripe's current value, for [`PendingWriters::idle`] and a seqlock comparison.
+    #[inline]
+    pub fn load(&self, s: usize) -> u64 {
+        self.stripes[s].load(Ordering::Acquire)
+    }
+
+    /// True if value `v` (from [`PendingWriters::load`]) has no writer inside.
+    #[inline]
+    pub fn idle(v: u64) -> bool {
+        v & ACTIVE_MASK == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_enter_and_leave_changes_the_value_and_balance_restores_idle() {
+        let p = PendingWriters::new();
+        let (a, b) = (7i64.to_be_bytes(), 8i64.to_be_bytes());
+        let s = PendingWriters::stripe(3, &a);
+        let v0 = p.load(s);
+        assert!(PendingWriters::idle(v0));
+        assert_eq!(p.enter(3, &a, 1, Some(Arc::from(&b"row"[..]))), s);
+        let v1 = p.load(s);
+        assert!(!PendingWriters::idle(v1));
+        assert_eq!(p.before_image(s, 3, &a, None), Some(Some(Arc::from(&b"row"[..]))));
+        p.leave(3, &a);
+        let v3 = p.load(s);
+        assert!(PendingWriters::idle(v3));
+        assert_ne!(v3, v0, "an enter and a leave in between are seen by a seqlock reader");
+        assert_eq!(p.before_image(PendingWriters::stripe(3, &b), 3, &b, None), None);
+    }
+
+    #[test]
+    fn before_images_are_shown_to_other_transactions_until_the_writer_leaves() {
+        let p = PendingWriters::new();
+        let k = b"key".as_slice();
+        let s = PendingWriters::stripe(9, k);
+        assert_eq!(p.before_image(s, 9, k, None), None);
+        p.enter(9, k, 5, Some(Arc::from(&b"old"[..])));
+        assert_eq!(p.before_image(s, 9, k, None), Some(Some(Arc::from(&b"old"[..]))));
+        assert_eq!(p.before_image(s, 9, k, Some(6)), Some(Some(Arc::from(&b"old"[..]))));
+        assert_eq!(p.before_image(s, 9, k, Some(5)), None, "the writer reads its own changes");
+        assert_eq!(p.before_image(PendingWriters::stripe(10, k), 10, k, None), None, "another table");
+        p.leave(9, k);
+        assert_eq!(p.before_image(s, 9, k, None), None);
+        p.enter(9, k, 7, None);
+        assert_eq!(p.before_image(s, 9, k, None), Some(None), "an insert in flight: absent");
+        p.leave(9, k);
+    }
+
+    #[test]
+    fn keys_spread_over_the_stripes() {
+        let mut hit = vec![0u32; STRIPES];
+        for k in 0..(STRIPES as i64 * 4) {
+            hit[PendingWriters::stripe(1, &k.to_be_bytes())] += 1;
+        }
+        let max = *hit.iter().max().unwrap();
+        assert!(max <= 20, "sequential keys crowd one stripe: {max} of {}", STRIPES * 4);
+        assert_ne!(PendingWriters::stripe(1, b"abc"), PendingWriters::stripe(2, b"abc"));
+    }
+}
