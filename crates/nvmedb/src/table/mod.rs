@@ -661,15 +661,22 @@ impl Table {
             let before = pending.load(stripe);
             let Some(rid) = self.rid_for(pk)? else {
                 // No entry, and no writer entered or left meanwhile: a committed absence.
-                // Otherwise the absence is committed unless another writer has the key in
-                // flight (a delete), whose before-image is then the committed state.
                 if PendingWriters::idle(before) && pending.load(stripe) == before {
                     return Ok(None);
                 }
-                return Ok(match pending.before_image(stripe, table, pk, me) {
-                    Some(Some(row)) => Some((f.take().expect("called once"))(RowView::new(s, &row))),
-                    _ => None,
-                });
+                // Another writer has the key in flight (a delete, or an insert): its
+                // before-image is the committed state. No image, and no writer entered or
+                // left since the lookup began: the absence is committed. Else look again.
+                match pending.before_image_at(stripe, table, pk, me) {
+                    (Some(image), _) => {
+                        return Ok(image.map(|row| (f.take().expect("called once"))(RowView::new(s, &row))))
+                    }
+                    (None, now) if now == before => return Ok(None),
+                    (None, _) => {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                }
             };
             let seen = self.inner.heap.read(rid, |b| {
                 let v = RowView::new(s, b);
@@ -693,7 +700,14 @@ impl Table {
             last = Some(rid);
             std::thread::yield_now();
         }
-        Err(self.dangling(last.expect("at least one attempt")))
+        Err(match last {
+            Some(rid) => self.dangling(rid),
+            None => Error::ResourceExhausted(format!(
+                "table `{}`: a read of a key found no row {READ_RETRIES} times while writers of its \
+                 stripe kept entering and leaving; retry",
+                self.inner.name
+            )),
+        })
     }
 
     /// Reads the rows of several primary keys: calls `f(i, row)` for each `keys[i]` in turn,

@@ -23,8 +23,11 @@
 //!   ([`PendingWriters::before_image`]): if another transaction has the key in flight, that
 //!   image is the key's last committed state (the writer holds the key exclusively, and its
 //!   changes become visible only when it withdraws the image). If none does, the row the
-//!   reader found under the page latch (or the absence it found) is committed: a writer
-//!   publishes its image before it changes a page and withdraws it only after its commit.
+//!   reader found under the page latch is committed: a writer publishes its image before it
+//!   changes a page and withdraws it only after its commit or rollback, which needs that
+//!   latch. An absence with no image is committed if the stripe's value (read with the images,
+//!   which change together with it) is still the one from before the index lookup; otherwise
+//!   the reader looks again.
 //!
 //! A commit becomes visible to lock-free readers at the moment its writer withdraws its
 //! before-images, after the commit is durable and before the commit call returns. Stripes are
@@ -119,15 +122,17 @@ impl PendingWriters {
                 "a key of table {table} entered twice (transaction {txn})"
             );
             keys.push(InFlight { table, txn, before });
+            // Under the shard's mutex: a reader that finds no image there also reads a stripe
+            // value that matches the images it saw (see `before_image`).
+            let prev = self.stripes[s].fetch_add(1, Ordering::SeqCst);
+            assert!(prev & ACTIVE_MASK < ACTIVE_MASK, "more than {ACTIVE_MASK} writers in one stripe");
         }
-        let prev = self.stripes[s].fetch_add(1, Ordering::SeqCst);
-        assert!(prev & ACTIVE_MASK < ACTIVE_MASK, "more than {ACTIVE_MASK} writers in one stripe");
         s
     }
 
     /// The writer of key `pk` of table `table` leaves it: its change is committed or rolled
-    /// back. Its before-image is withdrawn (from then on readers see the pages), then the
-    /// stripe forgets it.
+    /// back. Its before-image is withdrawn and the stripe forgets it, together (from then on
+    /// readers see the pages).
     pub fn leave(&self, table: u32, pk: &[u8]) {
         let s = Self::stripe(table, pk);
         {
@@ -138,9 +143,9 @@ impl PendingWriters {
             if keys.is_empty() {
                 shard.remove(pk);
             }
+            let prev = self.stripes[s].fetch_add(LEAVE, Ordering::SeqCst);
+            debug_assert!(prev & ACTIVE_MASK > 0, "leaving stripe {s} nobody is inside");
         }
-        let prev = self.stripes[s].fetch_add(LEAVE, Ordering::SeqCst);
-        debug_assert!(prev & ACTIVE_MASK > 0, "leaving stripe {s} nobody is inside");
     }
 
     /// The last committed state of key `pk` of table `table` (in stripe `stripe`) if another
@@ -148,9 +153,27 @@ impl PendingWriters {
     /// when no other writer has the key in flight: then the pages hold its committed state
     /// (checked under the page latch, see the module documentation).
     pub fn before_image(&self, stripe: usize, table: u32, pk: &[u8], me: Option<u64>) -> Option<BeforeImage> {
+        self.before_image_at(stripe, table, pk, me).0
+    }
+
+    /// [`PendingWriters::before_image`], and the stripe's value at that moment (enters and
+    /// leaves change the images and the stripe together): a reader that found no index entry
+    /// for the key, and no image, knows the absence is committed if the stripe still has the
+    /// value it had before the index lookup (no writer entered or left in between: a writer
+    /// that rolled back a delete and left meanwhile would have changed it).
+    pub fn before_image_at(
+        &self,
+        stripe: usize,
+        table: u32,
+        pk: &[u8],
+        me: Option<u64>,
+    ) -> (Option<BeforeImage>, u64) {
         let shard = self.images[stripe % IMAGE_SHARDS].locked();
-        let k = shard.get(pk)?.iter().find(|k| k.table == table)?;
-        (Some(k.txn) != me).then(|| k.before.clone())
+        let image = shard
+            .get(pk)
+            .and_then(|keys| keys.iter().find(|k| k.table == table))
+            .and_then(|k| (Some(k.txn) != me).then(|| k.before.clone()));
+        (image, self.stripes[stripe].load(Ordering::Acquire))
     }
 
     /// The stripe's current value, for [`PendingWriters::idle`] and a seqlock comparison.
