@@ -45,8 +45,6 @@ const UNDO_ATTEMPTS: usize = 16;
 pub const READ_BATCH: usize = 16;
 
 const READ_RETRIES: usize = 10_000;
-/// Keys [`Table::range`] copies from the index at a time.
-const RANGE_BATCH: usize = 64;
 /// Added to a table id to name the lock space of its unique-index values.
 const UNIQUE_LOCK_SPACE: u32 = 0x8000_0000;
 
@@ -277,7 +275,9 @@ impl Table {
         f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         self.check_poisoned()?;
-        self.primary_range(lo, hi)?.for_each(self, f)
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, _| f(pk))
     }
 
     /// Encoded primary keys of the rows whose value in the column of secondary index `index`
@@ -295,7 +295,9 @@ impl Table {
         if index >= self.inner.schema.indexes.len() {
             return Err(Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)));
         }
-        self.secondary_range(index, lo, hi)?.for_each(self, f)
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.secondary_range(index, lo, hi)?.for_each_committed(self, None, |pk, _| f(pk))
     }
 
     /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
@@ -1036,19 +1038,17 @@ impl Table {
         }
     }
 
-    /// Full table scan in heap order until `f` returns `Ok(false)`. The row's page is latched
-    /// while `f` runs: `f` must not modify this table. Only committed rows are passed, and the
-    /// scan never waits for a writer: a row with a change in flight is passed as it was
-    /// before that change (its before-image), a row inserted by a transaction in flight is
-    /// skipped. Isolation: read committed, row by row (see the module documentation: not a
-    /// snapshot; a row moved or deleted while the scan runs may be seen twice or missed).
+    /// Full table scan, in primary-key order, until `f` returns `Ok(false)`: exactly
+    /// [`Table::range`] over every key. Each row committed when the scan passes its key is
+    /// passed once, as last committed; the scan takes no lock and never waits for a writer
+    /// (see the module documentation). `f` may modify the table (no latch is held while it
+    /// runs), but rows it changes may be seen again under their new keys.
     pub fn scan(&self, f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
-        self.inner.txn.check_open()?;
-        let pages = self.inner.heap.pages()?;
-        self.scan_committed(|visit| self.inner.heap.scan_pages(0..pages, visit), f)
+        self.range(Bound::Unbounded, Bound::Unbounded, f)
     }
 
-    /// Runs `f` on the committed image of each row that `scan` passes (see `read_committed`):
+    /// Runs `f` on the committed image of each row that a heap-order scan passes (see
+    /// `read_committed`):
     /// checked under the page latch, the row itself while no other writer of its key is in
     /// flight, else the key's before-image (nothing for an insert in flight).
     fn scan_committed(
@@ -1075,7 +1075,14 @@ impl Table {
     }
 
     /// Part `part` of `parts` of a full scan: a contiguous share of the heap pages, so `parts`
-    /// threads together scan the table once (seed 004's parallel scan).
+    /// threads together scan the table once (seed 004's parallel scan). The row's page is
+    /// latched while `f` runs: `f` must not modify this table.
+    ///
+    /// Isolation: each row passed is committed (a row with a change in flight is passed as
+    /// its before-image, a row inserted by a transaction in flight is skipped), but in heap
+    /// order a row that moves while the scan runs (an update that grows it, a delete or its
+    /// rollback) may be passed twice or missed: for an exact scan under concurrent writers use
+    /// [`Table::scan`] or [`Table::range`], which go in key order.
     pub fn scan_partition(
         &self,
         part: usize,
@@ -1107,29 +1114,53 @@ impl Table {
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
-    /// Each row is read as [`Table::read`] reads it (committed only); the index is walked a
-    /// batch of keys at a time, so no latch is held across rows.
+    /// Exact without locks or waiting: each row committed when the range passes its key is
+    /// passed once, as last committed (its before-image while another transaction has a
+    /// change of it in flight), and no uncommitted row is passed. Rows are read after their
+    /// index leaf is released, so no latch is held while `f` runs.
     pub fn range(
         &self,
         lo: Bound<&Value>,
         hi: Bound<&Value>,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.check_poisoned()?;
         self.inner.txn.check_open()?;
-        let mut keys = self.primary_range(lo, hi)?;
-        loop {
-            let batch = keys.next_batch(self, RANGE_BATCH)?;
-            if batch.is_empty() {
-                return Ok(());
+        self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, found| {
+            Ok(self.read_found(pk, found, None, &mut f)?.transpose()?.unwrap_or(true))
+        })
+    }
+
+    /// The committed row of key `pk` as a committed walk found it: its before-image, or the
+    /// row its entry points at, read under the page latch while no writer of its stripe is in
+    /// flight and the slot still holds the key (else as [`Table::read`] reads it).
+    fn read_found<R>(
+        &self,
+        pk: &[u8],
+        found: scan::Found<'_>,
+        me: Option<u64>,
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        let s = &self.inner.schema;
+        let rid = match found {
+            scan::Found::Image(row) => return Ok(Some(f(RowView::new(s, row)))),
+            scan::Found::Entry(rid) => rid,
+        };
+        let pending = &self.inner.txn.pending;
+        let stripe = PendingWriters::stripe(self.inner.id, pk);
+        let mut f = Some(f);
+        let fast = self.inner.heap.read(rid, |b| {
+            let v = RowView::new(s, b);
+            // Under the page latch: the key's row, and no writer of its stripe in flight.
+            if self.has_pk(&v, pk)? && PendingWriters::idle(pending.load(stripe)) {
+                return Ok(Some((f.take().expect("called once"))(v)));
             }
-            for pk in &batch {
-                // Resolved through the primary index again: the row may have moved since the
-                // entry was copied. A row deleted meanwhile is skipped.
-                if !self.read_committed(pk, None, &mut f)?.transpose()?.unwrap_or(true) {
-                    return Ok(());
-                }
-            }
+            Ok::<_, Error>(None)
+        })?;
+        if let Some(r) = fast.transpose()?.flatten() {
+            return Ok(Some(r));
         }
+        self.read_committed(pk, me, f.take().expect("not called"))
     }
 
     /// All rows whose column indexed by `index` equals `value`, in primary-key order.
@@ -1141,23 +1172,13 @@ impl Table {
             .iter()
             .position(|ix| ix.name == index)
             .ok_or_else(|| Error::NotFound(format!("index `{index}` on table `{}`", self.inner.name)))?;
-        s.check_value(&self.inner.name, s.indexes[pos].column, value)?;
-        let mut prefix = Vec::new();
-        s.secondary_prefix(s.indexes[pos].column, value, &mut prefix);
-        let mut pks = Vec::new();
-        self.inner.secondaries[pos].range(Bound::Included(&prefix), Bound::Unbounded, |k, _| {
-            if !k.starts_with(&prefix) {
-                return Ok(false);
-            }
-            pks.push(k[prefix.len()..].to_vec());
-            Ok(true)
-        })?;
         let col = s.indexes[pos].column;
-        let mut rows = Vec::with_capacity(pks.len());
-        for pk in pks {
-            // The row may have changed since the index entry was copied: keep it only if it
-            // still has the value looked for.
-            let row = self.read_committed(&pk, None, |r| match r.try_value(col) {
+        let mut rows = Vec::new();
+        let keys = self.secondary_range(pos, Bound::Included(value), Bound::Included(value))?;
+        keys.for_each_committed(self, None, |pk, found| {
+            // A row read through its entry may have changed since its leaf was read: keep it
+            // only if it still has the value looked for.
+            let row = self.read_found(pk, found, None, |r| match r.try_value(col) {
                 Ok(v) if v == *value => Some(r.try_values()),
                 Ok(_) => None,
                 Err(e) => Some(Err(e)),
@@ -1165,7 +1186,8 @@ impl Table {
             if let Some(Some(r)) = row {
                 rows.push(r?);
             }
-        }
+            Ok(true)
+        })?;
         Ok(rows)
     }
 

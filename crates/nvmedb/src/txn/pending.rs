@@ -36,8 +36,9 @@
 //! each); a key has at most one before-image (its writer holds it exclusively).
 
 use crate::util::sync::MutexExt;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Stripes in the table (a power of two).
@@ -47,27 +48,50 @@ pub const ACTIVE_BITS: u32 = 20;
 const ACTIVE_MASK: u64 = (1 << ACTIVE_BITS) - 1;
 /// Added by a leave: one more writer left, one fewer inside.
 const LEAVE: u64 = (1u64 << ACTIVE_BITS).wrapping_sub(1);
-/// Shards of the before-image map (a power of two; a key's shard is its stripe's low bits).
-const IMAGE_SHARDS: usize = 256;
+/// Shards of the before-image map (a power of two; a key's shard is its table's low bits, so
+/// the keys in flight of one table are in one ordered map, for scans).
+const IMAGE_SHARDS: usize = 64;
 
 /// A key's last committed state: its row's bytes, or `None` when the key has no row.
 pub type BeforeImage = Option<Arc<[u8]>>;
 
-/// One key in flight: its table, its writer and its last committed state.
+/// One key in flight: its writer and its last committed state.
 struct InFlight {
-    table: u32,
     txn: u64,
     before: BeforeImage,
 }
 
-/// Keys in flight of one shard, by encoded primary key.
-type ImageShard = HashMap<Box<[u8]>, Vec<InFlight>>;
+/// Keys in flight of the tables of one shard: by table, then in encoded primary-key order.
+#[derive(Default)]
+struct ImageShard {
+    tables: Vec<(u32, BTreeMap<Box<[u8]>, InFlight>)>,
+}
+
+impl ImageShard {
+    fn table(&self, table: u32) -> Option<&BTreeMap<Box<[u8]>, InFlight>> {
+        self.tables.iter().find(|(t, _)| *t == table).map(|(_, m)| m)
+    }
+
+    fn table_mut(&mut self, table: u32) -> &mut BTreeMap<Box<[u8]>, InFlight> {
+        let at = match self.tables.iter().position(|(t, _)| *t == table) {
+            Some(at) => at,
+            None => {
+                self.tables.push((table, BTreeMap::new()));
+                self.tables.len() - 1
+            }
+        };
+        &mut self.tables[at].1
+    }
+}
 
 /// The stripes of keys with a writer in flight and those keys' last committed images (see
 /// the module documentation).
 pub struct PendingWriters {
     stripes: Box<[AtomicU64]>,
     images: Box<[Mutex<ImageShard>]>,
+    /// Keys in flight per image shard (changed under the shard's mutex): a scan whose table's
+    /// shard has none skips the mutex.
+    in_flight: Box<[AtomicUsize]>,
 }
 
 impl Default for PendingWriters {
@@ -88,7 +112,8 @@ impl PendingWriters {
     pub fn new() -> Self {
         Self {
             stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
-            images: (0..IMAGE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            images: (0..IMAGE_SHARDS).map(|_| Mutex::new(ImageShard::default())).collect(),
+            in_flight: (0..IMAGE_SHARDS).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
 
@@ -115,13 +140,11 @@ impl PendingWriters {
     pub fn enter(&self, table: u32, pk: &[u8], txn: u64, before: BeforeImage) -> usize {
         let s = Self::stripe(table, pk);
         {
-            let mut shard = self.images[s % IMAGE_SHARDS].locked();
-            let keys = shard.entry(pk.into()).or_default();
-            assert!(
-                !keys.iter().any(|k| k.table == table),
-                "a key of table {table} entered twice (transaction {txn})"
-            );
-            keys.push(InFlight { table, txn, before });
+            let sh = Self::shard(table);
+            let mut shard = self.images[sh].locked();
+            let old = shard.table_mut(table).insert(pk.into(), InFlight { txn, before });
+            assert!(old.is_none(), "a key of table {table} entered twice (transaction {txn})");
+            self.in_flight[sh].fetch_add(1, Ordering::SeqCst);
             // Under the shard's mutex: a reader that finds no image there also reads a stripe
             // value that matches the images it saw (see `before_image`).
             let prev = self.stripes[s].fetch_add(1, Ordering::SeqCst);
@@ -136,13 +159,10 @@ impl PendingWriters {
     pub fn leave(&self, table: u32, pk: &[u8]) {
         let s = Self::stripe(table, pk);
         {
-            let mut shard = self.images[s % IMAGE_SHARDS].locked();
-            let keys = shard.get_mut(pk).expect("a key left was entered");
-            let at = keys.iter().position(|k| k.table == table).expect("a key left was entered");
-            keys.swap_remove(at);
-            if keys.is_empty() {
-                shard.remove(pk);
-            }
+            let sh = Self::shard(table);
+            let mut shard = self.images[sh].locked();
+            shard.table_mut(table).remove(pk).expect("a key left was entered");
+            self.in_flight[sh].fetch_sub(1, Ordering::SeqCst);
             let prev = self.stripes[s].fetch_add(LEAVE, Ordering::SeqCst);
             debug_assert!(prev & ACTIVE_MASK > 0, "leaving stripe {s} nobody is inside");
         }
@@ -168,12 +188,47 @@ impl PendingWriters {
         pk: &[u8],
         me: Option<u64>,
     ) -> (Option<BeforeImage>, u64) {
-        let shard = self.images[stripe % IMAGE_SHARDS].locked();
+        let shard = self.images[Self::shard(table)].locked();
         let image = shard
-            .get(pk)
-            .and_then(|keys| keys.iter().find(|k| k.table == table))
+            .table(table)
+            .and_then(|keys| keys.get(pk))
             .and_then(|k| (Some(k.txn) != me).then(|| k.before.clone()));
         (image, self.stripes[stripe].load(Ordering::Acquire))
+    }
+
+    fn shard(table: u32) -> usize {
+        table as usize % IMAGE_SHARDS
+    }
+
+    /// True if some key of `table` (or of a table sharing its image shard) may have a writer
+    /// in flight. Read under a page latch, it sees every writer whose page change the latch
+    /// shows (writers enter before their first page change).
+    #[inline]
+    pub fn any_in_flight(&self, table: u32) -> bool {
+        self.in_flight[Self::shard(table)].load(Ordering::Acquire) != 0
+    }
+
+    /// Appends to `out`, in key order, every key of `table` within `lo..hi` that a transaction
+    /// other than `me` has in flight, with its before-image.
+    pub fn images_in(
+        &self,
+        table: u32,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        me: Option<u64>,
+        out: &mut Vec<(Box<[u8]>, BeforeImage)>,
+    ) {
+        if interval_is_empty(lo, hi) {
+            return;
+        }
+        let shard = self.images[Self::shard(table)].locked();
+        if let Some(keys) = shard.table(table) {
+            out.extend(
+                keys.range::<[u8], _>((lo, hi))
+                    .filter(|(_, k)| Some(k.txn) != me)
+                    .map(|(pk, k)| (pk.clone(), k.before.clone())),
+            );
+        }
     }
 
     /// The stripe's current value, for [`PendingWriters::idle`] and a seqlock comparison.
@@ -186,6 +241,17 @@ impl PendingWriters {
     #[inline]
     pub fn idle(v: u64) -> bool {
         v & ACTIVE_MASK == 0
+    }
+}
+
+/// True if no byte string lies within `lo..hi`.
+pub fn interval_is_empty(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b))
+        | (Bound::Excluded(a), Bound::Excluded(b)) => a >= b,
+        _ => false,
     }
 }
 
