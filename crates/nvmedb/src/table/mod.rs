@@ -11,10 +11,42 @@
 //! writer of it is in flight, and its before-image when one is (see `read_committed`).
 //!
 //! Isolation of the reads here: each row is read as last committed (read committed, row by
-//! row). A scan or range sees each row at most once, as committed at the moment it passes it;
-//! it is not a snapshot: rows changed by transactions that commit while it runs may appear
-//! as before or after, and a row whose delete is in flight when the scan passes its page may
-//! be missed. The transaction API (`db::transaction`) adds serializable reads under locks.
+//! row). Scans, ranges, counts (`primary_keys`) and secondary lookups (`lookup`,
+//! `index_keys`) are also exact: every key is decided once, and a row committed when the walk
+//! passes its key is seen exactly once, as last committed; no uncommitted row is seen. They
+//! are not snapshots: a transaction that commits while a scan runs shows in the keys the scan
+//! reaches after the commit and not in those before. The transaction API (`db::transaction`)
+//! adds serializable reads under locks.
+//!
+//! Why the lock-free walks are exact (`scan::KeyRange::for_each_committed`). The index is
+//! walked a leaf at a time; each visit accounts for an interval of keys, the intervals tile
+//! the range, and every key of the tree inside a visit's interval is in the leaf the visit
+//! holds latched. Under that latch the walk takes the keys of the table that other
+//! transactions have in flight, with their before-images. A writer publishes the image (read
+//! under the key's exclusive lock) before its first page change of the key and withdraws it
+//! only after its commit is durable or its rollback complete; the latch hand-over orders
+//! every page change the leaf shows after the image that preceded it. So under the latch:
+//! - a key with no image has no change in flight that the leaf shows: its entry, or its
+//!   absence, is committed (a writer that left had finished; one entering now has not yet
+//!   touched this leaf and cannot while the latch is held);
+//! - a key with an image is decided by the image alone, wherever its entries are: a delete
+//!   in flight (the entry and the heap row already gone: the image is passed, so the row is
+//!   not missed); an insert in flight (an entry present: skipped, the image says absent); an
+//!   update that grows the row (it moves to another page; the entry is re-pointed) or changes
+//!   an indexed column (a new secondary entry before the old one goes: both skipped, the
+//!   image is passed once at the position of its committed value, inside the one visit whose
+//!   interval holds that position); a key deleted and inserted again, or a rollback half-way
+//!   (entries come and go): skipped, the image stands. The image is merged in key order with
+//!   the entries, so a walk stays in index order.
+//! A key not in flight at its visit is read afterwards through its row id: under the heap
+//! page latch, a row holding the key with an idle stripe is committed; otherwise (the row
+//! moved, went, or a writer entered since) it is read as `Table::read` reads it, which gives
+//! the committed state at that moment (the image of a writer that entered since the visit).
+//! Either way the key is decided once. For secondary walks, a row read that way is kept only
+//! if it still has the value looked for; a committed change of an indexed value while the
+//! walk runs moves the row's position, so the row may then show at both values or at none.
+//! `scan_partition` goes in heap order for parallel analytic scans and is not exact: a row
+//! moved between heap pages while it runs may be seen twice or missed.
 
 pub mod catalog;
 pub mod files;
@@ -267,7 +299,9 @@ impl Table {
 
     /// Encoded primary keys of the rows whose primary key lies within the bounds, in key
     /// order, until `f` returns `Ok(false)`. Only the index is read (no rows, no locks): the
-    /// caller reads each row with [`Table::read_encoded`] or in a transaction.
+    /// caller reads each row with [`Table::read_encoded`] or in a transaction. Exact like
+    /// [`Table::range`]: each key committed when the walk passes it is passed once (one whose
+    /// delete is in flight included), no key another transaction is inserting is passed.
     pub fn primary_keys(
         &self,
         lo: Bound<&Value>,
@@ -283,7 +317,10 @@ impl Table {
     /// Encoded primary keys of the rows whose value in the column of secondary index `index`
     /// (its position in the schema) lies within the bounds, in index order (NULLs last), until
     /// `f` returns `Ok(false)`. Only the index is read; the caller reads the rows (and
-    /// re-checks the value: a row may change after its entry was read).
+    /// re-checks the value: a row may change after its entry was read). Each entry committed
+    /// when the walk passes it is passed once (a key with a change in flight at the position
+    /// of its committed value); a row whose indexed value a transaction commits a change of
+    /// while the walk runs may be passed at both values or at neither.
     pub fn index_keys(
         &self,
         index: usize,
@@ -1163,7 +1200,9 @@ impl Table {
         self.read_committed(pk, me, f.take().expect("not called"))
     }
 
-    /// All rows whose column indexed by `index` equals `value`, in primary-key order.
+    /// All rows whose column indexed by `index` equals `value`, in primary-key order: the
+    /// committed rows, each once, without a lock or a wait (a row with a change in flight as
+    /// its before-image).
     pub fn lookup(&self, index: &str, value: &Value) -> Result<Vec<Vec<Value>>> {
         self.inner.txn.check_open()?;
         let s = &self.inner.schema;

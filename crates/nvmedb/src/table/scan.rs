@@ -6,7 +6,9 @@
 //! through an index still lies in the range. Invariants: a batch holds at most the number of
 //! keys asked for, in index order, each strictly after the previous batch's last entry; a
 //! secondary range yields primary keys, never index entries, so callers lock and read exactly
-//! what point operations lock and read.
+//! what point operations lock and read. Lock-free walks ([`KeyRange::for_each_committed`])
+//! decide each key of the range exactly once, merging the before-images of keys in flight
+//! under each leaf's latch (the argument is in the `table` module's documentation).
 
 use super::{RowId, RowView, Table, Value};
 use crate::error::{Error, Result};

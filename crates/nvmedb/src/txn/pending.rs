@@ -2,8 +2,8 @@
 //! that take no lock.
 //!
 //! Owns: [`PendingWriters`]: a fixed array of stripes (one `AtomicU64` each) hashed by table
-//! and primary key, and a sharded map from each key a writer has in flight to the key's last
-//! committed image (its *before-image*: the row, or its absence). A writer *enters* a key
+//! and primary key, and an ordered map per table (sharded by table) from each key a writer
+//! has in flight to the key's last committed image (its *before-image*: the row, or its absence). A writer *enters* a key
 //! ([`PendingWriters::enter`]) under the key's exclusive lock, before its first page change of
 //! the key: the before-image is published first, then the stripe counts the writer. It
 //! *leaves* ([`PendingWriters::leave`]) only once the change is final, committed durably or
@@ -28,6 +28,11 @@
 //!   latch. An absence with no image is committed if the stripe's value (read with the images,
 //!   which change together with it) is still the one from before the index lookup; otherwise
 //!   the reader looks again.
+//!
+//! Scans: the images are kept in key order per table ([`PendingWriters::images_in`]), and
+//! [`PendingWriters::any_in_flight`] lets a scan skip them when its table has no key in
+//! flight; under an index leaf's latch the images and the leaf agree (see the `table`
+//! module's documentation for how scans merge them).
 //!
 //! A commit becomes visible to lock-free readers at the moment its writer withdraws its
 //! before-images, after the commit is durable and before the commit call returns. Stripes are
@@ -304,5 +309,30 @@ mod tests {
         let max = *hit.iter().max().unwrap();
         assert!(max <= 20, "sequential keys crowd one stripe: {max} of {}", STRIPES * 4);
         assert_ne!(PendingWriters::stripe(1, b"abc"), PendingWriters::stripe(2, b"abc"));
+    }
+
+    #[test]
+    fn images_in_gives_the_keys_in_flight_of_a_table_within_bounds_in_key_order() {
+        let p = PendingWriters::new();
+        let k = |i: i64| i.to_be_bytes();
+        assert!(!p.any_in_flight(4));
+        for (i, txn) in [(5, 1), (1, 2), (9, 1), (3, 3)] {
+            p.enter(4, &k(i), txn, (i != 3).then(|| Arc::from(&k(i)[..])));
+        }
+        p.enter(4 + IMAGE_SHARDS as u32, &k(2), 9, None); // another table of the same shard
+        assert!(p.any_in_flight(4));
+        let mut out = Vec::new();
+        p.images_in(4, Bound::Included(&k(1)[..]), Bound::Excluded(&k(9)[..]), Some(2), &mut out);
+        let keys: Vec<_> = out.iter().map(|(pk, img)| (pk.to_vec(), img.is_some())).collect();
+        assert_eq!(keys, [(k(3).to_vec(), false), (k(5).to_vec(), true)], "me's key and bounds excluded");
+        out.clear();
+        p.images_in(4, Bound::Excluded(&k(5)[..]), Bound::Excluded(&k(5)[..]), None, &mut out);
+        p.images_in(4, Bound::Included(&k(6)[..]), Bound::Included(&k(5)[..]), None, &mut out);
+        assert!(out.is_empty(), "empty intervals");
+        for i in [5, 1, 9, 3] {
+            p.leave(4, &k(i));
+        }
+        p.leave(4 + IMAGE_SHARDS as u32, &k(2));
+        assert!(!p.any_in_flight(4));
     }
 }
