@@ -38,6 +38,7 @@
 //!   interval holds that position); a key deleted and inserted again, or a rollback half-way
 //!   (entries come and go): skipped, the image stands. The image is merged in key order with
 //!   the entries, so a walk stays in index order.
+//!
 //! A key not in flight at its visit is read afterwards through its row id: under the heap
 //! page latch, a row holding the key with an idle stripe is committed; otherwise (the row
 //! moved, went, or a writer entered since) it is read as `Table::read` reads it, which gives

@@ -167,7 +167,7 @@ impl KeyRange {
                             if let Some(row) = image {
                                 let v = RowView::new(s, &row).try_value(col)?;
                                 let k = s.secondary_key_bytes(col, &v, &pk);
-                                if (lo, upto).contains(k.as_slice()) {
+                                if crate::txn::pending::in_interval(lo, upto, &k) {
                                     here.images.push((k, row));
                                 }
                             }

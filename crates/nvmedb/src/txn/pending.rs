@@ -66,18 +66,21 @@ struct InFlight {
     before: BeforeImage,
 }
 
+/// The keys in flight of one table, by encoded primary key.
+type TableKeys = BTreeMap<Box<[u8]>, InFlight>;
+
 /// Keys in flight of the tables of one shard: by table, then in encoded primary-key order.
 #[derive(Default)]
 struct ImageShard {
-    tables: Vec<(u32, BTreeMap<Box<[u8]>, InFlight>)>,
+    tables: Vec<(u32, TableKeys)>,
 }
 
 impl ImageShard {
-    fn table(&self, table: u32) -> Option<&BTreeMap<Box<[u8]>, InFlight>> {
+    fn table(&self, table: u32) -> Option<&TableKeys> {
         self.tables.iter().find(|(t, _)| *t == table).map(|(_, m)| m)
     }
 
-    fn table_mut(&mut self, table: u32) -> &mut BTreeMap<Box<[u8]>, InFlight> {
+    fn table_mut(&mut self, table: u32) -> &mut TableKeys {
         let at = match self.tables.iter().position(|(t, _)| *t == table) {
             Some(at) => at,
             None => {
@@ -247,6 +250,21 @@ impl PendingWriters {
     pub fn idle(v: u64) -> bool {
         v & ACTIVE_MASK == 0
     }
+}
+
+/// True if `k` lies within `lo..hi`.
+pub fn in_interval(lo: Bound<&[u8]>, hi: Bound<&[u8]>, k: &[u8]) -> bool {
+    let above = match lo {
+        Bound::Included(a) => k >= a,
+        Bound::Excluded(a) => k > a,
+        Bound::Unbounded => true,
+    };
+    above
+        && match hi {
+            Bound::Included(b) => k <= b,
+            Bound::Excluded(b) => k < b,
+            Bound::Unbounded => true,
+        }
 }
 
 /// True if no byte string lies within `lo..hi`.
