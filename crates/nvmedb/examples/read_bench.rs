@@ -9,7 +9,8 @@
 //! Loads `ROWS` rows of `VALUE_BYTES`-byte values into `DIR` unless it already holds them (in
 //! transactions of 10 000 rows), reads every row once to warm the buffers, then prints single
 //! reads (`Table::read`) and batched reads (`Table::read_many`, 16 keys) per second of wall
-//! time and per CPU-second of the reading thread.
+//! time and per CPU-second of the reading thread, then one full scan (`Table::scan`) in rows
+//! per second.
 
 use nvmedb::util::Rng;
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
@@ -103,10 +104,19 @@ fn main() -> nvmedb::Result<()> {
         };
         let (one, one_cpu) = run(false)?;
         let (many, many_cpu) = run(true)?;
+        // One full scan (`Table::scan`), rows per second.
+        let (t0, c0) = (Instant::now(), thread_cpu_s());
+        let mut scanned = 0u64;
+        t.scan(|_| {
+            scanned += 1;
+            Ok(true)
+        })?;
+        let (scan, scan_cpu) =
+            (scanned as f64 / t0.elapsed().as_secs_f64(), scanned as f64 / (thread_cpu_s() - c0));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         println!(
             "{rows}x{width}B writer={writer} txn={txn}: read {one:.0}/s ({one_cpu:.0} per CPU-s), \
-             read_many {many:.0}/s ({many_cpu:.0} per CPU-s)"
+             read_many {many:.0}/s ({many_cpu:.0} per CPU-s), scan {scan:.0} rows/s ({scan_cpu:.0} per CPU-s)"
         );
         Ok(())
     })

@@ -20,7 +20,7 @@ mod support;
 
 use nvmedb::io::MemStorage;
 use nvmedb::util::Rng;
-use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Table, Value};
+use nvmedb::{ColumnType, Database, Schema, Table, Value};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,18 +42,8 @@ fn bal(key: i64) -> i64 {
     1_000 + key * 7
 }
 
-fn options() -> Options {
-    Options {
-        table_page_size: 4096,
-        index_page_size: 4096,
-        table_buffer: BufferSize::Bytes(256 * 4096),
-        index_buffer: BufferSize::Bytes(256 * 4096),
-        ..Options::default()
-    }
-}
-
 fn open() -> (Database, Table) {
-    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), support::small_page_options()).unwrap();
     let schema = Schema::new(vec![
         ("id", ColumnType::Int),
         ("grp", ColumnType::Int),

@@ -15,7 +15,7 @@ mod support;
 
 use nvmedb::io::MemStorage;
 use nvmedb::util::Rng;
-use nvmedb::{BufferSize, ColumnType, Database, Isolation, Options, Schema, Table, Value};
+use nvmedb::{ColumnType, Database, Isolation, Schema, Table, Value};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,16 +24,6 @@ const STABLE: i64 = 64;
 const GHOSTS: i64 = 32;
 const CLEAN: i64 = 0;
 const DIRTY: i64 = 1;
-
-fn options() -> Options {
-    Options {
-        table_page_size: 4096,
-        index_page_size: 4096,
-        table_buffer: BufferSize::Bytes(256 * 4096),
-        index_buffer: BufferSize::Bytes(256 * 4096),
-        ..Options::default()
-    }
-}
 
 fn schema() -> Schema {
     Schema::new(vec![("id", ColumnType::Int), ("tag", ColumnType::Int), ("pad", ColumnType::Bytes(600))])
@@ -162,7 +152,7 @@ fn read_once(db: &Database, t: &Table, rng: &mut Rng) -> u64 {
 fn lock_free_readers_never_see_uncommitted_rows() {
     let seed = support::seed(7);
     let ms = support::iters(1500);
-    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), support::small_page_options()).unwrap();
     let t = db.create_table("t", schema()).unwrap();
     for k in 0..STABLE {
         t.insert(&row(k, CLEAN, 20)).unwrap();
@@ -202,7 +192,7 @@ fn lock_free_readers_never_see_uncommitted_rows() {
 
 #[test]
 fn reads_of_keys_nobody_writes_take_no_lock_while_a_transaction_is_open() {
-    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), support::small_page_options()).unwrap();
     let t = db.create_table("t", schema()).unwrap();
     for k in 0..STABLE {
         t.insert(&row(k, CLEAN, 20)).unwrap();
@@ -278,7 +268,7 @@ fn seen_rows(db: &Database, t: &Table) -> Vec<(i64, i64, usize)> {
 
 #[test]
 fn reads_and_scans_see_committed_rows_without_waiting_for_a_transaction_in_flight() {
-    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), support::small_page_options()).unwrap();
     let t = db.create_table("t", schema()).unwrap();
     for k in 0..STABLE {
         t.insert(&row(k, CLEAN, 20)).unwrap();
