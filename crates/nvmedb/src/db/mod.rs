@@ -19,13 +19,14 @@ pub use load::LOAD_PROGRESS_EVERY;
 pub use recovery::RecoveryReport;
 pub(crate) use recovery::{PageFiles, Redo, RedoPages};
 pub use tablespace::{parse_profile, TableAccess, TablespaceSpec, Tablespaces};
-pub use transaction::Transaction;
+pub use transaction::{Isolation, Transaction};
 
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
-use crate::table::{HeapFile, Table, TxnShared};
+use crate::table::{HeapFile, Table};
+use crate::txn::TxnShared;
 use crate::wal::engine::{
     EngineLog, EngineRecord, RecoveryRecord, TxnLog, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE,
 };
