@@ -811,12 +811,15 @@ impl BufferPool {
                 if let Some(bw) = writer {
                     // The writer is behind: help it with one batch ahead of the hand (one log
                     // wait and one mirrored round trip for up to `batch_pages` pages), then
-                    // look on for a clean victim.
-                    let written = self.clean_part(part, bw.batch_pages.max(1), bw.batch_pages, false)?;
+                    // look on for a clean victim. A failed batch leaves its pages dirty and is
+                    // not this eviction's error: it then writes this victim alone, as without
+                    // a writer, and reports that write's outcome.
                     dirty_skips = bw.eviction_dirty_skips.min(n);
-                    if written > 0 {
-                        part.eviction_writes.fetch_add(1, Relaxed);
-                        continue;
+                    if let Ok(written) = self.clean_part(part, bw.batch_pages, bw.batch_pages, false) {
+                        if written > 0 {
+                            part.eviction_writes.fetch_add(1, Relaxed);
+                            continue;
+                        }
                     }
                 }
                 // Write it here, then take it if it is still clean and unpinned.
