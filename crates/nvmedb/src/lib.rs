@@ -42,7 +42,7 @@ pub mod xlog;
 
 pub use buffer::{BufferPolicy, BufferStats};
 pub use db::{
-    convert_row, BufferSize, BulkLoad, Database, FastLogOptions, LogKind, Options, TableAccess,
+    convert_row, BufferSize, BulkLoad, Database, FastLogOptions, Isolation, LogKind, Options, TableAccess,
     TablespaceSpec, Tablespaces, Transaction, LOAD_PROGRESS_EVERY,
 };
 pub use error::{Error, Result};

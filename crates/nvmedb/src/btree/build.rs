@@ -92,7 +92,9 @@ impl TreeBuilder {
         let l = &mut self.levels[level];
         if l.first.is_some() {
             let n = node::count(&l.buf);
-            let fits = node::free_space(&l.buf) >= node::entry_space(key, value) + reserve;
+            // A node built here has no holes, so its free gap is all its free space.
+            debug_assert_eq!(node::free_gap(&l.buf), node::free_space(&l.buf));
+            let fits = node::free_gap(&l.buf) >= node::entry_space(key, value) + reserve;
             // A node always takes two entries, whatever the reserve says.
             if fits || (n < 2 && node::fits(&l.buf, key, value)) {
                 node::insert_at(&mut l.buf, n, key, value);

@@ -338,6 +338,13 @@ pub fn free_space(p: &[u8]) -> usize {
     (p.len() - PAGE_TRAILER_BYTES - SLOTS).saturating_sub(count(p) * SLOT_BYTES + used_entry_bytes(p))
 }
 
+/// Bytes between the slot array and the entry heap: what an entry can take without
+/// compaction. Equals [`free_space`] on a node with no holes (one filled from empty), in O(1)
+/// where `free_space` walks every entry.
+pub fn free_gap(p: &[u8]) -> usize {
+    heap_start(p).saturating_sub(SLOTS + count(p) * SLOT_BYTES)
+}
+
 /// Space an entry of this key and value needs, including its slot.
 pub fn entry_space(k: &[u8], v: &[u8]) -> usize {
     SLOT_BYTES + ENTRY_HEADER + k.len() + v.len()

@@ -18,6 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
+mod readahead;
+pub use readahead::ReadAhead;
+
 /// A registered file.
 struct FileEntry {
     /// Replaced only by [`BufferPool::replace_device`] (a table moved to another tablespace).
@@ -94,6 +97,9 @@ struct Partition {
     latch_waits: AtomicU64,
     /// Nanoseconds spent in those waits.
     latch_wait_ns: AtomicU64,
+    /// Reads ahead still in flight when the scan was handed an earlier page (see
+    /// [`BufferStats::reads_overlapped`]).
+    reads_overlapped: AtomicU64,
     /// Frames currently being written back (at most one write-back per frame at a time).
     writing: Box<[AtomicBool]>,
 }
@@ -115,6 +121,7 @@ impl Partition {
             io_wait_ns: AtomicU64::new(0),
             latch_waits: AtomicU64::new(0),
             latch_wait_ns: AtomicU64::new(0),
+            reads_overlapped: AtomicU64::new(0),
             writing: (0..frames).map(|_| AtomicBool::new(false)).collect(),
         })
     }
@@ -1370,6 +1377,7 @@ impl BufferPool {
             s.io_wait_ns += p.io_wait_ns.load(Relaxed);
             s.latch_waits += p.latch_waits.load(Relaxed);
             s.latch_wait_ns += p.latch_wait_ns.load(Relaxed);
+            s.reads_overlapped += p.reads_overlapped.load(Relaxed);
         }
         s
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::Error;
-use crate::io::MemDevice;
+use crate::io::{Device, MemDevice};
 use crate::page::{PageHeader, PageType, PAGE_HEADER_BYTES};
 use crate::util::testing::flaky_device;
 use crate::util::Rng;
@@ -539,4 +539,148 @@ fn waits_on_a_held_page_latch_are_counted_and_uncontended_fixes_are_not() {
     }
     let d = pool.stats().since(&before);
     assert!(d.latch_waits >= 1 && d.latch_wait_ns > 0, "{d:?}");
+}
+
+/// A device whose queue completes nothing by itself: a read lands in its buffer only when the
+/// queue's owner reaps it, oldest first and only as many as it waits for. Deterministic
+/// "in flight" for the read-ahead tests.
+struct LazyDevice(MemDevice);
+
+struct LazyQueue<'d> {
+    dev: &'d MemDevice,
+    pending: std::collections::VecDeque<crate::io::QueuedOp>,
+}
+
+impl crate::io::IoQueue for LazyQueue<'_> {
+    fn submit(&mut self, ops: Vec<crate::io::QueuedOp>) -> crate::io::IoResult<()> {
+        self.pending.extend(ops);
+        Ok(())
+    }
+    fn reap(&mut self, min: usize, out: &mut Vec<crate::io::Completion>) -> crate::io::IoResult<()> {
+        for _ in 0..min.min(self.pending.len()) {
+            let mut op = self.pending.pop_front().expect("pending");
+            let result = self.dev.read_at(op.offset, &mut op.buf);
+            out.push(crate::io::Completion { tag: op.tag, buf: op.buf, result });
+        }
+        Ok(())
+    }
+    fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+impl crate::io::Device for LazyDevice {
+    fn info(&self) -> crate::io::DeviceInfo {
+        self.0.info()
+    }
+    fn alignment(&self) -> usize {
+        self.0.alignment()
+    }
+    fn capacity(&self) -> u64 {
+        self.0.capacity()
+    }
+    fn ensure_capacity(&self, len: u64) -> crate::io::IoResult<()> {
+        self.0.ensure_capacity(len)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> crate::io::IoResult<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> crate::io::IoResult<()> {
+        self.0.write_at(offset, buf)
+    }
+    fn sync(&self) -> crate::io::IoResult<()> {
+        self.0.sync()
+    }
+    fn open_queue(&self, _depth: usize) -> crate::io::IoResult<Box<dyn crate::io::IoQueue + '_>> {
+        Ok(Box::new(LazyQueue { dev: &self.0, pending: Default::default() }))
+    }
+}
+
+/// `pages` pages with bodies `p * 7` on a [`LazyDevice`], and a cold pool of `frames` frames
+/// (configured by `cfg`) over it.
+fn cold_lazy(
+    pages: u64,
+    frames: usize,
+    cfg: impl FnOnce(&mut PoolConfig),
+) -> (Arc<BufferPool>, Arc<LazyDevice>) {
+    let dev = Arc::new(LazyDevice(MemDevice::new("lazy.db")));
+    let warm = BufferPool::new(PoolConfig::new(PS, 64)).unwrap();
+    warm.register_file(0, dev.clone()).unwrap();
+    for p in 0..pages {
+        let mut g = warm.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+        set_body_u64(&mut g, p * 7);
+    }
+    warm.flush_all().unwrap();
+    let mut c = PoolConfig::new(PS, frames);
+    cfg(&mut c);
+    let cold = BufferPool::new(c).unwrap();
+    cold.register_file(0, dev.clone()).unwrap();
+    (cold, dev)
+}
+
+#[test]
+fn read_ahead_keeps_reads_in_flight_that_no_other_fix_sees_until_verified() {
+    let (cold, _dev) = cold_lazy(12, 128, |c| c.async_read_ahead = true);
+    drop(cold.fix(PageId::new(0, 3), PageClass::Data).unwrap());
+    let before = cold.stats();
+    cold.with_read_ahead(0, 0..20, 4, PageClass::Data, |ra| {
+        let g = ra.fix(0)?;
+        assert_eq!(body_u64(&g), 0);
+        // While page 0 is processed, the following pages (but resident page 3) are being read.
+        assert_eq!(ra.in_flight(), 3, "pages 1, 2 and 4 in flight");
+        drop(g);
+        // A fix of a page in flight does not see the read-ahead frame (whose bytes have not
+        // arrived): it reads the page itself, and the read-ahead copy is dropped when it lands.
+        assert_eq!(body_u64(&cold.fix(PageId::new(0, 2), PageClass::Data)?), 14);
+        for p in 1..12u64 {
+            assert_eq!(body_u64(&ra.fix(p)?), p * 7, "page {p}");
+            assert!(ra.in_flight() > 0 || p >= 10, "page {p}: nothing in flight");
+        }
+        Ok(())
+    })
+    .unwrap();
+    let d = cold.stats().since(&before);
+    assert_eq!(d.reads, 11 + 1, "11 missing pages, page 2 twice");
+    assert_eq!(cold.resident_pages(), 12, "each page in one frame");
+    assert_eq!(d.reads_overlapped, 10, "every read ahead but page 0's overlapped an earlier page");
+}
+
+#[test]
+fn read_ahead_of_a_corrupt_page_reports_it_and_a_stopped_window_waits_for_its_reads() {
+    let (cold, dev) = cold_lazy(12, 128, |c| c.async_read_ahead = true);
+    let mut b = crate::io::AlignedBuf::new(PS);
+    dev.0.read_at(5 * PS as u64, &mut b).unwrap();
+    b[99] ^= 1;
+    dev.0.write_at(5 * PS as u64, &b).unwrap();
+    let r = cold.with_read_ahead(0, 0..12, 4, PageClass::Data, |ra| {
+        for p in 0..12u64 {
+            drop(ra.fix(p)?);
+        }
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::Corruption { .. })), "{r:?}");
+    // The corrupt page stays unmapped (a fix reads it again and reports it), the others work.
+    assert!(matches!(cold.fix(PageId::new(0, 5), PageClass::Data), Err(Error::Corruption { .. })));
+    assert_eq!(body_u64(&cold.fix(PageId::new(0, 4), PageClass::Data).unwrap()), 28);
+    // A window stopped after its first page waits for the reads it started and maps them.
+    let fresh = BufferPool::new(PoolConfig::new(PS, 128)).unwrap();
+    fresh.register_file(0, dev).unwrap();
+    fresh.with_read_ahead(0, 0..12, 4, PageClass::Data, |ra| ra.fix(0).map(drop)).unwrap();
+    assert_eq!(fresh.resident_pages(), 4, "page 0 and the three read with it");
+    assert_eq!(fresh.stats().reads, 4);
+}
+
+#[test]
+fn synchronous_read_ahead_overlaps_nothing() {
+    let (cold, _dev) = cold_lazy(12, 128, |c| c.async_read_ahead = false);
+    cold.with_read_ahead(0, 0..12, 4, PageClass::Data, |ra| {
+        for p in 0..12u64 {
+            assert_eq!(body_u64(&ra.fix(p)?), p * 7);
+            assert_eq!(ra.in_flight(), 0);
+        }
+        Ok(())
+    })
+    .unwrap();
+    let s = cold.stats();
+    assert_eq!((s.reads, s.reads_overlapped), (12, 0));
 }

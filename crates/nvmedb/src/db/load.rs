@@ -217,11 +217,11 @@ impl Database {
                     k.len()
                 )));
             }
-            let slot = match slotted::insert(&mut page, &bytes) {
+            let slot = match slotted::append(&mut page, &bytes) {
                 Some(s) => s,
                 None => {
                     write_page(&mut page, &mut pending, &mut primary, &mut secondary)?;
-                    slotted::insert(&mut page, &bytes)
+                    slotted::append(&mut page, &bytes)
                         .expect("a row of at most max_record_len fits an empty page")
                 }
             };

@@ -19,13 +19,14 @@ pub use load::LOAD_PROGRESS_EVERY;
 pub use recovery::RecoveryReport;
 pub(crate) use recovery::{PageFiles, Redo, RedoPages};
 pub use tablespace::{parse_profile, TableAccess, TablespaceSpec, Tablespaces};
-pub use transaction::Transaction;
+pub use transaction::{Isolation, Transaction};
 
 use crate::buffer::{BackgroundWriter, BufferPolicy, BufferPool, BufferStats, PoolConfig};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
-use crate::table::{HeapFile, Table, TxnShared};
+use crate::table::{HeapFile, Table};
+use crate::txn::TxnShared;
 use crate::wal::engine::{
     EngineLog, EngineRecord, RecoveryRecord, TxnLog, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE,
 };
@@ -157,6 +158,8 @@ pub struct Options {
     pub huge_pages: bool,
     /// Lock-free buffer hits (see [`PoolConfig::lock_free_hits`]).
     pub lock_free_hits: bool,
+    /// Asynchronous read-ahead in scans (off by default; see [`PoolConfig::async_read_ahead`]).
+    pub async_read_ahead: bool,
     /// Open even though log records were lost (off by default). A page whose LSN lies beyond
     /// the end of the log proves that the log lost records that page depends on (both copies
     /// truncated or damaged, a ring lost): opening then fails with [`Error::Corruption`] naming
@@ -199,6 +202,7 @@ impl Default for Options {
             lock_options: crate::txn::LockOptions::default(),
             huge_pages: true,
             lock_free_hits: true,
+            async_read_ahead: false,
             accept_lost_log: false,
             tablespaces: Tablespaces::new(),
             read_only: false,
@@ -739,6 +743,7 @@ impl Database {
         tcfg.background_writer = options.background_writer;
         tcfg.huge_pages = options.huge_pages;
         tcfg.lock_free_hits = options.lock_free_hits;
+        tcfg.async_read_ahead = options.async_read_ahead;
         let mut icfg =
             PoolConfig::new(ips, frames_for(options.index_buffer, ips, index_bytes, "index_buffer")?);
         icfg.pin_index_pages = options.pin_indexes;

@@ -7,7 +7,19 @@
 //! changes newest first through the tables (the undo is logged like any change) and logs an
 //! abort record. A transaction dropped without commit is aborted.
 //!
-//! Guarantees: transactions that lock individual keys (point reads and writes, the lab's
+//! Isolation: [`Isolation::Serializable`] (the default, [`Database::begin`]) is the strict
+//! 2PL above. [`Isolation::ReadCommitted`] ([`Database::begin_with`]) locks only what it
+//! writes (and what it reads `for_update`); its plain reads, like auto-commit reads, take no
+//! lock and never wait: they see each row as last committed (a row another transaction is
+//! changing, as it was before that change), and the transaction's own changes; a row read
+//! twice may differ.
+//!
+//! A transaction's first change of a key, under the key's exclusive lock and before any page
+//! changes, publishes the key's committed row (its before-image) in the pending writers
+//! ([`crate::txn::PendingWriters`]); the transaction withdraws them all once its commit is
+//! durable or its rollback complete, before its locks go.
+//!
+//! Guarantees: serializable transactions that lock individual keys (point reads and writes, the lab's
 //! workloads) are serializable in commit order; a deadlock or lock timeout is a typed error
 //! (`Error::is_retryable`) after which the caller aborts and retries. Range scans
 //! ([`Transaction::range`], [`Transaction::index_range`]) lock every row they visit but take
@@ -16,21 +28,36 @@
 
 use super::Database;
 use crate::error::Result;
-use crate::table::{RowView, Table, TxnShared, Value};
-use crate::txn::LockMode;
+use crate::table::{RowView, Table, Value};
+use crate::txn::{LockMode, TxnShared};
 use crate::wal::engine::TxnOp;
+use std::collections::HashSet;
 use std::ops::Bound;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Keys a range scan collects from an index before it locks and reads their rows.
 const SCAN_BATCH: usize = 32;
 
+/// How a transaction's plain reads are isolated; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Strict two-phase locking: a shared lock on every key read, kept until the end.
+    #[default]
+    Serializable,
+    /// Reads see only committed rows and take no lock while no writer of the key is in
+    /// flight; writes lock as under `Serializable`.
+    ReadCommitted,
+}
+
 /// A transaction; see the module documentation.
 pub struct Transaction {
     shared: Arc<TxnShared>,
     id: u64,
+    isolation: Isolation,
     undo: Vec<(Table, TxnOp)>,
+    /// Keys (table id, encoded primary key) this transaction has entered in the pending
+    /// writers, each once, with their before-images.
+    entered: HashSet<(u32, Vec<u8>)>,
     done: bool,
 }
 
@@ -41,15 +68,19 @@ impl std::fmt::Debug for Transaction {
 }
 
 impl Database {
-    /// Starts a transaction.
+    /// Starts a serializable transaction (strict two-phase locking).
     pub fn begin(&self) -> Transaction {
+        self.begin_with(Isolation::Serializable)
+    }
+
+    /// Starts a transaction with the given isolation of its reads.
+    pub fn begin_with(&self, isolation: Isolation) -> Transaction {
         // A log short of space (the fast log's conventional ring) asks for a checkpoint; take
         // it here, before this transaction holds anything.
         self.txn_shared().checkpoint_if_wanted();
         let shared = self.txn_shared().clone();
-        shared.explicit_active.fetch_add(1, Ordering::AcqRel);
         let id = shared.begin();
-        Transaction { shared, id, undo: Vec::new(), done: false }
+        Transaction { shared, id, isolation, undo: Vec::new(), entered: HashSet::new(), done: false }
     }
 }
 
@@ -59,13 +90,44 @@ impl Transaction {
         self.id
     }
 
+    /// The transaction's isolation.
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
     fn lock(&self, table: &Table, key: &Value, mode: LockMode) -> Result<Vec<u8>> {
         let k = table.lock_key(key)?;
         self.shared.locks.lock(self.id, table.id(), &k, mode)?;
         Ok(k)
     }
 
-    /// Reads the row with primary key `key` under a shared lock.
+    /// Locks `key` exclusively for a change and, on the transaction's first change of it,
+    /// publishes its committed row for lock-free readers (before the change touches a page).
+    fn lock_for_change(&mut self, table: &Table, key: &Value) -> Result<()> {
+        let k = self.lock(table, key, LockMode::Exclusive)?;
+        let id = (table.id(), k);
+        if !self.entered.contains(&id) {
+            let before = table.before_image(&id.1)?;
+            self.shared.pending.enter(id.0, &id.1, self.id, before);
+            self.entered.insert(id);
+        }
+        Ok(())
+    }
+
+    /// A plain read of encoded key `k`: under a shared lock (serializable), or committed
+    /// without a lock while no writer is in flight (read committed).
+    fn plain_read<R>(&self, table: &Table, k: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
+        match self.isolation {
+            Isolation::Serializable => {
+                self.shared.locks.lock(self.id, table.id(), k, LockMode::Shared)?;
+                table.txn_read(k, f)
+            }
+            Isolation::ReadCommitted => table.txn_read_committed(self.id, k, f),
+        }
+    }
+
+    /// Reads the row with primary key `key`: under a shared lock kept until the transaction
+    /// ends ([`Isolation::Serializable`]), or as committed ([`Isolation::ReadCommitted`]).
     pub fn read<R>(
         &mut self,
         table: &Table,
@@ -73,8 +135,8 @@ impl Transaction {
         f: impl FnOnce(RowView<'_>) -> R,
     ) -> Result<Option<R>> {
         self.shared.check_open()?;
-        let k = self.lock(table, key, LockMode::Shared)?;
-        table.txn_read(&k, f)
+        let k = table.lock_key(key)?;
+        self.plain_read(table, &k, f)
     }
 
     /// [`Transaction::read`] by encoded primary key (as [`Table::primary_keys`] and
@@ -85,8 +147,8 @@ impl Transaction {
         key: &[u8],
         f: impl FnOnce(RowView<'_>) -> R,
     ) -> Result<Option<R>> {
-        self.shared.locks.lock(self.id, table.id(), key, LockMode::Shared)?;
-        table.txn_read(key, f)
+        self.shared.check_open()?;
+        self.plain_read(table, key, f)
     }
 
     /// Like [`Transaction::read_encoded`] but takes the key's exclusive lock, for a row about
@@ -112,7 +174,7 @@ impl Transaction {
         table.txn_read(&k, f)
     }
 
-    /// Reads and decodes the row with primary key `key` under a shared lock.
+    /// Reads and decodes the row with primary key `key` (as [`Transaction::read`]).
     pub fn get(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
         self.read(table, key, |r| r.try_values())?.transpose()
     }
@@ -129,7 +191,7 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter_change("an insert")?;
         let pk = table.pk_of(row)?;
-        self.lock(table, pk, LockMode::Exclusive)?;
+        self.lock_for_change(table, pk)?;
         if let Some(mut op) = table.txn_insert(self.id, row)? {
             // Undoing an insert finds the row through its key: keep only the key in memory
             // (the log record keeps the whole row for recovery), so a large load stays small.
@@ -144,7 +206,7 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter_change("an update")?;
         let pk = table.pk_of(row)?;
-        self.lock(table, pk, LockMode::Exclusive)?;
+        self.lock_for_change(table, pk)?;
         let (changed, op) = table.txn_update(self.id, row)?;
         if let Some(op) = op {
             self.undo.push((table.clone(), op));
@@ -169,7 +231,7 @@ impl Transaction {
     pub fn delete(&mut self, table: &Table, key: &Value) -> Result<bool> {
         let shared = self.shared.clone();
         let _open = shared.enter_change("a delete")?;
-        self.lock(table, key, LockMode::Exclusive)?;
+        self.lock_for_change(table, key)?;
         let (changed, op) = table.txn_delete(self.id, key)?;
         if let Some(op) = op {
             self.undo.push((table.clone(), op));
@@ -340,8 +402,11 @@ impl Transaction {
     }
 
     fn finish(&mut self) {
+        // Committed or rolled back: lock-free readers see these keys' pages again.
+        for (table, pk) in self.entered.drain() {
+            self.shared.pending.leave(table, &pk);
+        }
         self.shared.locks.release_all(self.id);
-        self.shared.explicit_active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

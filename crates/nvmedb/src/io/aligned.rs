@@ -3,7 +3,7 @@
 //! Owns: `AlignedBuf`, a zero-initialised byte buffer whose address and length are multiples of
 //! an alignment (a power of two, at least 512). Invariant: `ptr % align == 0` and
 //! `len % align == 0` for the whole life of the buffer; the memory is freed with the same layout
-//! it was allocated with.
+//! it was allocated with (a buffer lent by [`AlignedBuf::lend`] frees nothing).
 
 use std::alloc::{self, Layout};
 use std::fmt;
@@ -21,6 +21,8 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     align: usize,
+    /// False for memory lent by its owner ([`AlignedBuf::lend`]): dropping frees nothing.
+    owned: bool,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -49,7 +51,21 @@ impl AlignedBuf {
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        Self { ptr, len, align }
+        Self { ptr, len, align, owned: true }
+    }
+
+    /// A buffer over `len` bytes at `ptr` that belong to someone else (a buffer-pool frame an
+    /// [`IoQueue`](super::IoQueue) reads into directly); dropping it frees nothing.
+    ///
+    /// # Safety
+    /// `ptr` must be aligned to `align` (a power of two, >= 512), valid for reads and writes of
+    /// `len` bytes (a non-zero multiple of `align`), and accessed by nothing else until the
+    /// returned buffer is dropped.
+    pub unsafe fn lend(ptr: NonNull<u8>, len: usize, align: usize) -> Self {
+        assert!(align.is_power_of_two() && align >= 512, "alignment {align} must be a power of two >= 512");
+        assert!(len > 0 && len % align == 0, "length {len} must be a non-zero multiple of {align}");
+        assert_eq!(ptr.as_ptr() as usize % align, 0, "lent buffer address is not {align}-aligned");
+        Self { ptr, len, align, owned: false }
     }
 
     /// The alignment of the address and the length.
@@ -83,6 +99,9 @@ impl Clone for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let layout = Layout::from_size_align(self.len, self.align).expect("valid layout");
         // SAFETY: allocated in with_alignment with exactly this layout.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }

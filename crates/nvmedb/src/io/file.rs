@@ -552,9 +552,9 @@ impl UringQueue<'_> {
     }
 
     /// Checks every op (nothing is submitted if one is misaligned), then pushes them, entering
-    /// the kernel after every `queue_submit_batch`; the last chunk is left for the caller to
+    /// the kernel after every `batch`; the last chunk is left for the caller to
     /// submit when `keep_last` (it enters right after, submitting and waiting in one call).
-    fn submit_chunks(&mut self, ops: Vec<QueuedOp>, keep_last: bool) -> IoResult<()> {
+    fn submit_chunks(&mut self, ops: Vec<QueuedOp>, keep_last: bool, batch: usize) -> IoResult<()> {
         assert!(self.in_flight + ops.len() <= self.depth, "queue depth {} exceeded", self.depth);
         for op in &ops {
             check_alignment(
@@ -565,7 +565,6 @@ impl UringQueue<'_> {
                 op.buf.as_ptr() as usize,
             )?;
         }
-        let batch = self.device.queue_submit_batch;
         let n = ops.len();
         for (i, op) in ops.into_iter().enumerate() {
             self.push_one(op);
@@ -580,11 +579,15 @@ impl UringQueue<'_> {
 
 impl IoQueue for UringQueue<'_> {
     fn submit(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
-        self.submit_chunks(ops, false)
+        self.submit_chunks(ops, false, self.device.queue_submit_batch)
+    }
+
+    fn submit_all(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
+        self.submit_chunks(ops, false, usize::MAX)
     }
 
     fn submit_and_reap(&mut self, ops: Vec<QueuedOp>, min: usize, out: &mut Vec<Completion>) -> IoResult<()> {
-        self.submit_chunks(ops, true)?;
+        self.submit_chunks(ops, true, self.device.queue_submit_batch)?;
         let mut got = self.drain(out);
         if got >= min {
             return self.enter(0);

@@ -129,6 +129,12 @@ pub trait IoQueue: Send {
     /// Hands operations to the device. The number in flight must stay at or below the depth the
     /// queue was opened with.
     fn submit(&mut self, ops: Vec<QueuedOp>) -> IoResult<()>;
+    /// Like [`submit`](IoQueue::submit), but hands all of `ops` to the device together (one
+    /// system call on io_uring, whatever the queue's usual batching), for a caller that tops a
+    /// window up in chunks. The default submits them as `submit` does.
+    fn submit_all(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
+        self.submit(ops)
+    }
     /// Waits until at least `min` operations have completed (or none are in flight), and appends
     /// every completed one to `out`.
     fn reap(&mut self, min: usize, out: &mut Vec<Completion>) -> IoResult<()>;

@@ -228,8 +228,8 @@ impl HeapFile {
         self.scan_pages(0..pages, f)
     }
 
-    /// Like [`HeapFile::scan`] over the pages in `range` only, reading ahead with batched
-    /// submissions of [`READ_AHEAD_PAGES`] pages.
+    /// Like [`HeapFile::scan`] over the pages in `range` only, keeping [`READ_AHEAD_PAGES`]
+    /// page reads in flight ahead of the page it processes.
     pub fn scan_pages(
         &self,
         range: std::ops::Range<u64>,
@@ -238,9 +238,10 @@ impl HeapFile {
         self.scan_pages_ahead(range, READ_AHEAD_PAGES, f)
     }
 
-    /// Like [`HeapFile::scan_pages`], reading ahead `read_ahead` pages per batched submission
-    /// (at least 1; capped at [`BufferPool::read_ahead_limit`], so under SEP every batch fits
-    /// the scanning thread's own partition).
+    /// Like [`HeapFile::scan_pages`], keeping `read_ahead` page reads in flight (at least 1;
+    /// capped at [`BufferPool::read_ahead_limit`], so under SEP the window fits the scanning
+    /// thread's own partition): while `f` processes one page, the following ones are being
+    /// read ([`BufferPool::with_read_ahead`]).
     pub fn scan_pages_ahead(
         &self,
         range: std::ops::Range<u64>,
@@ -248,26 +249,25 @@ impl HeapFile {
         mut f: impl FnMut(RowId, &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let end = range.end.min(self.pages()?);
-        let window = read_ahead.max(1).min(self.pool.read_ahead_limit() as u64);
-        let mut prefetched_to = range.start;
-        for page in range.start..end {
-            if page >= prefetched_to {
-                let to = (page + window).min(end);
-                self.pool.prefetch(self.file, page..to, PageClass::Data)?;
-                prefetched_to = to;
-            }
-            let g: PageRef<'_> = self.pool.fix(self.pid(page), PageClass::Data)?;
-            self.check_heap_page(page, &g)?;
-            for slot in slotted::live_slots(&g) {
-                let row = slotted::get(&g, slot).expect("live slot");
-                if !f(RowId { page, slot: slot as u16 }, row)? {
-                    return Ok(());
+        if range.start >= end {
+            return Ok(());
+        }
+        self.pool.with_read_ahead(self.file, range.start..end, read_ahead, PageClass::Data, |ra| {
+            for page in range.start..end {
+                let g: PageRef<'_> = ra.fix(page)?;
+                self.check_heap_page(page, &g)?;
+                for slot in slotted::live_slots(&g) {
+                    let row = slotted::get(&g, slot).expect("live slot");
+                    if !f(RowId { page, slot: slot as u16 }, row)? {
+                        return Ok(());
+                    }
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
-/// Pages a scan reads ahead in one batched submission (capped at an eighth of the pool).
+/// Page reads a scan keeps in flight ahead of the page it processes (capped at an eighth of the
+/// pool).
 pub const READ_AHEAD_PAGES: u64 = 32;

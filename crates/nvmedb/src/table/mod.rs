@@ -4,8 +4,50 @@
 //! catalog format. Invariants: every live row has exactly one primary-index entry pointing at
 //! it and one entry per secondary index; modifications of one primary key are serialised by a
 //! striped key lock, so the row and its index entries change together with respect to other
-//! writers. (Isolation against readers and atomicity across crashes arrive with transactions
-//! and the WAL.)
+//! writers. Every writer holds the key's exclusive lock (lock manager) and is entered in
+//! [`PendingWriters`] with the key's committed row (its before-image) from before its first
+//! page change until its change is committed or rolled back; reads outside serializable
+//! transactions take no lock and never wait: they see the row under its page latch when no
+//! writer of it is in flight, and its before-image when one is (see `read_committed`).
+//!
+//! Isolation of the reads here: each row is read as last committed (read committed, row by
+//! row). Scans, ranges, counts (`primary_keys`) and secondary lookups (`lookup`,
+//! `index_keys`) are also exact: every key is decided once, and a row committed when the walk
+//! passes its key is seen exactly once, as last committed; no uncommitted row is seen. They
+//! are not snapshots: a transaction that commits while a scan runs shows in the keys the scan
+//! reaches after the commit and not in those before. The transaction API (`db::transaction`)
+//! adds serializable reads under locks.
+//!
+//! Why the lock-free walks are exact (`scan::KeyRange::for_each_committed`). The index is
+//! walked a leaf at a time; each visit accounts for an interval of keys, the intervals tile
+//! the range, and every key of the tree inside a visit's interval is in the leaf the visit
+//! holds latched. Under that latch the walk takes the keys of the table that other
+//! transactions have in flight, with their before-images. A writer publishes the image (read
+//! under the key's exclusive lock) before its first page change of the key and withdraws it
+//! only after its commit is durable or its rollback complete; the latch hand-over orders
+//! every page change the leaf shows after the image that preceded it. So under the latch:
+//! - a key with no image has no change in flight that the leaf shows: its entry, or its
+//!   absence, is committed (a writer that left had finished; one entering now has not yet
+//!   touched this leaf and cannot while the latch is held);
+//! - a key with an image is decided by the image alone, wherever its entries are: a delete
+//!   in flight (the entry and the heap row already gone: the image is passed, so the row is
+//!   not missed); an insert in flight (an entry present: skipped, the image says absent); an
+//!   update that grows the row (it moves to another page; the entry is re-pointed) or changes
+//!   an indexed column (a new secondary entry before the old one goes: both skipped, the
+//!   image is passed once at the position of its committed value, inside the one visit whose
+//!   interval holds that position); a key deleted and inserted again, or a rollback half-way
+//!   (entries come and go): skipped, the image stands. The image is merged in key order with
+//!   the entries, so a walk stays in index order.
+//!
+//! A key not in flight at its visit is read afterwards through its row id: under the heap
+//! page latch, a row holding the key with an idle stripe is committed; otherwise (the row
+//! moved, went, or a writer entered since) it is read as `Table::read` reads it, which gives
+//! the committed state at that moment (the image of a writer that entered since the visit).
+//! Either way the key is decided once. For secondary walks, a row read that way is kept only
+//! if it still has the value looked for; a committed change of an indexed value while the
+//! walk runs moves the row's position, so the row may then show at both values or at none.
+//! `scan_partition` goes in heap order for parallel analytic scans and is not exact: a row
+//! moved between heap pages while it runs may be seen twice or missed.
 
 pub mod catalog;
 pub mod files;
@@ -21,9 +63,10 @@ pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
 use crate::btree::BTree;
 use crate::buffer::mtr::{annotate_next_commit, take_annotation};
 use crate::error::{Error, Result};
-use crate::txn::{LockManager, LockMode, LockOptions};
-use crate::util::sync::{MutexExt, RwLockExt};
-use crate::wal::engine::{TxnLog, TxnOp};
+use crate::txn::pending::BeforeImage;
+use crate::txn::{LockMode, PendingWriters, TxnShared};
+use crate::util::sync::MutexExt;
+use crate::wal::engine::TxnOp;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
@@ -62,134 +105,6 @@ pub(crate) struct TableInner {
     is_poisoned: std::sync::atomic::AtomicBool,
     /// Transactions: the log (when the database is durable), locks, ids.
     txn: Arc<TxnShared>,
-}
-
-/// Transaction machinery shared by every table of a database.
-pub(crate) struct TxnShared {
-    /// The log; `None` for a database without durability.
-    pub(crate) log: Option<Arc<TxnLog>>,
-    /// Key locks for strict two-phase locking.
-    pub(crate) locks: LockManager,
-    next_id: std::sync::atomic::AtomicU64,
-    /// Explicit transactions in progress (auto-commit reads then take shared locks).
-    pub(crate) explicit_active: std::sync::atomic::AtomicUsize,
-    /// Takes a checkpoint if none is running; installed by the database, called when the log
-    /// asks for one ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint)).
-    pub(crate) checkpointer: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
-    /// The database's storage, locked for this opener: it stays locked while any handle
-    /// (database, table, transaction) lives, so no second opener can write the files a
-    /// leftover handle still holds.
-    storage: Arc<dyn crate::io::Storage>,
-    /// Set when the last `Database` handle goes; every later change fails with `Closed`.
-    closed: std::sync::atomic::AtomicBool,
-    /// Changes hold it shared; closing takes it exclusively, so no change is half-way when the
-    /// database reports itself closed.
-    gate: std::sync::RwLock<()>,
-    /// The database was opened read-only: every change is refused.
-    pub(crate) read_only: bool,
-}
-
-/// Held while a change runs (see [`TxnShared::enter`]).
-pub(crate) type ChangeGuard<'a> = std::sync::RwLockReadGuard<'a, ()>;
-
-impl TxnShared {
-    pub(crate) fn new(
-        log: Option<Arc<TxnLog>>,
-        lock_options: LockOptions,
-        storage: Arc<dyn crate::io::Storage>,
-        read_only: bool,
-    ) -> Result<Self> {
-        Ok(Self {
-            log,
-            locks: LockManager::new(lock_options)?,
-            next_id: std::sync::atomic::AtomicU64::new(1),
-            explicit_active: std::sync::atomic::AtomicUsize::new(0),
-            checkpointer: std::sync::OnceLock::new(),
-            storage,
-            closed: std::sync::atomic::AtomicBool::new(false),
-            gate: std::sync::RwLock::new(()),
-            read_only,
-        })
-    }
-
-    /// Fails with [`Error::ReadOnly`] naming `what` when the database was opened read-only.
-    pub(crate) fn check_writable(&self, what: &str) -> Result<()> {
-        if self.read_only {
-            return Err(Error::ReadOnly(format!(
-                "{what} refused: the database at {} was opened read-only (Options::read_only)",
-                self.storage.location()
-            )));
-        }
-        Ok(())
-    }
-
-    /// Admits one change ([`TxnShared::enter`]) after checking that the database is writable.
-    pub(crate) fn enter_change(&self, what: &str) -> Result<ChangeGuard<'_>> {
-        self.check_writable(what)?;
-        self.enter()
-    }
-
-    fn closed_error(&self) -> Error {
-        Error::Closed(format!(
-            "the database at {} was closed (its last Database handle was closed or dropped); open it again",
-            self.storage.location()
-        ))
-    }
-
-    /// Fails with `Closed` once the database is closed (reads: a cheap check).
-    pub(crate) fn check_open(&self) -> Result<()> {
-        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(self.closed_error());
-        }
-        Ok(())
-    }
-
-    /// Admits one change: fails with `Closed` once the database is closed, and keeps it from
-    /// closing until the returned guard is dropped.
-    pub(crate) fn enter(&self) -> Result<ChangeGuard<'_>> {
-        let g = self.gate.read_locked();
-        self.check_open()?;
-        Ok(g)
-    }
-
-    /// Keeps every change out until the guard is dropped (the changes in progress finish
-    /// first): a table moving between tablespaces must have no page dirtied while its file is
-    /// copied. Fails with `Closed` once the database is closed.
-    pub(crate) fn quiesce(&self) -> Result<std::sync::RwLockWriteGuard<'_, ()>> {
-        let g = self.gate.write_locked();
-        self.check_open()?;
-        Ok(g)
-    }
-
-    /// Marks the database closed once the changes in progress have finished.
-    pub(crate) fn close(&self) {
-        let _all = self.gate.write_locked();
-        self.closed.store(true, std::sync::atomic::Ordering::Release);
-    }
-
-    /// Checkpoints when the log asks for it (the fast log's conventional ring is filling with
-    /// records the last checkpoint still needs). Called before a transaction holds anything.
-    pub(crate) fn checkpoint_if_wanted(&self) {
-        if let (Some(log), Some(f)) = (&self.log, self.checkpointer.get()) {
-            if log.log().record_log().wants_checkpoint() {
-                f();
-            }
-        }
-    }
-
-    /// A new transaction id (registered with the log when there is one).
-    pub(crate) fn begin(&self) -> u64 {
-        match &self.log {
-            Some(l) => l.begin(),
-            None => self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-
-    fn forget(&self, txn: u64) {
-        if let Some(l) = &self.log {
-            l.forget(txn);
-        }
-    }
 }
 
 /// A handle to a table; cheap to clone and safe to share between threads.
@@ -257,50 +172,30 @@ impl Table {
         self.inner.key_locks[(h % KEY_LOCK_STRIPES as u64) as usize].locked()
     }
 
-    /// Runs one change as its own transaction: an exclusive lock on the key, the key's
-    /// physical lock, the change (its undo information rides in the first page change it
-    /// logs), and — with a log — a durable commit before either lock is released.
+    /// Runs one change as its own transaction ([`TxnShared::auto_commit`]): the key's
+    /// exclusive lock and its unique values' locks, the key's committed row published for
+    /// lock-free readers, the change under the key's physical lock, a durable commit.
     fn auto_commit<R>(
         &self,
         pk: &[u8],
         row: Option<&[Value]>,
         body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
     ) -> Result<R> {
-        let shared = &self.inner.txn;
-        shared.check_writable("a change")?;
-        shared.checkpoint_if_wanted();
-        let _open = shared.enter()?;
-        let txn = shared.begin();
-        let locked = shared
-            .locks
-            .lock(txn, self.inner.id, pk, LockMode::Exclusive)
-            .and_then(|_| row.map_or(Ok(()), |r| self.lock_unique_values(txn, r)));
-        if let Err(e) = locked {
-            shared.locks.release_all(txn);
-            shared.forget(txn);
-            return Err(e);
-        }
-        let result = {
-            let _k = self.key_lock(pk);
-            let mut rec = None;
-            let r = body(txn, shared.log.is_some(), &mut rec);
-            // An annotation still pending means the change logged nothing.
-            let logged = take_annotation().is_none();
-            match (&shared.log, r, logged) {
-                (Some(log), Ok(v), true) => log.commit(txn).map(|()| v),
-                (Some(log), Err(e), true) => {
-                    // The change was reversed step by step (or the table is poisoned).
-                    let _ = log.abort(txn);
-                    Err(e)
-                }
-                (_, r, _) => {
-                    shared.forget(txn);
-                    r
-                }
-            }
-        };
-        shared.locks.release_all(txn);
-        result
+        self.inner.txn.auto_commit(
+            self.inner.id,
+            pk,
+            |txn| row.map_or(Ok(()), |r| self.lock_unique_values(txn, r)),
+            || self.before_image(pk),
+            || self.key_lock(pk),
+            body,
+        )
+    }
+
+    /// The committed row of `pk` (its bytes), read by its writer under the key's exclusive
+    /// lock before the first page change: what lock-free readers see until the change is
+    /// committed or rolled back.
+    pub(crate) fn before_image(&self, pk: &[u8]) -> Result<BeforeImage> {
+        self.read_pk(pk, |v| Arc::from(v.raw()))
     }
 
     /// Runs one change inside explicit transaction `txn` (which already holds the key's
@@ -389,7 +284,7 @@ impl Table {
             }
             _ => {
                 // Other key types: the row holds the value.
-                let v = self.read_pk(&k, |r| r.value(s.primary_key))?;
+                let v = self.read_committed(&k, None, |r| r.value(s.primary_key))?;
                 v.ok_or_else(|| self.bad_key(&k))?
             }
         }))
@@ -405,7 +300,9 @@ impl Table {
 
     /// Encoded primary keys of the rows whose primary key lies within the bounds, in key
     /// order, until `f` returns `Ok(false)`. Only the index is read (no rows, no locks): the
-    /// caller reads each row with [`Table::read_encoded`] or in a transaction.
+    /// caller reads each row with [`Table::read_encoded`] or in a transaction. Exact like
+    /// [`Table::range`]: each key committed when the walk passes it is passed once (one whose
+    /// delete is in flight included), no key another transaction is inserting is passed.
     pub fn primary_keys(
         &self,
         lo: Bound<&Value>,
@@ -413,13 +310,18 @@ impl Table {
         f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         self.check_poisoned()?;
-        self.primary_range(lo, hi)?.for_each(self, f)
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, _| f(pk))
     }
 
     /// Encoded primary keys of the rows whose value in the column of secondary index `index`
     /// (its position in the schema) lies within the bounds, in index order (NULLs last), until
     /// `f` returns `Ok(false)`. Only the index is read; the caller reads the rows (and
-    /// re-checks the value: a row may change after its entry was read).
+    /// re-checks the value: a row may change after its entry was read). Each entry committed
+    /// when the walk passes it is passed once (a key with a change in flight at the position
+    /// of its committed value); a row whose indexed value a transaction commits a change of
+    /// while the walk runs may be passed at both values or at neither.
     pub fn index_keys(
         &self,
         index: usize,
@@ -431,26 +333,17 @@ impl Table {
         if index >= self.inner.schema.indexes.len() {
             return Err(Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)));
         }
-        self.secondary_range(index, lo, hi)?.for_each(self, f)
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.secondary_range(index, lo, hi)?.for_each_committed(self, None, |pk, _| f(pk))
     }
 
     /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
     /// [`Table::index_keys`] give them).
     pub fn read_encoded<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
-        let shared = &self.inner.txn;
-        if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
-            let txn = shared.begin();
-            let r =
-                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared).and_then(|_| self.read_pk(pk, f));
-            shared.locks.release_all(txn);
-            shared.forget(txn);
-            return r;
-        }
-        if shared.log.is_some() {
-            drop(self.key_lock(pk));
-        }
-        self.read_pk(pk, f)
+        self.inner.txn.check_open()?;
+        self.read_committed(pk, None, f)
     }
 
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
@@ -490,6 +383,18 @@ impl Table {
     /// Encoded primary key of `key` (for lock keys).
     pub(crate) fn lock_key(&self, key: &Value) -> Result<Vec<u8>> {
         self.pk_bytes(key)
+    }
+
+    /// Reads a row inside read-committed transaction `txn`: as last committed, without a lock
+    /// (`Table::read`), except that `txn` sees its own changes.
+    pub(crate) fn txn_read_committed<R>(
+        &self,
+        txn: u64,
+        key_bytes: &[u8],
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        self.check_poisoned()?;
+        self.read_committed(key_bytes, Some(txn), f)
     }
 
     /// Reads a row inside a transaction (the caller holds at least a shared lock on the key).
@@ -771,12 +676,10 @@ impl Table {
 
     /// Reads the row with primary key `key`, passing a zero-copy view to `f`.
     ///
-    /// The read sees only committed data: it waits for a change of the same key that is still
-    /// committing, and, while explicit transactions run, takes a shared lock on the key. That
-    /// lock wait can fail like a transaction's: with [`Error::LockTimeout`] or
-    /// [`Error::Deadlock`] (both [`Error::is_retryable`]) when a transaction holds the key
-    /// exclusively for longer than the lock timeout; retry the read. Once the database is
-    /// closed it fails with [`Error::Closed`].
+    /// The read sees only committed data (read committed), takes no lock and never waits for
+    /// a writer: when a transaction has the key's change in flight, the read sees the row as
+    /// it was before that change (the before-image the writer published), until the change
+    /// commits. Once the database is closed it fails with [`Error::Closed`].
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
@@ -792,20 +695,76 @@ impl Table {
                 &owned_pk
             }
         };
-        let shared = &self.inner.txn;
-        if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
-            let txn = shared.begin();
-            let r =
-                shared.locks.lock(txn, self.inner.id, pk, LockMode::Shared).and_then(|_| self.read_pk(pk, f));
-            shared.locks.release_all(txn);
-            shared.forget(txn);
-            return r;
+        self.read_committed(pk, None, f)
+    }
+
+    /// The committed row of `pk`, without a lock and without waiting (see
+    /// [`PendingWriters`]): the row under its page latch while no writer of the key's stripe
+    /// is in flight; else the key's before-image when another transaction has the key in
+    /// flight; else (no writer of this key, or only transaction `me`, whose own changes it
+    /// sees) the row the page holds.
+    fn read_committed<R>(
+        &self,
+        pk: &[u8],
+        me: Option<u64>,
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        let pending = &self.inner.txn.pending;
+        let (table, stripe) = (self.inner.id, PendingWriters::stripe(self.inner.id, pk));
+        let s = &self.inner.schema;
+        let mut f = Some(f);
+        let mut last = None;
+        for _ in 0..READ_RETRIES {
+            let before = pending.load(stripe);
+            let Some(rid) = self.rid_for(pk)? else {
+                // No entry, and no writer entered or left meanwhile: a committed absence.
+                if PendingWriters::idle(before) && pending.load(stripe) == before {
+                    return Ok(None);
+                }
+                // Another writer has the key in flight (a delete, or an insert): its
+                // before-image is the committed state. No image, and no writer entered or
+                // left since the lookup began: the absence is committed. Else look again.
+                match pending.before_image_at(stripe, table, pk, me) {
+                    (Some(image), _) => {
+                        return Ok(image.map(|row| (f.take().expect("called once"))(RowView::new(s, &row))))
+                    }
+                    (None, now) if now == before => return Ok(None),
+                    (None, _) => {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                }
+            };
+            let seen = self.inner.heap.read(rid, |b| {
+                let v = RowView::new(s, b);
+                if !self.has_pk(&v, pk)? {
+                    return Ok(None);
+                }
+                // Under the page latch: a writer that changed this row entered first, so an
+                // idle stripe, or no other writer of this key, means the row is committed.
+                let f = f.take().expect("called once");
+                if !PendingWriters::idle(pending.load(stripe)) {
+                    if let Some(image) = pending.before_image(stripe, table, pk, me) {
+                        return Ok(Some(image.map(|row| f(RowView::new(s, &row)))));
+                    }
+                }
+                Ok::<_, Error>(Some(Some(f(v))))
+            })?;
+            if let Some(Some(r)) = seen.transpose()? {
+                return Ok(r);
+            }
+            // The row moved or went since its entry was read: look again.
+            last = Some(rid);
+            std::thread::yield_now();
         }
-        if shared.log.is_some() {
-            // Wait for a change of this key that is still committing.
-            drop(self.key_lock(pk));
-        }
-        self.read_pk(pk, f)
+        Err(match last {
+            Some(rid) => self.dangling(rid),
+            None => Error::ResourceExhausted(format!(
+                "table `{}`: a read of a key found no row {READ_RETRIES} times while writers of its \
+                 stripe kept entering and leaving; retry",
+                self.inner.name
+            )),
+        })
     }
 
     /// Reads the rows of several primary keys: calls `f(i, row)` for each `keys[i]` in turn,
@@ -839,21 +798,15 @@ impl Table {
     ) -> Result<()> {
         self.inner.txn.check_open()?;
         self.check_poisoned()?;
-        let shared = &self.inner.txn;
+        let pending = &self.inner.txn.pending;
         let mut pks = Vec::with_capacity(READ_BATCH * 8);
         let mut ends = [0usize; READ_BATCH];
         let mut rids = [None; READ_BATCH];
         let mut leaves = [None; READ_BATCH];
+        let mut stripes = [0usize; READ_BATCH];
+        // Each key's stripe value before its index lookup (`None`: a writer was in flight).
+        let mut before = [None; READ_BATCH];
         for (b, batch) in keys.chunks(READ_BATCH).enumerate() {
-            if shared.explicit_active.load(std::sync::atomic::Ordering::Acquire) > 0 {
-                // Explicit transactions run: every read takes its shared key lock.
-                for (j, k) in batch.iter().enumerate() {
-                    if self.read(k, |v| f(b * READ_BATCH + j, Some(v)))?.is_none() {
-                        f(b * READ_BATCH + j, None);
-                    }
-                }
-                continue;
-            }
             pks.clear();
             for (j, k) in batch.iter().enumerate() {
                 match k {
@@ -869,14 +822,18 @@ impl Table {
             let pk = |j: usize| &pks[if j == 0 { 0 } else { ends[j - 1] }..ends[j]];
             // 1. The leaves of all keys.
             for (j, leaf) in leaves[..batch.len()].iter_mut().enumerate() {
+                stripes[j] = PendingWriters::stripe(self.inner.id, pk(j));
                 *leaf = self.inner.primary.locate_leaf(pk(j))?;
             }
             between_stages();
-            // 2. The row ids, and a prefetch of every row.
+            // 2. The row ids, and a prefetch of every row. A key with a writer in flight is
+            //    left to stage 3's full read.
             for (j, (leaf, rid)) in leaves.iter().zip(rids.iter_mut()).take(batch.len()).enumerate() {
-                if shared.log.is_some() {
-                    // Wait for a change of this key that is still committing.
-                    drop(self.key_lock(pk(j)));
+                let v = pending.load(stripes[j]);
+                before[j] = PendingWriters::idle(v).then_some(v);
+                *rid = None;
+                if before[j].is_none() {
+                    continue;
                 }
                 let in_leaf = match *leaf {
                     Some(hint) => self.inner.primary.get_in_leaf_with(hint, pk(j), RowId::from_bytes)?,
@@ -891,20 +848,35 @@ impl Table {
                     self.inner.heap.prefetch_row(r);
                 }
             }
-            // 3. The rows. One that moved since its index entry was read is looked up again.
+            // 3. The rows, each seen only if committed (as `read_committed` checks). A key
+            //    that had a writer in flight, whose row moved since its entry was read, or
+            //    whose absence a writer may have caused, is read again in full.
             let s = &self.inner.schema;
-            for (j, &rid) in rids[..batch.len()].iter().enumerate() {
+            for j in 0..batch.len() {
                 let i = b * READ_BATCH + j;
-                let Some(rid) = rid else {
-                    f(i, None);
-                    continue;
+                let done = match (before[j], rids[j]) {
+                    (None, _) => false,
+                    (Some(v), None) => {
+                        let unchanged = pending.load(stripes[j]) == v;
+                        if unchanged {
+                            f(i, None);
+                        }
+                        unchanged
+                    }
+                    (Some(_), Some(rid)) => {
+                        let found = self.inner.heap.read(rid, |bytes| {
+                            let v = RowView::new(s, bytes);
+                            let ok =
+                                self.has_pk(&v, pk(j))? && PendingWriters::idle(pending.load(stripes[j]));
+                            if ok {
+                                f(i, Some(v));
+                            }
+                            Ok::<_, Error>(ok)
+                        })?;
+                        found.transpose()? == Some(true)
+                    }
                 };
-                let found = self.inner.heap.read(rid, |bytes| {
-                    let v = RowView::new(s, bytes);
-                    Ok::<_, Error>(self.has_pk(&v, pk(j))?.then(|| f(i, Some(v))).is_some())
-                })?;
-                let found = found.transpose()?;
-                if found != Some(true) && self.read_pk(pk(j), |v| f(i, Some(v)))?.is_none() {
+                if !done && self.read_committed(pk(j), None, |v| f(i, Some(v)))?.is_none() {
                     f(i, None);
                 }
             }
@@ -954,9 +926,8 @@ impl Table {
         Err(self.dangling(last.expect("at least one attempt")))
     }
 
-    /// The row with primary key `key`, decoded. Like [`Table::read`], it can fail with a
-    /// retryable lock error ([`Error::is_retryable`]) while explicit transactions run; a row
-    /// that does not match the schema is [`Error::Corruption`].
+    /// The row with primary key `key`, decoded, as last committed (like [`Table::read`]); a
+    /// row that does not match the schema is [`Error::Corruption`].
     pub fn get(&self, key: &Value) -> Result<Option<Vec<Value>>> {
         self.read(key, |r| r.try_values())?.transpose()
     }
@@ -1125,16 +1096,51 @@ impl Table {
         }
     }
 
-    /// Full table scan in heap order until `f` returns `Ok(false)`. The row's page is latched
-    /// while `f` runs: `f` must not modify this table.
-    pub fn scan(&self, mut f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
-        self.inner.txn.check_open()?;
+    /// Full table scan, in primary-key order, until `f` returns `Ok(false)`: exactly
+    /// [`Table::range`] over every key. Each row committed when the scan passes its key is
+    /// passed once, as last committed; the scan takes no lock and never waits for a writer
+    /// (see the module documentation). `f` may modify the table (no latch is held while it
+    /// runs), but rows it changes may be seen again under their new keys.
+    pub fn scan(&self, f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
+        self.range(Bound::Unbounded, Bound::Unbounded, f)
+    }
+
+    /// Runs `f` on the committed image of each row that a heap-order scan passes (see
+    /// `read_committed`):
+    /// checked under the page latch, the row itself while no other writer of its key is in
+    /// flight, else the key's before-image (nothing for an insert in flight).
+    fn scan_committed(
+        &self,
+        scan: impl FnOnce(&mut dyn FnMut(RowId, &[u8]) -> Result<bool>) -> Result<()>,
+        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
         let s = &self.inner.schema;
-        self.inner.heap.scan(|_, b| f(RowView::new(s, b)))
+        let (table, pending) = (self.inner.id, &self.inner.txn.pending);
+        let mut key = Vec::with_capacity(16);
+        scan(&mut |_, b| {
+            let v = RowView::new(s, b);
+            key.clear();
+            s.try_primary_key_of(&v, &mut key)?;
+            // Under the page latch: a writer that changed this row entered its stripe first.
+            let stripe = PendingWriters::stripe(table, &key);
+            if !PendingWriters::idle(pending.load(stripe)) {
+                if let Some(image) = pending.before_image(stripe, table, &key, None) {
+                    return image.map_or(Ok(true), |row| f(RowView::new(s, &row)));
+                }
+            }
+            f(v)
+        })
     }
 
     /// Part `part` of `parts` of a full scan: a contiguous share of the heap pages, so `parts`
-    /// threads together scan the table once (seed 004's parallel scan).
+    /// threads together scan the table once (seed 004's parallel scan). The row's page is
+    /// latched while `f` runs: `f` must not modify this table.
+    ///
+    /// Isolation: each row passed is committed (a row with a change in flight is passed as
+    /// its before-image, a row inserted by a transaction in flight is skipped), but in heap
+    /// order a row that moves while the scan runs (an update that grows it, a delete or its
+    /// rollback) may be passed twice or missed: for an exact scan under concurrent writers use
+    /// [`Table::scan`] or [`Table::range`], which go in key order.
     pub fn scan_partition(
         &self,
         part: usize,
@@ -1144,15 +1150,15 @@ impl Table {
         self.scan_partition_ahead(part, parts, heap::READ_AHEAD_PAGES, f)
     }
 
-    /// Like [`Table::scan_partition`], reading ahead `read_ahead` pages per batched device
-    /// submission (the I/O depth of one scanning thread; at least 1, at most an eighth of the
-    /// pool's frames, or of the thread's partition under SEP).
+    /// Like [`Table::scan_partition`], keeping `read_ahead` page reads in flight ahead of the
+    /// page being processed (the I/O depth of one scanning thread; at least 1, at most an eighth
+    /// of the pool's frames, or of the thread's partition under SEP).
     pub fn scan_partition_ahead(
         &self,
         part: usize,
         parts: usize,
         read_ahead: u64,
-        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         self.inner.txn.check_open()?;
         if parts == 0 || part >= parts {
@@ -1162,34 +1168,62 @@ impl Table {
         let per = pages.div_ceil(parts as u64);
         let start = (part as u64 * per).min(pages);
         let end = (start + per).min(pages);
-        let s = &self.inner.schema;
-        self.inner.heap.scan_pages_ahead(start..end, read_ahead, |_, b| f(RowView::new(s, b)))
+        self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(start..end, read_ahead, visit), f)
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
+    /// Exact without locks or waiting: each row committed when the range passes its key is
+    /// passed once, as last committed (its before-image while another transaction has a
+    /// change of it in flight), and no uncommitted row is passed. Rows are read after their
+    /// index leaf is released, so no latch is held while `f` runs.
     pub fn range(
         &self,
         lo: Bound<&Value>,
         hi: Bound<&Value>,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.check_poisoned()?;
         self.inner.txn.check_open()?;
-        let enc = |b: Bound<&Value>| -> Result<Bound<Vec<u8>>> {
-            Ok(match b {
-                Bound::Included(v) => Bound::Included(self.pk_bytes(v)?),
-                Bound::Excluded(v) => Bound::Excluded(self.pk_bytes(v)?),
-                Bound::Unbounded => Bound::Unbounded,
-            })
-        };
-        let (lo, hi) = (enc(lo)?, enc(hi)?);
-        self.inner.primary.range(lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice), |pk, _| {
-            // Resolve through the primary index again: the row may have moved since the
-            // entry was copied. A row deleted meanwhile is skipped.
-            Ok(self.read_pk(pk, &mut f)?.transpose()?.unwrap_or(true))
+        self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, found| {
+            Ok(self.read_found(pk, found, None, &mut f)?.transpose()?.unwrap_or(true))
         })
     }
 
-    /// All rows whose column indexed by `index` equals `value`, in primary-key order.
+    /// The committed row of key `pk` as a committed walk found it: its before-image, or the
+    /// row its entry points at, read under the page latch while no writer of its stripe is in
+    /// flight and the slot still holds the key (else as [`Table::read`] reads it).
+    fn read_found<R>(
+        &self,
+        pk: &[u8],
+        found: scan::Found<'_>,
+        me: Option<u64>,
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        let s = &self.inner.schema;
+        let rid = match found {
+            scan::Found::Image(row) => return Ok(Some(f(RowView::new(s, row)))),
+            scan::Found::Entry(rid) => rid,
+        };
+        let pending = &self.inner.txn.pending;
+        let stripe = PendingWriters::stripe(self.inner.id, pk);
+        let mut f = Some(f);
+        let fast = self.inner.heap.read(rid, |b| {
+            let v = RowView::new(s, b);
+            // Under the page latch: the key's row, and no writer of its stripe in flight.
+            if self.has_pk(&v, pk)? && PendingWriters::idle(pending.load(stripe)) {
+                return Ok(Some((f.take().expect("called once"))(v)));
+            }
+            Ok::<_, Error>(None)
+        })?;
+        if let Some(r) = fast.transpose()?.flatten() {
+            return Ok(Some(r));
+        }
+        self.read_committed(pk, me, f.take().expect("not called"))
+    }
+
+    /// All rows whose column indexed by `index` equals `value`, in primary-key order: the
+    /// committed rows, each once, without a lock or a wait (a row with a change in flight as
+    /// its before-image).
     pub fn lookup(&self, index: &str, value: &Value) -> Result<Vec<Vec<Value>>> {
         self.inner.txn.check_open()?;
         let s = &self.inner.schema;
@@ -1198,23 +1232,13 @@ impl Table {
             .iter()
             .position(|ix| ix.name == index)
             .ok_or_else(|| Error::NotFound(format!("index `{index}` on table `{}`", self.inner.name)))?;
-        s.check_value(&self.inner.name, s.indexes[pos].column, value)?;
-        let mut prefix = Vec::new();
-        s.secondary_prefix(s.indexes[pos].column, value, &mut prefix);
-        let mut pks = Vec::new();
-        self.inner.secondaries[pos].range(Bound::Included(&prefix), Bound::Unbounded, |k, _| {
-            if !k.starts_with(&prefix) {
-                return Ok(false);
-            }
-            pks.push(k[prefix.len()..].to_vec());
-            Ok(true)
-        })?;
         let col = s.indexes[pos].column;
-        let mut rows = Vec::with_capacity(pks.len());
-        for pk in pks {
-            // The row may have changed since the index entry was copied: keep it only if it
-            // still has the value looked for.
-            let row = self.read_pk(&pk, |r| match r.try_value(col) {
+        let mut rows = Vec::new();
+        let keys = self.secondary_range(pos, Bound::Included(value), Bound::Included(value))?;
+        keys.for_each_committed(self, None, |pk, found| {
+            // A row read through its entry may have changed since its leaf was read: keep it
+            // only if it still has the value looked for.
+            let row = self.read_found(pk, found, None, |r| match r.try_value(col) {
                 Ok(v) if v == *value => Some(r.try_values()),
                 Ok(_) => None,
                 Err(e) => Some(Err(e)),
@@ -1222,7 +1246,8 @@ impl Table {
             if let Some(Some(r)) = row {
                 rows.push(r?);
             }
-        }
+            Ok(true)
+        })?;
         Ok(rows)
     }
 

@@ -1,8 +1,11 @@
-//! Transactions: the lock manager for strict two-phase locking (2PL).
+//! Transactions: the lock manager for strict two-phase locking (2PL), the writers in flight
+//! that lock-free readers consult, and the state every transaction of a database shares.
 //!
 //! Owns: [`LockManager`] (the sharded lock table, per-transaction lock lists, the wait
 //! protocol and deadlock detection), its options ([`LockOptions`]) and counters ([`LockStats`]),
-//! and the vocabulary types [`TxnId`], [`LockKey`], [`LockMode`].
+//! [`PendingWriters`] (keys with a writer in flight and their last committed images),
+//! `TxnShared` with the auto-commit protocol (`shared`), and the vocabulary types [`TxnId`],
+//! [`LockKey`], [`LockMode`].
 //!
 //! # Protocol and what it guarantees
 //! The transaction layer takes a [`LockMode::Shared`] lock on every key it reads and a
@@ -46,6 +49,8 @@
 
 mod lock;
 mod options;
+pub mod pending;
+mod shared;
 mod stats;
 
 #[cfg(test)]
@@ -54,6 +59,8 @@ mod tests;
 pub use crate::ids::{LockKey, LockMode, TxnId};
 pub use lock::{LockManager, LockOutcome};
 pub use options::{LockOptions, VictimPolicy};
+pub use pending::PendingWriters;
+pub(crate) use shared::TxnShared;
 pub use stats::{LockStats, WAIT_BUCKETS};
 
 /// 64-bit hash of a lock key (FxHash-style multiply-rotate, finished with a MurmurHash3 mix

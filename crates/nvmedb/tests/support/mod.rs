@@ -21,6 +21,18 @@ pub use nvmedb_testkit::{iters, kill, replay, seed, seed_or_random, Replay, TmpD
 
 use std::sync::Arc;
 
+/// The defaults with 4 KiB pages and 1 MiB buffers per pool: small tables span many pages
+/// and leaves (the read races use it).
+pub fn small_page_options() -> nvmedb::Options {
+    nvmedb::Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        table_buffer: nvmedb::BufferSize::Bytes(256 * 4096),
+        index_buffer: nvmedb::BufferSize::Bytes(256 * 4096),
+        ..nvmedb::Options::default()
+    }
+}
+
 /// Makes `lsn` the end of the file log kept in `a` and `b` (`b` empty for a single log): every byte from there on
 /// is zeroed and later segments are removed, as if nothing after it had reached either copy
 /// (a crash that lost the log's tail, or both copies truncated).

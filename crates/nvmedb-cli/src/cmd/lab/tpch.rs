@@ -32,7 +32,7 @@ pub struct TpchArgs {
     /// Query worker counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
     pub workers: Vec<usize>,
-    /// Pages each worker reads ahead per batched submission (its I/O depth).
+    /// Page reads each worker keeps in flight ahead of the page it processes (its I/O depth).
     #[arg(long, default_value_t = 32)]
     pub read_ahead: u64,
     /// Buffer policies (comma-separated): shr-<k>, sep.
@@ -67,6 +67,11 @@ pub struct TpchArgs {
     /// engine's default serves hits lock-free).
     #[arg(long)]
     pub locked_hits: bool,
+    /// Keep the read-ahead in flight while pages are processed (a sliding window through the
+    /// worker's I/O queue) instead of the engine's default synchronous batches (submit
+    /// `--read-ahead` reads together, wait for all, process those pages); for comparisons.
+    #[arg(long)]
+    pub async_read_ahead: bool,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -98,6 +103,7 @@ impl LabArgs for TpchArgs {
             device_secs: self.device_secs,
             use_fio: !self.no_fio,
             lock_free_hits: !self.locked_hits,
+            async_read_ahead: self.async_read_ahead,
         })
     }
 }

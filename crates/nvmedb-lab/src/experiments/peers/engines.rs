@@ -217,9 +217,11 @@ impl Peer {
             Kind::Lmdb => {
                 // SAFETY: the environment is opened once in this process and its file is not
                 // changed by anything else while it is open.
+                // LMDB wants a map size that is a multiple of the OS page size (64 KiB covers
+                // 4, 16 and 64 KiB pages).
                 let env = unsafe {
                     heed::EnvOpenOptions::new()
-                        .map_size(((data_bytes * 4) as usize).max(1 << 30))
+                        .map_size(((data_bytes * 4) as usize).max(1 << 30).next_multiple_of(1 << 16))
                         .max_readers(256)
                         .max_dbs(1)
                         .open(dir)

@@ -127,6 +127,7 @@ pub fn options(cfg: &TpchConfig, table_buffer: u64, policy: BufferPolicy) -> Opt
         policy,
         wal: false,
         lock_free_hits: cfg.lock_free_hits,
+        async_read_ahead: cfg.async_read_ahead,
         ..Options::default()
     }
 }

@@ -43,7 +43,7 @@ pub struct TpchConfig {
     pub reload: bool,
     /// Query worker counts.
     pub workers: Vec<usize>,
-    /// Pages each worker reads ahead per batched submission (its I/O depth).
+    /// Page reads each worker keeps in flight ahead of the page it processes (its I/O depth).
     pub read_ahead: u64,
     /// Buffer policies: shr-<k>, sep.
     pub policies: Vec<String>,
@@ -64,6 +64,10 @@ pub struct TpchConfig {
     /// Lock-free buffer hits (the engine's default); off takes the page-table lock on every hit
     /// as seed 004's SHR-k buffers did.
     pub lock_free_hits: bool,
+    /// Asynchronous read-ahead (reads kept in flight while pages are processed); off, the
+    /// engine's default, reads ahead in synchronous batches (submit a window, wait for all of
+    /// it, process it).
+    pub async_read_ahead: bool,
 }
 
 impl Default for TpchConfig {
@@ -85,6 +89,7 @@ impl Default for TpchConfig {
             device_secs: 2.0,
             use_fio: true,
             lock_free_hits: true,
+            async_read_ahead: false,
         }
     }
 }
@@ -135,6 +140,11 @@ pub struct Point {
     /// Pages read / pages in the three tables (1 = each page once; more = read again after
     /// an eviction; median).
     pub reads_per_page: f64,
+    /// Share of the reads that were still in flight when their worker was handed an earlier
+    /// page: reads overlapped with processing (0 with synchronous read-ahead; median; absent
+    /// from results written before it was measured).
+    #[serde(default)]
+    pub overlapped: f64,
     /// Waits on page-table locks and page latches per query (median).
     pub latch_waits: f64,
     /// Milliseconds spent in those waits per query, all workers together (median).
@@ -172,6 +182,7 @@ pub struct TpchResults {
 struct Sample {
     seconds: f64,
     reads: u64,
+    reads_overlapped: u64,
     latch_waits: u64,
     latch_wait_ns: u64,
     cpu_ns: u64,
@@ -337,6 +348,7 @@ fn query(
     Ok(Sample {
         seconds: out.seconds,
         reads: d.reads,
+        reads_overlapped: d.reads_overlapped,
         latch_waits: d.latch_waits,
         latch_wait_ns: d.latch_wait_ns,
         cpu_ns,
@@ -370,6 +382,7 @@ fn point(
         mib_per_s: pages_per_s.median * cfg.page_size as f64 / (1 << 20) as f64,
         hit_ratio: med(&|s| (1.0 - s.reads as f64 / pages_total as f64).max(0.0)),
         reads_per_page: med(&|s| s.reads as f64 / pages_total as f64),
+        overlapped: med(&|s| s.reads_overlapped as f64 / (s.reads as f64).max(1.0)),
         latch_waits: med(&|s| s.latch_waits as f64),
         latch_wait_ms: med(&|s| s.latch_wait_ns as f64 / 1e6),
         latch_wait_share: med(&|s| s.latch_wait_ns as f64 / 1e9 / (workers as f64 * s.seconds)),

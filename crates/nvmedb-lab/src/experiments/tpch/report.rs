@@ -66,6 +66,7 @@ struct Row<'a> {
     mib_per_s: f64,
     hit_ratio: f64,
     reads_per_page: f64,
+    overlapped: f64,
     latch_waits: f64,
     latch_wait_ms: f64,
     latch_wait_share: f64,
@@ -119,6 +120,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             mib_per_s: p.mib_per_s,
             hit_ratio: p.hit_ratio,
             reads_per_page: p.reads_per_page,
+            overlapped: p.overlapped,
             latch_waits: p.latch_waits,
             latch_wait_ms: p.latch_wait_ms,
             latch_wait_share: p.latch_wait_share,
@@ -135,7 +137,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
 
     let load = &r.load;
     let mut text = format!(
-        "# nvmedb lab tpch — {}\nTPC-H SF {} ({} customers, {} orders, {} lineitems; {:.0} MiB in {} KiB pages; {}), Q3 segment {} date {}, read-ahead {} pages per worker, lock-free hits {}\n",
+        "# nvmedb lab tpch — {}\nTPC-H SF {} ({} customers, {} orders, {} lineitems; {:.0} MiB in {} KiB pages; {}), Q3 segment {} date {}, read-ahead {} pages per worker ({}), lock-free hits {}\n",
         env.context.one_line(),
         cfg.sf,
         load.rows[0],
@@ -147,6 +149,11 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         cfg.params.segment,
         cfg.params.date,
         cfg.read_ahead,
+        if cfg.async_read_ahead {
+            "asynchronous window"
+        } else {
+            "synchronous batches, engine default"
+        },
         if cfg.lock_free_hits { "on (engine default)" } else { "off (seed 004's locked hit path)" },
     );
     text.push_str(&format!(
@@ -165,6 +172,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             "MiB/s",
             "hit ratio",
             "reads/page",
+            "overlapped",
             "latch waits",
             "latch ms",
             "CPU cores",
@@ -187,6 +195,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
                 format!("{:.0}", p.mib_per_s),
                 format!("{:.3}", p.hit_ratio),
                 format!("{:.3}", p.reads_per_page),
+                format!("{:.2}", p.overlapped),
                 format!("{:.0}", p.latch_waits),
                 format!("{:.2}", p.latch_wait_ms),
                 format!("{:.2}", p.cpu_cores),

@@ -1,0 +1,211 @@
+//! Transaction machinery shared by every table and transaction of an open database.
+//!
+//! Owns: [`TxnShared`] (the log handle, the lock manager, transaction ids, the writers in
+//! flight with their keys' before-images, the open/closed gate and the read-only flag) and
+//! the auto-commit protocol ([`TxnShared::auto_commit`]) by which a single change outside a
+//! transaction runs as its own transaction.
+//!
+//! Invariants: a change runs only while the gate is held shared (closing takes it
+//! exclusively, so no change is half-way when the database reports itself closed); every
+//! writer holds its key's exclusive lock and is entered in [`PendingWriters`] from before its
+//! first page change until it is committed durably or rolled back, and only then releases its
+//! locks; a read-only database refuses every change.
+
+use super::{LockManager, LockMode, LockOptions, PendingWriters};
+use crate::buffer::mtr::take_annotation;
+use crate::error::{Error, Result};
+use crate::util::sync::RwLockExt;
+use crate::wal::engine::{TxnLog, TxnOp};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// Transaction machinery shared by every table of a database.
+pub(crate) struct TxnShared {
+    /// The log; `None` for a database without durability.
+    pub(crate) log: Option<Arc<TxnLog>>,
+    /// Key locks for strict two-phase locking.
+    pub(crate) locks: LockManager,
+    next_id: AtomicU64,
+    /// Keys with a writer in flight and their last committed images, for reads that take no
+    /// lock.
+    pub(crate) pending: PendingWriters,
+    /// Takes a checkpoint if none is running; installed by the database, called when the log
+    /// asks for one ([`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint)).
+    pub(crate) checkpointer: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The database's storage, locked for this opener: it stays locked while any handle
+    /// (database, table, transaction) lives, so no second opener can write the files a
+    /// leftover handle still holds.
+    storage: Arc<dyn crate::io::Storage>,
+    /// Set when the last `Database` handle goes; every later change fails with `Closed`.
+    closed: AtomicBool,
+    /// Changes hold it shared; closing takes it exclusively, so no change is half-way when the
+    /// database reports itself closed.
+    gate: RwLock<()>,
+    /// The database was opened read-only: every change is refused.
+    pub(crate) read_only: bool,
+}
+
+/// Held while a change runs (see [`TxnShared::enter`]).
+pub(crate) type ChangeGuard<'a> = std::sync::RwLockReadGuard<'a, ()>;
+
+impl TxnShared {
+    pub(crate) fn new(
+        log: Option<Arc<TxnLog>>,
+        lock_options: LockOptions,
+        storage: Arc<dyn crate::io::Storage>,
+        read_only: bool,
+    ) -> Result<Self> {
+        Ok(Self {
+            log,
+            locks: LockManager::new(lock_options)?,
+            next_id: AtomicU64::new(1),
+            pending: PendingWriters::new(),
+            checkpointer: OnceLock::new(),
+            storage,
+            closed: AtomicBool::new(false),
+            gate: RwLock::new(()),
+            read_only,
+        })
+    }
+
+    /// Fails with [`Error::ReadOnly`] naming `what` when the database was opened read-only.
+    pub(crate) fn check_writable(&self, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(format!(
+                "{what} refused: the database at {} was opened read-only (Options::read_only)",
+                self.storage.location()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Admits one change ([`TxnShared::enter`]) after checking that the database is writable.
+    pub(crate) fn enter_change(&self, what: &str) -> Result<ChangeGuard<'_>> {
+        self.check_writable(what)?;
+        self.enter()
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Closed(format!(
+            "the database at {} was closed (its last Database handle was closed or dropped); open it again",
+            self.storage.location()
+        ))
+    }
+
+    /// Fails with `Closed` once the database is closed (reads: a cheap check).
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(self.closed_error());
+        }
+        Ok(())
+    }
+
+    /// Admits one change: fails with `Closed` once the database is closed, and keeps it from
+    /// closing until the returned guard is dropped.
+    pub(crate) fn enter(&self) -> Result<ChangeGuard<'_>> {
+        let g = self.gate.read_locked();
+        self.check_open()?;
+        Ok(g)
+    }
+
+    /// Keeps every change out until the guard is dropped (the changes in progress finish
+    /// first): a table moving between tablespaces must have no page dirtied while its file is
+    /// copied. Fails with `Closed` once the database is closed.
+    pub(crate) fn quiesce(&self) -> Result<std::sync::RwLockWriteGuard<'_, ()>> {
+        let g = self.gate.write_locked();
+        self.check_open()?;
+        Ok(g)
+    }
+
+    /// Marks the database closed once the changes in progress have finished.
+    pub(crate) fn close(&self) {
+        let _all = self.gate.write_locked();
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Checkpoints when the log asks for it (the fast log's conventional ring is filling with
+    /// records the last checkpoint still needs). Called before a transaction holds anything.
+    pub(crate) fn checkpoint_if_wanted(&self) {
+        if let (Some(log), Some(f)) = (&self.log, self.checkpointer.get()) {
+            if log.log().record_log().wants_checkpoint() {
+                f();
+            }
+        }
+    }
+
+    /// A new transaction id (registered with the log when there is one).
+    pub(crate) fn begin(&self) -> u64 {
+        match &self.log {
+            Some(l) => l.begin(),
+            None => self.next_id.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Tells the log that transaction `txn` ends having logged nothing.
+    pub(crate) fn forget(&self, txn: u64) {
+        if let Some(l) = &self.log {
+            l.forget(txn);
+        }
+    }
+
+    /// Runs one change of key `pk` (encoded) of table `table` as its own transaction:
+    /// 1. the key's exclusive lock, then `lock_more(txn)` (e.g. unique-index values);
+    /// 2. the key's committed state read by `before` under that lock, published as its
+    ///    before-image ([`PendingWriters::enter`]) before any page changes, so lock-free
+    ///    readers see it instead of waiting;
+    /// 3. `body(txn, logged)` under the guard `physical()` returns (the table's physical key
+    ///    lock); its undo information rides in the first page change it logs;
+    /// 4. with a log, a durable commit (or, when `body` failed after logging, an abort record:
+    ///    the change was reversed step by step); then the key leaves the pending writers and
+    ///    the locks go.
+    pub(crate) fn auto_commit<R, G>(
+        &self,
+        table: u32,
+        pk: &[u8],
+        lock_more: impl FnOnce(u64) -> Result<()>,
+        before: impl FnOnce() -> Result<super::pending::BeforeImage>,
+        physical: impl FnOnce() -> G,
+        body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
+    ) -> Result<R> {
+        self.check_writable("a change")?;
+        self.checkpoint_if_wanted();
+        let _open = self.enter()?;
+        let txn = self.begin();
+        let before = self
+            .locks
+            .lock(txn, table, pk, LockMode::Exclusive)
+            .and_then(|_| lock_more(txn))
+            .and_then(|()| before());
+        let before = match before {
+            Ok(b) => b,
+            Err(e) => {
+                self.locks.release_all(txn);
+                self.forget(txn);
+                return Err(e);
+            }
+        };
+        self.pending.enter(table, pk, txn, before);
+        let result = {
+            let _k = physical();
+            let mut rec = None;
+            let r = body(txn, self.log.is_some(), &mut rec);
+            // An annotation still pending means the change logged nothing.
+            let logged = take_annotation().is_none();
+            match (&self.log, r, logged) {
+                (Some(log), Ok(v), true) => log.commit(txn).map(|()| v),
+                (Some(log), Err(e), true) => {
+                    let _ = log.abort(txn);
+                    Err(e)
+                }
+                (_, r, _) => {
+                    self.forget(txn);
+                    r
+                }
+            }
+        };
+        // Committed or reversed: lock-free readers see the pages again.
+        self.pending.leave(table, pk);
+        self.locks.release_all(txn);
+        result
+    }
+}
