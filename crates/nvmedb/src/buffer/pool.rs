@@ -5,10 +5,10 @@
 
 use super::frames::{stripe_of, FrameArena, PageKeyBuild, Xlate, EVICTING, NO_PAGE};
 use super::mtr::{change_for, encode_page_change, PageLogger};
-use super::writer::WriterHandle;
+use super::writer::{Signal, WriterHandle};
 use super::{BufferPolicy, BufferStats, PageClass, PageId, PoolConfig, WalGate};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Device};
+use crate::io::{AlignedBuf, Device, IoRequest};
 use crate::page::{PageHeader, PageType};
 use crate::util::sync::{MutexExt, RwLockExt};
 use std::cell::RefCell;
@@ -89,6 +89,8 @@ struct Partition {
     reads: AtomicU64,
     writes: AtomicU64,
     background_writes: AtomicU64,
+    /// Write-backs an evicting thread did itself (see [`BufferStats::eviction_writes`]).
+    eviction_writes: AtomicU64,
     evictions: AtomicU64,
     io_wait_ns: AtomicU64,
     /// Acquisitions of a page-table lock or a page latch that found it held and waited.
@@ -114,6 +116,7 @@ impl Partition {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             background_writes: AtomicU64::new(0),
+            eviction_writes: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             io_wait_ns: AtomicU64::new(0),
             latch_waits: AtomicU64::new(0),
@@ -193,6 +196,8 @@ fn prefetch_line(p: *const u8) {
 thread_local! {
     /// Private copy buffer for write-back (sealing must not modify a page others may read).
     static SCRATCH: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+    /// This thread's copy buffer for batched write-back (grown to the largest batch seen).
+    static BATCH_SCRATCH: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
     /// This thread's slot for SEP partition choice.
     static THREAD_SLOT: usize = NEXT_THREAD_SLOT.fetch_add(1, Relaxed);
 }
@@ -207,6 +212,8 @@ pub struct BufferPool {
     file_hits: Box<[AtomicU64]>,
     gate: RwLock<Option<Arc<dyn WalGate>>>,
     writer: Mutex<Option<WriterHandle>>,
+    /// Wakes the background writer (`None`: the pool has none).
+    writer_signal: Option<Arc<Signal>>,
     /// The WAL hook receiving page changes, and this pool's tag in the log.
     logger: std::sync::OnceLock<(Arc<dyn PageLogger>, u8)>,
     /// Set when a page change could not be logged outside a mini-transaction.
@@ -345,6 +352,7 @@ impl BufferPool {
                 .collect::<Result<_>>()?,
         };
         let pool = Arc::new(Self {
+            writer_signal: config.background_writer.map(|_| Arc::new(Signal::new())),
             config,
             parts,
             files: RwLock::new(Vec::new()),
@@ -354,8 +362,8 @@ impl BufferPool {
             logger: std::sync::OnceLock::new(),
             log_failure: Mutex::new(None),
         });
-        if let Some(bw) = pool.config.background_writer {
-            *pool.writer.locked() = Some(WriterHandle::start(Arc::downgrade(&pool), bw));
+        if let (Some(bw), Some(signal)) = (pool.config.background_writer, &pool.writer_signal) {
+            *pool.writer.locked() = Some(WriterHandle::start(Arc::downgrade(&pool), signal.clone(), bw));
         }
         Ok(pool)
     }
@@ -774,6 +782,10 @@ impl BufferPool {
         let n = part.arena.len();
         let max_weight = self.config.data_weight.max(self.config.index_weight) as usize;
         let limit = n * (max_weight + 2) * 2 + 64;
+        // With a background writer, pass over a few dirty victims (waking it) before writing
+        // one on this thread: a clean frame is usually a little further on.
+        let writer = self.config.background_writer;
+        let mut dirty_skips = writer.map_or(0, |bw| bw.eviction_dirty_skips.min(n));
         for _ in 0..limit {
             let i = part.hand.fetch_add(1, Relaxed) % n;
             let f = &part.arena.frames[i];
@@ -796,8 +808,32 @@ impl BufferPool {
                 continue;
             }
             if f.dirty.load(Acquire) {
-                self.write_back(part, i, key, false)?;
-                continue;
+                if dirty_skips > 0 {
+                    dirty_skips -= 1;
+                    if let Some(signal) = &self.writer_signal {
+                        signal.request();
+                    }
+                    continue;
+                }
+                if let Some(bw) = writer {
+                    // The writer is behind: help it with one batch ahead of the hand (one log
+                    // wait and one mirrored round trip for up to `batch_pages` pages), then
+                    // look on for a clean victim. A failed batch leaves its pages dirty and is
+                    // not this eviction's error: it then writes this victim alone, as without
+                    // a writer, and reports that write's outcome.
+                    dirty_skips = bw.eviction_dirty_skips.min(n);
+                    if let Ok(written) = self.clean_part(part, bw.batch_pages, bw.batch_pages, false) {
+                        if written > 0 {
+                            part.eviction_writes.fetch_add(1, Relaxed);
+                            continue;
+                        }
+                    }
+                }
+                // Write it here, then take it if it is still clean and unpinned.
+                if !self.write_back(part, i, key, false)? {
+                    continue;
+                }
+                part.eviction_writes.fetch_add(1, Relaxed);
             }
             let mut map = part.lock_stripe(key);
             if f.page_key.load(Acquire) == key
@@ -1102,8 +1138,17 @@ impl BufferPool {
                 loop {
                     let f = &part.arena.frames[i];
                     let key = f.page_key.load(Acquire);
-                    if key == NO_PAGE || !f.dirty.load(Acquire) {
+                    if key == NO_PAGE {
                         break;
+                    }
+                    if !f.dirty.load(Acquire) {
+                        // A write-back in flight (background or eviction) cleared the flag
+                        // before writing: the sync below must come after it.
+                        if !part.writing[i].load(Acquire) {
+                            break;
+                        }
+                        std::thread::yield_now();
+                        continue;
                     }
                     if !self.write_back(part, i, key, false)? {
                         // Another thread is writing it (or it moved): wait for that to finish.
@@ -1119,22 +1164,203 @@ impl BufferPool {
         Ok(())
     }
 
-    /// One background-writer sweep: writes dirty, unpinned pages just ahead of each clock hand.
-    pub(crate) fn background_sweep(&self, frames_per_sweep: usize) -> Result<usize> {
+    /// Every frame of every partition (tests age or inspect frames through it).
+    #[cfg(test)]
+    pub(crate) fn frames_for_tests(&self) -> impl Iterator<Item = &super::frames::Frame> {
+        self.parts.iter().flat_map(|p| p.arena.frames.iter())
+    }
+
+    /// One background-writer round: in each partition, walks ahead of the clock hand until it
+    /// has passed `clean_target` evictable frames (clean, free, or made clean here), writing the
+    /// dirty ones among them in batches of `batch_pages`. Frames the hand will only age this
+    /// pass (usage above zero), pinned or sticky frames are left alone. Returns pages written.
+    pub(crate) fn clean_ahead(&self, cfg: &super::BackgroundWriter) -> Result<usize> {
         let mut written = 0;
         for part in self.parts.iter() {
-            let n = part.arena.len();
-            let hand = part.hand.load(Relaxed);
-            for k in 0..frames_per_sweep.min(n) {
-                let i = (hand + k) % n;
-                let f = &part.arena.frames[i];
-                let key = f.page_key.load(Acquire);
-                if key != NO_PAGE && f.dirty.load(Acquire) && f.pins.load(Acquire) == 0 {
-                    written += usize::from(self.write_back(part, i, key, true)?);
-                }
-            }
+            let target = cfg.clean_target.min(part.arena.len() / 4).max(1);
+            written += self.clean_part(part, target, cfg.batch_pages, true)?;
         }
         Ok(written)
+    }
+
+    /// [`BufferPool::clean_ahead`] in one partition: walks ahead of the hand until `target`
+    /// evictable frames, writing the dirty ones in batches of `batch_pages`. `background`: the
+    /// writer's thread (else an eviction helping it). Returns pages written.
+    fn clean_part(
+        &self,
+        part: &Partition,
+        target: usize,
+        batch_pages: usize,
+        background: bool,
+    ) -> Result<usize> {
+        let batch_pages = batch_pages.max(1);
+        let mut batch: Vec<(usize, u64)> = Vec::with_capacity(batch_pages);
+        let mut written = 0;
+        let n = part.arena.len();
+        let hand = part.hand.load(Relaxed);
+        let mut evictable = 0;
+        for k in 0..n {
+            let i = (hand + k) % n;
+            let f = &part.arena.frames[i];
+            if f.pins.load(Acquire) != 0 || f.sticky.load(Relaxed) || f.usage.load(Relaxed) > 0 {
+                continue;
+            }
+            let key = f.page_key.load(Acquire);
+            if key != NO_PAGE && f.dirty.load(Acquire) {
+                batch.push((i, key));
+                if batch.len() == batch_pages {
+                    written += self.write_batch(part, &mut batch, background)?;
+                }
+            }
+            evictable += 1;
+            if evictable >= target {
+                break;
+            }
+        }
+        written += self.write_batch(part, &mut batch, background)?;
+        Ok(written)
+    }
+
+    /// Writes the dirty frames of `batch` (frame, page key; emptied) back: pins each, copies it
+    /// under its shared latch, waits once for the log to cover the highest page LSN, then
+    /// submits one write batch per file. Frames that moved, are latched exclusively, or are
+    /// already being written are skipped. Returns pages written.
+    fn write_batch(
+        &self,
+        part: &Partition,
+        batch: &mut Vec<(usize, u64)>,
+        background: bool,
+    ) -> Result<usize> {
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let page_size = self.config.page_size;
+        let mut bufs = BATCH_SCRATCH
+            .with(|c| c.borrow_mut().take())
+            .filter(|b| b.len() >= page_size * batch.len())
+            .unwrap_or_else(|| AlignedBuf::new(page_size * batch.len()));
+        // (frame, page id, file) of every copy taken, pinned and marked as being written.
+        let mut taken: Vec<(usize, PageId, Arc<FileEntry>)> = Vec::with_capacity(batch.len());
+        let mut max_lsn = 0;
+        let mut failure = None;
+        for &(i, key) in batch.iter() {
+            let f = &part.arena.frames[i];
+            {
+                let map = part.lock_stripe(key);
+                if f.page_key.load(Acquire) != key || map.get(&key) != Some(&(i as u32)) {
+                    continue;
+                }
+                f.pins.fetch_add(1, AcqRel);
+            }
+            let pid = PageId::new((key >> 40) as u32, key & ((1 << 40) - 1));
+            let file = match self.file(pid.file) {
+                Ok(file) => file,
+                Err(e) => {
+                    part.unpin(i);
+                    failure = Some(e);
+                    break;
+                }
+            };
+            if part.writing[i].swap(true, AcqRel) {
+                part.unpin(i);
+                continue;
+            }
+            let slot = taken.len();
+            let copy = &mut bufs[slot * page_size..(slot + 1) * page_size];
+            let copied = {
+                // try_read: never wait for a thread that holds the page exclusively.
+                match f.latch.try_read() {
+                    Ok(_rl) => {
+                        let dirty = f.dirty.swap(false, AcqRel);
+                        if dirty {
+                            // SAFETY: we hold the latch shared and a pin.
+                            copy.copy_from_slice(unsafe { part.arena.bytes(i) });
+                        }
+                        dirty
+                    }
+                    Err(std::sync::TryLockError::Poisoned(_)) | Err(std::sync::TryLockError::WouldBlock) => {
+                        false
+                    }
+                }
+            };
+            if !copied {
+                part.writing[i].store(false, Release);
+                part.unpin(i);
+                continue;
+            }
+            max_lsn = max_lsn.max(PageHeader::lsn_of(copy));
+            taken.push((i, pid, file));
+        }
+        batch.clear();
+        let result = self.write_taken(part, &mut bufs, &taken, max_lsn, background);
+        for &(i, _, _) in &taken {
+            if result.is_err() {
+                part.arena.frames[i].dirty.store(true, Release);
+            }
+            part.writing[i].store(false, Release);
+            part.unpin(i);
+        }
+        BATCH_SCRATCH.with(|c| *c.borrow_mut() = Some(bufs));
+        match (failure, result) {
+            (Some(e), _) | (None, Err(e)) => Err(e),
+            (None, Ok(())) => Ok(taken.len()),
+        }
+    }
+
+    /// The device half of [`BufferPool::write_batch`]: the WAL rule for the batch, then one
+    /// submission per file. On error every copy is treated as unwritten.
+    fn write_taken(
+        &self,
+        part: &Partition,
+        bufs: &mut AlignedBuf,
+        taken: &[(usize, PageId, Arc<FileEntry>)],
+        max_lsn: u64,
+        background: bool,
+    ) -> Result<()> {
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let gate = self.gate.read_locked().clone();
+        if let Some(gate) = gate {
+            gate.ensure_durable(max_lsn)?;
+        }
+        let page_size = self.config.page_size;
+        let mut chunks: Vec<&mut [u8]> = bufs.chunks_mut(page_size).take(taken.len()).collect();
+        for c in chunks.iter_mut() {
+            PageHeader::seal(c);
+        }
+        let mut by_file: Vec<(u32, Vec<IoRequest<'_>>)> = Vec::new();
+        for ((_, pid, file), buf) in taken.iter().zip(chunks) {
+            if file.dropped.load(Acquire) {
+                continue; // a dropped table's page: nothing to keep
+            }
+            let req = IoRequest::Write { offset: pid.page * page_size as u64, buf };
+            match by_file.iter_mut().find(|(id, _)| *id == pid.file) {
+                Some((_, reqs)) => reqs.push(req),
+                None => by_file.push((pid.file, vec![req])),
+            }
+        }
+        for (id, mut reqs) in by_file {
+            let file = &taken.iter().find(|(_, p, _)| p.file == id).expect("file of a request").2;
+            let start = Instant::now();
+            let r = file.device().submit_batch(&mut reqs);
+            let end = Instant::now();
+            if !background {
+                crate::trace::record(crate::trace::TraceKind::DataWrite, start, end);
+            }
+            let ns = (end - start).as_nanos() as u64;
+            part.io_wait_ns.fetch_add(ns, Relaxed);
+            file.io.io_wait_ns.fetch_add(ns, Relaxed);
+            r?;
+            let k = reqs.len() as u64;
+            part.writes.fetch_add(k, Relaxed);
+            file.io.writes.fetch_add(k, Relaxed);
+            if background {
+                part.background_writes.fetch_add(k, Relaxed);
+                file.io.background_writes.fetch_add(k, Relaxed);
+            }
+        }
+        Ok(())
     }
 
     /// Counters summed over partitions.
@@ -1146,6 +1372,7 @@ impl BufferPool {
             s.reads += p.reads.load(Relaxed);
             s.writes += p.writes.load(Relaxed);
             s.background_writes += p.background_writes.load(Relaxed);
+            s.eviction_writes += p.eviction_writes.load(Relaxed);
             s.evictions += p.evictions.load(Relaxed);
             s.io_wait_ns += p.io_wait_ns.load(Relaxed);
             s.latch_waits += p.latch_waits.load(Relaxed);

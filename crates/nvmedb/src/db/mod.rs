@@ -129,7 +129,9 @@ pub struct Options {
     pub policy: BufferPolicy,
     /// Keep index pages resident once loaded ("all indexes cached").
     pub pin_indexes: bool,
-    /// Optional background writer for the table pool.
+    /// Background writer of the table pool (on by default: it keeps clean frames ahead of the
+    /// clock hand, so a transaction that needs a frame rarely writes a dirty page itself; `None`
+    /// makes every eviction of a dirty page write it on the evicting thread).
     pub background_writer: Option<BackgroundWriter>,
     /// Create the database if the storage holds none (on by default). Creating is safe to
     /// leave on: only a missing or empty directory is created into (one holding other files is
@@ -191,7 +193,7 @@ impl Default for Options {
             index_buffer: BufferSize::Bytes(64 << 20),
             policy: BufferPolicy::Shared { stripes: 16 },
             pin_indexes: true,
-            background_writer: None,
+            background_writer: Some(BackgroundWriter::default()),
             create_if_missing: true,
             wal: true,
             log_mirror_dir: None,

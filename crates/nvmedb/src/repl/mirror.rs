@@ -5,7 +5,10 @@
 //! whose devices send each write as a `PageWrite` frame and each sync as a `PageSync` frame to
 //! the standby and wait for its `PageAck`, over a small pool of authenticated connections.
 //!
-//! Invariants: a write or sync returns `Ok` only when both the local device and the standby
+//! A batch of writes ([`Device::submit_batch`]) is sent as one burst of frames on one
+//! connection, acknowledged frame by frame: one round trip for the batch.
+//!
+//! Invariants: a write, batch or sync returns `Ok` only when both the local device and the standby
 //! have done it (the frame is sent before the local write starts, so the two overlap); if the
 //! standby cannot be reached the operation fails with an I/O error naming the standby — the
 //! engine then treats it like a failed disk write (never a silent local-only write). Reads are
@@ -13,8 +16,9 @@
 
 use super::wire::{self, FrameType, Role};
 use super::ReplError;
-use crate::io::{Device, DeviceInfo, IoError, IoOpKind, IoResult, Storage};
+use crate::io::{Device, DeviceInfo, IoError, IoOpKind, IoRequest, IoResult, Storage};
 use crate::util::sync::MutexExt;
+use std::io::Write;
 use std::io::{BufReader, BufWriter};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
@@ -57,13 +61,21 @@ impl Pool {
 
     /// Sends one frame, runs `local` meanwhile, and waits for the acknowledgement.
     fn call(&self, kind: FrameType, payload: &[u8], local: impl FnOnce() -> IoResult<()>) -> IoResult<()> {
+        self.call_many(&[(kind, payload)], local)
+    }
+
+    /// Sends `frames` in one go (the standby handles them in order on one connection), runs
+    /// `local` meanwhile, and waits for one acknowledgement per frame: a batch of page writes
+    /// costs one round trip, not one per page.
+    fn call_many(&self, frames: &[(FrameType, &[u8])], local: impl FnOnce() -> IoResult<()>) -> IoResult<()> {
         let a = self.cfg.addr.clone();
+        let bytes: usize = frames.iter().map(|(_, p)| p.len()).sum();
         let fail = |e: ReplError| {
             IoError::os(
                 &format!("mirror {a}"),
                 IoOpKind::Write,
                 0,
-                payload.len(),
+                bytes,
                 std::io::Error::other(e.to_string()),
             )
         };
@@ -72,18 +84,25 @@ impl Pool {
             Some(c) => c,
             None => self.connect().map_err(fail)?,
         };
-        let sent = wire::write_frame(&mut conn.w, &a, self.cfg.epoch, kind, payload);
+        let mut out = Vec::with_capacity(bytes + frames.len() * 64);
+        for (kind, payload) in frames {
+            wire::encode_frame(&mut out, self.cfg.epoch, *kind, payload);
+        }
+        let sent =
+            conn.w.write_all(&out).and_then(|()| conn.w.flush()).map_err(|e| ReplError::io(&a, "send", e));
         let lr = local();
         sent.map_err(fail)?;
-        let f = wire::expect_frame(&mut conn.r, &a).map_err(fail)?;
-        match f.kind {
-            FrameType::PageAck => {}
-            FrameType::Refused => return Err(fail(wire::refused_error(&a, &f, self.cfg.epoch))),
-            k => {
-                return Err(fail(ReplError::Protocol {
-                    peer: a.clone(),
-                    detail: format!("unexpected {k:?}"),
-                }));
+        for _ in frames {
+            let f = wire::expect_frame(&mut conn.r, &a).map_err(fail)?;
+            match f.kind {
+                FrameType::PageAck => {}
+                FrameType::Refused => return Err(fail(wire::refused_error(&a, &f, self.cfg.epoch))),
+                k => {
+                    return Err(fail(ReplError::Protocol {
+                        peer: a.clone(),
+                        detail: format!("unexpected {k:?}"),
+                    }));
+                }
             }
         }
         self.idle.locked().push(conn);
@@ -116,6 +135,16 @@ impl MirrorDevice {
         p.extend_from_slice(self.name.as_bytes());
         p
     }
+
+    /// A `PageWrite` frame's payload: the file name, the offset, the bytes.
+    fn write_payload(&self, offset: u64, buf: &[u8]) -> Vec<u8> {
+        let mut p = Vec::with_capacity(2 + self.name.len() + 8 + buf.len());
+        p.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
+        p.extend_from_slice(self.name.as_bytes());
+        p.extend_from_slice(&offset.to_le_bytes());
+        p.extend_from_slice(buf);
+        p
+    }
 }
 
 impl Device for MirrorDevice {
@@ -135,10 +164,25 @@ impl Device for MirrorDevice {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> IoResult<()> {
-        let mut p = self.header();
-        p.extend_from_slice(&offset.to_le_bytes());
-        p.extend_from_slice(buf);
-        self.pool.call(FrameType::PageWrite, &p, || self.inner.write_at(offset, buf))
+        self.pool
+            .call(FrameType::PageWrite, &self.write_payload(offset, buf), || self.inner.write_at(offset, buf))
+    }
+    fn submit_batch(&self, reqs: &mut [IoRequest<'_>]) -> IoResult<()> {
+        // Writes are mirrored as one pipelined burst while the local device does the batch;
+        // reads are local only.
+        let payloads: Vec<Vec<u8>> = reqs
+            .iter()
+            .filter_map(|r| match r {
+                IoRequest::Write { offset, buf } => Some(self.write_payload(*offset, buf)),
+                IoRequest::Read { .. } => None,
+            })
+            .collect();
+        if payloads.is_empty() {
+            return self.inner.submit_batch(reqs);
+        }
+        let frames: Vec<(FrameType, &[u8])> =
+            payloads.iter().map(|p| (FrameType::PageWrite, &p[..])).collect();
+        self.pool.call_many(&frames, || self.inner.submit_batch(reqs))
     }
     fn sync(&self) -> IoResult<()> {
         self.pool.call(FrameType::PageSync, &self.header(), || self.inner.sync())

@@ -1104,7 +1104,14 @@ fn serve_mirror(
                 })
             }
         }
-        wire::write_frame(&mut w, peer, sh.epoch.load(Ordering::Acquire), FrameType::PageAck, &[])?;
+        // A primary's batch arrives as a burst: acknowledge its frames in one send, after the
+        // last one buffered.
+        let mut ack = Vec::with_capacity(16);
+        wire::encode_frame(&mut ack, sh.epoch.load(Ordering::Acquire), FrameType::PageAck, &[]);
+        w.write_all(&ack).map_err(|e| ReplError::io(peer, "send", e))?;
+        if r.buffer().is_empty() {
+            w.flush().map_err(|e| ReplError::io(peer, "send", e))?;
+        }
     }
 }
 

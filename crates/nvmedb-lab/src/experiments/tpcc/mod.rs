@@ -293,6 +293,10 @@ pub struct PointResult {
     pub page_reads_per_txn: f64,
     /// Table pages written back per transaction.
     pub page_writes_per_txn: f64,
+    /// Evictions per transaction that waited for a write-back on the terminal's thread (the
+    /// rest found a clean victim, cleaned by the background writer).
+    #[serde(default)]
+    pub eviction_writes_per_txn: f64,
     /// Device wait per table-page read (read and write-back), µs: the latency the engine saw.
     pub io_us_per_read: f64,
     /// Log bytes written per transaction.

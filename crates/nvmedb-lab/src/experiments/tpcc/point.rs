@@ -253,6 +253,7 @@ pub fn measure(
         index_hit_ratio: index_stats.hit_ratio(),
         page_reads_per_txn: per_txn(table_stats.reads as f64),
         page_writes_per_txn: per_txn(table_stats.writes as f64),
+        eviction_writes_per_txn: per_txn(table_stats.eviction_writes as f64),
         io_us_per_read: if table_stats.reads > 0 {
             table_stats.io_wait_ns as f64 / table_stats.reads as f64 / 1e3
         } else {
