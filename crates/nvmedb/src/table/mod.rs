@@ -277,7 +277,7 @@ impl Table {
         f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         self.check_poisoned()?;
-        self.primary_range(lo, hi)?.for_each(self, f)
+        self.acknowledged(self.primary_range(lo, hi)?.for_each(self, f))
     }
 
     /// Encoded primary keys of the rows whose value in the column of secondary index `index`
@@ -295,7 +295,16 @@ impl Table {
         if index >= self.inner.schema.indexes.len() {
             return Err(Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)));
         }
-        self.secondary_range(index, lo, hi)?.for_each(self, f)
+        self.acknowledged(self.secondary_range(index, lo, hi)?.for_each(self, f))
+    }
+
+    /// Returns `r` once every commit it can have seen is durable: with early lock release a
+    /// committed change is visible before its flush, and an auto-commit read must not be
+    /// acknowledged before what it saw would survive a crash (see `txn::shared`).
+    fn acknowledged<T>(&self, r: Result<T>) -> Result<T> {
+        let v = r?;
+        self.inner.txn.wait_released()?;
+        Ok(v)
     }
 
     /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
@@ -303,7 +312,7 @@ impl Table {
     pub fn read_encoded<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
-        self.read_committed(pk, None, f)
+        self.acknowledged(self.read_committed(pk, None, f))
     }
 
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
@@ -622,7 +631,9 @@ impl Table {
     /// The read sees only committed data (read committed), takes no lock and never waits for
     /// a writer: when a transaction has the key's change in flight, the read sees the row as
     /// it was before that change (the before-image the writer published), until the change
-    /// commits. Once the database is closed it fails with [`Error::Closed`].
+    /// commits. A change committed with early lock release is seen once its commit record is
+    /// logged; the read then returns only once that commit is durable. Once the database is
+    /// closed it fails with [`Error::Closed`].
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
@@ -638,7 +649,7 @@ impl Table {
                 &owned_pk
             }
         };
-        self.read_committed(pk, None, f)
+        self.acknowledged(self.read_committed(pk, None, f))
     }
 
     /// The committed row of `pk`, without a lock and without waiting (see
@@ -728,7 +739,7 @@ impl Table {
     /// # Ok(()) }
     /// ```
     pub fn read_many(&self, keys: &[Value], f: impl FnMut(usize, Option<RowView<'_>>)) -> Result<()> {
-        self.read_many_staged(keys, f, &mut || {})
+        self.acknowledged(self.read_many_staged(keys, f, &mut || {}))
     }
 
     /// [`Table::read_many`], calling `between_stages` after each batch has located its leaves
@@ -1045,7 +1056,7 @@ impl Table {
     pub fn scan(&self, f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
         self.inner.txn.check_open()?;
         let pages = self.inner.heap.pages()?;
-        self.scan_committed(|visit| self.inner.heap.scan_pages(0..pages, visit), f)
+        self.acknowledged(self.scan_committed(|visit| self.inner.heap.scan_pages(0..pages, visit), f))
     }
 
     /// Runs `f` on the committed image of each row that `scan` passes (see `read_committed`):
@@ -1103,7 +1114,9 @@ impl Table {
         let per = pages.div_ceil(parts as u64);
         let start = (part as u64 * per).min(pages);
         let end = (start + per).min(pages);
-        self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(start..end, read_ahead, visit), f)
+        self.acknowledged(
+            self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(start..end, read_ahead, visit), f),
+        )
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
@@ -1117,19 +1130,22 @@ impl Table {
     ) -> Result<()> {
         self.inner.txn.check_open()?;
         let mut keys = self.primary_range(lo, hi)?;
-        loop {
-            let batch = keys.next_batch(self, RANGE_BATCH)?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            for pk in &batch {
-                // Resolved through the primary index again: the row may have moved since the
-                // entry was copied. A row deleted meanwhile is skipped.
-                if !self.read_committed(pk, None, &mut f)?.transpose()?.unwrap_or(true) {
+        let mut walk = || -> Result<()> {
+            loop {
+                let batch = keys.next_batch(self, RANGE_BATCH)?;
+                if batch.is_empty() {
                     return Ok(());
                 }
+                for pk in &batch {
+                    // Resolved through the primary index again: the row may have moved since
+                    // the entry was copied. A row deleted meanwhile is skipped.
+                    if !self.read_committed(pk, None, &mut f)?.transpose()?.unwrap_or(true) {
+                        return Ok(());
+                    }
+                }
             }
-        }
+        };
+        self.acknowledged(walk())
     }
 
     /// All rows whose column indexed by `index` equals `value`, in primary-key order.
@@ -1166,7 +1182,7 @@ impl Table {
                 rows.push(r?);
             }
         }
-        Ok(rows)
+        self.acknowledged(Ok(rows))
     }
 
     /// Checks that the heap and every index agree: each row has its primary and secondary
