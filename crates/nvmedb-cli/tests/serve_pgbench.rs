@@ -9,6 +9,7 @@
 //! them the tests say so and pass without running. `NVMEDB_PGBENCH_SECS` sets the length of
 //! each pgbench run (default 3 s; 10 s is the acceptance run).
 
+use nvmedb_testkit::TmpDir;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -39,18 +40,8 @@ fn secs() -> u64 {
     std::env::var("NVMEDB_PGBENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3)
 }
 
-struct Dir(PathBuf);
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(tag: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("nvmedb-serve-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    Dir(d)
+fn temp_dir(tag: &str) -> TmpDir {
+    TmpDir::new(&format!("serve-{tag}"))
 }
 
 /// A server process and the port it listens on.
@@ -169,9 +160,9 @@ fn tps(out: &Output) -> f64 {
 fn psql_and_pgbench_keep_the_balances() {
     let Some((psql, pgbench)) = clients() else { return };
     let dir = temp_dir("bench");
-    let s = Serve::start(&dir.0);
+    let s = Serve::start(&dir);
     // psql runs a script: DDL, DML, a transaction, an error that fails its block.
-    let script = dir.0.join("script.sql");
+    let script = dir.join("script.sql");
     std::fs::write(
         &script,
         "CREATE TABLE notes (id int PRIMARY KEY, body text, at timestamp);\n\
@@ -219,7 +210,7 @@ fn psql_and_pgbench_keep_the_balances() {
     assert_eq!((a, t, b), (d, d, d), "every balance sum equals the history's delta sum");
     s.stop();
     // After a clean shutdown the data is still there.
-    let s = Serve::start(&dir.0);
+    let s = Serve::start(&dir);
     assert_eq!(s.sums(&psql), [a, t, b, d, n]);
     s.stop();
 }
@@ -245,8 +236,8 @@ fn logged_commits(dir: &Path) -> i64 {
 fn kill_9_during_pgbench_loses_no_acknowledged_transaction() {
     let Some((psql, pgbench)) = clients() else { return };
     let dir = temp_dir("kill");
-    let data = dir.0.join("data");
-    let logs = dir.0.join("logs");
+    let data = dir.join("data");
+    let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).unwrap();
     let mut s = Serve::start(&data);
     assert_ok(&s.pgbench(&pgbench, &["-i", "-s", "1"]), "pgbench -i -s 1");

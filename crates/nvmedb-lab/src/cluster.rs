@@ -11,6 +11,7 @@
 use crate::error::{LabError, Result};
 use nvmedb::repl::etcd::{free_port, EtcdStore, LocalEtcd};
 use nvmedb::repl::ha::ClusterStatus;
+use nvmedb::util::sync::MutexExt;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -200,12 +201,7 @@ impl Cluster {
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(std::result::Result::ok) {
                 let ev = NodeEvent::parse(&line);
-                log.lock().unwrap_or_else(|e| e.into_inner()).push(Event {
-                    node: i,
-                    at: Instant::now(),
-                    ev,
-                    line,
-                });
+                log.locked().push(Event { node: i, at: Instant::now(), ev, line });
             }
         });
         self.procs[i] = Some(child);
@@ -278,7 +274,7 @@ impl Cluster {
 
     /// Every line read so far, in arrival order.
     pub fn events(&self) -> Vec<Event> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.log.locked().clone()
     }
 
     /// The cluster as etcd shows it.
@@ -294,8 +290,7 @@ impl Cluster {
     /// Acknowledgements node `node` printed at `epoch` since `since`.
     pub fn acks_since(&self, node: usize, epoch: u64, since: Instant) -> usize {
         self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .iter()
             .filter(|e| {
                 e.node == node
@@ -307,11 +302,7 @@ impl Cluster {
 
     /// True once node `node` printed that it stepped down, after `since`.
     pub fn stepped_down_since(&self, node: usize, since: Instant) -> bool {
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|e| e.node == node && e.at >= since && e.ev == NodeEvent::SteppedDown)
+        self.log.locked().iter().any(|e| e.node == node && e.at >= since && e.ev == NodeEvent::SteppedDown)
     }
 
     /// Waits for a leader whose clients committed `n` more commits and for every other node to
@@ -349,7 +340,7 @@ impl Cluster {
     pub fn new_leader(&self, above: u64, t0: Instant, ctx: &str) -> Result<(usize, u64, Duration)> {
         let deadline = Instant::now() + Duration::from_secs(60 + 10 * self.spec.ttl);
         loop {
-            let first = self.log.lock().unwrap_or_else(|e| e.into_inner()).iter().find_map(|e| match e.ev {
+            let first = self.log.locked().iter().find_map(|e| match e.ev {
                 NodeEvent::Ack { epoch, .. } if epoch > above && e.at >= t0 => {
                     Some((e.node, epoch, e.at - t0))
                 }

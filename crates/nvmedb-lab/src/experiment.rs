@@ -217,9 +217,8 @@ mod tests {
 
     #[test]
     fn a_run_writes_results_summary_and_latest() {
-        let root = std::env::temp_dir().join(format!("nvmedb-lab-experiment-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let opts = RunOptions { results_root: root.clone(), progress: false };
+        let root = nvmedb_testkit::TmpDir::path_only("lab-experiment");
+        let opts = RunOptions { results_root: root.to_path_buf(), progress: false };
         let out = run::<Doubling>(&Cfg { x: 1.5 }, &opts).expect("runs");
         assert_eq!(out.results, [1.5, 3.0]);
         assert_eq!(out.dir.parent(), Some(root.join("doubling").as_path()));
@@ -242,6 +241,5 @@ mod tests {
         let e = run::<Doubling>(&Cfg { x: -1.0 }, &opts).unwrap_err();
         assert!(e.to_string().starts_with("x: "), "{e}");
         assert_eq!(std::fs::read_dir(root.join("doubling")).unwrap().count(), 2, "the run and `latest`");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -10,8 +10,7 @@ use nvmedb_lab::report::latest_runs;
 
 #[test]
 fn tiny_engine_bench_runs_lookups_a_raised_miss_buffer_and_locks() {
-    let dir = std::env::temp_dir().join(format!("nvmedb-eb-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = nvmedb_testkit::TmpDir::path_only("engine-bench");
     let cfg = EngineConfig {
         data_dir: dir.join("data"),
         rows: 3000,
@@ -51,5 +50,4 @@ fn tiny_engine_bench_runs_lookups_a_raised_miss_buffer_and_locks() {
     let page = nvmedb_lab::page::build(&dir.join("results")).expect("lab page");
     let row = page.rows.iter().find(|r| r.id == "seed004-scan").expect("row");
     assert!(row.ours.contains("SEP / SHR-1 = "), "{row:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,16 +9,13 @@ use nvmedb_lab::experiment::{self, RunOptions};
 use nvmedb_lab::experiments::ha::{Ha, HaConfig};
 use nvmedb_lab::experiments::primitive::{Primitive, PrimitiveConfig};
 use nvmedb_lab::page::{self, Status, SECTIONS};
+use nvmedb_testkit::TmpDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-fn scratch(name: &str) -> PathBuf {
-    let d =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("lab-page-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn scratch(name: &str) -> TmpDir {
+    TmpDir::new(&format!("lab-page-{name}"))
 }
 
 /// Copies directory `from` into `to` (symbolic links as links), so a test can edit a copy.
@@ -41,7 +38,9 @@ fn copy_tree(from: &Path, to: &Path) {
 /// One results root with a tiny primitive run (RAM and emulated optane, traced) and a tiny HA
 /// run, made once for every test of this file; `None` without the plot font.
 fn fixture() -> Option<&'static Path> {
-    static ROOT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    // Shared by every test of this binary for its whole life: a static is never dropped, so
+    // the fixture's results stay under target/tmp (removed with `cargo clean`).
+    static ROOT: OnceLock<Option<TmpDir>> = OnceLock::new();
     ROOT.get_or_init(|| {
         if !nvmedb_lab::report::font_path().exists() {
             eprintln!("skipping: no plot font at {}", nvmedb_lab::report::font_path().display());
@@ -67,9 +66,10 @@ fn fixture() -> Option<&'static Path> {
         experiment::run::<Ha>(&ha, &opts).expect("tiny ha run");
         let _ = std::fs::remove_dir_all(dir.join("data"));
         let _ = std::fs::remove_dir_all(dir.join("hadata"));
-        Some(dir.join("results"))
+        Some(dir)
     })
-    .as_deref()
+    .as_ref()
+    .map(|d| -> &'static Path { Box::leak(d.join("results").into_boxed_path()) })
 }
 
 fn row<'a>(page: &'a page::LabPage, id: &str) -> &'a page::PageRow {
@@ -94,7 +94,6 @@ fn an_empty_results_root_gives_a_page_of_not_run_rows() {
     }
     let (_, path) = page::write(&dir.join("results"), None).expect("default file");
     assert_eq!(path, dir.join("results").join(page::DEFAULT_FILE));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -165,7 +164,6 @@ fn a_value_changed_in_a_result_file_is_on_the_page() {
     let fig6 = row(&page, "seed000-fig6");
     assert!(matches!(&fig6.status, Status::Unreadable(e) if e.contains("results.json")), "{:?}", fig6.status);
     assert!(matches!(row(&page, "seed000-fig5").status, Status::Differs(_)));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Whether the browser test must run (CI sets it, having installed chromium).
@@ -224,5 +222,4 @@ fn the_page_renders_in_headless_chromium_without_errors() {
     for (plot, w, h) in &sizes {
         assert!(*w > 0.0 && *h > 0.0, "plot {plot} drawn at {w}×{h}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,6 +2,7 @@
 //! directory for the disk device, short windows): every result file is written and parses
 //! back, and the summary, model and trace code paths run. No timing is asserted.
 
+use nvmedb::util::sync::MutexExt;
 use nvmedb_lab::experiment::{self, Outcome, RunOptions};
 use nvmedb_lab::experiments::primitive::summary::{device_ceiling_series, model_rows, summarise, targets};
 use nvmedb_lab::experiments::primitive::{
@@ -9,12 +10,11 @@ use nvmedb_lab::experiments::primitive::{
 };
 use nvmedb_lab::report::{read_csv, read_json, ResultFile};
 use nvmedb_lab::LabError;
-use std::path::{Path, PathBuf};
+use nvmedb_testkit::TmpDir;
+use std::path::Path;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nvmedb-prim-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn temp_dir(name: &str) -> TmpDir {
+    TmpDir::path_only(&format!("prim-{name}"))
 }
 
 /// The engine's tracer is one per process: two runs tracing at once would drain each other's
@@ -22,7 +22,7 @@ fn temp_dir(name: &str) -> PathBuf {
 static RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run(root: &Path, cfg: &PrimitiveConfig) -> Result<Outcome<Primitive>, LabError> {
-    let _turn = RUNS.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = RUNS.locked();
     experiment::run::<Primitive>(cfg, &RunOptions { results_root: root.join("results"), progress: false })
 }
 
@@ -107,7 +107,6 @@ fn tiny_run_writes_every_file_and_they_parse() {
     let share =
         out.summary.figures.iter().find(|f| f.name == "select/optane/smallest_over_full_pct").unwrap();
     assert!(fig5.ours.contains(&format!("optane SELECT {}", nvmedb_lab::page::pct(share.value))), "{fig5:?}");
-    let _ = std::fs::remove_dir_all(root);
 }
 
 #[test]
@@ -127,7 +126,6 @@ fn disk_device_loads_once_and_is_reused() {
     let second = run(&root, &cfg).expect("second run reuses the data");
     assert_eq!(second.results.devices[0].load_s, 0.0);
     assert!(cfg.disk_db_dir().join("catalog.nvdb").exists());
-    let _ = std::fs::remove_dir_all(root);
 }
 
 #[test]
@@ -256,5 +254,4 @@ fn tracing_a_device_after_another_wrote_the_shared_image_opens_it() {
     cfg.trace_device = Some("optane".into());
     let out = run(&root, &cfg).expect("traces optane after memory wrote the image");
     assert!(out.dir.join("trace_update_optane.svg").exists());
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -10,8 +10,8 @@ use nvmedb_lab::report::{
     LineChart, PlotFiles, ReportError, ResultsDir, Series, SeriesStyle, TextTable, TraceChart,
     TraceSummaryRow,
 };
+use nvmedb_testkit::TmpDir;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Row {
@@ -28,8 +28,8 @@ struct Config {
     devices: Vec<String>,
 }
 
-fn out_root(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+fn out_root(name: &str) -> TmpDir {
+    TmpDir::path_only(name)
 }
 
 fn assert_plot_files(f: &PlotFiles) {
@@ -100,7 +100,6 @@ fn synthetic_trace(clients: u32, seed: u64) -> Trace {
 #[test]
 fn a_run_writes_every_kind_of_file() {
     let root = out_root("report-e2e");
-    let _ = std::fs::remove_dir_all(&root);
     let dir = ResultsDir::create(&root, "primitive").expect("results dir");
     assert!(dir.path().starts_with(root.join("primitive")));
     let ctx = RunContext::capture();
@@ -230,7 +229,6 @@ fn a_run_writes_every_kind_of_file() {
 #[test]
 fn errors_name_the_file() {
     let root = out_root("report-errors");
-    let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).expect("root");
     let missing = root.join("no-such-dir").join("x.csv");
     let e = write_csv(&missing, &[1u32]).expect_err("parent missing");
@@ -280,7 +278,6 @@ fn a_real_trace_becomes_a_chart() {
     let t = trace::collect();
     assert_eq!(t.threads.len(), 3);
     let root = out_root("report-real-trace");
-    let _ = std::fs::remove_dir_all(&root);
     let dir = ResultsDir::create(&root, "trace").expect("dir");
     let files = TraceChart::from_trace("real tracer, 3 threads", &t)
         .annotate_durations(true)

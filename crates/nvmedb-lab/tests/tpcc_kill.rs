@@ -15,10 +15,10 @@ use nvmedb_lab::workload::tpcc::txn::{execute_with_retries, Context, TxnOutput};
 use nvmedb_lab::workload::tpcc::{
     check_consistency, load, NuConstants, Scale, Tables, Terminal, TpccRng, TxnInput,
 };
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use nvmedb_testkit::{kill, TmpDir};
+use std::io::Write;
+use std::path::Path;
 
-const CHILD_ENV: &str = "NVMEDB_TPCC_KILL_CHILD_DIR";
 const SCALE: Scale = Scale { warehouses: 2, items: 1000, districts: 10, customers: 30, new_orders: 9 };
 
 fn options() -> Options {
@@ -33,20 +33,18 @@ fn options() -> Options {
     }
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
-}
-
-/// Child mode: runs the mix until killed, printing `NO w d o lines` for each committed order.
+/// Child mode (its role is the scratch directory): runs the mix until killed, printing
+/// `NO w d o lines` for each committed order.
 #[test]
 fn tpcc_kill9_child_entry() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
-    let seed = env_u64("NVMEDB_TPCC_KILL_CHILD_SEED", 1);
-    let db = Database::open(&dir, options()).expect("child opens the database");
+    let Some(root) = kill::child_role() else { return };
+    let root = Path::new(&root);
+    let seed: u64 = std::env::var("NVMEDB_TPCC_KILL_CHILD_SEED").unwrap().parse().unwrap();
+    let db = Database::open(root.join("db"), options()).expect("child opens the database");
     let tables = Tables::open(&db).expect("child opens the tables");
     let ctx = Context::new(db, tables).expect("child context");
     let load_c: NuConstants =
-        serde_json::from_str(&std::fs::read_to_string(format!("{dir}.constants")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(root.join("constants.json")).unwrap()).unwrap();
     let run = NuConstants::for_run(&load_c, &mut TpccRng::new(seed));
     let out = std::sync::Mutex::new(std::io::stdout());
     std::thread::scope(|sc| {
@@ -81,7 +79,7 @@ fn parse_ack(line: &str) -> Option<Ack> {
     Some((f.next()?? as u32, f.next()?? as u32, f.next()??, f.next()?? as usize))
 }
 
-fn verify(dir: &std::path::Path, acked: &[Ack], ctx: &str) {
+fn verify(dir: &Path, acked: &[Ack], ctx: &str) {
     let roomy = Options {
         table_buffer: BufferSize::Bytes(64 << 20),
         index_buffer: BufferSize::Bytes(64 << 20),
@@ -112,55 +110,36 @@ fn verify(dir: &std::path::Path, acked: &[Ack], ctx: &str) {
 
 #[test]
 fn tpcc_survives_kill9_with_every_acknowledged_new_order() {
-    let iters = env_u64("NVMEDB_TEST_ITERS", 3);
-    let seed = env_u64("NVMEDB_TEST_SEED", 13);
-    let base = std::env::var("CARGO_TARGET_TMPDIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| std::env::temp_dir());
-    let dir = base.join(format!("nvmedb-tpcc-kill9-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let (seed, iters) = (nvmedb_testkit::seed(13), nvmedb_testkit::iters(3));
+    let root = TmpDir::new("tpcc-kill9");
+    let dir = root.join("db");
     {
         let db = Database::open(&dir, Options { wal: false, ..options() }).unwrap();
         let report = load(&db, &SCALE, seed, 2, false).unwrap();
         db.close().unwrap();
-        std::fs::write(dir.with_extension("constants"), serde_json::to_string(&report.constants).unwrap())
+        std::fs::write(root.join("constants.json"), serde_json::to_string(&report.constants).unwrap())
             .unwrap();
     }
     let mut rng = Rng::new(seed);
     let mut acked: Vec<Ack> = Vec::new();
     for iter in 0..iters {
-        let ctx =
-            format!("iteration {iter} (replay: NVMEDB_TEST_SEED={seed} NVMEDB_TEST_ITERS={})", iter + 1);
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["tpcc_kill9_child_entry", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, &dir)
-            .env("NVMEDB_TPCC_KILL_CHILD_SEED", (seed * 1000 + iter).to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let kill_after = rng.range(1, 150);
-        let mut lines = BufReader::new(stdout).lines();
-        let mut n = 0;
-        while let Some(Ok(line)) = lines.next() {
-            if let Some(a) = parse_ack(&line) {
-                acked.push(a);
-                n += 1;
-                if n >= kill_after {
-                    break;
+        let ctx = format!("iteration {iter} ({})", nvmedb_testkit::replay(seed, iter + 1));
+        let child = kill::spawn(
+            "tpcc_kill9_child_entry",
+            root.as_str(),
+            &[("NVMEDB_TPCC_KILL_CHILD_SEED", (seed * 1000 + iter).to_string())],
+        );
+        // Acknowledgements still in the pipe when the child dies count too.
+        let mut n = 0u64;
+        child
+            .kill_after(rng.range(1, 150), |line| {
+                if let Some(a) = parse_ack(line) {
+                    acked.push(a);
+                    n += 1;
                 }
-            }
-        }
-        child.kill().unwrap(); // SIGKILL
-                               // Acknowledgements already in the pipe count too.
-        for line in lines.map_while(Result::ok) {
-            if let Some(a) = parse_ack(&line) {
-                acked.push(a);
-                n += 1;
-            }
-        }
-        child.wait().unwrap();
+                n
+            })
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert!(n > 0, "{ctx}: the child acknowledged no New-Order (did it fail to start?)");
         verify(&dir, &acked, &ctx);
     }
@@ -168,6 +147,4 @@ fn tpcc_survives_kill9_with_every_acknowledged_new_order() {
         "TPC-C kill -9: {iters} iterations, {} acknowledged New-Orders, all present after recovery",
         acked.len()
     );
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_file(dir.with_extension("constants"));
 }

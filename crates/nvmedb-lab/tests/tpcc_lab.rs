@@ -11,14 +11,11 @@ use nvmedb_lab::measure::DeviceKind;
 use nvmedb_lab::report::Figure;
 use nvmedb_lab::workload::tpcc::schema as s;
 use nvmedb_lab::workload::tpcc::Tables;
+use nvmedb_testkit::TmpDir;
 use std::path::PathBuf;
 
-fn scratch(name: &str) -> PathBuf {
-    let base =
-        std::env::var("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
-    let d = base.join(format!("nvmedb-tpcc-lab-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn scratch(name: &str) -> TmpDir {
+    TmpDir::path_only(&format!("tpcc-lab-{name}"))
 }
 
 #[test]
@@ -71,6 +68,14 @@ fn a_small_run_measures_checks_and_reports_every_point() {
         assert!(out.dir.join(f).exists(), "{f} written");
     }
     assert!(out.summary.text.contains("consistency conditions 1-4"), "{}", out.summary.text);
+    // The emulated device's lateness is counted per point; the real memory device has none.
+    for p in &r.points {
+        assert!((0.0..=1.0).contains(&p.emulator_late_share), "{p:?}");
+        if p.device == "memory" {
+            assert_eq!((p.emulator_late_us, p.emulator_late_share), (0.0, 0.0));
+        }
+    }
+    assert!(out.summary.text.contains("past their modelled completion"), "{}", out.summary.text);
     assert!(!ram.exists(), "the RAM copies are removed");
 
     // --check on the loaded database, then on a broken one.
@@ -137,5 +142,4 @@ fn a_small_run_measures_checks_and_reports_every_point() {
         matches!(&fig7.status, nvmedb_lab::page::Status::Differs(why) if why.contains("optane / san is 2.00×")),
         "{fig7:?}"
     );
-    std::fs::remove_dir_all(&root).unwrap();
 }

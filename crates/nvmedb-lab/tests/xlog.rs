@@ -5,7 +5,7 @@
 use nvmedb_lab::experiment::{self, RunOptions};
 use nvmedb_lab::experiments::xlog::{CommitPoint, SchedPoint, TxnPoint, Xlog, XlogConfig, XlogResults};
 use nvmedb_lab::report::{read_csv, read_json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn check_plot(dir: &Path, stem: &str) {
     let png = std::fs::read(dir.join(format!("{stem}.png"))).expect("png");
@@ -16,8 +16,7 @@ fn check_plot(dir: &Path, stem: &str) {
 
 #[test]
 fn xlog_lab_tiny_run_produces_every_file() {
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xloglab-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = nvmedb_testkit::TmpDir::path_only("xloglab");
     let mut cfg = XlogConfig::default_scale(root.join("data")).tiny();
     cfg.ring_dir = root.join("rings");
     std::fs::create_dir_all(&cfg.ring_dir).unwrap();
@@ -65,5 +64,4 @@ fn xlog_lab_tiny_run_produces_every_file() {
     // The working files are cleaned up (databases, conventional rings, ring files).
     let left: Vec<_> = std::fs::read_dir(&cfg.ring_dir).unwrap().collect();
     assert!(left.is_empty(), "ring files left behind: {left:?}");
-    let _ = std::fs::remove_dir_all(&root);
 }

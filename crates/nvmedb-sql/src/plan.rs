@@ -256,7 +256,7 @@ pub struct Prepared {
     /// Parameter types ($1, $2, ...).
     pub params: Vec<SqlType>,
     /// Result columns (empty when the statement returns no rows).
-    pub columns: Vec<OutCol>,
+    pub columns: Arc<Vec<OutCol>>,
     /// Catalog version the plan was made at.
     pub version: u64,
     /// Uncorrelated scalar subqueries, computed in order before the statement (a later one
@@ -465,7 +465,14 @@ impl<'a> Planner<'a> {
         let (stmt, columns) = self.statement(st)?;
         let params =
             self.params.iter().map(|t| if *t == SqlType::Unknown { SqlType::Text } else { *t }).collect();
-        Ok(Prepared { sql: sql.to_string(), stmt, params, columns, version, subqueries: self.subqueries })
+        Ok(Prepared {
+            sql: sql.to_string(),
+            stmt,
+            params,
+            columns: Arc::new(columns),
+            version,
+            subqueries: self.subqueries,
+        })
     }
 
     fn statement(&mut self, st: &ast::Statement) -> SqlResult<(Stmt, Vec<OutCol>)> {

@@ -73,19 +73,30 @@ pub struct ServerConfig {
     pub auth: Auth,
     /// Connections served at once; more are refused with 53300.
     pub max_connections: usize,
-    /// Engine options (buffer sizes, log).
+    /// Engine options (buffer sizes, log, lock timeout).
     pub options: nvmedb::Options,
 }
 
+/// How long a statement waits for a row lock before it fails with 55P03 (the server's
+/// default; the embedded engine's is shorter). PostgreSQL clients expect a lock wait to last
+/// until the lock is free (PostgreSQL's `lock_timeout` is 0), and pgbench's `--max-tries`
+/// retries deadlocks but not lock timeouts: with 20 clients queued on a few pgbench branch
+/// rows, each holder keeping its lock through a durable commit, a 1 s wait is not rare on a
+/// busy machine. Deadlocks are still detected at once.
+pub const DEFAULT_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl ServerConfig {
-    /// Defaults: loopback port 5432, trust, 100 connections, `Options::default()`.
+    /// Defaults: loopback port 5432, trust, 100 connections, `Options::default()` except a
+    /// lock timeout of [`DEFAULT_LOCK_TIMEOUT`].
     pub fn new(data: impl Into<PathBuf>) -> Self {
+        let mut options = nvmedb::Options::default();
+        options.lock_options.lock_timeout = DEFAULT_LOCK_TIMEOUT;
         Self {
             data: data.into(),
             listen: "127.0.0.1:5432".into(),
             auth: Auth::Trust,
             max_connections: 100,
-            options: nvmedb::Options::default(),
+            options,
         }
     }
 }
@@ -625,7 +636,7 @@ impl ExtendedQueryHandler for Conn {
             let formats = portal.formats.clone();
             let bin = |i| is_binary(&formats, i);
             let outcome = match portal.pending.take() {
-                Some((rows, tag)) => Outcome::Rows(Arc::new(portal.stmt.columns.clone()), rows.into(), tag),
+                Some((rows, tag)) => Outcome::Rows(portal.stmt.columns.clone(), rows.into(), tag),
                 None => st.session.execute(&portal.stmt, portal.params.clone())?,
             };
             let copy = matches!(outcome, Outcome::CopyIn(_));

@@ -173,6 +173,8 @@ struct CopyIn {
     err: Option<SqlError>,
     done: bool,
     started: Instant,
+    /// The engine row being built (reused from line to line).
+    row: Vec<nvmedb::Value>,
 }
 
 /// One client's session.
@@ -270,7 +272,7 @@ impl Session {
             sql: text.to_string(),
             stmt,
             params: param_types.iter().map(|t| t.unwrap_or(SqlType::Text)).collect(),
-            columns: vec![],
+            columns: Arc::default(),
             version,
             subqueries: vec![],
         };
@@ -307,7 +309,7 @@ impl Session {
         let types: Vec<Option<SqlType>> = p.params.iter().map(|t| Some(*t)).collect();
         let fresh = self.prepare(&p.sql, &types)?;
         if fresh.columns.len() != p.columns.len()
-            || fresh.columns.iter().zip(&p.columns).any(|(a, b)| a.ty != b.ty)
+            || fresh.columns.iter().zip(p.columns.iter()).any(|(a, b)| a.ty != b.ty)
         {
             return Err(SqlError::new(
                 code::FEATURE_NOT_SUPPORTED,
@@ -486,7 +488,7 @@ impl Session {
                         format!("unrecognized configuration parameter \"{name}\""),
                     )
                 })?;
-                Ok(Outcome::Rows(Arc::new(p.columns.clone()), vec![vec![Datum::Text(v)]], "SHOW".into()))
+                Ok(Outcome::Rows(p.columns.clone(), vec![vec![Datum::Text(v)]], "SHOW".into()))
             }
             Stmt::Checkpoint => {
                 self.engine.db.checkpoint()?;
@@ -514,6 +516,7 @@ impl Session {
                     err: None,
                     done: false,
                     started: Instant::now(),
+                    row: Vec::new(),
                 });
                 Ok(Outcome::CopyIn(n))
             }
@@ -595,7 +598,7 @@ impl Session {
             if p.columns.is_empty() {
                 Ok(Outcome::Done(tag))
             } else {
-                Ok(Outcome::Rows(Arc::new(p.columns.clone()), rows, tag))
+                Ok(Outcome::Rows(p.columns.clone(), rows, tag))
             }
         })();
         if !in_block {
@@ -752,7 +755,7 @@ impl Session {
                 c.done = true;
                 break;
             }
-            if let Err(e) = copy_line(&c.plan, line, tx) {
+            if let Err(e) = copy_line(&c.plan, line, tx, &mut c.row) {
                 c.err = Some(e.with_detail(format!("COPY {}, line {}", c.plan.table.name, c.line)));
                 break;
             }
@@ -850,9 +853,14 @@ fn failed_block() -> SqlError {
 fn rebuild_copy(db: &Database, table: &str, schema: nvmedb::Schema) -> SqlResult<nvmedb::Table> {
     let started = Instant::now();
     db.rebuild_table(table, schema, |old, load| {
-        let to = load.table().schema().clone();
+        // Where each new column comes from (by name), looked up once rather than per row.
+        let from: Vec<Option<usize>> =
+            load.table().schema().columns.iter().map(|c| old.schema().column_index(&c.name).ok()).collect();
+        let mut values = Vec::with_capacity(from.len());
         old.scan(|row| {
-            load.insert(&nvmedb::convert_row(&row, &to))?;
+            values.clear();
+            values.extend(from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))));
+            load.insert(&values)?;
             if load.rows() % 1_000_000 == 0 {
                 eprintln!(
                     "nvmedb: rebuilding {table}: {} rows ({:.1} s)",
@@ -866,8 +874,12 @@ fn rebuild_copy(db: &Database, table: &str, schema: nvmedb::Schema) -> SqlResult
     .map_err(|e| SqlError::from_engine(e, Some(table)))
 }
 
-/// Unescapes one field of the COPY text format.
-fn unescape(f: &[u8]) -> Vec<u8> {
+/// Unescapes one field of the COPY text format (borrowed when it has no backslash, as most
+/// fields have none).
+fn unescape(f: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !f.contains(&b'\\') {
+        return std::borrow::Cow::Borrowed(f);
+    }
     let mut out = Vec::with_capacity(f.len());
     let mut i = 0;
     while i < f.len() {
@@ -912,13 +924,19 @@ fn unescape(f: &[u8]) -> Vec<u8> {
             i += 1;
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
-/// Inserts one line of COPY text.
-fn copy_line(plan: &CopyPlan, line: &[u8], tx: &mut Transaction) -> SqlResult<()> {
+/// Inserts one line of COPY text; `row` is a buffer reused from line to line.
+fn copy_line(
+    plan: &CopyPlan,
+    line: &[u8],
+    tx: &mut Transaction,
+    row: &mut Vec<nvmedb::Value>,
+) -> SqlResult<()> {
     let t = &plan.table;
-    let mut row = vec![nvmedb::Value::Null; t.columns.len()];
+    row.clear();
+    row.resize(t.columns.len(), nvmedb::Value::Null);
     if t.hidden_rowid {
         row[0] = nvmedb::Value::Int(t.next_rowid());
     }
@@ -957,5 +975,5 @@ fn copy_line(plan: &CopyPlan, line: &[u8], tx: &mut Transaction) -> SqlResult<()
     if fields.next().is_some() {
         return Err(SqlError::new(code::BAD_COPY_FILE_FORMAT, "extra data after last expected column"));
     }
-    tx.insert(&t.table, &row).map_err(|e| SqlError::from_engine(e, Some(&t.name)))
+    tx.insert(&t.table, row).map_err(|e| SqlError::from_engine(e, Some(&t.name)))
 }

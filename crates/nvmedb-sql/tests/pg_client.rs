@@ -4,34 +4,24 @@
 //! in the middle of a transaction, and concurrent sessions moving money between accounts.
 
 use nvmedb_sql::{Server, ServerConfig};
+use nvmedb_testkit::TmpDir;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 struct Fixture {
     server: Option<Server>,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    _dir: TmpDir,
 }
 
 fn start(lock_timeout: Duration) -> Fixture {
-    let dir = std::env::temp_dir().join(format!(
-        "nvmedb-sql-{}-{}",
-        std::process::id(),
-        SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
-    ));
-    let mut config = ServerConfig::new(&dir);
+    let dir = TmpDir::path_only("sql");
+    let mut config = ServerConfig::new(dir.path());
     config.listen = "127.0.0.1:0".into();
     config.options.table_buffer = nvmedb::BufferSize::Bytes(8 << 20);
     config.options.index_buffer = nvmedb::BufferSize::Bytes(8 << 20);
     config.options.lock_options.lock_timeout = lock_timeout;
     let server = Server::start(config).expect("server starts");
-    Fixture { server: Some(server), _dir: TempDir(dir) }
+    Fixture { server: Some(server), _dir: dir }
 }
 
 impl Fixture {
@@ -428,4 +418,45 @@ async fn concurrent_sessions_keep_the_total() {
     }
     let r = simple_rows(&c, "SELECT sum(bal), count(*) FROM acct").await;
     assert_eq!(r, [[Some("20000".to_string()), Some("20".to_string())]], "after {retries} retried deadlocks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_statement_follows_its_table_through_drop_and_create() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL)").await.unwrap();
+    c.batch_execute("INSERT INTO acct VALUES (1, 10), (2, 20)").await.unwrap();
+    let get = c.prepare("SELECT bal FROM acct WHERE id = $1").await.unwrap();
+    let add = c.prepare("UPDATE acct SET bal = bal + $1 WHERE id = $2").await.unwrap();
+    let bal = |r: tokio_postgres::Row| r.get::<_, i32>(0);
+    assert_eq!(bal(c.query_one(&get, &[&2i32]).await.unwrap()), 20);
+    assert_eq!(c.execute(&add, &[&5i32, &2i32]).await.unwrap(), 1);
+    assert_eq!(bal(c.query_one(&get, &[&2i32]).await.unwrap()), 25);
+
+    // The table is dropped and made again, with the columns in another order and other
+    // rows: the cached plans must read and change the new table, not the old one's files.
+    c.batch_execute("DROP TABLE acct").await.unwrap();
+    let e = c.query_one(&get, &[&2i32]).await.unwrap_err();
+    assert_eq!(code(&e), "42P01", "{e}");
+    c.batch_execute("CREATE TABLE acct (note text, bal int NOT NULL, id int PRIMARY KEY)").await.unwrap();
+    c.batch_execute("INSERT INTO acct VALUES ('x', 700, 2), ('y', 800, 3)").await.unwrap();
+    assert_eq!(bal(c.query_one(&get, &[&2i32]).await.unwrap()), 700);
+    assert_eq!(c.execute(&add, &[&1i32, &3i32]).await.unwrap(), 1);
+    assert_eq!(bal(c.query_one(&get, &[&3i32]).await.unwrap()), 801);
+    assert!(c.query_opt(&get, &[&1i32]).await.unwrap().is_none(), "row 1 went with the old table");
+    assert_eq!(
+        simple_rows(&c, "SELECT note, bal FROM acct ORDER BY id").await,
+        [[Some("x".to_string()), Some("700".to_string())], [Some("y".to_string()), Some("801".to_string())]]
+    );
+
+    // TRUNCATE in between: the plans see the emptied table.
+    c.batch_execute("TRUNCATE acct").await.unwrap();
+    assert!(c.query_opt(&get, &[&2i32]).await.unwrap().is_none());
+    assert_eq!(c.execute(&add, &[&1i32, &2i32]).await.unwrap(), 0);
+
+    // A result type that changes under a cached plan is refused (as PostgreSQL refuses it).
+    c.batch_execute("DROP TABLE acct").await.unwrap();
+    c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY, bal text)").await.unwrap();
+    let e = c.query_opt(&get, &[&2i32]).await.unwrap_err();
+    assert_eq!(code(&e), "0A000", "{e}");
 }

@@ -244,7 +244,9 @@ pub fn describe_log(
     let place = match copies.as_slice() {
         [one] => one.location(),
         [a, b, ..] => format!("{} (mirror {})", a.location(), b.location()),
-        [] => return Err(crate::Error::InvalidArgument("describe_log needs the log's storage".into())),
+        [] => {
+            return Err(crate::error::Error::InvalidArgument("describe_log needs the log's storage".into()))
+        }
     };
     let _ = writeln!(out, "log in {place}: {} segment(s)", segs.len());
     for s in &segs {
@@ -278,10 +280,16 @@ pub fn describe_log(
                         })
                         .collect();
                     let op = m.annotation.as_deref().and_then(|a| TxnOp::decode(a).ok()).map(|op| {
-                        let kind = match (&op.before, &op.after) {
-                            (None, _) => "insert",
-                            (Some(_), Some(_)) => "update",
-                            (Some(_), None) => "delete",
+                        let kind = match (&op.patch, &op.before, &op.after) {
+                            (Some(p), ..) => format!(
+                                "update ({} of {} row bytes changed, in {} range(s))",
+                                p.changed_bytes() / 2,
+                                p.len,
+                                p.ranges.len()
+                            ),
+                            (None, None, _) => "insert".into(),
+                            (None, Some(_), Some(_)) => "update (whole rows)".into(),
+                            (None, Some(_), None) => "delete".into(),
                         };
                         format!("; txn {} {kind} table {} key {}", op.txn, op.table, hex(&op.pk))
                     });

@@ -118,10 +118,11 @@ fn a_wrong_column_is_a_typed_error() {
 #[test]
 fn inspecting_damaged_pages_does_not_panic() {
     let storage = database();
-    let mut rng = Rng::new(support::seed(17));
+    let run = support::Replay::from_env(17, 200);
+    let mut rng = Rng::new(run.seed);
     for (file, pages) in [("t0.idx", 4u64), ("t0.heap", 8)] {
         let dev = storage.open(file, false).unwrap();
-        for _ in 0..support::iters(200) {
+        for _ in 0..run.iters {
             let page = rng.below(pages);
             let mut buf = AlignedBuf::new(4096);
             dev.read_at(page * 4096, &mut buf).unwrap();

@@ -9,18 +9,16 @@ use nvmedb::io::{
     SingleOpPath, Storage,
 };
 use nvmedb::util::Rng;
-use std::path::PathBuf;
+use nvmedb_testkit::TmpDir;
 use std::sync::Arc;
 
 const BLOCK: usize = 4096;
 
-fn tmp_path(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("device_conformance");
-    std::fs::create_dir_all(&dir).expect("create test dir");
-    let p = dir.join(name);
-    let _ = std::fs::remove_file(&p);
-    let _ = std::fs::remove_dir_all(&p);
-    p
+/// A fresh path for a device file or directory, removed when the guard drops. A device opened
+/// from a temporary guard keeps its file open after the path is gone (an unlinked file stays
+/// usable), so nothing is left behind.
+fn tmp_path(name: &str) -> TmpDir {
+    TmpDir::path_only(&format!("device-{name}"))
 }
 
 fn pattern(seed: u64, len: usize) -> AlignedBuf {
@@ -331,7 +329,6 @@ fn dir_storage_devices_conform_and_reopen() {
     st2.remove("dev0").unwrap();
     assert!(!st2.exists("dev0"));
     st2.sync_dir().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

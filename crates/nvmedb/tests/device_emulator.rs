@@ -36,9 +36,16 @@ struct Sample {
     bare_median_us: f64,
 }
 
+/// The median (the mean of the middle two for an even count), as the lab's `measure::stats`
+/// computes it (this crate's tests cannot use the lab, which depends on this crate).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn measure(
@@ -219,4 +226,36 @@ fn bandwidth_cap_paces_large_transfers() {
     let took = t.elapsed().as_secs_f64();
     println!("EMULATED optane capped at 500 MB/s: 24 MiB read in {took:.4} s (floor {floor:.4} s)");
     assert!(took >= floor, "24 MiB in {took} s beats the {floor} s the 500 MB/s cap allows");
+}
+
+/// Every synchronous operation of a profile is counted in its lateness, and the counts of a
+/// window are the difference of two snapshots; operations of another profile are not counted.
+#[test]
+fn lateness_counts_each_synchronous_operation_of_its_profile() {
+    let open = |name: &str| {
+        let mut p = DeviceProfile::builtin("optane").unwrap();
+        p.name = name.into();
+        let d = open_emulated(p, None, &FileOptions::default(), 5).unwrap();
+        d.ensure_capacity(4096 * 64).unwrap();
+        d
+    };
+    let (d, other) = (open("optane-lateness-test"), open("optane-lateness-other"));
+    let before = nvmedb::io::lateness("optane-lateness-test");
+    let mut buf = AlignedBuf::new(4096);
+    for i in 0..40u64 {
+        d.write_at(i * 4096, &buf).unwrap();
+        d.read_at(i * 4096, &mut buf).unwrap();
+    }
+    other.read_at(0, &mut buf).unwrap();
+    let window = nvmedb::io::lateness("optane-lateness-test").since(&before);
+    assert_eq!(window.ops, 80, "{window:?}");
+    assert!(window.late_ops <= window.ops);
+    assert!(window.late_share() <= 1.0);
+    println!(
+        "lateness of 80 operations: mean {:.1} µs, {:.1} % later than 50 µs",
+        window.mean_us(),
+        window.late_share() * 100.0
+    );
+    assert_eq!(nvmedb::io::lateness("optane-lateness-other").ops, 1);
+    assert_eq!(nvmedb::io::lateness("no-such-profile"), nvmedb::io::Lateness::default());
 }

@@ -163,9 +163,11 @@ fn torn_write_at_a_crash_leaves_exactly_the_planned_prefix() {
 
 #[test]
 fn random_crashes_tear_only_at_sector_boundaries() {
-    let seed = Rng::seed_from_time();
+    let run =
+        nvmedb_testkit::Replay { seed: nvmedb_testkit::seed_or_random(), iters: nvmedb_testkit::iters(50) };
+    let seed = run.seed;
     let mut rng = Rng::new(seed);
-    for round in 0..50 {
+    for round in 0..run.iters {
         let d = CrashSimDevice::new("sim");
         d.write_at(0, &filled(8192, 0x44)).unwrap();
         d.crash(&mut rng);

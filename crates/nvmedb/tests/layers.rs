@@ -185,6 +185,29 @@ fn every_layer_imports_only_layers_below_it() {
     assert!(missing.is_empty(), "ORDER names modules that are not in src/: {missing:?}");
 }
 
+/// One import style: the error types are named through `crate::error` (`crate::error::{Error,
+/// Result}`), never through the crate root's re-exports, which are for the crate's users.
+#[test]
+fn error_types_are_imported_from_the_error_module() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut violations = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(src()).expect("under src");
+        if rel == Path::new("lib.rs") {
+            continue;
+        }
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        for n in crate_paths(&code_of(name, &text)) {
+            if n == "Error" || n == "Result" {
+                violations.push(format!("{}: `crate::{n}` (write `crate::error::{n}`)", rel.display()));
+            }
+        }
+    }
+    assert!(violations.is_empty(), "error types named through the crate root:\n{}", violations.join("\n"));
+}
+
 #[test]
 fn the_scanner_sees_grouped_and_re_exported_imports() {
     let code =

@@ -1,4 +1,5 @@
-//! Replication in one process, over loopback: commits reach the standby and survive promotion,
+//! Replication in one process, over loopback: commits (and tables created or bulk-loaded
+//! meanwhile) reach the standby and survive promotion,
 //! data-page mirroring, the standby-down policy both ways, authentication, corrupt frames, and
 //! fencing by epoch.
 
@@ -32,6 +33,11 @@ fn eager_commits_are_on_the_standby_and_survive_promotion() {
         u.insert(&[Value::Int(i), Value::Int(i * 2)]).unwrap();
     }
     drop(u);
+    // So is a bulk-loaded one (its pages travel as images in the log), with an index.
+    let schema =
+        Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)]).with_index("by_v", "v").unwrap();
+    let rows = (0..1000).map(|i| vec![Value::Int(i), Value::Int(i % 10)]);
+    drop(db.load_table("w", schema, rows, |_| {}).unwrap());
     for round in 1..=3 {
         for k in 0..ROWS {
             assert!(t.update_int(&Value::Int(k), 1, round * 1000 + k).unwrap());
@@ -60,6 +66,11 @@ fn eager_commits_are_on_the_standby_and_survive_promotion() {
     }
     u.check_integrity().unwrap();
     drop(u);
+    let w = db2.table("w").expect("the table loaded while replicating is on the standby");
+    assert_eq!(w.check_integrity().unwrap(), 1000);
+    assert_eq!(w.get(&Value::Int(999)).unwrap(), Some(vec![Value::Int(999), Value::Int(9)]));
+    assert_eq!(w.lookup("by_v", &Value::Int(3)).unwrap().len(), 100);
+    drop(w);
     // The promoted database takes writes.
     db2.table("t").unwrap().update_int(&Value::Int(0), 1, -1).unwrap();
     db2.close().unwrap();
@@ -151,7 +162,7 @@ fn standby_down_degrades_loudly_under_the_degrade_policy_and_recovers() {
     // The standby comes back on the same address; once it has caught up the mode is restored.
     let sb = Standby::start(StandbyConfig {
         listen: addr.to_string(),
-        data_dir: s.clone(),
+        data_dir: s.to_path_buf(),
         secret: SECRET.to_vec(),
         apply: true,
         options: options(),
@@ -268,7 +279,7 @@ fn a_standby_that_was_down_catches_up_from_the_primarys_log_and_a_restarted_prim
     assert_eq!(log.status().effective, ReplicationMode::Lazy);
     let sb = Standby::start(StandbyConfig {
         listen: addr.to_string(),
-        data_dir: s.clone(),
+        data_dir: s.to_path_buf(),
         secret: SECRET.to_vec(),
         apply: true,
         options: options(),

@@ -114,7 +114,7 @@ fn an_emulated_primary_mirrors_and_ships_to_its_standby() {
     if !inner.in_ram() {
         let cfg = StandbyConfig {
             listen: "127.0.0.1:0".into(),
-            data_dir: disk.clone(),
+            data_dir: disk.to_path_buf(),
             secret: SECRET.to_vec(),
             apply: false,
             options: options(),

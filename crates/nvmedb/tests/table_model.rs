@@ -279,8 +279,7 @@ fn corrupted_heap_page_is_reported_with_file_and_page() {
 
 #[test]
 fn database_on_a_real_directory_survives_close_and_reopen() {
-    let dir = std::env::temp_dir().join(format!("nvmedb-dir-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = nvmedb_testkit::TmpDir::path_only("dir-test");
     {
         let db = Database::open(&dir, tiny_options()).unwrap();
         let t = db.create_table("items", schema()).unwrap();
@@ -295,11 +294,8 @@ fn database_on_a_real_directory_survives_close_and_reopen() {
     assert_eq!(t.lookup("by_grp", &Value::Int(3)).unwrap().len(), 125);
     drop(db);
     // A directory with foreign files is refused.
-    let foreign = std::env::temp_dir().join(format!("nvmedb-foreign-{}", std::process::id()));
-    std::fs::create_dir_all(&foreign).unwrap();
+    let foreign = nvmedb_testkit::TmpDir::new("foreign");
     std::fs::write(foreign.join("README"), b"not a database").unwrap();
     let e = Database::open(&foreign, tiny_options()).unwrap_err().to_string();
     assert!(e.contains("not an nvmedb database"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&foreign);
 }

@@ -131,8 +131,7 @@ fn concurrent_transfers_conserve_money() {
 
 #[test]
 fn committed_transactions_survive_reopen_and_uncommitted_do_not() {
-    let dir = std::env::temp_dir().join(format!("nvmedb-txn-reopen-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = nvmedb_testkit::TmpDir::path_only("txn-reopen");
     {
         let db = Database::open(&dir, options()).unwrap();
         let t = db.create_table("acct", schema()).unwrap();
@@ -156,7 +155,6 @@ fn committed_transactions_survive_reopen_and_uncommitted_do_not() {
     let rep = db.recovery_report();
     assert!(rep.records > 0, "{rep:?}");
     drop(db);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -193,8 +191,7 @@ fn a_new_log_for_an_existing_database_starts_above_its_page_lsns() {
 #[test]
 fn log_volume_checkpoints_bound_the_log_and_lose_nothing() {
     use nvmedb::wal::WalOptions;
-    let dir = std::env::temp_dir().join(format!("nvmedb-ckpt-volume-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = nvmedb_testkit::TmpDir::path_only("ckpt-volume");
     let opts = nvmedb::Options {
         table_page_size: 4096,
         index_page_size: 4096,
@@ -234,5 +231,4 @@ fn log_volume_checkpoints_bound_the_log_and_lose_nothing() {
         assert_eq!(t.read(&nvmedb::Value::Int(id), |r| r.int(1)).unwrap(), Some(20), "row {id}");
     }
     drop(db);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,7 +62,8 @@ impl Model {
 
 #[test]
 fn sequential_model_random_schedules() {
-    for seed in 0..300u64 {
+    let run = nvmedb_testkit::Replay::from_env(0, 300);
+    for seed in run.seed..run.seed + run.iters {
         let mut rng = Rng::new(seed);
         let lm = LockManager::new(LockOptions::default()).unwrap();
         let mut model = Model::default();
@@ -105,9 +106,10 @@ fn check(o: &Occupancy, what: &str) {
 
 #[test]
 fn concurrent_compatibility_random_schedules() {
-    let seed = Rng::seed_from_time();
-    println!("seed {seed}");
-    for round in 0..3u64 {
+    let run =
+        nvmedb_testkit::Replay { seed: nvmedb_testkit::seed_or_random(), iters: nvmedb_testkit::iters(3) };
+    let seed = run.seed;
+    for round in 0..run.iters {
         let lm = Arc::new(
             LockManager::new(LockOptions {
                 lock_timeout: Duration::from_secs(10),

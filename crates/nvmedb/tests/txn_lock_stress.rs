@@ -68,7 +68,10 @@ fn transfer(bank: &Bank, rng: &mut Rng) -> (u64, usize, usize, i64) {
     (retries, a, b, amount)
 }
 
-fn run(opts: LockOptions, threads: usize, per_thread: usize, seed: u64) {
+/// Runs the bank with a seed from `NVMEDB_TEST_SEED` (else the clock), printed with any failure.
+fn run(opts: LockOptions, threads: usize, per_thread: usize) {
+    let seed = nvmedb_testkit::seed_or_random();
+    let _replay = nvmedb_testkit::Replay { seed, iters: 1 };
     println!("seed {seed} opts {opts:?}");
     let bank = Arc::new(Bank {
         lm: LockManager::new(opts).unwrap(),
@@ -162,16 +165,16 @@ fn opts(victim: VictimPolicy, spin: Duration) -> LockOptions {
 
 #[test]
 fn bank_transfers_youngest_victim_spin_then_park() {
-    run(opts(VictimPolicy::Youngest, Duration::from_micros(10)), 4, 2_000, Rng::seed_from_time());
+    run(opts(VictimPolicy::Youngest, Duration::from_micros(10)), 4, 2_000);
 }
 
 #[test]
 fn bank_transfers_requester_victim_park_only() {
-    run(opts(VictimPolicy::Requester, Duration::ZERO), 3, 1_500, Rng::seed_from_time());
+    run(opts(VictimPolicy::Requester, Duration::ZERO), 3, 1_500);
 }
 
 #[test]
 fn bank_transfers_many_threads_one_shard() {
     let o = LockOptions { shards: 1, ..opts(VictimPolicy::Youngest, Duration::from_micros(20)) };
-    run(o, 8, 500, Rng::seed_from_time());
+    run(o, 8, 500);
 }

@@ -3,11 +3,8 @@
 //! cluster view of `nvmedb status --ha`.
 //!
 //! Owns: the node's flags, its signal handling (SIGTERM/SIGINT stop it cleanly: a primary
-//! steps down and releases its lease), and the demonstration workload: tables `acks` (id, k,
-//! epoch; index on k) and `t` (sid, c1, data), created when the node bootstraps the cluster;
-//! while the node leads, each client commits transactions that insert one `acks` row and set
-//! one `t` row's c1 to that row's id. Invariant: `ACK <epoch> <id> <unix ns>` is printed only
-//! after the commit returned successfully, so every printed id must survive any failover.
+//! steps down and releases its lease) and its status lines. The committing clients and their
+//! tables are the lab's (`nvmedb_lab::workload::failover`).
 
 use super::CliError;
 use clap::Args;
@@ -15,15 +12,12 @@ use nvmedb::repl::coord::CoordStore;
 use nvmedb::repl::etcd::EtcdStore;
 use nvmedb::repl::ha::{ClusterStatus, LeaseTiming};
 use nvmedb::repl::node::{HaNode, NodeConfig, NodeEvent};
-use nvmedb::{ColumnType, Database, Schema, Value};
+use nvmedb_lab::workload::failover;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Rows of the workload's table `t`.
-pub const WORKLOAD_ROWS: i64 = 100;
 
 /// Flags of `nvmedb node`.
 #[derive(Args, Debug)]
@@ -115,68 +109,6 @@ fn say(line: &str) {
     let _ = o.flush();
 }
 
-/// The workload's tables (bootstrap of a fresh cluster).
-pub fn create_workload_tables(db: &Database) -> nvmedb::Result<()> {
-    let t = db.create_table(
-        "t",
-        Schema::new(vec![("sid", ColumnType::Int), ("c1", ColumnType::Int), ("data", ColumnType::Char(100))]),
-    )?;
-    db.create_table(
-        "acks",
-        Schema::new(vec![("id", ColumnType::Int), ("k", ColumnType::Int), ("epoch", ColumnType::Int)])
-            .with_index("by_k", "k")?,
-    )?;
-    for i in 0..WORKLOAD_ROWS {
-        t.insert(&[Value::Int(i), Value::Int(-1), Value::from("row")])?;
-    }
-    Ok(())
-}
-
-/// One client: commits while the node leads; waits for leadership otherwise.
-fn client(node: &HaNode, c: usize, print: bool, acked: &std::sync::atomic::AtomicU64) {
-    let mut rng = nvmedb::util::Rng::new(nvmedb::util::Rng::seed_from_time() ^ c as u64);
-    let mut seq: i64 = 0;
-    while !STOP.load(Ordering::Acquire) {
-        let Some(lead) = node.wait_leading(Duration::from_millis(200)) else { continue };
-        let (Ok(t), Ok(acks)) = (lead.db.table("t"), lead.db.table("acks")) else {
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
-        };
-        let epoch = lead.epoch as i64;
-        while !STOP.load(Ordering::Acquire) {
-            seq += 1;
-            let id = (epoch << 40) | ((c as i64) << 32) | seq;
-            let k = rng.below(WORKLOAD_ROWS as u64) as i64;
-            let mut tx = lead.db.begin();
-            let r = (|| -> nvmedb::Result<()> {
-                tx.insert(&acks, &[Value::Int(id), Value::Int(k), Value::Int(epoch)])?;
-                tx.update_int(&t, &Value::Int(k), 1, id)?;
-                Ok(())
-            })();
-            let r = match r {
-                Ok(()) => tx.commit(),
-                Err(e) => {
-                    let _ = tx.abort();
-                    Err(e)
-                }
-            };
-            match r {
-                Ok(()) => {
-                    acked.fetch_add(1, Ordering::Relaxed);
-                    if print {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |d| d.as_nanos());
-                        say(&format!("ACK {epoch} {id} {now}"));
-                    }
-                }
-                Err(e) if e.is_retryable() => {}
-                Err(_) => break, // not leading any more (or the standbys did not confirm): drop the handles
-            }
-        }
-    }
-}
-
 /// Runs a node until SIGTERM/SIGINT.
 pub fn run(a: &NodeArgs) -> Result<(), CliError> {
     let secret = nvmedb::repl::read_secret(&a.secret_file).map_err(CliError::engine("reading the secret"))?;
@@ -204,7 +136,7 @@ pub fn run(a: &NodeArgs) -> Result<(), CliError> {
     cfg.commit_timeout = Duration::from_secs_f64(a.commit_timeout.max(0.1));
     cfg.prefix = prefix(&a.cluster);
     if a.clients > 0 {
-        cfg.bootstrap = Some(Arc::new(create_workload_tables));
+        cfg.bootstrap = Some(Arc::new(failover::create_tables));
     }
     let store: Arc<dyn CoordStore> = Arc::new(store(&a.ha)?);
     // SAFETY: the handler only stores to an atomic.
@@ -230,7 +162,7 @@ pub fn run(a: &NodeArgs) -> Result<(), CliError> {
     std::thread::scope(|s| {
         for c in 0..a.clients {
             let (node, acked) = (&node, &acked);
-            s.spawn(move || client(node, c, a.print_acks, acked));
+            s.spawn(move || failover::client(node, c, a.print_acks, &STOP, acked));
         }
         let mut last = std::time::Instant::now();
         while !STOP.load(Ordering::Acquire) {

@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// Index buffer: a size or a share of the index data present at start.
     #[arg(long, default_value = "64MiB")]
     pub index_buffer: String,
+    /// Seconds a statement waits for a row lock before it fails with SQLSTATE 55P03 (default:
+    /// 60, as PostgreSQL clients expect waits to last; deadlocks are detected at once).
+    #[arg(long)]
+    pub lock_timeout: Option<f64>,
 }
 
 fn buffer_size(s: &str, flag: &'static str) -> Result<BufferSize, CliError> {
@@ -66,6 +70,12 @@ pub fn config(a: &ServeArgs) -> Result<ServerConfig, CliError> {
     };
     c.options.table_buffer = buffer_size(&a.buffer, "--buffer")?;
     c.options.index_buffer = buffer_size(&a.index_buffer, "--index-buffer")?;
+    if let Some(s) = a.lock_timeout {
+        c.options.lock_options.lock_timeout =
+            std::time::Duration::try_from_secs_f64(s).ok().filter(|d| !d.is_zero()).ok_or_else(|| {
+                CliError::flag("--lock-timeout", format!("`{s}` is not a positive number of seconds"))
+            })?;
+    }
     Ok(c)
 }
 

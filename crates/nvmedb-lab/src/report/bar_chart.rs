@@ -252,8 +252,7 @@ mod tests {
 
     #[test]
     fn a_chart_is_written_and_bad_data_is_named() {
-        let dir = std::env::temp_dir().join(format!("nvmedb-bar-chart-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = nvmedb_testkit::TmpDir::new("bar-chart");
         let chart = BarChart::new("tps", "transactions / s", ["select", "update"])
             .series("a", vec![12000.0, 300.0])
             .series("b", vec![9000.0, 450.0])
@@ -268,6 +267,5 @@ mod tests {
         assert!(e.contains("series `a` has 1 values for 2 categories"), "{e}");
         let zero = BarChart::new("t", "y", ["x"]).series("a", vec![0.0]).log_y(true);
         assert!(zero.write(&dir, "zero").is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn same_second_runs_get_distinct_directories() {
-        let root = std::env::temp_dir().join(format!("nvmedb-lab-dir-{}", std::process::id()));
+        let root = nvmedb_testkit::TmpDir::path_only("lab-dir");
         let a = ResultsDir::create_at(&root, "exp", 0).expect("first");
         let b = ResultsDir::create_at(&root, "exp", 0).expect("second");
         assert_eq!(a.path(), root.join("exp").join("19700101T000000Z"));
@@ -226,6 +226,5 @@ mod tests {
         assert_eq!(runs[0].summary.figures, [fig]);
         assert_eq!(runs[0].summary.files, ["summary.json", "summary.txt"]);
         assert!(latest_runs(root.join("missing")).expect("no root").is_empty());
-        std::fs::remove_dir_all(&root).expect("cleanup");
     }
 }

@@ -58,8 +58,7 @@ mod tests {
     #[test]
     fn escapes_and_inlines() {
         assert_eq!(escape("a<b & \"c\" 'd'>"), "a&lt;b &amp; &quot;c&quot; &#39;d&#39;&gt;");
-        let dir = std::env::temp_dir().join(format!("nvmedb-html-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = nvmedb_testkit::TmpDir::new("html");
         let ok = dir.join("ok.svg");
         std::fs::write(&ok, "<?xml version=\"1.0\"?>\n<svg width=\"10\" height=\"5\"><rect/></svg>\n")
             .unwrap();
@@ -71,6 +70,5 @@ mod tests {
         std::fs::write(&bad, "not a plot").unwrap();
         assert!(inline_svg(&bad).unwrap_err().to_string().contains("no <svg>"));
         assert!(inline_svg(&dir.join("missing.svg")).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -171,8 +171,9 @@ pub(crate) fn fmt_tick(v: &f64) -> String {
     }
 }
 
-/// Distinct colours for series, in order.
-pub(crate) const SERIES_COLORS: [RGBColor; 8] = [
+/// Distinct colours for series, in order (twelve: `lab tier` plots eleven configurations, each
+/// of which must be told apart).
+pub(crate) const SERIES_COLORS: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -181,6 +182,10 @@ pub(crate) const SERIES_COLORS: [RGBColor; 8] = [
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
     RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(0, 0, 128),
+    RGBColor(0, 0, 0),
 ];
 
 /// How a series is drawn.
@@ -475,11 +480,10 @@ mod tests {
         let e = load_font(missing).expect_err("missing font");
         let msg = e.to_string();
         assert!(msg.contains("/nonexistent/fonts/NoSuch.ttf") && msg.contains("fonts-dejavu-core"), "{msg}");
-        let not_font = std::env::temp_dir().join(format!("nvmedb-not-a-font-{}.ttf", std::process::id()));
+        let not_font = nvmedb_testkit::TmpDir::path_only("not-a-font.ttf");
         std::fs::write(&not_font, b"hello").expect("write");
         let msg = load_font(&not_font).expect_err("not a font").to_string();
         assert!(msg.contains("not a TrueType"), "{msg}");
-        std::fs::remove_file(&not_font).expect("cleanup");
     }
 
     #[test]

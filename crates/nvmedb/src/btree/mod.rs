@@ -12,6 +12,7 @@
 //! the separator keys of its parent; all leaves are at level 0 and linked left to right.
 //! Deletion does not merge nodes (underfull nodes are allowed, as in many production trees).
 
+pub mod build;
 pub mod key;
 pub mod node;
 
@@ -123,17 +124,7 @@ impl BTree {
     }
 
     fn check_entry(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        let max = self.max_entry_bytes();
-        if key.len() + value.len() > max || key.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "index entry of {} key bytes + {} value bytes: keys must be non-empty and an entry at most \
-                 {max} bytes for {}-byte index pages",
-                key.len(),
-                value.len(),
-                self.pool.page_size()
-            )));
-        }
-        Ok(())
+        check_entry_size(self.pool.page_size(), key, value)
     }
 
     fn fix(&self, page: u64) -> Result<PageRef<'_>> {
@@ -727,6 +718,21 @@ impl BTree {
         }
         Ok(level)
     }
+}
+
+/// Fails with `InvalidArgument` unless `key` is non-empty and the entry fits a node of
+/// `page_size` bytes.
+fn check_entry_size(page_size: usize, key: &[u8], value: &[u8]) -> Result<()> {
+    let max = node::max_entry_payload(page_size);
+    if key.len() + value.len() > max || key.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "index entry of {} key bytes + {} value bytes: keys must be non-empty and an entry at most \
+             {max} bytes for {page_size}-byte index pages",
+            key.len(),
+            value.len(),
+        )));
+    }
+    Ok(())
 }
 
 fn child_of(v: &[u8]) -> u64 {

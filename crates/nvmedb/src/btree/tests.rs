@@ -191,7 +191,7 @@ fn injected_io_errors_fail_operations_without_corrupting_the_tree() {
             };
             match r {
                 Ok(()) => {}
-                Err(crate::Error::Io(_)) => failures += 1,
+                Err(crate::error::Error::Io(_)) => failures += 1,
                 Err(e) => panic!("seed {seed} step {step}: unexpected error {e}"),
             }
         }
@@ -214,11 +214,11 @@ struct VecLogger {
 }
 
 impl crate::buffer::PageLogger for VecLogger {
-    fn log_page_changes(&self, _tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> crate::Result<u64> {
+    fn log_page_changes(&self, _tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> crate::error::Result<u64> {
         let payload = build(0);
         let payload = &payload;
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(crate::Error::Io(crate::io::IoError::os(
+            return Err(crate::error::Error::Io(crate::io::IoError::os(
                 "log",
                 crate::io::IoOpKind::Write,
                 0,
@@ -310,5 +310,60 @@ fn ascending_inserts_fill_nodes() {
     );
     for k in (0..n).step_by(997) {
         assert_eq!(t.get(&key::encode_i64(k)).unwrap(), Some((k as u64).to_le_bytes().to_vec()));
+    }
+}
+
+#[test]
+fn bulk_built_trees_match_their_input_and_take_changes_afterwards() {
+    for (seed, n) in [(0u64, 0usize), (1, 1), (2, 2), (3, 150), (4, 5000), (5, 40_000)] {
+        let mut rng = Rng::new(seed);
+        let pool = BufferPool::new(PoolConfig::new(4096, 24)).unwrap();
+        pool.register_file(0, Arc::new(MemDevice::new("index.db"))).unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        while model.len() < n {
+            let k = random_key(&mut rng, 1 << 40);
+            let mut v = vec![0u8; rng.below(if seed == 4 { 600 } else { 12 }) as usize];
+            rng.fill(&mut v);
+            model.insert(k, v);
+        }
+        let mut b = build::TreeBuilder::new(pool.clone(), 0);
+        for (k, v) in &model {
+            b.push(k, v).unwrap();
+        }
+        // Keys out of order are refused.
+        if let Some((k, v)) = model.iter().next() {
+            assert!(matches!(b.push(k, v), Err(Error::InvalidArgument(_))), "seed {seed}");
+        }
+        let t = b.finish().unwrap();
+        let shape = t.check().unwrap();
+        assert_eq!(shape.entries, n as u64, "seed {seed}");
+        if n > 2000 {
+            assert!(shape.height >= 2, "seed {seed}: {shape:?}");
+        }
+        for (k, v) in &model {
+            assert_eq!(t.get(k).unwrap().as_ref(), Some(v), "seed {seed}");
+        }
+        let mut seen = Vec::new();
+        t.range(Bound::Unbounded, Bound::Unbounded, |k, _| {
+            seen.push(k.to_vec());
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(seen, model.keys().cloned().collect::<Vec<_>>(), "seed {seed}: leaf chain order");
+        for _ in 0..2000 {
+            let k = random_key(&mut rng, 1 << 40);
+            if rng.chance(0.5) {
+                t.upsert(&k, b"new").unwrap();
+                model.insert(k, b"new".to_vec());
+            } else if let Some(old) = model.keys().nth(rng.below(model.len().max(1) as u64) as usize).cloned()
+            {
+                assert!(t.delete(&old).unwrap().is_some());
+                model.remove(&old);
+            }
+        }
+        assert_eq!(t.check().unwrap().entries, model.len() as u64, "seed {seed}");
+        for (k, v) in &model {
+            assert_eq!(t.get(k).unwrap().as_ref(), Some(v), "seed {seed}");
+        }
     }
 }

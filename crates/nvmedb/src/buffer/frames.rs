@@ -59,7 +59,7 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn new(len: usize, huge_pages: bool) -> crate::Result<Self> {
+    fn new(len: usize, huge_pages: bool) -> crate::error::Result<Self> {
         let len = len.max(1);
         // SAFETY: an anonymous private mapping with no address hint; the result is checked.
         let p = unsafe {
@@ -73,7 +73,7 @@ impl Mapping {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(crate::Error::ResourceExhausted(format!(
+            return Err(crate::error::Error::ResourceExhausted(format!(
                 "cannot map {len} bytes of buffer frame memory: {}",
                 std::io::Error::last_os_error()
             )));
@@ -112,11 +112,13 @@ unsafe impl Send for FrameTable {}
 unsafe impl Sync for FrameTable {}
 
 impl FrameTable {
-    fn new(count: usize, huge_pages: bool) -> crate::Result<Self> {
+    fn new(count: usize, huge_pages: bool) -> crate::error::Result<Self> {
         let mut bytes = count
             .checked_mul(std::mem::size_of::<Frame>())
             .ok_or_else(|| {
-                crate::Error::ResourceExhausted(format!("{count} buffer frames do not fit the address space"))
+                crate::error::Error::ResourceExhausted(format!(
+                    "{count} buffer frames do not fit the address space"
+                ))
             })?
             .max(1);
         if huge_pages && bytes >= HUGE_PAGE {
@@ -169,10 +171,10 @@ unsafe impl Send for FrameArena {}
 unsafe impl Sync for FrameArena {}
 
 impl FrameArena {
-    pub fn new(page_size: usize, count: usize, huge_pages: bool) -> crate::Result<Self> {
+    pub fn new(page_size: usize, count: usize, huge_pages: bool) -> crate::error::Result<Self> {
         assert!(page_size % 4096 == 0, "frame size {page_size} must be a multiple of 4096");
         let bytes = page_size.checked_mul(count).ok_or_else(|| {
-            crate::Error::ResourceExhausted(format!(
+            crate::error::Error::ResourceExhausted(format!(
                 "{count} frames of {page_size} B do not fit the address space"
             ))
         })?;

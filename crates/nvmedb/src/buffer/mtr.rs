@@ -19,6 +19,7 @@ use super::PageId;
 use crate::error::Result;
 use crate::page::header::{PAGE_LSN_RANGE, PAGE_TRAILER_BYTES};
 use crate::page::PageHeader;
+use crate::util::bytes::ByteReader;
 
 /// Receives atomic groups of page changes (the WAL implements it).
 pub trait PageLogger: Send + Sync {
@@ -27,6 +28,12 @@ pub trait PageLogger: Send + Sync {
     /// appends the payload it returns, both under one lock that a checkpoint's change of the
     /// horizon excludes. Returns the LSN to stamp on the changed pages.
     fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64>;
+
+    /// Called when a thread opens its outermost mini-transaction, before it latches any page:
+    /// a logger whose space only a checkpoint frees waits here while it is nearly full, so
+    /// that no thread waits for log space while holding page latches a checkpoint's flush
+    /// needs. Default: returns at once.
+    fn wait_for_space(&self) {}
 }
 
 thread_local! {
@@ -151,7 +158,7 @@ pub struct MtrRecord {
 pub fn decode_mtr(payload: &[u8]) -> Option<MtrRecord> {
     let (page_size, changes, used) = decode_changes_prefix(payload)?;
     let rest = &payload[used..];
-    let n = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let n = ByteReader::new(rest).u32()? as usize;
     if rest.len() != 4 + n {
         return None;
     }
@@ -169,39 +176,32 @@ pub fn decode_page_changes(payload: &[u8]) -> Option<(usize, Vec<(PageId, PageCh
 type ChangesPrefix = (usize, Vec<(PageId, PageChange)>, usize);
 
 fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
-    let mut pos = 0;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let s = payload.get(pos..pos + n)?;
-        pos += n;
-        Some(s)
-    };
-    let u32_ = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4"));
-    let page_size = u32_(take(4)?) as usize;
+    let mut r = ByteReader::new(payload);
+    let page_size = r.u32()? as usize;
     let body = page_size.checked_sub(PAGE_TRAILER_BYTES)?;
-    let count = u32_(take(4)?) as usize;
+    let count = r.u32()? as usize;
     let mut changes = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
-        let file = u32_(take(4)?);
-        let page = u64::from_le_bytes(take(8)?.try_into().ok()?);
-        let kind = take(1)?[0];
-        let change = match kind {
+        let file = r.u32()?;
+        let page = r.u64()?;
+        let change = match r.u8()? {
             1 => {
-                let n = u32_(take(4)?) as usize;
+                let n = r.u32()? as usize;
                 if n != body {
                     return None;
                 }
-                PageChange::FullImage(take(n)?.to_vec())
+                PageChange::FullImage(r.take(n)?.to_vec())
             }
             2 => {
-                let n = u32_(take(4)?) as usize;
+                let n = r.u32()? as usize;
                 let mut ranges = Vec::with_capacity(n.min(4096));
                 for _ in 0..n {
-                    let off = u32_(take(4)?);
-                    let len = u32_(take(4)?) as usize;
+                    let off = r.u32()?;
+                    let len = r.u32()? as usize;
                     if (off as usize).checked_add(len)? > body {
                         return None;
                     }
-                    ranges.push((off, take(len)?.to_vec()));
+                    ranges.push((off, r.take(len)?.to_vec()));
                 }
                 PageChange::Ranges(ranges)
             }
@@ -209,7 +209,7 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
         };
         changes.push((PageId::new(file, page), change));
     }
-    Some((page_size, changes, pos))
+    Some((page_size, changes, r.pos()))
 }
 
 /// Applies a logged change to `page` (a full page buffer) and stamps `lsn`.

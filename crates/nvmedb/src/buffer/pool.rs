@@ -1059,6 +1059,35 @@ impl BufferPool {
         Ok(PageMut { pool: self, part, frame: victim, pid, modified: true, before: None, latch: Some(wl) })
     }
 
+    /// Appends a new page of `page_type` to `file` holding the body of `image` (a page
+    /// composed elsewhere: the bytes between the page header and trailer; the header is the
+    /// new page's own), in a mini-transaction (with a log, a new page is logged whole).
+    /// Returns the page number. How a bulk load writes the pages it builds.
+    pub fn append_page(
+        &self,
+        file_id: u32,
+        class: PageClass,
+        page_type: PageType,
+        image: &[u8],
+    ) -> Result<u64> {
+        if image.len() != self.page_size() {
+            return Err(Error::InvalidArgument(format!(
+                "page image of {} bytes for a pool of {}-byte pages",
+                image.len(),
+                self.page_size()
+            )));
+        }
+        let body =
+            crate::page::header::PAGE_HEADER_BYTES..image.len() - crate::page::header::PAGE_TRAILER_BYTES;
+        let mtr = self.begin_mtr();
+        let mut g = self.allocate(file_id, class, page_type)?;
+        g[body.clone()].copy_from_slice(&image[body]);
+        let page = g.page_id().page;
+        drop(g);
+        mtr.commit()?;
+        Ok(page)
+    }
+
     /// Writes every dirty page, then syncs every registered file.
     pub fn flush_all(&self) -> Result<()> {
         for part in self.parts.iter() {
@@ -1190,9 +1219,16 @@ impl BufferPool {
         self.logger.get().is_some()
     }
 
-    /// Opens (or joins) this thread's mini-transaction on this pool.
+    /// Opens (or joins) this thread's mini-transaction on this pool. The thread's outermost
+    /// mini-transaction (none open on any pool) first passes the logger's space gate
+    /// ([`PageLogger::wait_for_space`]): call it before latching the pages it will change.
     pub fn begin_mtr(&self) -> Mtr<'_> {
         let me = self as *const BufferPool;
+        if let Some((logger, _)) = self.logger.get() {
+            if OPEN_MTRS.with(|m| m.borrow().is_empty()) {
+                logger.wait_for_space();
+            }
+        }
         OPEN_MTRS.with(|m| {
             let mut m = m.borrow_mut();
             match m.iter_mut().find(|o| o.pool == me) {

@@ -242,7 +242,7 @@ struct RecordingGate {
     max_asked: AtomicU64,
 }
 impl WalGate for RecordingGate {
-    fn ensure_durable(&self, lsn: u64) -> crate::Result<()> {
+    fn ensure_durable(&self, lsn: u64) -> crate::error::Result<()> {
         self.max_asked.fetch_max(lsn, Ordering::SeqCst);
         self.durable.fetch_max(lsn, Ordering::SeqCst);
         Ok(())

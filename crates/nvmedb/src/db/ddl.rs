@@ -16,7 +16,7 @@ use super::{heap_name, index_name, Database};
 use crate::btree::BTree;
 use crate::error::{Error, Result};
 use crate::table::catalog::{TableMeta, DEFAULT_TABLESPACE};
-use crate::table::{HeapFile, RowView, Schema, Table, Value};
+use crate::table::{RowView, Schema, Table, Value};
 use crate::util::sync::{MutexExt, RwLockExt};
 
 /// Fills a table that a [`Database::rebuild_table`] is building: rows go in without locks and
@@ -66,12 +66,7 @@ impl Database {
         heap_space: &str,
         index_space: &str,
     ) -> Result<(Table, TableMeta)> {
-        let (heap_st, index_st) = {
-            let spaces = self.inner.spaces.read_locked();
-            (spaces.get(heap_space)?.clone(), spaces.get(index_space)?.clone())
-        };
-        self.inner.table_pool.register_file(id, heap_st.open(&heap_name(id), true)?)?;
-        self.inner.index_pool.register_file(id, index_st.open(&index_name(id), true)?)?;
+        self.open_table_files(id, heap_space, index_space)?;
         let primary = BTree::create(self.inner.index_pool.clone(), id)?;
         let mut index_roots = Vec::new();
         for _ in &schema.indexes {
@@ -88,23 +83,12 @@ impl Database {
             heap_space: heap_space.to_string(),
             index_space: index_space.to_string(),
         };
-        let heap = HeapFile::open(self.inner.table_pool.clone(), id, &heap_name(id))?;
-        let secondaries =
-            meta.index_roots.iter().map(|&r| BTree::open(self.inner.index_pool.clone(), id, r)).collect();
-        let table = Table::new(
-            id,
-            meta.name.clone(),
-            meta.schema.clone(),
-            heap,
-            primary,
-            secondaries,
-            self.inner.txn.clone(),
-        );
+        let table = self.table_handle(&meta)?;
         Ok((table, meta))
     }
 
     /// Checks a schema and table name for a new table.
-    fn check_new_table(&self, name: &str, schema: &Schema, table_page_size: u32) -> Result<()> {
+    pub(super) fn check_new_table(&self, name: &str, schema: &Schema, table_page_size: u32) -> Result<()> {
         schema.validate()?;
         if name.is_empty() || name.len() > 255 {
             return Err(Error::InvalidArgument("a table name needs 1 to 255 bytes".into()));
@@ -167,7 +151,7 @@ impl Database {
 
     /// Forgets table `id`'s files, kept in tablespaces `heap_space` and `index_space`: its
     /// buffered pages are discarded and the files deleted.
-    fn remove_table_files(&self, id: u32, heap_space: &str, index_space: &str) -> Result<()> {
+    pub(super) fn remove_table_files(&self, id: u32, heap_space: &str, index_space: &str) -> Result<()> {
         self.inner.table_pool.drop_file(id)?;
         self.inner.index_pool.drop_file(id)?;
         let spaces = self.inner.spaces.read_locked().clone();

@@ -7,6 +7,7 @@
 use crate::btree::BTree;
 use crate::util::sync::{MutexExt, RwLockExt};
 mod ddl;
+mod load;
 mod recovery;
 mod tablespace;
 mod transaction;
@@ -14,6 +15,7 @@ mod transaction;
 pub use crate::table::catalog::DEFAULT_TABLESPACE;
 pub use crate::table::files::{heap_name, index_name, CATALOG_FILE};
 pub use ddl::{convert_row, BulkLoad};
+pub use load::LOAD_PROGRESS_EVERY;
 pub use recovery::RecoveryReport;
 pub(crate) use recovery::{PageFiles, Redo, RedoPages};
 pub use tablespace::{parse_profile, TableAccess, TablespaceSpec, Tablespaces};
@@ -28,7 +30,7 @@ use crate::txn::TxnShared;
 use crate::wal::engine::{
     EngineLog, EngineRecord, RecoveryRecord, TxnLog, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE,
 };
-use crate::wal::{FileLogOpener, LogOpener, WalOptions};
+use crate::wal::{FileLogOpener, LogOpener, RecordLog, WalOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -268,6 +270,21 @@ impl std::fmt::Debug for Database {
 }
 
 /// The largest page LSN in the database's files (pages that are not valid are skipped).
+/// What opening the log and redoing it left for the rest of [`Database::open_with_log`].
+struct Redone {
+    /// The log, kept by a read-write open.
+    log: Option<Arc<dyn RecordLog>>,
+    /// The unfinished transactions, for undo.
+    losers: recovery::Losers,
+    /// The highest transaction id in the log (new ids continue after it).
+    max_txn: u64,
+    /// What recovery did so far.
+    report: RecoveryReport,
+}
+
+/// The open tables by id (recovery's undo finds an operation's table by its id).
+type TablesById = HashMap<u32, Table>;
+
 fn max_page_lsn(spaces: &tablespace::Spaces, data: &CatalogData) -> Result<u64> {
     let mut max = 0;
     let mut buf = crate::io::AlignedBuf::new(1 << 20);
@@ -534,19 +551,74 @@ impl Database {
     /// Opens (or creates) the database held by `storage` with the log `log` opens (any
     /// [`RecordLog`](crate::wal::RecordLog): the duplexed file log, the fast log, a replicating
     /// wrapper), or without a log. Recovers first, as [`Database::open_with_storages`] does.
+    ///
+    /// The steps, in order: lock the directory, read (or create) the catalog, open the
+    /// tablespaces, open the log and redo, size the buffer pools and attach the log to them,
+    /// open the tables, delete stray files, undo unfinished transactions, record the recovery in
+    /// the log, then start checkpointing.
     pub fn open_with_log(
         storage: Arc<dyn Storage>,
         log: Option<Box<dyn LogOpener>>,
         options: Options,
     ) -> Result<Self> {
-        // One writer at a time: a second one would write the same files with its own log.
-        // Read-only openers share the lock (and exclude writers).
+        Self::lock_directory(storage.as_ref(), &options)?;
+        let (store, data) = Self::read_catalog(storage.as_ref(), &options)?;
+        let spaces = tablespace::Spaces::open(storage.clone(), &data, &options.tablespaces)?;
+        let started = std::time::Instant::now();
+        let Redone { log: file_log, losers, max_txn, mut report } =
+            Self::open_log_and_redo(storage.as_ref(), &spaces, &data, log, &options)?;
+        let (table_pool, index_pool) = Self::buffer_pools(&spaces, &data, &options)?;
+        let txn_log = Self::attach_log(file_log, max_txn, &options, &table_pool, &index_pool)?;
+        let txn = Arc::new(TxnShared::new(
+            txn_log.clone(),
+            options.lock_options.clone(),
+            storage.clone(),
+            options.read_only,
+        )?);
+        let (tables, by_id) = Self::open_tables(&spaces, &data, &table_pool, &index_pool, &txn)?;
+        // Files of tables that are not in the catalog, or not where it places them: dropped (the
+        // drop stopped before deleting them), rebuilt copies that were never switched in, and
+        // either side of an interrupted move.
+        if !options.read_only {
+            spaces.remove_strays(&data)?;
+        }
+        if let Some(t) = &txn_log {
+            Self::undo_losers(t, &losers, &by_id, &mut report)?;
+            report.micros = started.elapsed().as_micros() as u64;
+            Self::log_recovery(t, &report)?;
+        }
+        let db = Self {
+            inner: Arc::new(DbInner {
+                storage,
+                spaces: RwLock::new(spaces),
+                table_pool,
+                index_pool,
+                catalog: Mutex::new((store, data)),
+                tables: RwLock::new(tables),
+                txn,
+                recovery: report,
+                checkpoint_lock: Mutex::new(()),
+            }),
+        };
+        db.start_checkpointing()?;
+        Ok(db)
+    }
+
+    /// Takes the directory's lock: one writer at a time (a second one would write the same
+    /// files with its own log); read-only openers share the lock and exclude writers.
+    fn lock_directory(storage: &dyn Storage, options: &Options) -> Result<()> {
         if options.read_only {
             storage.lock_shared()?;
         } else {
             storage.lock()?;
         }
-        let (mut store, data) = if storage.exists(CATALOG_FILE) {
+        Ok(())
+    }
+
+    /// Reads the catalog, or creates an empty one in an empty directory (refusing a directory
+    /// of foreign files, a read-only open, `create_if_missing: false` and bad page sizes).
+    fn read_catalog(storage: &dyn Storage, options: &Options) -> Result<(CatalogStore, CatalogData)> {
+        if storage.exists(CATALOG_FILE) {
             let dev = storage.open(CATALOG_FILE, false)?;
             let (store, data) = CatalogStore::load(dev)?;
             let data = data.ok_or_else(|| Error::Corruption {
@@ -554,94 +626,104 @@ impl Database {
                 offset: 0,
                 detail: "the catalog is empty".into(),
             })?;
-            (store, Some(data))
-        } else if options.read_only {
+            return Ok((store, data));
+        }
+        if options.read_only {
             return Err(Error::NotFound(format!(
                 "no database at {} (a read-only open never creates one)",
                 storage.location()
             )));
-        } else {
-            let others = storage.list()?;
-            if !others.is_empty() {
-                return Err(Error::InvalidArgument(format!(
-                    "{} is not an nvmedb database: it holds {} file(s) (e.g. `{}`) but no {CATALOG_FILE}",
-                    storage.location(),
-                    others.len(),
-                    others[0]
-                )));
+        }
+        let others = storage.list()?;
+        if !others.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not an nvmedb database: it holds {} file(s) (e.g. `{}`) but no {CATALOG_FILE}",
+                storage.location(),
+                others.len(),
+                others[0]
+            )));
+        }
+        if !options.create_if_missing {
+            return Err(Error::NotFound(format!(
+                "no database at {} (create_if_missing is off)",
+                storage.location()
+            )));
+        }
+        let dev = storage.open(CATALOG_FILE, true)?;
+        let mut store = CatalogStore::load(dev)?.0;
+        for (key, ps) in
+            [("table_page_size", options.table_page_size), ("index_page_size", options.index_page_size)]
+        {
+            if ps % 4096 != 0 || !(4096..=65536).contains(&ps) {
+                return Err(Error::Config {
+                    key: key.into(),
+                    detail: format!("{ps} is not a multiple of 4096 from 4096 to 65536"),
+                });
             }
-            if !options.create_if_missing {
-                return Err(Error::NotFound(format!(
-                    "no database at {} (create_if_missing is off)",
-                    storage.location()
-                )));
-            }
-            let dev = storage.open(CATALOG_FILE, true)?;
-            (CatalogStore::load(dev)?.0, None)
+        }
+        let data = CatalogData {
+            table_page_size: options.table_page_size as u32,
+            index_page_size: options.index_page_size as u32,
+            next_table_id: 0,
+            checkpoint_redo_lsn: 0,
+            checkpoint_undo_lsn: 0,
+            tables: Vec::new(),
+            tablespaces: Vec::new(),
         };
-        let data = match data {
-            Some(d) => d,
-            None => {
-                for (key, ps) in [
-                    ("table_page_size", options.table_page_size),
-                    ("index_page_size", options.index_page_size),
-                ] {
-                    if ps % 4096 != 0 || !(4096..=65536).contains(&ps) {
-                        return Err(Error::Config {
-                            key: key.into(),
-                            detail: format!("{ps} is not a multiple of 4096 from 4096 to 65536"),
-                        });
-                    }
-                }
-                let d = CatalogData {
-                    table_page_size: options.table_page_size as u32,
-                    index_page_size: options.index_page_size as u32,
-                    next_table_id: 0,
-                    checkpoint_redo_lsn: 0,
-                    checkpoint_undo_lsn: 0,
-                    tables: Vec::new(),
-                    tablespaces: Vec::new(),
-                };
-                store.store(&d)?;
-                d
-            }
+        store.store(&data)?;
+        Ok((store, data))
+    }
+
+    /// Opens the log (a new log for an existing database starts above every page LSN on disk)
+    /// and redoes it from the catalog's checkpoint. A read-only open keeps no log and refuses
+    /// one that needs recovery.
+    fn open_log_and_redo(
+        storage: &dyn Storage,
+        spaces: &tablespace::Spaces,
+        data: &CatalogData,
+        log: Option<Box<dyn LogOpener>>,
+        options: &Options,
+    ) -> Result<Redone> {
+        let Some(opener) = log else {
+            return Ok(Redone {
+                log: None,
+                losers: Default::default(),
+                max_txn: 0,
+                report: Default::default(),
+            });
         };
-        let spaces = tablespace::Spaces::open(storage.clone(), &data, &options.tablespaces)?;
-        let started = std::time::Instant::now();
-        let file_log = match log {
-            Some(opener) => {
-                let mut initial_lsn = 0;
-                if opener.is_empty()? && !data.tables.is_empty() {
-                    // A new log for an existing database (first use of a log, or a log that was
-                    // reset): it must start above every page LSN on disk, or the WAL rule and
-                    // redo would compare positions of two different logs.
-                    initial_lsn = max_page_lsn(&spaces, &data)?.max(data.checkpoint_redo_lsn) + 1;
-                }
-                Some(opener.open(initial_lsn)?)
-            }
-            None => None,
-        };
-        let (losers, max_txn, mut report) = match &file_log {
-            Some(fl) => {
-                recovery::redo(&spaces, &data, fl.as_ref(), options.accept_lost_log, options.read_only)?
-            }
-            None => Default::default(),
-        };
+        let mut initial_lsn = 0;
+        if opener.is_empty()? && !data.tables.is_empty() {
+            // A new log for an existing database (first use of a log, or a log that was reset):
+            // it must start above every page LSN on disk, or the WAL rule and redo would compare
+            // positions of two different logs.
+            initial_lsn = max_page_lsn(spaces, data)?.max(data.checkpoint_redo_lsn) + 1;
+        }
+        let file_log = opener.open(initial_lsn)?;
+        let (losers, max_txn, report) =
+            recovery::redo(spaces, data, file_log.as_ref(), options.accept_lost_log, options.read_only)?;
+        if !options.read_only {
+            return Ok(Redone { log: Some(file_log), losers, max_txn, report });
+        }
         // A read-only open only checked the log: it keeps none.
-        let file_log = if options.read_only {
-            if report.pages_redone > 0 || report.losers > 0 {
-                return Err(Error::ReadOnly(format!(
-                    "{} did not shut down cleanly: its log holds changes recovery must write to the data \
-                     files ({} unfinished transaction(s); page changes from LSN {}); open it read-write once",
-                    storage.location(),
-                    report.losers,
-                    report.redo_from
-                )));
-            }
-            None
-        } else {
-            file_log
-        };
+        if report.pages_redone > 0 || report.losers > 0 {
+            return Err(Error::ReadOnly(format!(
+                "{} did not shut down cleanly: its log holds changes recovery must write to the data \
+                 files ({} unfinished transaction(s); page changes from LSN {}); open it read-write once",
+                storage.location(),
+                report.losers,
+                report.redo_from
+            )));
+        }
+        Ok(Redone { log: None, losers, max_txn, report })
+    }
+
+    /// The table and index buffer pools, sized from the options and the data files' sizes.
+    fn buffer_pools(
+        spaces: &tablespace::Spaces,
+        data: &CatalogData,
+        options: &Options,
+    ) -> Result<(Arc<BufferPool>, Arc<BufferPool>)> {
         let tps = data.table_page_size as usize;
         let ips = data.index_page_size as usize;
         let mut heap_bytes = 0;
@@ -661,92 +743,99 @@ impl Database {
         icfg.pin_index_pages = options.pin_indexes;
         icfg.huge_pages = options.huge_pages;
         icfg.lock_free_hits = options.lock_free_hits;
-        let table_pool = BufferPool::new(tcfg)?;
-        let index_pool = BufferPool::new(icfg)?;
-        let txn_log = file_log.map(|fl| {
-            let end = fl.end_lsn();
-            let log = EngineLog::new(fl, end);
-            let log = if options.accept_lost_log { log.accept_lost_log() } else { log };
-            Arc::new(TxnLog::new(Arc::new(log), max_txn))
-        });
-        if let Some(t) = &txn_log {
-            table_pool.set_page_logger(t.log().clone(), TAG_TABLE)?;
-            index_pool.set_page_logger(t.log().clone(), TAG_INDEX)?;
-            table_pool.set_wal_gate(t.log().clone());
-            index_pool.set_wal_gate(t.log().clone());
-        }
-        let txn = Arc::new(TxnShared::new(
-            txn_log.clone(),
-            options.lock_options.clone(),
-            storage.clone(),
-            options.read_only,
-        )?);
+        Ok((BufferPool::new(tcfg)?, BufferPool::new(icfg)?))
+    }
+
+    /// Wraps the log in the engine's transaction log (ids continue after `max_txn`) and makes
+    /// both pools log their page changes to it and obey the WAL rule.
+    fn attach_log(
+        file_log: Option<Arc<dyn RecordLog>>,
+        max_txn: u64,
+        options: &Options,
+        table_pool: &BufferPool,
+        index_pool: &BufferPool,
+    ) -> Result<Option<Arc<TxnLog>>> {
+        let Some(fl) = file_log else { return Ok(None) };
+        let end = fl.end_lsn();
+        let log = EngineLog::new(fl, end);
+        let log = if options.accept_lost_log { log.accept_lost_log() } else { log };
+        let t = Arc::new(TxnLog::new(Arc::new(log), max_txn));
+        table_pool.set_page_logger(t.log().clone(), TAG_TABLE)?;
+        index_pool.set_page_logger(t.log().clone(), TAG_INDEX)?;
+        table_pool.set_wal_gate(t.log().clone());
+        index_pool.set_wal_gate(t.log().clone());
+        Ok(Some(t))
+    }
+
+    /// Opens every table of the catalog, by name and by id.
+    fn open_tables(
+        spaces: &tablespace::Spaces,
+        data: &CatalogData,
+        table_pool: &Arc<BufferPool>,
+        index_pool: &Arc<BufferPool>,
+        txn: &Arc<TxnShared>,
+    ) -> Result<(HashMap<String, Table>, TablesById)> {
         let mut tables = HashMap::new();
         let mut by_id = HashMap::new();
         for t in &data.tables {
-            let table = Self::attach(&spaces, &table_pool, &index_pool, t, txn.clone())?;
+            let table = Self::attach(spaces, table_pool, index_pool, t, txn.clone())?;
             by_id.insert(t.id, table.clone());
             tables.insert(t.name.clone(), table);
         }
-        // Files of tables that are not in the catalog, or not where it places them: dropped (the
-        // drop stopped before deleting them), rebuilt copies that were never switched in, and
-        // either side of an interrupted move.
-        if !options.read_only {
-            spaces.remove_strays(&data)?;
-        }
-        // Undo what unfinished transactions did, newest first.
-        if let Some(t) = &txn_log {
-            for (&id, ops) in losers.iter().rev() {
-                for op in ops.iter().rev() {
-                    if let Some(table) = by_id.get(&op.table) {
-                        table.restore(op)?;
-                        report.ops_undone += 1;
-                    }
+        Ok((tables, by_id))
+    }
+
+    /// Undoes what unfinished transactions did, newest first, and logs their aborts.
+    fn undo_losers(
+        t: &TxnLog,
+        losers: &recovery::Losers,
+        by_id: &TablesById,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        for (&id, ops) in losers.iter().rev() {
+            for op in ops.iter().rev() {
+                if let Some(table) = by_id.get(&op.table) {
+                    table.restore(op)?;
+                    report.ops_undone += 1;
                 }
-                t.abort(id)?;
             }
+            t.abort(id)?;
         }
-        if let Some(t) = &txn_log {
-            report.micros = started.elapsed().as_micros() as u64;
-            // Recovery reports itself in the log (`nvmedb inspect --log` shows it).
-            let rec = EngineRecord::Recovery(RecoveryRecord {
-                redo_from: report.redo_from,
-                log_end: report.log_end,
-                records: report.records,
-                pages_redone: report.pages_redone,
-                full_images: report.full_images_applied,
-                losers: report.losers,
-                ops_undone: report.ops_undone,
-                micros: report.micros,
-            });
-            t.log().append(rec.kind(), &rec.encode())?;
+        Ok(())
+    }
+
+    /// Records what recovery did in the log (`nvmedb inspect --log` shows it).
+    fn log_recovery(t: &TxnLog, report: &RecoveryReport) -> Result<()> {
+        let rec = EngineRecord::Recovery(RecoveryRecord {
+            redo_from: report.redo_from,
+            log_end: report.log_end,
+            records: report.records,
+            pages_redone: report.pages_redone,
+            full_images: report.full_images_applied,
+            losers: report.losers,
+            ops_undone: report.ops_undone,
+            micros: report.micros,
+        });
+        t.log().append(rec.kind(), &rec.encode())?;
+        Ok(())
+    }
+
+    /// With a log: installs the hook through which transaction starts take the checkpoints the
+    /// log asks for, and takes the first checkpoint (the recovered state becomes the redo start).
+    fn start_checkpointing(&self) -> Result<()> {
+        if self.inner.txn.log.is_none() {
+            return Ok(());
         }
-        let db = Self {
-            inner: Arc::new(DbInner {
-                storage,
-                spaces: RwLock::new(spaces),
-                table_pool,
-                index_pool,
-                catalog: Mutex::new((store, data)),
-                tables: RwLock::new(tables),
-                txn,
-                recovery: report,
-                checkpoint_lock: Mutex::new(()),
-            }),
+        let weak = Arc::downgrade(&self.inner);
+        let hook = move || {
+            if let Some(inner) = weak.upgrade() {
+                // A failure here shows again where it matters (the next commit or
+                // checkpoint); the caller is starting a transaction, not checkpointing.
+                let _ = Database { inner }.checkpoint_if_wanted();
+            }
         };
-        if db.inner.txn.log.is_some() {
-            let weak = Arc::downgrade(&db.inner);
-            let hook = move || {
-                if let Some(inner) = weak.upgrade() {
-                    // A failure here shows again where it matters (the next commit or
-                    // checkpoint); the caller is starting a transaction, not checkpointing.
-                    let _ = Database { inner }.checkpoint_if_wanted();
-                }
-            };
-            let _ = db.inner.txn.checkpointer.set(Box::new(hook));
-            db.checkpoint()?;
-        }
-        Ok(db)
+        let _ = self.inner.txn.checkpointer.set(Box::new(hook));
+        self.checkpoint()
     }
 
     /// What recovery did when this database was opened.

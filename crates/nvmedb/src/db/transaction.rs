@@ -230,7 +230,7 @@ impl Transaction {
     pub fn update_int(&mut self, table: &Table, key: &Value, column: usize, value: i64) -> Result<bool> {
         let Some(mut row) = self.get_for_update(table, key)? else { return Ok(false) };
         if column >= row.len() {
-            return Err(crate::Error::InvalidArgument(format!(
+            return Err(crate::error::Error::InvalidArgument(format!(
                 "table `{}` has no column {column}",
                 table.name()
             )));

@@ -2,7 +2,8 @@
 //!
 //! Owns: [`EmulatedDevice`] (the model's state: IOPS- and bandwidth-cap pacing, service channels, GC stalls,
 //! the recent write share, the last offset for sequential detection), [`EmuQueue`] (depth-N
-//! overlap: each operation completes at its own due time), [`wait_until`] (sleep for the bulk,
+//! overlap: each operation completes at its own due time), [`lateness`] (how late waits ended,
+//! per profile), [`wait_until`] (sleep for the bulk,
 //! poll only the last few µs), and [`open_emulated`] which enforces the backing rule.
 //!
 //! Invariants: an operation's data reaches the inner device at submission and its completion is
@@ -20,7 +21,7 @@ use super::{
 use crate::util::sync::MutexExt;
 use crate::util::Rng;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,15 +50,15 @@ fn tighten_timer_slack() {
 }
 
 /// Waits until `deadline`: sleeps while more than `spin` (plus the thread's learned wake-up
-/// lateness, at most [`MAX_OVERSHOOT_NS`]) remains, then polls the clock. Costs CPU only for
+/// lateness, at most `MAX_OVERSHOOT_NS`) remains, then polls the clock. Costs CPU only for
 /// the last few µs of every wait.
 ///
 /// The polling spins while no more threads of this process are polling than there are CPUs,
 /// and yields between polls beyond that. A `sched_yield` hands the core to any runnable thread,
 /// and one from another process (a build at nice 19, say) then keeps it until the next
-/// scheduler tick: measured on the 2-vCPU VM under such a load (a 10 µs wait after 20 µs of
-/// work, 1, 2 and 4 threads), yielding gave p50 24–47 µs and means of 145–1 117 µs, spinning p50
-/// 10.0–10.1 µs and means of 11–24 µs. With more pollers than cores (20 clients on 2 vCPUs),
+/// scheduler tick: measured on the 2-vCPU VM under such a load with a scratch loop (a 10 µs
+/// wait after 20 µs of work, 1, 2 and 4 threads, 2 s each), yielding gave p50 23–47 µs and means
+/// of 135–1 117 µs, spinning p50 10.0–10.1 µs and means of 11–24 µs. With more pollers than cores (20 clients on 2 vCPUs),
 /// spinners would keep the cores from threads whose I/O is already due, so they yield (seed
 /// 000's primitive workload, optane 1 % SELECT: 46 K tps spinning, 59 K yielding).
 pub fn wait_until(deadline: Instant, spin: Duration) {
@@ -117,6 +118,98 @@ fn cpus() -> usize {
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// How late emulated operations completed: the time from an operation's due time (its
+/// modelled completion) to when the waiting thread returned, over synchronous operations
+/// (reads, writes, batches; queued operations are reaped when their caller asks, so they are
+/// not counted). Large values mean the machine, not the model, set the latency: a busy CPU
+/// delays the waiting thread's wake-up or poll.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Lateness {
+    /// Operations counted.
+    pub ops: u64,
+    /// Their total lateness, ns.
+    pub late_ns: u64,
+    /// Operations that completed more than [`LATE_THRESHOLD`] after their due time.
+    pub late_ops: u64,
+}
+
+/// Lateness past which an operation counts in [`Lateness::late_ops`].
+pub const LATE_THRESHOLD: Duration = Duration::from_micros(50);
+
+impl Lateness {
+    /// The counts between `earlier` and `self`.
+    pub fn since(&self, earlier: &Lateness) -> Lateness {
+        Lateness {
+            ops: self.ops.saturating_sub(earlier.ops),
+            late_ns: self.late_ns.saturating_sub(earlier.late_ns),
+            late_ops: self.late_ops.saturating_sub(earlier.late_ops),
+        }
+    }
+
+    /// Mean lateness per operation, µs (0 without operations).
+    pub fn mean_us(&self) -> f64 {
+        if self.ops == 0 {
+            0.0
+        } else {
+            self.late_ns as f64 / self.ops as f64 / 1e3
+        }
+    }
+
+    /// Share of operations later than [`LATE_THRESHOLD`] (0 without operations).
+    pub fn late_share(&self) -> f64 {
+        if self.ops == 0 {
+            0.0
+        } else {
+            self.late_ops as f64 / self.ops as f64
+        }
+    }
+}
+
+/// One profile's lateness counters.
+#[derive(Debug, Default)]
+struct LateCounters {
+    ops: AtomicU64,
+    late_ns: AtomicU64,
+    late_ops: AtomicU64,
+}
+
+impl LateCounters {
+    fn record(&self, late: Duration) {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.late_ns.fetch_add(late.as_nanos() as u64, Ordering::Relaxed);
+        if late > LATE_THRESHOLD {
+            self.late_ops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn get(&self) -> Lateness {
+        Lateness {
+            ops: self.ops.load(Ordering::Relaxed),
+            late_ns: self.late_ns.load(Ordering::Relaxed),
+            late_ops: self.late_ops.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Every profile's counters in this process, by profile name.
+static LATE: Mutex<Vec<(String, Arc<LateCounters>)>> = Mutex::new(Vec::new());
+
+fn late_counters(profile: &str) -> Arc<LateCounters> {
+    let mut all = LATE.locked();
+    if let Some((_, c)) = all.iter().find(|(n, _)| n == profile) {
+        return c.clone();
+    }
+    let c = Arc::new(LateCounters::default());
+    all.push((profile.to_string(), c.clone()));
+    c
+}
+
+/// The lateness of every emulated device of profile `profile` in this process so far (zero if
+/// none was opened); take two and subtract with [`Lateness::since`] for a window.
+pub fn lateness(profile: &str) -> Lateness {
+    LATE.locked().iter().find(|(n, _)| n == profile).map_or_else(Lateness::default, |(_, c)| c.get())
+}
+
 #[derive(Debug)]
 struct EmuState {
     rng: Rng,
@@ -146,6 +239,8 @@ pub struct EmulatedDevice<D: Device> {
     state: EmulatedMedium,
     /// Tells this file's operations from other files' on the same medium.
     file_tag: u64,
+    /// Where this device's lateness is counted (shared by every device of its profile).
+    late: Arc<LateCounters>,
 }
 
 /// The state of one emulated device (throughput-cap pacing, channels, GC stalls, recent
@@ -193,7 +288,8 @@ impl<D: Device> EmulatedDevice<D> {
         let name = format!("{} (emulated {})", inner.info().name, profile.name);
         static NEXT_TAG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let file_tag = NEXT_TAG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self { inner, name, spin, profile, state: medium, file_tag }
+        let late = late_counters(&profile.name);
+        Self { inner, name, spin, profile, state: medium, file_tag, late }
     }
 
     /// The profile in force.
@@ -219,7 +315,14 @@ impl<D: Device> EmulatedDevice<D> {
     /// [`Device::write_at`].
     pub fn charge_write(&self, offset: u64, len: usize, submitted: Instant) {
         let due = self.schedule(true, offset, len, submitted);
+        self.complete_at(due);
+    }
+
+    /// Waits until `due` and counts how late the wait ended ([`lateness`]).
+    fn complete_at(&self, due: Instant) {
         wait_until(due, self.spin);
+        let late = Instant::now().saturating_duration_since(due);
+        self.late.record(late);
     }
 
     /// When an operation submitted at `now` completes.
@@ -302,7 +405,7 @@ impl<D: Device> Device for EmulatedDevice<D> {
         check_alignment(&self.name, self.alignment(), offset, buf.len(), buf.as_ptr() as usize)?;
         let due = self.schedule(false, offset, buf.len(), Instant::now());
         let r = self.inner.read_at(offset, buf);
-        wait_until(due, self.spin);
+        self.complete_at(due);
         r
     }
 
@@ -310,7 +413,7 @@ impl<D: Device> Device for EmulatedDevice<D> {
         check_alignment(&self.name, self.alignment(), offset, buf.len(), buf.as_ptr() as usize)?;
         let due = self.schedule(true, offset, buf.len(), Instant::now());
         let r = self.inner.write_at(offset, buf);
-        wait_until(due, self.spin);
+        self.complete_at(due);
         r
     }
 
@@ -330,7 +433,7 @@ impl<D: Device> Device for EmulatedDevice<D> {
             last_due = last_due.max(due);
         }
         let r = self.inner.submit_batch(reqs);
-        wait_until(last_due, self.spin);
+        self.complete_at(last_due);
         r
     }
 

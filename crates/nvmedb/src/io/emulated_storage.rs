@@ -144,10 +144,9 @@ mod tests {
 
     #[test]
     fn ram_profiles_refuse_file_storage() {
-        let dir = std::env::temp_dir().join(format!("nvmedb-emu-{}", std::process::id()));
+        let dir = nvmedb_testkit::TmpDir::path_only("emu");
         let ds = crate::io::DirStorage::new(&dir, crate::io::FileOptions::default()).unwrap();
         let p = DeviceProfile::builtin("optane").unwrap();
         assert!(EmulatedStorage::new(Arc::new(ds), p, 1).is_err());
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

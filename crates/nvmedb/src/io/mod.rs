@@ -27,7 +27,9 @@ mod storage;
 
 pub use aligned::{AlignedBuf, DIRECT_IO_ALIGN};
 pub use crashsim::{CrashOutcome, CrashSimDevice, CrashSimStorage, WriteFate, SECTOR_BYTES};
-pub use emulated::{open_emulated, wait_until, EmuQueue, EmulatedDevice, EmulatedMedium};
+pub use emulated::{
+    lateness, open_emulated, wait_until, EmuQueue, EmulatedDevice, EmulatedMedium, Lateness, LATE_THRESHOLD,
+};
 pub use emulated_storage::EmulatedStorage;
 pub use error::{IoError, IoOpKind, IoResult};
 pub use faulty::{FaultAction, FaultPlan, FaultRule, FaultyDevice, InjectedFault};

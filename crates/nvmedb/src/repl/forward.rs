@@ -183,8 +183,10 @@ fn ship(
     dead: &AtomicBool,
     s: &mut TcpStream,
 ) -> Result<(), ReplError> {
-    let local =
-        |e: crate::Error| ReplError::Protocol { peer: target.into(), detail: format!("standby log: {e}") };
+    let local = |e: crate::error::Error| ReplError::Protocol {
+        peer: target.into(),
+        detail: format!("standby log: {e}"),
+    };
     let mut out =
         BufWriter::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(target, "clone", e))?);
     let mut tail = sh.log_tail().map_err(local)?;

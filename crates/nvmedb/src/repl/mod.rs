@@ -73,14 +73,14 @@ pub fn mode_name(mode: ReplicationMode) -> String {
 
 /// Reads a shared secret from a file (trailing whitespace removed); an empty secret is a
 /// configuration error naming the file.
-pub fn read_secret(path: &std::path::Path) -> crate::Result<Vec<u8>> {
-    let b = std::fs::read(path).map_err(|e| crate::Error::Config {
+pub fn read_secret(path: &std::path::Path) -> crate::error::Result<Vec<u8>> {
+    let b = std::fs::read(path).map_err(|e| crate::error::Error::Config {
         key: "secret-file".into(),
         detail: format!("cannot read {}: {e}", path.display()),
     })?;
     let n = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(0, |p| p + 1);
     if n == 0 {
-        return Err(crate::Error::Config {
+        return Err(crate::error::Error::Config {
             key: "secret-file".into(),
             detail: format!("{} is empty", path.display()),
         });
@@ -104,7 +104,7 @@ pub fn open_primary(
     options: crate::Options,
     config: ReplConfig,
     mirror: Option<MirrorConfig>,
-) -> crate::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
+) -> crate::error::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
     use crate::io::{DirStorage, FileOptions, Storage};
     use std::sync::Arc;
     let fo = FileOptions::default();
@@ -138,14 +138,14 @@ pub fn open_primary_with(
     options: crate::Options,
     mut config: ReplConfig,
     mirror: Option<MirrorConfig>,
-) -> crate::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
+) -> crate::error::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
     use std::sync::{Arc, Mutex};
     if mirror.is_some()
         && (config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }))
     {
         // A mirrored page may only reach the standby after the log covering it did, or
         // promotion could find changes it can neither redo nor undo.
-        return Err(crate::Error::Config {
+        return Err(crate::error::Error::Config {
             key: "repl.mode".into(),
             detail: "data-page mirroring needs eager mode with the fail policy".into(),
         });
@@ -166,7 +166,7 @@ pub fn open_primary_with(
         backup: Some(backup),
     };
     let db = crate::Database::open_with_log(storage, Some(Box::new(opener)), options)?;
-    let log = handle.locked().take().ok_or_else(|| crate::Error::Config {
+    let log = handle.locked().take().ok_or_else(|| crate::error::Error::Config {
         key: "wal".into(),
         detail: "replication needs the write-ahead log".into(),
     })?;

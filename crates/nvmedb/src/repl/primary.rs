@@ -644,6 +644,10 @@ impl RecordLog for ReplicatedLog {
         self.sh.local.wants_checkpoint()
     }
 
+    fn wait_for_space(&self) -> Result<()> {
+        self.sh.local.wait_for_space()
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}, replicated ({:?}, epoch {}) to {}",

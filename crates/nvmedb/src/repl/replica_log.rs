@@ -612,10 +612,8 @@ mod tests {
     use super::*;
     use crate::wal::RecordLog;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nvmedb-replica-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    fn tmp(name: &str) -> nvmedb_testkit::TmpDir {
+        nvmedb_testkit::TmpDir::path_only(&format!("replica-{name}"))
     }
 
     #[test]
@@ -654,7 +652,6 @@ mod tests {
         assert_eq!(log.end_lsn(), 140);
         drop(log);
         assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 140);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -692,6 +689,5 @@ mod tests {
         assert_eq!(log.sync().unwrap(), 500_100);
         drop(log);
         assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 500_100);
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -55,7 +55,7 @@ fn data_file(name: &str) -> Option<(u32, bool)> {
     }
 }
 
-fn io_peer<'a>(peer: &'a str, what: &str) -> impl Fn(crate::Error) -> ReplError + 'a {
+fn io_peer<'a>(peer: &'a str, what: &str) -> impl Fn(crate::error::Error) -> ReplError + 'a {
     let what = what.to_string();
     move |e| ReplError::Protocol { peer: peer.into(), detail: format!("{what}: {e}") }
 }

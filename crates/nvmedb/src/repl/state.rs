@@ -294,12 +294,10 @@ mod tests {
 
     #[test]
     fn epochs_start_at_one_and_never_go_back() {
-        let d = std::env::temp_dir().join(format!("nvmedb-state-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
+        let d = nvmedb_testkit::TmpDir::path_only("repl-state");
         assert_eq!(read_epoch(&d).unwrap(), FIRST_EPOCH);
         write_epoch(&d, 4).unwrap();
         assert_eq!(read_epoch(&d).unwrap(), 4);
         assert!(write_epoch(&d, 3).is_err());
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -418,6 +418,15 @@ impl Table {
             Some(rid) => self.inner.heap.read(rid, |b| b.to_vec())?,
             None => None,
         };
+        // An update logged lean: its rows are the key's row with the patch's bytes.
+        let op = &*op.resolve(cur_row.as_deref()).ok_or_else(|| Error::Corruption {
+            file: files::heap_name(self.inner.id),
+            offset: op.rid,
+            detail: format!(
+                "table `{}`: the logged update of a row cannot be undone: the key's row is missing or has another length",
+                self.inner.name
+            ),
+        })?;
         let value_of = |row: &[u8], col: usize| RowView::new(s, row).try_value(col);
         // 1. Secondary entries the operation or a later state left that `before` lacks.
         for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
@@ -582,7 +591,15 @@ impl Table {
         let table = self.inner.id;
         let rid = self.inner.heap.insert_annotated(bytes, &mut |rid| {
             let rid = u64::from_le_bytes(rid.to_bytes());
-            let op = TxnOp { txn, table, pk: pk.clone(), rid, before: None, after: Some(bytes.to_vec()) };
+            let op = TxnOp {
+                txn,
+                table,
+                pk: pk.clone(),
+                rid,
+                before: None,
+                after: Some(bytes.to_vec()),
+                patch: None,
+            };
             Self::record_op(log, rec, op);
         })?;
         let mut undo = vec![Undo::HeapDelete(rid)];
@@ -924,6 +941,7 @@ impl Table {
             rid: u64::from_le_bytes(rid.to_bytes()),
             before: Some(old_row),
             after: Some(bytes.to_vec()),
+            patch: None,
         };
         Self::record_op(log, rec, op);
         let bytes = bytes.to_vec();
@@ -954,6 +972,7 @@ impl Table {
                     rid: u64::from_le_bytes(new.to_bytes()),
                     before: rec.as_ref().and_then(|r| r.before.clone()),
                     after: Some(bytes.clone()),
+                    patch: None,
                 };
                 annotate_next_commit(op.encode());
             }
@@ -1026,6 +1045,7 @@ impl Table {
             rid: rid_bytes,
             before: Some(old_row),
             after: None,
+            patch: None,
         };
         Self::record_op(log, rec, op);
         let mut undo = Vec::new();

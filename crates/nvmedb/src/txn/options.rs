@@ -20,8 +20,8 @@ pub enum VictimPolicy {
 ///
 /// A waiter first **spins** for up to `spin` (re-reading a flag private to it, touching no
 /// shared cache line), then **parks** its thread. A release that grants the lock unparks the
-/// waiter at once (`wake_on_release`); the park is cut into slices of at most `park` so the
-/// waiter re-checks its deadline. Seed 000 retuned these from "poll, then sleep 1 ms" (sized
+/// waiter at once (`wake_on_release`), and the waiter then parks until its deadline; without
+/// `wake_on_release` the park is cut into slices of at most `park` (the legacy poll). Seed 000 retuned these from "poll, then sleep 1 ms" (sized
 /// for 100 µs I/O) to O(10 µs) for 10 µs storage: with lock hold times of a few µs most waits
 /// end while spinning, and a parked thread costs a futex wake-up and a context switch
 /// (20–30 µs) — longer than the I/O it waits behind.
@@ -35,9 +35,9 @@ pub struct LockOptions {
     /// that a lock holder preempted on this core can run and release. Matters when runnable
     /// threads outnumber cores; costs a system call per yield.
     pub spin_yield: bool,
-    /// Longest single park before the waiter re-checks (its deadline, and, when
-    /// `wake_on_release` is off, whether it was granted). With `wake_on_release` off this is
-    /// the legacy poll-sleep interval.
+    /// With `wake_on_release` off, the longest single park before the waiter re-checks
+    /// whether it was granted (the legacy poll-sleep interval). With it on, unused: a waiter
+    /// parks until it is woken or its deadline passes.
     pub park: Duration,
     /// A lock wait longer than this fails with [`Error::LockTimeout`] (retryable).
     pub lock_timeout: Duration,
@@ -59,9 +59,9 @@ pub struct LockOptions {
 }
 
 impl Default for LockOptions {
-    /// Tuned for 10 µs storage: spin 10 µs (yielding every ~1 µs), then park (woken on
-    /// grant), 100 µs slices, deadlock detection on, youngest victim, 1 s timeout, early lock
-    /// release on.
+    /// Tuned for 10 µs storage: spin 10 µs (yielding every ~1 µs), then park until woken on
+    /// grant (100 µs poll slices only without `wake_on_release`), deadlock detection on,
+    /// youngest victim, 1 s timeout, early lock release on.
     ///
     /// Why yield while spinning: a pure spin assumes the lock holder is running on another
     /// core. When runnable threads outnumber cores the spinner instead sits on the core the

@@ -86,3 +86,31 @@ fn hash_collisions_keep_entries_apart() {
     }
     assert_eq!(lm.entry_count(), 0);
 }
+
+#[test]
+fn a_parked_waiter_sleeps_until_granted_instead_of_polling() {
+    // A lock held for 60 ms (a commit waiting for its flush on a slow disk): the waiter parks
+    // once and is woken by the release. Polling in `park` slices (100 µs) would have parked
+    // it hundreds of times, each a wake-up and a context switch.
+    let lm = std::sync::Arc::new(LockManager::new(LockOptions::default()).expect("lm"));
+    lm.lock(1, 0, b"branch", LockMode::Exclusive).expect("holder");
+    let before = lm.stats();
+    let waiter = {
+        let lm = lm.clone();
+        std::thread::spawn(move || {
+            let o = lm.lock(2, 0, b"branch", LockMode::Exclusive).expect("granted after the release");
+            lm.release_all(2);
+            o
+        })
+    };
+    while lm.waiting_for(2).is_none() {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(60));
+    lm.release_all(1);
+    assert_eq!(waiter.join().expect("waiter"), LockOutcome::Granted);
+    let s = lm.stats().since(&before);
+    assert_eq!((s.waits, s.parked_waits), (1, 1), "{s:?}");
+    // Spurious wake-ups may add a park or two; a poll would add ~600.
+    assert!(s.park_calls <= 5, "the waiter parked {} times while the lock was held 60 ms", s.park_calls);
+}

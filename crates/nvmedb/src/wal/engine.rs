@@ -248,6 +248,11 @@ impl PageLogger for EngineLog {
         let payload = build(self.horizon.load(Ordering::Acquire));
         Ok(self.log.append_record(kind_for_tag(pool_tag), &payload)?.1)
     }
+
+    fn wait_for_space(&self) {
+        // A failure (a poisoned log) shows where it matters: at the append.
+        let _ = self.log.wait_for_space();
+    }
 }
 
 impl WalGate for EngineLog {
@@ -324,6 +329,13 @@ impl TxnLog {
 
 /// One logical operation of a transaction, logged with the first page change it makes, so
 /// recovery can undo it if the transaction did not commit.
+///
+/// In memory (a transaction's undo list) an operation holds whole rows. In the log, an update
+/// that keeps the row's length (it is then rewritten in place) is logged lean, as a
+/// [`RowPatch`]: only the changed bytes, before and after; [`TxnOp::decode`] gives such an
+/// operation back with `patch` set and no rows, and [`TxnOp::resolve`] turns it into whole
+/// rows again against the row the table holds for the key at undo time (which is the row
+/// before or after the update: every byte outside the patch is the same in both).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxnOp {
     /// Transaction id.
@@ -334,18 +346,115 @@ pub struct TxnOp {
     pub pk: Vec<u8>,
     /// Row id the operation started from or created (`u64::MAX` if none yet).
     pub rid: u64,
-    /// The row before the operation (`None`: the key was absent — an insert).
+    /// The row before the operation (`None`: the key was absent — an insert — or the
+    /// operation is a `patch`).
     pub before: Option<Vec<u8>>,
-    /// The row after the operation (`None`: a delete).
+    /// The row after the operation (`None`: a delete, or the operation is a `patch`).
     pub after: Option<Vec<u8>>,
+    /// A same-length update as logged: its changed bytes (then `before` and `after` are
+    /// `None` until [`TxnOp::resolve`]).
+    pub patch: Option<RowPatch>,
+}
+
+/// The bytes an update of a row changed, without the rest of the row: the row's length and,
+/// for each changed range, its offset, its bytes before and its bytes after. Ranges are
+/// sorted, disjoint, and separated by at least [`PATCH_MERGE_GAP`] unchanged bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowPatch {
+    /// Length of the row before and after.
+    pub len: u32,
+    /// `(offset, before, after)`, `before.len() == after.len()`.
+    pub ranges: Vec<(u32, Vec<u8>, Vec<u8>)>,
+}
+
+/// Unchanged gaps shorter than this between two changed ranges of a row are folded into one
+/// range (each range costs 6 bytes of framing).
+pub const PATCH_MERGE_GAP: usize = 8;
+
+/// Annotation kind of an operation logged with whole rows.
+const OP_ROWS: u8 = 1;
+/// Annotation kind of an update logged as a [`RowPatch`].
+const OP_PATCH: u8 = 2;
+
+impl RowPatch {
+    /// The bytes changed from `before` to `after`; `None` when their lengths differ (the row
+    /// may move: such an update is logged with whole rows) or exceed 64 KiB.
+    pub fn diff(before: &[u8], after: &[u8]) -> Option<Self> {
+        if before.len() != after.len() || before.len() > u16::MAX as usize {
+            return None;
+        }
+        let mut ranges: Vec<(u32, Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut i = 0;
+        while i < before.len() {
+            if before[i] == after[i] {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let mut end = i + 1;
+            // Extend over changes separated by short unchanged gaps.
+            let mut j = end;
+            while j < before.len() && j - end < PATCH_MERGE_GAP {
+                if before[j] != after[j] {
+                    end = j + 1;
+                }
+                j += 1;
+            }
+            ranges.push((start as u32, before[start..end].to_vec(), after[start..end].to_vec()));
+            i = end;
+        }
+        Some(Self { len: before.len() as u32, ranges })
+    }
+
+    /// `row` with every range set to its `before` (`want_after` false) or `after` bytes;
+    /// `None` if `row` has another length or a range lies outside it.
+    pub fn apply(&self, row: &[u8], want_after: bool) -> Option<Vec<u8>> {
+        if row.len() != self.len as usize {
+            return None;
+        }
+        let mut out = row.to_vec();
+        for (off, b, a) in &self.ranges {
+            let bytes = if want_after { a } else { b };
+            out.get_mut(*off as usize..*off as usize + bytes.len())?.copy_from_slice(bytes);
+        }
+        Some(out)
+    }
+
+    /// Bytes of the changed ranges (before and after).
+    pub fn changed_bytes(&self) -> usize {
+        self.ranges.iter().map(|(_, b, a)| b.len() + a.len()).sum()
+    }
 }
 
 impl TxnOp {
-    /// Encodes for an annotation.
+    /// Encodes for an annotation: an update that changes a row but keeps its length as a
+    /// [`RowPatch`] (unless the patch would not be smaller), anything else with whole rows.
     pub fn encode(&self) -> Vec<u8> {
+        let computed;
+        let patch = match (&self.patch, &self.before, &self.after) {
+            (Some(p), _, _) => Some(p),
+            (None, Some(b), Some(a)) => {
+                // Not for an unchanged row (an undo that rewrites a row logs it whole): a patch
+                // needs a change to tell the row before from the row after.
+                computed = RowPatch::diff(b, a)
+                    .filter(|p| !p.ranges.is_empty() && p.changed_bytes() + 6 * p.ranges.len() < 2 * b.len());
+                computed.as_ref()
+            }
+            _ => None,
+        };
         let mut out = Vec::with_capacity(64 + self.pk.len());
         let mut w = ByteWriter::to(&mut out);
-        w.u8(1); // annotation kind: transaction operation
+        if let Some(p) = patch {
+            w.u8(OP_PATCH);
+            w.u64(self.txn).u32(self.table).u64(self.rid);
+            w.u32(self.pk.len() as u32).bytes(&self.pk);
+            w.u32(p.len).u32(p.ranges.len() as u32);
+            for (off, b, a) in &p.ranges {
+                w.u32(*off).u16(b.len() as u16).bytes(b).bytes(a);
+            }
+            return out;
+        }
+        w.u8(OP_ROWS);
         w.u64(self.txn).u32(self.table).u64(self.rid);
         for part in [Some(&self.pk), self.before.as_ref(), self.after.as_ref()] {
             match part {
@@ -356,16 +465,39 @@ impl TxnOp {
         out
     }
 
-    /// Decodes [`TxnOp::encode`].
+    /// Decodes [`TxnOp::encode`] (a lean update comes back with `patch` set).
     pub fn decode(b: &[u8]) -> Result<Self> {
         let bad = || Error::InvalidArgument("malformed transaction operation in the log".into());
         let mut r = ByteReader::new(b);
-        if r.u8().ok_or_else(bad)? != 1 {
+        let kind = r.u8().ok_or_else(bad)?;
+        if kind != OP_ROWS && kind != OP_PATCH {
             return Err(bad());
         }
         let txn = r.u64().ok_or_else(bad)?;
         let table = r.u32().ok_or_else(bad)?;
         let rid = r.u64().ok_or_else(bad)?;
+        if kind == OP_PATCH {
+            let n = r.u32().ok_or_else(bad)? as usize;
+            let pk = r.take(n).ok_or_else(bad)?.to_vec();
+            let len = r.u32().ok_or_else(bad)?;
+            let count = r.u32().ok_or_else(bad)? as usize;
+            let mut ranges = Vec::with_capacity(count.min(b.len()));
+            let mut end = 0u64;
+            for _ in 0..count {
+                let off = r.u32().ok_or_else(bad)?;
+                let n = r.u16().ok_or_else(bad)? as usize;
+                let before = r.take(n).ok_or_else(bad)?.to_vec();
+                let after = r.take(n).ok_or_else(bad)?.to_vec();
+                // Sorted, disjoint ranges inside the row.
+                if u64::from(off) < end || u64::from(off) + n as u64 > u64::from(len) {
+                    return Err(bad());
+                }
+                end = u64::from(off) + n as u64;
+                ranges.push((off, before, after));
+            }
+            let patch = Some(RowPatch { len, ranges });
+            return Ok(Self { txn, table, pk, rid, before: None, after: None, patch });
+        }
         let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
         for _ in 0..3 {
             if r.u8().ok_or_else(bad)? == 1 {
@@ -378,7 +510,21 @@ impl TxnOp {
         let after = parts.pop().ok_or_else(bad)?;
         let before = parts.pop().ok_or_else(bad)?;
         let pk = parts.pop().flatten().ok_or_else(bad)?;
-        Ok(Self { txn, table, pk, rid, before, after })
+        Ok(Self { txn, table, pk, rid, before, after, patch: None })
+    }
+
+    /// The operation with whole rows: itself if it has them, else its patch applied to `row`,
+    /// the key's row at undo time (the row before or after the update). `None` if a patch
+    /// cannot be applied (no row, or one of another length).
+    pub fn resolve(&self, row: Option<&[u8]>) -> Option<std::borrow::Cow<'_, TxnOp>> {
+        let Some(p) = &self.patch else { return Some(std::borrow::Cow::Borrowed(self)) };
+        let row = row?;
+        Some(std::borrow::Cow::Owned(TxnOp {
+            before: Some(p.apply(row, false)?),
+            after: Some(p.apply(row, true)?),
+            patch: None,
+            ..self.clone()
+        }))
     }
 }
 
@@ -424,12 +570,85 @@ mod tests {
     #[test]
     fn txn_ops_round_trip() {
         let ops = [
-            TxnOp { txn: 7, table: 2, pk: vec![1, 2], rid: 99, before: None, after: Some(vec![5; 10]) },
-            TxnOp { txn: 8, table: 0, pk: vec![3], rid: u64::MAX, before: Some(vec![1]), after: None },
+            TxnOp {
+                txn: 7,
+                table: 2,
+                pk: vec![1, 2],
+                rid: 99,
+                before: None,
+                after: Some(vec![5; 10]),
+                patch: None,
+            },
+            TxnOp {
+                txn: 8,
+                table: 0,
+                pk: vec![3],
+                rid: u64::MAX,
+                before: Some(vec![1]),
+                after: None,
+                patch: None,
+            },
+            // An update that changes the row's length keeps whole rows.
+            TxnOp {
+                txn: 9,
+                table: 1,
+                pk: vec![4],
+                rid: 5,
+                before: Some(vec![1; 8]),
+                after: Some(vec![2; 9]),
+                patch: None,
+            },
         ];
         for op in ops {
             assert_eq!(TxnOp::decode(&op.encode()).unwrap(), op);
         }
         assert!(TxnOp::decode(&[1, 2, 3]).is_err());
+        assert!(TxnOp::decode(&[3; 40]).is_err(), "unknown operation kind");
+    }
+
+    #[test]
+    fn same_length_updates_are_logged_as_patches_and_resolve_against_either_row() {
+        let before: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let mut after = before.clone();
+        after[100..108].copy_from_slice(&42u64.to_le_bytes());
+        after[110] ^= 1; // within the merge gap: one range
+        after[4000] ^= 0xff; // a second range
+        let op = TxnOp {
+            txn: 3,
+            table: 4,
+            pk: vec![9, 9],
+            rid: 77,
+            before: Some(before.clone()),
+            after: Some(after.clone()),
+            patch: None,
+        };
+        let bytes = op.encode();
+        assert!(bytes.len() < 100, "a one-integer update logs {} bytes", bytes.len());
+        let logged = TxnOp::decode(&bytes).unwrap();
+        let p = logged.patch.as_ref().expect("logged as a patch");
+        assert_eq!((p.len, p.ranges.len()), (4096, 2));
+        assert_eq!((logged.before.as_ref(), logged.after.as_ref()), (None, None));
+        // Re-encoding a decoded patch gives the same bytes.
+        assert_eq!(logged.encode(), bytes);
+        // Whichever row the table holds at undo time, the whole operation comes back.
+        for row in [&before, &after] {
+            assert_eq!(*logged.resolve(Some(row)).unwrap(), op);
+        }
+        assert!(logged.resolve(None).is_none());
+        assert!(logged.resolve(Some(&before[1..])).is_none(), "a row of another length");
+        // A full op resolves to itself.
+        assert_eq!(*op.resolve(None).unwrap(), op);
+        // Truncations and overlapping ranges are errors, not panics.
+        for n in 0..bytes.len() {
+            assert!(TxnOp::decode(&bytes[..n]).is_err(), "prefix of {n} bytes");
+        }
+        let overlapping =
+            RowPatch { len: 10, ranges: vec![(2, vec![0; 4], vec![1; 4]), (4, vec![0], vec![1])] };
+        let bad = TxnOp { patch: Some(overlapping), before: None, after: None, ..op.clone() };
+        assert!(TxnOp::decode(&bad.encode()).is_err());
+        // An update that changes most bytes is logged whole (no gain from a patch).
+        let other: Vec<u8> = before.iter().map(|b| b ^ 0x55).collect();
+        let whole = TxnOp { after: Some(other), ..op };
+        assert_eq!(TxnOp::decode(&whole.encode()).unwrap(), whole);
     }
 }

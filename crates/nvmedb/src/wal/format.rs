@@ -21,8 +21,12 @@ pub const SEGMENT_HEADER_BLOCK_BYTES: u64 = BLOCK_BYTES as u64;
 pub const SEGMENT_HEADER_BYTES: usize = 64;
 /// Magic number at the start of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"NVMEDBWL";
-/// Format version written into every segment header.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written into every segment header. Version 2 adds lean update records
+/// (transaction operations logged as row patches, see `docs/format-wal.md`); a version-1 log
+/// holds none of them and is read as well.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest segment format version this build reads.
+pub const MIN_READ_VERSION: u32 = 1;
 
 /// Kind of a filler record that pads a flush to the block boundary; readers skip it.
 pub const KIND_FILLER: u8 = 1;
@@ -204,9 +208,9 @@ impl SegmentHeader {
             return Err("segment header checksum mismatch".into());
         }
         let version = u32_at(block, 8);
-        if version != FORMAT_VERSION {
+        if !(MIN_READ_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "unsupported log format version {version} (this build reads {FORMAT_VERSION})"
+                "unsupported log format version {version} (this build reads {MIN_READ_VERSION} to {FORMAT_VERSION})"
             ));
         }
         let block_bytes = u32_at(block, 48);

@@ -103,6 +103,14 @@ pub trait RecordLog: Send + Sync {
     fn wants_checkpoint(&self) -> bool {
         false
     }
+    /// The space gate a mini-transaction passes before it latches pages: a log whose space
+    /// only a checkpoint frees (the fast log under retention) makes new mini-transactions
+    /// wait here, holding no latch, while it is nearly full, so that neither the checkpoint's
+    /// page flush nor its record ever waits for a writer that waits for space
+    /// ([`XLog::wait_for_headroom`](crate::xlog::XLog::wait_for_headroom)). Default: no gate.
+    fn wait_for_space(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Opens the log a database uses. Lets [`Database`](crate::Database) open any [`RecordLog`]

@@ -107,6 +107,9 @@ pub struct WalStats {
     pub segments_created: u64,
     /// Segments started in a recycled slot file.
     pub segments_recycled: u64,
+    /// Mini-transactions that waited at the log's space gate for a checkpoint to free space
+    /// ([`RecordLog::wait_for_space`](crate::wal::RecordLog::wait_for_space); the fast log).
+    pub space_gate_waits: u64,
 }
 
 /// What open found in the storages.

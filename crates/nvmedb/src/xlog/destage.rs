@@ -69,6 +69,8 @@ pub(crate) struct Destager {
     open_seq: u64,
     /// Pages left unwritten under retention (0 for recovery, which may use them).
     pub reserve: u64,
+    /// The retained position `retained_pages` was last computed for.
+    seen_retain: u64,
 }
 
 impl Destager {
@@ -94,6 +96,7 @@ impl Destager {
             held: false,
             open_seq: header.conv_next_seq,
             reserve: 0,
+            seen_retain: u64::MAX,
             inner,
             header,
             latency,
@@ -314,6 +317,17 @@ impl Destager {
             };
             if crash {
                 return;
+            }
+            // A moved retained position frees pages even when nothing is pending: publish
+            // the new count at once (the space gate reads it) and wake its waiters.
+            let retain = inner.retain_from.load(Ordering::Acquire);
+            if retain != self.seen_retain {
+                self.seen_retain = retain;
+                if let Err(e) = self.writable_pages() {
+                    inner.fail(e.to_string());
+                    return;
+                }
+                inner.notify_all();
             }
             let pending = inner.credit.load(Ordering::Acquire) - self.cur_stream;
             if pending == 0 {

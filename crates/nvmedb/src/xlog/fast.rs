@@ -76,6 +76,11 @@ pub struct XStats {
     pub queue_waits: AtomicU64,
     /// Times a writer had to wait for ring space (destage behind).
     pub space_waits: AtomicU64,
+    /// Times a mini-transaction waited at the space gate ([`XLog::wait_for_headroom`]) before
+    /// latching its pages.
+    ///
+    /// [`XLog::wait_for_headroom`]: super::XLog::wait_for_headroom
+    pub gate_waits: AtomicU64,
     /// Destage batches written.
     pub destage_batches: AtomicU64,
     /// Conventional pages written.

@@ -513,6 +513,48 @@ impl XLog {
         )
     }
 
+    /// Conventional pages retained bytes may still take before the space gate closes:
+    /// `usable - retained - usable / 4` (negative: closed). `None` without retention.
+    fn gate_headroom(&self) -> Option<i64> {
+        let i = &self.inner;
+        if i.retain_from.load(Ordering::Acquire) == u64::MAX {
+            return None;
+        }
+        let usable = i.conv_pages.saturating_sub(i.retention_reserve);
+        let retained = i.retained_pages.load(Ordering::Acquire);
+        Some(usable as i64 - retained as i64 - (usable / 4) as i64)
+    }
+
+    /// The space gate a mini-transaction passes *before* it latches any page. Under retention
+    /// the conventional ring fills with records the last checkpoint still needs, and only the
+    /// next checkpoint frees them; a writer that waited for ring space while holding page
+    /// latches would keep that checkpoint's page flush from finishing. So new
+    /// mini-transactions wait here, latch-free, once retained bytes fill three quarters of the
+    /// usable conventional ring. The last quarter plus the whole ring is the slack in which
+    /// the mini-transactions already past the gate, and the checkpoint's own record, always
+    /// find space: the checkpoint never waits for a writer, and a writer holding latches never
+    /// waits for the checkpoint. (The database asks for a checkpoint at half the ring, see
+    /// [`RecordLog::wants_checkpoint`](crate::wal::RecordLog::wants_checkpoint).)
+    ///
+    /// Returns at once without retention or with headroom. Otherwise waits until a checkpoint
+    /// has released enough, the log closes or fails, or `retention_timeout` passes (then it
+    /// lets the caller on: its append fails with [`Error::ResourceExhausted`] if space still
+    /// does not come, e.g. behind a transaction that keeps the undo start from moving).
+    pub fn wait_for_headroom(&self) -> Result<()> {
+        if self.gate_headroom().is_none_or(|h| h >= 0) {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        inner.stats.gate_waits.fetch_add(1, Ordering::Relaxed);
+        inner.kick_destager(true);
+        let since = std::time::Instant::now();
+        inner.wait_until(|| {
+            self.gate_headroom().is_none_or(|h| h >= 0)
+                || inner.closed.load(Ordering::Acquire)
+                || since.elapsed() >= inner.retention_timeout
+        })
+    }
+
     /// Largest frame payload (the negotiated queue minus one frame header, capped by the ring).
     pub fn max_alloc(&self) -> usize {
         self.inner.max_frame_payload

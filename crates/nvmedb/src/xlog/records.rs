@@ -408,6 +408,7 @@ impl RecordLog for XRecordLog {
             filler_bytes: x.filler_bytes.load(Ordering::Relaxed),
             segments_created: 0,
             segments_recycled: 0,
+            space_gate_waits: x.gate_waits.load(Ordering::Relaxed),
         }
     }
 
@@ -416,6 +417,10 @@ impl RecordLog for XRecordLog {
             "fast log (software X-SSD), commit waits on the credit counter, not fdatasync; {}",
             self.log.durability()
         )
+    }
+
+    fn wait_for_space(&self) -> Result<()> {
+        self.log.wait_for_headroom()
     }
 
     fn wants_checkpoint(&self) -> bool {

@@ -1,15 +1,17 @@
 //! Shared helpers of the `repl_*` integration tests.
 //!
-//! Owns: the small-page options the replication tests run with, per-test temporary
-//! directories, a closed primary with table `t` (and optionally `acks`) plus standbys seeded
+//! Owns: the small-page options the replication tests run with, per-test scratch
+//! directories (`nvmedb-testkit`'s, removed when the test passes), a closed primary with table `t` (and optionally `acks`) plus standbys seeded
 //! from it, standby start-up on a given address, and an address nothing listens on.
 #![allow(dead_code)]
 
 use nvmedb::repl::{seed_standby, ReplConfig, ReplicationMode, Standby, StandbyConfig, StandbyPolicy};
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
+
+pub use nvmedb_testkit::TmpDir;
 use std::time::{Duration, Instant};
 
 pub const SECRET: &[u8] = b"test-secret";
@@ -25,13 +27,9 @@ pub fn options() -> Options {
     }
 }
 
-/// A fresh directory for this test process.
-pub fn tmp(name: &str) -> PathBuf {
-    let base =
-        std::env::var("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
-    let d = base.join(format!("nvmedb-repl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh path (not created yet) for this test process, removed when the guard drops.
+pub fn tmp(name: &str) -> TmpDir {
+    TmpDir::path_only(&format!("repl-{name}"))
 }
 
 /// A closed primary with table `t` (ROWS rows, c1 = 0) and table `acks` (id, k; index on k).
@@ -52,7 +50,7 @@ pub fn create_primary(p: &Path) {
 }
 
 /// A closed primary (see [`create_primary`]) and `n` standby directories seeded from it.
-pub fn setup_n(name: &str, n: usize) -> (PathBuf, Vec<PathBuf>) {
+pub fn setup_n(name: &str, n: usize) -> (TmpDir, Vec<TmpDir>) {
     let p = tmp(&format!("{name}-p"));
     create_primary(&p);
     let dirs = (0..n)
@@ -66,7 +64,7 @@ pub fn setup_n(name: &str, n: usize) -> (PathBuf, Vec<PathBuf>) {
 }
 
 /// A closed primary and one standby seeded from it.
-pub fn setup(name: &str) -> (PathBuf, PathBuf) {
+pub fn setup(name: &str) -> (TmpDir, TmpDir) {
     let (p, mut s) = setup_n(name, 1);
     (p, s.remove(0))
 }

@@ -130,7 +130,32 @@ pub fn valid_mtr(seed: u64) -> Vec<u8> {
         (0..rng.range(1, 5)).map(|i| (40 + i as u32 * 100, vec![rng.below(256) as u8; 20])).collect();
     encode_page_change(&mut out, PageId::new(1, 2), &PageChange::Ranges(ranges));
     encode_page_change(&mut out, PageId::new(1, 3), &PageChange::FullImage(vec![7; PAGE - 4]));
-    let op = TxnOp { txn: 9, table: 1, pk: vec![1, 2, 3], rid: 77, before: Some(vec![5; 30]), after: None };
+    // Every other seed annotates a same-length update, which is logged as a row patch.
+    let op = if seed % 2 == 0 {
+        TxnOp {
+            txn: 9,
+            table: 1,
+            pk: vec![1, 2, 3],
+            rid: 77,
+            before: Some(vec![5; 30]),
+            after: None,
+            patch: None,
+        }
+    } else {
+        let before = vec![5u8; 64];
+        let mut after = before.clone();
+        after[rng.below(64) as usize] = 6;
+        after[rng.below(64) as usize] = 7;
+        TxnOp {
+            txn: 9,
+            table: 1,
+            pk: vec![1, 2, 3],
+            rid: 77,
+            before: Some(before),
+            after: Some(after),
+            patch: None,
+        }
+    };
     encode_annotation(&mut out, Some(&op.encode()));
     out
 }
@@ -139,7 +164,13 @@ pub fn valid_mtr(seed: u64) -> Vec<u8> {
 pub fn feed_mtr(b: &[u8]) {
     let Some(m) = decode_mtr(b) else { return };
     if let Some(a) = &m.annotation {
-        let _ = TxnOp::decode(a);
+        // What undo does with a patch: apply it to a row of its length.
+        if let Ok(op) = TxnOp::decode(a) {
+            if let Some(p) = op.patch.as_ref().filter(|p| p.len <= 1 << 16) {
+                let row = vec![0u8; p.len as usize];
+                let _ = op.resolve(Some(&row));
+            }
+        }
     }
     if m.page_size == PAGE {
         let mut page = vec![0u8; PAGE];

@@ -21,6 +21,7 @@
 //! and then that every table equals that state, which proves every acknowledged commit is
 //! there and every transaction is all or nothing.
 
+use nvmedb::util::sync::MutexExt;
 use nvmedb::util::Rng;
 use nvmedb::{ColumnType, Database, Error, Schema, Table, Transaction, Value};
 use std::collections::BTreeMap;
@@ -525,7 +526,7 @@ pub fn run_clients(db: &Database, seed: u64, clients: u64, beside: Option<&Besid
     let out = std::sync::Mutex::new(std::io::stdout());
     let say = |s: String| {
         use std::io::Write;
-        let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut o = out.locked();
         writeln!(o, "{s}").expect("stdout");
         o.flush().expect("stdout");
     };

@@ -28,8 +28,8 @@ pub struct HaArgs {
     /// Lease TTLs of the failover part, seconds, comma-separated (`0`: no failover part).
     #[arg(long, value_delimiter = ',')]
     pub failover_ttls: Option<Vec<u64>>,
-    /// Logs (on both sides) the replication delay is measured with: `file` (default), `fast`
-    /// (a replicating primary over the fast log can deadlock: see docs/ha.md).
+    /// Logs (on both sides) the replication delay is measured with, comma-separated: `file`,
+    /// `fast` (default: both).
     #[arg(long, value_delimiter = ',')]
     pub delay_logs: Option<Vec<String>>,
     /// Failovers (kill -9 of the primary) per lease TTL.

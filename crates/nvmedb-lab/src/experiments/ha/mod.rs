@@ -103,9 +103,7 @@ impl HaConfig {
             reps: 3,
             log: LogChoice::Duplexed,
             delay_s: 5.0,
-            // The fast log is not measured by default: a replicating primary over the fast log
-            // can deadlock when its ring fills during a checkpoint (see docs/ha.md).
-            delay_logs: vec![LogChoice::Duplexed],
+            delay_logs: vec![LogChoice::Duplexed, LogChoice::Fast],
             failover: FailoverConfig { ttls: vec![1, 2], trials: 5, node_exe: None },
         }
     }

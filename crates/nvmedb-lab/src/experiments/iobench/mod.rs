@@ -476,8 +476,7 @@ mod tests {
 
     #[test]
     fn real_file_run_with_both_engines() {
-        let dir = std::env::temp_dir().join(format!("nvmedb-iobench-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = nvmedb_testkit::TmpDir::new("iobench");
         let path = dir.join("f");
         for (engine, depth, pattern) in
             [(Engine::Queue, 8, Pattern::Random), (Engine::Sync, 1, Pattern::Sequential)]
@@ -487,7 +486,6 @@ mod tests {
             assert_eq!(r.device.label, "REAL");
             assert!(r.ops > 0 && r.reads + r.writes == r.ops, "{r:?}");
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -60,7 +60,9 @@ impl Kind {
             Kind::Nvmedb => {
                 "Options::default() (16 KiB table pages, 4 KiB index pages, duplexed file log, \
                  every commit durable; O_DIRECT data files) except table_buffer/index_buffer: the \
-                 whole table in memory, or 1 % of the data for the miss part"
+                 whole table in memory, or 1 % of the data for the miss part; loaded with \
+                 Database::load_table (pages built directly, logged as page images, one durable \
+                 switch)"
             }
             Kind::Rocksdb => {
                 "block-based table, 4 KiB blocks, 10-bit bloom filter, LRU block cache holding the \
@@ -260,21 +262,26 @@ impl Peer {
         }
     }
 
-    /// Loads keys `0..rows` in key order, [`LOAD_BATCH`] rows per durable transaction.
+    /// Loads keys `0..rows` in key order: nvmedb through its bulk loader
+    /// ([`Database::load_table`], which replaces the empty table), the peers
+    /// [`LOAD_BATCH`] rows per durable transaction (or write batch).
     pub fn load(&mut self, rows: u64, width: usize, mut progress: impl FnMut(u64)) -> Result<()> {
         let kind = self.kind();
+        if let Peer::Nvmedb(db, t) = self {
+            let schema = t.schema().clone();
+            db.drop_table(TABLE).map_err(LabError::engine("dropping the empty table before the load"))?;
+            let values = (0..rows).map(|k| vec![Value::Int(k as i64), Value::Bytes(value(k, width, 0))]);
+            *t = db
+                .load_table(TABLE, schema, values, &mut progress)
+                .map_err(LabError::engine("loading rows"))?;
+            db.flush().map_err(LabError::engine("flushing after the load"))?;
+            return Ok(());
+        }
         let mut from = 0;
         while from < rows {
             let to = (from + LOAD_BATCH).min(rows);
             match self {
-                Peer::Nvmedb(db, t) => {
-                    let mut tx = db.begin();
-                    for k in from..to {
-                        tx.insert(t, &[Value::Int(k as i64), Value::Bytes(value(k, width, 0))])
-                            .map_err(LabError::engine("loading rows"))?;
-                    }
-                    tx.commit().map_err(LabError::engine("committing a load batch"))?;
-                }
+                Peer::Nvmedb(..) => unreachable!("nvmedb loads through load_table above"),
                 Peer::Rocksdb(db) => {
                     let mut b = rocksdb::WriteBatch::default();
                     for k in from..to {
@@ -316,14 +323,10 @@ impl Peer {
             progress(from);
         }
         // What a loaded table needs before it serves reads: RocksDB flushes its memtable and
-        // compacts to one level; nvmedb writes its dirty pages back.
-        match self {
-            Peer::Rocksdb(db) => {
-                db.flush().map_err(pe(kind, "loading rows (flush)"))?;
-                db.compact_range::<&[u8], &[u8]>(None, None);
-            }
-            Peer::Nvmedb(db, _) => db.flush().map_err(LabError::engine("flushing after the load"))?,
-            _ => {}
+        // compacts to one level (nvmedb wrote its pages back above).
+        if let Peer::Rocksdb(db) = self {
+            db.flush().map_err(pe(kind, "loading rows (flush)"))?;
+            db.compact_range::<&[u8], &[u8]>(None, None);
         }
         Ok(())
     }

@@ -290,7 +290,7 @@ pub struct PointResult {
     /// Client thread CPU per transaction, µs (includes any emulator spinning).
     pub cpu_us_per_txn: f64,
     /// Log bytes written per transaction in the window, KiB (0 without a log): an UPDATE's
-    /// row images (before and after) and page changes, where the first change of a page after
+    /// row patch (its changed bytes, before and after), commit and page changes, where the first change of a page after
     /// a checkpoint logs the whole page (torn-page protection).
     #[serde(default)]
     pub log_kib_per_txn: f64,

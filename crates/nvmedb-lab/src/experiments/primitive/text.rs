@@ -61,9 +61,10 @@ fn sweep_table(cfg: &PrimitiveConfig, ctx: &RunContext, r: &PrimitiveResults) ->
     }
     t.note(format!("UPDATE: {WAL_STATUS}; SELECT writes no log."));
     t.note(
-        "log KiB/txn: an UPDATE logs the row's before and after images (2 × 4 KiB here) and its page changes: \
-         the whole page for the first change of a page after a checkpoint (each point reopens the database, \
-         which checkpoints), diffs afterwards.",
+        "log KiB/txn: an UPDATE logs the bytes of the row it changed, before and after (a row patch: 2 × 8 B \
+         for C1, not the 4 KiB row twice), its commit, and its page changes: the whole page for the first \
+         change of a page after a checkpoint (each point reopens the database, which checkpoints), diffs \
+         afterwards.",
     );
     t.note("rel. % = median tps / the device's 100 % median tps; the machine is a shared 2-vCPU VM, so spreads are wide.");
     t.note(format!("machine: {}", ctx.one_line()));

@@ -309,6 +309,15 @@ pub struct PointResult {
     pub process_cpu_cores: f64,
     /// What limited the point (see `report::limit`).
     pub limit: String,
+    /// Mean time the device's emulated operations completed past their modelled completion in
+    /// the window, µs (`nvmedb::io::lateness`; 0 for a real device): the machine's share of the
+    /// latency the engine saw.
+    #[serde(default)]
+    pub emulator_late_us: f64,
+    /// Share of the device's emulated operations in the window that completed more than
+    /// `nvmedb::io::LATE_THRESHOLD` late.
+    #[serde(default)]
+    pub emulator_late_share: f64,
 }
 
 /// What iobench achieved on one device, and the database's size there.

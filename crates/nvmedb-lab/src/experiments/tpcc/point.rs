@@ -4,7 +4,7 @@
 //!
 //! Owns: [`run`], [`PointOutcome`] and the terminals' state. Invariants: a transaction counts,
 //! with its latency (first attempt to commit, retries included), when it started inside the
-//! window; buffer, log and lock counters are the differences across the window; the terminals'
+//! window; buffer, log, lock and emulator-lateness counters are the differences across the window; the terminals'
 //! randomness is seeded from (seed, terminal); the run's NURand constants are drawn against the
 //! load's (§2.1.6); a consistency failure fails the point.
 
@@ -15,6 +15,7 @@ use crate::error::{LabError, Result};
 use crate::measure::{LatencyHistogram, WindowHooks, Workers};
 use crate::workload::tpcc::txn::{execute_with_retries, Context, TxnOutput};
 use crate::workload::tpcc::{check_consistency, NuConstants, Terminal, TpccRng, TxnKind};
+use nvmedb::io::{lateness, Lateness};
 use nvmedb::trace::{self, Trace, TraceConfig, TraceKind};
 use nvmedb::txn::LockStats;
 use nvmedb::{BufferStats, Database, TableAccess};
@@ -45,6 +46,10 @@ struct Client {
 /// Counter snapshots at the window's edges, and the tracer.
 struct Counters<'a> {
     db: &'a Database,
+    /// The emulated profile under test (its lateness is counted across the window).
+    profile: &'a str,
+    late_at_open: Lateness,
+    late: Lateness,
     traced: bool,
     at_open: Option<(BufferStats, BufferStats, u64, LockStats)>,
     delta: Option<(BufferStats, BufferStats, u64, LockStats)>,
@@ -63,6 +68,7 @@ impl Counters<'_> {
 impl WindowHooks for Counters<'_> {
     fn opened(&mut self) {
         self.tables_at_open = self.db.access_stats().unwrap_or_default();
+        self.late_at_open = lateness(self.profile);
         self.at_open = Some(self.snapshot());
         if self.traced {
             trace::start(TraceConfig { capacity_per_thread: 1 << 18 });
@@ -74,6 +80,7 @@ impl WindowHooks for Counters<'_> {
         }
         if let Some((t0, i0, log0, l0)) = self.at_open.take() {
             let (t1, i1, log1, l1) = self.snapshot();
+            self.late = lateness(self.profile).since(&self.late_at_open);
             let locks = LockStats {
                 waits: l1.waits - l0.waits,
                 wait_ns_total: l1.wait_ns_total - l0.wait_ns_total,
@@ -138,6 +145,9 @@ pub fn measure(
     let scale = t.load.scale;
     let mut counters = Counters {
         db: &open.db,
+        profile: device.0,
+        late_at_open: Lateness::default(),
+        late: Lateness::default(),
         traced,
         at_open: None,
         delta: None,
@@ -195,6 +205,7 @@ pub fn measure(
             what: "the point's window".into(),
             detail: "it closed without counters".into(),
         })?;
+    let late = counters.late;
     check_consistency(&ctx.tables)?;
     drop(ctx);
     // The copy is discarded: no closing checkpoint (it would write every dirty page through
@@ -254,6 +265,8 @@ pub fn measure(
         client_us_per_txn: per_txn(cfg.clients as f64 * window_s * 1e6),
         process_cpu_cores: run.process_cpu_cores(),
         limit: String::new(),
+        emulator_late_us: late.mean_us(),
+        emulator_late_share: late.late_share(),
     };
     result.limit = report::limit(&result, &table_stats);
     Ok(PointOutcome { result, trace, tables: tables_window })

@@ -491,6 +491,7 @@ pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary>
             t.chart_png
         ));
     }
+    text.push_str(&lateness_text(&r.points, &r.devices));
     text.push_str(&format!(
         "\nconsistency conditions 1-4 of TPC-C §3.3.2 held after every one of the {} points\n",
         r.checks_passed
@@ -541,4 +542,52 @@ fn figures(r: &TpccResults) -> Vec<Figure> {
         }
     }
     out
+}
+
+/// Mean lateness, as a share of the device's own QD1 read latency (iobench in the same run),
+/// past which a point is flagged: its latencies are the machine's load more than the model's.
+const LATE_FLAG_SHARE: f64 = 0.25;
+
+/// The emulated devices' lateness per device and buffer (worst repetition), and a warning on
+/// the points whose mean lateness exceeds [`LATE_FLAG_SHARE`] of the device's latency.
+fn lateness_text(points: &[super::PointResult], devices: &[super::DeviceReport]) -> String {
+    let mut rows: Vec<(&str, &str, f64, f64, f64)> = Vec::new();
+    for p in points.iter().filter(|p| p.emulator_late_us > 0.0 || p.emulator_late_share > 0.0) {
+        match rows.iter_mut().find(|r| r.1 == p.device_label && r.2 == p.buffer_pct) {
+            Some(r) => {
+                r.3 = r.3.max(p.emulator_late_us);
+                r.4 = r.4.max(p.emulator_late_share);
+            }
+            None => rows.push((
+                &p.device,
+                &p.device_label,
+                p.buffer_pct,
+                p.emulator_late_us,
+                p.emulator_late_share,
+            )),
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nemulated operations past their modelled completion (worst repetition; the machine's share of the latency):\n",
+    );
+    for (device, label, pct, mean, share) in rows {
+        let own = devices.iter().find(|d| d.device == device).map_or(0.0, |d| d.read_qd1_p50_us);
+        let flag = if own > 0.0 && mean > LATE_FLAG_SHARE * own {
+            format!(
+                "  <- more than {:.0} % of the device's {own:.1} µs: the machine, not the model",
+                LATE_FLAG_SHARE * 100.0
+            )
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "  {label} at {pct} %: mean {mean:.1} µs late, {:.1} % of operations > {} µs late{flag}\n",
+            share * 100.0,
+            nvmedb::io::LATE_THRESHOLD.as_micros()
+        ));
+    }
+    s
 }

@@ -262,7 +262,7 @@ pub fn prepare(cfg: &TpccConfig, t: &Template, kind: &DeviceKind, env: &RunEnv) 
             for e in std::fs::read_dir(&t.dir).map_err(LabError::io(&t.dir, "list"))? {
                 let e = e.map_err(LabError::io(&t.dir, "list"))?;
                 let len = e.metadata().map_err(LabError::io(e.path(), "stat"))?.len();
-                if e.file_name().to_string_lossy().ends_with(".heap") && len > largest.0 {
+                if nvmedb::table::files::is_heap_file(&e.file_name().to_string_lossy()) && len > largest.0 {
                     largest = (len, e.path());
                 }
             }
