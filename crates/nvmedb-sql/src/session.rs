@@ -29,8 +29,8 @@ use crate::types::{now_micros, Datum, SqlType};
 use nvmedb::util::sync::{CondvarExt, MutexExt};
 use nvmedb::{Database, Transaction};
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -216,10 +216,11 @@ impl CopyLoad {
             };
             let empty = engine.catalog.get(&name).ok().is_some_and(|info| {
                 let mut empty = true;
-                let r = info.table.primary_keys(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_| {
-                    empty = false;
-                    Ok(false)
-                });
+                let r =
+                    info.table.primary_keys(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_| {
+                        empty = false;
+                        Ok(false)
+                    });
                 r.is_ok() && empty
             });
             let _ = ready_tx.send(empty);
@@ -884,9 +885,9 @@ impl Session {
             }
             let r = copy_row(&c.plan, line, &mut c.row).and_then(|()| match (&mut c.load, &mut tx) {
                 (Some(load), _) => load.push(Ok(c.row.clone())),
-                (None, Some(tx)) => {
-                    tx.insert(&c.plan.table.table, &c.row).map_err(|e| SqlError::from_engine(e, Some(&c.plan.table.name)))
-                }
+                (None, Some(tx)) => tx
+                    .insert(&c.plan.table.table, &c.row)
+                    .map_err(|e| SqlError::from_engine(e, Some(&c.plan.table.name))),
                 (None, None) => unreachable!("a COPY without a load has a transaction"),
             });
             if let Err(e) = r {

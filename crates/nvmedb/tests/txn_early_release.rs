@@ -81,9 +81,15 @@ impl Disks {
     }
     /// Opens with the log's devices behind `hook` (the data's too, so a cut power fails all).
     fn open(&self, hook: &Arc<LogFlush>) -> Database {
-        let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> { Arc::new(HookedStorage::new(s.clone(), hook.clone())) };
-        Database::open_with_storages(wrap(&self.data), Some((wrap(&self.log_a), wrap(&self.log_b))), Options::default())
-            .unwrap()
+        let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
+            Arc::new(HookedStorage::new(s.clone(), hook.clone()))
+        };
+        Database::open_with_storages(
+            wrap(&self.data),
+            Some((wrap(&self.log_a), wrap(&self.log_b))),
+            Options::default(),
+        )
+        .unwrap()
     }
     /// The power goes: every write not synced is lost.
     fn crash(&self) {
@@ -107,9 +113,7 @@ type Report = (&'static str, nvmedb::Result<Option<i64>>);
 /// held; then `end` ends the hold (`Pass` or `Cut`) and the reports are returned.
 fn run_held(disks: &Disks, hook: &Arc<LogFlush>, end: Mode) -> Vec<Report> {
     let db = disks.open(hook);
-    let t = db
-        .create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)]))
-        .unwrap();
+    let t = db.create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
     for id in 1..=3 {
         t.insert(&[Value::Int(id), Value::Int(0)]).unwrap();
     }
@@ -129,7 +133,11 @@ fn run_held(disks: &Disks, hook: &Arc<LogFlush>, end: Mode) -> Vec<Report> {
         // is logged, although its flush is held: it sees the new row.
         let mut reader = db.begin();
         let seen = reader.get(&t, &Value::Int(1)).unwrap().map(|r| r[1].clone());
-        assert_eq!(seen, Some(Value::Int(1)), "the lock was released early and the reader sees the committed row");
+        assert_eq!(
+            seen,
+            Some(Value::Int(1)),
+            "the lock was released early and the reader sees the committed row"
+        );
         let report = tx_report.clone();
         s.spawn(move || report.send(("read-only transaction", reader.commit().map(|()| None))).unwrap());
         let (report, t2) = (tx_report.clone(), t.clone());
@@ -189,6 +197,10 @@ fn a_crash_before_the_flush_acknowledges_nothing_that_saw_the_commit() {
     )
     .unwrap();
     let t = db.table("t").unwrap();
-    assert_eq!([value(&t, 1), value(&t, 2), value(&t, 3)], [Some(0), Some(0), Some(0)], "no change is visible");
+    assert_eq!(
+        [value(&t, 1), value(&t, 2), value(&t, 3)],
+        [Some(0), Some(0), Some(0)],
+        "no change is visible"
+    );
     assert_eq!(t.check_integrity().unwrap(), 3);
 }

@@ -583,6 +583,36 @@ impl BTree {
         hi: Bound<&[u8]>,
         mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
+        self.range_visits(
+            lo,
+            hi,
+            |_, _| Ok(()),
+            |batch, ()| {
+                for (k, v) in batch {
+                    if !f(k, v)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            },
+        )
+    }
+
+    /// [`BTree::range`] a leaf visit at a time. Each visit copies the entries of one leaf (or
+    /// of a run of empty leaves and the first non-empty one after them) and, while those
+    /// leaves are still latched, calls `latched(from, upto)` with the key interval the visit
+    /// accounts for: every key of the tree within it is among the visit's entries, and no
+    /// writer can change that while `latched` runs. Then, with no latch held, `f(entries,
+    /// latched's result)`, until it returns `Ok(false)`. The intervals of successive visits
+    /// tile `lo..hi`: each begins just after the previous one's last entry, and the last ends
+    /// at `hi`.
+    pub fn range_visits<X>(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        mut latched: impl FnMut(Bound<&[u8]>, Bound<&[u8]>) -> Result<X>,
+        mut f: impl FnMut(&[(Vec<u8>, Vec<u8>)], X) -> Result<bool>,
+    ) -> Result<()> {
         let mut from: Bound<Vec<u8>> = match lo {
             Bound::Included(k) => Bound::Included(k.to_vec()),
             Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
@@ -594,6 +624,9 @@ impl BTree {
             Bound::Unbounded => true,
         };
         let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        // Empty leaves passed on the way to the visit's last leaf stay latched until
+        // `latched` has run (latches go left to right only, so holding several is safe).
+        let mut passed: Vec<PageRef<'_>> = Vec::new();
         loop {
             batch.clear();
             let mut leaf = match &from {
@@ -622,13 +655,19 @@ impl BTree {
                 if at_end || !batch.is_empty() {
                     break;
                 }
-                leaf = self.fix(next)?; // empty leaf: move right (left-to-right coupling)
+                // An empty leaf: move right (left-to-right coupling).
+                let right = self.fix(next)?;
+                passed.push(std::mem::replace(&mut leaf, right));
             }
+            let upto = match batch.last() {
+                Some((k, _)) if !at_end => Bound::Included(k.as_slice()),
+                _ => hi,
+            };
+            let x = latched(from.as_ref().map(Vec::as_slice), upto)?;
             drop(leaf);
-            for (k, v) in &batch {
-                if !f(k, v)? {
-                    return Ok(());
-                }
+            passed.clear();
+            if !f(&batch, x)? {
+                return Ok(());
             }
             match batch.last() {
                 Some((k, _)) if !at_end => from = Bound::Excluded(k.clone()),

@@ -367,3 +367,62 @@ fn bulk_built_trees_match_their_input_and_take_changes_afterwards() {
         }
     }
 }
+
+/// The intervals `range_visits` reports tile the range: each model key in the range lies in
+/// exactly one visit's interval, and is among that visit's entries (also across runs of
+/// leaves emptied by deletes).
+#[test]
+fn range_visits_intervals_tile_the_range_and_hold_their_entries() {
+    let t = tree(4096, 64);
+    let mut model = BTreeMap::new();
+    for i in 0..4000i64 {
+        let k = key::encode_i64(i).to_vec();
+        t.insert(&k, &[7u8; 40]).unwrap();
+        model.insert(k, ());
+    }
+    // Whole leaves emptied: runs of keys deleted.
+    for i in (500..1500).chain(2000..2100).chain(3900..4000) {
+        let k = key::encode_i64(i).to_vec();
+        t.delete(&k).unwrap();
+        model.remove(&k);
+    }
+    let (a, b) = (key::encode_i64(100).to_vec(), key::encode_i64(3950).to_vec());
+    for (lo, hi) in [
+        (Bound::Unbounded, Bound::Unbounded),
+        (Bound::Excluded(a.as_slice()), Bound::Included(b.as_slice())),
+        (Bound::Included(b.as_slice()), Bound::Unbounded),
+    ] {
+        // (from, upto, the visit's keys)
+        type Visit = (Bound<Vec<u8>>, Bound<Vec<u8>>, Vec<Vec<u8>>);
+        let mut visits: Vec<Visit> = Vec::new();
+        t.range_visits(
+            lo,
+            hi,
+            |from, upto| Ok((from.map(<[u8]>::to_vec), upto.map(<[u8]>::to_vec))),
+            |entries, (from, upto)| {
+                visits.push((from, upto, entries.iter().map(|(k, _)| k.clone()).collect()));
+                Ok(true)
+            },
+        )
+        .unwrap();
+        if lo == Bound::Unbounded {
+            assert!(visits.len() > 10, "{} visits", visits.len());
+        }
+        for w in visits.windows(2) {
+            let Bound::Included(end) = &w[0].1 else { panic!("an inner visit ends at its last entry") };
+            assert_eq!(w[1].0, Bound::Excluded(end.clone()), "the next visit starts just after");
+        }
+        assert_eq!(visits.last().unwrap().1, hi.map(<[u8]>::to_vec), "the last visit ends at hi");
+        for k in model.range::<[u8], _>((lo, hi)).map(|(k, _)| k) {
+            let holding: Vec<_> = visits
+                .iter()
+                .filter(|(f, u, _)| {
+                    let (f, u) = (f.as_ref().map(Vec::as_slice), u.as_ref().map(Vec::as_slice));
+                    crate::txn::pending::in_interval(f, u, k)
+                })
+                .collect();
+            assert_eq!(holding.len(), 1, "key {k:?} in one interval");
+            assert!(holding[0].2.contains(k), "key {k:?} among its visit's entries");
+        }
+    }
+}

@@ -152,7 +152,10 @@ impl Database {
                 Some(_) if old.is_none() => return Err(Error::AlreadyExists(format!("table `{name}`"))),
                 Some(t) => (t.heap_space.clone(), t.index_space.clone()),
                 None if old.is_some() => {
-                    return Err(Error::NotFound(format!("table `{name}` in {}", self.inner.storage.location())))
+                    return Err(Error::NotFound(format!(
+                        "table `{name}` in {}",
+                        self.inner.storage.location()
+                    )))
                 }
                 None => (DEFAULT_TABLESPACE.to_string(), DEFAULT_TABLESPACE.to_string()),
             };
@@ -198,7 +201,9 @@ impl Database {
                     )))
                 }
                 (None, Some(_)) => {
-                    return Err(Error::NotFound(format!("table `{name}` (dropped while it was being loaded)")))
+                    return Err(Error::NotFound(format!(
+                        "table `{name}` (dropped while it was being loaded)"
+                    )))
                 }
             };
             self.publish_catalog(&mut cat, next)?;

@@ -418,7 +418,11 @@ impl Transaction {
     }
 
     fn roll_back(&mut self) -> Result<()> {
-        assert!(!self.released, "transaction {} rolled back after its locks were released at commit", self.id);
+        assert!(
+            !self.released,
+            "transaction {} rolled back after its locks were released at commit",
+            self.id
+        );
         let mut first_err = None;
         for (table, op) in self.undo.drain(..).rev() {
             if let Err(e) = table.restore(&op) {

@@ -11,10 +11,43 @@
 //! writer of it is in flight, and its before-image when one is (see `read_committed`).
 //!
 //! Isolation of the reads here: each row is read as last committed (read committed, row by
-//! row). A scan or range sees each row at most once, as committed at the moment it passes it;
-//! it is not a snapshot: rows changed by transactions that commit while it runs may appear
-//! as before or after, and a row whose delete is in flight when the scan passes its page may
-//! be missed. The transaction API (`db::transaction`) adds serializable reads under locks.
+//! row). Scans, ranges, counts (`primary_keys`) and secondary lookups (`lookup`,
+//! `index_keys`) are also exact: every key is decided once, and a row committed when the walk
+//! passes its key is seen exactly once, as last committed; no uncommitted row is seen. They
+//! are not snapshots: a transaction that commits while a scan runs shows in the keys the scan
+//! reaches after the commit and not in those before. The transaction API (`db::transaction`)
+//! adds serializable reads under locks.
+//!
+//! Why the lock-free walks are exact (`scan::KeyRange::for_each_committed`). The index is
+//! walked a leaf at a time; each visit accounts for an interval of keys, the intervals tile
+//! the range, and every key of the tree inside a visit's interval is in the leaf the visit
+//! holds latched. Under that latch the walk takes the keys of the table that other
+//! transactions have in flight, with their before-images. A writer publishes the image (read
+//! under the key's exclusive lock) before its first page change of the key and withdraws it
+//! only after its commit is durable or its rollback complete; the latch hand-over orders
+//! every page change the leaf shows after the image that preceded it. So under the latch:
+//! - a key with no image has no change in flight that the leaf shows: its entry, or its
+//!   absence, is committed (a writer that left had finished; one entering now has not yet
+//!   touched this leaf and cannot while the latch is held);
+//! - a key with an image is decided by the image alone, wherever its entries are: a delete
+//!   in flight (the entry and the heap row already gone: the image is passed, so the row is
+//!   not missed); an insert in flight (an entry present: skipped, the image says absent); an
+//!   update that grows the row (it moves to another page; the entry is re-pointed) or changes
+//!   an indexed column (a new secondary entry before the old one goes: both skipped, the
+//!   image is passed once at the position of its committed value, inside the one visit whose
+//!   interval holds that position); a key deleted and inserted again, or a rollback half-way
+//!   (entries come and go): skipped, the image stands. The image is merged in key order with
+//!   the entries, so a walk stays in index order.
+//!
+//! A key not in flight at its visit is read afterwards through its row id: under the heap
+//! page latch, a row holding the key with an idle stripe is committed; otherwise (the row
+//! moved, went, or a writer entered since) it is read as `Table::read` reads it, which gives
+//! the committed state at that moment (the image of a writer that entered since the visit).
+//! Either way the key is decided once. For secondary walks, a row read that way is kept only
+//! if it still has the value looked for; a committed change of an indexed value while the
+//! walk runs moves the row's position, so the row may then show at both values or at none.
+//! `scan_partition` goes in heap order for parallel analytic scans and is not exact: a row
+//! moved between heap pages while it runs may be seen twice or missed.
 
 pub mod catalog;
 pub mod files;
@@ -45,8 +78,6 @@ const UNDO_ATTEMPTS: usize = 16;
 pub const READ_BATCH: usize = 16;
 
 const READ_RETRIES: usize = 10_000;
-/// Keys [`Table::range`] copies from the index at a time.
-const RANGE_BATCH: usize = 64;
 /// Added to a table id to name the lock space of its unique-index values.
 const UNIQUE_LOCK_SPACE: u32 = 0x8000_0000;
 
@@ -269,7 +300,9 @@ impl Table {
 
     /// Encoded primary keys of the rows whose primary key lies within the bounds, in key
     /// order, until `f` returns `Ok(false)`. Only the index is read (no rows, no locks): the
-    /// caller reads each row with [`Table::read_encoded`] or in a transaction.
+    /// caller reads each row with [`Table::read_encoded`] or in a transaction. Exact like
+    /// [`Table::range`]: each key committed when the walk passes it is passed once (one whose
+    /// delete is in flight included), no key another transaction is inserting is passed.
     pub fn primary_keys(
         &self,
         lo: Bound<&Value>,
@@ -277,13 +310,18 @@ impl Table {
         f: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         self.check_poisoned()?;
-        self.acknowledged(self.primary_range(lo, hi)?.for_each(self, f))
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.acknowledged(self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, _| f(pk)))
     }
 
     /// Encoded primary keys of the rows whose value in the column of secondary index `index`
     /// (its position in the schema) lies within the bounds, in index order (NULLs last), until
     /// `f` returns `Ok(false)`. Only the index is read; the caller reads the rows (and
-    /// re-checks the value: a row may change after its entry was read).
+    /// re-checks the value: a row may change after its entry was read). Each entry committed
+    /// when the walk passes it is passed once (a key with a change in flight at the position
+    /// of its committed value); a row whose indexed value a transaction commits a change of
+    /// while the walk runs may be passed at both values or at neither.
     pub fn index_keys(
         &self,
         index: usize,
@@ -295,7 +333,9 @@ impl Table {
         if index >= self.inner.schema.indexes.len() {
             return Err(Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)));
         }
-        self.acknowledged(self.secondary_range(index, lo, hi)?.for_each(self, f))
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.acknowledged(self.secondary_range(index, lo, hi)?.for_each_committed(self, None, |pk, _| f(pk)))
     }
 
     /// Returns `r` once every commit it can have seen is durable: with early lock release a
@@ -1067,19 +1107,17 @@ impl Table {
         }
     }
 
-    /// Full table scan in heap order until `f` returns `Ok(false)`. The row's page is latched
-    /// while `f` runs: `f` must not modify this table. Only committed rows are passed, and the
-    /// scan never waits for a writer: a row with a change in flight is passed as it was
-    /// before that change (its before-image), a row inserted by a transaction in flight is
-    /// skipped. Isolation: read committed, row by row (see the module documentation: not a
-    /// snapshot; a row moved or deleted while the scan runs may be seen twice or missed).
+    /// Full table scan, in primary-key order, until `f` returns `Ok(false)`: exactly
+    /// [`Table::range`] over every key. Each row committed when the scan passes its key is
+    /// passed once, as last committed; the scan takes no lock and never waits for a writer
+    /// (see the module documentation). `f` may modify the table (no latch is held while it
+    /// runs), but rows it changes may be seen again under their new keys.
     pub fn scan(&self, f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
-        self.inner.txn.check_open()?;
-        let pages = self.inner.heap.pages()?;
-        self.acknowledged(self.scan_committed(|visit| self.inner.heap.scan_pages(0..pages, visit), f))
+        self.range(Bound::Unbounded, Bound::Unbounded, f)
     }
 
-    /// Runs `f` on the committed image of each row that `scan` passes (see `read_committed`):
+    /// Runs `f` on the committed image of each row that a heap-order scan passes (see
+    /// `read_committed`):
     /// checked under the page latch, the row itself while no other writer of its key is in
     /// flight, else the key's before-image (nothing for an insert in flight).
     fn scan_committed(
@@ -1106,7 +1144,14 @@ impl Table {
     }
 
     /// Part `part` of `parts` of a full scan: a contiguous share of the heap pages, so `parts`
-    /// threads together scan the table once (seed 004's parallel scan).
+    /// threads together scan the table once (seed 004's parallel scan). The row's page is
+    /// latched while `f` runs: `f` must not modify this table.
+    ///
+    /// Isolation: each row passed is committed (a row with a change in flight is passed as
+    /// its before-image, a row inserted by a transaction in flight is skipped), but in heap
+    /// order a row that moves while the scan runs (an update that grows it, a delete or its
+    /// rollback) may be passed twice or missed: for an exact scan under concurrent writers use
+    /// [`Table::scan`] or [`Table::range`], which go in key order.
     pub fn scan_partition(
         &self,
         part: usize,
@@ -1140,35 +1185,59 @@ impl Table {
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
-    /// Each row is read as [`Table::read`] reads it (committed only); the index is walked a
-    /// batch of keys at a time, so no latch is held across rows.
+    /// Exact without locks or waiting: each row committed when the range passes its key is
+    /// passed once, as last committed (its before-image while another transaction has a
+    /// change of it in flight), and no uncommitted row is passed. Rows are read after their
+    /// index leaf is released, so no latch is held while `f` runs.
     pub fn range(
         &self,
         lo: Bound<&Value>,
         hi: Bound<&Value>,
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.check_poisoned()?;
         self.inner.txn.check_open()?;
-        let mut keys = self.primary_range(lo, hi)?;
-        let mut walk = || -> Result<()> {
-            loop {
-                let batch = keys.next_batch(self, RANGE_BATCH)?;
-                if batch.is_empty() {
-                    return Ok(());
-                }
-                for pk in &batch {
-                    // Resolved through the primary index again: the row may have moved since
-                    // the entry was copied. A row deleted meanwhile is skipped.
-                    if !self.read_committed(pk, None, &mut f)?.transpose()?.unwrap_or(true) {
-                        return Ok(());
-                    }
-                }
-            }
-        };
-        self.acknowledged(walk())
+        let walk = self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, found| {
+            Ok(self.read_found(pk, found, None, &mut f)?.transpose()?.unwrap_or(true))
+        });
+        self.acknowledged(walk)
     }
 
-    /// All rows whose column indexed by `index` equals `value`, in primary-key order.
+    /// The committed row of key `pk` as a committed walk found it: its before-image, or the
+    /// row its entry points at, read under the page latch while no writer of its stripe is in
+    /// flight and the slot still holds the key (else as [`Table::read`] reads it).
+    fn read_found<R>(
+        &self,
+        pk: &[u8],
+        found: scan::Found<'_>,
+        me: Option<u64>,
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<R>> {
+        let s = &self.inner.schema;
+        let rid = match found {
+            scan::Found::Image(row) => return Ok(Some(f(RowView::new(s, row)))),
+            scan::Found::Entry(rid) => rid,
+        };
+        let pending = &self.inner.txn.pending;
+        let stripe = PendingWriters::stripe(self.inner.id, pk);
+        let mut f = Some(f);
+        let fast = self.inner.heap.read(rid, |b| {
+            let v = RowView::new(s, b);
+            // Under the page latch: the key's row, and no writer of its stripe in flight.
+            if self.has_pk(&v, pk)? && PendingWriters::idle(pending.load(stripe)) {
+                return Ok(Some((f.take().expect("called once"))(v)));
+            }
+            Ok::<_, Error>(None)
+        })?;
+        if let Some(r) = fast.transpose()?.flatten() {
+            return Ok(Some(r));
+        }
+        self.read_committed(pk, me, f.take().expect("not called"))
+    }
+
+    /// All rows whose column indexed by `index` equals `value`, in primary-key order: the
+    /// committed rows, each once, without a lock or a wait (a row with a change in flight as
+    /// its before-image).
     pub fn lookup(&self, index: &str, value: &Value) -> Result<Vec<Vec<Value>>> {
         self.inner.txn.check_open()?;
         let s = &self.inner.schema;
@@ -1177,23 +1246,13 @@ impl Table {
             .iter()
             .position(|ix| ix.name == index)
             .ok_or_else(|| Error::NotFound(format!("index `{index}` on table `{}`", self.inner.name)))?;
-        s.check_value(&self.inner.name, s.indexes[pos].column, value)?;
-        let mut prefix = Vec::new();
-        s.secondary_prefix(s.indexes[pos].column, value, &mut prefix);
-        let mut pks = Vec::new();
-        self.inner.secondaries[pos].range(Bound::Included(&prefix), Bound::Unbounded, |k, _| {
-            if !k.starts_with(&prefix) {
-                return Ok(false);
-            }
-            pks.push(k[prefix.len()..].to_vec());
-            Ok(true)
-        })?;
         let col = s.indexes[pos].column;
-        let mut rows = Vec::with_capacity(pks.len());
-        for pk in pks {
-            // The row may have changed since the index entry was copied: keep it only if it
-            // still has the value looked for.
-            let row = self.read_committed(&pk, None, |r| match r.try_value(col) {
+        let mut rows = Vec::new();
+        let keys = self.secondary_range(pos, Bound::Included(value), Bound::Included(value))?;
+        keys.for_each_committed(self, None, |pk, found| {
+            // A row read through its entry may have changed since its leaf was read: keep it
+            // only if it still has the value looked for.
+            let row = self.read_found(pk, found, None, |r| match r.try_value(col) {
                 Ok(v) if v == *value => Some(r.try_values()),
                 Ok(_) => None,
                 Err(e) => Some(Err(e)),
@@ -1201,7 +1260,8 @@ impl Table {
             if let Some(Some(r)) = row {
                 rows.push(r?);
             }
-        }
+            Ok(true)
+        })?;
         self.acknowledged(Ok(rows))
     }
 

@@ -6,11 +6,15 @@
 //! through an index still lies in the range. Invariants: a batch holds at most the number of
 //! keys asked for, in index order, each strictly after the previous batch's last entry; a
 //! secondary range yields primary keys, never index entries, so callers lock and read exactly
-//! what point operations lock and read.
+//! what point operations lock and read. Lock-free walks ([`KeyRange::for_each_committed`])
+//! decide each key of the range exactly once, merging the before-images of keys in flight
+//! under each leaf's latch (the argument is in the `table` module's documentation).
 
-use super::{RowView, Table, Value};
+use super::{RowId, RowView, Table, Value};
 use crate::error::{Error, Result};
+use crate::txn::pending::BeforeImage;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 /// Which index a [`KeyRange`] walks.
 #[derive(Debug, Clone, Copy)]
@@ -86,15 +90,127 @@ impl KeyRange {
         }
         Ok(out)
     }
+}
 
-    /// Calls `f` with every primary key of the range, in index order, until it returns
-    /// `Ok(false)`; the tree's latches are held meanwhile, so `f` must not wait for locks.
-    pub(crate) fn for_each(&self, table: &Table, mut f: impl FnMut(&[u8]) -> Result<bool>) -> Result<()> {
+/// What a committed walk ([`KeyRange::for_each_committed`]) found for one key.
+pub(crate) enum Found<'a> {
+    /// The key's last committed row, published by the writer that has it in flight.
+    Image(&'a [u8]),
+    /// The index entry's row id: no other writer had the key in flight when its leaf was
+    /// latched; the row is read (as committed) from there.
+    Entry(RowId),
+}
+
+/// The keys in flight that one leaf visit merges (see [`KeyRange::for_each_committed`]).
+#[derive(Default)]
+struct InFlightHere {
+    /// Primary keys another transaction has in flight, sorted: their entries are skipped.
+    keys: Vec<Box<[u8]>>,
+    /// The before-images that lie within the visit's interval: (index key, row), sorted.
+    images: Vec<(Vec<u8>, Arc<[u8]>)>,
+}
+
+impl KeyRange {
+    /// Calls `f(primary key, found)` once for every key of the range that was committed when
+    /// the walk passed it, in index order, until `f` returns `Ok(false)`; no latch is held
+    /// while `f` runs. Transaction `me` (if any) sees its own changes.
+    ///
+    /// Under each leaf's latch the keys that other transactions have in flight are merged in:
+    /// their entries are skipped and their before-images (the rows as last committed) are
+    /// passed at the index position those rows have. A writer publishes the image before its
+    /// first page change and withdraws it only once committed or rolled back, under the key's
+    /// exclusive lock, so under the latch the leaf and the image set agree: a key in flight
+    /// shows as its image, whatever its entries are at that moment (a delete that took the
+    /// entry out, an insert that put one in, an update that added the new entry and has not
+    /// yet removed the old one, a rollback half-way); a key not in flight shows as its entry,
+    /// which is then committed (its writer finished before the latch was taken). Successive
+    /// leaf visits tile the range ([`crate::btree::BTree::range_visits`]), so each key is
+    /// decided exactly once, by the one visit whose interval holds it.
+    pub(crate) fn for_each_committed(
+        &self,
+        table: &Table,
+        me: Option<u64>,
+        mut f: impl FnMut(&[u8], Found<'_>) -> Result<bool>,
+    ) -> Result<()> {
         if self.done {
             return Ok(());
         }
+        let (id, pending) = (table.inner.id, &table.inner.txn.pending);
+        let s = &table.inner.schema;
         let (from, hi) = (self.from.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice));
-        self.tree(table).range(from, hi, |k, _| f(self.primary_key(table, k)?))
+        let mut found: Vec<(Box<[u8]>, BeforeImage)> = Vec::new();
+        self.tree(table).range_visits(
+            from,
+            hi,
+            |lo, upto| {
+                let mut here = InFlightHere::default();
+                if !pending.any_in_flight(id) {
+                    return Ok(here);
+                }
+                found.clear();
+                match self.index {
+                    RangeIndex::Primary => {
+                        pending.images_in(id, lo, upto, me, &mut found);
+                        for (pk, image) in found.drain(..) {
+                            if let Some(row) = image {
+                                here.images.push((pk.to_vec(), row));
+                            }
+                            here.keys.push(pk);
+                        }
+                    }
+                    RangeIndex::Secondary(n) => {
+                        // Images are by primary key: each one's entry in this index is
+                        // computed from its row.
+                        let col = s.indexes[n].column;
+                        pending.images_in(id, Bound::Unbounded, Bound::Unbounded, me, &mut found);
+                        for (pk, image) in found.drain(..) {
+                            if let Some(row) = image {
+                                let v = RowView::new(s, &row).try_value(col)?;
+                                let k = s.secondary_key_bytes(col, &v, &pk);
+                                if crate::txn::pending::in_interval(lo, upto, &k) {
+                                    here.images.push((k, row));
+                                }
+                            }
+                            here.keys.push(pk);
+                        }
+                        here.images.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                    }
+                }
+                Ok(here)
+            },
+            |entries, here| {
+                let mut images = here.images.iter().peekable();
+                for (k, v) in entries {
+                    while let Some((ik, row)) = images.next_if(|(ik, _)| ik.as_slice() < k.as_slice()) {
+                        if !f(self.primary_key(table, ik)?, Found::Image(row))? {
+                            return Ok(false);
+                        }
+                    }
+                    let pk = self.primary_key(table, k)?;
+                    if here.keys.binary_search_by(|p| (**p).cmp(pk)).is_ok() {
+                        continue; // in flight: its image (if any) stands for it
+                    }
+                    let rid = RowId::from_bytes(v).ok_or_else(|| self.malformed(table))?;
+                    if !f(pk, Found::Entry(rid))? {
+                        return Ok(false);
+                    }
+                }
+                for (ik, row) in images {
+                    if !f(self.primary_key(table, ik)?, Found::Image(row))? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            },
+        )
+    }
+
+    fn malformed(&self, table: &Table) -> Error {
+        Error::Corruption {
+            file: super::files::index_name(table.inner.id),
+            offset: 0,
+            detail: format!("an index of `{}` holds a malformed row id", table.inner.name),
+        }
     }
 }
 

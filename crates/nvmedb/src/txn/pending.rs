@@ -2,8 +2,8 @@
 //! that take no lock.
 //!
 //! Owns: [`PendingWriters`]: a fixed array of stripes (one `AtomicU64` each) hashed by table
-//! and primary key, and a sharded map from each key a writer has in flight to the key's last
-//! committed image (its *before-image*: the row, or its absence). A writer *enters* a key
+//! and primary key, and an ordered map per table (sharded by table) from each key a writer
+//! has in flight to the key's last committed image (its *before-image*: the row, or its absence). A writer *enters* a key
 //! ([`PendingWriters::enter`]) under the key's exclusive lock, before its first page change of
 //! the key: the before-image is published first, then the stripe counts the writer. It
 //! *leaves* ([`PendingWriters::leave`]) only once the change is final, committed (its commit
@@ -30,6 +30,11 @@
 //!   which change together with it) is still the one from before the index lookup; otherwise
 //!   the reader looks again.
 //!
+//! Scans: the images are kept in key order per table ([`PendingWriters::images_in`]), and
+//! [`PendingWriters::any_in_flight`] lets a scan skip them when its table has no key in
+//! flight; under an index leaf's latch the images and the leaf agree (see the `table`
+//! module's documentation for how scans merge them).
+//!
 //! A commit becomes visible to lock-free readers at the moment its writer withdraws its
 //! before-images, after its commit record is logged (and, without early lock release, durable)
 //! and before the commit call returns. Stripes are
@@ -38,8 +43,9 @@
 //! each); a key has at most one before-image (its writer holds it exclusively).
 
 use crate::util::sync::MutexExt;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Stripes in the table (a power of two).
@@ -49,27 +55,53 @@ pub const ACTIVE_BITS: u32 = 20;
 const ACTIVE_MASK: u64 = (1 << ACTIVE_BITS) - 1;
 /// Added by a leave: one more writer left, one fewer inside.
 const LEAVE: u64 = (1u64 << ACTIVE_BITS).wrapping_sub(1);
-/// Shards of the before-image map (a power of two; a key's shard is its stripe's low bits).
-const IMAGE_SHARDS: usize = 256;
+/// Shards of the before-image map (a power of two; a key's shard is its table's low bits, so
+/// the keys in flight of one table are in one ordered map, for scans).
+const IMAGE_SHARDS: usize = 64;
 
 /// A key's last committed state: its row's bytes, or `None` when the key has no row.
 pub type BeforeImage = Option<Arc<[u8]>>;
 
-/// One key in flight: its table, its writer and its last committed state.
+/// One key in flight: its writer and its last committed state.
 struct InFlight {
-    table: u32,
     txn: u64,
     before: BeforeImage,
 }
 
-/// Keys in flight of one shard, by encoded primary key.
-type ImageShard = HashMap<Box<[u8]>, Vec<InFlight>>;
+/// The keys in flight of one table, by encoded primary key.
+type TableKeys = BTreeMap<Box<[u8]>, InFlight>;
+
+/// Keys in flight of the tables of one shard: by table, then in encoded primary-key order.
+#[derive(Default)]
+struct ImageShard {
+    tables: Vec<(u32, TableKeys)>,
+}
+
+impl ImageShard {
+    fn table(&self, table: u32) -> Option<&TableKeys> {
+        self.tables.iter().find(|(t, _)| *t == table).map(|(_, m)| m)
+    }
+
+    fn table_mut(&mut self, table: u32) -> &mut TableKeys {
+        let at = match self.tables.iter().position(|(t, _)| *t == table) {
+            Some(at) => at,
+            None => {
+                self.tables.push((table, BTreeMap::new()));
+                self.tables.len() - 1
+            }
+        };
+        &mut self.tables[at].1
+    }
+}
 
 /// The stripes of keys with a writer in flight and those keys' last committed images (see
 /// the module documentation).
 pub struct PendingWriters {
     stripes: Box<[AtomicU64]>,
     images: Box<[Mutex<ImageShard>]>,
+    /// Keys in flight per image shard (changed under the shard's mutex): a scan whose table's
+    /// shard has none skips the mutex.
+    in_flight: Box<[AtomicUsize]>,
 }
 
 impl Default for PendingWriters {
@@ -90,7 +122,8 @@ impl PendingWriters {
     pub fn new() -> Self {
         Self {
             stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
-            images: (0..IMAGE_SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            images: (0..IMAGE_SHARDS).map(|_| Mutex::new(ImageShard::default())).collect(),
+            in_flight: (0..IMAGE_SHARDS).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
 
@@ -117,13 +150,11 @@ impl PendingWriters {
     pub fn enter(&self, table: u32, pk: &[u8], txn: u64, before: BeforeImage) -> usize {
         let s = Self::stripe(table, pk);
         {
-            let mut shard = self.images[s % IMAGE_SHARDS].locked();
-            let keys = shard.entry(pk.into()).or_default();
-            assert!(
-                !keys.iter().any(|k| k.table == table),
-                "a key of table {table} entered twice (transaction {txn})"
-            );
-            keys.push(InFlight { table, txn, before });
+            let sh = Self::shard(table);
+            let mut shard = self.images[sh].locked();
+            let old = shard.table_mut(table).insert(pk.into(), InFlight { txn, before });
+            assert!(old.is_none(), "a key of table {table} entered twice (transaction {txn})");
+            self.in_flight[sh].fetch_add(1, Ordering::SeqCst);
             // Under the shard's mutex: a reader that finds no image there also reads a stripe
             // value that matches the images it saw (see `before_image`).
             let prev = self.stripes[s].fetch_add(1, Ordering::SeqCst);
@@ -138,13 +169,10 @@ impl PendingWriters {
     pub fn leave(&self, table: u32, pk: &[u8]) {
         let s = Self::stripe(table, pk);
         {
-            let mut shard = self.images[s % IMAGE_SHARDS].locked();
-            let keys = shard.get_mut(pk).expect("a key left was entered");
-            let at = keys.iter().position(|k| k.table == table).expect("a key left was entered");
-            keys.swap_remove(at);
-            if keys.is_empty() {
-                shard.remove(pk);
-            }
+            let sh = Self::shard(table);
+            let mut shard = self.images[sh].locked();
+            shard.table_mut(table).remove(pk).expect("a key left was entered");
+            self.in_flight[sh].fetch_sub(1, Ordering::SeqCst);
             let prev = self.stripes[s].fetch_add(LEAVE, Ordering::SeqCst);
             debug_assert!(prev & ACTIVE_MASK > 0, "leaving stripe {s} nobody is inside");
         }
@@ -170,12 +198,47 @@ impl PendingWriters {
         pk: &[u8],
         me: Option<u64>,
     ) -> (Option<BeforeImage>, u64) {
-        let shard = self.images[stripe % IMAGE_SHARDS].locked();
+        let shard = self.images[Self::shard(table)].locked();
         let image = shard
-            .get(pk)
-            .and_then(|keys| keys.iter().find(|k| k.table == table))
+            .table(table)
+            .and_then(|keys| keys.get(pk))
             .and_then(|k| (Some(k.txn) != me).then(|| k.before.clone()));
         (image, self.stripes[stripe].load(Ordering::Acquire))
+    }
+
+    fn shard(table: u32) -> usize {
+        table as usize % IMAGE_SHARDS
+    }
+
+    /// True if some key of `table` (or of a table sharing its image shard) may have a writer
+    /// in flight. Read under a page latch, it sees every writer whose page change the latch
+    /// shows (writers enter before their first page change).
+    #[inline]
+    pub fn any_in_flight(&self, table: u32) -> bool {
+        self.in_flight[Self::shard(table)].load(Ordering::Acquire) != 0
+    }
+
+    /// Appends to `out`, in key order, every key of `table` within `lo..hi` that a transaction
+    /// other than `me` has in flight, with its before-image.
+    pub fn images_in(
+        &self,
+        table: u32,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        me: Option<u64>,
+        out: &mut Vec<(Box<[u8]>, BeforeImage)>,
+    ) {
+        if interval_is_empty(lo, hi) {
+            return;
+        }
+        let shard = self.images[Self::shard(table)].locked();
+        if let Some(keys) = shard.table(table) {
+            out.extend(
+                keys.range::<[u8], _>((lo, hi))
+                    .filter(|(_, k)| Some(k.txn) != me)
+                    .map(|(pk, k)| (pk.clone(), k.before.clone())),
+            );
+        }
     }
 
     /// The stripe's current value, for [`PendingWriters::idle`] and a seqlock comparison.
@@ -188,6 +251,32 @@ impl PendingWriters {
     #[inline]
     pub fn idle(v: u64) -> bool {
         v & ACTIVE_MASK == 0
+    }
+}
+
+/// True if `k` lies within `lo..hi`.
+pub fn in_interval(lo: Bound<&[u8]>, hi: Bound<&[u8]>, k: &[u8]) -> bool {
+    let above = match lo {
+        Bound::Included(a) => k >= a,
+        Bound::Excluded(a) => k > a,
+        Bound::Unbounded => true,
+    };
+    above
+        && match hi {
+            Bound::Included(b) => k <= b,
+            Bound::Excluded(b) => k < b,
+            Bound::Unbounded => true,
+        }
+}
+
+/// True if no byte string lies within `lo..hi`.
+pub fn interval_is_empty(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b))
+        | (Bound::Excluded(a), Bound::Excluded(b)) => a >= b,
+        _ => false,
     }
 }
 
@@ -240,5 +329,30 @@ mod tests {
         let max = *hit.iter().max().unwrap();
         assert!(max <= 20, "sequential keys crowd one stripe: {max} of {}", STRIPES * 4);
         assert_ne!(PendingWriters::stripe(1, b"abc"), PendingWriters::stripe(2, b"abc"));
+    }
+
+    #[test]
+    fn images_in_gives_the_keys_in_flight_of_a_table_within_bounds_in_key_order() {
+        let p = PendingWriters::new();
+        let k = |i: i64| i.to_be_bytes();
+        assert!(!p.any_in_flight(4));
+        for (i, txn) in [(5, 1), (1, 2), (9, 1), (3, 3)] {
+            p.enter(4, &k(i), txn, (i != 3).then(|| Arc::from(&k(i)[..])));
+        }
+        p.enter(4 + IMAGE_SHARDS as u32, &k(2), 9, None); // another table of the same shard
+        assert!(p.any_in_flight(4));
+        let mut out = Vec::new();
+        p.images_in(4, Bound::Included(&k(1)[..]), Bound::Excluded(&k(9)[..]), Some(2), &mut out);
+        let keys: Vec<_> = out.iter().map(|(pk, img)| (pk.to_vec(), img.is_some())).collect();
+        assert_eq!(keys, [(k(3).to_vec(), false), (k(5).to_vec(), true)], "me's key and bounds excluded");
+        out.clear();
+        p.images_in(4, Bound::Excluded(&k(5)[..]), Bound::Excluded(&k(5)[..]), None, &mut out);
+        p.images_in(4, Bound::Included(&k(6)[..]), Bound::Included(&k(5)[..]), None, &mut out);
+        assert!(out.is_empty(), "empty intervals");
+        for i in [5, 1, 9, 3] {
+            p.leave(4, &k(i));
+        }
+        p.leave(4 + IMAGE_SHARDS as u32, &k(2));
+        assert!(!p.any_in_flight(4));
     }
 }

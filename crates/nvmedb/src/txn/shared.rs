@@ -28,11 +28,11 @@
 //! waits for them, as the commit itself does.
 
 use super::{LockManager, LockMode, LockOptions, PendingWriters};
-use crate::wal::Lsn;
 use crate::buffer::mtr::take_annotation;
 use crate::error::{Error, Result};
 use crate::util::sync::RwLockExt;
 use crate::wal::engine::{TxnLog, TxnOp};
+use crate::wal::Lsn;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
