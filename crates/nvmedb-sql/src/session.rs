@@ -227,9 +227,10 @@ impl CopyLoad {
             if !empty {
                 return Ok(());
             }
+            let schema = engine.catalog.get(&name)?.table.schema().clone();
             let t = engine
                 .db
-                .load_table_replacing(&name, rows_rx.into_iter().flatten(), |_| {})
+                .load_table_replacing(&name, schema, rows_rx.into_iter().flatten(), |_| {})
                 .map_err(|e| SqlError::from_engine(e, Some(&name)))?;
             engine.catalog.put(t)?;
             Ok(())
@@ -1000,29 +1001,42 @@ fn failed_block() -> SqlError {
     )
 }
 
-/// Rebuilds `table` under `schema`, copying its rows (progress on stderr for big tables).
+/// Rebuilds `table` under `schema`, copying its rows (by column name) into a bulk load
+/// ([`Database::load_table_replacing`]) fed by a thread that scans the old table; progress on
+/// stderr for big tables.
 fn rebuild_copy(db: &Database, table: &str, schema: nvmedb::Schema) -> SqlResult<nvmedb::Table> {
     let started = Instant::now();
-    db.rebuild_table(table, schema, |old, load| {
-        // Where each new column comes from (by name), looked up once rather than per row.
-        let from: Vec<Option<usize>> =
-            load.table().schema().columns.iter().map(|c| old.schema().column_index(&c.name).ok()).collect();
-        let mut values = Vec::with_capacity(from.len());
-        old.scan(|row| {
-            values.clear();
-            values.extend(from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))));
-            load.insert(&values)?;
-            if load.rows() % 1_000_000 == 0 {
-                eprintln!(
-                    "nvmedb: rebuilding {table}: {} rows ({:.1} s)",
-                    load.rows(),
-                    started.elapsed().as_secs_f64()
-                );
+    let engine_err = |e| SqlError::from_engine(e, Some(table));
+    let old = db.table(table).map_err(engine_err)?;
+    // Where each new column comes from (by name), looked up once rather than per row.
+    let from: Vec<Option<usize>> =
+        schema.columns.iter().map(|c| old.schema().column_index(&c.name).ok()).collect();
+    let (rows, rows_rx) = mpsc::sync_channel::<LoadBatch>(4);
+    let reader = std::thread::spawn(move || {
+        let mut batch = Vec::with_capacity(LOAD_BATCH);
+        let r = old.scan(|row| {
+            batch.push(Ok(from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))).collect()));
+            if batch.len() >= LOAD_BATCH {
+                let b = std::mem::replace(&mut batch, Vec::with_capacity(LOAD_BATCH));
+                // The load stopped (it failed): stop reading.
+                return Ok(rows.send(b).is_ok());
             }
             Ok(true)
-        })
-    })
-    .map_err(|e| SqlError::from_engine(e, Some(table)))
+        });
+        if let Err(e) = r {
+            batch.push(Err(e));
+        }
+        let _ = rows.send(batch);
+    });
+    let mut shown = 0;
+    let loaded = db.load_table_replacing(table, schema, rows_rx.into_iter().flatten(), |n| {
+        if n / 1_000_000 > shown {
+            shown = n / 1_000_000;
+            eprintln!("nvmedb: rebuilding {table}: {n} rows ({:.1} s)", started.elapsed().as_secs_f64());
+        }
+    });
+    let _ = reader.join();
+    loaded.map_err(engine_err)
 }
 
 /// Unescapes one field of the COPY text format (borrowed when it has no backslash, as most

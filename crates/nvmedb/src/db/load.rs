@@ -107,32 +107,34 @@ impl Database {
         self.load(name, schema, None, rows.into_iter().map(Ok), progress)
     }
 
-    /// Replaces the rows of existing table `name` by `rows`, built as [`Database::load_table`]
-    /// builds a table (bottom-up, every new page logged once as an image) into new files under
-    /// the same schema and tablespaces, then switched in with one catalog update: after a
-    /// crash either the old table or the whole new one exists. Meant for filling an empty
-    /// table (SQL's `COPY` into a table just created or truncated); the old table's rows are
-    /// discarded, and handles to it fail afterwards. A row that is an error stops the load
-    /// with that error, and the old table stays.
+    /// Replaces existing table `name` by a table with `schema` holding `rows`, built as
+    /// [`Database::load_table`] builds a table (bottom-up, every new page logged once as an
+    /// image) into new files in the old table's tablespaces, then switched in with one catalog
+    /// update: after a crash either the old table or the whole new one exists. For filling an
+    /// empty table (SQL's `COPY` into a table just created or truncated) and for rebuilding a
+    /// table under a new primary key or index (the rows read from the old table, which is
+    /// switched out only at the end); the old table's rows are discarded, and handles to it
+    /// fail afterwards. A row that is an error stops the load with that error, and the old
+    /// table stays.
     ///
     /// ```
     /// # use nvmedb::{ColumnType, Database, Options, Schema, Value};
     /// # fn main() -> nvmedb::Result<()> {
     /// # let db = Database::open_with_storage(std::sync::Arc::new(nvmedb::io::MemStorage::new()), Options::default())?;
-    /// db.create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)]))?;
+    /// let old = db.create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)]))?;
     /// let rows = (0..1000).map(|i| Ok(vec![Value::Int(i), Value::Int(-i)]));
-    /// let t = db.load_table_replacing("t", rows, |_| {})?;
+    /// let t = db.load_table_replacing("t", old.schema().clone(), rows, |_| {})?;
     /// assert_eq!(t.get(&Value::Int(7))?, Some(vec![Value::Int(7), Value::Int(-7)]));
     /// # Ok(()) }
     /// ```
     pub fn load_table_replacing(
         &self,
         name: &str,
+        schema: Schema,
         rows: impl IntoIterator<Item = Result<Vec<Value>>>,
         progress: impl FnMut(u64),
     ) -> Result<Table> {
         let old = self.table(name)?;
-        let schema = old.schema().clone();
         self.load(name, schema, Some(old), rows.into_iter(), progress)
     }
 
