@@ -22,6 +22,7 @@
 //!   ([`TxnShared::wait_released`]) wait until the log is durable up to the watermark they
 //!   find at their end (it was raised before anything they saw became visible); this costs two
 //!   atomic loads when no early-released commit is waiting for its flush.
+//!
 //! A transaction whose locks went early can no longer roll back (its commit record is in the
 //! log, and others may have built on it): `Transaction` asserts it. With synchronous
 //! replication the log's durable position includes the standbys', so every wait above also
