@@ -10,6 +10,14 @@
 //! and is not undone by ROLLBACK; it waits, through the gate, until no other statement or
 //! transaction block is running, and is refused inside a block that has already changed
 //! rows.
+//!
+//! COPY FROM STDIN into an empty table, as its own transaction or into a table this same
+//! block created or truncated (what `pgbench -i` does), is a bulk load
+//! ([`Database::load_table_replacing`]: pages and B+trees built bottom-up, logged once as
+//! page images, switched in at the end in one step) instead of row-by-row inserts. It holds
+//! the gate exclusively, as DDL does, from the start of the data to the switch, and like the
+//! DDL before it in the block it takes effect at once: a later ROLLBACK of the block does not
+//! undo it. Any other COPY inserts its rows in the transaction.
 
 use crate::catalog::{Catalog, ROWID_COLUMN};
 use crate::error::{code, SqlError, SqlResult};
@@ -20,8 +28,9 @@ use crate::plan::{CopyPlan, OutCol, Planner, Prepared, Stmt};
 use crate::types::{now_micros, Datum, SqlType};
 use nvmedb::util::sync::{CondvarExt, MutexExt};
 use nvmedb::{Database, Transaction};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -175,6 +184,89 @@ struct CopyIn {
     started: Instant,
     /// The engine row being built (reused from line to line).
     row: Vec<nvmedb::Value>,
+    /// The bulk load the rows go to instead of the transaction, if any.
+    load: Option<CopyLoad>,
+}
+
+/// Rows a COPY sends its bulk-load thread at a time.
+const LOAD_BATCH: usize = 1024;
+
+/// A rows batch for a bulk load; an error makes the load fail (the old table stays).
+type LoadBatch = Vec<nvmedb::Result<Vec<nvmedb::Value>>>;
+
+/// A COPY filling an empty table through [`Database::load_table_replacing`] on a thread that
+/// holds the gate exclusively until the new table is switched in.
+struct CopyLoad {
+    rows: mpsc::SyncSender<LoadBatch>,
+    batch: LoadBatch,
+    thread: std::thread::JoinHandle<SqlResult<()>>,
+}
+
+impl CopyLoad {
+    /// Starts the load of table `name` if it is empty once the gate is held exclusively;
+    /// `None` (the gate released again) if it is not, or the gate could not be had.
+    fn start(engine: &Arc<Engine>, name: &str) -> Option<Self> {
+        let (ready_tx, ready_rx) = mpsc::channel::<bool>();
+        let (rows, rows_rx) = mpsc::sync_channel::<LoadBatch>(4);
+        let (engine, name) = (engine.clone(), name.to_string());
+        let thread = std::thread::spawn(move || -> SqlResult<()> {
+            let Ok(_x) = engine.gate.enter_exclusive(engine.ddl_timeout) else {
+                let _ = ready_tx.send(false);
+                return Ok(());
+            };
+            let empty = engine.catalog.get(&name).ok().is_some_and(|info| {
+                let mut empty = true;
+                let r =
+                    info.table.primary_keys(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_| {
+                        empty = false;
+                        Ok(false)
+                    });
+                r.is_ok() && empty
+            });
+            let _ = ready_tx.send(empty);
+            if !empty {
+                return Ok(());
+            }
+            let schema = engine.catalog.get(&name)?.table.schema().clone();
+            let t = engine
+                .db
+                .load_table_replacing(&name, schema, rows_rx.into_iter().flatten(), |_| {})
+                .map_err(|e| SqlError::from_engine(e, Some(&name)))?;
+            engine.catalog.put(t)?;
+            Ok(())
+        });
+        if ready_rx.recv().unwrap_or(false) {
+            Some(Self { rows, batch: Vec::with_capacity(LOAD_BATCH), thread })
+        } else {
+            let _ = thread.join();
+            None
+        }
+    }
+
+    fn push(&mut self, row: nvmedb::Result<Vec<nvmedb::Value>>) -> SqlResult<()> {
+        self.batch.push(row);
+        if self.batch.len() >= LOAD_BATCH {
+            let b = std::mem::replace(&mut self.batch, Vec::with_capacity(LOAD_BATCH));
+            if self.rows.send(b).is_err() {
+                // The load stopped (it failed): its error comes with the finish.
+                return Err(SqlError::new(code::INTERNAL_ERROR, "the COPY's bulk load stopped"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the input (`failed`: with an error, so nothing is switched in) and waits for the
+    /// load; the gate is free again when this returns.
+    fn finish(mut self, failed: bool) -> SqlResult<()> {
+        if failed {
+            self.batch.push(Err(nvmedb::Error::InvalidArgument("the COPY failed".into())));
+        }
+        let _ = self.rows.send(std::mem::take(&mut self.batch));
+        drop(self.rows);
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(SqlError::new(code::INTERNAL_ERROR, "the COPY's bulk load panicked")))
+    }
 }
 
 /// One client's session.
@@ -191,6 +283,9 @@ pub struct Session {
     cache: HashMap<String, Arc<Prepared>>,
     copy: Option<CopyIn>,
     notices: Vec<Notice>,
+    /// Tables this session's transaction block created or truncated (a COPY into one of
+    /// them, still empty, is a bulk load).
+    fresh: HashSet<String>,
 }
 
 impl std::fmt::Debug for Session {
@@ -238,6 +333,7 @@ impl Session {
             cache: HashMap::new(),
             copy: None,
             notices: Vec::new(),
+            fresh: HashSet::new(),
         }
     }
 
@@ -411,6 +507,15 @@ impl Session {
         }
     }
 
+    /// Takes the gate shared again for the transaction block, if one is open (after a COPY's
+    /// bulk load, which held it exclusively).
+    fn rejoin_gate(&mut self) {
+        if matches!(self.state, TxnState::Active(_)) && !self.holds_gate {
+            self.engine.gate.enter_shared();
+            self.holds_gate = true;
+        }
+    }
+
     fn release_gate(&mut self) {
         if self.holds_gate {
             self.engine.gate.leave_shared();
@@ -445,6 +550,7 @@ impl Session {
                     self.holds_gate = true;
                     self.state = TxnState::Active(Box::new(self.engine.db.begin()));
                     self.dirty = false;
+                    self.fresh.clear();
                 }
                 Ok(Outcome::Done("BEGIN".into()))
             }
@@ -496,12 +602,27 @@ impl Session {
             }
             Stmt::NoOp(tag) => Ok(Outcome::Done((*tag).into())),
             Stmt::Copy(plan) => {
-                let own = match self.state {
-                    TxnState::Active(_) => {
+                let in_block = matches!(self.state, TxnState::Active(_));
+                let load = if !in_block || self.fresh.contains(&plan.table.name) {
+                    // The load takes the gate exclusively: this block's shared hold goes first.
+                    let held = self.holds_gate;
+                    self.release_gate();
+                    let load = CopyLoad::start(&self.engine, &plan.table.name);
+                    if held && load.is_none() {
+                        self.engine.gate.enter_shared();
+                        self.holds_gate = true;
+                    }
+                    load
+                } else {
+                    None
+                };
+                let own = match (&load, in_block) {
+                    (_, true) => {
                         self.dirty = true;
                         None
                     }
-                    _ => Some(Box::new(self.engine.db.begin())),
+                    (Some(_), false) => None,
+                    (None, false) => Some(Box::new(self.engine.db.begin())),
                 };
                 if own.is_some() {
                     self.engine.gate.enter_shared();
@@ -517,6 +638,7 @@ impl Session {
                     done: false,
                     started: Instant::now(),
                     row: Vec::new(),
+                    load,
                 });
                 Ok(Outcome::CopyIn(n))
             }
@@ -650,6 +772,9 @@ impl Session {
                 }
                 let t = e.db.create_table(name, schema.clone()).map_err(|err| eng(err, name))?;
                 e.catalog.put(t)?;
+                if matches!(self.state, TxnState::Active(_)) {
+                    self.fresh.insert(name.clone());
+                }
                 Ok(Outcome::Done("CREATE TABLE".into()))
             }
             Stmt::DropTable(names, if_exists) => {
@@ -679,6 +804,9 @@ impl Session {
                         e.db.rebuild_table(n, info.table.schema().clone(), |_, _| Ok(()))
                             .map_err(|err| eng(err, n))?;
                     e.catalog.put(t)?;
+                    if matches!(self.state, TxnState::Active(_)) {
+                        self.fresh.insert(n.clone());
+                    }
                 }
                 Ok(Outcome::Done("TRUNCATE TABLE".into()))
             }
@@ -737,9 +865,10 @@ impl Session {
         }
         c.buf.extend_from_slice(data);
         let engine = self.engine.clone();
-        let tx: &mut Transaction = match (&mut c.own, &mut self.state) {
-            (Some(own), _) => own,
-            (None, TxnState::Active(tx)) => tx,
+        let mut tx: Option<&mut Transaction> = match (&mut c.own, &mut self.state) {
+            _ if c.load.is_some() => None,
+            (Some(own), _) => Some(own),
+            (None, TxnState::Active(tx)) => Some(tx),
             (None, _) => {
                 c.err = Some(SqlError::new(code::INTERNAL_ERROR, "COPY lost its transaction"));
                 return;
@@ -755,7 +884,14 @@ impl Session {
                 c.done = true;
                 break;
             }
-            if let Err(e) = copy_line(&c.plan, line, tx, &mut c.row) {
+            let r = copy_row(&c.plan, line, &mut c.row).and_then(|()| match (&mut c.load, &mut tx) {
+                (Some(load), _) => load.push(Ok(c.row.clone())),
+                (None, Some(tx)) => tx
+                    .insert(&c.plan.table.table, &c.row)
+                    .map_err(|e| SqlError::from_engine(e, Some(&c.plan.table.name))),
+                (None, None) => unreachable!("a COPY without a load has a transaction"),
+            });
+            if let Err(e) = r {
                 c.err = Some(e.with_detail(format!("COPY {}, line {}", c.plan.table.name, c.line)));
                 break;
             }
@@ -790,6 +926,15 @@ impl Session {
         if own.is_some() {
             self.engine.gate.leave_shared();
         }
+        if let Some(load) = c.load.take() {
+            let r = load.finish(c.err.is_some());
+            self.rejoin_gate();
+            if let Err(e) = c.err.map_or(r, Err) {
+                self.fail_block();
+                return Err(e);
+            }
+            return Ok(Outcome::Done(format!("COPY {}", c.rows)));
+        }
         if let Some(e) = c.err {
             drop(own); // rolls back
             self.fail_block();
@@ -806,6 +951,10 @@ impl Session {
         if let Some(c) = self.copy.take() {
             if c.own.is_some() {
                 self.engine.gate.leave_shared();
+            }
+            if let Some(load) = c.load {
+                let _ = load.finish(true);
+                self.rejoin_gate();
             }
         }
         self.fail_block();
@@ -824,6 +973,9 @@ impl Drop for Session {
         if let Some(c) = self.copy.take() {
             if c.own.is_some() {
                 self.engine.gate.leave_shared();
+            }
+            if let Some(load) = c.load {
+                let _ = load.finish(true);
             }
         }
         self.state = TxnState::Idle;
@@ -849,29 +1001,42 @@ fn failed_block() -> SqlError {
     )
 }
 
-/// Rebuilds `table` under `schema`, copying its rows (progress on stderr for big tables).
+/// Rebuilds `table` under `schema`, copying its rows (by column name) into a bulk load
+/// ([`Database::load_table_replacing`]) fed by a thread that scans the old table; progress on
+/// stderr for big tables.
 fn rebuild_copy(db: &Database, table: &str, schema: nvmedb::Schema) -> SqlResult<nvmedb::Table> {
     let started = Instant::now();
-    db.rebuild_table(table, schema, |old, load| {
-        // Where each new column comes from (by name), looked up once rather than per row.
-        let from: Vec<Option<usize>> =
-            load.table().schema().columns.iter().map(|c| old.schema().column_index(&c.name).ok()).collect();
-        let mut values = Vec::with_capacity(from.len());
-        old.scan(|row| {
-            values.clear();
-            values.extend(from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))));
-            load.insert(&values)?;
-            if load.rows() % 1_000_000 == 0 {
-                eprintln!(
-                    "nvmedb: rebuilding {table}: {} rows ({:.1} s)",
-                    load.rows(),
-                    started.elapsed().as_secs_f64()
-                );
+    let engine_err = |e| SqlError::from_engine(e, Some(table));
+    let old = db.table(table).map_err(engine_err)?;
+    // Where each new column comes from (by name), looked up once rather than per row.
+    let from: Vec<Option<usize>> =
+        schema.columns.iter().map(|c| old.schema().column_index(&c.name).ok()).collect();
+    let (rows, rows_rx) = mpsc::sync_channel::<LoadBatch>(4);
+    let reader = std::thread::spawn(move || {
+        let mut batch = Vec::with_capacity(LOAD_BATCH);
+        let r = old.scan(|row| {
+            batch.push(Ok(from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))).collect()));
+            if batch.len() >= LOAD_BATCH {
+                let b = std::mem::replace(&mut batch, Vec::with_capacity(LOAD_BATCH));
+                // The load stopped (it failed): stop reading.
+                return Ok(rows.send(b).is_ok());
             }
             Ok(true)
-        })
-    })
-    .map_err(|e| SqlError::from_engine(e, Some(table)))
+        });
+        if let Err(e) = r {
+            batch.push(Err(e));
+        }
+        let _ = rows.send(batch);
+    });
+    let mut shown = 0;
+    let loaded = db.load_table_replacing(table, schema, rows_rx.into_iter().flatten(), |n| {
+        if n / 1_000_000 > shown {
+            shown = n / 1_000_000;
+            eprintln!("nvmedb: rebuilding {table}: {n} rows ({:.1} s)", started.elapsed().as_secs_f64());
+        }
+    });
+    let _ = reader.join();
+    loaded.map_err(engine_err)
 }
 
 /// Unescapes one field of the COPY text format (borrowed when it has no backslash, as most
@@ -927,13 +1092,8 @@ fn unescape(f: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Inserts one line of COPY text; `row` is a buffer reused from line to line.
-fn copy_line(
-    plan: &CopyPlan,
-    line: &[u8],
-    tx: &mut Transaction,
-    row: &mut Vec<nvmedb::Value>,
-) -> SqlResult<()> {
+/// Decodes one line of COPY text into `row` (a buffer reused from line to line).
+fn copy_row(plan: &CopyPlan, line: &[u8], row: &mut Vec<nvmedb::Value>) -> SqlResult<()> {
     let t = &plan.table;
     row.clear();
     row.resize(t.columns.len(), nvmedb::Value::Null);
@@ -975,5 +1135,5 @@ fn copy_line(
     if fields.next().is_some() {
         return Err(SqlError::new(code::BAD_COPY_FILE_FORMAT, "extra data after last expected column"));
     }
-    tx.insert(&t.table, row).map_err(|e| SqlError::from_engine(e, Some(&t.name)))
+    Ok(())
 }

@@ -279,6 +279,64 @@ async fn copy_and_transactions() {
     assert_eq!(simple_rows(&c, "SELECT 1").await, [[Some("1".to_string())]]);
 }
 
+/// Sends `data` as one COPY FROM STDIN of `sql`; the server's answer.
+async fn copy(c: &Client, sql: &str, data: &str) -> Result<u64, tokio_postgres::Error> {
+    use futures::SinkExt;
+    let mut sink = Box::pin(c.copy_in(sql).await?);
+    for chunk in data.as_bytes().chunks(1000) {
+        sink.send(bytes::Bytes::copy_from_slice(chunk)).await?;
+    }
+    sink.as_mut().finish().await
+}
+
+/// COPY into an empty table is a bulk load when it is its own transaction or the table was
+/// created or truncated in the same block (as `pgbench -i` does): rows, primary-key lookups
+/// and integrity as with inserts; a bad line or a duplicate key fails it and leaves the table
+/// as it was; like the DDL before it, a later ROLLBACK of the block keeps it. A COPY into an
+/// empty table the block did not create or truncate stays transactional.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_into_an_empty_table_loads_it() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    let rows: String = (1..=5000).map(|i| format!("{i}\t{}\t0\tfill\n", (i - 1) / 1000 + 1)).collect();
+    // pgbench -i: truncate, insert the small tables, COPY the big one, all in one block.
+    c.batch_execute(
+        "CREATE TABLE acc (aid int NOT NULL, bid int, abalance int, filler char(84)); \
+         CREATE TABLE br (bid int PRIMARY KEY, bbalance int); \
+         BEGIN; TRUNCATE acc, br; INSERT INTO br VALUES (1, 0), (2, 0)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(copy(&c, "COPY acc FROM STDIN WITH (FREEZE ON)", &rows).await.unwrap(), 5000);
+    c.batch_execute("COMMIT; ALTER TABLE acc ADD PRIMARY KEY (aid)").await.unwrap();
+    assert_eq!(
+        simple_rows(&c, "SELECT count(*), sum(bid), max(aid) FROM acc").await,
+        [[Some("5000".into()), Some("15000".into()), Some("5000".into())]]
+    );
+    assert_eq!(simple_rows(&c, "SELECT bid FROM acc WHERE aid = 4321").await, [[Some("5".to_string())]]);
+    // Its own transaction, into a table with a primary key: a duplicate key fails the load.
+    c.batch_execute("CREATE TABLE k (id int PRIMARY KEY, v int)").await.unwrap();
+    let e = copy(&c, "COPY k FROM STDIN", "1\t1\n2\t2\n1\t3\n").await.unwrap_err();
+    assert_eq!(code(&e), "23505", "{e}");
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM k").await, [[Some("0".to_string())]]);
+    let e = copy(&c, "COPY k FROM STDIN", "1\t1\nx\t2\n").await.unwrap_err();
+    assert_eq!(code(&e), "22P02", "{e}");
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM k").await, [[Some("0".to_string())]]);
+    assert_eq!(copy(&c, "COPY k FROM STDIN", "3\t30\n1\t10\n2\t20\n").await.unwrap(), 3);
+    assert_eq!(simple_rows(&c, "SELECT v FROM k WHERE id = 2").await, [[Some("20".to_string())]]);
+    c.batch_execute("INSERT INTO k VALUES (4, 40)").await.unwrap();
+    // Truncated in the block: loaded, and the ROLLBACK keeps it as it keeps the TRUNCATE.
+    c.batch_execute("BEGIN; TRUNCATE k").await.unwrap();
+    assert_eq!(copy(&c, "COPY k FROM STDIN", "7\t70\n").await.unwrap(), 1);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(simple_rows(&c, "SELECT id, v FROM k").await, [[Some("7".into()), Some("70".into())]]);
+    // Empty, but not created or truncated in this block: the COPY is part of the block.
+    c.batch_execute("CREATE TABLE e (id int PRIMARY KEY); BEGIN").await.unwrap();
+    assert_eq!(copy(&c, "COPY e FROM STDIN", "1\n2\n").await.unwrap(), 2);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM e").await, [[Some("0".to_string())]]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_promised_sqlstate() {
     let f = start(Duration::from_millis(300));

@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// 60, as PostgreSQL clients expect waits to last; deadlocks are detected at once).
     #[arg(long)]
     pub lock_timeout: Option<f64>,
+    /// Early lock release: `on` (the default) releases a committing transaction's row locks
+    /// once its commit record is logged, before the log flush (readers that saw the commit
+    /// wait for that flush before they are answered); `off` holds them until the flush.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub early_lock_release: String,
 }
 
 fn buffer_size(s: &str, flag: &'static str) -> Result<BufferSize, CliError> {
@@ -76,6 +81,7 @@ pub fn config(a: &ServeArgs) -> Result<ServerConfig, CliError> {
                 CliError::flag("--lock-timeout", format!("`{s}` is not a positive number of seconds"))
             })?;
     }
+    c.options.lock_options.early_release = a.early_lock_release == "on";
     Ok(c)
 }
 

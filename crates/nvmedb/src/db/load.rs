@@ -102,53 +102,127 @@ impl Database {
         name: &str,
         schema: Schema,
         rows: impl IntoIterator<Item = Vec<Value>>,
+        progress: impl FnMut(u64),
+    ) -> Result<Table> {
+        self.load(name, schema, None, rows.into_iter().map(Ok), progress)
+    }
+
+    /// Replaces existing table `name` by a table with `schema` holding `rows`, built as
+    /// [`Database::load_table`] builds a table (bottom-up, every new page logged once as an
+    /// image) into new files in the old table's tablespaces, then switched in with one catalog
+    /// update: after a crash either the old table or the whole new one exists. For filling an
+    /// empty table (SQL's `COPY` into a table just created or truncated) and for rebuilding a
+    /// table under a new primary key or index (the rows read from the old table, which is
+    /// switched out only at the end); the old table's rows are discarded, and handles to it
+    /// fail afterwards. A row that is an error stops the load with that error, and the old
+    /// table stays.
+    ///
+    /// ```
+    /// # use nvmedb::{ColumnType, Database, Options, Schema, Value};
+    /// # fn main() -> nvmedb::Result<()> {
+    /// # let db = Database::open_with_storage(std::sync::Arc::new(nvmedb::io::MemStorage::new()), Options::default())?;
+    /// let old = db.create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)]))?;
+    /// let rows = (0..1000).map(|i| Ok(vec![Value::Int(i), Value::Int(-i)]));
+    /// let t = db.load_table_replacing("t", old.schema().clone(), rows, |_| {})?;
+    /// assert_eq!(t.get(&Value::Int(7))?, Some(vec![Value::Int(7), Value::Int(-7)]));
+    /// # Ok(()) }
+    /// ```
+    pub fn load_table_replacing(
+        &self,
+        name: &str,
+        schema: Schema,
+        rows: impl IntoIterator<Item = Result<Vec<Value>>>,
+        progress: impl FnMut(u64),
+    ) -> Result<Table> {
+        let old = self.table(name)?;
+        self.load(name, schema, Some(old), rows.into_iter(), progress)
+    }
+
+    /// [`Database::load_table`] (`old` is `None`) or [`Database::load_table_replacing`].
+    fn load(
+        &self,
+        name: &str,
+        schema: Schema,
+        old: Option<Table>,
+        rows: impl Iterator<Item = Result<Vec<Value>>>,
         mut progress: impl FnMut(u64),
     ) -> Result<Table> {
         self.inner.txn.check_writable(&format!("loading table `{name}`"))?;
-        let (id, space) = {
+        let (id, heap_space, index_space) = {
             let mut cat = self.inner.catalog.locked();
+            let spaces = match cat.1.tables.iter().find(|t| t.name == name) {
+                Some(_) if old.is_none() => return Err(Error::AlreadyExists(format!("table `{name}`"))),
+                Some(t) => (t.heap_space.clone(), t.index_space.clone()),
+                None if old.is_some() => {
+                    return Err(Error::NotFound(format!(
+                        "table `{name}` in {}",
+                        self.inner.storage.location()
+                    )))
+                }
+                None => (DEFAULT_TABLESPACE.to_string(), DEFAULT_TABLESPACE.to_string()),
+            };
             self.check_new_table(name, &schema, cat.1.table_page_size)?;
-            if cat.1.tables.iter().any(|t| t.name == name) {
-                return Err(Error::AlreadyExists(format!("table `{name}`")));
-            }
             // Reserve the id (the files are named by it) without naming the table yet.
             let id = cat.1.next_table_id;
             let mut next = cat.1.clone();
             next.next_table_id = id + 1;
             cat.0.store(&next)?;
             cat.1 = next;
-            (id, DEFAULT_TABLESPACE.to_string())
+            (id, spaces.0, spaces.1)
         };
-        self.open_table_files(id, &space, &space)?;
+        self.open_table_files(id, &heap_space, &index_space)?;
+        // The first row that is an error ends the input; the load then fails with it.
+        let mut failed = None;
+        let rows = rows.map_while(|r| r.map_err(|e| failed = Some(e)).ok());
         let built = self.build_table(id, name, &schema, rows, &mut progress);
+        let built = match failed {
+            Some(e) => Err(e),
+            None => built,
+        };
         let switched = built.and_then(|(meta, rows)| {
             self.make_durable()?;
             let meta = TableMeta {
                 name: name.to_string(),
-                heap_space: space.clone(),
-                index_space: space.clone(),
+                heap_space: heap_space.clone(),
+                index_space: index_space.clone(),
                 ..meta
             };
             let mut cat = self.inner.catalog.locked();
-            if cat.1.tables.iter().any(|t| t.name == name) {
-                return Err(Error::AlreadyExists(format!(
-                    "table `{name}` (created while it was being loaded)"
-                )));
-            }
+            let pos = cat.1.tables.iter().position(|t| t.name == name);
             let table = self.table_handle(&meta)?;
             let mut next = cat.1.clone();
-            next.tables.push(meta);
+            let replaced = match (pos, &old) {
+                (None, None) => {
+                    next.tables.push(meta);
+                    None
+                }
+                (Some(pos), Some(_)) => Some(std::mem::replace(&mut next.tables[pos], meta)),
+                (Some(_), None) => {
+                    return Err(Error::AlreadyExists(format!(
+                        "table `{name}` (created while it was being loaded)"
+                    )))
+                }
+                (None, Some(_)) => {
+                    return Err(Error::NotFound(format!(
+                        "table `{name}` (dropped while it was being loaded)"
+                    )))
+                }
+            };
             self.publish_catalog(&mut cat, next)?;
             self.inner.tables.write_locked().insert(name.to_string(), table.clone());
-            Ok((table, rows))
+            Ok((table, rows, replaced))
         });
         match switched {
-            Ok((table, rows)) => {
+            Ok((table, rows, replaced)) => {
+                if let (Some(old), Some(meta)) = (old, replaced) {
+                    old.mark_dropped();
+                    self.remove_table_files(meta.id, &meta.heap_space, &meta.index_space)?;
+                }
                 progress(rows);
                 Ok(table)
             }
             Err(e) => {
-                let _ = self.remove_table_files(id, &space, &space);
+                let _ = self.remove_table_files(id, &heap_space, &index_space);
                 Err(e)
             }
         }

@@ -3,7 +3,8 @@
 //! Owns: [`Transaction`]: strict two-phase locking through the database's lock manager
 //! (shared locks on keys read, exclusive on keys written, all released after commit or
 //! abort), an in-memory undo list, and commit/abort. With a log, commit appends a commit
-//! record and waits until it is durable (group commit shares the flush); abort undoes the
+//! record and waits until it is durable (group commit shares the flush); with early lock
+//! release (the default) its locks go between the two (see `txn::shared`); abort undoes the
 //! changes newest first through the tables (the undo is logged like any change) and logs an
 //! abort record. A transaction dropped without commit is aborted.
 //!
@@ -17,7 +18,7 @@
 //! A transaction's first change of a key, under the key's exclusive lock and before any page
 //! changes, publishes the key's committed row (its before-image) in the pending writers
 //! ([`crate::txn::PendingWriters`]); the transaction withdraws them all once its commit is
-//! durable or its rollback complete, before its locks go.
+//! logged (durable, without early lock release) or its rollback complete, before its locks go.
 //!
 //! Guarantees: serializable transactions that lock individual keys (point reads and writes, the lab's
 //! workloads) are serializable in commit order; a deadlock or lock timeout is a typed error
@@ -59,6 +60,9 @@ pub struct Transaction {
     /// writers, each once, with their before-images.
     entered: HashSet<(u32, Vec<u8>)>,
     done: bool,
+    /// Its commit record is logged and its locks are (being) released: it can no longer roll
+    /// back.
+    released: bool,
 }
 
 impl std::fmt::Debug for Transaction {
@@ -80,7 +84,15 @@ impl Database {
         self.txn_shared().checkpoint_if_wanted();
         let shared = self.txn_shared().clone();
         let id = shared.begin();
-        Transaction { shared, id, isolation, undo: Vec::new(), entered: HashSet::new(), done: false }
+        Transaction {
+            shared,
+            id,
+            isolation,
+            undo: Vec::new(),
+            entered: HashSet::new(),
+            done: false,
+            released: false,
+        }
     }
 }
 
@@ -357,22 +369,41 @@ impl Transaction {
         }
     }
 
-    /// Commits: durable when this returns (with a log), then releases the locks.
+    /// Commits: durable when this returns (with a log). The locks go once the commit record
+    /// is in the log, before its flush, with early lock release (the default,
+    /// [`LockOptions::early_release`](crate::txn::LockOptions::early_release)), else after
+    /// it. A transaction that changed nothing returns once everything it can have seen is
+    /// durable.
     pub fn commit(mut self) -> Result<()> {
         // Closed: nothing can be made durable any more; the drop rolls the changes back.
         let shared = self.shared.clone();
         let _open = shared.enter()?;
         self.done = true;
-        let r = match &self.shared.log {
-            Some(log) if !self.undo.is_empty() => log.commit(self.id),
+        match &shared.log {
+            Some(log) if !self.undo.is_empty() => match shared.log_commit(log, self.id) {
+                Ok(lsn) => {
+                    // From here on the transaction cannot roll back: its commit record is in
+                    // the log and, once its locks go, others may read and overwrite its rows.
+                    self.undo.clear();
+                    self.released = true;
+                    self.finish();
+                    shared.wait_commit(lsn)
+                }
+                Err(e) => {
+                    self.finish();
+                    Err(e)
+                }
+            },
             Some(log) => {
                 log.forget(self.id);
+                self.finish();
+                shared.wait_released()
+            }
+            None => {
+                self.finish();
                 Ok(())
             }
-            None => Ok(()),
-        };
-        self.finish();
-        r
+        }
     }
 
     /// Undoes the changes (newest first), logs the abort, releases the locks. Once the
@@ -387,6 +418,11 @@ impl Transaction {
     }
 
     fn roll_back(&mut self) -> Result<()> {
+        assert!(
+            !self.released,
+            "transaction {} rolled back after its locks were released at commit",
+            self.id
+        );
         let mut first_err = None;
         for (table, op) in self.undo.drain(..).rev() {
             if let Err(e) = table.restore(&op) {

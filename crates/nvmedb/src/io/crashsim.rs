@@ -200,6 +200,17 @@ impl CrashSimStorage {
         total
     }
 
+    /// Crashes every device (in name order), `decide` choosing each unsynced write's fate as
+    /// in [`CrashSimDevice::crash_with`] (its index counts within its device).
+    pub fn crash_with(&self, mut decide: impl FnMut(usize, u64, usize) -> WriteFate) -> CrashOutcome {
+        let map = self.devices.locked();
+        let mut total = CrashOutcome::default();
+        for dev in map.values() {
+            total.add(dev.crash_with(&mut decide));
+        }
+        total
+    }
+
     /// The device behind `name`, for tests that inspect or corrupt it.
     pub fn device(&self, name: &str) -> Option<Arc<CrashSimDevice>> {
         self.devices.locked().get(name).cloned()

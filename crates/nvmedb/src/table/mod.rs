@@ -312,7 +312,7 @@ impl Table {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
         let mut f = f;
-        self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, _| f(pk))
+        self.acknowledged(self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, _| f(pk)))
     }
 
     /// Encoded primary keys of the rows whose value in the column of secondary index `index`
@@ -335,7 +335,16 @@ impl Table {
         }
         self.inner.txn.check_open()?;
         let mut f = f;
-        self.secondary_range(index, lo, hi)?.for_each_committed(self, None, |pk, _| f(pk))
+        self.acknowledged(self.secondary_range(index, lo, hi)?.for_each_committed(self, None, |pk, _| f(pk)))
+    }
+
+    /// Returns `r` once every commit it can have seen is durable: with early lock release a
+    /// committed change is visible before its flush, and an auto-commit read must not be
+    /// acknowledged before what it saw would survive a crash (see `txn::shared`).
+    fn acknowledged<T>(&self, r: Result<T>) -> Result<T> {
+        let v = r?;
+        self.inner.txn.wait_released()?;
+        Ok(v)
     }
 
     /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
@@ -343,7 +352,7 @@ impl Table {
     pub fn read_encoded<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
-        self.read_committed(pk, None, f)
+        self.acknowledged(self.read_committed(pk, None, f))
     }
 
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
@@ -679,7 +688,9 @@ impl Table {
     /// The read sees only committed data (read committed), takes no lock and never waits for
     /// a writer: when a transaction has the key's change in flight, the read sees the row as
     /// it was before that change (the before-image the writer published), until the change
-    /// commits. Once the database is closed it fails with [`Error::Closed`].
+    /// commits. A change committed with early lock release is seen once its commit record is
+    /// logged; the read then returns only once that commit is durable. Once the database is
+    /// closed it fails with [`Error::Closed`].
     pub fn read<R>(&self, key: &Value, f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
@@ -695,7 +706,7 @@ impl Table {
                 &owned_pk
             }
         };
-        self.read_committed(pk, None, f)
+        self.acknowledged(self.read_committed(pk, None, f))
     }
 
     /// The committed row of `pk`, without a lock and without waiting (see
@@ -785,7 +796,7 @@ impl Table {
     /// # Ok(()) }
     /// ```
     pub fn read_many(&self, keys: &[Value], f: impl FnMut(usize, Option<RowView<'_>>)) -> Result<()> {
-        self.read_many_staged(keys, f, &mut || {})
+        self.acknowledged(self.read_many_staged(keys, f, &mut || {}))
     }
 
     /// [`Table::read_many`], calling `between_stages` after each batch has located its leaves
@@ -1168,7 +1179,9 @@ impl Table {
         let per = pages.div_ceil(parts as u64);
         let start = (part as u64 * per).min(pages);
         let end = (start + per).min(pages);
-        self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(start..end, read_ahead, visit), f)
+        self.acknowledged(
+            self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(start..end, read_ahead, visit), f),
+        )
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
@@ -1184,9 +1197,10 @@ impl Table {
     ) -> Result<()> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
-        self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, found| {
+        let walk = self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, found| {
             Ok(self.read_found(pk, found, None, &mut f)?.transpose()?.unwrap_or(true))
-        })
+        });
+        self.acknowledged(walk)
     }
 
     /// The committed row of key `pk` as a committed walk found it: its before-image, or the
@@ -1248,7 +1262,7 @@ impl Table {
             }
             Ok(true)
         })?;
-        Ok(rows)
+        self.acknowledged(Ok(rows))
     }
 
     /// Checks that the heap and every index agree: each row has its primary and secondary

@@ -49,12 +49,19 @@ pub struct LockOptions {
     /// (the waiter only notices the grant when its `park` slice ends); kept as a baseline for
     /// benchmarks, not for production.
     pub wake_on_release: bool,
+    /// Early lock release: a committing transaction releases its locks (and lets lock-free
+    /// readers see its changes) once its commit record is in the log, then waits for the log
+    /// flush before the commit returns. A transaction or auto-commit read that saw such a
+    /// change is not acknowledged before it is durable (see `TxnShared`). Transactions that
+    /// change the same rows (pgbench's branches) then no longer serialise on the flush.
+    /// `false` keeps every lock until the commit is durable (the baseline for benchmarks).
+    pub early_release: bool,
 }
 
 impl Default for LockOptions {
     /// Tuned for 10 µs storage: spin 10 µs (yielding every ~1 µs), then park until woken on
     /// grant (100 µs poll slices only without `wake_on_release`), deadlock detection on,
-    /// youngest victim, 1 s timeout.
+    /// youngest victim, 1 s timeout, early lock release on.
     ///
     /// Why yield while spinning: a pure spin assumes the lock holder is running on another
     /// core. When runnable threads outnumber cores the spinner instead sits on the core the
@@ -70,6 +77,7 @@ impl Default for LockOptions {
             deadlock_detection: true,
             victim: VictimPolicy::Youngest,
             wake_on_release: true,
+            early_release: true,
         }
     }
 }

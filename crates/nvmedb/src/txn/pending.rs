@@ -6,8 +6,9 @@
 //! has in flight to the key's last committed image (its *before-image*: the row, or its absence). A writer *enters* a key
 //! ([`PendingWriters::enter`]) under the key's exclusive lock, before its first page change of
 //! the key: the before-image is published first, then the stripe counts the writer. It
-//! *leaves* ([`PendingWriters::leave`]) only once the change is final, committed durably or
-//! rolled back completely: the image is withdrawn first, then the stripe forgets the writer.
+//! *leaves* ([`PendingWriters::leave`]) only once the change is final, committed (its commit
+//! record logged; with early lock release readers then wait for its flush before they return,
+//! see `txn::shared`) or rolled back completely: the image is withdrawn first, then the stripe forgets the writer.
 //! A stripe packs the number of writers inside it (low [`ACTIVE_BITS`] bits) and the number
 //! that have left (the bits above), so every enter and every leave changes its value.
 //!
@@ -35,7 +36,8 @@
 //! module's documentation for how scans merge them).
 //!
 //! A commit becomes visible to lock-free readers at the moment its writer withdraws its
-//! before-images, after the commit is durable and before the commit call returns. Stripes are
+//! before-images, after its commit record is logged (and, without early lock release, durable)
+//! and before the commit call returns. Stripes are
 //! shared by many keys, so a busy stripe only costs a reader one map lookup. Invariants:
 //! enters and leaves of a stripe balance (a writer leaves exactly the keys it entered, once
 //! each); a key has at most one before-image (its writer holds it exclusively).

@@ -8,14 +8,32 @@
 //! Invariants: a change runs only while the gate is held shared (closing takes it
 //! exclusively, so no change is half-way when the database reports itself closed); every
 //! writer holds its key's exclusive lock and is entered in [`PendingWriters`] from before its
-//! first page change until it is committed durably or rolled back, and only then releases its
-//! locks; a read-only database refuses every change.
+//! first page change until it is committed or rolled back, and only then releases its locks;
+//! a read-only database refuses every change.
+//!
+//! Early lock release ([`LockOptions::early_release`], on by default; Johnson et al.,
+//! "Aether"): "committed" above means the commit record is in the log, not yet that it is
+//! durable. The writer raises the *released* watermark to its commit LSN, then withdraws its
+//! before-images and releases its locks, then waits for the flush before its commit returns.
+//! Durability stays exact because nothing that saw its changes is acknowledged earlier:
+//! - a writer that read or overwrote them logs its own commit record after that LSN (it got
+//!   the lock or saw the page only after the release), and its own flush covers both;
+//! - a read-only transaction's commit and every auto-commit read
+//!   ([`TxnShared::wait_released`]) wait until the log is durable up to the watermark they
+//!   find at their end (it was raised before anything they saw became visible); this costs two
+//!   atomic loads when no early-released commit is waiting for its flush.
+//!
+//! A transaction whose locks went early can no longer roll back (its commit record is in the
+//! log, and others may have built on it): `Transaction` asserts it. With synchronous
+//! replication the log's durable position includes the standbys', so every wait above also
+//! waits for them, as the commit itself does.
 
 use super::{LockManager, LockMode, LockOptions, PendingWriters};
 use crate::buffer::mtr::take_annotation;
 use crate::error::{Error, Result};
 use crate::util::sync::RwLockExt;
 use crate::wal::engine::{TxnLog, TxnOp};
+use crate::wal::Lsn;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -43,6 +61,13 @@ pub(crate) struct TxnShared {
     gate: RwLock<()>,
     /// The database was opened read-only: every change is refused.
     pub(crate) read_only: bool,
+    /// Early lock release is on ([`LockOptions::early_release`], and there is a log).
+    early_release: bool,
+    /// The highest commit LSN whose locks were released before it was durable.
+    released: AtomicU64,
+    /// A log position known durable (raised after each wait for the log): the watermark check
+    /// reads it instead of asking the log.
+    durable_seen: AtomicU64,
 }
 
 /// Held while a change runs (see [`TxnShared::enter`]).
@@ -55,8 +80,12 @@ impl TxnShared {
         storage: Arc<dyn crate::io::Storage>,
         read_only: bool,
     ) -> Result<Self> {
+        let early_release = lock_options.early_release && log.is_some();
         Ok(Self {
             log,
+            early_release,
+            released: AtomicU64::new(0),
+            durable_seen: AtomicU64::new(0),
             locks: LockManager::new(lock_options)?,
             next_id: AtomicU64::new(1),
             pending: PendingWriters::new(),
@@ -148,6 +177,45 @@ impl TxnShared {
         }
     }
 
+    /// Appends transaction `txn`'s commit record and, with early lock release, raises the
+    /// released watermark to it: the caller may then make its changes visible (withdraw its
+    /// before-images, release its locks) and must call [`TxnShared::wait_commit`] with the
+    /// returned LSN before it acknowledges the commit. Without early release the commit is
+    /// durable when this returns (and the returned LSN is already waited for).
+    pub(crate) fn log_commit(&self, log: &TxnLog, txn: u64) -> Result<Lsn> {
+        let lsn = log.append_commit(txn)?;
+        if self.early_release {
+            self.released.fetch_max(lsn, Ordering::SeqCst);
+        } else {
+            self.wait_commit(lsn)?;
+        }
+        Ok(lsn)
+    }
+
+    /// Waits until the log is durable up to `lsn` (a commit's, from [`TxnShared::log_commit`]).
+    pub(crate) fn wait_commit(&self, lsn: Lsn) -> Result<()> {
+        if self.durable_seen.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
+        if let Some(log) = &self.log {
+            log.log().wait_durable(lsn)?;
+            self.durable_seen.fetch_max(lsn, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Waits until every commit whose locks were released early so far is durable: called by
+    /// a read-only transaction's commit and at the end of every auto-commit read, after the
+    /// read saw its data (see the module documentation). Free while no such commit waits for
+    /// its flush.
+    pub(crate) fn wait_released(&self) -> Result<()> {
+        if !self.early_release {
+            return Ok(());
+        }
+        let released = self.released.load(Ordering::SeqCst);
+        self.wait_commit(released)
+    }
+
     /// Runs one change of key `pk` (encoded) of table `table` as its own transaction:
     /// 1. the key's exclusive lock, then `lock_more(txn)` (e.g. unique-index values);
     /// 2. the key's committed state read by `before` under that lock, published as its
@@ -155,9 +223,9 @@ impl TxnShared {
     ///    readers see it instead of waiting;
     /// 3. `body(txn, logged)` under the guard `physical()` returns (the table's physical key
     ///    lock); its undo information rides in the first page change it logs;
-    /// 4. with a log, a durable commit (or, when `body` failed after logging, an abort record:
+    /// 4. with a log, the commit record (or, when `body` failed after logging, an abort record:
     ///    the change was reversed step by step); then the key leaves the pending writers and
-    ///    the locks go.
+    ///    the locks go; then, with early lock release, the wait for the commit's flush.
     pub(crate) fn auto_commit<R, G>(
         &self,
         table: u32,
@@ -185,6 +253,7 @@ impl TxnShared {
             }
         };
         self.pending.enter(table, pk, txn, before);
+        let mut flush = None;
         let result = {
             let _k = physical();
             let mut rec = None;
@@ -192,7 +261,10 @@ impl TxnShared {
             // An annotation still pending means the change logged nothing.
             let logged = take_annotation().is_none();
             match (&self.log, r, logged) {
-                (Some(log), Ok(v), true) => log.commit(txn).map(|()| v),
+                (Some(log), Ok(v), true) => self.log_commit(log, txn).map(|lsn| {
+                    flush = Some(lsn);
+                    v
+                }),
                 (Some(log), Err(e), true) => {
                     let _ = log.abort(txn);
                     Err(e)
@@ -203,9 +275,12 @@ impl TxnShared {
                 }
             }
         };
-        // Committed or reversed: lock-free readers see the pages again.
+        // Committed (its record logged) or reversed: lock-free readers see the pages again.
         self.pending.leave(table, pk);
         self.locks.release_all(txn);
-        result
+        match flush {
+            Some(lsn) => self.wait_commit(lsn).and(result),
+            None => result,
+        }
     }
 }

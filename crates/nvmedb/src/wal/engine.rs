@@ -298,9 +298,15 @@ impl TxnLog {
 
     /// Logs the commit and waits until it is durable (group commit shares the flush).
     pub fn commit(&self, txn: u64) -> Result<()> {
+        self.log.wait_durable(self.append_commit(txn)?)
+    }
+
+    /// Appends the commit record (the transaction leaves the active set) without waiting;
+    /// returns its end LSN, which the caller waits for before it acknowledges the commit.
+    pub fn append_commit(&self, txn: u64) -> Result<Lsn> {
         let end = self.log.append(KIND_COMMIT, &EngineRecord::Commit { txn }.encode());
         self.forget(txn);
-        self.log.wait_durable(end?)
+        end
     }
 
     /// Logs that the transaction's changes were undone.

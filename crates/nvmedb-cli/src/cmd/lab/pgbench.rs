@@ -51,6 +51,9 @@ pub struct PgbenchArgs {
     /// PostgreSQL 15's bin directory (initdb, postgres, pgbench).
     #[arg(long, default_value = "/usr/lib/postgresql/15/bin")]
     pub pg_bin: PathBuf,
+    /// The `nvmedb` program to serve with (default: this one), e.g. another build to compare.
+    #[arg(long)]
+    pub nvmedb_bin: Option<PathBuf>,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -67,7 +70,7 @@ impl LabArgs for PgbenchArgs {
         Ok(PgbenchConfig {
             scratch_dir: self.scratch_dir.clone(),
             pg_bin: self.pg_bin.clone(),
-            nvmedb_bin: None,
+            nvmedb_bin: self.nvmedb_bin.clone(),
             scale: self.scale,
             clients: self.clients,
             threads: self.threads,

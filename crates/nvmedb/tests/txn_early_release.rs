@@ -1,0 +1,206 @@
+//! Early lock release keeps durability exact: a committing transaction's locks go once its
+//! commit record is in the log, before the flush, and nothing that saw its changes is
+//! acknowledged before that flush. The log's flush is held (its devices' syncs block) while
+//! a transaction commits; then a serializable reader, a read-only transaction's commit, an
+//! auto-commit read and a writer that overwrites the early-released row run. The reader sees
+//! the new row at once (the lock went early), but none of the four is acknowledged while the
+//! flush is held; then either the flush goes on (all are acknowledged, and survive a crash) or
+//! the power is cut first (none is acknowledged, and after recovery none of the changes is
+//! there).
+
+use nvmedb::io::{CrashSimStorage, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage, WriteFate};
+use nvmedb::{ColumnType, Database, Options, Schema, Table, Value};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// Every operation passes.
+    Pass,
+    /// Syncs block until the mode changes.
+    Hold,
+    /// The power is cut: every write and sync fails.
+    Cut,
+}
+
+/// The log devices' hook: holds their syncs, or cuts the power.
+struct LogFlush {
+    mode: Mutex<(Mode, usize)>,
+    changed: Condvar,
+}
+
+impl LogFlush {
+    fn new() -> Arc<Self> {
+        Arc::new(Self { mode: Mutex::new((Mode::Pass, 0)), changed: Condvar::new() })
+    }
+    fn set(&self, mode: Mode) {
+        self.mode.lock().unwrap().0 = mode;
+        self.changed.notify_all();
+    }
+    /// Waits until at least one sync is held.
+    fn wait_held(&self) {
+        let mut m = self.mode.lock().unwrap();
+        while m.1 == 0 {
+            m = self.changed.wait(m).unwrap();
+        }
+    }
+}
+
+impl IoHook for LogFlush {
+    fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
+        let mut m = self.mode.lock().unwrap();
+        if op == IoOpKind::Sync && m.0 == Mode::Hold {
+            m.1 += 1;
+            self.changed.notify_all();
+            while m.0 == Mode::Hold {
+                m = self.changed.wait(m).unwrap();
+            }
+            m.1 -= 1;
+        }
+        if op != IoOpKind::Read && m.0 == Mode::Cut {
+            return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(5)));
+        }
+        Ok(())
+    }
+}
+
+struct Disks {
+    data: Arc<CrashSimStorage>,
+    log_a: Arc<CrashSimStorage>,
+    log_b: Arc<CrashSimStorage>,
+}
+
+impl Disks {
+    fn new() -> Self {
+        Self {
+            data: Arc::new(CrashSimStorage::new()),
+            log_a: Arc::new(CrashSimStorage::new()),
+            log_b: Arc::new(CrashSimStorage::new()),
+        }
+    }
+    /// Opens with the log's devices behind `hook` (the data's too, so a cut power fails all).
+    fn open(&self, hook: &Arc<LogFlush>) -> Database {
+        let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
+            Arc::new(HookedStorage::new(s.clone(), hook.clone()))
+        };
+        Database::open_with_storages(
+            wrap(&self.data),
+            Some((wrap(&self.log_a), wrap(&self.log_b))),
+            Options::default(),
+        )
+        .unwrap()
+    }
+    /// The power goes: every write not synced is lost.
+    fn crash(&self) {
+        for s in [&self.data, &self.log_a, &self.log_b] {
+            s.crash_with(|_, _, _| WriteFate::Dropped);
+        }
+    }
+}
+
+fn value(t: &Table, id: i64) -> Option<i64> {
+    t.read(&Value::Int(id), |r| r.int(1)).unwrap()
+}
+
+/// What each client reports: its name and what it was acknowledged (`Ok` with the value it
+/// read, if any) or the error it got.
+type Report = (&'static str, nvmedb::Result<Option<i64>>);
+
+/// Sets up rows 1..=3 with value 0, holds the log's flush, commits a transaction setting rows
+/// 1 and 2 to 1, and runs the four clients that depend on it; checks the reader saw the new
+/// row while the commit was not durable and that no client is acknowledged while the flush is
+/// held; then `end` ends the hold (`Pass` or `Cut`) and the reports are returned.
+fn run_held(disks: &Disks, hook: &Arc<LogFlush>, end: Mode) -> Vec<Report> {
+    let db = disks.open(hook);
+    let t = db.create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
+    for id in 1..=3 {
+        t.insert(&[Value::Int(id), Value::Int(0)]).unwrap();
+    }
+    hook.set(Mode::Hold);
+    let (tx_report, reports) = mpsc::channel::<Report>();
+    let reports = std::thread::scope(|s| {
+        let report = tx_report.clone();
+        let (db1, t1) = (db.clone(), t.clone());
+        s.spawn(move || {
+            let mut tx = db1.begin();
+            tx.update(&t1, &[Value::Int(1), Value::Int(1)]).unwrap();
+            tx.update(&t1, &[Value::Int(2), Value::Int(1)]).unwrap();
+            report.send(("writer", tx.commit().map(|()| None))).unwrap();
+        });
+        hook.wait_held();
+        // A serializable transaction's shared lock is granted once the writer's commit record
+        // is logged, although its flush is held: it sees the new row.
+        let mut reader = db.begin();
+        let seen = reader.get(&t, &Value::Int(1)).unwrap().map(|r| r[1].clone());
+        assert_eq!(
+            seen,
+            Some(Value::Int(1)),
+            "the lock was released early and the reader sees the committed row"
+        );
+        let report = tx_report.clone();
+        s.spawn(move || report.send(("read-only transaction", reader.commit().map(|()| None))).unwrap());
+        let (report, t2) = (tx_report.clone(), t.clone());
+        s.spawn(move || report.send(("auto-commit read", t2.read(&Value::Int(1), |r| r.int(1)))).unwrap());
+        let (report, db3, t3) = (tx_report.clone(), db.clone(), t.clone());
+        s.spawn(move || {
+            let mut tx = db3.begin();
+            let r = tx.update(&t3, &[Value::Int(2), Value::Int(2)]).and_then(|_| tx.commit()).map(|()| None);
+            report.send(("overwriting writer", r)).unwrap();
+        });
+        drop(tx_report);
+        // Held flush: nobody is acknowledged, however long it is held.
+        match reports.recv_timeout(Duration::from_millis(300)) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            got => panic!("acknowledged while the commit it depends on is not durable: {got:?}"),
+        }
+        hook.set(end);
+        reports.iter().collect::<Vec<_>>()
+    });
+    assert_eq!(reports.len(), 4);
+    drop((t, db));
+    reports
+}
+
+#[test]
+fn reads_of_an_early_released_commit_wait_for_its_flush() {
+    let (disks, hook) = (Disks::new(), LogFlush::new());
+    for (who, r) in run_held(&disks, &hook, Mode::Pass) {
+        let got = r.unwrap_or_else(|e| panic!("{who}: {e}"));
+        if who == "auto-commit read" {
+            assert_eq!(got, Some(1), "{who}");
+        }
+    }
+    disks.crash();
+    let db = Database::open_with_storages(
+        disks.data.clone(),
+        Some((disks.log_a.clone(), disks.log_b.clone())),
+        Options::default(),
+    )
+    .unwrap();
+    let t = db.table("t").unwrap();
+    assert_eq!([value(&t, 1), value(&t, 2), value(&t, 3)], [Some(1), Some(2), Some(0)]);
+    assert_eq!(t.check_integrity().unwrap(), 3);
+}
+
+#[test]
+fn a_crash_before_the_flush_acknowledges_nothing_that_saw_the_commit() {
+    let (disks, hook) = (Disks::new(), LogFlush::new());
+    for (who, r) in run_held(&disks, &hook, Mode::Cut) {
+        assert!(r.is_err(), "{who} was acknowledged although the commit it saw was lost: {r:?}");
+    }
+    disks.crash();
+    let db = Database::open_with_storages(
+        disks.data.clone(),
+        Some((disks.log_a.clone(), disks.log_b.clone())),
+        Options::default(),
+    )
+    .unwrap();
+    let t = db.table("t").unwrap();
+    assert_eq!(
+        [value(&t, 1), value(&t, 2), value(&t, 3)],
+        [Some(0), Some(0), Some(0)],
+        "no change is visible"
+    );
+    assert_eq!(t.check_integrity().unwrap(), 3);
+}
