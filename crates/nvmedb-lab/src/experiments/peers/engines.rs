@@ -58,9 +58,11 @@ impl Kind {
     pub fn configuration(self) -> &'static str {
         match self {
             Kind::Nvmedb => {
-                "Options::default() (16 KiB table pages, 4 KiB index pages, duplexed file log, \
+                "Options::default() (16 KiB table pages, 4 KiB index pages, single file log, \
                  every commit durable; O_DIRECT data files) except table_buffer/index_buffer: the \
-                 whole table in memory, or 1 % of the data for the miss part; loaded with \
+                 whole table in memory, or a table buffer of 1 % of the data for the miss part \
+                 with the primary index cached (its index pages stay resident, as in seed 000; \
+                 RocksDB's and LMDB's 1 % include their index blocks); loaded with \
                  Database::load_table (pages built directly, logged as page images, one durable \
                  switch)"
             }
@@ -177,10 +179,10 @@ impl Peer {
             Kind::Nvmedb => {
                 let opts = Options {
                     table_buffer: BufferSize::Bytes(bytes),
-                    index_buffer: BufferSize::Bytes(match cache {
-                        Cache::Whole => bytes / 4,
-                        Cache::Bytes(b) => b.max(4 << 20),
-                    }),
+                    // The index pool keeps every index page it loads resident
+                    // (`Options::pin_indexes`), so it must hold the whole index, also when
+                    // the table buffer is 1 % of the data.
+                    index_buffer: BufferSize::Bytes(whole / 4),
                     ..Options::default()
                 };
                 let db = Database::open(dir, opts)

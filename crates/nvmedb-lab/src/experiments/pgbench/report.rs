@@ -180,7 +180,7 @@ pub fn report(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> Result<S
     let ratios = ratios(r);
     env.dir.write_csv("ratios", &ratios)?;
 
-    let durability = "durability: both servers wait at commit for fdatasync of their log (PostgreSQL: fsync=on, synchronous_commit=on; nvmedb: its default duplexed log, two copies each fdatasync'd, on the same disk)";
+    let durability = "durability: both servers wait at commit for fdatasync of their log (PostgreSQL: fsync=on, synchronous_commit=on; nvmedb: its default single file log, fdatasync'd, on the same disk)";
     let page_cache = "memory: PostgreSQL 15 reads through the OS page cache (it has no direct I/O), so what misses its shared_buffers is served from RAM; nvmedb reads O_DIRECT from the disk";
     let mut text = format!(
         "# nvmedb lab pgbench — {}\npgbench scale {} ({} accounts), {} clients on {} threads, {} s per run after a {} s select-only warm-up per server start, {} repetitions interleaved (median [min..max]), --max-tries {}; {}\n{durability}\n{page_cache}; PostgreSQL autovacuum off (pgbench vacuums before each run)\n",
