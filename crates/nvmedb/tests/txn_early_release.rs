@@ -87,7 +87,7 @@ impl Disks {
         Database::open_with_storages(
             wrap(&self.data),
             Some((wrap(&self.log_a), wrap(&self.log_b))),
-            Options::default(),
+            elr_options(),
         )
         .unwrap()
     }
@@ -162,6 +162,13 @@ fn run_held(disks: &Disks, hook: &Arc<LogFlush>, end: Mode) -> Vec<Report> {
     reports
 }
 
+/// `Options::default()` with early lock release on (it is off by default).
+fn elr_options() -> Options {
+    let mut o = Options::default();
+    o.lock_options.early_release = true;
+    o
+}
+
 #[test]
 fn reads_of_an_early_released_commit_wait_for_its_flush() {
     let (disks, hook) = (Disks::new(), LogFlush::new());
@@ -175,7 +182,7 @@ fn reads_of_an_early_released_commit_wait_for_its_flush() {
     let db = Database::open_with_storages(
         disks.data.clone(),
         Some((disks.log_a.clone(), disks.log_b.clone())),
-        Options::default(),
+        elr_options(),
     )
     .unwrap();
     let t = db.table("t").unwrap();
@@ -193,7 +200,7 @@ fn a_crash_before_the_flush_acknowledges_nothing_that_saw_the_commit() {
     let db = Database::open_with_storages(
         disks.data.clone(),
         Some((disks.log_a.clone(), disks.log_b.clone())),
-        Options::default(),
+        elr_options(),
     )
     .unwrap();
     let t = db.table("t").unwrap();
