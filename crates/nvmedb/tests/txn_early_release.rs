@@ -91,6 +91,15 @@ impl Disks {
         )
         .unwrap()
     }
+    /// Opens what the devices hold (after [`Disks::crash`]: recovery runs).
+    fn reopen(&self) -> Database {
+        Database::open_with_storages(
+            self.data.clone(),
+            Some((self.log_a.clone(), self.log_b.clone())),
+            elr_options(),
+        )
+        .unwrap()
+    }
     /// The power goes: every write not synced is lost.
     fn crash(&self) {
         for s in [&self.data, &self.log_a, &self.log_b] {
@@ -179,12 +188,7 @@ fn reads_of_an_early_released_commit_wait_for_its_flush() {
         }
     }
     disks.crash();
-    let db = Database::open_with_storages(
-        disks.data.clone(),
-        Some((disks.log_a.clone(), disks.log_b.clone())),
-        elr_options(),
-    )
-    .unwrap();
+    let db = disks.reopen();
     let t = db.table("t").unwrap();
     assert_eq!([value(&t, 1), value(&t, 2), value(&t, 3)], [Some(1), Some(2), Some(0)]);
     assert_eq!(t.check_integrity().unwrap(), 3);
@@ -197,12 +201,7 @@ fn a_crash_before_the_flush_acknowledges_nothing_that_saw_the_commit() {
         assert!(r.is_err(), "{who} was acknowledged although the commit it saw was lost: {r:?}");
     }
     disks.crash();
-    let db = Database::open_with_storages(
-        disks.data.clone(),
-        Some((disks.log_a.clone(), disks.log_b.clone())),
-        elr_options(),
-    )
-    .unwrap();
+    let db = disks.reopen();
     let t = db.table("t").unwrap();
     assert_eq!(
         [value(&t, 1), value(&t, 2), value(&t, 3)],

@@ -15,7 +15,7 @@
 use super::{heap_name, index_name, Database};
 use crate::btree::BTree;
 use crate::error::{Error, Result};
-use crate::table::catalog::{TableMeta, DEFAULT_TABLESPACE};
+use crate::table::catalog::{CatalogData, CatalogStore, TableMeta, DEFAULT_TABLESPACE};
 use crate::table::{RowView, Schema, Table, Value};
 use crate::util::sync::{MutexExt, RwLockExt};
 
@@ -218,12 +218,7 @@ impl Database {
         let id = {
             let mut cat = self.inner.catalog.locked();
             self.check_new_table(name, &schema, cat.1.table_page_size)?;
-            let id = cat.1.next_table_id;
-            let mut next = cat.1.clone();
-            next.next_table_id = id + 1;
-            cat.0.store(&next)?;
-            cat.1 = next;
-            id
+            reserve_table_id(&mut cat)?
         };
         let (table, meta) = self.new_table_files(id, name, schema, &heap_space, &index_space)?;
         let shared = self.inner.txn.clone();
@@ -270,4 +265,16 @@ impl Database {
 pub fn convert_row(from: &RowView<'_>, to: &Schema) -> Vec<Value> {
     let fs = from.schema();
     to.columns.iter().map(|c| fs.column_index(&c.name).map_or(Value::Null, |i| from.value(i))).collect()
+}
+
+/// Takes the catalog's next table id and stores the catalog with the counter advanced, naming
+/// no table yet: the new table's files are named by the id before one later catalog update
+/// names the table (a crash in between leaves files no catalog names).
+pub(super) fn reserve_table_id(cat: &mut (CatalogStore, CatalogData)) -> Result<u32> {
+    let id = cat.1.next_table_id;
+    let mut next = cat.1.clone();
+    next.next_table_id = id + 1;
+    cat.0.store(&next)?;
+    cat.1 = next;
+    Ok(id)
 }

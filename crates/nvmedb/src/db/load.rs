@@ -162,13 +162,7 @@ impl Database {
                 None => (DEFAULT_TABLESPACE.to_string(), DEFAULT_TABLESPACE.to_string()),
             };
             self.check_new_table(name, &schema, cat.1.table_page_size)?;
-            // Reserve the id (the files are named by it) without naming the table yet.
-            let id = cat.1.next_table_id;
-            let mut next = cat.1.clone();
-            next.next_table_id = id + 1;
-            cat.0.store(&next)?;
-            cat.1 = next;
-            (id, spaces.0, spaces.1)
+            (super::ddl::reserve_table_id(&mut cat)?, spaces.0, spaces.1)
         };
         self.open_table_files(id, &heap_space, &index_space)?;
         // The first row that is an error ends the input; the load then fails with it.

@@ -139,12 +139,17 @@ pub fn insert(page: &mut [u8], rec: &[u8]) -> Option<usize> {
             n
         }
     };
+    place(page, i, rec);
+    Some(i)
+}
+
+/// Writes `rec` at the top of the free gap (which must hold it) and points slot `i` at it.
+fn place(page: &mut [u8], i: usize, rec: &[u8]) {
     let start = record_start(page) - rec.len();
     page[start..start + rec.len()].copy_from_slice(rec);
     put32(page, START_OFF, start as u32);
     // Offset 0 marks a free slot; records never start at 0 because the header is there.
     set_slot(page, i, start, rec.len());
-    Some(i)
 }
 
 /// Appends `rec` in a new slot after the last one, without looking for a free slot or
@@ -157,10 +162,7 @@ pub fn append(page: &mut [u8], rec: &[u8]) -> Option<usize> {
         return None;
     }
     put32(page, COUNT_OFF, (n + 1) as u32);
-    let start = record_start(page) - rec.len();
-    page[start..start + rec.len()].copy_from_slice(rec);
-    put32(page, START_OFF, start as u32);
-    set_slot(page, n, start, rec.len());
+    place(page, n, rec);
     Some(n)
 }
 
