@@ -35,6 +35,8 @@ impl RowId {
 }
 
 const NO_PAGE: u64 = u64::MAX;
+/// Attempts at removing the new copy of a row whose move could not free its old slot.
+const MOVE_UNDO_ATTEMPTS: usize = 16;
 
 /// A heap file of one table.
 pub struct HeapFile {
@@ -184,29 +186,51 @@ impl HeapFile {
     /// Replaces the row at `rid` with `row`. Returns the row's id afterwards (a new one if it
     /// had to move), or `None` if `rid` holds no row.
     ///
-    /// A row that no longer fits its page moves in two mini-transactions: its slot is freed,
-    /// then it is inserted elsewhere; `moved(new id)` runs before the insert is logged, so the
-    /// caller can log, in the same record, where the row went (recovery must find a row that
-    /// moved before its index entries were re-pointed).
+    /// A row that no longer fits its page moves in two mini-transactions: it is inserted
+    /// elsewhere first, then its old slot is freed; `moved(new id)` runs before the insert is
+    /// logged, so the caller can log, in the same record, where the row went (recovery must find
+    /// a row that moved before its index entries were re-pointed, and drops the second copy a
+    /// move cut between its two steps leaves). On an error the heap is as before: a failed
+    /// insert changed nothing, and a failed free of the old slot removes the new copy again
+    /// (if that fails too, the error is [`Error::Poisoned`]: the row has two copies, the new
+    /// one unindexed).
     pub fn update(&self, rid: RowId, row: &[u8], moved: &mut dyn FnMut(RowId)) -> Result<Option<RowId>> {
         if row.len() > self.max_row_bytes() {
             return Err(self.too_big(row.len()));
         }
-        let mtr = self.pool.begin_mtr();
-        let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
-        if slotted::get(&g, rid.slot as usize).is_none() {
-            return Ok(None);
-        }
-        if slotted::update(&mut g, rid.slot as usize, row) {
+        {
+            let mtr = self.pool.begin_mtr();
+            let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
+            if slotted::get(&g, rid.slot as usize).is_none() {
+                return Ok(None);
+            }
+            if slotted::update(&mut g, rid.slot as usize, row) {
+                drop(g);
+                mtr.commit()?;
+                return Ok(Some(rid));
+            }
+            // Unlatch before inserting: the insert may pick this very page.
             drop(g);
             mtr.commit()?;
-            return Ok(Some(rid));
         }
-        slotted::delete(&mut g, rid.slot as usize);
-        drop(g);
-        // Commit before inserting: the insert may pick this very page.
-        mtr.commit()?;
-        self.insert_annotated(row, moved).map(Some)
+        let new = self.insert_annotated(row, moved)?;
+        let err = match self.delete(rid, |_| {}) {
+            Ok(true) => return Ok(Some(new)),
+            Ok(false) => Error::Corruption {
+                file: self.name.clone(),
+                offset: rid.page * self.pool.page_size() as u64,
+                detail: format!("slot {} of page {} emptied while its row was moving", rid.slot, rid.page),
+            },
+            Err(e) => e,
+        };
+        if (0..MOVE_UNDO_ATTEMPTS).any(|_| self.delete(new, |_| {}).is_ok()) {
+            return Err(err);
+        }
+        Err(Error::Poisoned(format!(
+            "`{}`: a row moving from slot {} of page {} to slot {} of page {} is in both \
+             (freeing the old slot failed: {err}; removing the new copy failed too)",
+            self.name, rid.slot, rid.page, new.slot, new.page
+        )))
     }
 
     /// Frees the row at `rid`, calling `old` with its bytes; false if there was none.

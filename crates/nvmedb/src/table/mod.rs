@@ -1020,6 +1020,11 @@ impl Table {
         let new_rid = match self.inner.heap.update(rid, &bytes, &mut moved) {
             Ok(Some(r)) => r,
             Ok(None) => return Err(self.roll_back(undo, self.dangling(rid))),
+            // A move the heap could not reverse: the row is in two slots.
+            Err(Error::Poisoned(why)) => {
+                self.poison(format!("{why}; reopen the database"));
+                return Err(Error::Poisoned(format!("table `{}`: {why}", self.inner.name)));
+            }
             Err(e) => return Err(self.roll_back(undo, e)),
         };
         // 3. A moved row: re-point every index entry (rare: only when the row grew). A failure
