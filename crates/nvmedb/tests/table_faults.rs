@@ -175,10 +175,15 @@ fn a_failed_move_keeps_the_row_where_its_index_points() {
     let fail = Arc::new(HeapPageReadFails(AtomicU64::new(u64::MAX)));
     let storage = Arc::new(HookedStorage::new(Arc::new(MemStorage::new()), fail.clone()));
     let opts = || Options { table_page_size: 4096, index_page_size: 4096, ..Options::default() };
-    let schema = Schema::new(vec![("id", ColumnType::Int), ("grp", ColumnType::Int), ("pad", ColumnType::Bytes(3500))])
-        .with_index("by_grp", "grp")
-        .unwrap();
-    let row = |id: i64, grp: i64, len: usize| [Value::Int(id), Value::Int(grp), Value::Bytes(vec![id as u8; len])];
+    let schema = Schema::new(vec![
+        ("id", ColumnType::Int),
+        ("grp", ColumnType::Int),
+        ("pad", ColumnType::Bytes(3500)),
+    ])
+    .with_index("by_grp", "grp")
+    .unwrap();
+    let row =
+        |id: i64, grp: i64, len: usize| [Value::Int(id), Value::Int(grp), Value::Bytes(vec![id as u8; len])];
     {
         let db = Database::open_with_storage(storage.clone(), opts()).unwrap();
         let t = db.create_table("t", schema).unwrap();

@@ -34,7 +34,9 @@ pub(crate) struct Frame {
     pub dirty: AtomicBool,
     /// Bytes hold a verified copy of `page_key` (false while loading or after a failed load).
     pub valid: AtomicBool,
-    /// Never chosen as a victim (pinned index page).
+    /// Kept resident (an index page while `pin_index_pages` is on): passed over by eviction
+    /// while sticky frames leave room for other pages. Changed only under the write latch or
+    /// by a frame's private owner (`Partition::set_sticky` keeps the count).
     pub sticky: AtomicBool,
 }
 

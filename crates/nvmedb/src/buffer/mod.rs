@@ -8,7 +8,11 @@
 //! Invariants:
 //! - a page is in at most one frame of a partition, and the page table maps it there;
 //! - a frame with `pins > 0` is never evicted, and pins are only taken under the page table
-//!   stripe lock that maps the page (so eviction and a hit cannot both win);
+//!   stripe lock that maps the page, or lock-free with a re-check (so eviction and a hit
+//!   cannot both win); a frame is unmapped only under its write latch, so a hit on a sticky
+//!   (kept-resident index) frame may hold the latch shared without a pin;
+//! - sticky frames are evicted only once they fill all but an eighth of their partition, or
+//!   when no other frame can be taken: an index larger than its buffer evicts, never fails;
 //! - a dirty page is written back only after the log covers its LSN ([`WalGate`]), from a copy
 //!   taken under the page's shared latch, and stays in the page table until the write is done,
 //!   so no reader can fetch a stale version from the device;
@@ -149,7 +153,10 @@ pub struct PoolConfig {
     pub data_weight: u32,
     /// GCLOCK weight given to index pages on each access.
     pub index_weight: u32,
-    /// Never evict index pages once loaded ("all indexes cached").
+    /// Keep index pages resident once loaded ("all indexes cached"): they are not evicted
+    /// while they leave an eighth of the frames to other pages, and a hit on one takes no pin
+    /// and no page-table lock. Index pages beyond that (an index larger than the buffer) are
+    /// evicted like any other page, by GCLOCK, rather than failing the fix that needs a frame.
     pub pin_index_pages: bool,
     /// `None`: dirty pages are written only when evicted (by the evicting thread) or flushed.
     /// `Some`: a background writer cleans pages ahead of the clock hand and evictions prefer
@@ -173,6 +180,8 @@ pub struct PoolConfig {
     /// few large requests, and the window's smaller top-ups cost more CPU per page. On can win
     /// where a worker has a core to itself and reads do not merge.
     pub async_read_ahead: bool,
+    /// What errors call the pool ("index buffer (Options::index_buffer)", say).
+    pub name: String,
 }
 
 impl PoolConfig {
@@ -190,6 +199,7 @@ impl PoolConfig {
             huge_pages: true,
             lock_free_hits: true,
             async_read_ahead: false,
+            name: "buffer pool".into(),
         }
     }
 

@@ -102,6 +102,8 @@ struct Partition {
     reads_overlapped: AtomicU64,
     /// Frames currently being written back (at most one write-back per frame at a time).
     writing: Box<[AtomicBool]>,
+    /// Frames whose `sticky` flag is set (kept by [`Partition::set_sticky`]).
+    sticky_frames: AtomicUsize,
 }
 
 impl Partition {
@@ -123,7 +125,28 @@ impl Partition {
             latch_wait_ns: AtomicU64::new(0),
             reads_overlapped: AtomicU64::new(0),
             writing: (0..frames).map(|_| AtomicBool::new(false)).collect(),
+            sticky_frames: AtomicUsize::new(0),
         })
+    }
+
+    /// Sets frame `i`'s sticky flag (its owner holds its write latch or owns it privately),
+    /// keeping the count of sticky frames.
+    fn set_sticky(&self, i: usize, sticky: bool) {
+        if self.arena.frames[i].sticky.swap(sticky, AcqRel) != sticky {
+            if sticky {
+                self.sticky_frames.fetch_add(1, Relaxed);
+            } else {
+                self.sticky_frames.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+
+    /// Whether sticky frames are victims like any other: once they fill all but an eighth of
+    /// the partition (an index that outgrew the buffer meant to hold it whole), keeping them
+    /// resident would leave the other pages too few frames, or none.
+    fn sticky_evictable(&self) -> bool {
+        let n = self.arena.len();
+        self.sticky_frames.load(Relaxed) >= n - n / 8
     }
 
     fn stripe(&self, key: u64) -> &Stripe {
@@ -231,8 +254,8 @@ pub struct PageRef<'a> {
     part: &'a Partition,
     frame: usize,
     pid: PageId,
-    /// False for a pinned-for-good (sticky) index page fixed through the fast path: it never
-    /// moves, so it needs no pin.
+    /// False for a kept-resident (sticky) index page fixed through the fast path: the shared
+    /// latch alone keeps it in its frame (eviction unmaps a frame only under its write latch).
     pinned: bool,
     latch: Option<RwLockReadGuard<'a, ()>>,
 }
@@ -259,7 +282,8 @@ impl PageRef<'_> {
 impl Deref for PageRef<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: we hold the frame's latch shared and a pin.
+        // SAFETY: we hold the frame's latch shared (and a pin, or the frame is sticky: it is
+        // unmapped only under its write latch).
         unsafe { self.part.arena.bytes(self.frame) }
     }
 }
@@ -544,6 +568,11 @@ impl BufferPool {
         }
     }
 
+    /// Whether pages of `class` are kept resident (sticky) when loaded.
+    fn sticky_class(&self, class: PageClass) -> bool {
+        class == PageClass::Index && self.config.pin_index_pages
+    }
+
     fn weight(&self, class: PageClass) -> u32 {
         match class {
             PageClass::Data => self.config.data_weight,
@@ -600,14 +629,18 @@ impl BufferPool {
             self.prefetch_frame(part, i, prefetch);
         }
         if matches!(mode, FixMode::Shared) && class == PageClass::Index {
-            // Fast path for pinned-for-good index pages: no page-table lock, no pin (a sticky
-            // frame never changes page).
+            // Fast path for index pages kept resident: no page-table lock, no pin. A sticky
+            // frame changes page only under its write latch (see `claim_frame_once`), which
+            // the shared latch taken here excludes: the page key checked under it stays.
             if let Some(i) = hint {
                 let f = &part.arena.frames[i];
                 if f.sticky.load(Acquire) && f.page_key.load(Acquire) == key {
                     let g = f.latch.read_locked();
                     if f.valid.load(Acquire) && f.page_key.load(Acquire) == key {
-                        part.count_hit(&self.file_hits, pid.file);
+                        // Raises the GCLOCK usage like any hit (a load, and a store only once
+                        // the hand aged it): an index larger than its buffer keeps its hot
+                        // upper levels resident.
+                        self.record_hit(part, f, class, pid.file);
                         return Ok(Fixed::Shared(PageRef {
                             part,
                             frame: i,
@@ -734,7 +767,7 @@ impl BufferPool {
             match loaded {
                 Ok(()) => {
                     f.usage.store(self.weight(class), Relaxed);
-                    f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+                    part.set_sticky(victim, self.sticky_class(class));
                     f.dirty.store(false, Relaxed);
                     f.valid.store(true, Release);
                     drop(wl);
@@ -759,15 +792,20 @@ impl BufferPool {
     /// Finds a frame to reuse (GCLOCK) and returns it pinned once, mapped to no page. Pins are
     /// short-lived (a fix, or a write-back in flight, which on a slow or loaded device can take
     /// many milliseconds), so when every frame is pinned it yields and sweeps again for up to
-    /// [`Self::CLAIM_PATIENCE`] before reporting the pool exhausted.
+    /// [`Self::CLAIM_PATIENCE`] before reporting the pool exhausted. Sticky frames are passed
+    /// over while they leave the partition room ([`Partition::sticky_evictable`]); a sweep that
+    /// found no other victim is followed by sweeps that take them too.
     fn claim_frame(&self, part: &Partition) -> Result<usize> {
         let mut started = None;
         for attempt in 0u32.. {
-            match self.claim_frame_once(part) {
-                Err(Error::ResourceExhausted(m)) => {
+            match self.claim_frame_once_with(part, attempt > 0) {
+                Err(Error::ResourceExhausted(_)) => {
+                    if attempt == 0 {
+                        continue; // at once: the next sweep may take sticky frames
+                    }
                     let since = *started.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() >= Self::CLAIM_PATIENCE {
-                        return Err(Error::ResourceExhausted(m));
+                        return Err(self.exhausted(part));
                     }
                     if attempt < 10 {
                         std::thread::yield_now();
@@ -784,10 +822,57 @@ impl BufferPool {
     /// How long [`Self::claim_frame`] keeps sweeping a partition whose frames are all pinned.
     const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
+    /// The error of a partition in which no frame can be evicted: names the pool, its size and
+    /// what holds its frames.
+    fn exhausted(&self, part: &Partition) -> Error {
+        let n = part.arena.len();
+        let (mut pinned, mut writing, mut latched, mut sticky) = (0, 0, 0, 0);
+        for (i, f) in part.arena.frames.iter().enumerate() {
+            if part.writing[i].load(Relaxed) {
+                writing += 1;
+            } else if f.pins.load(Relaxed) != 0 {
+                pinned += 1;
+            } else if f.latch.try_write().is_err() {
+                latched += 1;
+            } else if f.sticky.load(Relaxed) {
+                sticky += 1;
+            }
+        }
+        let page_size = self.config.page_size;
+        let whole = match self.config.policy {
+            BufferPolicy::Separated { partitions } if partitions > 1 => {
+                format!(" (one of {partitions} SEP partitions, {} frames in all)", self.config.frames)
+            }
+            _ => String::new(),
+        };
+        Error::ResourceExhausted(format!(
+            "{}: no frame can be evicted among its {n} frames of {page_size} B ({} KiB){whole}: \
+             {pinned} pinned by page fixes in progress (page guards held by scans, lookups, open \
+             mini-transactions or loads), {writing} being written back, {latched} latched by \
+             readers, {sticky} kept resident; the working set of the threads running now does \
+             not fit: raise {} or run fewer threads at once",
+            self.config.name,
+            n * page_size / 1024,
+            self.config.name,
+        ))
+    }
+
+    /// One GCLOCK sweep of [`BufferPool::claim_frame`] (read-ahead takes no more: it is advice).
     fn claim_frame_once(&self, part: &Partition) -> Result<usize> {
+        self.claim_frame_once_with(part, false)
+    }
+
+    /// One sweep; `take_sticky`: sticky frames are victims too, whatever their number.
+    ///
+    /// A frame is unmapped only while the evicting thread holds its pin word at `EVICTING`, the
+    /// page-table stripe of its page and its write latch (taken with `try_write`, never waited
+    /// for): a reader holding the latch without a pin (the sticky fast path of `fix_mode`)
+    /// keeps its frame, and one that latches it afterwards finds the page key changed.
+    fn claim_frame_once_with(&self, part: &Partition, take_sticky: bool) -> Result<usize> {
         let n = part.arena.len();
         let max_weight = self.config.data_weight.max(self.config.index_weight) as usize;
         let limit = n * (max_weight + 2) * 2 + 64;
+        let take_sticky = take_sticky || part.sticky_evictable();
         // With a background writer, pass over a few dirty victims (waking it) before writing
         // one on this thread: a clean frame is usually a little further on.
         let writer = self.config.background_writer;
@@ -795,22 +880,26 @@ impl BufferPool {
         for _ in 0..limit {
             let i = part.hand.fetch_add(1, Relaxed) % n;
             let f = &part.arena.frames[i];
-            if f.pins.load(Acquire) != 0 || f.sticky.load(Relaxed) {
-                continue;
-            }
-            let u = f.usage.load(Relaxed);
-            if u > 0 {
-                f.usage.store(u - 1, Relaxed);
+            if f.pins.load(Acquire) != 0 {
                 continue;
             }
             let key = f.page_key.load(Acquire);
             if key == NO_PAGE {
                 if f.pins.compare_exchange(0, 1, AcqRel, Acquire).is_ok() {
                     if f.page_key.load(Acquire) == NO_PAGE {
+                        part.set_sticky(i, false);
                         return Ok(i);
                     }
                     part.unpin(i);
                 }
+                continue;
+            }
+            if !take_sticky && f.sticky.load(Relaxed) {
+                continue;
+            }
+            let u = f.usage.load(Relaxed);
+            if u > 0 {
+                f.usage.store(u - 1, Relaxed);
                 continue;
             }
             if f.dirty.load(Acquire) {
@@ -848,20 +937,26 @@ impl BufferPool {
             let mut map = part.lock_stripe(key);
             if f.page_key.load(Acquire) == key
                 && !f.dirty.load(Acquire)
-                && !f.sticky.load(Relaxed)
+                && (take_sticky || !f.sticky.load(Relaxed))
                 && map.get(&key) == Some(&(i as u32))
                 && f.pins.compare_exchange(0, EVICTING | 1, AcqRel, Acquire).is_ok()
             {
                 // A writer may have dirtied the page and unpinned it between the check above and
-                // the claim; its dirty flag is visible now (set before its unpin).
-                if f.dirty.load(Acquire) {
-                    f.pins.fetch_sub(EVICTING | 1, AcqRel);
-                    continue;
-                }
+                // the claim; its dirty flag is visible now (set before its unpin). A reader may
+                // hold the latch without a pin (sticky fast path): leave the frame to it.
+                let latch = match f.latch.try_write() {
+                    Ok(g) if !f.dirty.load(Acquire) => g,
+                    _ => {
+                        f.pins.fetch_sub(EVICTING | 1, AcqRel);
+                        continue;
+                    }
+                };
                 map.remove(&key);
                 part.xlate.clear(key, i);
                 f.page_key.store(NO_PAGE, Release);
                 f.valid.store(false, Release);
+                part.set_sticky(i, false);
+                drop(latch);
                 // Keep our pin; lock-free pinners that saw EVICTING have backed off (or will),
                 // later ones find the page key changed.
                 f.pins.fetch_and(!EVICTING, AcqRel);
@@ -870,10 +965,7 @@ impl BufferPool {
                 return Ok(i);
             }
         }
-        Err(Error::ResourceExhausted(format!(
-            "buffer pool: no evictable frame among {n} (all pinned, sticky or being written); \
-             raise the buffer size or pin fewer pages"
-        )))
+        Err(Error::ResourceExhausted(format!("{}: no evictable frame in one sweep of {n}", self.config.name)))
     }
 
     /// Writes frame `i` (holding `key`) back if it is dirty. Returns whether it wrote.
@@ -1053,7 +1145,7 @@ impl BufferPool {
             match verified {
                 Ok(_) => {
                     f.usage.store(self.weight(class), Relaxed);
-                    f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+                    part.set_sticky(i, self.sticky_class(class));
                     f.dirty.store(false, Relaxed);
                     f.valid.store(true, Release);
                 }
@@ -1107,7 +1199,7 @@ impl BufferPool {
             std::thread::yield_now();
         }
         f.usage.store(self.weight(class), Relaxed);
-        f.sticky.store(class == PageClass::Index && self.config.pin_index_pages, Relaxed);
+        part.set_sticky(victim, self.sticky_class(class));
         f.valid.store(true, Release);
         Ok(PageMut { pool: self, part, frame: victim, pid, modified: true, before: None, latch: Some(wl) })
     }
@@ -1183,7 +1275,8 @@ impl BufferPool {
     /// One background-writer round: in each partition, walks ahead of the clock hand until it
     /// has passed `clean_target` evictable frames (clean, free, or made clean here), writing the
     /// dirty ones among them in batches of `batch_pages`. Frames the hand will only age this
-    /// pass (usage above zero), pinned or sticky frames are left alone. Returns pages written.
+    /// pass (usage above zero), pinned frames, and sticky ones while they are not victims
+    /// ([`Partition::sticky_evictable`]) are left alone. Returns pages written.
     pub(crate) fn clean_ahead(&self, cfg: &super::BackgroundWriter) -> Result<usize> {
         let mut written = 0;
         for part in self.parts.iter() {
@@ -1209,10 +1302,14 @@ impl BufferPool {
         let n = part.arena.len();
         let hand = part.hand.load(Relaxed);
         let mut evictable = 0;
+        let take_sticky = part.sticky_evictable();
         for k in 0..n {
             let i = (hand + k) % n;
             let f = &part.arena.frames[i];
-            if f.pins.load(Acquire) != 0 || f.sticky.load(Relaxed) || f.usage.load(Relaxed) > 0 {
+            if f.pins.load(Acquire) != 0
+                || (!take_sticky && f.sticky.load(Relaxed))
+                || f.usage.load(Relaxed) > 0
+            {
                 continue;
             }
             let key = f.page_key.load(Acquire);

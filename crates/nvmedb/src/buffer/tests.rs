@@ -416,6 +416,104 @@ fn exhausted_pool_is_a_clear_error() {
     let _b = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
     let e = pool.allocate(0, PageClass::Data, PageType::Heap).err().unwrap();
     assert!(matches!(e, Error::ResourceExhausted(_)), "{e}");
+    let m = e.to_string();
+    assert!(m.contains("buffer pool") && m.contains("2 frames of 4096 B") && m.contains("2 pinned"), "{m}");
+}
+
+/// A pool whose index pages are kept resident, holding `pages` index pages whose bodies are
+/// their page numbers (written back, then dropped from memory as far as the pool can).
+fn sticky_pool(frames: usize, pages: u64) -> Arc<BufferPool> {
+    let mut cfg = PoolConfig::new(PS, frames);
+    cfg.pin_index_pages = true;
+    cfg.name = "index buffer".into();
+    let pool = BufferPool::new(cfg).unwrap();
+    pool.register_file(0, Arc::new(MemDevice::new("idx"))).unwrap();
+    for p in 0..pages {
+        let mut g = pool.allocate(0, PageClass::Index, PageType::BtreeLeaf).unwrap();
+        set_body_u64(&mut g, p);
+    }
+    pool.flush_all().unwrap();
+    pool
+}
+
+#[test]
+fn kept_resident_index_pages_evict_once_they_fill_the_pool() {
+    let pool = sticky_pool(8, 40);
+    for round in 0..3 {
+        for p in 0..40u64 {
+            // Each round adds 1000 to every page once (p * 7 mod 40 runs over all pages).
+            let v = body_u64(&pool.fix(PageId::new(0, p), PageClass::Index).unwrap());
+            assert!(v % 1000 == p && (v / 1000 == round || v / 1000 == round + 1), "round {round}: {v}");
+            let mut g = pool.fix_mut(PageId::new(0, (p * 7) % 40), PageClass::Index).unwrap();
+            let v = body_u64(&g);
+            assert_eq!(v % 1000, (p * 7) % 40);
+            set_body_u64(&mut g, v + 1000);
+        }
+    }
+    pool.flush_all().unwrap();
+    for p in 0..40u64 {
+        assert_eq!(body_u64(&pool.fix(PageId::new(0, p), PageClass::Index).unwrap()), p + 3000);
+    }
+    assert!(pool.stats().evictions >= 40, "{:?}", pool.stats());
+}
+
+/// Readers on the unpinned fast path of kept-resident pages, while other threads make the
+/// pool evict them: a guard's page never changes under it, and every change survives.
+#[test]
+fn unpinned_hits_on_kept_resident_pages_are_safe_under_eviction() {
+    const PAGES: u64 = 48;
+    let pool = sticky_pool(8, PAGES);
+    let increments = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (pool, increments) = (&pool, &increments);
+            s.spawn(move || {
+                let mut rng = Rng::new(t);
+                for _ in 0..3000 {
+                    let p = rng.below(PAGES);
+                    let pid = PageId::new(0, p);
+                    if t == 0 && rng.below(4) == 0 {
+                        let mut g = pool.fix_mut(pid, PageClass::Index).unwrap();
+                        let v = body_u64(&g);
+                        set_body_u64(&mut g, v + 1000);
+                        increments.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        let g = pool.fix(pid, PageClass::Index).unwrap();
+                        assert_eq!(g.page_id(), pid);
+                        let first = body_u64(&g);
+                        assert_eq!(first % 1000, p, "thread {t}: page {p} holds another page");
+                        std::hint::spin_loop();
+                        assert_eq!(body_u64(&g), first, "thread {t}: page {p} changed under a guard");
+                    }
+                }
+            });
+        }
+    });
+    pool.flush_all().unwrap();
+    let total: u64 = (0..PAGES)
+        .map(|p| {
+            let v = body_u64(&pool.fix(PageId::new(0, p), PageClass::Index).unwrap());
+            assert_eq!(v % 1000, p);
+            v / 1000
+        })
+        .sum();
+    assert_eq!(total, increments.load(Ordering::Relaxed));
+    assert!(pool.stats().evictions > 100, "{:?}", pool.stats());
+}
+
+/// When every frame is held, the error names the pool, its size and what holds the frames
+/// (here: readers of kept-resident pages, with or without a pin).
+#[test]
+fn a_pool_held_whole_names_itself_and_its_holders() {
+    let pool = sticky_pool(8, 9);
+    let held: Vec<_> = (0..8).map(|p| pool.fix(PageId::new(0, p), PageClass::Index).unwrap()).collect();
+    let e = pool.fix(PageId::new(0, 8), PageClass::Index).err().unwrap();
+    let m = e.to_string();
+    assert!(matches!(e, Error::ResourceExhausted(_)), "{m}");
+    assert!(m.contains("index buffer") && m.contains("8 frames of 4096 B (32 KiB)"), "{m}");
+    assert!(m.contains("pinned by page fixes") && m.contains("latched by readers"), "{m}");
+    drop(held);
+    assert_eq!(body_u64(&pool.fix(PageId::new(0, 8), PageClass::Index).unwrap()), 8);
 }
 
 #[test]

@@ -127,7 +127,11 @@ pub struct Options {
     pub index_buffer: BufferSize,
     /// Buffer sharing policy of the table pool (the index pool is always shared).
     pub policy: BufferPolicy,
-    /// Keep index pages resident once loaded ("all indexes cached").
+    /// Keep index pages resident once loaded ("all indexes cached", on by default): an index
+    /// page is not evicted while the index pages leave an eighth of the index buffer free, and
+    /// a lookup's hit on it takes no pin. An index larger than the index buffer still works:
+    /// its pages are then evicted like any others (size [`Options::index_buffer`] to hold the
+    /// indexes whole to keep them all resident).
     pub pin_indexes: bool,
     /// Background writer of the table pool (on by default: it keeps clean frames ahead of the
     /// clock hand, so a transaction that needs a frame rarely writes a dirty page itself; `None`
@@ -740,6 +744,7 @@ impl Database {
         let mut tcfg =
             PoolConfig::new(tps, frames_for(options.table_buffer, tps, heap_bytes, "table_buffer")?);
         tcfg.policy = options.policy;
+        tcfg.name = "table buffer (Options::table_buffer)".into();
         tcfg.background_writer = options.background_writer;
         tcfg.huge_pages = options.huge_pages;
         tcfg.lock_free_hits = options.lock_free_hits;
@@ -747,6 +752,7 @@ impl Database {
         let mut icfg =
             PoolConfig::new(ips, frames_for(options.index_buffer, ips, index_bytes, "index_buffer")?);
         icfg.pin_index_pages = options.pin_indexes;
+        icfg.name = "index buffer (Options::index_buffer)".into();
         icfg.huge_pages = options.huge_pages;
         icfg.lock_free_hits = options.lock_free_hits;
         Ok((BufferPool::new(tcfg)?, BufferPool::new(icfg)?))

@@ -261,12 +261,12 @@ impl<'p> ReadAhead<'p, '_> {
         }
         let f = &self.part.arena.frames[slot.frame];
         f.usage.store(self.pool.weight(self.class), Relaxed);
-        f.sticky.store(self.class == PageClass::Index && self.pool.config.pin_index_pages, Relaxed);
         f.dirty.store(false, Relaxed);
         let key = pid.key();
         {
             let mut map = self.part.lock_stripe(key);
             if !map.contains_key(&key) && !self.file.dropped.load(Acquire) {
+                self.part.set_sticky(slot.frame, self.pool.sticky_class(self.class));
                 f.page_key.store(key, Release);
                 f.valid.store(true, Release);
                 map.insert(key, slot.frame as u32);
