@@ -324,3 +324,41 @@ fn database_on_a_real_directory_survives_close_and_reopen() {
     let e = Database::open(&foreign, tiny_options()).unwrap_err().to_string();
     assert!(e.contains("not an nvmedb database"), "{e}");
 }
+
+/// `BufferSize::PercentOfData` on a database that starts empty: each pool gets the documented
+/// floor of frames, the data (and, with index pages kept resident as by default, the indexes)
+/// outgrow it and everything still works by evicting; reopened, the pools are sized from the
+/// data then present.
+#[test]
+fn percent_of_data_buffers_on_an_empty_then_growing_database() {
+    let opts = || Options {
+        table_page_size: 4096,
+        index_page_size: 4096,
+        table_buffer: BufferSize::PercentOfData(50.0),
+        index_buffer: BufferSize::PercentOfData(50.0),
+        ..Options::default()
+    };
+    let frames = |db: &Database| (db.table_pool().config().frames, db.index_pool().config().frames);
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let db = Database::open_with_storage(storage.clone(), opts()).unwrap();
+    assert_eq!(frames(&db), (nvmedb::db::MIN_PERCENT_FRAMES, nvmedb::db::MIN_PERCENT_FRAMES));
+    let t = db.create_table("items", schema()).unwrap();
+    const ROWS: i64 = 6000;
+    for id in 0..ROWS {
+        t.insert(&row(id, id % 7, &[id as u8; 100])).unwrap();
+    }
+    assert_eq!(t.check_integrity().unwrap(), ROWS as u64);
+    assert_eq!(t.lookup("by_grp", &Value::Int(3)).unwrap().len(), (ROWS / 7) as usize);
+    let (ts, is) = db.buffer_stats();
+    assert!(ts.evictions > 0 && is.evictions > 0, "the data never outgrew the pools: {ts:?} {is:?}");
+    db.close().unwrap();
+    let db = Database::open_with_storage(storage, opts()).unwrap();
+    let t = db.table("items").unwrap();
+    // Half the files as they are now (at least half the heap pages in use).
+    let (heap, (table_frames, index_frames)) = (t.heap_pages().unwrap() as usize, frames(&db));
+    assert!(heap / 2 > nvmedb::db::MIN_PERCENT_FRAMES, "{heap} heap pages");
+    assert!(table_frames >= heap / 2, "table pool of {table_frames} frames for {heap} heap pages");
+    assert!(index_frames > nvmedb::db::MIN_PERCENT_FRAMES, "index pool of {index_frames} frames");
+    let last = ROWS - 1;
+    assert_eq!(t.get(&Value::Int(last)).unwrap(), Some(row(last, last % 7, &[last as u8; 100])));
+}

@@ -420,13 +420,14 @@ impl Table {
     /// the table's state for the key what it was before `op` (absent, or the `before` row),
     /// whatever part of `op` — and of later operations on the key — had happened. Idempotent.
     ///
-    /// The key has at most one row in the heap at any moment (a change frees a slot before it
-    /// fills another), but that row may not be where the primary index points: a delete cut
-    /// between its index steps and its heap step leaves the row with no index entry, an insert
-    /// cut before its index step likewise, and a row that moved may not have been re-pointed
-    /// yet. So the row is looked for where the primary index points and where the log says
-    /// (`op.rid`, and the destination a move logs as an operation of its own), and a row this
-    /// undo writes elsewhere is logged the same way, so a crash during the undo is undone too.
+    /// The key has one row in the heap, or two while a move is cut between filling its new
+    /// slot and freeing the old one (see `HeapFile::update`), and the row may not be where the
+    /// primary index points: a delete cut between its index steps and its heap step leaves the
+    /// row with no index entry, an insert cut before its index step likewise, and a row that
+    /// moved may not have been re-pointed yet. So the row is looked for where the primary index
+    /// points and where the log says (`op.rid`, and the destination a move logs as an
+    /// operation of its own), a second copy is dropped, and a row this undo writes elsewhere is
+    /// logged the same way, so a crash during the undo is undone too.
     pub(crate) fn restore(&self, op: &TxnOp) -> Result<()> {
         let s = &self.inner.schema;
         let pk = &op.pk;
@@ -447,7 +448,7 @@ impl Table {
             if found != Some(rid) && holds_key(rid)? {
                 match found {
                     None => found = Some(rid),
-                    // Two rows of one key cannot happen; if it did, keep one.
+                    // Both copies of a move cut half-way: keep the one the index points at.
                     Some(_) => {
                         self.inner.heap.delete(rid, |_| {})?;
                     }
