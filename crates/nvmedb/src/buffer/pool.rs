@@ -850,7 +850,7 @@ impl BufferPool {
              {pinned} pinned by page fixes in progress (page guards held by scans, lookups, open \
              mini-transactions or loads), {writing} being written back, {latched} latched by \
              readers, {sticky} kept resident; the working set of the threads running now does \
-             not fit: raise {} or run fewer threads at once",
+             not fit: give the {} more memory or run fewer threads at once",
             self.config.name,
             n * page_size / 1024,
             self.config.name,
