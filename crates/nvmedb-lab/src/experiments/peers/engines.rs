@@ -179,9 +179,9 @@ impl Peer {
             Kind::Nvmedb => {
                 let opts = Options {
                     table_buffer: BufferSize::Bytes(bytes),
-                    // The index pool keeps every index page it loads resident
-                    // (`Options::pin_indexes`), so it must hold the whole index, also when
-                    // the table buffer is 1 % of the data.
+                    // The whole index cached, also when the table buffer is 1 % of the data
+                    // (seed 000's "indexes cached"; a smaller index pool would evict index
+                    // pages, which `Options::pin_indexes` otherwise keeps resident).
                     index_buffer: BufferSize::Bytes(whole / 4),
                     ..Options::default()
                 };
