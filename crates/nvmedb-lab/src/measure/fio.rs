@@ -25,13 +25,13 @@ pub fn randread_iops(
     read_iops(file, &["--rw=randread".into(), format!("--ioengine={engine}")], block_bytes, jobs, depth, secs)
 }
 
-/// Runs the fio job file `job` (written into `scratch`, removed afterwards) and returns the
+/// Runs the fio job file `job` read-only (`--readonly`, a command-line option only; written into `scratch`, removed afterwards) and returns the
 /// bytes all its jobs read and the seconds its groups took one after another (per group the
 /// slowest job's runtime; fio reports milliseconds), or `None` when fio is missing or fails.
 pub fn run_job_file(job: &str, scratch: &Path) -> Option<(u64, f64)> {
     let path = scratch.join(format!("nvmedb-{}.fio", std::process::id()));
     std::fs::write(&path, job).ok()?;
-    let out = Command::new("fio").arg("--output-format=json").arg(&path).output();
+    let out = Command::new("fio").args(["--readonly", "--output-format=json"]).arg(&path).output();
     let _ = std::fs::remove_file(&path);
     let out = out.ok()?;
     if !out.status.success() {

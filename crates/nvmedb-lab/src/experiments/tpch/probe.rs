@@ -82,12 +82,12 @@ impl ScanPattern {
     /// A fio job file that reads the pattern `passes` times from the files in `dir`: per file a
     /// group of one job per worker with a non-empty partition (offset and size of that
     /// partition, looped `passes` times), the groups run one after another (`stonewall`, the
-    /// scans' barrier); O_DIRECT, io_uring, read-only, `batch` reads submitted together and
+    /// scans' barrier); O_DIRECT, io_uring, `batch` reads submitted together and
     /// all of them reaped before the next batch.
     pub fn fio_job(&self, dir: &Path, passes: u32) -> String {
         let ps = self.page_size as u64;
         let mut s = format!(
-            "[global]\nreadonly\ndirect=1\nioengine=io_uring\nrw=read\nbs={ps}\niodepth={b}\niodepth_batch_submit={b}\niodepth_batch_complete_min={b}\nloops={passes}\n",
+            "[global]\ndirect=1\nioengine=io_uring\nrw=read\nbs={ps}\niodepth={b}\niodepth_batch_submit={b}\niodepth_batch_complete_min={b}\nloops={passes}\n",
             b = self.batch.max(1),
         );
         for (fi, f) in self.files.iter().enumerate() {
