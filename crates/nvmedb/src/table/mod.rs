@@ -1130,6 +1130,12 @@ impl Table {
         let mut key = Vec::with_capacity(16);
         scan(&mut |_, b| {
             let v = RowView::new(s, b);
+            // Under the page latch: no writer of this table in flight means every change the
+            // page shows is committed (writers enter before their first page change), so the
+            // row is passed without encoding its key.
+            if !pending.any_in_flight(table) {
+                return f(v);
+            }
             key.clear();
             s.try_primary_key_of(&v, &mut key)?;
             // Under the page latch: a writer that changed this row entered its stripe first.
