@@ -174,7 +174,7 @@ fn crossed_scans_with_lookups_do_not_wait_for_each_other() {
 #[test]
 fn a_partitioned_scan_passes_before_images_of_rows_in_flight() {
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
-    let opts = Options { wal: true, ..options(BufferPolicy::Separated { partitions: 2 }, 64) };
+    let opts = Options { wal: true, ..options(BufferPolicy::Shared { stripes: 4 }, 64) };
     let db = Database::open_with_storage(storage, opts).unwrap();
     let schema = Schema::new(vec![("id", ColumnType::Int), ("tag", ColumnType::Int)]);
     let t = db.create_table("t", schema).unwrap();
