@@ -77,11 +77,14 @@ fn q3_matches_the_reference_under_every_policy_and_worker_count() {
     assert_ne!(got, reference);
 }
 
-/// Records every read while on: (thread, device, offset, length), in order per thread.
+/// One recorded read: (device, offset, length).
+type Read = (String, u64, usize);
+
+/// Records every read while on, in order per thread.
 #[derive(Default)]
 struct Recorder {
     on: AtomicBool,
-    reads: Mutex<HashMap<std::thread::ThreadId, Vec<(String, u64, usize)>>>,
+    reads: Mutex<HashMap<std::thread::ThreadId, Vec<Read>>>,
 }
 
 impl IoHook for Recorder {
@@ -97,7 +100,7 @@ impl IoHook for Recorder {
 impl Recorder {
     /// The recorded per-thread read sequences of `files` (sorted, thread ids dropped), and
     /// clears the record.
-    fn take(&self, files: &[String]) -> Vec<Vec<(String, u64, usize)>> {
+    fn take(&self, files: &[String]) -> Vec<Vec<Read>> {
         let mut m = self.reads.lock().unwrap();
         let mut seqs: Vec<Vec<_>> = m
             .drain()
