@@ -2,13 +2,16 @@
 //! Q3's answer through the buffer manager equals an independent single-threaded evaluation over
 //! the generator's rows, for every policy (SHR-1/16/512, SEP) and several worker counts, with a
 //! buffer far smaller than the data; each query reads every page of the three tables (exactly
-//! once under SEP and with one worker, counted by the pool).
+//! once under SEP and with one worker, counted by the pool); the device-limit probe reads
+//! exactly the pages the query's scans read, in the same per-thread order and batches.
 
 use nvmedb::buffer::BufferPolicy;
-use nvmedb::io::{MemStorage, Storage};
+use nvmedb::io::{HookedStorage, IoHook, IoOpKind, IoResult, MemStorage, Storage};
 use nvmedb::{BufferSize, Database, Options};
 use nvmedb_lab::workload::tpch::{self, Q3Params};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 const SF: f64 = 0.01;
 
@@ -74,6 +77,105 @@ fn q3_matches_the_reference_under_every_policy_and_worker_count() {
     assert_ne!(got, reference);
 }
 
+/// One recorded read: (device, offset, length).
+type Read = (String, u64, usize);
+
+/// Records every read while on, in order per thread.
+#[derive(Default)]
+struct Recorder {
+    on: AtomicBool,
+    reads: Mutex<HashMap<std::thread::ThreadId, Vec<Read>>>,
+}
+
+impl IoHook for Recorder {
+    fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
+        if op == IoOpKind::Read && self.on.load(Ordering::Relaxed) {
+            let mut m = self.reads.lock().unwrap();
+            m.entry(std::thread::current().id()).or_default().push((device.to_string(), offset, len));
+        }
+        Ok(())
+    }
+}
+
+impl Recorder {
+    /// The recorded per-thread read sequences of `files` (sorted, thread ids dropped), and
+    /// clears the record.
+    fn take(&self, files: &[String]) -> Vec<Vec<Read>> {
+        let mut m = self.reads.lock().unwrap();
+        let mut seqs: Vec<Vec<_>> = m
+            .drain()
+            .map(|(_, v)| v.into_iter().filter(|(d, _, _)| files.contains(d)).collect::<Vec<_>>())
+            .filter(|v| !v.is_empty())
+            .collect();
+        seqs.sort();
+        seqs
+    }
+}
+
+#[test]
+fn the_limit_probe_reads_exactly_the_pages_the_scans_read() {
+    use nvmedb_lab::experiments::tpch::{replay_scan_pattern, ScanFile, ScanPattern};
+    let mem: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let db = Database::open_with_storage(mem.clone(), options(BufferPolicy::Shared { stripes: 16 }, 4096))
+        .unwrap();
+    tpch::load(&db, SF, 2, false).unwrap();
+    db.close().unwrap();
+    let rec = Arc::new(Recorder::default());
+    let storage: Arc<dyn Storage> = Arc::new(HookedStorage::new(mem, rec.clone()));
+    for (workers, batch) in [(1usize, 8u64), (3, 4), (4, 8)] {
+        let db = Database::open_with_storage(
+            storage.clone(),
+            options(BufferPolicy::Separated { partitions: workers }, 64 * workers as u64),
+        )
+        .unwrap();
+        let files: Vec<ScanFile> = tpch::TABLES
+            .iter()
+            .map(|name| {
+                let t = db.table(name).unwrap();
+                ScanFile {
+                    table: name.to_string(),
+                    file: nvmedb::db::heap_name(t.id()),
+                    pages: t.heap_pages().unwrap(),
+                }
+            })
+            .collect();
+        let names: Vec<String> = files.iter().map(|f| f.file.clone()).collect();
+        let pattern = ScanPattern { files, page_size: 8192, workers, batch };
+        rec.on.store(true, Ordering::Relaxed);
+        tpch::q3(&db, &Q3Params::default(), workers, batch).unwrap();
+        rec.on.store(false, Ordering::Relaxed);
+        let scans = rec.take(&names);
+        db.close().unwrap();
+        rec.on.store(true, Ordering::Relaxed);
+        let r = replay_scan_pattern(&*storage, &pattern, 2).unwrap();
+        rec.on.store(false, Ordering::Relaxed);
+        let probe = rec.take(&names);
+        let what = format!("{workers} workers, batches of {batch}");
+        assert_eq!(r.pages, 2 * pattern.pages(), "{what}");
+        assert_eq!(scans.len(), workers, "{what}: one reading thread per worker");
+        let twice: Vec<Vec<_>> = scans.iter().map(|s| [s.clone(), s.clone()].concat()).collect();
+        assert_eq!(probe, twice, "{what}: two passes of the scans' reads, thread by thread, in order");
+        let total: usize = scans.iter().map(Vec::len).sum();
+        assert_eq!(total as u64, pattern.pages(), "{what}: every page once");
+        // fio's job file names the same partitions: per file, the workers' slices in order.
+        let job = pattern.fio_job(std::path::Path::new("/db"), 1);
+        for (fi, f) in pattern.files.iter().enumerate() {
+            for w in 0..workers {
+                let part = pattern.part(fi, w);
+                let section = format!(
+                    "[{}-w{w}]\nfilename=/db/{}\noffset={}\nsize={}\n",
+                    f.table,
+                    f.file,
+                    part.start * 8192,
+                    (part.end - part.start) * 8192
+                );
+                assert_eq!(job.contains(&section), !part.is_empty(), "{what}: {section}");
+            }
+        }
+        assert_eq!(job.matches("stonewall").count(), 2, "{what}: the files one after another");
+    }
+}
+
 #[test]
 fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
     use nvmedb_lab::experiment::{self, RunOptions};
@@ -89,7 +191,7 @@ fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
         policies: vec!["shr-1".into(), "sep".into()],
         devices: vec!["disk".into(), "optane-x2".into()],
         reps: 1,
-        device_secs: 0.2,
+        probe_passes: 1,
         use_fio: false,
         ..TpchConfig::default()
     };
@@ -114,6 +216,17 @@ fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
         assert!(out.dir.join(f).exists(), "{f}");
     }
     assert!(out.summary.text.contains("% of the device limit"));
+    assert!(out.dir.join("share_disk.png").exists());
+    assert_eq!(r.limits.len(), 2 * 2, "a limit probe per device and worker count and repetition");
+    // fio replays the same pattern on the disk's files and reads exactly its bytes.
+    if nvmedb_lab::measure::fio::installed() {
+        use nvmedb_lab::experiments::tpch::{fio_scan_pattern, ScanPattern};
+        let pattern =
+            ScanPattern { files: r.load.files.clone(), page_size: 8192, workers: 2, batch: cfg.read_ahead };
+        let f = fio_scan_pattern(&pattern, &r.load.dir, 2, &dir).expect("fio ran the scan pattern");
+        assert_eq!(f.pages, 2 * pattern.pages());
+        assert!(f.iops > 0.0);
+    }
     // A second run finds the loaded database and reuses it.
     let again = TpchConfig { devices: vec!["disk".into()], workers: vec![2], ..cfg };
     let out = experiment::run::<TpchBench>(&again, &opts).expect("second run");

@@ -3,8 +3,8 @@
 //! its own partition, and with one thread; counted by the pool), whatever the number of
 //! scanning threads, the read-ahead depth and the policy. Read-ahead is asynchronous: on a
 //! device with a deep queue, the reads of the following pages are in flight while the scan
-//! processes a page; and scans that look rows up in each other's tables never wait for one
-//! another's reads.
+//! processes a page; scans that look rows up in each other's tables never wait for one
+//! another's reads; and a scan passes the before-images of rows a transaction has in flight.
 
 use nvmedb::buffer::BufferPolicy;
 use nvmedb::io::{DeviceProfile, EmulatedStorage, MemStorage, Storage};
@@ -165,4 +165,51 @@ fn crossed_scans_with_lookups_do_not_wait_for_each_other() {
         }
     });
     db.close().unwrap();
+}
+
+/// A partitioned scan passes committed rows only: while a transaction has in-place updates of
+/// some rows in flight, the scan passes those rows' before-images (checked per row), and with
+/// no writer of the table in flight (before the transaction, after its rollback, after its
+/// commit) it passes the rows on the pages, each once.
+#[test]
+fn a_partitioned_scan_passes_before_images_of_rows_in_flight() {
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let opts = Options { wal: true, ..options(BufferPolicy::Shared { stripes: 4 }, 64) };
+    let db = Database::open_with_storage(storage, opts).unwrap();
+    let schema = Schema::new(vec![("id", ColumnType::Int), ("tag", ColumnType::Int)]);
+    let t = db.create_table("t", schema).unwrap();
+    for id in 0..ROWS {
+        t.insert(&[Value::Int(id), Value::Int(0)]).unwrap();
+    }
+    let seen = || {
+        let mut v = Vec::new();
+        for part in 0..2 {
+            t.scan_partition_ahead(part, 2, 4, |r| {
+                v.push((r.int(0), r.int(1)));
+                Ok(true)
+            })
+            .unwrap();
+        }
+        v.sort_unstable();
+        v
+    };
+    let tagged = |changed: &dyn Fn(i64) -> bool| -> Vec<(i64, i64)> {
+        (0..ROWS).map(|id| (id, i64::from(changed(id)))).collect()
+    };
+    assert_eq!(seen(), tagged(&|_| false));
+    let changed = |id: i64| id % 7 == 3;
+    for round in 0..2 {
+        let mut tx = db.begin();
+        for id in (0..ROWS).filter(|&id| changed(id)) {
+            tx.update(&t, &[Value::Int(id), Value::Int(1)]).unwrap();
+        }
+        assert_eq!(seen(), tagged(&|_| false), "round {round}: the updates in flight are not seen");
+        if round == 0 {
+            tx.abort().unwrap();
+            assert_eq!(seen(), tagged(&|_| false), "after the rollback");
+        } else {
+            tx.commit().unwrap();
+            assert_eq!(seen(), tagged(&changed), "after the commit");
+        }
+    }
 }

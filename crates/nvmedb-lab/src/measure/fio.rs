@@ -25,32 +25,27 @@ pub fn randread_iops(
     read_iops(file, &["--rw=randread".into(), format!("--ioengine={engine}")], block_bytes, jobs, depth, secs)
 }
 
-/// fio's sequential-read IOPS on `file` (O_DIRECT, io_uring, read-only): `jobs` jobs, each
-/// reading its own contiguous slice of `size_bytes / jobs` (as the partitioned scans do) in
-/// batches of `depth` reads submitted together and reaped together (as a scan's read-ahead
-/// does; the block layer may merge a batch's adjacent reads), or `None` when fio is missing or
-/// fails.
-pub fn seqread_iops(
-    file: &Path,
-    block_bytes: usize,
-    size_bytes: u64,
-    jobs: usize,
-    depth: usize,
-    secs: f64,
-) -> Option<f64> {
-    let slice = (size_bytes / jobs.max(1) as u64) / block_bytes as u64 * block_bytes as u64;
-    if slice == 0 {
+/// Runs the fio job file `job` read-only (`--readonly`, a command-line option only; written into `scratch`, removed afterwards) and returns the
+/// bytes all its jobs read and the seconds its groups took one after another (per group the
+/// slowest job's runtime; fio reports milliseconds), or `None` when fio is missing or fails.
+pub fn run_job_file(job: &str, scratch: &Path) -> Option<(u64, f64)> {
+    let path = scratch.join(format!("nvmedb-{}.fio", std::process::id()));
+    std::fs::write(&path, job).ok()?;
+    let out = Command::new("fio").args(["--readonly", "--output-format=json"]).arg(&path).output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.ok()?;
+    if !out.status.success() {
         return None;
     }
-    let shape = [
-        "--rw=read".to_string(),
-        "--ioengine=io_uring".into(),
-        format!("--iodepth_batch_submit={depth}"),
-        format!("--iodepth_batch_complete_min={depth}"),
-        format!("--size={slice}"),
-        format!("--offset_increment={slice}"),
-    ];
-    read_iops(file, &shape, block_bytes, jobs, depth, secs)
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let mut bytes = 0u64;
+    let mut group_ms: std::collections::BTreeMap<u64, u64> = Default::default();
+    for j in v["jobs"].as_array()? {
+        bytes += j["read"]["io_bytes"].as_u64()?;
+        let g = group_ms.entry(j["groupid"].as_u64()?).or_default();
+        *g = (*g).max(j["job_runtime"].as_u64()?);
+    }
+    Some((bytes, group_ms.values().sum::<u64>() as f64 / 1e3))
 }
 
 /// Runs a read-only, O_DIRECT, time-based fio job of `jobs` × `depth` reads of `block_bytes`

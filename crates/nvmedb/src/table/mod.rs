@@ -1136,6 +1136,12 @@ impl Table {
         let mut key = Vec::with_capacity(16);
         scan(&mut |_, b| {
             let v = RowView::new(s, b);
+            // Under the page latch: no writer of this table in flight means every change the
+            // page shows is committed (writers enter before their first page change), so the
+            // row is passed without encoding its key.
+            if !pending.any_in_flight(table) {
+                return f(v);
+            }
             key.clear();
             s.try_primary_key_of(&v, &mut key)?;
             // Under the page latch: a writer that changed this row entered its stripe first.
@@ -1181,12 +1187,9 @@ impl Table {
         if parts == 0 || part >= parts {
             return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
         }
-        let pages = self.inner.heap.pages()?;
-        let per = pages.div_ceil(parts as u64);
-        let start = (part as u64 * per).min(pages);
-        let end = (start + per).min(pages);
+        let range = scan_partition_pages(self.inner.heap.pages()?, part, parts);
         self.acknowledged(
-            self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(start..end, read_ahead, visit), f),
+            self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(range, read_ahead, visit), f),
         )
     }
 
@@ -1319,6 +1322,16 @@ impl Table {
         }
         Ok(rows)
     }
+}
+
+/// The heap pages part `part` of `parts` of a partitioned scan reads
+/// ([`Table::scan_partition`]) in a heap of `pages` pages: a contiguous share of
+/// `pages.div_ceil(parts)` pages (the last part shorter, parts past the end empty). The parts
+/// together cover every page once.
+pub fn scan_partition_pages(pages: u64, part: usize, parts: usize) -> std::ops::Range<u64> {
+    let per = pages.div_ceil(parts.max(1) as u64);
+    let start = (part as u64 * per).min(pages);
+    start..(start + per).min(pages)
 }
 
 #[cfg(test)]

@@ -57,9 +57,10 @@ pub struct TpchArgs {
     /// Q3's date (YYYY-MM-DD).
     #[arg(long, default_value = "1995-03-15")]
     pub date: String,
-    /// Seconds of each device-limit measurement (fio, iobench).
-    #[arg(long, default_value_t = 2.0)]
-    pub device_secs: f64,
+    /// Passes of the scans' read pattern (same files, partitions and batches as the query)
+    /// each device-limit probe reads, through the engine's Device and with fio.
+    #[arg(long, default_value_t = 3)]
+    pub probe_passes: u32,
     /// Skip the fio reference runs.
     #[arg(long)]
     pub no_fio: bool,
@@ -100,7 +101,7 @@ impl LabArgs for TpchArgs {
             devices: self.devices.clone(),
             reps: self.reps,
             params: Q3Params { segment: self.segment.clone(), date: self.date.clone() },
-            device_secs: self.device_secs,
+            probe_passes: self.probe_passes,
             use_fio: !self.no_fio,
             lock_free_hits: !self.locked_hits,
             async_read_ahead: self.async_read_ahead,

@@ -1,17 +1,19 @@
 //! The TPC-H experiment's devices: the loaded database on the real disk (kept between runs of
 //! the same scale factor and page size), a RAM copy of it behind an emulated profile (several
 //! striped devices = one medium with their summed IOPS and bandwidth caps), and each device's
-//! sequential-read limit measured with fio and iobench at the query's page size and concurrency.
+//! limit: Q3's own scan pattern (same files, partitions, page size and batches, see `probe`)
+//! replayed through the engine's `Device` and, on the disk, by fio.
 //!
-//! Owns: [`DeviceSpec`], [`disk_database`], [`Prepared`], [`prepare`] and [`limit`]. Invariants:
+//! Owns: [`DeviceSpec`], [`disk_database`], [`Prepared`], [`prepare`], [`pattern`] and
+//! [`limit`]. Invariants:
 //! an emulated device's name carries EMULATED and the p50 read latency iobench achieved on it in
 //! this run; a reused database is used only when its marker names the same scale factor, page
 //! size and row counts, and the rows are counted again by every query.
 
+use super::probe::{self, ScanFile, ScanPattern};
 use super::TpchConfig;
 use crate::error::{LabError, Result};
-use crate::experiments::iobench::{self, IoBenchConfig, Pattern};
-use crate::measure::fio;
+use crate::experiments::iobench::{self, IoBenchConfig};
 use crate::workload::tpch;
 use nvmedb::buffer::BufferPolicy;
 use nvmedb::io::{DeviceProfile, DirStorage, EmulatedStorage, FileOptions, MemStorage, Storage};
@@ -111,8 +113,9 @@ pub struct LoadInfo {
     pub load_s: f64,
     /// An earlier load was reused.
     pub reused: bool,
-    /// Heap file of lineitem (the device references read it).
-    pub lineitem_file: PathBuf,
+    /// The three heap files in scan order (customer, orders, lineitem): what the limit probes
+    /// read.
+    pub files: Vec<ScanFile>,
 }
 
 /// Options every open of the TPC-H database uses: no log (read-only queries), the page size,
@@ -182,13 +185,15 @@ pub fn disk_database(cfg: &TpchConfig, show_progress: bool, note: &dyn Fn(String
     )
     .map_err(LabError::engine(format!("opening {}", dir.display())))?;
     let mut pages = [0; 3];
-    let mut lineitem_file = PathBuf::new();
+    let mut files = Vec::new();
     for (i, name) in tpch::TABLES.iter().enumerate() {
         let t = db.table(name).map_err(LabError::engine(format!("opening table {name}")))?;
         pages[i] = t.heap_pages().map_err(LabError::engine("counting heap pages"))?;
-        if *name == tpch::LINEITEM {
-            lineitem_file = dir.join(nvmedb::db::heap_name(t.id()));
-        }
+        files.push(ScanFile {
+            table: name.to_string(),
+            file: nvmedb::db::heap_name(t.id()),
+            pages: pages[i],
+        });
     }
     drop(db);
     Ok(LoadInfo {
@@ -198,7 +203,7 @@ pub fn disk_database(cfg: &TpchConfig, show_progress: bool, note: &dyn Fn(String
         heap_bytes: pages.iter().sum::<u64>() * cfg.page_size as u64,
         load_s,
         reused,
-        lineitem_file,
+        files,
     })
 }
 
@@ -260,63 +265,72 @@ pub fn prepare(cfg: &TpchConfig, spec: &DeviceSpec, load: &LoadInfo) -> Result<P
     })
 }
 
-/// A device's sequential-read limit at one concurrency.
+/// The reads of one pass of Q3 with `workers` workers: the load's three heap files in scan
+/// order, partitioned as the scans partition them, in batches of the read-ahead.
+pub fn pattern(cfg: &TpchConfig, load: &LoadInfo, workers: usize) -> ScanPattern {
+    ScanPattern { files: load.files.clone(), page_size: cfg.page_size, workers, batch: cfg.read_ahead }
+}
+
+/// A device's limit at one worker count, measured with Q3's own read pattern in one
+/// repetition, just before or just after that repetition's queries at this point.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Limit {
     /// Device (short name).
     pub device: String,
     /// Threads (= query workers).
     pub workers: usize,
-    /// Reads in flight per thread (= the query's read-ahead).
+    /// Reads submitted together per thread (= the query's read-ahead).
     pub depth: usize,
-    /// iobench: page-size sequential reads, each thread its own slice, `depth` submitted
-    /// together, through the engine's Device (the emulator for emulated devices).
-    pub iobench_iops: f64,
-    /// CPU µs per read iobench's process spent (for emulated devices: the emulator's cost).
-    pub iobench_cpu_us_per_read: f64,
-    /// fio on the lineitem heap file, same shape (real disk only; `None` without fio).
+    /// Repetition (from 0).
+    pub rep: usize,
+    /// The probe ran just before this repetition's queries at this point (false: just after).
+    pub probe_first: bool,
+    /// Passes of the pattern each probe read.
+    pub passes: u32,
+    /// The engine's `Device` replaying the pattern (io_uring on the disk, the emulator on an
+    /// emulated device), pages/s.
+    pub engine_iops: f64,
+    /// Process CPU µs per page of that replay (for emulated devices: the emulator's cost).
+    pub engine_cpu_us_per_read: f64,
+    /// fio replaying the pattern on the disk's files (O_DIRECT, io_uring); `None` on emulated
+    /// devices, without fio, or when fio failed.
     pub fio_iops: Option<f64>,
 }
 
 impl Limit {
-    /// The higher of fio and iobench: the limit a query's page rate is compared with.
+    /// The higher of fio and the engine's replay: the limit a query's page rate is compared with.
     pub fn best(&self) -> f64 {
-        self.fio_iops.unwrap_or(0.0).max(self.iobench_iops)
+        self.fio_iops.unwrap_or(0.0).max(self.engine_iops)
     }
 }
 
-/// Measures `spec`'s limit with `workers` threads of `depth` reads of a page.
-pub fn limit(cfg: &TpchConfig, spec: &DeviceSpec, load: &LoadInfo, workers: usize) -> Result<Limit> {
-    let depth = cfg.read_ahead as usize;
-    let size = load.pages[2] * cfg.page_size as u64;
-    let base = match &spec.profile {
-        None => IoBenchConfig::file_reads(&load.lineitem_file, cfg.page_size, size, cfg.device_secs),
-        Some(p) => IoBenchConfig {
-            device: p.clone(),
-            profile_overrides: spec.overrides(),
-            block_bytes: cfg.page_size,
-            size_bytes: size.max((workers * cfg.page_size) as u64),
-            duration_s: cfg.device_secs,
-            warmup_s: 0.3,
-            ..IoBenchConfig::default()
-        },
-    };
-    // Batches of `depth` submitted together, as a scan's read-ahead submits them.
-    let c =
-        IoBenchConfig { pattern: Pattern::Sequential, depth, threads: workers, submit_batch: depth, ..base };
-    let r = iobench::measure(&c, false).map_err(LabError::in_part(format!("iobench on {}", spec.short())))?;
-    let fio_iops = match (&spec.profile, cfg.use_fio) {
-        (None, true) => {
-            fio::seqread_iops(&load.lineitem_file, cfg.page_size, size, workers, depth, cfg.device_secs)
-        }
+/// Measures `dev`'s limit with Q3's read pattern at `workers` workers (`cfg.probe_passes`
+/// passes; fio only on the real disk, with `cfg.use_fio`).
+pub fn limit(
+    cfg: &TpchConfig,
+    dev: &Prepared,
+    load: &LoadInfo,
+    workers: usize,
+    rep: usize,
+    probe_first: bool,
+) -> Result<Limit> {
+    let pat = pattern(cfg, load, workers);
+    let passes = cfg.probe_passes;
+    let r = probe::replay(&*dev.storage, &pat, passes)
+        .map_err(LabError::in_part(format!("scan-pattern replay on {}", dev.spec.short())))?;
+    let fio_iops = match (&dev.spec.profile, cfg.use_fio) {
+        (None, true) => probe::fio(&pat, &load.dir, passes, &cfg.data_dir).map(|f| f.iops),
         _ => None,
     };
     Ok(Limit {
-        device: spec.short(),
+        device: dev.spec.short(),
         workers,
-        depth,
-        iobench_iops: r.iops,
-        iobench_cpu_us_per_read: r.cpu_us_per_op,
+        depth: cfg.read_ahead as usize,
+        rep,
+        probe_first,
+        passes,
+        engine_iops: r.iops,
+        engine_cpu_us_per_read: r.cpu_us_per_read,
         fio_iops,
     })
 }

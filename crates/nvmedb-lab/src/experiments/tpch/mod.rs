@@ -1,20 +1,25 @@
 //! `nvmedb lab tpch`: seed 004's experiment — TPC-H Q3 (customer, orders, lineitem from
 //! `tpchgen`) as parallel scans through the buffer manager under shared buffers with 1, 16 and
 //! 512 page-table locks (SHR-1/16/512) and separated per-thread buffers (SEP), on the real disk
-//! and on emulated Optane (one device or several striped), with each device's sequential-read
-//! limit measured by fio and iobench in the same run at the same page size and concurrency.
+//! and on emulated Optane (one device or several striped), with each device's limit measured
+//! in the same run, interleaved with the queries, by replaying the scans' own reads (same files,
+//! partitions, page size and read-ahead batches) through the engine's `Device` and with fio.
 //!
 //! Owns: [`TpchConfig`], [`TpchResults`], [`Point`] and the [`TpchBench`] experiment.
-//! Submodules: `devices` (the loaded database, emulated copies, device limits), `report`
-//! (tables and plots). Invariants: every query's answer equals the reference evaluation over
-//! the generator's rows and every query scans every row, or the run fails; repetitions are
-//! interleaved (for each repetition, each worker count, each device, every policy in turn);
+//! Submodules: `devices` (the loaded database, emulated copies, device limits), `probe` (the
+//! scans' read pattern and its replays), `report` (tables and plots). Invariants: every query's
+//! answer equals the reference evaluation over the generator's rows and every query scans every
+//! row, or the run fails; repetitions are interleaved (for each repetition, each worker count,
+//! each device: the limit probe and every policy in turn, the probe before the queries in even
+//! repetitions and after them in odd ones, so probe and queries see the host's cache alike);
 //! every query starts with a cold buffer (the database is opened afresh).
 
 mod devices;
+mod probe;
 mod report;
 
 pub use devices::{DeviceSpec, Limit, LoadInfo};
+pub use probe::{fio as fio_scan_pattern, replay as replay_scan_pattern, Replay, ScanFile, ScanPattern};
 
 use crate::error::{LabError, Result};
 use crate::experiment::{self, Experiment, RunEnv, Summary};
@@ -57,8 +62,8 @@ pub struct TpchConfig {
     pub reps: usize,
     /// Q3's parameters.
     pub params: Q3Params,
-    /// Seconds of each device-limit measurement (fio and iobench).
-    pub device_secs: f64,
+    /// Passes of the scans' read pattern each device-limit probe reads (engine replay and fio).
+    pub probe_passes: u32,
     /// Run fio as the disk's reference.
     pub use_fio: bool,
     /// Lock-free buffer hits (the engine's default); off takes the page-table lock on every hit
@@ -86,7 +91,7 @@ impl Default for TpchConfig {
             devices: vec!["disk".into(), "optane".into(), "optane-x10".into()],
             reps: 3,
             params: Q3Params::default(),
-            device_secs: 2.0,
+            probe_passes: 3,
             use_fio: true,
             lock_free_hits: true,
             async_read_ahead: false,
@@ -157,8 +162,15 @@ pub struct Point {
     pub pages_per_cpu_s: f64,
     /// Pages read per CPU-second net of the emulator's measured cost (emulated devices only).
     pub pages_per_engine_cpu_s: Option<f64>,
-    /// The device's limit at this concurrency (higher of fio and iobench), pages/s.
+    /// The device's limit at this concurrency: the median over the repetitions of the higher of
+    /// fio and the engine replaying the scans' reads, pages/s.
     pub limit_iops: f64,
+    /// That median over the repetitions whose probe ran before their queries.
+    #[serde(default)]
+    pub limit_probe_first_iops: Option<f64>,
+    /// That median over the repetitions whose probe ran after their queries.
+    #[serde(default)]
+    pub limit_probe_after_iops: Option<f64>,
     /// Median pages/s / limit.
     pub share_of_limit: f64,
 }
@@ -168,11 +180,13 @@ pub struct Point {
 pub struct TpchResults {
     /// The database.
     pub load: LoadInfo,
+    /// The read pattern of the device-limit probes, in words (at the first worker count).
+    pub probe_pattern: String,
     /// Q3's answer (the reference evaluation; every query returned exactly this).
     pub answer: Vec<Q3Row>,
     /// Device labels (with EMULATED and achieved latency where emulated), in config order.
     pub device_labels: Vec<(String, String)>,
-    /// Device limits per device and worker count.
+    /// Device limits per device, worker count and repetition.
     pub limits: Vec<Limit>,
     /// The measured points.
     pub points: Vec<Point>,
@@ -212,9 +226,14 @@ impl Experiment for TpchBench {
         experiment::non_empty("--workers", &cfg.workers)?;
         experiment::non_empty("--policies", &cfg.policies)?;
         experiment::non_empty("--devices", &cfg.devices)?;
-        if cfg.workers.contains(&0) || cfg.reps == 0 || cfg.read_ahead == 0 || cfg.load_threads == 0 {
+        if cfg.workers.contains(&0)
+            || cfg.reps == 0
+            || cfg.read_ahead == 0
+            || cfg.load_threads == 0
+            || cfg.probe_passes == 0
+        {
             return Err(LabError::config(
-                "--workers/--reps/--read-ahead/--load-threads",
+                "--workers/--reps/--read-ahead/--load-threads/--probe-passes",
                 "must be at least 1",
             ));
         }
@@ -227,7 +246,7 @@ impl Experiment for TpchBench {
             DeviceSpec::parse(d)?;
         }
         cfg.params.date_days()?;
-        experiment::seconds("--device-secs", cfg.device_secs, false)
+        Ok(())
     }
 
     fn run(cfg: &TpchConfig, env: &RunEnv) -> Result<TpchResults> {
@@ -248,30 +267,33 @@ impl Experiment for TpchBench {
         for spec in &specs {
             let p = devices::prepare(cfg, spec, &load)?;
             env.note(format!("device {}", p.label));
-            for &w in &cfg.workers {
-                let l = devices::limit(cfg, spec, &load, w)?;
-                env.note(format!(
-                    "  limit of {}, {w} workers x QD{}: iobench {:.0} pages/s ({:.1} CPU µs/read), fio {}",
-                    spec.short(),
-                    l.depth,
-                    l.iobench_iops,
-                    l.iobench_cpu_us_per_read,
-                    l.fio_iops.map_or("n/a".into(), |v| format!("{v:.0} pages/s"))
-                ));
-                limits.push(l);
-            }
             prepared.push(p);
         }
+        let probe_pattern = devices::pattern(cfg, &load, cfg.workers[0]).describe();
+        env.note(format!(
+            "device limit: {} passes of {probe_pattern} (worker count as the query's), replayed by the engine's Device and by fio (disk), before the queries in even repetitions and after them in odd ones",
+            cfg.probe_passes
+        ));
         let pages_total: u64 = load.pages.iter().sum();
-        let total = (cfg.reps * cfg.workers.len() * prepared.len() * cfg.policies.len()) as u64;
-        let bar = progress::bar(env.progress, total, "Q3 queries");
+        let total = (cfg.reps * cfg.workers.len() * prepared.len() * (cfg.policies.len() + 1)) as u64;
+        let bar = progress::bar(env.progress, total, "Q3 queries and limit probes");
         // samples[(device, policy, workers)] in config order.
         let mut samples: Vec<Vec<Sample>> = Vec::new();
         let idx = |d: usize, p: usize, w: usize| (d * cfg.policies.len() + p) * cfg.workers.len() + w;
         samples.resize_with(prepared.len() * cfg.policies.len() * cfg.workers.len(), Vec::new);
-        for _rep in 0..cfg.reps {
+        let probe = |dev: &devices::Prepared, w: usize, rep: usize, probe_first: bool| -> Result<Limit> {
+            bar.set_message(format!("{} limit x{w}", dev.spec.short()));
+            let l = devices::limit(cfg, dev, &load, w, rep, probe_first)?;
+            bar.inc(1);
+            Ok(l)
+        };
+        for rep in 0..cfg.reps {
+            let probe_first = rep % 2 == 0;
             for (wi, &w) in cfg.workers.iter().enumerate() {
                 for (di, dev) in prepared.iter().enumerate() {
+                    if probe_first {
+                        limits.push(probe(dev, w, rep, true)?);
+                    }
                     for (pi, pname) in cfg.policies.iter().enumerate() {
                         let policy = BufferPolicy::parse(pname, w)
                             .ok_or_else(|| LabError::config("--policies", pname.clone()))?;
@@ -281,8 +303,23 @@ impl Experiment for TpchBench {
                         samples[idx(di, pi, wi)].push(s);
                         bar.inc(1);
                     }
+                    if !probe_first {
+                        limits.push(probe(dev, w, rep, false)?);
+                    }
                 }
             }
+        }
+        for l in &limits {
+            env.note(format!(
+                "limit of {} x{} (repetition {}, probe {} the queries): engine {:.0} pages/s ({:.1} CPU µs/read), fio {}",
+                l.device,
+                l.workers,
+                l.rep,
+                if l.probe_first { "before" } else { "after" },
+                l.engine_iops,
+                l.engine_cpu_us_per_read,
+                l.fio_iops.map_or("n/a".into(), |v| format!("{v:.0} pages/s"))
+            ));
         }
         bar.finish_and_clear();
         let mut points = Vec::new();
@@ -290,11 +327,9 @@ impl Experiment for TpchBench {
             for (pi, pname) in cfg.policies.iter().enumerate() {
                 for (wi, &w) in cfg.workers.iter().enumerate() {
                     let ss = &samples[idx(di, pi, wi)];
-                    let limit = limits
-                        .iter()
-                        .find(|l| l.device == dev.spec.short() && l.workers == w)
-                        .expect("a limit per device and worker count");
-                    let p = point(cfg, dev, pname, w, ss, pages_total, load.heap_bytes, limit);
+                    let lims: Vec<&Limit> =
+                        limits.iter().filter(|l| l.device == dev.spec.short() && l.workers == w).collect();
+                    let p = point(cfg, dev, pname, w, ss, pages_total, load.heap_bytes, &lims);
                     env.note(report::point_line(&p));
                     points.push(p);
                 }
@@ -302,6 +337,7 @@ impl Experiment for TpchBench {
         }
         Ok(TpchResults {
             load,
+            probe_pattern,
             answer,
             device_labels: prepared.iter().map(|p| (p.spec.short(), p.label.clone())).collect(),
             limits,
@@ -364,12 +400,18 @@ fn point(
     ss: &[Sample],
     pages_total: u64,
     heap_bytes: u64,
-    limit: &Limit,
+    limits: &[&Limit],
 ) -> Point {
     let med = |f: &dyn Fn(&Sample) -> f64| Spread::of(&ss.iter().map(f).collect::<Vec<_>>()).median;
     let pages_per_s = Spread::of(&ss.iter().map(|s| s.reads as f64 / s.seconds).collect::<Vec<_>>());
     let (buffer_bytes, buffer_raised) = cfg.buffer_for(heap_bytes, workers);
-    let emulator_us = dev.spec.profile.as_ref().map(|_| limit.iobench_cpu_us_per_read);
+    let lim_med = |keep: &dyn Fn(&Limit) -> bool, f: &dyn Fn(&Limit) -> f64| {
+        let v: Vec<f64> = limits.iter().filter(|l| keep(l)).map(|l| f(l)).collect();
+        (!v.is_empty()).then(|| Spread::of(&v).median)
+    };
+    let limit_iops = lim_med(&|_| true, &Limit::best).unwrap_or(0.0);
+    let emulator_us =
+        dev.spec.profile.as_ref().and_then(|_| lim_med(&|_| true, &|l| l.engine_cpu_us_per_read));
     Point {
         device: dev.spec.short(),
         kind: if dev.spec.profile.is_some() { "EMULATED".into() } else { "REAL".into() },
@@ -394,7 +436,9 @@ fn point(
                 s.reads as f64 / engine_s
             })
         }),
-        limit_iops: limit.best(),
-        share_of_limit: pages_per_s.median / limit.best().max(1e-9),
+        limit_iops,
+        limit_probe_first_iops: lim_med(&|l| l.probe_first, &Limit::best),
+        limit_probe_after_iops: lim_med(&|l| !l.probe_first, &Limit::best),
+        share_of_limit: pages_per_s.median / limit_iops.max(1e-9),
     }
 }

@@ -1,7 +1,8 @@
 //! The TPC-H experiment's report: one table per device (query time, pages/s, MiB/s, hit ratio,
 //! latch waits, CPU, share of the device limit), the SEP/SHR-k ratios, the headline figures, and
 //! seed 004's plots — pages read per second and query time vs workers per policy, and SEP's
-//! speed-up over each SHR-k — for every device, as PNG and SVG, with CSV/JSON of the points.
+//! speed-up over each SHR-k — plus the share of the device limit vs workers, for every device,
+//! as PNG and SVG, with CSV/JSON of the points and of every limit probe.
 //!
 //! Owns: [`report`] and [`point_line`]. Invariant: emulated devices carry EMULATED and their
 //! achieved latency in every table row, plot title and figure label.
@@ -15,7 +16,7 @@ use serde::Serialize;
 /// One line per point, printed as soon as it is measured.
 pub fn point_line(p: &Point) -> String {
     format!(
-        "{} [{}] {:>7} x{:<2}: {:.3} s [{:.3}..{:.3}], {:.0} pages/s ({:.0} MiB/s, {:.0} % of the device limit {:.0}), hit ratio {:.3}, latch waits {:.0} ({:.1} ms, {:.2} % of worker time), {:.2} CPU cores, {:.0} pages per CPU-s{}",
+        "{} [{}] {:>7} x{:<2}: {:.3} s [{:.3}..{:.3}], {:.0} pages/s ({:.0} MiB/s, {:.0} % of the device limit {:.0}; probe before the queries {}, after {}), hit ratio {:.3}, latch waits {:.0} ({:.1} ms, {:.2} % of worker time), {:.2} CPU cores, {:.0} pages per CPU-s{}",
         p.device,
         p.kind,
         p.policy,
@@ -27,6 +28,8 @@ pub fn point_line(p: &Point) -> String {
         p.mib_per_s,
         p.share_of_limit * 100.0,
         p.limit_iops,
+        opt(p.limit_probe_first_iops),
+        opt(p.limit_probe_after_iops),
         p.hit_ratio,
         p.latch_waits,
         p.latch_wait_ms,
@@ -35,6 +38,10 @@ pub fn point_line(p: &Point) -> String {
         p.pages_per_cpu_s,
         p.pages_per_engine_cpu_s.map_or(String::new(), |v| format!(" ({v:.0} net of the emulator)")),
     )
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.0}"))
 }
 
 /// A SEP/SHR-k ratio at one worker count.
@@ -73,6 +80,8 @@ struct Row<'a> {
     cpu_cores: f64,
     pages_per_cpu_s: f64,
     limit_iops: f64,
+    limit_probe_first_iops: Option<f64>,
+    limit_probe_after_iops: Option<f64>,
     share_of_limit: f64,
 }
 
@@ -127,6 +136,8 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             cpu_cores: p.cpu_cores,
             pages_per_cpu_s: p.pages_per_cpu_s,
             limit_iops: p.limit_iops,
+            limit_probe_first_iops: p.limit_probe_first_iops,
+            limit_probe_after_iops: p.limit_probe_after_iops,
             share_of_limit: p.share_of_limit,
         })
         .collect();
@@ -156,6 +167,10 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         },
         if cfg.lock_free_hits { "on (engine default)" } else { "off (seed 004's locked hit path)" },
     );
+    text.push_str(&format!(
+        "device limit: {} passes of {} (at each worker count as the query's), replayed by the engine's Device and by fio on the disk; the probe runs before the queries of a point in even repetitions and after them in odd ones; limit = median over the repetitions of the higher of the two\n",
+        cfg.probe_passes, r.probe_pattern
+    ));
     text.push_str(&format!(
         "answer (equal to the independent evaluation over the generator's rows in every query):\n{}\n",
         r.answer.iter().map(|a| format!("  {}", a.line())).collect::<Vec<_>>().join("\n")
@@ -215,17 +230,28 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             ));
         }
         let lims: Vec<_> = r.limits.iter().filter(|l| &l.device == dev).collect();
-        let mut lt =
-            TextTable::new(["workers", "QD", "iobench pages/s", "CPU µs/read", "fio pages/s"]).title(
-                format!("{label}: sequential {} KiB reads, each worker its own slice", cfg.page_size / 1024),
-            );
+        let mut lt = TextTable::new([
+            "workers",
+            "rep",
+            "probe",
+            "batch",
+            "engine pages/s",
+            "CPU µs/read",
+            "fio pages/s",
+        ])
+        .title(format!(
+            "{label}: device limit, Q3's reads replayed ({} KiB pages, each worker its partition of every file, synchronous batches)",
+            cfg.page_size / 1024
+        ));
         for l in &lims {
             lt.row([
                 l.workers.to_string(),
+                l.rep.to_string(),
+                if l.probe_first { "before queries".into() } else { "after queries".to_string() },
                 l.depth.to_string(),
-                format!("{:.0}", l.iobench_iops),
-                format!("{:.2}", l.iobench_cpu_us_per_read),
-                l.fio_iops.map_or("n/a".into(), |v| format!("{v:.0}")),
+                format!("{:.0}", l.engine_iops),
+                format!("{:.2}", l.engine_cpu_us_per_read),
+                opt(l.fio_iops),
             ]);
         }
         text.push_str(&format!("\n{lt}"));
@@ -255,12 +281,14 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         // Headline: the best point's share of the limit on this device.
         if let Some(best) = pts.iter().max_by(|a, b| a.pages_per_s.median.total_cmp(&b.pages_per_s.median)) {
             let line = format!(
-                "{label}: best {} x{}: {:.0} pages/s = {:.1} % of the device limit {:.0} pages/s (same workers and depth)\n",
+                "{label}: best {} x{}: {:.0} pages/s = {:.1} % of the device limit {:.0} pages/s (the scans' own reads at the same workers and batch; probe before the queries {}, after {})\n",
                 best.policy,
                 best.workers,
                 best.pages_per_s.median,
                 best.share_of_limit * 100.0,
-                best.limit_iops
+                best.limit_iops,
+                opt(best.limit_probe_first_iops),
+                opt(best.limit_probe_after_iops),
             );
             text.push_str(&format!("\n{line}"));
             figures.push(
@@ -270,7 +298,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
                     best.pages_per_s,
                     "pages/s",
                 )
-                .against("device limit (fio/iobench, same page size and concurrency)", best.limit_iops),
+                .against("device limit (Q3's reads replayed by fio and the engine)", best.limit_iops),
             );
         }
         for x in &rs {
@@ -281,14 +309,13 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
                 "x",
             ));
         }
-        plots(cfg, r, env, dev, label, &pts, &rs)?;
+        plots(cfg, env, dev, label, &pts, &rs)?;
     }
     Ok(Summary { text, figures })
 }
 
 fn plots(
     cfg: &TpchConfig,
-    r: &TpchResults,
     env: &RunEnv,
     dev: &str,
     label: &str,
@@ -325,10 +352,29 @@ fn plots(
     for s in series_of(&|p| p.pages_per_s.median) {
         iops = iops.series(s);
     }
-    let limit: Vec<(f64, f64)> =
-        r.limits.iter().filter(|l| l.device == dev).map(|l| (l.workers as f64, l.best())).collect();
-    iops = iops.series(Series::new("device limit (fio/iobench)", limit).style(SeriesStyle::Dashed));
+    let mut limit: Vec<(f64, f64)> = Vec::new();
+    for p in pts {
+        if !limit.iter().any(|&(w, _)| w == p.workers as f64) {
+            limit.push((p.workers as f64, p.limit_iops));
+        }
+    }
+    iops = iops.series(Series::new("device limit (Q3's reads replayed)", limit).style(SeriesStyle::Dashed));
     iops.write(env.dir.path(), &format!("iops_{}", stem(dev)))?;
+    let mut share = LineChart::new(
+        format!("Q3 pages/s as % of the device limit — {label}"),
+        "workers",
+        "% of the limit (Q3's reads replayed, same workers and batch)",
+    )
+    .subtitle(sub.clone())
+    .log_x(log)
+    .x_ticks(ticks.clone())
+    .footnote(machine.clone());
+    for s in series_of(&|p| p.share_of_limit * 100.0) {
+        share = share.series(s);
+    }
+    let goal = ticks.iter().map(|&w| (w, 95.0)).collect();
+    share = share.series(Series::new("95 % goal", goal).style(SeriesStyle::Dashed));
+    share.write(env.dir.path(), &format!("share_{}", stem(dev)))?;
     let mut time = LineChart::new(format!("Q3 query time — {label}"), "workers", "seconds")
         .subtitle(sub.clone())
         .log_x(log)

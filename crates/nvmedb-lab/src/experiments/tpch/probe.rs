@@ -1,0 +1,215 @@
+//! The device's limit measured the way Q3's scans read: the same heap files in the same order
+//! (customer, orders, lineitem, all workers waiting for each other between tables), the same
+//! contiguous partition of each file per worker (`nvmedb::table::scan_partition_pages`, the
+//! function the scans use), the same page size, and the same synchronous read-ahead batches
+//! (a worker submits up to `batch` adjacent page reads together, waits for all of them, then
+//! submits the next batch). Two probes replay that pattern: the engine's own `Device`
+//! (io_uring on the disk, the emulator on an emulated device), and on the real disk fio
+//! (O_DIRECT, io_uring) from a job file built from the same pattern.
+//!
+//! Owns: [`ScanFile`], [`ScanPattern`], [`Replay`], [`replay`], [`ScanPattern::fio_job`] and
+//! [`fio`]. Invariants: one pass of the pattern reads every page of the files exactly once,
+//! each worker in ascending page order in batches aligned to its partition's start; a replay
+//! counts the pages it read and fails if that differs from the pattern; fio's figure is
+//! refused (`None`) unless the bytes it read equal the pattern's bytes times the passes.
+
+use crate::error::{LabError, Result};
+use crate::measure::{fio, process_cpu_ns};
+use nvmedb::io::{AlignedBuf, Device, IoRequest, Storage};
+use nvmedb::table::scan_partition_pages;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Instant;
+
+/// One table's heap file as the scan reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanFile {
+    /// Table name.
+    pub table: String,
+    /// File name in the storage (the heap file).
+    pub file: String,
+    /// Heap pages.
+    pub pages: u64,
+}
+
+/// The reads of one pass of Q3's scans: every file in turn, each split among the workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScanPattern {
+    /// Files in scan order.
+    pub files: Vec<ScanFile>,
+    /// Bytes per page (= per read).
+    pub page_size: usize,
+    /// Workers (threads; each reads its own partition of every file).
+    pub workers: usize,
+    /// Reads a worker submits together and waits for together (its read-ahead).
+    pub batch: u64,
+}
+
+impl ScanPattern {
+    /// The pages worker `worker` reads from file `file`.
+    pub fn part(&self, file: usize, worker: usize) -> Range<u64> {
+        scan_partition_pages(self.files[file].pages, worker, self.workers)
+    }
+
+    /// The batches worker `worker` submits for file `file`, in order.
+    pub fn batches(&self, file: usize, worker: usize) -> impl Iterator<Item = Range<u64>> {
+        let r = self.part(file, worker);
+        let batch = self.batch.max(1);
+        (r.start..r.end).step_by(batch as usize).map(move |s| s..(s + batch).min(r.end))
+    }
+
+    /// Pages one pass reads.
+    pub fn pages(&self) -> u64 {
+        self.files.iter().map(|f| f.pages).sum()
+    }
+
+    /// The pattern in words, for every output that shows a limit.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} × {} KiB reads per pass over {} ({}), each of {} workers its contiguous partition of every file in ascending order, in synchronous batches of {} (submitted together, all awaited), the workers meeting between files — Q3's scan pattern",
+            self.pages(),
+            self.page_size / 1024,
+            self.files.iter().map(|f| f.table.as_str()).collect::<Vec<_>>().join(", then "),
+            self.files.iter().map(|f| format!("{} {} pages", f.file, f.pages)).collect::<Vec<_>>().join(", "),
+            self.workers,
+            self.batch,
+        )
+    }
+
+    /// A fio job file that reads the pattern `passes` times from the files in `dir`: per file a
+    /// group of one job per worker with a non-empty partition (offset and size of that
+    /// partition, looped `passes` times), the groups run one after another (`stonewall`, the
+    /// scans' barrier); O_DIRECT, io_uring, `batch` reads submitted together and
+    /// all of them reaped before the next batch.
+    pub fn fio_job(&self, dir: &Path, passes: u32) -> String {
+        let ps = self.page_size as u64;
+        let mut s = format!(
+            "[global]\ndirect=1\nioengine=io_uring\nrw=read\nbs={ps}\niodepth={b}\niodepth_batch_submit={b}\niodepth_batch_complete_min={b}\nloops={passes}\n",
+            b = self.batch.max(1),
+        );
+        for (fi, f) in self.files.iter().enumerate() {
+            let path = dir.join(&f.file).display().to_string().replace(':', "\\:");
+            let mut first = true;
+            for w in 0..self.workers {
+                let r = self.part(fi, w);
+                if r.is_empty() {
+                    continue;
+                }
+                s.push_str(&format!(
+                    "\n[{}-w{w}]\nfilename={path}\noffset={}\nsize={}\n",
+                    f.table,
+                    r.start * ps,
+                    (r.end - r.start) * ps
+                ));
+                if first && fi > 0 {
+                    s.push_str("stonewall\n");
+                }
+                first = false;
+            }
+        }
+        s
+    }
+}
+
+/// What a replay measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Replay {
+    /// Pages read (the pattern's pages × passes).
+    pub pages: u64,
+    /// Wall seconds of all passes.
+    pub seconds: f64,
+    /// Pages per second.
+    pub iops: f64,
+    /// Process CPU µs per page read (on an emulated device: mostly the emulator's cost).
+    pub cpu_us_per_read: f64,
+}
+
+/// Replays `pattern` `passes` times on `storage`'s files through the engine's `Device`
+/// (`submit_batch`, as the buffer pool's synchronous read-ahead submits): one thread per worker.
+pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Result<Replay> {
+    let devices: Vec<Arc<dyn Device>> = pattern
+        .files
+        .iter()
+        .map(|f| storage.open(&f.file, false).map_err(LabError::engine(format!("opening {}", f.file))))
+        .collect::<Result<_>>()?;
+    let n = pattern.workers.max(1);
+    let barrier = Barrier::new(n);
+    let read = AtomicU64::new(0);
+    let first_error: Mutex<Option<LabError>> = Mutex::new(None);
+    let ps = pattern.page_size;
+    let cpu0 = process_cpu_ns();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for w in 0..n {
+            let (devices, barrier, read, first_error) = (&devices, &barrier, &read, &first_error);
+            s.spawn(move || {
+                let mut buf = AlignedBuf::new(pattern.batch.max(1) as usize * ps);
+                let mut failed = false;
+                for _ in 0..passes {
+                    for (fi, dev) in devices.iter().enumerate() {
+                        for b in pattern.batches(fi, w) {
+                            if failed {
+                                break;
+                            }
+                            let mut reqs: Vec<IoRequest<'_>> = buf
+                                .chunks_mut(ps)
+                                .zip(b.clone())
+                                .map(|(buf, p)| IoRequest::Read { offset: p * ps as u64, buf })
+                                .collect();
+                            match dev.submit_batch(&mut reqs) {
+                                Ok(()) => {
+                                    read.fetch_add(b.end - b.start, Ordering::Relaxed);
+                                }
+                                Err(e) => {
+                                    failed = true;
+                                    let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                                    let file = &pattern.files[fi].file;
+                                    slot.get_or_insert(LabError::engine(format!(
+                                        "replaying the scan's reads of {file} pages {b:?}"
+                                    ))(e));
+                                }
+                            }
+                        }
+                        // Every worker waits here even after a failure, so none is left behind.
+                        barrier.wait();
+                    }
+                }
+            });
+        }
+    });
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu_s = process_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let pages = read.into_inner();
+    let want = pattern.pages() * u64::from(passes);
+    if pages != want {
+        return Err(LabError::Inconsistent {
+            what: "scan-pattern replay".into(),
+            detail: format!("read {pages} pages, the pattern has {want}"),
+        });
+    }
+    Ok(Replay {
+        pages,
+        seconds,
+        iops: pages as f64 / seconds.max(1e-9),
+        cpu_us_per_read: cpu_s * 1e6 / (pages as f64).max(1.0),
+    })
+}
+
+/// fio's run of [`ScanPattern::fio_job`] on the files in `dir` (the job file is written into
+/// `scratch` and removed), or `None` when fio is missing or fails, or read other than the
+/// pattern's bytes × `passes`. Time is the sum over the files' groups of the slowest job's
+/// runtime (fio reports milliseconds).
+pub fn fio(pattern: &ScanPattern, dir: &Path, passes: u32, scratch: &Path) -> Option<Replay> {
+    let (bytes, seconds) = fio::run_job_file(&pattern.fio_job(dir, passes), scratch)?;
+    let pages = pattern.pages() * u64::from(passes);
+    if bytes != pages * pattern.page_size as u64 || seconds <= 0.0 {
+        return None;
+    }
+    Some(Replay { pages, seconds, iops: pages as f64 / seconds, cpu_us_per_read: 0.0 })
+}
