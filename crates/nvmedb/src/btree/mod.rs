@@ -51,8 +51,8 @@ impl std::fmt::Debug for BTree {
     }
 }
 
-/// Where [`BTree::locate_leaves`] found a key's leaf: its page number and the key bounds its
-/// parent gave. A hint: the tree may have changed since.
+/// Where [`BTree::locate_leaves`] found a key's leaf (or, inside it, a node on the way): its
+/// page number and the key bounds its parent gave. A hint: the tree may have changed since.
 #[derive(Debug, Clone, Copy)]
 pub struct LeafHint {
     page: u64,
@@ -190,15 +190,16 @@ impl BTree {
             }
             return Ok(());
         }
-        // The latched path: each node's guard, page number and the bounds its parent gave.
-        let mut path: Vec<(PageRef<'_>, u64, Option<(u64, u64)>)> = Vec::with_capacity(4);
-        path.push((root, self.root, None));
+        // The latched path: each node's guard, with its page number and the bounds its parent
+        // gave.
+        let mut path: Vec<(PageRef<'_>, LeafHint)> = Vec::with_capacity(4);
+        path.push((root, LeafHint { page: self.root, bounds: None }));
         for &j in order {
             let key = keys[j];
             let mut d = 0;
             loop {
-                let (g, _, bounds) = &path[d];
-                let (child, b) = node::child_for_bounded(g, key, *bounds);
+                let (g, at) = &path[d];
+                let (child, b) = node::child_for_bounded(g, key, at.bounds);
                 let (lines, n) = self.child_lines(g, key, b);
                 if node::level(g) == 1 {
                     self.pool.prefetch_lines(self.pid(child), &lines[..n]);
@@ -206,13 +207,13 @@ impl BTree {
                     break;
                 }
                 // The same child as the previous key's: it is still latched.
-                if path.get(d + 1).is_some_and(|(_, page, _)| *page == child) {
+                if path.get(d + 1).is_some_and(|(_, at)| at.page == child) {
                     d += 1;
                     continue;
                 }
                 path.truncate(d + 1);
                 let next = self.fix_child(&path[d].0, child, &lines[..n])?;
-                path.push((next, child, b));
+                path.push((next, LeafHint { page: child, bounds: b }));
                 d += 1;
             }
         }
