@@ -51,8 +51,8 @@ impl std::fmt::Debug for BTree {
     }
 }
 
-/// Where [`BTree::locate_leaf`] found a key's leaf: its page number and the key bounds its
-/// parent gave. A hint: the tree may have changed since.
+/// Where [`BTree::locate_leaves`] found a key's leaf (or, inside it, a node on the way): its
+/// page number and the key bounds its parent gave. A hint: the tree may have changed since.
 #[derive(Debug, Clone, Copy)]
 pub struct LeafHint {
     page: u64,
@@ -170,29 +170,57 @@ impl BTree {
         Ok((g, bounds))
     }
 
-    /// Descends the inner nodes towards `key`, prefetches the cache lines of the leaf that a
-    /// lookup of `key` will read (its frame, header and, for dense keys, the slot and entry)
-    /// without waiting for them, and returns that leaf's page number with the key bounds its
-    /// parent gives (see [`node::child_for_bounded`]); `None` if the root is a leaf. A batch of
-    /// lookups calls this for every key first, so that the leaves' memory latencies overlap,
-    /// then [`BTree::get_in_leaf_with`]. The tree may change in between.
-    pub fn locate_leaf(&self, key: &[u8]) -> Result<Option<LeafHint>> {
-        let mut g = self.fix(self.root)?;
-        let mut bounds = None;
-        while !node::is_leaf(&g) {
-            let (child, b) = node::child_for_bounded(&g, key, bounds);
-            bounds = b;
-            let (lines, n) = self.child_lines(&g, key, bounds);
-            if node::level(&g) == 1 {
-                self.pool.prefetch_lines(self.pid(child), &lines[..n]);
-                return Ok(Some(LeafHint { page: child, bounds }));
+    /// Descends the inner nodes towards each of a batch of keys, prefetches the cache lines of
+    /// the leaf that a lookup of the key will read (its frame, header and, for dense keys, the
+    /// slot and entry) without waiting for them, and gives that leaf's page number with the key
+    /// bounds its parent gives (see [`node::child_for_bounded`]). A batch of lookups calls this
+    /// first, so that the leaves' memory latencies overlap, then [`BTree::get_in_leaf_with`]
+    /// for each key. The tree may change in between (the hints are hints).
+    ///
+    /// Visits `keys[j]` for each `j` of `order` in turn and sets `out[j]` (`None` for every key
+    /// if the root is a leaf). The inner nodes on the path of the last key stay latched
+    /// (shared, top-down as in any descent) while the next key is placed, so keys that share
+    /// an inner node fix it once: with `order` sorting the keys, a batch fixes each inner node
+    /// it needs once instead of once per key.
+    pub fn locate_leaves(&self, keys: &[&[u8]], order: &[usize], out: &mut [Option<LeafHint>]) -> Result<()> {
+        let root = self.fix(self.root)?;
+        if node::is_leaf(&root) {
+            for &j in order {
+                out[j] = None;
             }
-            g = self.fix_child(&g, child, &lines[..n])?;
+            return Ok(());
         }
-        Ok(None)
+        // The latched path: each node's guard, with its page number and the bounds its parent
+        // gave.
+        let mut path: Vec<(PageRef<'_>, LeafHint)> = Vec::with_capacity(4);
+        path.push((root, LeafHint { page: self.root, bounds: None }));
+        for &j in order {
+            let key = keys[j];
+            let mut d = 0;
+            loop {
+                let (g, at) = &path[d];
+                let (child, b) = node::child_for_bounded(g, key, at.bounds);
+                let (lines, n) = self.child_lines(g, key, b);
+                if node::level(g) == 1 {
+                    self.pool.prefetch_lines(self.pid(child), &lines[..n]);
+                    out[j] = Some(LeafHint { page: child, bounds: b });
+                    break;
+                }
+                // The same child as the previous key's: it is still latched.
+                if path.get(d + 1).is_some_and(|(_, at)| at.page == child) {
+                    d += 1;
+                    continue;
+                }
+                path.truncate(d + 1);
+                let next = self.fix_child(&path[d].0, child, &lines[..n])?;
+                path.push((next, LeafHint { page: child, bounds: b }));
+                d += 1;
+            }
+        }
+        Ok(())
     }
 
-    /// Looks `key` up in the leaf [`BTree::locate_leaf`] gave, passing its value to `f`:
+    /// Looks `key` up in the leaf [`BTree::locate_leaves`] gave, passing its value to `f`:
     /// `Some` if the leaf holds the key. Keys are unique and an entry lives in exactly one
     /// leaf, so a found entry is the key's current one even if the tree changed since; `None`
     /// (the key is not there, or the page is no longer a leaf) means only that the caller must

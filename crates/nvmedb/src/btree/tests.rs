@@ -426,3 +426,58 @@ fn range_visits_intervals_tile_the_range_and_hold_their_entries() {
         }
     }
 }
+
+#[test]
+fn one_descent_for_a_batch_places_every_key_in_its_leaf() {
+    // Large values and many keys: a tree of three or more levels, so a batch shares inner
+    // nodes at several levels and also crosses between them.
+    let t = tree(4096, 4096);
+    let mut rng = Rng::new(7);
+    let mut model = BTreeMap::new();
+    for _ in 0..6000 {
+        let k = random_key(&mut rng, 20_000);
+        let mut v = vec![0u8; 300];
+        rng.fill(&mut v);
+        t.upsert(&k, &v).unwrap();
+        model.insert(k, v);
+    }
+    let shape = t.check().unwrap();
+    assert!(shape.height >= 3, "want inner nodes below the root: {shape:?}");
+    for batch in 0..200 {
+        // Present and absent keys, some repeated; sorted (as read_many visits them) for even
+        // batches, in arrival order for odd ones.
+        let owned: Vec<Vec<u8>> =
+            (0..1 + rng.below(24) as usize).map(|_| random_key(&mut rng, 22_000)).collect();
+        let keys: Vec<&[u8]> = owned.iter().map(|k| k.as_slice()).collect();
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        if batch % 2 == 0 {
+            order.sort_by_key(|&j| keys[j]);
+        }
+        let mut out = vec![None; keys.len()];
+        t.locate_leaves(&keys, &order, &mut out).unwrap();
+        for (j, k) in keys.iter().enumerate() {
+            let hint = out[j].unwrap_or_else(|| panic!("batch {batch}: key {j} got no leaf"));
+            // The hinted leaf is the one covering the key: it holds the key's entry if there is one.
+            let found = t.get_in_leaf_with(hint, k, |v| v.to_vec()).unwrap();
+            assert_eq!(found.as_ref(), model.get(*k), "batch {batch} key {j} ({k:?})");
+            let leaf = t.pool.fix(t.pid(hint.page), PageClass::Index).unwrap();
+            let (first, last) =
+                (node::key(&leaf, 0).to_vec(), node::key(&leaf, node::count(&leaf) - 1).to_vec());
+            drop(leaf);
+            let below = model
+                .range::<[u8], _>((Bound::Unbounded, Bound::Included(*k)))
+                .next_back()
+                .map(|(k, _)| k.clone());
+            let above = model
+                .range::<[u8], _>((Bound::Excluded(*k), Bound::Unbounded))
+                .next()
+                .map(|(k, _)| k.clone());
+            // The leaf's keys are the key's neighbours: the nearest below or above is in it.
+            assert!(
+                below.iter().chain(above.iter()).any(|n| *n >= first && *n <= last),
+                "batch {batch}: leaf {} ({first:?}..{last:?}) does not cover {k:?}",
+                hint.page
+            );
+        }
+    }
+}

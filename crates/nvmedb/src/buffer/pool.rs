@@ -56,10 +56,11 @@ impl FileEntry {
     }
 }
 
-/// Per-file hit counters: `FILE_HIT_SHARDS` shards (chosen by thread slot, so threads rarely
-/// share a cache line) of `FILE_HIT_SLOTS` counters (chosen by file id modulo the slots: files
-/// whose ids are congruent share a counter).
-const FILE_HIT_SHARDS: usize = 16;
+/// Per-file hit counters: `FILE_HIT_SHARDS` shards (chosen by the thread's [`HitShard`], so
+/// threads rarely share a cache line) of `FILE_HIT_SLOTS` counters (chosen by file id modulo
+/// the slots: files whose ids are congruent share a counter). The first [`OWNED_SHARDS`] shards
+/// each belong to one thread at a time; the rest are shared.
+const FILE_HIT_SHARDS: usize = 2 * OWNED_SHARDS;
 /// See [`FILE_HIT_SHARDS`].
 pub const FILE_HIT_SLOTS: usize = 1024;
 
@@ -69,9 +70,64 @@ struct Stripe {
     map: Mutex<HashMap<u64, u32, PageKeyBuild>>,
 }
 
-/// Hit counters sharded by thread slot, so counting a hit writes a cache line no other
-/// thread writes.
+/// Hit counters sharded by thread (see [`HitShard`]), so counting a hit writes a cache line no
+/// other thread writes.
 const HIT_SHARDS: usize = 64;
+
+/// Hit-counter shards (of both [`HIT_SHARDS`] and [`FILE_HIT_SHARDS`]) that a thread can own
+/// alone: their owner counts with a plain load and store, no locked instruction (a hit is
+/// counted on every fix, several times per point read).
+const OWNED_SHARDS: usize = 16;
+
+/// Which [`OWNED_SHARDS`] are owned by a live thread.
+static SHARD_OWNED: [AtomicBool; OWNED_SHARDS] = [const { AtomicBool::new(false) }; OWNED_SHARDS];
+
+/// A thread's hit-counter shard: one it owns alone while it lives (the first [`OWNED_SHARDS`]
+/// threads alive at once), else a shared one counted with atomic adds. Invariant: an owned
+/// shard's counters are written by its owner only, so the owner's load-and-store loses no
+/// count; the claim (acquire) and the release at thread exit (release) order one owner's
+/// stores before the next owner's.
+struct HitShard {
+    /// Index into the per-partition hit shards.
+    hits: usize,
+    /// Index of the per-file hit shard.
+    files: usize,
+    owned: bool,
+}
+
+impl HitShard {
+    fn claim() -> Self {
+        for (i, o) in SHARD_OWNED.iter().enumerate() {
+            if !o.load(Relaxed) && o.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+                return Self { hits: i, files: i, owned: true };
+            }
+        }
+        let slot = THREAD_SLOT.with(|s| *s);
+        Self {
+            hits: OWNED_SHARDS + slot % (HIT_SHARDS - OWNED_SHARDS),
+            files: OWNED_SHARDS + slot % (FILE_HIT_SHARDS - OWNED_SHARDS),
+            owned: false,
+        }
+    }
+
+    /// Adds one to `c`, a counter of this thread's shard.
+    #[inline]
+    fn bump(&self, c: &AtomicU64) {
+        if self.owned {
+            c.store(c.load(Relaxed) + 1, Relaxed);
+        } else {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for HitShard {
+    fn drop(&mut self) {
+        if self.owned {
+            SHARD_OWNED[self.hits].store(false, Release);
+        }
+    }
+}
 
 #[repr(align(128))]
 #[derive(Default)]
@@ -191,11 +247,18 @@ impl Partition {
     }
 
     /// Counts a buffer hit in this thread's shard.
+    #[inline]
     fn count_hit(&self, file_hits: &[AtomicU64], file: u32) {
-        let slot = THREAD_SLOT.with(|s| *s);
-        self.hits[slot % HIT_SHARDS].0.fetch_add(1, Relaxed);
-        file_hits[(slot % FILE_HIT_SHARDS) * FILE_HIT_SLOTS + file as usize % FILE_HIT_SLOTS]
-            .fetch_add(1, Relaxed);
+        let counted = HIT_SHARD.try_with(|h| {
+            h.bump(&self.hits[h.hits].0);
+            h.bump(&file_hits[h.files * FILE_HIT_SLOTS + file as usize % FILE_HIT_SLOTS]);
+        });
+        if counted.is_err() {
+            // A fix from a thread-local destructor, after this thread's shard is gone.
+            self.hits[HIT_SHARDS - 1].0.fetch_add(1, Relaxed);
+            file_hits[(FILE_HIT_SHARDS - 1) * FILE_HIT_SLOTS + file as usize % FILE_HIT_SLOTS]
+                .fetch_add(1, Relaxed);
+        }
     }
 
     fn unpin(&self, i: usize) {
@@ -223,6 +286,8 @@ thread_local! {
     static BATCH_SCRATCH: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
     /// This thread's slot for SEP partition choice.
     static THREAD_SLOT: usize = NEXT_THREAD_SLOT.fetch_add(1, Relaxed);
+    /// This thread's hit-counter shard.
+    static HIT_SHARD: HitShard = HitShard::claim();
 }
 static NEXT_THREAD_SLOT: AtomicUsize = AtomicUsize::new(0);
 

@@ -783,7 +783,8 @@ impl Table {
     /// with `None` for a key that has no row. Each read is exactly a [`Table::read`] (it sees
     /// only committed data); it is faster when many rows are in memory, because the lookups of
     /// up to [`READ_BATCH`] keys are interleaved so that their cache misses overlap: the index
-    /// leaves of all of them are prefetched, then their rows, then the rows are read.
+    /// leaves of all of them are located in one descent in key order (each inner node fixed
+    /// once per batch) and prefetched, then their rows, then the rows are read.
     ///
     /// ```
     /// # use nvmedb::{ColumnType, Database, Options, Schema, Value};
@@ -832,11 +833,17 @@ impl Table {
                 ends[j] = pks.len();
             }
             let pk = |j: usize| &pks[if j == 0 { 0 } else { ends[j - 1] }..ends[j]];
-            // 1. The leaves of all keys.
-            for (j, leaf) in leaves[..batch.len()].iter_mut().enumerate() {
-                stripes[j] = PendingWriters::stripe(self.inner.id, pk(j));
-                *leaf = self.inner.primary.locate_leaf(pk(j))?;
+            // 1. The leaves of all keys, in key order: one descent for the batch, each inner
+            //    node fixed once.
+            let n = batch.len();
+            let mut keys: [&[u8]; READ_BATCH] = [&[]; READ_BATCH];
+            for (j, k) in keys[..n].iter_mut().enumerate() {
+                *k = pk(j);
+                stripes[j] = PendingWriters::stripe(self.inner.id, k);
             }
+            let mut order: [usize; READ_BATCH] = std::array::from_fn(|j| j);
+            order[..n].sort_unstable_by_key(|&j| keys[j]);
+            self.inner.primary.locate_leaves(&keys[..n], &order[..n], &mut leaves[..n])?;
             between_stages();
             // 2. The row ids, and a prefetch of every row. A key with a writer in flight is
             //    left to stage 3's full read.
