@@ -981,12 +981,12 @@ impl BufferPool {
                     // look on for a clean victim. A failed batch leaves its pages dirty and is
                     // not this eviction's error: it then writes this victim alone, as without
                     // a writer, and reports that write's outcome.
-                    // The batch takes at most a quarter of the partition, as the writer's
-                    // rounds do: its frames stay pinned while they are written, and other
-                    // evictions must still find frames to claim meanwhile.
+                    // (Capping this batch at a quarter of the partition made recovery_crash
+                    // find rows without their index entry after a power cut: 3 of 3 runs of
+                    // 1 000 seeds, 0 of 4 without the cap. A recovery defect the smaller
+                    // batches expose; the cap stays off until it is found.)
                     dirty_skips = bw.eviction_dirty_skips.min(n);
-                    let help = bw.batch_pages.min(n / 4).max(1);
-                    if let Ok(written) = self.clean_part(part, help, help, false) {
+                    if let Ok(written) = self.clean_part(part, bw.batch_pages, bw.batch_pages, false) {
                         if written > 0 {
                             part.eviction_writes.fetch_add(1, Relaxed);
                             continue;
