@@ -1,9 +1,11 @@
 //! Log space on both sides: a standby takes restartpoints (the primary's checkpoints, once its
 //! pages are written back) and releases the log before them, surviving restarts and promotion;
 //! a primary keeps log for an absent standby only up to `max_retained_bytes`, says when it
-//! gives one up, and that standby takes a base backup when it returns.
+//! gives one up, and that standby takes a base backup when it returns; a local log that fails
+//! its flush fails the replicated commits with its own error.
 
 mod repl_common;
+mod wal_common;
 
 use nvmedb::repl::{open_primary, ReplConfig, ReplicationMode};
 use nvmedb::{Options, Value};
@@ -104,4 +106,49 @@ fn a_primary_gives_up_an_absent_standby_past_its_bound_and_it_reseeds() {
         assert_eq!(c1(&db2, k), 7 + k, "row {k}");
     }
     db2.close().unwrap();
+}
+
+/// A local log that fails its flush fails the replicated commits waiting on it, with the local
+/// log's error and without waiting out the standby timeout (the local flusher, not the
+/// committer, runs the flush): in lazy mode after commits that succeeded, and in eager mode
+/// while the standby is unreachable.
+#[test]
+fn a_failed_local_flush_fails_replicated_commits_with_its_error() {
+    use nvmedb::wal::{RecordLog, KIND_DATA};
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+    use wal_common::{dynp, sim_pair, small_opts, CutStorage};
+    for mode in [ReplicationMode::Lazy, ReplicationMode::Eager] {
+        let (a, b) = sim_pair();
+        let budget = Arc::new(AtomicI64::new(i64::MAX));
+        let local = nvmedb::wal::FileLog::open(
+            Arc::new(CutStorage::new(dynp(&a), budget.clone())),
+            dynp(&b),
+            small_opts(),
+        )
+        .unwrap();
+        // The standby is unreachable; the timeout is far beyond the test's check below.
+        let timeout = Duration::from_secs(600);
+        let log = nvmedb::repl::ReplicatedLog::start(
+            Arc::new(local),
+            config(vec![dead_addr()], mode, nvmedb::repl::StandbyPolicy::Fail { timeout }),
+        )
+        .unwrap();
+        if mode == ReplicationMode::Lazy {
+            for i in 0..20u8 {
+                let (_, end) = log.append_record(KIND_DATA, &[i; 100]).unwrap();
+                assert!(log.wait_durable(end).unwrap() >= end, "{mode:?}: commit {i}");
+            }
+        }
+        budget.store(0, Ordering::SeqCst);
+        let (_, end) = log.append_record(KIND_DATA, b"doomed").unwrap();
+        let started = std::time::Instant::now();
+        match log.wait_durable(end) {
+            Err(nvmedb::Error::Io(_)) | Err(nvmedb::Error::Poisoned(_)) => {}
+            other => panic!("{mode:?}: expected the local log's error, got {other:?}"),
+        }
+        assert!(started.elapsed() < timeout / 10, "{mode:?}: the commit waited for the standby timeout");
+        assert!(log.wait_durable(end).is_err(), "{mode:?}: a later wait fails too");
+        log.shutdown();
+    }
 }

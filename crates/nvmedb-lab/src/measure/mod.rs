@@ -1,12 +1,13 @@
 //! Measuring: the instruments every experiment shares.
 //!
 //! Owns: [`hist`] (the one latency-histogram set-up), [`clock`] (thread, process and child CPU
-//! clocks), [`device`] (where an experiment's data lives, and its label), [`stats`] (median
+//! clocks), [`cpus`] (which CPUs a node's threads run on), [`device`] (where an experiment's data lives, and its label), [`stats`] (median
 //! and min/median/max of repetitions), [`workers`] (worker threads with a warm-up and a
 //! measured window), [`fio`] (fio as the device reference) and [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
 //! second copy of them.
 
 pub mod clock;
+pub mod cpus;
 pub mod device;
 pub mod fio;
 pub mod hist;

@@ -757,15 +757,18 @@ impl BufferPool {
     }
 
     /// Finds a frame to reuse (GCLOCK) and returns it pinned once, mapped to no page. Pins are
-    /// short-lived, so when every frame is pinned it yields and sweeps again (a bounded number
-    /// of times) before reporting the pool exhausted.
+    /// short-lived (a fix, or a write-back in flight, which on a slow or loaded device can take
+    /// many milliseconds), so when every frame is pinned it yields and sweeps again for up to
+    /// [`Self::CLAIM_PATIENCE`] before reporting the pool exhausted.
     fn claim_frame(&self, part: &Partition) -> Result<usize> {
-        const SWEEPS_WHEN_ALL_PINNED: usize = 200;
-        let mut last = None;
-        for attempt in 0..SWEEPS_WHEN_ALL_PINNED {
+        let mut started = None;
+        for attempt in 0u32.. {
             match self.claim_frame_once(part) {
                 Err(Error::ResourceExhausted(m)) => {
-                    last = Some(m);
+                    let since = *started.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() >= Self::CLAIM_PATIENCE {
+                        return Err(Error::ResourceExhausted(m));
+                    }
                     if attempt < 10 {
                         std::thread::yield_now();
                     } else {
@@ -775,8 +778,11 @@ impl BufferPool {
                 other => return other,
             }
         }
-        Err(Error::ResourceExhausted(last.unwrap_or_default()))
+        unreachable!("the claim loop returns")
     }
+
+    /// How long [`Self::claim_frame`] keeps sweeping a partition whose frames are all pinned.
+    const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
     fn claim_frame_once(&self, part: &Partition) -> Result<usize> {
         let n = part.arena.len();
@@ -821,8 +827,12 @@ impl BufferPool {
                     // look on for a clean victim. A failed batch leaves its pages dirty and is
                     // not this eviction's error: it then writes this victim alone, as without
                     // a writer, and reports that write's outcome.
+                    // The batch takes at most a quarter of the partition, as the writer's
+                    // rounds do: its frames stay pinned while they are written, and other
+                    // evictions must still find frames to claim meanwhile.
                     dirty_skips = bw.eviction_dirty_skips.min(n);
-                    if let Ok(written) = self.clean_part(part, bw.batch_pages, bw.batch_pages, false) {
+                    let help = bw.batch_pages.min(n / 4).max(1);
+                    if let Ok(written) = self.clean_part(part, help, help, false) {
                         if written > 0 {
                             part.eviction_writes.fetch_add(1, Relaxed);
                             continue;

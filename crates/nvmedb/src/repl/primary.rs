@@ -23,6 +23,17 @@
 //!   naming the standby (a misconfiguration is reported as such, under either policy).
 //! - Every standby learns the synchronous set (mode and members, in chain order) right after
 //!   the handshake, so that a promotion can fence it.
+//! - Committers do not flush the local log themselves: one local-flusher thread makes it
+//!   durable up to the highest LSN asked for (by a shipper for each frame it sends, or by a
+//!   committer while no shipper is connected), then wakes the commits covered. A commit so
+//!   parks once, until both the local log and the standbys cover it, and is woken by whichever
+//!   of the two comes last (the acknowledgement reader or the flusher). A failed local flush
+//!   wakes every commit, and each then reports the local log's error.
+//! - Commit groups: a shipper with records to send waits until as many committers wait as the
+//!   last acknowledgement released (`expected`), or `ReplConfig::group_wait` passes, whichever
+//!   comes first; the committer that completes the group wakes it. One frame, one local flush
+//!   and one acknowledgement then serve the whole group (on a primary whose CPUs are busy,
+//!   shipping at the first committer's arrival sent frames of one or two commits).
 
 use super::replica_log::encode_record;
 use super::state::{read_history, write_history, ClusterView, History};
@@ -89,6 +100,9 @@ pub struct ReplConfig {
     /// When set, commits are acknowledged only while this gate is open (an HA agent keeps it
     /// open while it holds the leadership lease).
     pub ack_gate: Option<Arc<AckGate>>,
+    /// The longest a shipper holds records back while a commit group gathers (as many
+    /// committers as the last acknowledgement released); zero ships every record at once.
+    pub group_wait: Duration,
 }
 
 impl Default for ReplConfig {
@@ -105,6 +119,7 @@ impl Default for ReplConfig {
             record_delays: false,
             max_retained_bytes: 1 << 30,
             ack_gate: None,
+            group_wait: Duration::from_micros(200),
         }
     }
 }
@@ -180,6 +195,23 @@ pub(super) struct Shared {
     /// The data files, for base backups of standbys that have none (or cannot follow).
     backup: Option<Arc<dyn Storage>>,
     gate: Option<Arc<AckGate>>,
+    /// The highest LSN a committer asked the local flusher to make durable.
+    flush_req: AtomicU64,
+    /// The local flusher is parked (or about to park): a committer that raised `flush_req`
+    /// unparks it.
+    flusher_idle: AtomicBool,
+    /// The local flusher's thread, to unpark it.
+    flusher: std::sync::OnceLock<std::thread::Thread>,
+    /// A local flush failed: commits get the local log's error from the log itself.
+    flush_failed: AtomicBool,
+    /// Per standby: committers that arrived since its shipper last took a group (see
+    /// `kick_shippers`).
+    pending: Vec<std::sync::atomic::AtomicUsize>,
+    /// The size of the last group an acknowledgement (or local flush) released: a shipper waits
+    /// for this many committers before it sends (or `group_wait`).
+    expected: std::sync::atomic::AtomicUsize,
+    /// Shippers waiting for a group to fill (`q_waiters` counts these and the idle ones).
+    group_waiters: std::sync::atomic::AtomicUsize,
 }
 
 /// Whether a primary may acknowledge commits: open until a deadline that its HA agent extends
@@ -377,9 +409,25 @@ impl ReplicatedLog {
             history: node.history,
             backup: node.backup,
             gate: cfg.ack_gate.clone(),
+            flush_req: AtomicU64::new(0),
+            flusher_idle: AtomicBool::new(false),
+            flusher: std::sync::OnceLock::new(),
+            flush_failed: AtomicBool::new(false),
+            pending: (0..n).map(|_| std::sync::atomic::AtomicUsize::new(0)).collect(),
+            expected: std::sync::atomic::AtomicUsize::new(1),
+            group_waiters: std::sync::atomic::AtomicUsize::new(0),
             cfg,
         });
         let mut threads = Vec::new();
+        let s = sh.clone();
+        let t = std::thread::Builder::new()
+            .name("nvmedb-repl-flush".into())
+            .spawn(move || local_flusher(s))
+            .map_err(|e| {
+                Error::Io(crate::io::IoError::os("repl local flusher", crate::io::IoOpKind::Setup, 0, 0, e))
+            })?;
+        let _ = sh.flusher.set(t.thread().clone());
+        threads.push(t);
         // Chain mode: only the first standby is shipped to; it forwards along the chain.
         let shipped = if sh.cfg.mode == ReplicationMode::Chain { n.min(1) } else { n };
         for i in shipped..n {
@@ -468,6 +516,9 @@ impl ReplicatedLog {
             self.sh.stop_cv.notify_all();
         }
         self.sh.q_cv.notify_all();
+        if let Some(f) = self.sh.flusher.get() {
+            f.unpark();
+        }
         wake_all(&mut self.sh.ms.locked());
         let threads = std::mem::take(&mut *self.threads.locked());
         for t in threads {
@@ -505,9 +556,15 @@ impl ReplicatedLog {
     /// shippers are busy (they come back for everything queued before they sleep).
     fn kick_shippers(&self, lsn: Lsn) {
         let sh = &self.sh;
-        if sh.q_waiters.load(Ordering::Acquire) == 0
-            || sh.sent.iter().all(|s| s.load(Ordering::Acquire) >= lsn)
-        {
+        let arrived = sh.pending.iter().map(|p| p.fetch_add(1, Ordering::AcqRel) + 1).max().unwrap_or(0);
+        let waiting = sh.q_waiters.load(Ordering::Acquire);
+        if waiting == 0 || sh.sent.iter().all(|s| s.load(Ordering::Acquire) >= lsn) {
+            return;
+        }
+        // A shipper idle (not yet gathering a group) is woken to start one; one gathering a
+        // group only by the committer that completes it (its timer covers the rest).
+        let gathering = sh.group_waiters.load(Ordering::Acquire);
+        if gathering >= waiting && arrived < sh.expected.load(Ordering::Acquire) {
             return;
         }
         // Taking the queue's lock orders this wake-up after a shipper's check of the queue and
@@ -556,6 +613,7 @@ fn wake_covered(sh: &Shared, ms: &mut ModeState) {
         return;
     }
     let c = combined(sh, ms);
+    let before = ms.sleepers.len();
     ms.sleepers.retain(|s| {
         if s.lsn <= c {
             s.thread.unpark();
@@ -564,6 +622,11 @@ fn wake_covered(sh: &Shared, ms: &mut ModeState) {
             true
         }
     });
+    let woken = before - ms.sleepers.len();
+    if woken > 0 {
+        // The group just released comes back as the next one (see the module's invariants).
+        sh.expected.store(woken, Ordering::Release);
+    }
 }
 
 impl Drop for ReplicatedLog {
@@ -620,7 +683,12 @@ impl RecordLog for ReplicatedLog {
     fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
         // The records go out while the local log makes them durable.
         self.kick_shippers(lsn);
-        self.sh.local.wait_durable(lsn)?;
+        if self.sh.local.durable_lsn() < lsn
+            && self.sh.sent.iter().all(|s| s.load(Ordering::Acquire) == u64::MAX)
+        {
+            // No shipper is connected (none will ask for the local flush of these records).
+            kick_flusher(&self.sh, lsn);
+        }
         let started = Instant::now();
         let timeout = match self.sh.cfg.policy {
             StandbyPolicy::Fail { timeout } | StandbyPolicy::Degrade { timeout, .. } => timeout,
@@ -644,6 +712,13 @@ impl RecordLog for ReplicatedLog {
             }
             if let Some(e) = self.auth_blocked(ms.mode) {
                 return Err(Error::Replication(e));
+            }
+            if self.sh.flush_failed.load(Ordering::Acquire) && self.sh.local.durable_lsn() < lsn {
+                // The local log's own error (it is poisoned); flushing here reports it.
+                drop(ms);
+                self.sh.local.wait_durable(lsn)?;
+                ms = self.sh.ms.locked();
+                continue;
             }
             let waited = started.elapsed();
             if waited >= timeout {
@@ -799,6 +874,46 @@ fn fence(sh: &Shared, e: ReplError) {
 }
 
 /// One standby's shipper: connect, hand-shake, ship, repeat after failures until stopped.
+/// Asks the local flusher to make the local log durable up to `lsn`, waking it when parked.
+fn kick_flusher(sh: &Shared, lsn: Lsn) {
+    // SeqCst on both sides (here: raise, then read idle; the flusher: set idle, then read the
+    // request) so that one of the two sees the other's write: no request is left unserved.
+    if sh.flush_req.fetch_max(lsn, Ordering::SeqCst) < lsn && sh.flusher_idle.load(Ordering::SeqCst) {
+        if let Some(f) = sh.flusher.get() {
+            f.unpark();
+        }
+    }
+}
+
+/// The local flusher: makes the local log durable up to the highest requested LSN, then wakes
+/// the commits that are now covered (those whose standbys acknowledged first); parks when
+/// nothing is requested. Exits at shutdown or after a failed flush (the log is poisoned then;
+/// every commit reports its error).
+fn local_flusher(sh: Arc<Shared>) {
+    loop {
+        if sh.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let target = sh.flush_req.load(Ordering::SeqCst);
+        if target > sh.local.durable_lsn() {
+            let failed = sh.local.wait_durable(target).is_err();
+            let mut ms = sh.ms.locked();
+            if failed {
+                sh.flush_failed.store(true, Ordering::Release);
+                wake_all(&mut ms);
+                return;
+            }
+            wake_covered(&sh, &mut ms);
+            continue;
+        }
+        sh.flusher_idle.store(true, Ordering::SeqCst);
+        if sh.flush_req.load(Ordering::SeqCst) <= sh.local.durable_lsn() && !sh.stop.load(Ordering::Acquire) {
+            std::thread::park();
+        }
+        sh.flusher_idle.store(false, Ordering::SeqCst);
+    }
+}
+
 fn shipper(sh: Arc<Shared>, i: usize) {
     let addr = sh.cfg.standbys[i].clone();
     while !sh.stop.load(Ordering::Acquire) {
@@ -931,6 +1046,8 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     // Since when nothing was left to ship (the durable position alone is sent only after a
     // quiet spell: under load it rides on the next records frame instead).
     let mut idle_since: Option<Instant> = None;
+    // Since when this shipper has been gathering a commit group.
+    let mut group_since: Option<Instant> = None;
     sh.sent[i].store(pos, Ordering::Release);
     let result = (|| -> std::result::Result<(), ReplError> {
         loop {
@@ -1006,6 +1123,24 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                     drop(r);
                     continue;
                 }
+                // Gather a commit group (see the module's invariants) unless the queue is big.
+                let expected = sh.expected.load(Ordering::Acquire).max(1);
+                let since = *group_since.get_or_insert_with(Instant::now);
+                let waited = since.elapsed();
+                if sh.pending[i].load(Ordering::Acquire) < expected
+                    && waited < sh.cfg.group_wait
+                    && q.recs.len() - from < MAX_GROUP_RECORDS
+                {
+                    sh.q_waiters.fetch_add(1, Ordering::AcqRel);
+                    sh.group_waiters.fetch_add(1, Ordering::AcqRel);
+                    let r = sh.q_cv.wait_timeout(q, sh.cfg.group_wait - waited);
+                    sh.group_waiters.fetch_sub(1, Ordering::AcqRel);
+                    sh.q_waiters.fetch_sub(1, Ordering::AcqRel);
+                    drop(r);
+                    continue;
+                }
+                group_since = None;
+                sh.pending[i].store(0, Ordering::Release);
                 for r in q.recs.range(from..) {
                     encode_record(&mut frame, r.lsn, r.end, r.kind, &r.payload);
                     count += 1;
@@ -1020,6 +1155,8 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                 continue;
             }
             idle_since = None;
+            // The local flush of these records runs while they travel.
+            kick_flusher(sh, pos);
             let durable = apply_limit(sh);
             sent_durable = durable;
             frame[H..H + 8].copy_from_slice(&durable.to_le_bytes());
@@ -1029,6 +1166,8 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
         }
     })();
     sh.sent[i].store(u64::MAX, Ordering::Release);
+    // Commits that counted on this shipper for their local flush get it now.
+    kick_flusher(sh, sh.last_end.load(Ordering::Acquire));
     let _ = s.shutdown(Shutdown::Both);
     let acks = reader.join().unwrap_or_else(|_| {
         Err(ReplError::Protocol { peer: addr.into(), detail: "ack reader panicked".into() })
@@ -1107,6 +1246,9 @@ fn ack_reader(
         }
     }
 }
+
+/// A shipper holding back more records than this for a commit group sends them at once.
+const MAX_GROUP_RECORDS: usize = 4096;
 
 /// An idle shipper sends the primary's durable position alone (so the standby applies the
 /// last commits) after this long without records to ship.

@@ -35,6 +35,11 @@ pub struct HaArgs {
     /// Failovers (kill -9 of the primary) per lease TTL.
     #[arg(long)]
     pub failover_trials: Option<usize>,
+    /// CPU placement: `split` (default): each node on its own half of the CPUs, as seed 000's
+    /// two servers (the primary with its clients on one half, the standby on the other, single
+    /// on the primary's half); `shared`: every thread on every CPU.
+    #[arg(long, value_parser = ["split", "shared"])]
+    pub cpus: Option<String>,
     /// Full scale (10 tables x 50k rows, 4 buffer sizes, 20 s points, 3 reps, 20 failovers
     /// per TTL at 1, 2 and 4 s).
     #[arg(long)]
@@ -87,6 +92,9 @@ impl LabArgs for HaArgs {
                         .ok_or_else(|| CliError::flag("--delay-logs", format!("`{s}` is not file or fast")))
                 })
                 .collect::<Result<_, _>>()?;
+        }
+        if let Some(c) = &self.cpus {
+            cfg.split_cpus = c == "split";
         }
         if let Some(n) = self.failover_trials {
             cfg.failover.trials = n;

@@ -83,6 +83,17 @@ pub struct HaConfig {
     pub delay_logs: Vec<LogChoice>,
     /// Failover.
     pub failover: FailoverConfig,
+    /// Each node on its own CPUs, as seed 000's two servers: the primary (with its clients) on
+    /// the first half of the CPUs this process may use, the standby on the other half, and
+    /// `single` on the primary's half; `false`: every thread on every CPU (the nodes then take
+    /// each other's CPU time). Needs at least two CPUs; with one, the nodes share it (said in
+    /// the summary).
+    #[serde(default = "yes")]
+    pub split_cpus: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl HaConfig {
@@ -105,6 +116,7 @@ impl HaConfig {
             delay_s: 5.0,
             delay_logs: vec![LogChoice::Duplexed, LogChoice::Fast],
             failover: FailoverConfig { ttls: vec![1, 2], trials: 5, node_exe: None },
+            split_cpus: true,
         }
     }
 
@@ -265,6 +277,9 @@ pub struct HaResults {
     pub failover: Vec<FailoverRow>,
     /// Why there is no failover part, when there is none.
     pub failover_note: Option<String>,
+    /// Where the nodes' threads ran (their own CPUs, or shared).
+    #[serde(default)]
+    pub cpu_placement: String,
 }
 
 /// The points of one configuration at one buffer size on one device, in run order.
@@ -416,9 +431,10 @@ impl Experiment for Ha {
     fn report(cfg: &HaConfig, r: &HaResults, env: &RunEnv) -> Result<Summary> {
         let mut text = format!(
             "nvmedb lab ha — seed 000 Case B, seed 002 Fig. 13 and failover on this machine\nmachine: {}\n\
-             primary and standby each on its own device of one kind, in one process over loopback TCP, sharing the CPUs; \
+             primary and standby each on its own device of one kind, in one process over loopback TCP; {}; \
              {} tables x {} rows, {} clients, {} s per point after {} s warm-up, {} reps interleaved; throughput with the {}\n",
             env.context.one_line(),
+            r.cpu_placement,
             cfg.tables,
             cfg.rows,
             cfg.clients,
@@ -714,7 +730,16 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
         let _ = std::fs::remove_dir_all(&cfg.ram_dir);
     }
     let (failover, failover_note) = failover::run(cfg, env)?;
-    Ok(HaResults { summary: summarise(cfg, &points), devices, points, delay, failover, failover_note })
+    let cpu_placement = point::describe_placement(&point::placement(cfg)?);
+    Ok(HaResults {
+        summary: summarise(cfg, &points),
+        devices,
+        points,
+        delay,
+        failover,
+        failover_note,
+        cpu_placement,
+    })
 }
 
 /// One failover, as a CSV row.

@@ -12,6 +12,7 @@
 
 use super::{HaConfig, HaKind};
 use crate::error::{LabError, Result};
+use crate::measure::cpus::{self, Pinned};
 use crate::measure::device::{log_opener, storage, LogChoice};
 use crate::measure::{DeviceKind, Workers};
 use crate::workload::primitive::{prewarm, run_update, table_name};
@@ -28,6 +29,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const SECRET: &[u8] = b"nvmedb-lab-ha";
+
+/// Where the nodes' threads run: `(primary, standby)` CPU sets, or `None` when they share every
+/// CPU (not asked to split, or fewer than two CPUs).
+pub fn placement(cfg: &HaConfig) -> Result<Option<(Vec<usize>, Vec<usize>)>> {
+    if !cfg.split_cpus {
+        return Ok(None);
+    }
+    let all = cpus::allowed_cpus().map_err(LabError::io("/proc/self", "read the CPU affinity"))?;
+    Ok(cpus::halves(&all))
+}
+
+/// Says where the nodes run, for the summary.
+pub fn describe_placement(p: &Option<(Vec<usize>, Vec<usize>)>) -> String {
+    match p {
+        Some((a, b)) => format!(
+            "each node on its own CPUs, as two servers: the primary and its clients on CPU {a:?}, the standby on CPU {b:?}, single on CPU {a:?}"
+        ),
+        None => "primary and standby share every CPU".into(),
+    }
+}
 
 /// Options of the primary (and of the standby at 100 %).
 pub fn options(buffer_pct: f64) -> Options {
@@ -170,6 +191,13 @@ pub fn run(
 ) -> Result<PointRun> {
     dev.clean();
     copy_files(&dev.template, &dev.primary)?;
+    // The primary, its clients and every thread they spawn run on the primary's CPUs for the
+    // whole point (restored when the point ends).
+    let place = placement(cfg)?;
+    let _pin = match &place {
+        Some((ours, _)) => Some(Pinned::new(ours).map_err(LabError::io("/proc/self", "pin the primary"))?),
+        None => None,
+    };
     let ov = &cfg.profile_overrides;
     let data = storage(&dev.kind, &dev.primary, ov, seed)?;
     let mut standby = None;
@@ -194,7 +222,20 @@ pub fn run(
             .and_then(Database::close)
             .map_err(LabError::engine("giving the copy its log"))?;
             seed_standby(&dev.primary, &dev.standby).map_err(LabError::engine("seeding the standby"))?;
-            let sb = start_standby(cfg, dev, kind, log, seed)?;
+            // The standby's threads are spawned by the thread that starts it (and by those
+            // threads), so starting it from a thread pinned to its CPUs keeps it there.
+            let sb = match &place {
+                Some((_, theirs)) => std::thread::scope(|s| {
+                    s.spawn(|| {
+                        let _pin =
+                            Pinned::new(theirs).map_err(LabError::io("/proc/self", "pin the standby"))?;
+                        start_standby(cfg, dev, kind, log, seed)
+                    })
+                    .join()
+                    .map_err(|_| LabError::config("standby", "starting the standby panicked"))?
+                })?,
+                None => start_standby(cfg, dev, kind, log, seed)?,
+            };
             let addr = sb.addr().to_string();
             let rc = ReplConfig {
                 standbys: vec![addr.clone()],
