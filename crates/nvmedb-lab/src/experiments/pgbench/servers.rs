@@ -3,7 +3,8 @@
 //!
 //! Owns: finding PostgreSQL's programs ([`PgBins`]), running them as the `postgres` user when the
 //! lab runs as root (PostgreSQL refuses root), `initdb`, starting and stopping both servers
-//! ([`Postgres`], [`Nvmedb`]), their CPU clocks, and [`Scratch`], the directory that holds both
+//! ([`Postgres`], [`Nvmedb`]), their CPU clocks, how much of their files the OS page cache
+//! holds ([`page_cache_bytes`]), and [`Scratch`], the directory that holds both
 //! data directories. Invariants: a server is reported started only once it has said it accepts
 //! connections; its output is drained continuously (a full pipe would stall it) and its last
 //! lines are kept for error messages; a server dropped without a clean stop is shut down
