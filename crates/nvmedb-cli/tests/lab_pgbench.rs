@@ -72,6 +72,16 @@ fn both_servers_run_every_workload_and_the_files_are_written() {
     assert!(out.status.success(), "lab pgbench failed:\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
     println!("{stdout}");
     assert!(stdout.contains("nvmedb/PG") && stdout.contains("PostgreSQL 15"), "{stdout}");
+    // What each server's misses read from: PostgreSQL's files in the OS page cache, measured
+    // per buffer configuration and within 0..=100 %.
+    let cached: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| {
+            l.split("after its runs ").nth(1)?.split(" % of PostgreSQL's data files").next()?.parse().ok()
+        })
+        .collect();
+    assert_eq!(cached.len(), 2, "one page-cache line per buffer configuration:\n{stdout}");
+    assert!(cached.iter().all(|p| (0.0..=100.0).contains(p)), "{cached:?}");
     let dir = results.join("pgbench").join("latest");
     for f in [
         "results.json",

@@ -637,7 +637,7 @@ impl ExtendedQueryHandler for Conn {
             let bin = |i| is_binary(&formats, i);
             let outcome = match portal.pending.take() {
                 Some((rows, tag)) => Outcome::Rows(portal.stmt.columns.clone(), rows.into(), tag),
-                None => st.session.execute(&portal.stmt, portal.params.clone())?,
+                None => st.session.execute(&portal.stmt, &portal.params)?,
             };
             let copy = matches!(outcome, Outcome::CopyIn(_));
             let portal = st.portals.get_mut(&name).expect("looked up above");

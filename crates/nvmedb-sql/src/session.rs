@@ -456,7 +456,7 @@ impl Session {
                 p
             }
         };
-        self.execute(&p, Vec::new())
+        self.execute(&p, &[])
     }
 
     /// Decodes bound parameters of `p` (text or binary, per `binary(i)`).
@@ -524,7 +524,7 @@ impl Session {
     }
 
     /// Runs a prepared statement with bound parameters.
-    pub fn execute(&mut self, p: &Arc<Prepared>, params: Vec<Datum>) -> SqlResult<Outcome> {
+    pub fn execute(&mut self, p: &Arc<Prepared>, params: &[Datum]) -> SqlResult<Outcome> {
         if self.copy.is_some() {
             return Err(SqlError::new(code::PROTOCOL_VIOLATION, "a COPY is in progress"));
         }
@@ -532,7 +532,7 @@ impl Session {
             return Err(failed_block());
         }
         let p = self.current(p).inspect_err(|_| self.fail_block())?;
-        let r = self.run(&p, &params);
+        let r = self.run(&p, params);
         if r.is_err() {
             self.fail_block();
         }

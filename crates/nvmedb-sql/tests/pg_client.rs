@@ -1,11 +1,16 @@
 //! A real PostgreSQL driver (tokio-postgres) against the server: simple and extended
 //! queries, parameters of every supported type in text and binary form, COPY FROM STDIN,
 //! transactions and rollback, every SQLSTATE the server promises, a client that disconnects
-//! in the middle of a transaction, and concurrent sessions moving money between accounts.
+//! in the middle of a transaction, concurrent sessions moving money between accounts, and the
+//! extended protocol as pgbench `-M prepared` drives it: prepared statements with parameters
+//! run many times, many Bind/Execute/Sync pipelined on one connection before the first answer
+//! is read, errors of a prepared statement that name the SQL object at fault, and a statement
+//! waiting for a row lock that holds up no other connection.
 
+use futures::future::join_all;
 use nvmedb_sql::{Server, ServerConfig};
 use nvmedb_testkit::TmpDir;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 struct Fixture {
@@ -517,4 +522,134 @@ async fn a_prepared_statement_follows_its_table_through_drop_and_create() {
     c.batch_execute("CREATE TABLE acct (id int PRIMARY KEY, bal text)").await.unwrap();
     let e = c.query_opt(&get, &[&2i32]).await.unwrap_err();
     assert_eq!(code(&e), "0A000", "{e}");
+}
+
+async fn accounts(c: &Client, n: i32) {
+    c.batch_execute(
+        "CREATE TABLE acc (aid int PRIMARY KEY, bid int NOT NULL, abalance int NOT NULL, filler char(84))",
+    )
+    .await
+    .unwrap();
+    let values: Vec<String> = (1..=n).map(|i| format!("({i}, {}, {}, '')", i % 3, i * 10)).collect();
+    c.batch_execute(&format!("INSERT INTO acc VALUES {}", values.join(", "))).await.unwrap();
+}
+
+/// pgbench's select-only and TPC-B-like statements, prepared once and run many times with
+/// parameters, pipelined: tokio-postgres sends every query's Bind/Execute/Sync without
+/// waiting for the previous answer, so the server reads many messages from one socket read
+/// and must answer each in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_prepared_statements() {
+    let f = start(Duration::from_secs(20));
+    let c = f.connect().await;
+    accounts(&c, 200).await;
+    let get = c.prepare("SELECT abalance FROM acc WHERE aid = $1").await.unwrap();
+    let add = c.prepare("UPDATE acc SET abalance = abalance + $1 WHERE aid = $2").await.unwrap();
+
+    let reads = join_all((1..=200).rev().map(|aid: i32| {
+        let (c, get) = (&c, &get);
+        async move { (aid, c.query_one(get, &[&aid]).await.map(|r| r.get::<_, i32>(0))) }
+    }))
+    .await;
+    for (aid, r) in reads {
+        assert_eq!(r.unwrap(), aid * 10, "account {aid}");
+    }
+
+    // Updates and reads of the same rows pipelined: each read sees every update sent before it.
+    let mut ops = Vec::new();
+    for round in 1..=5i32 {
+        for aid in [7i32, 8, 9] {
+            ops.push((aid, Some(round)));
+            ops.push((aid, None));
+        }
+    }
+    let results = join_all(ops.iter().map(|&(aid, delta)| {
+        let (c, get, add) = (&c, &get, &add);
+        async move {
+            match delta {
+                Some(d) => c.execute(add, &[&d, &aid]).await.map(|n| n as i32),
+                None => c.query_one(get, &[&aid]).await.map(|r| r.get::<_, i32>(0)),
+            }
+        }
+    }))
+    .await;
+    let mut expect = std::collections::HashMap::from([(7, 70), (8, 80), (9, 90)]);
+    for (&(aid, delta), r) in ops.iter().zip(results) {
+        let v = r.unwrap();
+        match delta {
+            Some(d) => {
+                assert_eq!(v, 1, "one row updated");
+                *expect.get_mut(&aid).unwrap() += d;
+            }
+            None => assert_eq!(v, expect[&aid], "account {aid} after the updates before it"),
+        }
+    }
+
+    // A wrong parameter fails only its own query of the pipeline, naming the value at fault.
+    let bad = c.prepare("SELECT abalance FROM acc WHERE aid = $1::text::int").await.unwrap();
+    let (a, b, d) =
+        tokio::join!(c.query_one(&get, &[&1i32]), c.query_one(&bad, &[&"x1"]), c.query_one(&get, &[&2i32]));
+    assert_eq!(a.unwrap().get::<_, i32>(0), 10);
+    let e = b.unwrap_err();
+    assert_eq!(code(&e), "22P02", "{e}");
+    assert!(message(&e).contains("x1"), "{}", message(&e));
+    assert_eq!(d.unwrap().get::<_, i32>(0), 20);
+
+    // Parse errors name the table and the column.
+    let e = c.prepare("SELECT abalance FROM nosuch WHERE aid = $1").await.unwrap_err();
+    assert_eq!(code(&e), "42P01", "{e}");
+    assert!(message(&e).contains("nosuch"), "{}", message(&e));
+    let e = c.prepare("UPDATE acc SET nocol = $1 WHERE aid = $2").await.unwrap_err();
+    assert_eq!(code(&e), "42703", "{e}");
+    assert!(message(&e).contains("nocol"), "{}", message(&e));
+    // A prepared INSERT of a duplicate key names the relation and the key.
+    let ins = c.prepare("INSERT INTO acc (aid, bid, abalance) VALUES ($1, $2, $3)").await.unwrap();
+    let e = c.execute(&ins, &[&5i32, &0i32, &0i32]).await.unwrap_err();
+    assert_eq!(code(&e), "23505", "{e}");
+    assert!(message(&e).contains("acc") && message(&e).contains('5'), "{}", message(&e));
+
+    // In a transaction block, through the same prepared statements.
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute(&add, &[&1000i32, &100i32]).await.unwrap();
+    assert_eq!(c.query_one(&get, &[&100i32]).await.unwrap().get::<_, i32>(0), 2000);
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(c.query_one(&get, &[&100i32]).await.unwrap().get::<_, i32>(0), 1000);
+}
+
+/// A statement that waits for a row lock holds up only its own connection: other connections'
+/// prepared reads and writes and simple queries are answered while it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_wait_does_not_hold_up_other_connections() {
+    let f = start(Duration::from_secs(20));
+    let (a, b, c) = (f.connect().await, f.connect().await, f.connect().await);
+    accounts(&a, 10).await;
+    let get = c.prepare("SELECT abalance FROM acc WHERE aid = $1").await.unwrap();
+    let add = c.prepare("UPDATE acc SET abalance = abalance + $1 WHERE aid = $2").await.unwrap();
+    a.batch_execute("BEGIN; UPDATE acc SET abalance = 1 WHERE aid = 1").await.unwrap();
+    let parked = f.server.as_ref().unwrap().engine().db.lock_stats().parked_waits;
+    let waiter =
+        tokio::spawn(
+            async move { b.batch_execute("UPDATE acc SET abalance = abalance + 5 WHERE aid = 1").await },
+        );
+    // Until the waiter is parked in the lock manager (it then occupies a thread).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while f.server.as_ref().unwrap().engine().db.lock_stats().parked_waits == parked {
+        assert!(Instant::now() < deadline, "the second UPDATE never waited for the lock");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(!waiter.is_finished(), "the waiting UPDATE answered before the lock was free");
+    let others = async {
+        assert_eq!(c.query_one(&get, &[&2i32]).await.unwrap().get::<_, i32>(0), 20);
+        assert_eq!(c.execute(&add, &[&3i32, &2i32]).await.unwrap(), 1);
+        let rows = simple_rows(&c, "SELECT abalance FROM acc WHERE aid = 2").await;
+        assert_eq!(rows, vec![vec![Some("23".to_string())]]);
+    };
+    // The lock timeout is 20 s: these answers come while the UPDATE still waits, or never.
+    tokio::time::timeout(Duration::from_secs(10), others)
+        .await
+        .expect("other connections were answered while a statement waited for a lock");
+    assert!(!waiter.is_finished(), "the waiting UPDATE answered before the lock was free");
+    a.batch_execute("COMMIT").await.unwrap();
+    waiter.await.unwrap().unwrap();
+    assert_eq!(c.query_one(&get, &[&1i32]).await.unwrap().get::<_, i32>(0), 6);
 }

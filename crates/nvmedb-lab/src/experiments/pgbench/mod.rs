@@ -23,7 +23,7 @@ use crate::experiment::{self, Experiment, RunEnv, Summary};
 use crate::measure::{progress, Spread};
 use client::Pgbench;
 use serde::{Deserialize, Serialize};
-use servers::{dir_bytes, Nvmedb, Postgres, RunAs, Scratch};
+use servers::{dir_bytes, page_cache_bytes, Nvmedb, Postgres, RunAs, Scratch};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -202,6 +202,15 @@ pub struct BufferPoint {
     pub pct_of_nvmedb_data: f64,
     /// shared_buffers as a percentage of PostgreSQL's data.
     pub pct_of_postgres_data: f64,
+    /// Share of PostgreSQL's data files (`base/`) resident in the OS page cache after its runs
+    /// with this buffer, percent (measured with `mincore`): what misses its shared_buffers is
+    /// read from there, a memory copy.
+    #[serde(default)]
+    pub postgres_page_cache_pct: f64,
+    /// The same for nvmedb's data directory (it reads O_DIRECT, so its misses go to the disk
+    /// whatever this says).
+    #[serde(default)]
+    pub nvmedb_page_cache_pct: f64,
 }
 
 /// One measured pgbench run.
@@ -324,7 +333,7 @@ impl Experiment for PgbenchBench {
         let mut buffers = Vec::new();
         let mut samples = Vec::new();
         for spec in specs {
-            let b = size_buffers(spec, &loads);
+            let mut b = size_buffers(spec, &loads);
             env.note(format!(
                 "{}: nvmedb table buffer {:.1} MiB + index data {:.1} MiB (= {:.1} % of its data); PostgreSQL shared_buffers {:.1} MiB (= {:.1} % of its data)",
                 spec.label(),
@@ -432,6 +441,10 @@ impl Experiment for PgbenchBench {
             }
             nv.stop()?;
             pg.stop()?;
+            let pct = |(resident, total): (u64, u64)| 100.0 * resident as f64 / total.max(1) as f64;
+            b.postgres_page_cache_pct = pct(page_cache_bytes(&pgdata.join("base")));
+            b.nvmedb_page_cache_pct = pct(page_cache_bytes(&nvdata));
+            env.note(report::page_cache_line(&b));
             buffers.push(b);
         }
         bar.finish_and_clear();
@@ -537,6 +550,8 @@ fn size_buffers(spec: BufferSpec, loads: &[Load]) -> BufferPoint {
         postgres_shared_buffers_bytes: shared,
         pct_of_nvmedb_data: 100.0 * shared as f64 / (heap + idx) as f64,
         pct_of_postgres_data: 100.0 * shared as f64 / pg as f64,
+        postgres_page_cache_pct: 0.0,
+        nvmedb_page_cache_pct: 0.0,
     }
 }
 
@@ -597,6 +612,20 @@ mod tests {
         assert!(b.nvmedb_index_buffer_bytes > 20 << 20, "room for the indexes to grow");
         let m = size_buffers(BufferSpec::Memory, &loads);
         assert!(m.nvmedb_table_buffer_bytes > 150 << 20 && m.pct_of_postgres_data > 100.0);
+    }
+
+    #[test]
+    fn page_cache_residency_counts_the_cached_bytes_of_every_file() {
+        let dir = nvmedb_testkit::TmpDir::new("pgbench-pagecache");
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        // Written through the page cache: every page is resident (dirty or clean).
+        std::fs::write(dir.path().join("a"), vec![7u8; 3 * 4096 + 100]).unwrap();
+        std::fs::write(dir.path().join("sub").join("b"), vec![9u8; 8192]).unwrap();
+        std::fs::write(dir.path().join("empty"), b"").unwrap();
+        let (resident, total) = page_cache_bytes(dir.path());
+        assert_eq!(total, 3 * 4096 + 100 + 8192);
+        assert_eq!(resident, total, "files just written are in the page cache");
+        assert_eq!(page_cache_bytes(&dir.path().join("missing")), (0, 0));
     }
 
     #[test]

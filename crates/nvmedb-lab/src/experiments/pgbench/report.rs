@@ -135,6 +135,16 @@ fn buffer_line(b: &BufferPoint) -> String {
     )
 }
 
+/// How much of each server's data files the OS page cache held after the runs of one buffer.
+pub fn page_cache_line(b: &BufferPoint) -> String {
+    format!(
+        "{}: after its runs {:.0} % of PostgreSQL's data files were in the OS page cache (its shared_buffers misses are memory copies), {:.0} % of nvmedb's (it reads O_DIRECT: its misses are disk reads)",
+        b.spec.label(),
+        b.postgres_page_cache_pct,
+        b.nvmedb_page_cache_pct
+    )
+}
+
 /// Writes samples.csv, points.csv, ratios.csv, the charts, and returns the summary.
 pub fn report(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> Result<Summary> {
     let samples: Vec<SampleRow> = r
@@ -257,7 +267,7 @@ pub fn report(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> Result<S
                 "x",
             ));
         }
-        text.push_str(&format!("\n{t}"));
+        text.push_str(&format!("\n{t}{}\n", page_cache_line(b)));
         charts(cfg, r, env, b)?;
     }
     text.push_str("\nsrv µs/txn: CPU time of the server (nvmedb: its process; PostgreSQL: postmaster and backends) per transaction; pgbench µs/txn: the client's\n");

@@ -3,7 +3,8 @@
 //!
 //! Owns: finding PostgreSQL's programs ([`PgBins`]), running them as the `postgres` user when the
 //! lab runs as root (PostgreSQL refuses root), `initdb`, starting and stopping both servers
-//! ([`Postgres`], [`Nvmedb`]), their CPU clocks, and [`Scratch`], the directory that holds both
+//! ([`Postgres`], [`Nvmedb`]), their CPU clocks, how much of their files the OS page cache
+//! holds ([`page_cache_bytes`]), and [`Scratch`], the directory that holds both
 //! data directories. Invariants: a server is reported started only once it has said it accepts
 //! connections; its output is drained continuously (a full pipe would stall it) and its last
 //! lines are kept for error messages; a server dropped without a clean stop is shut down
@@ -165,6 +166,54 @@ pub fn dir_bytes(dir: &Path) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// Bytes of the regular files under `dir` (recursively) that are resident in the OS page cache,
+/// and their total size (each file mapped and asked with `mincore`; a file that cannot be opened
+/// or mapped counts as not resident). PostgreSQL reads through the page cache, nvmedb with
+/// O_DIRECT: this says how much of each server's data a miss of its own buffer finds in RAM.
+pub fn page_cache_bytes(dir: &Path) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return (0, 0) };
+    let mut sum = (0, 0);
+    for e in entries.filter_map(|e| e.ok()) {
+        let (r, t) = match e.file_type() {
+            Ok(t) if t.is_dir() => page_cache_bytes(&e.path()),
+            Ok(t) if t.is_file() => file_page_cache_bytes(&e.path()),
+            _ => (0, 0),
+        };
+        sum = (sum.0 + r, sum.1 + t);
+    }
+    sum
+}
+
+/// [`page_cache_bytes`] of one file.
+fn file_page_cache_bytes(path: &Path) -> (u64, u64) {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else { return (0, 0) };
+    let len = f.metadata().map_or(0, |m| m.len());
+    if len == 0 {
+        return (0, 0);
+    }
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    // SAFETY: a read-only shared mapping of an open file, unmapped below; its memory is never
+    // read (mincore only asks the kernel which of its pages are resident).
+    let addr = unsafe {
+        libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0)
+    };
+    if addr == libc::MAP_FAILED {
+        return (0, len);
+    }
+    let mut vec = vec![0u8; len.div_ceil(page) as usize];
+    // SAFETY: `addr` maps `len` bytes; `vec` has one byte per page of them.
+    let ok = unsafe { libc::mincore(addr, len as usize, vec.as_mut_ptr()) } == 0;
+    // SAFETY: unmaps the mapping made above.
+    unsafe { libc::munmap(addr, len as usize) };
+    if !ok {
+        return (0, len);
+    }
+    let resident = vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page;
+    (resident.min(len), len)
 }
 
 /// A free TCP port on loopback (bound and released: another process could take it first, in
