@@ -391,6 +391,25 @@ fn batched_write_back_obeys_the_wal_rule() {
 }
 
 #[test]
+fn an_eviction_helping_the_writer_takes_at_most_a_quarter_of_the_pool() {
+    // 16 dirty, aged frames: the eviction passes over them (waking the writer, whose round
+    // cleans a quarter), then helps with one batch of its own. The frames of a batch stay
+    // pinned while written, so a batch of the whole pool would leave other threads nothing to
+    // claim: together the writer and the helper write at most half the pool here.
+    let (pool, _dev) = pool_with_writer(16, 0, true);
+    for _ in 0..16 {
+        drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    }
+    for f in pool.frames_for_tests() {
+        f.usage.store(0, Ordering::Relaxed);
+    }
+    let base = pool.stats();
+    drop(pool.allocate(0, PageClass::Data, PageType::Heap).unwrap());
+    let s = pool.stats().since(&base);
+    assert!(s.writes >= 1 && s.writes <= 8, "pages written to free one frame: {s:?}");
+}
+
+#[test]
 fn exhausted_pool_is_a_clear_error() {
     let (pool, _) = pool(2, BufferPolicy::Shared { stripes: 1 });
     let _a = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();

@@ -5,7 +5,8 @@
 //! [`Signal`] through which evictions that pass over a dirty victim wake it.
 //!
 //! Invariants: it holds only a weak reference to the pool between rounds, so dropping the pool
-//! stops it; it never writes a pinned page; it writes a page only after the log is durable up
+//! stops it; closing the database stops it and waits for its round in progress, so no page is
+//! written by it after the close returns; it never writes a pinned page; it writes a page only after the log is durable up
 //! to the page's LSN (the pool's write path checks the WAL gate for the whole batch first).
 
 use super::pool::BufferPool;

@@ -269,6 +269,11 @@ pub struct Database {
 impl Drop for DbInner {
     fn drop(&mut self) {
         self.txn.close();
+        // The background writers hold the pools only between upgrades of a weak reference: a
+        // round in progress would otherwise go on writing after the database is closed, over
+        // files a new opener may already be recovering.
+        self.table_pool.stop_writer();
+        self.index_pool.stop_writer();
     }
 }
 
