@@ -41,11 +41,11 @@ pub struct ServeArgs {
     /// 60, as PostgreSQL clients expect waits to last; deadlocks are detected at once).
     #[arg(long)]
     pub lock_timeout: Option<f64>,
-    /// Early lock release: `on` releases a committing transaction's row locks once its commit
-    /// record is logged, before the log flush (readers that saw the commit wait for that flush
-    /// before they are answered); `off` (the default) holds them until the flush. `on` is not
-    /// crash-safe yet (see `LockOptions::early_release`): for measurements only.
-    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
+    /// Early lock release: `on` (the default) releases a committing transaction's row locks
+    /// once its commit record is logged, before the log flush (readers that saw the commit wait
+    /// for that flush before they are answered); `off` holds them until the flush. See
+    /// `LockOptions::early_release`.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub early_lock_release: String,
 }
 

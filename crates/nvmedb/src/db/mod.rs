@@ -28,9 +28,9 @@ use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
 use crate::table::{HeapFile, Table};
 use crate::txn::TxnShared;
 use crate::wal::engine::{
-    EngineLog, EngineRecord, RecoveryRecord, TxnLog, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE,
+    EngineLog, EngineRecord, RecoveryRecord, TxnLog, TxnOp, KIND_CHECKPOINT, TAG_INDEX, TAG_TABLE,
 };
-use crate::wal::{FileLogOpener, LogOpener, RecordLog, WalOptions};
+use crate::wal::{FileLogOpener, LogOpener, Lsn, RecordLog, WalOptions};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -802,20 +802,29 @@ impl Database {
         Ok((tables, by_id))
     }
 
-    /// Undoes what unfinished transactions did, newest first, and logs their aborts.
+    /// Undoes what unfinished transactions did, every loser's operations in one pass, newest
+    /// first by LSN, then logs their aborts.
+    ///
+    /// The order is the log's, whatever the transactions' ids: strict two-phase locking, and
+    /// with early lock release the log's order (a transaction changes a row another released
+    /// only after that one's commit record, so both are losers only if neither record is
+    /// durable, and then the second's change is not either), keep two losers from changing the
+    /// same row; undoing in reverse log order does not rely on it.
     fn undo_losers(
         t: &TxnLog,
         losers: &recovery::Losers,
         by_id: &TablesById,
         report: &mut RecoveryReport,
     ) -> Result<()> {
-        for (&id, ops) in losers.iter().rev() {
-            for op in ops.iter().rev() {
-                if let Some(table) = by_id.get(&op.table) {
-                    table.restore(op)?;
-                    report.ops_undone += 1;
-                }
+        let mut ops: Vec<&(Lsn, TxnOp)> = losers.values().flatten().collect();
+        ops.sort_unstable_by_key(|(lsn, _)| std::cmp::Reverse(*lsn));
+        for (_, op) in ops {
+            if let Some(table) = by_id.get(&op.table) {
+                table.restore(op)?;
+                report.ops_undone += 1;
             }
+        }
+        for &id in losers.keys() {
             t.abort(id)?;
         }
         Ok(())
@@ -888,6 +897,11 @@ impl Database {
         let Some(t) = &self.inner.txn.log else { return self.flush() };
         let redo = t.log().begin_checkpoint();
         let undo = t.oldest_active_lsn().map_or(redo, |a| a.min(redo));
+        // A transaction leaves the active set when its commit record is appended; with early
+        // lock release (or between the append and the flush in any case) that record may not
+        // be durable yet. The undo start may skip such a transaction's operations, so every
+        // commit appended so far must be durable before the catalog names that start.
+        t.log().wait_durable(t.log().record_log().end_lsn())?;
         self.flush()?;
         {
             let mut cat = self.inner.catalog.locked();

@@ -9,7 +9,8 @@
 //! change at or after the redo start whose LSN is above the page's LSN (full images repair torn
 //! pages; a diff on a page that is neither valid nor preceded by a full image is corruption),
 //! writes the repaired pages back and syncs them, and returns each unfinished transaction's
-//! logical operations for the undo pass (which runs through the tables once they are open).
+//! logical operations with their LSNs for the undo pass (which runs through the tables once
+//! they are open, over every loser's operations at once in reverse LSN order).
 //! Invariant: redo is idempotent — running it twice, or crashing during it, is harmless.
 
 use super::{heap_name, index_name};
@@ -55,8 +56,8 @@ pub struct RecoveryReport {
     pub micros: u64,
 }
 
-/// Unfinished transactions and their operations, oldest first.
-pub(crate) type Losers = BTreeMap<u64, Vec<TxnOp>>;
+/// Unfinished transactions and their operations with each one's LSN, oldest first.
+pub(crate) type Losers = BTreeMap<u64, Vec<(Lsn, TxnOp)>>;
 
 struct CachedPage {
     buf: AlignedBuf,
@@ -377,7 +378,7 @@ pub(crate) fn redo(
                     if let Some(a) = &m.annotation {
                         let op = TxnOp::decode(a)?;
                         max_txn = max_txn.max(op.txn);
-                        ops.entry(op.txn).or_default().push(op);
+                        ops.entry(op.txn).or_default().push((rec.lsn, op));
                     }
                     if rec.lsn < redo_from {
                         continue;

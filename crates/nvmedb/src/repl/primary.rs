@@ -681,6 +681,10 @@ impl RecordLog for ReplicatedLog {
     }
 
     fn wait_durable(&self, lsn: Lsn) -> Result<Lsn> {
+        // Nothing lies beyond the end of the last record but the local log's filler (after a
+        // flush, `end_lsn` may point past it), which is never shipped: a wait for the log's
+        // end is a wait for its last record.
+        let lsn = lsn.min(self.sh.last_end.load(Ordering::Acquire));
         // The records go out while the local log makes them durable.
         self.kick_shippers(lsn);
         if self.sh.local.durable_lsn() < lsn

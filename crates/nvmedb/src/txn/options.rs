@@ -54,13 +54,12 @@ pub struct LockOptions {
     /// flush before the commit returns. A transaction or auto-commit read that saw such a
     /// change is not acknowledged before it is durable (see `TxnShared`). Transactions that
     /// change the same rows (pgbench's branches) then no longer serialise on the flush.
-    /// `false` (the default) keeps every lock until the commit is durable.
+    /// On by default; `false` keeps every lock until the commit is durable.
     ///
-    /// Off by default because recovery is not yet correct with it: two transactions can then
-    /// both be unfinished at a crash while the second changed a row after the first, and undo
-    /// runs per transaction instead of in one reverse-LSN pass over all of them, so it can
-    /// meet a row the later transaction already changed (`tests/recovery_crash.rs` fails with
-    /// it on). Do not turn it on where a crash must be survived.
+    /// Recovery is exact with it: a transaction that changes a row released early logs that
+    /// change after the releasing commit record, so the log's order keeps every unfinished
+    /// transaction's changes apart; and a checkpoint waits until every commit appended before
+    /// its undo start is durable (`tests/txn_early_release.rs`, `tests/recovery_crash.rs`).
     pub early_release: bool,
 }
 
@@ -83,7 +82,7 @@ impl Default for LockOptions {
             deadlock_detection: true,
             victim: VictimPolicy::Youngest,
             wake_on_release: true,
-            early_release: false,
+            early_release: true,
         }
     }
 }
