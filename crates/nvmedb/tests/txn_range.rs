@@ -1,7 +1,8 @@
 //! Range scans inside transactions: `Transaction::range` (primary key) and
 //! `Transaction::index_range` (secondary index, Int and Bytes columns) against a `BTreeMap`
 //! model under random bounds; rows are locked as they are visited; a row deleted or moved out
-//! of the range while the scan waited for its lock is skipped.
+//! of the range while the scan waited for its lock is skipped, and a row whose delete or move
+//! is in flight is waited for, not passed over.
 
 use nvmedb::txn::{LockMode, LockOptions};
 use nvmedb::util::Rng;
@@ -227,6 +228,81 @@ fn rows_deleted_or_moved_while_waiting_are_skipped() {
         assert_eq!(by_pk, [0, 2, 3, 4, 5]);
         assert_eq!(by_grp, [0, 3, 4, 5]);
     });
+}
+
+/// A scan reaches a row whose delete, or whose move out of the range, another transaction has
+/// in flight: it waits for the row's lock instead of passing over it, and sees the row when the
+/// writer rolls back. (A scan that passed over it would, in TPC-C's Delivery, deliver a
+/// district's second-oldest order while the oldest stayed undelivered if the other Delivery
+/// then rolled back or was lost in a crash.)
+#[test]
+fn rows_whose_delete_is_in_flight_are_waited_for_and_seen_after_a_rollback() {
+    let (db, t) = open();
+    for id in 0..6 {
+        t.insert(&[Value::Int(id), Value::Int(1), Value::from("x")]).unwrap();
+    }
+    let one = Value::Int(1);
+    type Change<'a> = Box<dyn Fn(&mut nvmedb::Transaction) + 'a>;
+    type Scan<'a> = Box<dyn FnOnce(&mut nvmedb::Transaction) -> Vec<i64> + Send + 'a>;
+    let cases: [(&str, Change<'_>, Scan<'_>); 2] = [
+        (
+            "range from key 1, first row",
+            Box::new(|w| assert!(w.delete(&t, &one).unwrap())),
+            Box::new(|tx| {
+                let mut first = Vec::new();
+                tx.range(&t, Bound::Included(&one), Bound::Unbounded, LockMode::Exclusive, |r| {
+                    first.push(r.int(0));
+                    Ok(false)
+                })
+                .unwrap();
+                first
+            }),
+        ),
+        (
+            "index range grp = 1",
+            Box::new(|w| assert!(w.update(&t, &[Value::Int(1), Value::Int(7), Value::from("x")]).unwrap())),
+            Box::new(|tx| {
+                let mut rows = Vec::new();
+                tx.index_range(
+                    &t,
+                    "by_grp",
+                    Bound::Included(&one),
+                    Bound::Included(&one),
+                    LockMode::Exclusive,
+                    |r| {
+                        rows.push(r.int(0));
+                        Ok(true)
+                    },
+                )
+                .unwrap();
+                rows
+            }),
+        ),
+    ];
+    let want: [&[i64]; 2] = [&[1], &[0, 1, 2, 3, 4, 5]];
+    for ((what, change, scan), want) in cases.into_iter().zip(want) {
+        let mut writer = db.begin();
+        change(&mut writer);
+        let waits_before = db.lock_stats().waits;
+        std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                let mut tx = db.begin();
+                let seen = scan(&mut tx);
+                tx.commit().unwrap();
+                seen
+            });
+            // Either the scan waits for row 1's lock, or (the defect) it finishes without it.
+            while db.lock_stats().waits == waits_before && !h.is_finished() {
+                std::thread::yield_now();
+            }
+            writer.abort().unwrap();
+            assert_eq!(
+                h.join().unwrap(),
+                want,
+                "{what}: the scan passed over the row whose change was in flight"
+            );
+        });
+    }
 }
 
 /// A secondary range over a nullable `Int32` column and over a `Text` column: the primary key

@@ -25,7 +25,8 @@
 //! (`Error::is_retryable`) after which the caller aborts and retries. Range scans
 //! ([`Transaction::range`], [`Transaction::index_range`]) lock every row they visit but take
 //! no range locks: a row inserted into a scanned range by another transaction after the scan
-//! passed is not seen (phantoms are possible).
+//! passed, or still in flight when it passed, is not seen (phantoms are possible). A row whose
+//! delete is in flight is visited and waited for.
 
 use super::Database;
 use crate::error::Result;
@@ -254,9 +255,11 @@ impl Transaction {
     /// Visits the rows whose primary key lies within `lo..hi`, in key order, until `f`
     /// returns `Ok(false)`. Each row is locked in `mode` before `f` sees it (`Exclusive` for
     /// rows the transaction will change: no S→X upgrade, so no upgrade deadlock) and the lock
-    /// is kept until the transaction ends. A row deleted by a transaction that committed while
-    /// this one waited for its lock is skipped. No range lock is taken (see the module
-    /// documentation on phantoms).
+    /// is kept until the transaction ends. The rows visited are those committed when the scan
+    /// passed them: a row another transaction is deleting (or moving out of the range) is
+    /// visited and waited for, then skipped if that transaction committed, seen if it rolled
+    /// back; a row another transaction is inserting is not visited. No range lock is taken
+    /// (see the module documentation on phantoms).
     ///
     /// ```
     /// # use nvmedb::{ColumnType, Database, Options, Schema, Value};
@@ -356,7 +359,7 @@ impl Transaction {
         mut visit: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         loop {
-            let batch = keys.next_batch(table, SCAN_BATCH)?;
+            let batch = keys.next_batch(table, Some(self.id), SCAN_BATCH)?;
             if batch.is_empty() {
                 return Ok(());
             }

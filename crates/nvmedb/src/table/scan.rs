@@ -6,9 +6,11 @@
 //! through an index still lies in the range. Invariants: a batch holds at most the number of
 //! keys asked for, in index order, each strictly after the previous batch's last entry; a
 //! secondary range yields primary keys, never index entries, so callers lock and read exactly
-//! what point operations lock and read. Lock-free walks ([`KeyRange::for_each_committed`])
-//! decide each key of the range exactly once, merging the before-images of keys in flight
-//! under each leaf's latch (the argument is in the `table` module's documentation).
+//! what point operations lock and read. Batches and lock-free walks
+//! ([`KeyRange::for_each_committed`]) decide each key of the range exactly once, merging the
+//! before-images of keys in flight under each leaf's latch (the argument is in the `table`
+//! module's documentation): a key whose delete is in flight is in its batch, so a locking scan
+//! waits for it rather than passing over a row that a rollback or a crash may bring back.
 
 use super::{RowId, RowView, Table, Value};
 use crate::error::{Error, Result};
@@ -69,18 +71,21 @@ impl KeyRange {
     }
 
     /// The next at most `max` primary keys of the range, in index order (empty when the range
-    /// is exhausted). Entries are copied out of the tree; no latch is held on return.
-    pub(crate) fn next_batch(&mut self, table: &Table, max: usize) -> Result<Vec<Vec<u8>>> {
+    /// is exhausted), as a committed walk ([`KeyRange::for_each_committed`]) finds them for
+    /// transaction `me`: a key another transaction has in flight is among them where its
+    /// before-image puts it (a row whose delete is in flight too, so that a locking scan waits
+    /// for that delete and does not pass over the row as if it were already gone), and a key it
+    /// inserts is not. No latch is held on return.
+    pub(crate) fn next_batch(&mut self, table: &Table, me: Option<u64>, max: usize) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         if self.done || max == 0 {
             return Ok(out);
         }
         let mut last: Option<Vec<u8>> = None;
-        let (from, hi) = (self.from.as_ref().map(Vec::as_slice), self.hi.as_ref().map(Vec::as_slice));
-        self.tree(table).range(from, hi, |k, _| {
-            out.push(self.primary_key(table, k)?.to_vec());
+        self.walk_committed(table, me, |ik, pk, _| {
+            out.push(pk.to_vec());
             if out.len() == max {
-                last = Some(k.to_vec());
+                last = Some(ik.to_vec());
             }
             Ok(out.len() < max)
         })?;
@@ -132,6 +137,17 @@ impl KeyRange {
         me: Option<u64>,
         mut f: impl FnMut(&[u8], Found<'_>) -> Result<bool>,
     ) -> Result<()> {
+        self.walk_committed(table, me, |_, pk, found| f(pk, found))
+    }
+
+    /// [`KeyRange::for_each_committed`], passing each key's index key (where the walk is) before
+    /// its primary key.
+    fn walk_committed(
+        &self,
+        table: &Table,
+        me: Option<u64>,
+        mut f: impl FnMut(&[u8], &[u8], Found<'_>) -> Result<bool>,
+    ) -> Result<()> {
         if self.done {
             return Ok(());
         }
@@ -182,7 +198,7 @@ impl KeyRange {
                 let mut images = here.images.iter().peekable();
                 for (k, v) in entries {
                     while let Some((ik, row)) = images.next_if(|(ik, _)| ik.as_slice() < k.as_slice()) {
-                        if !f(self.primary_key(table, ik)?, Found::Image(row))? {
+                        if !f(ik, self.primary_key(table, ik)?, Found::Image(row))? {
                             return Ok(false);
                         }
                     }
@@ -191,12 +207,12 @@ impl KeyRange {
                         continue; // in flight: its image (if any) stands for it
                     }
                     let rid = RowId::from_bytes(v).ok_or_else(|| self.malformed(table))?;
-                    if !f(pk, Found::Entry(rid))? {
+                    if !f(k, pk, Found::Entry(rid))? {
                         return Ok(false);
                     }
                 }
                 for (ik, row) in images {
-                    if !f(self.primary_key(table, ik)?, Found::Image(row))? {
+                    if !f(ik, self.primary_key(table, ik)?, Found::Image(row))? {
                         return Ok(false);
                     }
                 }
