@@ -79,6 +79,11 @@ pub struct TpccArgs {
     /// Override a parameter of every emulated profile, e.g. --profile-set spin_us=0 (repeatable).
     #[arg(long = "profile-set")]
     pub profile_set: Vec<String>,
+    /// Early lock release (`LockOptions::early_release`): `on`, the engine's default, releases a
+    /// committing transaction's locks once its commit record is logged; `off` holds them until
+    /// the commit is durable (to measure what early release changes).
+    #[arg(long = "early-lock-release", default_value = "on", value_parser = ["on", "off"])]
+    pub early_lock_release: String,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -135,6 +140,7 @@ fn to_config(a: &TpccArgs) -> Result<TpccConfig, CliError> {
     cfg.trace = !a.no_trace;
     cfg.trace_device = a.trace_device.clone();
     cfg.profile_overrides = a.profile_set.clone();
+    cfg.early_lock_release = a.early_lock_release == "on";
     cfg.validate()?;
     Ok(cfg)
 }

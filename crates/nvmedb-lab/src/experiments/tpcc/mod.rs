@@ -136,6 +136,9 @@ pub struct TpccConfig {
     /// The seed 000 Case C preset: print the optane/san and optane/nand ratios at 5 % and each
     /// device's 5 %/100 % share next to the paper's.
     pub case_c: bool,
+    /// Early lock release ([`nvmedb::txn::LockOptions::early_release`]; the engine's default,
+    /// on): `false` measures the engine holding every lock until its commit is durable.
+    pub early_lock_release: bool,
 }
 
 impl Default for TpccConfig {
@@ -176,6 +179,7 @@ impl Default for TpccConfig {
             iobench_s: 0.5,
             profile_overrides: Vec::new(),
             case_c: false,
+            early_lock_release: o.lock_options.early_release,
         }
     }
 }

@@ -97,14 +97,16 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 
 /// Options of the database in every point, and of the load.
 pub fn options(cfg: &TpccConfig, table_buffer: u64, index_buffer: u64) -> Options {
-    Options {
+    let mut o = Options {
         table_page_size: cfg.table_page_size,
         index_page_size: cfg.index_page_size,
         table_buffer: BufferSize::Bytes(table_buffer),
         index_buffer: BufferSize::Bytes(index_buffer),
         pin_indexes: true,
         ..Options::default()
-    }
+    };
+    o.lock_options.early_release = cfg.early_lock_release;
+    o
 }
 
 /// The loaded database: found in the data directory (its load report next to it) or loaded now
