@@ -82,27 +82,19 @@ impl Disks {
     }
     /// Opens with the log's devices behind `hook` (the data's too, so a cut power fails all).
     fn open(&self, hook: &Arc<LogFlush>) -> Database {
-        let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
-            Arc::new(HookedStorage::new(s.clone(), hook.clone()))
-        };
-        Database::open_with_storages(
-            wrap(&self.data),
-            Some((wrap(&self.log_a), wrap(&self.log_b))),
-            elr_options(),
-        )
-        .unwrap()
+        self.open_hooked(hook, true)
     }
     /// Opens with only the log's devices behind `hook`.
     fn open_log_hooked(&self, hook: &Arc<LogFlush>) -> Database {
+        self.open_hooked(hook, false)
+    }
+    fn open_hooked(&self, hook: &Arc<LogFlush>, data_too: bool) -> Database {
         let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
             Arc::new(HookedStorage::new(s.clone(), hook.clone()))
         };
-        Database::open_with_storages(
-            self.data.clone(),
-            Some((wrap(&self.log_a), wrap(&self.log_b))),
-            elr_options(),
-        )
-        .unwrap()
+        let data = if data_too { wrap(&self.data) } else { self.data.clone() };
+        Database::open_with_storages(data, Some((wrap(&self.log_a), wrap(&self.log_b))), elr_options())
+            .unwrap()
     }
     /// Opens what the devices hold (after [`Disks::crash`]: recovery runs).
     fn reopen(&self) -> Database {

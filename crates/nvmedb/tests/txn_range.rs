@@ -242,67 +242,75 @@ fn rows_whose_delete_is_in_flight_are_waited_for_and_seen_after_a_rollback() {
         t.insert(&[Value::Int(id), Value::Int(1), Value::from("x")]).unwrap();
     }
     let one = Value::Int(1);
-    type Change<'a> = Box<dyn Fn(&mut nvmedb::Transaction) + 'a>;
-    type Scan<'a> = Box<dyn FnOnce(&mut nvmedb::Transaction) -> Vec<i64> + Send + 'a>;
-    let cases: [(&str, Change<'_>, Scan<'_>); 2] = [
-        (
-            "range from key 1, first row",
-            Box::new(|w| assert!(w.delete(&t, &one).unwrap())),
-            Box::new(|tx| {
-                let mut first = Vec::new();
-                tx.range(&t, Bound::Included(&one), Bound::Unbounded, LockMode::Exclusive, |r| {
-                    first.push(r.int(0));
-                    Ok(false)
-                })
-                .unwrap();
-                first
-            }),
-        ),
-        (
-            "index range grp = 1",
-            Box::new(|w| assert!(w.update(&t, &[Value::Int(1), Value::Int(7), Value::from("x")]).unwrap())),
-            Box::new(|tx| {
-                let mut rows = Vec::new();
-                tx.index_range(
-                    &t,
-                    "by_grp",
-                    Bound::Included(&one),
-                    Bound::Included(&one),
-                    LockMode::Exclusive,
-                    |r| {
-                        rows.push(r.int(0));
-                        Ok(true)
-                    },
-                )
-                .unwrap();
-                rows
-            }),
-        ),
-    ];
-    let want: [&[i64]; 2] = [&[1], &[0, 1, 2, 3, 4, 5]];
-    for ((what, change, scan), want) in cases.into_iter().zip(want) {
-        let mut writer = db.begin();
-        change(&mut writer);
-        let waits_before = db.lock_stats().waits;
-        std::thread::scope(|s| {
-            let h = s.spawn(|| {
-                let mut tx = db.begin();
-                let seen = scan(&mut tx);
-                tx.commit().unwrap();
-                seen
-            });
-            // Either the scan waits for row 1's lock, or (the defect) it finishes without it.
-            while db.lock_stats().waits == waits_before && !h.is_finished() {
-                std::thread::yield_now();
-            }
-            writer.abort().unwrap();
-            assert_eq!(
-                h.join().unwrap(),
-                want,
-                "{what}: the scan passed over the row whose change was in flight"
-            );
+    scan_around_a_rolled_back_change(
+        &db,
+        "range from key 1, first row",
+        |w| assert!(w.delete(&t, &one).unwrap()),
+        |tx| {
+            let mut first = Vec::new();
+            tx.range(&t, Bound::Included(&one), Bound::Unbounded, LockMode::Exclusive, |r| {
+                first.push(r.int(0));
+                Ok(false)
+            })
+            .unwrap();
+            first
+        },
+        &[1],
+    );
+    scan_around_a_rolled_back_change(
+        &db,
+        "index range grp = 1",
+        |w| assert!(w.update(&t, &[Value::Int(1), Value::Int(7), Value::from("x")]).unwrap()),
+        |tx| {
+            let mut rows = Vec::new();
+            tx.index_range(
+                &t,
+                "by_grp",
+                Bound::Included(&one),
+                Bound::Included(&one),
+                LockMode::Exclusive,
+                |r| {
+                    rows.push(r.int(0));
+                    Ok(true)
+                },
+            )
+            .unwrap();
+            rows
+        },
+        &[0, 1, 2, 3, 4, 5],
+    );
+}
+
+/// Runs `change` in a transaction, then `scan` in another thread's transaction until it waits
+/// for a lock (or, the defect, finishes without waiting), then rolls `change` back and checks
+/// that the scan saw `want`.
+fn scan_around_a_rolled_back_change(
+    db: &Database,
+    what: &str,
+    change: impl FnOnce(&mut nvmedb::Transaction),
+    scan: impl FnOnce(&mut nvmedb::Transaction) -> Vec<i64> + Send,
+    want: &[i64],
+) {
+    let mut writer = db.begin();
+    change(&mut writer);
+    let waits_before = db.lock_stats().waits;
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut tx = db.begin();
+            let seen = scan(&mut tx);
+            tx.commit().unwrap();
+            seen
         });
-    }
+        while db.lock_stats().waits == waits_before && !h.is_finished() {
+            std::thread::yield_now();
+        }
+        writer.abort().unwrap();
+        assert_eq!(
+            h.join().unwrap(),
+            want,
+            "{what}: the scan passed over the row whose change was in flight"
+        );
+    });
 }
 
 /// A secondary range over a nullable `Int32` column and over a `Text` column: the primary key
