@@ -4,8 +4,9 @@
 //! `reps` repetitions, and prints every time and the median ratio. Both end with
 //! `Database::flush` (pages written back) and use `Options::default()`.
 //!
-//! Run: `cargo run --release -p nvmedb --example bulk_load -- DIR ROWS WIDTH REPS`
-//! (e.g. `... /tmp/bl 1000000 1024 3` and `... /tmp/bl 200000 100 3`).
+//! Run: `cargo run --release -p nvmedb --example bulk_load -- DIR ROWS WIDTH REPS [load]`
+//! (e.g. `... /tmp/bl 1000000 1024 3` and `... /tmp/bl 200000 100 3`); a fifth argument
+//! `load` times `load_table` alone.
 
 use nvmedb::{ColumnType, Database, Options, Schema, Value};
 use std::time::Instant;
@@ -71,14 +72,25 @@ fn main() -> nvmedb::Result<()> {
     let n: u64 = arg(2, "200000").parse().expect("ROWS");
     let width: usize = arg(3, "100").parse().expect("WIDTH");
     let reps: usize = arg(4, "3").parse().expect("REPS");
+    let load_only = arg(5, "") == "load";
     let (mut bulk, mut ins) = (Vec::new(), Vec::new());
     for rep in 0..reps {
         // Alternate which goes first, so drift in the machine's load hits both alike.
-        for &b in if rep % 2 == 0 { &[true, false] } else { &[false, true] } {
+        let order: &[bool] = match (load_only, rep % 2) {
+            (true, _) => &[true],
+            (false, 0) => &[true, false],
+            (false, _) => &[false, true],
+        };
+        for &b in order {
             let s = run(&dir, b, n, width)?;
             println!("rep {rep}: {} {n} x {width} B: {s:.2} s", if b { "load_table" } else { "inserts  " });
             if b { &mut bulk } else { &mut ins }.push(s);
         }
+    }
+    if load_only {
+        let b = median(&mut bulk);
+        println!("median of {reps}: load_table {b:.2} s ({:.0} rows/s)", n as f64 / b);
+        return Ok(());
     }
     let (b, i) = (median(&mut bulk), median(&mut ins));
     println!(

@@ -64,6 +64,10 @@ const FILE_HIT_SHARDS: usize = 2 * OWNED_SHARDS;
 /// See [`FILE_HIT_SHARDS`].
 pub const FILE_HIT_SLOTS: usize = 1024;
 
+/// Dirty pages per batch of [`BufferPool::flush_all`] (a flush or a checkpoint): one log
+/// wait and one device submission per file for up to this many pages.
+pub const FLUSH_BATCH_PAGES: usize = 64;
+
 /// One page-table lock (padded against false sharing).
 #[repr(align(128))]
 struct Stripe {
@@ -1298,9 +1302,88 @@ impl BufferPool {
         Ok(page)
     }
 
-    /// Writes every dirty page, then syncs every registered file.
+    /// Reserves `n` new page numbers at the end of file `file_id` for
+    /// [`BufferPool::write_new_pages`]; returns the first. Every reservation must be written,
+    /// in reservation order: until it is, later allocations in the file wait.
+    pub fn reserve_new_pages(&self, file_id: u32, n: u64) -> Result<u64> {
+        self.check_writable()?;
+        Ok(self.file(file_id)?.next_page.fetch_add(n, AcqRel))
+    }
+
+    /// Writes `pages` (whole pages composed elsewhere, back to back, in a buffer aligned for
+    /// the device) to the pages of file `file_id` that [`BufferPool::reserve_new_pages`]
+    /// reserved from `first`, with one device write, bypassing the frames and the log: each
+    /// page gets its header (type `page_type`, its file and page number, LSN 0) and its
+    /// checksum here. The pages are then published (in page order, waiting for earlier
+    /// reservations), even when the write fails: a failed write leaves pages that read as
+    /// never written, for a caller that discards the file. A length that is not a whole
+    /// number of pages is an error before anything is written or published.
+    ///
+    /// The pages are not durable until [`BufferPool::sync_file`]. They have no log record, so
+    /// a caller must make them durable before anything that survives a crash refers to them,
+    /// and must not use this for a file that a standby rebuilds from the log. How a bulk load
+    /// writes its heap pages when its log ships to no standby. Nobody may read the new pages
+    /// before this returns (a new file no table names yet).
+    pub fn write_new_pages(
+        &self,
+        file_id: u32,
+        first: u64,
+        page_type: PageType,
+        pages: &mut [u8],
+    ) -> Result<()> {
+        let page_size = self.page_size();
+        if pages.is_empty() || pages.len() % page_size != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of new pages is not a whole number of {page_size}-byte pages",
+                pages.len()
+            )));
+        }
+        let file = self.file(file_id)?;
+        let n = (pages.len() / page_size) as u64;
+        for (k, page) in pages.chunks_mut(page_size).enumerate() {
+            PageHeader::init(page, page_type, file_id, first + k as u64);
+            PageHeader::seal(page);
+        }
+        let start = Instant::now();
+        let written = file.device().write_at(first * page_size as u64, pages);
+        let ns = start.elapsed().as_nanos() as u64;
+        let part = self.partition();
+        part.io_wait_ns.fetch_add(ns, Relaxed);
+        file.io.io_wait_ns.fetch_add(ns, Relaxed);
+        if written.is_ok() {
+            part.writes.fetch_add(n, Relaxed);
+            file.io.writes.fetch_add(n, Relaxed);
+        }
+        while file.published.compare_exchange_weak(first, first + n, AcqRel, Acquire).is_err() {
+            std::thread::yield_now();
+        }
+        Ok(written?)
+    }
+
+    /// Makes every completed write of file `file_id` durable (its device's sync).
+    pub fn sync_file(&self, file_id: u32) -> Result<()> {
+        Ok(self.file(file_id)?.device().sync()?)
+    }
+
+    /// Writes every dirty page, then syncs every registered file. Dirty pages go out in
+    /// batches of [`FLUSH_BATCH_PAGES`] (one log wait and one device submission per file per
+    /// batch, as the background writer writes); pages a batch had to pass over (latched
+    /// exclusively, being written by another thread, or dirtied again meanwhile) are then
+    /// written one at a time, waiting for the thread that holds them.
     pub fn flush_all(&self) -> Result<()> {
+        let mut batch: Vec<(usize, u64)> = Vec::with_capacity(FLUSH_BATCH_PAGES);
         for part in self.parts.iter() {
+            for i in 0..part.arena.len() {
+                let f = &part.arena.frames[i];
+                let key = f.page_key.load(Acquire);
+                if key != NO_PAGE && f.dirty.load(Acquire) {
+                    batch.push((i, key));
+                    if batch.len() == FLUSH_BATCH_PAGES {
+                        self.write_batch(part, &mut batch, false)?;
+                    }
+                }
+            }
+            self.write_batch(part, &mut batch, false)?;
             for i in 0..part.arena.len() {
                 loop {
                     let f = &part.arena.frames[i];

@@ -11,18 +11,22 @@
 //! A crash before that update leaves files no catalog names (deleted at the next open, and
 //! recovery ignores their log records): the table is absent. After it, the table is whole.
 //!
-//! Logging: with a log, every page the load writes is logged as a full image (a new page's
-//! first change always is) and the load waits until the log is durable before the switch. The
-//! alternative — writing and syncing the files and logging only the catalog switch — would
-//! write the data once instead of twice, but a standby, which rebuilds its files from the log
-//! alone, would receive a catalog naming pages it never saw; so images it is. Without a log,
-//! both pools are flushed and synced before the switch.
+//! Writing: heap pages are composed in buffers of [`DIRECT_WRITE_BYTES`] and, unless the log
+//! ships to standbys, written around the log by a writer thread (one device write per buffer,
+//! while the next buffer is composed), then synced before the switch: the data is written
+//! once, and a crash before the switch leaves only a file that no catalog names. When the log
+//! ships to standbys ([`RecordLog::ships_records`](crate::wal::RecordLog::ships_records)),
+//! which rebuild their files from the log alone, every heap page is logged as a full image
+//! instead (a new page's first change always is), so a standby receives it. B+tree pages are
+//! always logged as images (they are a few percent of the data). With a log, the load waits
+//! until the log is durable before the switch; without one, both pools are flushed and synced.
 
 use super::{heap_name, index_name, Database};
 use crate::btree::build::TreeBuilder;
 use crate::btree::BTree;
 use crate::buffer::PageClass;
 use crate::error::{Error, Result};
+use crate::io::AlignedBuf;
 use crate::page::{slotted, PageType};
 use crate::table::catalog::{TableMeta, DEFAULT_TABLESPACE};
 use crate::table::{HeapFile, RowId, Schema, Table, Value};
@@ -69,6 +73,184 @@ struct Pending {
     secondary: Vec<Vec<u8>>,
 }
 
+/// Bytes of heap pages a load writes with one device write when it writes around the log.
+const DIRECT_WRITE_BYTES: usize = 2 << 20;
+
+/// Buffers of [`DIRECT_WRITE_BYTES`] a load writing around the log cycles through: one being
+/// composed, the others queued for or in the writer thread's write.
+const DIRECT_WRITE_BUFFERS: usize = 3;
+
+/// Where a load's heap pages go.
+enum HeapSink {
+    /// Appended one at a time through the pool as logged images
+    /// ([`BufferPool::append_page`](crate::buffer::BufferPool::append_page)).
+    Logged,
+    /// Written around the log by a writer thread, a buffer of pages at a time
+    /// ([`BufferPool::write_new_pages`](crate::buffer::BufferPool::write_new_pages)), while
+    /// the next buffer is composed.
+    Direct {
+        /// Full buffers to write: first reserved page number, buffer, pages in it.
+        full: std::sync::mpsc::SyncSender<(u64, AlignedBuf, usize)>,
+        /// Buffers written (or the write's error).
+        done: std::sync::mpsc::Receiver<Result<AlignedBuf>>,
+        /// Buffers not in the writer's hands.
+        spare: Vec<AlignedBuf>,
+        /// Buffers handed to the writer and not yet back.
+        out: usize,
+    },
+}
+
+/// The heap pages of a load: composed in place in a buffer of whole pages, then written by
+/// its [`HeapSink`]. A row's index entries get its row id once its page has a number.
+struct HeapBatch<'a> {
+    db: &'a Database,
+    file: u32,
+    sink: HeapSink,
+    page_size: usize,
+    buf: AlignedBuf,
+    /// The rows of each page in `buf` so far; the last entry is the page being composed.
+    rows: Vec<Vec<Pending>>,
+    pages: u64,
+}
+
+impl<'a> HeapBatch<'a> {
+    fn new(db: &'a Database, file: u32, sink: HeapSink) -> Self {
+        let page_size = db.inner.table_pool.page_size();
+        let buf = match &sink {
+            HeapSink::Logged => AlignedBuf::new(page_size),
+            HeapSink::Direct { .. } => AlignedBuf::new((DIRECT_WRITE_BYTES / page_size).max(1) * page_size),
+        };
+        let mut b = Self { db, file, sink, page_size, buf, rows: vec![Vec::new()], pages: 0 };
+        slotted::init(b.current());
+        b
+    }
+
+    /// The writer thread of [`HeapSink::Direct`]: writes every buffer it receives, in order,
+    /// and hands it back (or the error); ends when the sender is dropped.
+    fn writer(
+        pool: &crate::buffer::BufferPool,
+        file: u32,
+        full: std::sync::mpsc::Receiver<(u64, AlignedBuf, usize)>,
+        done: std::sync::mpsc::Sender<Result<AlignedBuf>>,
+    ) {
+        let page_size = pool.page_size();
+        for (first, mut buf, n) in full {
+            let r = pool.write_new_pages(file, first, PageType::Heap, &mut buf[..n * page_size]);
+            let _ = done.send(r.map(|()| buf));
+        }
+    }
+
+    /// The page being composed.
+    fn current(&mut self) -> &mut [u8] {
+        let k = self.rows.len() - 1;
+        &mut self.buf[k * self.page_size..(k + 1) * self.page_size]
+    }
+
+    /// Adds an encoded row (at most a page's record limit) with its primary and secondary keys.
+    fn push(
+        &mut self,
+        row: &[u8],
+        pk: Vec<u8>,
+        secondary: Vec<Vec<u8>>,
+        primary: &mut Entries,
+        indexes: &mut [Entries],
+    ) -> Result<()> {
+        let slot = match slotted::append(self.current(), row) {
+            Some(s) => s,
+            None => {
+                if self.rows.len() * self.page_size == self.buf.len() {
+                    self.write(primary, indexes)?; // leaves one fresh page to compose
+                } else {
+                    self.rows.push(Vec::new());
+                    let page = self.current();
+                    page.fill(0);
+                    slotted::init(page);
+                }
+                slotted::append(self.current(), row)
+                    .expect("a row of at most max_record_len fits an empty page")
+            }
+        };
+        self.rows.last_mut().expect("a page being composed").push(Pending {
+            slot: slot as u16,
+            pk,
+            secondary,
+        });
+        Ok(())
+    }
+
+    /// Writes the pages composed so far (the last one too, if it holds a row) and waits until
+    /// every write has completed.
+    fn finish(mut self, primary: &mut Entries, indexes: &mut [Entries]) -> Result<()> {
+        if self.rows.last().is_some_and(|r| r.is_empty()) {
+            self.rows.pop();
+        }
+        self.write(primary, indexes)?;
+        if let HeapSink::Direct { full, done, out, .. } = self.sink {
+            drop(full);
+            for _ in 0..out {
+                done.recv().map_err(|_| writer_gone(self.file))??;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands every page in `rows` to the sink and gives their rows' index entries their row
+    /// ids; leaves a fresh page to compose.
+    fn write(&mut self, primary: &mut Entries, indexes: &mut [Entries]) -> Result<()> {
+        let n = self.rows.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let pool = &self.db.inner.table_pool;
+        let first = match &mut self.sink {
+            HeapSink::Logged => {
+                let page = &self.buf[..self.page_size];
+                pool.append_page(self.file, PageClass::Data, PageType::Heap, page)?
+            }
+            HeapSink::Direct { full, done, spare, out } => {
+                let next = match spare.pop() {
+                    Some(b) => b,
+                    None => {
+                        *out -= 1;
+                        done.recv().map_err(|_| writer_gone(self.file))??
+                    }
+                };
+                let first = pool.reserve_new_pages(self.file, n as u64)?;
+                let buf = std::mem::replace(&mut self.buf, next);
+                full.send((first, buf, n)).map_err(|_| writer_gone(self.file))?;
+                *out += 1;
+                first
+            }
+        };
+        debug_assert!(n == 1 || matches!(self.sink, HeapSink::Direct { .. }));
+        for (k, rows) in self.rows.drain(..).enumerate() {
+            let rid_page = first + k as u64;
+            for p in rows {
+                let rid = RowId { page: rid_page, slot: p.slot };
+                primary.push(p.pk, rid);
+                for (e, key) in indexes.iter_mut().zip(p.secondary) {
+                    e.push(key, rid);
+                }
+            }
+        }
+        let before = self.pages;
+        self.pages += n as u64;
+        if before / CHECKPOINT_CHECK_PAGES != self.pages / CHECKPOINT_CHECK_PAGES {
+            self.db.inner.txn.checkpoint_if_wanted();
+        }
+        self.rows.push(Vec::new());
+        let page = self.current();
+        page.fill(0);
+        slotted::init(page);
+        Ok(())
+    }
+}
+
+/// The error of a load whose writer thread stopped without a result (it panicked).
+fn writer_gone(file: u32) -> Error {
+    Error::Poisoned(format!("the bulk load's writer thread for heap file {file} stopped"))
+}
+
 impl Database {
     /// Creates table `name` with `schema` and fills it with `rows`, faster than inserting them
     /// one by one: heap pages and B+trees are built directly (bottom-up), without locks or
@@ -80,8 +262,9 @@ impl Database {
     /// end. The table must not exist; it goes into the default tablespace.
     ///
     /// After a crash during the load the table does not exist; after `load_table` returns, it
-    /// is durable (with a log, its pages are in the log: a standby receives them; without one,
-    /// they are written and synced). A row that does not match the schema, or a primary key
+    /// is durable: its heap pages are written once, around the log, and synced, and its index
+    /// pages are in the log (or, without a log, written and synced). On a primary whose log
+    /// ships to standbys, every page is in the log, so a standby receives the table. A row that does not match the schema, or a primary key
     /// (or unique index value) given twice, fails the load: nothing of the table remains.
     ///
     /// ```
@@ -108,8 +291,8 @@ impl Database {
     }
 
     /// Replaces existing table `name` by a table with `schema` holding `rows`, built as
-    /// [`Database::load_table`] builds a table (bottom-up, every new page logged once as an
-    /// image) into new files in the old table's tablespaces, then switched in with one catalog
+    /// [`Database::load_table`] builds a table (bottom-up, each new page written once) into new
+    /// files in the old table's tablespaces, then switched in with one catalog
     /// update: after a crash either the old table or the whole new one exists. For filling an
     /// empty table (SQL's `COPY` into a table just created or truncated) and for rebuilding a
     /// table under a new primary key or index (the rows read from the old table, which is
@@ -174,7 +357,7 @@ impl Database {
             None => built,
         };
         let switched = built.and_then(|(meta, rows)| {
-            self.make_durable()?;
+            self.make_durable(id)?;
             let meta = TableMeta {
                 name: name.to_string(),
                 heap_space: heap_space.clone(),
@@ -236,72 +419,59 @@ impl Database {
         let index_pool = &self.inner.index_pool;
         let max_row = slotted::max_record_len(heap_pool.page_size());
         let max_entry = crate::btree::node::max_entry_payload(index_pool.page_size()) - 8;
-        let mut page = vec![0u8; heap_pool.page_size()];
-        slotted::init(&mut page);
-        let mut pending: Vec<Pending> = Vec::new();
-        let mut primary = Entries::new();
-        let mut secondary: Vec<Entries> = schema.indexes.iter().map(|_| Entries::new()).collect();
-        let mut bytes = Vec::new();
-        let mut count = 0u64;
-        let mut pages = 0u64;
-        let mut write_page = |page: &mut Vec<u8>,
-                              pending: &mut Vec<Pending>,
-                              primary: &mut Entries,
-                              secondary: &mut Vec<Entries>|
-         -> Result<()> {
-            let no = heap_pool.append_page(id, PageClass::Data, PageType::Heap, page)?;
-            for p in pending.drain(..) {
-                let rid = RowId { page: no, slot: p.slot };
-                primary.push(p.pk, rid);
-                for (e, k) in secondary.iter_mut().zip(p.secondary) {
-                    e.push(k, rid);
-                }
-            }
-            slotted::init(page);
-            pages += 1;
-            if pages % CHECKPOINT_CHECK_PAGES == 0 {
-                self.inner.txn.checkpoint_if_wanted();
-            }
-            Ok(())
-        };
-        for row in rows {
-            schema.encode_row(name, &row, &mut bytes)?;
-            if bytes.len() > max_row {
-                return Err(Error::InvalidArgument(format!(
-                    "table `{name}`: row {count} of {} bytes exceeds the {max_row} bytes a heap page holds",
-                    bytes.len()
-                )));
-            }
-            let pk = schema.primary_key_bytes(name, &row[schema.primary_key])?;
-            let keys: Vec<Vec<u8>> = schema
-                .indexes
-                .iter()
-                .map(|ix| schema.secondary_key_bytes(ix.column, &row[ix.column], &pk))
-                .collect();
-            if let Some(k) = std::iter::once(&pk).chain(&keys).find(|k| k.len() > max_entry) {
-                return Err(Error::InvalidArgument(format!(
-                    "table `{name}`: row {count} has an index key of {} bytes, more than the {max_entry} an index \
-                     entry allows",
-                    k.len()
-                )));
-            }
-            let slot = match slotted::append(&mut page, &bytes) {
-                Some(s) => s,
-                None => {
-                    write_page(&mut page, &mut pending, &mut primary, &mut secondary)?;
-                    slotted::append(&mut page, &bytes)
-                        .expect("a row of at most max_record_len fits an empty page")
-                }
+        let direct = !self.load_logs_heap_pages();
+        let (mut primary, secondary, count) = std::thread::scope(|s| -> Result<_> {
+            let sink = if direct {
+                let (full, to_write) = std::sync::mpsc::sync_channel(DIRECT_WRITE_BUFFERS);
+                let (written, done) = std::sync::mpsc::channel();
+                std::thread::Builder::new()
+                    .name("nvmedb-load".into())
+                    .spawn_scoped(s, move || HeapBatch::writer(heap_pool, id, to_write, written))
+                    .map_err(|e| {
+                        Error::ResourceExhausted(format!("starting the bulk load's writer thread: {e}"))
+                    })?;
+                let page_size = heap_pool.page_size();
+                let bytes = (DIRECT_WRITE_BYTES / page_size).max(1) * page_size;
+                let spare = (1..DIRECT_WRITE_BUFFERS).map(|_| AlignedBuf::new(bytes)).collect();
+                HeapSink::Direct { full, done, spare, out: 0 }
+            } else {
+                HeapSink::Logged
             };
-            pending.push(Pending { slot: slot as u16, pk, secondary: keys });
-            count += 1;
-            if count % LOAD_PROGRESS_EVERY == 0 {
-                progress(count);
+            let mut heap = HeapBatch::new(self, id, sink);
+            let mut primary = Entries::new();
+            let mut secondary: Vec<Entries> = schema.indexes.iter().map(|_| Entries::new()).collect();
+            let mut bytes = Vec::new();
+            let mut count = 0u64;
+            for row in rows {
+                schema.encode_row(name, &row, &mut bytes)?;
+                if bytes.len() > max_row {
+                    return Err(Error::InvalidArgument(format!(
+                        "table `{name}`: row {count} of {} bytes exceeds the {max_row} bytes a heap page holds",
+                        bytes.len()
+                    )));
+                }
+                let pk = schema.primary_key_bytes(name, &row[schema.primary_key])?;
+                let keys: Vec<Vec<u8>> = schema
+                    .indexes
+                    .iter()
+                    .map(|ix| schema.secondary_key_bytes(ix.column, &row[ix.column], &pk))
+                    .collect();
+                if let Some(k) = std::iter::once(&pk).chain(&keys).find(|k| k.len() > max_entry) {
+                    return Err(Error::InvalidArgument(format!(
+                        "table `{name}`: row {count} has an index key of {} bytes, more than the {max_entry} an index \
+                         entry allows",
+                        k.len()
+                    )));
+                }
+                heap.push(&bytes, pk, keys, &mut primary, &mut secondary)?;
+                count += 1;
+                if count % LOAD_PROGRESS_EVERY == 0 {
+                    progress(count);
+                }
             }
-        }
-        if !pending.is_empty() {
-            write_page(&mut page, &mut pending, &mut primary, &mut secondary)?;
-        }
+            heap.finish(&mut primary, &mut secondary)?;
+            Ok((primary, secondary, count))
+        })?;
         if let Some(k) = primary.sort() {
             return Err(Error::AlreadyExists(format!(
                 "table `{name}`: primary key {k:02x?} (encoded) given twice"
@@ -344,10 +514,14 @@ impl Database {
         Ok((meta, count))
     }
 
-    /// Makes every page written so far durable: with a log, by waiting until the log is
-    /// durable to its end (the pages' images are in it); without one, by flushing and syncing
-    /// both pools.
-    fn make_durable(&self) -> Result<()> {
+    /// Makes every page of table `id` written so far durable: the heap file's pages written
+    /// around the log by syncing the file; with a log, the logged pages by waiting until the
+    /// log is durable to its end (their images are in it); without one, by flushing and
+    /// syncing both pools.
+    fn make_durable(&self, id: u32) -> Result<()> {
+        if !self.load_logs_heap_pages() {
+            self.inner.table_pool.sync_file(id)?;
+        }
         match &self.inner.txn.log {
             Some(log) => {
                 let end = log.log().record_log().end_lsn();
@@ -358,6 +532,14 @@ impl Database {
                 self.inner.index_pool.flush_all()
             }
         }
+    }
+
+    /// Whether a bulk load logs its heap pages as images (the log ships records to standbys,
+    /// which rebuild their files from the log alone) or writes them around the log, once, in
+    /// large writes, and syncs the file before the catalog switch (every other case: a crash
+    /// before the switch leaves a file no catalog names, which the next open deletes).
+    fn load_logs_heap_pages(&self) -> bool {
+        self.inner.txn.log.as_ref().is_some_and(|l| l.log().record_log().ships_records())
     }
 
     /// Registers table `id`'s heap and index files (created if new) with the pools.

@@ -636,6 +636,10 @@ impl Drop for ReplicatedLog {
 }
 
 impl RecordLog for ReplicatedLog {
+    fn ships_records(&self) -> bool {
+        true
+    }
+
     fn append_record(&self, kind: u8, payload: &[u8]) -> Result<(Lsn, Lsn)> {
         let order = self.sh.append_mx.locked();
         let (lsn, end) = self.sh.local.append_record(kind, payload)?;

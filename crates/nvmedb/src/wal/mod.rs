@@ -103,6 +103,12 @@ pub trait RecordLog: Send + Sync {
     fn wants_checkpoint(&self) -> bool {
         false
     }
+    /// True when the log ships its records to standbys, which rebuild their files from the
+    /// records alone: a page must then be in the log to reach them (a bulk load logs its pages
+    /// as images instead of writing them around the log). Default: false.
+    fn ships_records(&self) -> bool {
+        false
+    }
     /// The space gate a mini-transaction passes before it latches pages: a log whose space
     /// only a checkpoint frees (the fast log under retention) makes new mini-transactions
     /// wait here, holding no latch, while it is nearly full, so that neither the checkpoint's

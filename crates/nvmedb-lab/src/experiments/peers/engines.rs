@@ -63,8 +63,9 @@ impl Kind {
                  whole table in memory, or a table buffer of 1 % of the data for the miss part \
                  with the primary index cached (its index pages stay resident, as in seed 000; \
                  RocksDB's and LMDB's 1 % include their index blocks); loaded with \
-                 Database::load_table (pages built directly, logged as page images, one durable \
-                 switch)"
+                 Database::load_table (pages built directly: heap pages written once around the \
+                 log and synced, index pages logged as images; one durable switch), then \
+                 Database::flush"
             }
             Kind::Rocksdb => {
                 "block-based table, 4 KiB blocks, 10-bit bloom filter, LRU block cache holding the \
