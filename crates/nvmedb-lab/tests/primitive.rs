@@ -165,6 +165,7 @@ fn point(device: &str, workload: &str, pct: f64, rep: usize, tps: f64) -> PointR
         io_us_per_read: if pct == 100.0 { 0.0 } else { 10.0 },
         cpu_us_per_txn: 100.0,
         log_kib_per_txn: 0.0,
+        log_pad_kib_per_txn: 0.0,
         process_cpu_cores: 2.0,
         latency_p50_us: 1.0,
         latency_p99_us: 2.0,

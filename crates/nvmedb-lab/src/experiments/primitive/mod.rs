@@ -289,11 +289,15 @@ pub struct PointResult {
     pub io_us_per_read: f64,
     /// Client thread CPU per transaction, µs (includes any emulator spinning).
     pub cpu_us_per_txn: f64,
-    /// Log bytes written per transaction in the window, KiB (0 without a log): an UPDATE's
-    /// row patch (its changed bytes, before and after), commit and page changes, where the first change of a page after
-    /// a checkpoint logs the whole page (torn-page protection).
+    /// Log record bytes written per transaction in the window, KiB (0 without a log): an
+    /// UPDATE's row patch (its changed bytes, before and after), commit and page changes, where
+    /// the first change of a page after a checkpoint logs the whole page (torn-page protection).
     #[serde(default)]
     pub log_kib_per_txn: f64,
+    /// Log filler per transaction, KiB: what completes the block at the end of each
+    /// group-commit write (the device writes it; it carries no record).
+    #[serde(default)]
+    pub log_pad_kib_per_txn: f64,
     /// Process CPU during the window, cores.
     pub process_cpu_cores: f64,
     /// Transaction latency p50, µs.
@@ -366,9 +370,12 @@ pub struct SummaryRow {
     pub io_us_per_read: f64,
     /// Median CPU per transaction, µs.
     pub cpu_us_per_txn: f64,
-    /// Median log KiB per transaction.
+    /// Median log record KiB per transaction.
     #[serde(default)]
     pub log_kib_per_txn: f64,
+    /// Median log filler KiB per transaction (block padding of group-commit writes).
+    #[serde(default)]
+    pub log_pad_kib_per_txn: f64,
     /// Median p99 latency, µs.
     pub latency_p99_us: f64,
 }

@@ -70,21 +70,28 @@ pub struct PointMeasurement {
     pub latency_us: (f64, f64),
     /// Process CPU over the window in cores (clients plus anything else in the process).
     pub process_cpu_cores: f64,
-    /// Log bytes written in the window (0 without a log).
+    /// Log record bytes written in the window (0 without a log).
     pub log_bytes: u64,
+    /// Filler bytes the log wrote in the window to complete the block at the end of each
+    /// group-commit write (device bytes that carry no record).
+    pub log_padding_bytes: u64,
 }
 
 /// Snapshots the buffer and log counters at the window's edges, and runs the caller's hooks.
 struct Counters<'a> {
     db: &'a Database,
     inner: &'a mut dyn WindowHooks,
-    at_open: Option<((BufferStats, BufferStats), u64)>,
-    delta: ((BufferStats, BufferStats), u64),
+    at_open: Option<((BufferStats, BufferStats), (u64, u64))>,
+    delta: ((BufferStats, BufferStats), (u64, u64)),
 }
 
 impl Counters<'_> {
-    fn log_written(&self) -> u64 {
-        self.db.engine_log().map_or(0, |l| l.record_log().stats().bytes_written)
+    /// Log bytes written so far: records, and filler.
+    fn log_written(&self) -> (u64, u64) {
+        self.db.engine_log().map_or((0, 0), |l| {
+            let st = l.record_log().stats();
+            (st.bytes_written.saturating_sub(st.filler_bytes), st.filler_bytes)
+        })
     }
 }
 
@@ -100,7 +107,11 @@ impl WindowHooks for Counters<'_> {
         self.inner.closed();
         if let Some(((t0, i0), log0)) = self.at_open.take() {
             let (t1, i1) = self.db.buffer_stats();
-            self.delta = ((t1.since(&t0), i1.since(&i0)), self.log_written().saturating_sub(log0));
+            let log1 = self.log_written();
+            self.delta = (
+                (t1.since(&t0), i1.since(&i0)),
+                (log1.0.saturating_sub(log0.0), log1.1.saturating_sub(log0.1)),
+            );
         }
     }
 }
@@ -147,7 +158,7 @@ pub fn measure(
         },
         &mut counters,
     )?;
-    let ((table_stats, index_stats), log_bytes) = counters.delta;
+    let ((table_stats, index_stats), (log_bytes, log_padding_bytes)) = counters.delta;
     Ok(PointMeasurement {
         transactions: run.ops,
         window_s: run.window.as_secs_f64(),
@@ -157,6 +168,7 @@ pub fn measure(
         latency_us: (run.latency.quantile_us(0.5), run.latency.quantile_us(0.99)),
         process_cpu_cores: run.process_cpu_cores(),
         log_bytes,
+        log_padding_bytes,
     })
 }
 
@@ -207,6 +219,7 @@ pub fn result(
         io_us_per_read: if ts.reads > 0 { ts.io_wait_ns as f64 / ts.reads as f64 / 1e3 } else { 0.0 },
         cpu_us_per_txn: per_txn(m.client_cpu_ns as f64 / 1e3),
         log_kib_per_txn: per_txn(m.log_bytes as f64 / 1024.0),
+        log_pad_kib_per_txn: per_txn(m.log_padding_bytes as f64 / 1024.0),
         process_cpu_cores: m.process_cpu_cores,
         latency_p50_us: m.latency_us.0,
         latency_p99_us: m.latency_us.1,

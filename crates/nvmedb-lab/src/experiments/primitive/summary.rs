@@ -60,6 +60,7 @@ pub fn summarise(points: &[PointResult]) -> Vec<SummaryRow> {
                 io_us_per_read: col(&|p| p.io_us_per_read),
                 cpu_us_per_txn: col(&|p| p.cpu_us_per_txn),
                 log_kib_per_txn: col(&|p| p.log_kib_per_txn),
+                log_pad_kib_per_txn: col(&|p| p.log_pad_kib_per_txn),
                 latency_p99_us: col(&|p| p.latency_p99_us),
             }
         })
