@@ -42,6 +42,7 @@ fn conformance(make: &dyn Fn() -> Arc<dyn Device>) {
     sync_after_writes(&*make());
     concurrent_threads(make());
     queue_at_depth(&*make());
+    preallocate_keeps_every_byte(&*make());
 }
 
 fn round_trips(d: &dyn Device) {
@@ -73,6 +74,23 @@ fn unwritten_bytes_read_as_zero(d: &dyn Device) {
     // A write past the end grows the device.
     d.write_at(end + 40960, &pattern(3, BLOCK)).unwrap();
     assert!(d.capacity() >= end + 40960 + BLOCK as u64);
+}
+
+/// `preallocate` changes no byte: data inside the range stays, holes read as zeroes, and the
+/// device is at least as long as the range.
+fn preallocate_keeps_every_byte(d: &dyn Device) {
+    let w = pattern(11, 8192);
+    d.write_at(1 << 20, &w).unwrap();
+    d.preallocate(0, 4 << 20).unwrap_or_else(|e| panic!("preallocate on {:?}: {e}", d.info()));
+    assert!(d.capacity() >= 4 << 20, "capacity {} after preallocating 4 MiB", d.capacity());
+    assert!(read(d, 1 << 20, 8192)[..] == w[..], "data inside the preallocated range");
+    assert!(read(d, 0, 1 << 20).iter().all(|&b| b == 0), "a filled hole reads as zeroes");
+    assert!(read(d, (1 << 20) + 8192, 65536).iter().all(|&b| b == 0), "after the data");
+    // Over data alone, and past the end.
+    d.preallocate(1 << 20, 8192).unwrap();
+    d.preallocate(6 << 20, 1 << 20).unwrap();
+    assert!(read(d, 1 << 20, 8192)[..] == w[..], "data after preallocating over it");
+    assert!(d.capacity() >= 7 << 20);
 }
 
 fn expect_misaligned(r: Result<(), IoError>, what: &str, device: &str) {
@@ -259,6 +277,32 @@ fn file_device(name: &str, opts: FileOptions) -> Option<Arc<dyn Device>> {
     }
 }
 
+/// On a file, `preallocate` fills the holes of the range (blocks allocated afterwards), which
+/// is what spares the log's flushes a metadata write each: a sparse file made by
+/// `ensure_capacity` has (almost) no blocks before, and the whole range after.
+#[test]
+fn file_device_preallocate_fills_the_holes_of_a_sparse_file() {
+    use std::os::unix::fs::MetadataExt;
+    let path = tmp_path("prealloc");
+    let d = FileDevice::open_with(path.path(), &FileOptions::default()).unwrap();
+    let len = 8u64 << 20;
+    d.ensure_capacity(len).unwrap();
+    d.write_at(3 << 20, &pattern(5, 16384)).unwrap();
+    let allocated = || std::fs::metadata(path.path()).unwrap().blocks() * 512;
+    let before = allocated();
+    if before >= len {
+        eprintln!("this file system allocated the whole file at once ({before} bytes): no holes to fill");
+        return;
+    }
+    d.preallocate(0, len).unwrap();
+    assert!(
+        allocated() >= len,
+        "{} bytes allocated after preallocating {len} (before: {before})",
+        allocated()
+    );
+    assert!(read(&d, 3 << 20, 16384)[..] == pattern(5, 16384)[..], "the data written before");
+}
+
 #[test]
 fn mem_device_conforms() {
     conformance(&|| Arc::new(MemDevice::new("mem")));
@@ -315,7 +359,7 @@ fn dir_storage_devices_conform_and_reopen() {
         st.open(&format!("dev{n}"), true).unwrap()
     });
     let names = st.list().unwrap();
-    assert_eq!(names.len(), 7, "{names:?}");
+    assert_eq!(names.len(), 8, "{names:?}");
     assert!(st.exists("dev0"));
     // Reopening through a new DirStorage sees the bytes.
     let d0 = st.open("dev0", false).unwrap();

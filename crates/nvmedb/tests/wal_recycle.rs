@@ -163,3 +163,50 @@ fn wal_single_log_reuses_released_slots_across_opens() {
         }
     }
 }
+
+/// The log keeps its segment file backed by storage ahead of its flushes: after the first
+/// durable records in a new segment on a real directory, the file is allocated well past them
+/// (a flush into a hole would make its sync write allocation metadata too), the records read
+/// back, and a reopen (which takes a new slot) does the same.
+#[test]
+fn wal_segments_are_backed_by_storage_ahead_of_the_flushes() {
+    use nvmedb::io::{DirStorage, FileOptions};
+    use std::os::unix::fs::MetadataExt;
+    let dir = nvmedb_testkit::TmpDir::new("wal-prepare");
+    let st: Arc<dyn Storage> = Arc::new(DirStorage::new(dir.path(), FileOptions::default()).unwrap());
+    let segment_bytes = 16u64 << 20;
+    let opts = WalOptions { segment_bytes, ..WalOptions::default() };
+    let mut recs = Vec::new();
+    for round in 0..2u64 {
+        let log = FileLog::open_single(st.clone(), opts.clone()).unwrap();
+        let mut last = 0;
+        for i in 0..50 {
+            let p = payload(9, round * 100 + i, 700);
+            let (s, e) = log.append(&p).unwrap();
+            recs.push((s, p));
+            last = e;
+            log.wait_durable(e).unwrap();
+        }
+        log.wait_durable(last).unwrap();
+        log.close().unwrap();
+        let allocated: Vec<(String, u64)> = st
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|f| {
+                let blocks = std::fs::metadata(dir.path().join(&f)).unwrap().blocks();
+                (f, blocks * 512)
+            })
+            .collect();
+        assert!(
+            allocated.iter().filter(|(_, b)| *b >= 4 << 20).count() == round as usize + 1,
+            "round {round}: every segment used so far is allocated at least 4 MiB ahead: {allocated:?}"
+        );
+    }
+    let got: Vec<_> =
+        LogReader::open_copies(vec![st.clone()], recs[0].0).unwrap().collect::<nvmedb::Result<_>>().unwrap();
+    assert_eq!(got.len(), recs.len());
+    for (r, (s, p)) in got.iter().zip(&recs) {
+        assert_eq!((r.lsn, &r.payload), (*s, p));
+    }
+}

@@ -15,8 +15,8 @@
 //!   really O_DIRECT.
 
 use super::{
-    check_alignment, Completion, Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoRequest, IoResult,
-    QueuedOp, QueuedOpKind, Storage, DIRECT_IO_ALIGN,
+    check_alignment, AlignedBuf, Completion, Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoRequest,
+    IoResult, QueuedOp, QueuedOpKind, Storage, DIRECT_IO_ALIGN,
 };
 use crate::util::sync::MutexExt;
 use io_uring::{opcode, types, IoUring};
@@ -31,6 +31,10 @@ use std::sync::{Arc, Mutex};
 /// Environment variable that forces the I/O backend of files opened with [`Backend::Auto`]:
 /// `pread` or `io_uring`.
 pub const BACKEND_ENV: &str = "NVMEDB_IO_BACKEND";
+
+/// Bytes of zeroes per write when [`FileDevice`] fills a file's holes
+/// ([`Device::preallocate`]).
+pub const PREALLOCATE_CHUNK: usize = 4 << 20;
 
 /// Entries of the per-thread ring used by synchronous calls and batches.
 const THREAD_RING_ENTRIES: u32 = 128;
@@ -384,6 +388,55 @@ impl Device for FileDevice {
         let cur = self.file.metadata().map_err(|e| self.err(IoOpKind::Setup, 0, 0, e))?.len();
         if cur < len {
             self.file.set_len(len).map_err(|e| self.err(IoOpKind::Setup, len, 0, e))?;
+        }
+        Ok(())
+    }
+
+    /// Fills every hole in `[offset, offset + len)` (found with `SEEK_HOLE`/`SEEK_DATA`) with
+    /// zeroes, in writes of at most [`PREALLOCATE_CHUNK`], then syncs if it wrote anything: a
+    /// range that is already allocated (a recycled log segment) costs an `lseek` or two.
+    fn preallocate(&self, offset: u64, len: u64) -> IoResult<()> {
+        let end = offset + len;
+        self.ensure_capacity(end)?;
+        let fd = self.file.as_raw_fd();
+        let seek = |off: u64, whence: libc::c_int| -> IoResult<Option<u64>> {
+            // SAFETY: lseek on a file descriptor we own.
+            let r = unsafe { libc::lseek(fd, off as libc::off_t, whence) };
+            if r >= 0 {
+                return Ok(Some(r as u64));
+            }
+            let e = last_os_error();
+            // ENXIO: no data (or no hole) at or after `off`; EINVAL: the file system cannot
+            // tell holes (then nothing is filled).
+            if matches!(e.raw_os_error(), Some(libc::ENXIO) | Some(libc::EINVAL)) {
+                return Ok(None);
+            }
+            Err(self.err(IoOpKind::Setup, off, 0, e))
+        };
+        let mut zeros: Option<AlignedBuf> = None;
+        let mut off = offset;
+        while off < end {
+            let Some(hole) = seek(off, libc::SEEK_HOLE)?.filter(|&h| h < end) else { break };
+            let hole_end = seek(hole, libc::SEEK_DATA)?.map_or(end, |d| d.min(end));
+            let zeros = zeros.get_or_insert_with(|| AlignedBuf::new(PREALLOCATE_CHUNK));
+            // Holes start and end on file-system blocks, which DIRECT_IO_ALIGN divides.
+            let mut at = hole - hole % DIRECT_IO_ALIGN as u64;
+            while at < hole_end {
+                // Whole aligned blocks only, never past the hole (a partial block at its end,
+                // which a file system with blocks smaller than DIRECT_IO_ALIGN could leave, is
+                // skipped rather than overwritten).
+                let n = (hole_end - at).min(PREALLOCATE_CHUNK as u64) as usize;
+                let n = n - n % DIRECT_IO_ALIGN;
+                if n == 0 {
+                    break;
+                }
+                self.pwrite_full(at, &zeros[..n], 0)?;
+                at += n as u64;
+            }
+            off = hole_end.max(at);
+        }
+        if zeros.is_some() {
+            self.sync()?;
         }
         Ok(())
     }

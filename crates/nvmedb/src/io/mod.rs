@@ -166,6 +166,19 @@ pub trait Device: Send + Sync {
     /// Makes the device at least `len` bytes long (new bytes read as zero).
     fn ensure_capacity(&self, len: u64) -> IoResult<()>;
 
+    /// Makes the device at least `offset + len` bytes long with every byte of
+    /// `[offset, offset + len)` backed by storage, durably, so that later writes there
+    /// overwrite instead of allocating. For a file this matters: a write into a hole makes the
+    /// next `fdatasync` also write the file's allocation metadata, a second synchronous device
+    /// write on every log flush. The contents do not change (holes read as zero, and zeroes are
+    /// what fills them), but no other write may target the range meanwhile. The log prepares
+    /// its segments this way a little ahead of its writes. Default:
+    /// [`Device::ensure_capacity`] (RAM and emulated devices allocate nothing a write could
+    /// save).
+    fn preallocate(&self, offset: u64, len: u64) -> IoResult<()> {
+        self.ensure_capacity(offset + len)
+    }
+
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()>;
 
@@ -256,6 +269,9 @@ impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
     }
     fn ensure_capacity(&self, len: u64) -> IoResult<()> {
         (**self).ensure_capacity(len)
+    }
+    fn preallocate(&self, offset: u64, len: u64) -> IoResult<()> {
+        (**self).preallocate(offset, len)
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
         (**self).read_at(offset, buf)

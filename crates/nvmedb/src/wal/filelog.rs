@@ -3,7 +3,9 @@
 //! Owns: LSN assignment, batching of appended records into flushes (group commit), writing
 //! each flush to every copy (two copies in parallel) and syncing them, segment switching and
 //! recycling (also across opens: `truncate_before` zeroes the header of a released segment, so
-//! the next open finds its slot free), and the durable position. Invariants:
+//! the next open finds its slot free), keeping the segment backed by storage ahead of the
+//! flushes (`wal::prepare`, so a flush's sync writes no allocation metadata), and the durable
+//! position. Invariants:
 //! - LSNs are byte positions of one continuous stream: record `n + 1` starts where record `n`
 //!   ends; a segment's base LSN is exactly where the previous segment's records end.
 //! - Every flush writes whole, fresh 4 KiB blocks: a batch is padded with a filler record to
@@ -29,6 +31,7 @@ use crate::wal::format::{
     KIND_DATA, KIND_USER_MIN, MAX_FILLER_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES,
 };
 use crate::wal::options::{RecoveredLog, WalOptions, WalStats};
+use crate::wal::prepare::Preparer;
 use crate::wal::reader::LogReader;
 use crate::wal::segment::{discover, slot_name, Segment, SegmentDesc};
 use crate::wal::{LogSink, Lsn};
@@ -115,6 +118,8 @@ struct Inner {
     durable: AtomicU64,
     /// The second copy's writer (duplexed logs only).
     helper: Option<Arc<Helper>>,
+    /// Keeps the segment the flushes write backed by storage ahead of them.
+    prepare: Arc<Preparer>,
     /// The log end when it was opened or when the last checkpoint truncated it (see
     /// [`WalOptions::checkpoint_after_bytes`]).
     checkpoint_mark: AtomicU64,
@@ -137,6 +142,7 @@ pub struct FileLog {
     inner: Arc<Inner>,
     recovered: RecoveredLog,
     helper_thread: Option<JoinHandle<()>>,
+    prepare_thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for FileLog {
@@ -233,6 +239,12 @@ impl FileLog {
         } else {
             (None, None)
         };
+        let prepare = Arc::new(Preparer::new());
+        let p2 = prepare.clone();
+        let prepare_thread = std::thread::Builder::new()
+            .name("nvmedb-wal-prepare".into())
+            .spawn(move || p2.run())
+            .map_err(|e| Error::Io(IoError::os("wal prepare thread", crate::io::IoOpKind::Setup, 0, 0, e)))?;
         let inner = Arc::new(Inner {
             storages,
             opts,
@@ -244,9 +256,10 @@ impl FileLog {
             batch_cv: Condvar::new(),
             durable: AtomicU64::new(end_lsn),
             helper,
+            prepare: prepare.clone(),
             checkpoint_mark: AtomicU64::new(end_lsn),
         });
-        Ok(FileLog { inner, recovered, helper_thread })
+        Ok(FileLog { inner, recovered, helper_thread, prepare_thread: Some(prepare_thread) })
     }
 
     /// What open found.
@@ -383,6 +396,11 @@ impl Drop for FileLog {
         }
         if let Some(t) = self.helper_thread.take() {
             // A panic in the helper thread already surfaced as a failed flush; nothing to add.
+            let _ = t.join();
+        }
+        self.inner.prepare.stop();
+        if let Some(t) = self.prepare_thread.take() {
+            // A failed preparation is redone by the flush that needs it; nothing to add.
             let _ = t.join();
         }
     }
@@ -812,6 +830,11 @@ impl Inner {
         }
         buf[header_bytes..].copy_from_slice(&batch.buf);
         let offset = batch.file_off - header_bytes as u64;
+        let segment_bytes = match (&target, &batch.new_segment) {
+            (_, Some(h)) => h.segment_bytes,
+            (Target::Existing(seg), None) => seg.header.segment_bytes,
+            (Target::New(_), None) => unreachable!("a new segment comes with its header"),
+        };
         let (devs, new_seg): (Vec<Arc<dyn Device>>, Option<Segment>) = match target {
             Target::Existing(seg) => {
                 let mut devs = Vec::with_capacity(self.storages.len());
@@ -845,6 +868,7 @@ impl Inner {
                 (devs, Some(seg))
             }
         };
+        self.prepare.before_write(batch.seq, &devs, offset + buf.len() as u64, segment_bytes)?;
         match (&self.helper, devs.as_slice()) {
             (None, [a]) => a.write_at(offset, &buf).and_then(|()| a.sync())?,
             (Some(helper), [a, b]) => {

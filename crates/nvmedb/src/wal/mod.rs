@@ -36,6 +36,7 @@ pub mod engine;
 mod filelog;
 mod format;
 mod options;
+mod prepare;
 mod reader;
 mod segment;
 
