@@ -80,6 +80,11 @@ const DIRECT_WRITE_BYTES: usize = 2 << 20;
 /// composed, the others queued for or in the writer thread's write.
 const DIRECT_WRITE_BUFFERS: usize = 3;
 
+/// A buffer of whole heap pages of about [`DIRECT_WRITE_BYTES`].
+fn direct_buffer(page_size: usize) -> AlignedBuf {
+    AlignedBuf::new((DIRECT_WRITE_BYTES / page_size).max(1) * page_size)
+}
+
 /// Where a load's heap pages go.
 enum HeapSink {
     /// Appended one at a time through the pool as logged images
@@ -118,7 +123,7 @@ impl<'a> HeapBatch<'a> {
         let page_size = db.inner.table_pool.page_size();
         let buf = match &sink {
             HeapSink::Logged => AlignedBuf::new(page_size),
-            HeapSink::Direct { .. } => AlignedBuf::new((DIRECT_WRITE_BYTES / page_size).max(1) * page_size),
+            HeapSink::Direct { .. } => direct_buffer(page_size),
         };
         let mut b = Self { db, file, sink, page_size, buf, rows: vec![Vec::new()], pages: 0 };
         slotted::init(b.current());
@@ -264,8 +269,9 @@ impl Database {
     /// After a crash during the load the table does not exist; after `load_table` returns, it
     /// is durable: its heap pages are written once, around the log, and synced, and its index
     /// pages are in the log (or, without a log, written and synced). On a primary whose log
-    /// ships to standbys, every page is in the log, so a standby receives the table. A row that does not match the schema, or a primary key
-    /// (or unique index value) given twice, fails the load: nothing of the table remains.
+    /// ships to standbys, every page is in the log, so a standby receives the table. A row
+    /// that does not match the schema, or a primary key (or unique index value) given twice,
+    /// fails the load: nothing of the table remains.
     ///
     /// ```
     /// # use nvmedb::{ColumnType, Database, Options, Schema, Value};
@@ -430,9 +436,7 @@ impl Database {
                     .map_err(|e| {
                         Error::ResourceExhausted(format!("starting the bulk load's writer thread: {e}"))
                     })?;
-                let page_size = heap_pool.page_size();
-                let bytes = (DIRECT_WRITE_BYTES / page_size).max(1) * page_size;
-                let spare = (1..DIRECT_WRITE_BUFFERS).map(|_| AlignedBuf::new(bytes)).collect();
+                let spare = (1..DIRECT_WRITE_BUFFERS).map(|_| direct_buffer(heap_pool.page_size())).collect();
                 HeapSink::Direct { full, done, spare, out: 0 }
             } else {
                 HeapSink::Logged
@@ -514,16 +518,16 @@ impl Database {
         Ok((meta, count))
     }
 
-    /// Makes every page of table `id` written so far durable: the heap file's pages written
-    /// around the log by syncing the file; with a log, the logged pages by waiting until the
-    /// log is durable to its end (their images are in it); without one, by flushing and
-    /// syncing both pools.
+    /// Makes every page of table `id` written so far durable. With a log: the heap pages
+    /// written around it by syncing the heap file, the logged pages by waiting until the log
+    /// is durable to its end (their images are in it). Without one: by flushing both pools and
+    /// syncing every file (the heap file among them).
     fn make_durable(&self, id: u32) -> Result<()> {
-        if !self.load_logs_heap_pages() {
-            self.inner.table_pool.sync_file(id)?;
-        }
         match &self.inner.txn.log {
             Some(log) => {
+                if !self.load_logs_heap_pages() {
+                    self.inner.table_pool.sync_file(id)?;
+                }
                 let end = log.log().record_log().end_lsn();
                 log.log().wait_durable(end)
             }

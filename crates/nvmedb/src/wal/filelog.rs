@@ -256,7 +256,7 @@ impl FileLog {
             batch_cv: Condvar::new(),
             durable: AtomicU64::new(end_lsn),
             helper,
-            prepare: prepare.clone(),
+            prepare,
             checkpoint_mark: AtomicU64::new(end_lsn),
         });
         Ok(FileLog { inner, recovered, helper_thread, prepare_thread: Some(prepare_thread) })
@@ -830,12 +830,7 @@ impl Inner {
         }
         buf[header_bytes..].copy_from_slice(&batch.buf);
         let offset = batch.file_off - header_bytes as u64;
-        let segment_bytes = match (&target, &batch.new_segment) {
-            (_, Some(h)) => h.segment_bytes,
-            (Target::Existing(seg), None) => seg.header.segment_bytes,
-            (Target::New(_), None) => unreachable!("a new segment comes with its header"),
-        };
-        let (devs, new_seg): (Vec<Arc<dyn Device>>, Option<Segment>) = match target {
+        let (devs, new_seg, segment_bytes): (Vec<Arc<dyn Device>>, Option<Segment>, u64) = match target {
             Target::Existing(seg) => {
                 let mut devs = Vec::with_capacity(self.storages.len());
                 for (c, s) in self.storages.iter().enumerate() {
@@ -844,7 +839,8 @@ impl Inner {
                         None => devs.push(s.open(&seg.name, true)?),
                     }
                 }
-                (devs, None)
+                let segment_bytes = seg.header.segment_bytes;
+                (devs, None, segment_bytes)
             }
             Target::New(name) => {
                 let Some(header) = batch.new_segment else { unreachable!() };
@@ -865,7 +861,7 @@ impl Inner {
                     }
                 }
                 let seg = Segment { name, header, devs: devs.iter().cloned().map(Some).collect() };
-                (devs, Some(seg))
+                (devs, Some(seg), header.segment_bytes)
             }
         };
         self.prepare.before_write(batch.seq, &devs, offset + buf.len() as u64, segment_bytes)?;
