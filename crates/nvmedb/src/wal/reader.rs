@@ -3,7 +3,10 @@
 //! Owns: iteration over the records of the live segment chain from a given LSN, choosing per
 //! record whichever copy holds it intact (a duplexed log has two), and the decision between
 //! "clean end of the log" and
-//! "corruption". Invariants:
+//! "corruption". A copy is read in windows of [`WINDOW_BYTES`]; once a reader has gone through
+//! a few windows of a segment in order, a helper thread reads the next window while the records
+//! of the current one are checked and returned, so a long read (recovery) waits for the disk
+//! only when it parses faster than the disk reads. Invariants:
 //! - a record is returned only if its CRC32C matches and its header names the LSN at which it
 //!   was found (stale bytes of a recycled segment never match);
 //! - when no copy holds a valid record at position `p`, the reader ends cleanly only if no
@@ -27,6 +30,14 @@ use std::sync::Arc;
 /// Bytes read from a copy at a time.
 const WINDOW_BYTES: usize = 4 << 20;
 
+/// Room kept in front of a window read ahead, for the tail of the window before it (the start
+/// of a record that crosses into it). A record that begins further back is read again.
+const AHEAD_HEAD_BYTES: usize = 1 << 20;
+
+/// Windows read in order from one segment before the next one is read ahead (short reads, such
+/// as finding the end of the log, read nothing they do not use).
+const AHEAD_AFTER_WINDOWS: u32 = 2;
+
 /// One record read back from the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRecord {
@@ -40,18 +51,35 @@ pub struct LogRecord {
     pub payload: Vec<u8>,
 }
 
-/// A cached run of blocks of one segment in one copy.
+/// A cached run of blocks of one segment in one copy: bytes `[start, start + len)` of the
+/// segment file are `buf[base..base + len]`.
 struct Window {
     seg: usize,
     start: u64,
     len: usize,
+    base: usize,
     buf: Option<AlignedBuf>,
+    /// Windows read one after the other so far (read-ahead starts at [`AHEAD_AFTER_WINDOWS`]).
+    in_order: u32,
+    /// The next window, being read by a helper thread.
+    ahead: Option<Ahead>,
+    /// The buffer of the window before, for the next read-ahead.
+    spare: Option<AlignedBuf>,
 }
 
 impl Window {
     fn empty() -> Self {
-        Self { seg: usize::MAX, start: 0, len: 0, buf: None }
+        Self { seg: usize::MAX, start: 0, len: 0, base: 0, buf: None, in_order: 0, ahead: None, spare: None }
     }
+}
+
+/// A window being read ahead: bytes `[start, start + len)` of segment `seg` into
+/// `buf[AHEAD_HEAD_BYTES..]`, by a thread that sends the buffer back with the read's result.
+struct Ahead {
+    seg: usize,
+    start: u64,
+    len: usize,
+    done: std::sync::mpsc::Receiver<(AlignedBuf, Result<()>)>,
 }
 
 /// Iterates the records of a file log (single or duplexed) from a starting LSN.
@@ -224,17 +252,93 @@ impl LogReader {
         if !covered {
             let start = off - off % BLOCK_BYTES as u64;
             let need = (off + len as u64).div_ceil(BLOCK_BYTES as u64) * BLOCK_BYTES as u64 - start;
-            let want = (need as usize).max(WINDOW_BYTES).min((seg_bytes - start) as usize);
-            let mut buf = match w.buf.take() {
-                Some(b) if b.len() >= want => b,
-                _ => AlignedBuf::new(want),
-            };
-            read_clamped(&*dev, start, &mut buf[..want])?;
-            *w = Window { seg, start, len: want, buf: Some(buf) };
+            if !Self::take_ahead(w, seg, start, need)? {
+                let want = (need as usize).max(WINDOW_BYTES).min((seg_bytes - start) as usize);
+                let in_order = if w.seg == seg && start >= w.start { w.in_order + 1 } else { 0 };
+                let mut buf = match w.buf.take() {
+                    Some(b) if b.len() >= want => b,
+                    _ => AlignedBuf::new(want),
+                };
+                read_clamped(&*dev, start, &mut buf[..want])?;
+                let spare = w.spare.take();
+                *w = Window { seg, start, len: want, base: 0, buf: Some(buf), in_order, ahead: None, spare };
+            }
+            if w.in_order >= AHEAD_AFTER_WINDOWS && w.ahead.is_none() {
+                let from = w.start + w.len as u64;
+                let len = (WINDOW_BYTES as u64).min(seg_bytes - from) as usize;
+                if len > 0 {
+                    w.ahead = Self::read_ahead(dev, seg, from, len, w.spare.take());
+                }
+            }
         }
         let w = &self.windows[copy];
-        let b = w.buf.as_ref().map(|b| &b[(off - w.start) as usize..(off - w.start) as usize + len]);
-        Ok(b)
+        let at = w.base + (off - w.start) as usize;
+        Ok(w.buf.as_ref().map(|b| &b[at..at + len]))
+    }
+
+    /// Makes the window read ahead into `w` the current window when it holds bytes
+    /// `[start, start + need)` of segment `seg` together with the tail of the current window.
+    /// Returns false (dropping a read-ahead that does not fit) when the caller must read.
+    fn take_ahead(w: &mut Window, seg: usize, start: u64, need: u64) -> Result<bool> {
+        let Some(a) = w.ahead.take() else { return Ok(false) };
+        let tail = a.start.saturating_sub(start);
+        let fits = a.seg == seg
+            && w.seg == seg
+            && a.start == w.start + w.len as u64
+            && start <= a.start
+            && start >= w.start
+            && tail <= AHEAD_HEAD_BYTES as u64
+            && start + need <= a.start + a.len as u64;
+        if !fits {
+            return Ok(false);
+        }
+        let Ok((mut buf, read)) = a.done.recv() else { return Ok(false) };
+        read?;
+        // The bytes of the current window from `start` on go in front of the new ones.
+        let tail = tail as usize;
+        let base = AHEAD_HEAD_BYTES - tail;
+        if tail > 0 {
+            let cur = w.buf.as_ref().expect("a window holding `start` has a buffer");
+            let from = w.base + (start - w.start) as usize;
+            buf[base..AHEAD_HEAD_BYTES].copy_from_slice(&cur[from..from + tail]);
+        }
+        *w = Window {
+            seg,
+            start,
+            len: tail + a.len,
+            base,
+            spare: w.buf.take(),
+            buf: Some(buf),
+            in_order: w.in_order + 1,
+            ahead: None,
+        };
+        Ok(true)
+    }
+
+    /// Starts reading bytes `[from, from + len)` of segment `seg` on `dev` in a helper thread,
+    /// into `spare` when it is large enough; `None` when no thread can be started (the bytes are
+    /// then read when needed).
+    fn read_ahead(
+        dev: Arc<dyn crate::io::Device>,
+        seg: usize,
+        from: u64,
+        len: usize,
+        spare: Option<AlignedBuf>,
+    ) -> Option<Ahead> {
+        let (tx, done) = std::sync::mpsc::channel();
+        let mut buf = match spare {
+            Some(b) if b.len() >= AHEAD_HEAD_BYTES + WINDOW_BYTES => b,
+            _ => AlignedBuf::new(AHEAD_HEAD_BYTES + WINDOW_BYTES),
+        };
+        std::thread::Builder::new()
+            .name("nvmedb-wal-readahead".into())
+            .spawn(move || {
+                let r = read_clamped(&*dev, from, &mut buf[AHEAD_HEAD_BYTES..AHEAD_HEAD_BYTES + len]);
+                // The reader may have moved on and dropped the receiver: nothing to do then.
+                let _ = tx.send((buf, r));
+            })
+            .ok()?;
+        Some(Ahead { seg, start: from, len, done })
     }
 
     /// Tries to read a valid record at `pos` (in segment `seg`) from `copy`.
