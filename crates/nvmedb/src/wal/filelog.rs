@@ -343,11 +343,10 @@ impl FileLog {
             let del: Vec<String> = st.free_slots.drain(..excess).collect();
             (freed, del)
         };
-        for name in &to_delete.1 {
+        // Deleted in the background: the checkpoint that truncates need not wait.
+        for name in to_delete.1 {
             for s in &self.inner.storages {
-                if s.exists(name) {
-                    s.remove(name)?;
-                }
+                self.inner.prepare.remove_later(s.clone(), name.clone());
             }
         }
         // A checkpoint ends with this call: count the next one's log volume from here.
@@ -375,6 +374,12 @@ impl FileLog {
     /// Counters since open.
     pub fn stats(&self) -> WalStats {
         self.inner.lock().stats
+    }
+
+    /// Segment files that truncations gave up and the log's background thread has not deleted
+    /// yet (per copy: a duplexed log counts each file of a pair).
+    pub fn files_to_delete(&self) -> usize {
+        self.inner.prepare.unremoved()
     }
 
     /// The live segments, oldest first.

@@ -8,6 +8,11 @@
 //! reaches unprepared bytes prepares them itself first. A segment that is already allocated (a
 //! recycled slot) costs an `lseek` per window.
 //!
+//! The same thread also deletes the segment files a truncation gives up (a deletion of a large
+//! file takes tens of milliseconds, and the checkpoint that truncates need not wait for it):
+//! [`Preparer::remove_later`]; the files left when the log closes are deleted then. A deletion
+//! lost to a crash leaves a file without a live header, which the next open finds as a free slot.
+//!
 //! Invariants: only holes are filled, and no range is filled while a flush may write it: the
 //! flushing thread writes only below `prepared_to`, the background thread fills only from
 //! `prepared_to` up, and a flush that must pass `prepared_to` waits for the background job in
@@ -16,7 +21,7 @@
 //! the range prepares it itself and reports the error.
 
 use crate::error::Result;
-use crate::io::Device;
+use crate::io::{Device, Storage};
 use crate::util::sync::{CondvarExt, MutexExt};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -39,6 +44,10 @@ struct State {
     /// A fill in progress (background or a flush's), of this segment.
     busy: Option<u64>,
     job: Option<Job>,
+    /// Files to delete: (storage, name).
+    removals: Vec<(Arc<dyn Storage>, String)>,
+    /// Files asked for and not yet deleted (those in `removals` and those being deleted).
+    unremoved: usize,
     stop: bool,
 }
 
@@ -58,7 +67,15 @@ impl Preparer {
     /// A preparer with no segment yet; [`Preparer::run`] is its background thread.
     pub fn new() -> Self {
         Self {
-            state: Mutex::new(State { seq: u64::MAX, prepared_to: 0, busy: None, job: None, stop: false }),
+            state: Mutex::new(State {
+                seq: u64::MAX,
+                prepared_to: 0,
+                busy: None,
+                job: None,
+                removals: Vec::new(),
+                unremoved: 0,
+                stop: false,
+            }),
             cv: Condvar::new(),
         }
     }
@@ -117,10 +134,44 @@ impl Preparer {
         Ok(())
     }
 
-    /// The background thread: runs jobs until [`Preparer::stop`].
+    /// Asks the background thread to delete file `name` of `storage` (a segment slot given up;
+    /// nothing reads or writes it any more).
+    pub fn remove_later(&self, storage: Arc<dyn Storage>, name: String) {
+        let mut st = self.state.locked();
+        st.removals.push((storage, name));
+        st.unremoved += 1;
+        self.cv.notify_all();
+    }
+
+    /// Files asked for by [`Preparer::remove_later`] that are not deleted yet.
+    pub fn unremoved(&self) -> usize {
+        self.state.locked().unremoved
+    }
+
+    /// Deletes the files asked for. A failure is dropped: the file stays, without a live header,
+    /// and the next open of the log finds it as a free slot.
+    fn remove(removals: Vec<(Arc<dyn Storage>, String)>) {
+        for (storage, name) in removals {
+            if storage.exists(&name) {
+                let _ = storage.remove(&name);
+            }
+        }
+    }
+
+    /// The background thread: runs jobs and deletions until [`Preparer::stop`], then deletes
+    /// what is left to delete.
     pub fn run(&self) {
         let mut st = self.state.locked();
         loop {
+            if !st.removals.is_empty() {
+                let removals = std::mem::take(&mut st.removals);
+                let n = removals.len();
+                drop(st);
+                Self::remove(removals);
+                st = self.state.locked();
+                st.unremoved -= n;
+                continue;
+            }
             if st.stop {
                 return;
             }
