@@ -1,10 +1,12 @@
 //! Crash recovery: redo page changes from the last checkpoint, find the transactions that did
 //! not finish.
 //!
-//! Owns: the redo pass and [`RedoPages`], the page cache redo works in (also a standby's). It
-//! reads the log in windows of records ([`REDO_WINDOW_RECORDS`]), reads the pages a window's
-//! changes touch that are not cached in one batch (io_uring where the device has it) before
-//! applying them, so redo waits for the disk once per window rather than once per page. It
+//! Owns: the redo pass and [`RedoPages`], the page cache redo works in (also a standby's). A
+//! reader thread (`nvmedb-redo-read`) reads and decodes the log in windows of records
+//! ([`REDO_WINDOW_RECORDS`]), up to [`REDO_READ_AHEAD_WINDOWS`] ahead, while the calling thread
+//! applies them: it reads the pages a window's changes touch that are not cached in one batch
+//! (io_uring where the device has it) before applying them, so redo waits for the disk once per
+//! window rather than once per page, and never for the log unless the reader falls behind. It
 //! reads the log from the checkpoint's undo start, applies every page
 //! change at or after the redo start whose LSN is above the page's LSN (full images repair torn
 //! pages; a diff on a page that is neither valid nor preceded by a full image is corruption),
@@ -17,14 +19,14 @@ use super::{heap_name, index_name};
 use crate::buffer::mtr::{apply_page_change, decode_mtr, MtrRecord, PageChange};
 use crate::buffer::PageId;
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Device, Storage};
+use crate::io::{AlignedBuf, Device, Storage, DIRECT_IO_ALIGN};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogData;
 use crate::wal::engine::{
     EngineRecord, TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE,
     TAG_INDEX, TAG_TABLE,
 };
-use crate::wal::{LogRecord, Lsn, RecordLog};
+use crate::wal::{LogRecord, Lsn, RecordLog, RecordReader};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,7 +35,20 @@ use std::time::Instant;
 const REDO_CACHE_PAGES: usize = 16 * 1024;
 
 /// Log records read ahead of redo: the pages their changes touch are read in one batch.
-pub(crate) const REDO_WINDOW_RECORDS: usize = 512;
+pub(crate) const REDO_WINDOW_RECORDS: usize = 2048;
+
+/// Windows of decoded records the reader thread may hold ready ahead of the applying thread.
+const REDO_READ_AHEAD_WINDOWS: usize = 2;
+
+/// Largest single read ([`RedoPages::prefetch`]) or write ([`RedoPages::write_back`]) of
+/// consecutive pages.
+const RUN_BYTES: usize = 1 << 20;
+
+/// Dirty pages written back per batch (submitted together: io_uring where the device has it).
+const WRITE_BACK_BATCH_PAGES: usize = 256;
+
+/// A window of records, each with its page changes decoded.
+type Window = Vec<(LogRecord, Option<MtrRecord>)>;
 
 /// What recovery did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,6 +114,10 @@ pub(crate) struct RedoPages<'a> {
     capacity: usize,
     pages: HashMap<(u8, u32, u64), CachedPage>,
     devices: HashMap<(u8, u32), Arc<dyn Device>>,
+    /// Buffers of pages dropped by [`RedoPages::clear`], reused for the next pages read.
+    spare: Vec<AlignedBuf>,
+    /// Where [`RedoPages::prefetch`] reads runs of pages before copying them out.
+    staging: Option<AlignedBuf>,
 }
 
 impl<'a> RedoPages<'a> {
@@ -106,7 +125,15 @@ impl<'a> RedoPages<'a> {
     /// [`RedoPages::needs_room`] says so; a page read with an LSN above `lsn_limit` is
     /// corruption (`u64::MAX` accepts any).
     pub(crate) fn new(files: PageFiles<'a>, lsn_limit: u64, capacity: usize) -> Self {
-        Self { files, lsn_limit, capacity, pages: HashMap::new(), devices: HashMap::new() }
+        Self {
+            files,
+            lsn_limit,
+            capacity,
+            pages: HashMap::new(),
+            devices: HashMap::new(),
+            spare: Vec::new(),
+            staging: None,
+        }
     }
 
     fn device(&mut self, tag: u8, file: u32) -> Result<Arc<dyn Device>> {
@@ -128,10 +155,29 @@ impl<'a> RedoPages<'a> {
         !self.pages.contains_key(&(tag, file, page)) && self.pages.len() >= self.capacity
     }
 
+    /// A zeroed `page_size`-byte buffer: a spare one when there is one of that size.
+    fn buffer(&mut self, page_size: usize) -> AlignedBuf {
+        match self.spare.pop() {
+            Some(mut b) if b.len() == page_size => {
+                b.fill(0);
+                b
+            }
+            _ => AlignedBuf::new(page_size),
+        }
+    }
+
+    /// The staging buffer for runs of pages, at least `len` bytes (taken: put it back).
+    fn staging(&mut self, len: usize) -> AlignedBuf {
+        match self.staging.take() {
+            Some(b) if b.len() >= len => b,
+            _ => AlignedBuf::new(len.max(DIRECT_IO_ALIGN)),
+        }
+    }
+
     fn page(&mut self, tag: u8, file: u32, page: u64, page_size: usize) -> Result<&mut CachedPage> {
         if !self.pages.contains_key(&(tag, file, page)) {
             let dev = self.device(tag, file)?;
-            let mut buf = AlignedBuf::new(page_size);
+            let mut buf = self.buffer(page_size);
             let offset = page * page_size as u64;
             let read = offset + page_size as u64 <= dev.capacity();
             if read {
@@ -195,25 +241,32 @@ impl<'a> RedoPages<'a> {
         }
         for ((tag, file), mut pages) in by_file {
             pages.sort_unstable();
+            let ps = pages[0].1;
             let dev = self.device(tag, file)?;
             let cap = dev.capacity();
-            let mut bufs: Vec<(u64, AlignedBuf, bool)> = pages
-                .iter()
-                .map(|&(p, ps)| (p, AlignedBuf::new(ps), p * ps as u64 + ps as u64 <= cap))
-                .collect();
+            let (inside, past): (Vec<u64>, Vec<u64>) =
+                pages.iter().map(|&(p, _)| p).partition(|&p| (p + 1) * ps as u64 <= cap);
+            // Runs of consecutive pages are read with one request each, into one staging buffer.
+            let mut staging = self.staging(inside.len() * ps);
             {
-                let mut reqs: Vec<crate::io::IoRequest<'_>> = bufs
-                    .iter_mut()
-                    .filter(|(_, _, read)| *read)
-                    .map(|(p, b, _)| crate::io::IoRequest::Read {
-                        offset: *p * b.len() as u64,
-                        buf: &mut b[..],
-                    })
-                    .collect();
+                let mut reqs = Vec::new();
+                let mut rest = &mut staging[..inside.len() * ps];
+                for (i, n) in runs(&inside, RUN_BYTES / ps) {
+                    let (run, tail) = std::mem::take(&mut rest).split_at_mut(n * ps);
+                    reqs.push(crate::io::IoRequest::Read { offset: inside[i] * ps as u64, buf: run });
+                    rest = tail;
+                }
                 dev.submit_batch(&mut reqs)?;
             }
-            for (p, buf, read) in bufs {
-                self.admit(tag, file, p, &*dev, buf, read)?;
+            for (j, &p) in inside.iter().enumerate() {
+                let mut buf = self.buffer(ps);
+                buf.copy_from_slice(&staging[j * ps..(j + 1) * ps]);
+                self.admit(tag, file, p, &*dev, buf, true)?;
+            }
+            self.staging = Some(staging);
+            for p in past {
+                let buf = self.buffer(ps);
+                self.admit(tag, file, p, &*dev, buf, false)?;
             }
         }
         Ok(())
@@ -248,18 +301,43 @@ impl<'a> RedoPages<'a> {
         self.pages.values().any(|p| p.dirty)
     }
 
-    /// Writes every changed page back (sealed, in file and page order), then syncs every data
-    /// file read.
+    /// Writes every changed page back (sealed, in file and page order, in batches of
+    /// [`WRITE_BACK_BATCH_PAGES`] per file), then syncs every data file read.
     pub(crate) fn write_back(&mut self) -> Result<()> {
         let mut keys: Vec<(u8, u32, u64)> =
             self.pages.iter().filter(|(_, p)| p.dirty).map(|(k, _)| *k).collect();
         keys.sort_unstable();
-        for (tag, file, page) in keys {
+        for k in &keys {
+            PageHeader::seal(&mut self.pages.get_mut(k).expect("listed").buf);
+        }
+        let mut from = 0;
+        while from < keys.len() {
+            let (tag, file, _) = keys[from];
+            let same_file = keys[from..].iter().take_while(|k| (k.0, k.1) == (tag, file)).count();
+            let batch = &keys[from..from + same_file.min(WRITE_BACK_BATCH_PAGES)];
             let dev = self.device(tag, file)?;
-            let p = self.pages.get_mut(&(tag, file, page)).expect("listed");
-            PageHeader::seal(&mut p.buf);
-            dev.write_at(page * p.buf.len() as u64, &p.buf)?;
-            p.dirty = false;
+            let ps = self.pages[&batch[0]].buf.len();
+            // Copied into one staging buffer, so that runs of consecutive pages are written with
+            // one request each.
+            let mut staging = self.staging(batch.len() * ps);
+            for (j, k) in batch.iter().enumerate() {
+                staging[j * ps..(j + 1) * ps].copy_from_slice(&self.pages[k].buf);
+            }
+            let pages: Vec<u64> = batch.iter().map(|k| k.2).collect();
+            let mut reqs: Vec<crate::io::IoRequest<'_>> = runs(&pages, RUN_BYTES / ps)
+                .into_iter()
+                .map(|(i, n)| crate::io::IoRequest::Write {
+                    offset: pages[i] * ps as u64,
+                    buf: &staging[i * ps..(i + n) * ps],
+                })
+                .collect();
+            dev.submit_batch(&mut reqs)?;
+            drop(reqs);
+            self.staging = Some(staging);
+            from += batch.len();
+        }
+        for k in &keys {
+            self.pages.get_mut(k).expect("listed").dirty = false;
         }
         for dev in self.devices.values() {
             dev.sync()?;
@@ -267,10 +345,10 @@ impl<'a> RedoPages<'a> {
         Ok(())
     }
 
-    /// Drops every page held (after a write-back).
+    /// Drops every page held (after a write-back), keeping their buffers for the next pages.
     pub(crate) fn clear(&mut self) {
         debug_assert!(!self.has_dirty(), "dirty pages dropped before their write-back");
-        self.pages.clear();
+        self.spare.extend(self.pages.drain().map(|(_, p)| p.buf));
     }
 }
 
@@ -320,80 +398,67 @@ pub(crate) fn redo(
     let mut ops: Losers = BTreeMap::new();
     let mut max_txn = 0u64;
     let mut reader = log.reader(read_from)?;
-    let mut window: Vec<(LogRecord, Option<MtrRecord>)> = Vec::with_capacity(REDO_WINDOW_RECORDS);
-    loop {
-        // Read a window of records ahead, decoding the page changes.
-        window.clear();
-        while window.len() < REDO_WINDOW_RECORDS {
-            let Some(rec) = reader.next_record()? else { break };
-            let mtr = match rec.kind {
-                KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
-                    let m = decode_mtr(&rec.payload).ok_or_else(|| Error::Corruption {
-                        file: "write-ahead log".into(),
-                        offset: rec.lsn,
-                        detail: "page-change record does not decode".into(),
-                    })?;
-                    let ps = if rec.kind == KIND_PAGES_TABLE { table_page } else { index_page };
-                    if m.page_size != ps {
-                        return Err(Error::Corruption {
-                            file: "write-ahead log".into(),
-                            offset: rec.lsn,
-                            detail: format!(
-                                "page-change record for {}-byte pages in a database of {ps}-byte pages",
-                                m.page_size
-                            ),
-                        });
-                    }
-                    Some(m)
+    std::thread::scope(|s| -> Result<(Losers, u64, RecoveryReport)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Window>>(REDO_READ_AHEAD_WINDOWS);
+        std::thread::Builder::new()
+            .name("nvmedb-redo-read".into())
+            .spawn_scoped(s, move || loop {
+                let w = read_window(&mut *reader, table_page, index_page);
+                let last = !matches!(&w, Ok(w) if !w.is_empty());
+                // A closed channel means redo stopped early: nothing more to read.
+                if tx.send(w).is_err() || last {
+                    break;
                 }
-                _ => None,
-            };
-            window.push((rec, mtr));
-        }
-        if window.is_empty() {
-            break;
-        }
-        // Read the pages the window's changes touch in one batch per file.
-        let wanted: Vec<(u8, u32, u64, usize)> = window
-            .iter()
-            .filter(|(rec, _)| rec.lsn >= redo_from)
-            .filter_map(|(rec, m)| {
-                m.as_ref().map(|m| (if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX }, m))
             })
-            .flat_map(|(tag, m)| {
-                m.changes
-                    .iter()
-                    .filter(|(pid, _)| live.contains(&pid.file))
-                    .map(move |(pid, _)| (tag, pid.file, pid.page, m.page_size))
-            })
-            .collect();
-        cache.prefetch(&wanted)?;
-        for (rec, mtr) in window.drain(..) {
-            report.records += 1;
-            match rec.kind {
-                KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
-                    let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX };
-                    let ps = if tag == TAG_TABLE { table_page } else { index_page };
-                    let Some(m) = mtr else { unreachable!("page-change records are decoded when read") };
-                    if let Some(a) = &m.annotation {
-                        let op = TxnOp::decode(a)?;
-                        max_txn = max_txn.max(op.txn);
-                        ops.entry(op.txn).or_default().push((rec.lsn, op));
-                    }
-                    if rec.lsn < redo_from {
-                        continue;
-                    }
-                    for (pid, change) in &m.changes {
-                        if !live.contains(&pid.file) {
-                            // A dropped table, or one rebuilt but not yet switched in: its files
-                            // are gone or about to be removed.
+            .map_err(|e| Error::ResourceExhausted(format!("starting the redo's log reader thread: {e}")))?;
+        loop {
+            let mut window = rx.recv().map_err(|_| {
+                Error::Poisoned("the redo's log reader thread stopped without a result".into())
+            })??;
+            if window.is_empty() {
+                break;
+            }
+            // Read the pages the window's changes touch in one batch per file.
+            let wanted: Vec<(u8, u32, u64, usize)> = window
+                .iter()
+                .filter(|(rec, _)| rec.lsn >= redo_from)
+                .filter_map(|(rec, m)| {
+                    m.as_ref().map(|m| (if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX }, m))
+                })
+                .flat_map(|(tag, m)| {
+                    m.changes
+                        .iter()
+                        .filter(|(pid, _)| live.contains(&pid.file))
+                        .map(move |(pid, _)| (tag, pid.file, pid.page, m.page_size))
+                })
+                .collect();
+            cache.prefetch(&wanted)?;
+            for (rec, mtr) in window.drain(..) {
+                report.records += 1;
+                match rec.kind {
+                    KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
+                        let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX };
+                        let ps = if tag == TAG_TABLE { table_page } else { index_page };
+                        let Some(m) = mtr else { unreachable!("page-change records are decoded when read") };
+                        if let Some(a) = &m.annotation {
+                            let op = TxnOp::decode(a)?;
+                            max_txn = max_txn.max(op.txn);
+                            ops.entry(op.txn).or_default().push((rec.lsn, op));
+                        }
+                        if rec.lsn < redo_from {
                             continue;
                         }
-                        if cache.needs_room(tag, pid.file, pid.page) {
-                            cache.write_back()?;
-                            cache.clear();
-                        }
-                        match cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
+                        for (pid, change) in &m.changes {
+                            if !live.contains(&pid.file) {
+                                // A dropped table, or one rebuilt but not yet switched in: its files
+                                // are gone or about to be removed.
+                                continue;
+                            }
+                            if cache.needs_room(tag, pid.file, pid.page) {
+                                cache.write_back()?;
+                                cache.clear();
+                            }
+                            match cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
                             Redo::Applied { .. } if check_only => {
                                 report.pages_redone = 1;
                                 report.losers = ops.len() as u64;
@@ -417,31 +482,82 @@ pub(crate) fn redo(
                                         .into(),
                             }),
                         }
-                    }
-                }
-                KIND_COMMIT | KIND_ABORT => {
-                    let txn = match EngineRecord::decode(rec.kind, &rec.payload) {
-                        Ok(Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn })) => txn,
-                        _ => {
-                            return Err(Error::Corruption {
-                                file: "write-ahead log".into(),
-                                offset: rec.lsn,
-                                detail: "short commit record".into(),
-                            })
                         }
-                    };
-                    max_txn = max_txn.max(txn);
-                    ops.remove(&txn);
+                    }
+                    KIND_COMMIT | KIND_ABORT => {
+                        let txn = match EngineRecord::decode(rec.kind, &rec.payload) {
+                            Ok(Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn })) => txn,
+                            _ => {
+                                return Err(Error::Corruption {
+                                    file: "write-ahead log".into(),
+                                    offset: rec.lsn,
+                                    detail: "short commit record".into(),
+                                })
+                            }
+                        };
+                        max_txn = max_txn.max(txn);
+                        ops.remove(&txn);
+                    }
+                    KIND_CHECKPOINT => {}
+                    _ => {}
                 }
-                KIND_CHECKPOINT => {}
-                _ => {}
             }
         }
+        if !check_only {
+            cache.write_back()?;
+        }
+        report.losers = ops.len() as u64;
+        report.micros = started.elapsed().as_micros() as u64;
+        Ok((ops, max_txn, report))
+    })
+}
+
+/// Splits `pages` (sorted page numbers) into runs of consecutive pages of at most `max_pages`
+/// each: (index in `pages` of the run's first page, pages in the run).
+fn runs(pages: &[u64], max_pages: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < pages.len() {
+        let mut n = 1;
+        while i + n < pages.len() && pages[i + n] == pages[i] + n as u64 && n < max_pages.max(1) {
+            n += 1;
+        }
+        out.push((i, n));
+        i += n;
     }
-    if !check_only {
-        cache.write_back()?;
+    out
+}
+
+/// Reads the next window of at most [`REDO_WINDOW_RECORDS`] records (empty at the end of the
+/// log), decoding the page changes of page-change records and checking their page size against
+/// the database's (`table_page`, `index_page`).
+fn read_window(reader: &mut dyn RecordReader, table_page: usize, index_page: usize) -> Result<Window> {
+    let mut window = Vec::with_capacity(REDO_WINDOW_RECORDS);
+    while window.len() < REDO_WINDOW_RECORDS {
+        let Some(rec) = reader.next_record()? else { break };
+        let mtr = match rec.kind {
+            KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
+                let m = decode_mtr(&rec.payload).ok_or_else(|| Error::Corruption {
+                    file: "write-ahead log".into(),
+                    offset: rec.lsn,
+                    detail: "page-change record does not decode".into(),
+                })?;
+                let ps = if rec.kind == KIND_PAGES_TABLE { table_page } else { index_page };
+                if m.page_size != ps {
+                    return Err(Error::Corruption {
+                        file: "write-ahead log".into(),
+                        offset: rec.lsn,
+                        detail: format!(
+                            "page-change record for {}-byte pages in a database of {ps}-byte pages",
+                            m.page_size
+                        ),
+                    });
+                }
+                Some(m)
+            }
+            _ => None,
+        };
+        window.push((rec, mtr));
     }
-    report.losers = ops.len() as u64;
-    report.micros = started.elapsed().as_micros() as u64;
-    Ok((ops, max_txn, report))
+    Ok(window)
 }
