@@ -25,6 +25,14 @@ pub fn randread_iops(
     read_iops(file, &["--rw=randread".into(), format!("--ioengine={engine}")], block_bytes, jobs, depth, secs)
 }
 
+/// fio's sequential read rate of `file` in MiB/s: O_DIRECT, 4 MiB reads, one job, depth 1 (how
+/// a log is read back), or `None` when fio is missing or fails.
+pub fn seqread_mib_s(file: &Path, secs: f64) -> Option<f64> {
+    let block = 4 << 20;
+    read_iops(file, &["--rw=read".into(), "--ioengine=psync".into()], block, 1, 1, secs)
+        .map(|iops| iops * block as f64 / (1 << 20) as f64)
+}
+
 /// Runs the fio job file `job` read-only (`--readonly`, a command-line option only; written into `scratch`, removed afterwards) and returns the
 /// bytes all its jobs read and the seconds its groups took one after another (per group the
 /// slowest job's runtime; fio reports milliseconds), or `None` when fio is missing or fails.

@@ -189,6 +189,9 @@ pub struct RecoveryResult {
     pub pages_redone: u64,
     /// Redo time as recovery reports it, s.
     pub redo_s: f64,
+    /// fio's sequential read rate of one of the log's segment files, same disk, same run, just
+    /// before the reopen (MiB/s; `None` when fio did not run).
+    pub fio_seq_read_mib_s: Option<f64>,
 }
 
 impl RecoveryResult {
@@ -308,6 +311,15 @@ impl Experiment for CommitBench {
                 rec.pages_redone,
                 rec.redo_s
             ));
+            if let Some(mib_s) = rec.fio_seq_read_mib_s {
+                let read_s = rec.log_bytes as f64 / (1 << 20) as f64 / mib_s;
+                text.push_str(&format!(
+                    "fio sequential read of a log segment (4 MiB O_DIRECT reads, depth 1), same disk, same \
+                     run: {mib_s:.0} MiB/s, so reading the log alone takes {read_s:.2} s; the open took \
+                     {:.2}x that\n",
+                    rec.open_s / read_s
+                ));
+            }
             figures.push(Figure::new(
                 "recovery/open_s",
                 format!("open after a crash with {:.0} MiB of log", rec.log_bytes as f64 / (1 << 20) as f64),

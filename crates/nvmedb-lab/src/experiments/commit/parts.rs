@@ -218,6 +218,11 @@ fn recovery(cfg: &CommitConfig, setup: &LogSetup, env: &RunEnv, db: Database) ->
     drop(tb);
     // Leave without a checkpoint, like a crash (dropping an open database writes nothing).
     drop(db);
+    // The disk's own rate for reading a log: fio over one of the segment files just written.
+    let segment = std::fs::read_dir(db_dir(cfg, setup).join("wal"))
+        .ok()
+        .and_then(|d| d.flatten().map(|e| e.path()).find(|p| p.is_file()));
+    let fio_seq_read_mib_s = segment.and_then(|f| fio::seqread_mib_s(&f, 2.0));
     let t0 = std::time::Instant::now();
     let db = Database::open(db_dir(cfg, setup), options(cfg, setup))
         .map_err(LabError::engine("recovering the database"))?;
@@ -230,6 +235,7 @@ fn recovery(cfg: &CommitConfig, setup: &LogSetup, env: &RunEnv, db: Database) ->
         records: rep.records,
         pages_redone: rep.pages_redone,
         redo_s: rep.micros as f64 / 1e6,
+        fio_seq_read_mib_s,
     })
 }
 
