@@ -114,8 +114,9 @@ pub(crate) struct RedoPages<'a> {
     capacity: usize,
     pages: HashMap<(u8, u32, u64), CachedPage>,
     devices: HashMap<(u8, u32), Arc<dyn Device>>,
-    /// Buffers of pages dropped by [`RedoPages::clear`], reused for the next pages read.
-    spare: Vec<AlignedBuf>,
+    /// Buffers of pages dropped by [`RedoPages::clear`], by size (heap and index pages may
+    /// differ), reused for the next pages read.
+    spare: HashMap<usize, Vec<AlignedBuf>>,
     /// Where [`RedoPages::prefetch`] reads runs of pages before copying them out.
     staging: Option<AlignedBuf>,
 }
@@ -131,7 +132,7 @@ impl<'a> RedoPages<'a> {
             capacity,
             pages: HashMap::new(),
             devices: HashMap::new(),
-            spare: Vec::new(),
+            spare: HashMap::new(),
             staging: None,
         }
     }
@@ -157,21 +158,18 @@ impl<'a> RedoPages<'a> {
 
     /// A zeroed `page_size`-byte buffer: a spare one when there is one of that size.
     fn buffer(&mut self, page_size: usize) -> AlignedBuf {
-        match self.spare.pop() {
-            Some(mut b) if b.len() == page_size => {
+        match self.spare.get_mut(&page_size).and_then(Vec::pop) {
+            Some(mut b) => {
                 b.fill(0);
                 b
             }
-            _ => AlignedBuf::new(page_size),
+            None => AlignedBuf::new(page_size),
         }
     }
 
     /// The staging buffer for runs of pages, at least `len` bytes (taken: put it back).
     fn staging(&mut self, len: usize) -> AlignedBuf {
-        match self.staging.take() {
-            Some(b) if b.len() >= len => b,
-            _ => AlignedBuf::new(len.max(DIRECT_IO_ALIGN)),
-        }
+        AlignedBuf::reuse_or_new(self.staging.take(), len.max(DIRECT_IO_ALIGN))
     }
 
     fn page(&mut self, tag: u8, file: u32, page: u64, page_size: usize) -> Result<&mut CachedPage> {
@@ -348,7 +346,9 @@ impl<'a> RedoPages<'a> {
     /// Drops every page held (after a write-back), keeping their buffers for the next pages.
     pub(crate) fn clear(&mut self) {
         debug_assert!(!self.has_dirty(), "dirty pages dropped before their write-back");
-        self.spare.extend(self.pages.drain().map(|(_, p)| p.buf));
+        for (_, p) in self.pages.drain() {
+            self.spare.entry(p.buf.len()).or_default().push(p.buf);
+        }
     }
 }
 

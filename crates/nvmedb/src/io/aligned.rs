@@ -54,6 +54,16 @@ impl AlignedBuf {
         Self { ptr, len, align, owned: true }
     }
 
+    /// `buf` when it holds at least `len` bytes (with whatever it held), else a new zeroed
+    /// buffer of `len` bytes aligned to [`DIRECT_IO_ALIGN`]: for a buffer reused from one I/O to
+    /// the next.
+    pub fn reuse_or_new(buf: Option<AlignedBuf>, len: usize) -> Self {
+        match buf {
+            Some(b) if b.len() >= len => b,
+            _ => Self::new(len),
+        }
+    }
+
     /// A buffer over `len` bytes at `ptr` that belong to someone else (a buffer-pool frame an
     /// [`IoQueue`](super::IoQueue) reads into directly); dropping it frees nothing.
     ///
@@ -126,6 +136,19 @@ mod tests {
             assert_eq!(b.len(), len);
             assert!(b.iter().all(|&x| x == 0));
         }
+    }
+
+    #[test]
+    fn reuse_or_new_keeps_a_large_enough_buffer_and_replaces_a_short_one() {
+        let mut b = AlignedBuf::new(8192);
+        b[0] = 7;
+        let at = b.as_ptr();
+        let kept = AlignedBuf::reuse_or_new(Some(b), 4096);
+        assert_eq!((kept.as_ptr(), kept.len(), kept[0]), (at, 8192, 7));
+        let grown = AlignedBuf::reuse_or_new(Some(kept), 16384);
+        assert_eq!(grown.len(), 16384);
+        assert!(grown.iter().all(|&x| x == 0));
+        assert_eq!(AlignedBuf::reuse_or_new(None, 4096).len(), 4096);
     }
 
     #[test]

@@ -255,10 +255,7 @@ impl LogReader {
             if !Self::take_ahead(w, seg, start, need)? {
                 let want = (need as usize).max(WINDOW_BYTES).min((seg_bytes - start) as usize);
                 let in_order = if w.seg == seg && start >= w.start { w.in_order + 1 } else { 0 };
-                let mut buf = match w.buf.take() {
-                    Some(b) if b.len() >= want => b,
-                    _ => AlignedBuf::new(want),
-                };
+                let mut buf = AlignedBuf::reuse_or_new(w.buf.take(), want);
                 read_clamped(&*dev, start, &mut buf[..want])?;
                 let spare = w.spare.take();
                 *w = Window { seg, start, len: want, base: 0, buf: Some(buf), in_order, ahead: None, spare };
@@ -326,10 +323,7 @@ impl LogReader {
         spare: Option<AlignedBuf>,
     ) -> Option<Ahead> {
         let (tx, done) = std::sync::mpsc::channel();
-        let mut buf = match spare {
-            Some(b) if b.len() >= AHEAD_HEAD_BYTES + WINDOW_BYTES => b,
-            _ => AlignedBuf::new(AHEAD_HEAD_BYTES + WINDOW_BYTES),
-        };
+        let mut buf = AlignedBuf::reuse_or_new(spare, AHEAD_HEAD_BYTES + WINDOW_BYTES);
         std::thread::Builder::new()
             .name("nvmedb-wal-readahead".into())
             .spawn(move || {
