@@ -231,6 +231,7 @@ fn recovery(cfg: &CommitConfig, setup: &LogSetup, env: &RunEnv, db: Database) ->
     db.close().map_err(LabError::engine("closing the recovered database"))?;
     Ok(RecoveryResult {
         log_bytes,
+        replayed_bytes: rep.log_end.saturating_sub(rep.redo_from),
         open_s,
         records: rep.records,
         pages_redone: rep.pages_redone,
