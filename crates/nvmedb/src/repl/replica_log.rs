@@ -6,6 +6,14 @@
 //! ordinary buffered writes and made durable with `fdatasync` (group commit: one sync covers
 //! every record appended before it).
 //!
+//! The file is kept filled with zeroes ahead of the writes ([`Preparer`], as the primary's log
+//! segments are: a background thread fills the next 8 MiB, block-aligned, while the group
+//! commits write below): a write that extends a file makes its `fdatasync` also write the
+//! file's size and allocation, a second device write per group commit. So the file is longer
+//! than its records, and its end is where the records end (the first short or damaged record),
+//! never its length; readers read only up to the durable end ([`TailReader`]), so none holds
+//! zeroes that records later overwrite.
+//!
 //! On an emulated device (the lab's standby on emulated optane, its bytes on tmpfs),
 //! [`ReplicaLog::set_device`] charges every group-commit write to that device's latency model
 //! before it counts as durable.
@@ -26,9 +34,10 @@
 //!   primary never made durable, so no commit depending on them was acknowledged).
 
 use crate::error::{Error, Result};
-use crate::io::{EmulatedDevice, MemDevice};
+use crate::io::{Device, EmulatedDevice, FileDevice, MemDevice};
 use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::MutexExt;
+use crate::wal::prepare::Preparer;
 use crate::wal::{LogRecord, Lsn, RecordReader, RecoveredLog, WalStats};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
@@ -145,7 +154,22 @@ struct Flushed {
     file: File,
     /// Bytes of the file that are written and synced (offsets below `start_off` are a hole).
     len: u64,
+    /// The [`Preparer`]'s number for the file as it is now: a truncation that cuts the file
+    /// starts a new one, so no fill of the old range lands after the cut.
+    gen: u64,
 }
+
+/// Filling the log file with zeroes ahead of the group-commit writes: the preparer, its
+/// background thread, and the file opened as a [`Device`] for it.
+struct Ahead {
+    preparer: Arc<Preparer>,
+    dev: Arc<dyn Device>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Block size the prepared range is aligned to: a background fill never touches a block a
+/// group commit writes.
+const PREPARE_ALIGN: u64 = 4096;
 
 /// Where the log begins: the LSN of its first record and that record's byte offset (the
 /// bytes before it were released by [`ReplicaLog::truncate_before`]).
@@ -167,6 +191,16 @@ pub struct ReplicaLog {
     stats: Mutex<WalStats>,
     /// The emulated device the log's writes are charged to (None: the file's own sync).
     device: Mutex<Option<Arc<EmulatedDevice<MemDevice>>>>,
+    ahead: Ahead,
+}
+
+impl Drop for ReplicaLog {
+    fn drop(&mut self) {
+        self.ahead.preparer.stop();
+        if let Some(t) = self.ahead.thread.locked().take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for ReplicaLog {
@@ -260,17 +294,33 @@ impl ReplicaLog {
         file.seek(SeekFrom::Start(len)).map_err(|e| io_err(&lp, "seek", e))?;
         let recovered =
             RecoveredLog { log_id: 0, start_lsn: st.lsn, end_lsn: end, segments: 1, created: false };
+        let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&lp).map_err(Error::Io)?);
+        let preparer = Arc::new(Preparer::new());
+        preparer.restart(0, len - len % PREPARE_ALIGN);
+        let p2 = preparer.clone();
+        let thread = std::thread::Builder::new()
+            .name("nvmedb-replica-prepare".into())
+            .spawn(move || p2.run())
+            .map_err(|e| io_err(&lp, "start the thread that prepares the log file", e))?;
         Ok(Arc::new(Self {
             dir: dir.to_path_buf(),
             start: Mutex::new(st),
             pending: Mutex::new(Pending { buf: Vec::new(), end, last, records: 0 }),
-            flushed: Mutex::new(Flushed { file, len }),
+            flushed: Mutex::new(Flushed { file, len, gen: 0 }),
             durable: AtomicU64::new(end),
             durable_len: AtomicU64::new(len),
             recovered,
             stats: Mutex::new(WalStats::default()),
             device: Mutex::new(None),
+            ahead: Ahead { preparer, dev, thread: Mutex::new(Some(thread)) },
         }))
+    }
+
+    /// Starts a new preparation of the file from `len` (after a cut): waits for a fill in
+    /// progress, so none lands past the cut.
+    fn restart_preparation(&self, f: &mut Flushed, len: u64) {
+        f.gen += 1;
+        self.ahead.preparer.restart(f.gen, len - len % PREPARE_ALIGN);
     }
 
     /// Puts the log "on" an emulated device: from now on each group-commit write (made durable in
@@ -351,9 +401,19 @@ impl ReplicaLog {
             return Ok(self.durable.load(Ordering::Acquire));
         }
         let lp = self.dir.join(LOG_FILE);
+        let device = self.device.locked().clone();
+        if device.is_none() {
+            // Backed up to the next block boundary past this write, and 8 MiB ahead of it.
+            let write_end = (f.len + buf.len() as u64).next_multiple_of(PREPARE_ALIGN);
+            self.ahead.preparer.before_write(
+                f.gen,
+                std::slice::from_ref(&self.ahead.dev),
+                write_end,
+                u64::MAX,
+            )?;
+        }
         let submitted = std::time::Instant::now();
         f.file.write_all(&buf).and_then(|()| f.file.sync_data()).map_err(|e| io_err(&lp, "write", e))?;
-        let device = self.device.locked().clone();
         if let Some(d) = device {
             d.charge_write(f.len, buf.len(), submitted);
         }
@@ -380,6 +440,7 @@ impl ReplicaLog {
         let mut rf = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
         let (end, last, len) = scan(&mut rf, &lp, st, lsn)?;
         let len = len.min(f.len);
+        self.restart_preparation(&mut f, len);
         f.file.set_len(len).and_then(|()| f.file.sync_all()).map_err(|e| io_err(&lp, "truncate", e))?;
         f.file.seek(SeekFrom::Start(len)).map_err(|e| io_err(&lp, "seek", e))?;
         f.len = len;
@@ -454,6 +515,7 @@ impl ReplicaLog {
         let mut f = self.flushed.locked();
         let mut p = self.pending.locked();
         let lp = self.dir.join(LOG_FILE);
+        self.restart_preparation(&mut f, 0);
         f.file.set_len(0).and_then(|()| f.file.sync_all()).map_err(|e| io_err(&lp, "truncate", e))?;
         f.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(&lp, "seek", e))?;
         let st = Start { lsn: start, off: 0 };
@@ -472,7 +534,7 @@ impl ReplicaLog {
         let file = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
         let mut t = TailReader {
             log: self.clone(),
-            file: BufReader::with_capacity(1 << 20, file),
+            file: BufReader::with_capacity(1 << 20, Durable { file, pos: 0, log: self.clone() }),
             offset: 0,
             path: lp,
         };
@@ -481,10 +543,38 @@ impl ReplicaLog {
     }
 }
 
+/// The log file read only below its durable length: the file holds zeroes past its records
+/// (prepared ahead), which a buffered reader must never keep, since records later replace them.
+struct Durable {
+    file: File,
+    pos: u64,
+    log: Arc<ReplicaLog>,
+}
+
+impl Read for Durable {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let limit = self.log.durable_len.load(Ordering::Acquire);
+        let n = (limit.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let got = self.file.read(&mut buf[..n])?;
+        self.pos += got as u64;
+        Ok(got)
+    }
+}
+
+impl Seek for Durable {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.pos = self.file.seek(to)?;
+        Ok(self.pos)
+    }
+}
+
 /// Reads a [`ReplicaLog`] sequentially, only as far as it is durable, resuming where it left off.
 pub struct TailReader {
     log: Arc<ReplicaLog>,
-    file: BufReader<File>,
+    file: BufReader<Durable>,
     offset: u64,
     path: PathBuf,
 }
@@ -669,9 +759,12 @@ mod tests {
         assert!(log.append_at(4100, 4300, 10, b"x").is_err(), "overlap is refused");
         assert_eq!(log.durable_lsn(), 100);
         assert_eq!(log.sync().unwrap(), 4200);
+        let records_end = log.durable_len.load(Ordering::Acquire);
         drop(log);
-        // Append a torn record by hand.
-        let mut f = OpenOptions::new().append(true).open(d.join(LOG_FILE)).unwrap();
+        // Write a torn record by hand where the records end (the file is longer: prepared ahead).
+        let mut f = OpenOptions::new().write(true).open(d.join(LOG_FILE)).unwrap();
+        assert!(f.metadata().unwrap().len() > records_end);
+        f.seek(SeekFrom::Start(records_end)).unwrap();
         let mut rec = Vec::new();
         encode_record(&mut rec, 5000, 5100, 11, b"torn");
         f.write_all(&rec[..rec.len() - 2]).unwrap();
@@ -695,6 +788,79 @@ mod tests {
         assert_eq!(log.end_lsn(), 140);
         drop(log);
         assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 140);
+    }
+
+    #[test]
+    fn the_file_is_backed_ahead_of_the_records_and_its_end_is_where_the_records_end() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tmp("ahead");
+        let log = ReplicaLog::open(&d, 0).unwrap();
+        let (mut lsn, mut ends) = (0u64, Vec::new());
+        for i in 0..300u64 {
+            let payload = vec![(i % 251) as u8; 1000 + (i as usize * 7) % 300];
+            let end = lsn + 2000;
+            assert!(log.append_at(lsn, end, 9, &payload).unwrap());
+            ends.push(end);
+            lsn = end + 10;
+            if i % 10 == 9 {
+                assert_eq!(log.sync().unwrap(), end);
+            }
+        }
+        let records = log.durable_len.load(Ordering::Acquire);
+        let m = std::fs::metadata(d.join(LOG_FILE)).unwrap();
+        // Prepared: allocated zeroes at least half a preparation window past the records.
+        assert!(
+            m.len() >= records + crate::wal::prepare::PREPARE_AHEAD_BYTES / 2,
+            "{} vs {records}",
+            m.len()
+        );
+        assert!(m.blocks() * 512 >= m.len(), "the file is backed, not sparse: {m:?}");
+        drop(log);
+        // Reopened: the end is the last record's, the zeroes past it are cut, and appends go on.
+        let log = ReplicaLog::open(&d, 0).unwrap();
+        assert_eq!(log.end_lsn(), *ends.last().unwrap());
+        assert_eq!(std::fs::metadata(d.join(LOG_FILE)).unwrap().len(), records);
+        assert!(log.append_at(lsn, lsn + 100, 10, b"after reopen").unwrap());
+        assert_eq!(log.sync().unwrap(), lsn + 100);
+        drop(log);
+        let log = ReplicaLog::open(&d, 0).unwrap();
+        let mut t = log.tail().unwrap();
+        let mut n = 0;
+        while let Some(r) = t.next_record().unwrap() {
+            if n < ends.len() {
+                assert_eq!(r.end, ends[n]);
+            } else {
+                assert_eq!(r.payload, b"after reopen");
+            }
+            n += 1;
+        }
+        assert_eq!(n, ends.len() + 1);
+    }
+
+    #[test]
+    fn a_tail_reader_following_the_log_never_keeps_the_zeroes_ahead_of_it() {
+        let d = tmp("follow");
+        let log = ReplicaLog::open(&d, 0).unwrap();
+        let mut t = log.tail().unwrap();
+        let mut lsn = 0;
+        // Small records, one group commit each: every read of the reader finds the file's
+        // prepared zeroes right after the last durable record.
+        for i in 0..200u64 {
+            let payload = format!("record {i}").into_bytes();
+            assert!(log.append_at(lsn, lsn + 50, 9, &payload).unwrap());
+            assert_eq!(log.sync().unwrap(), lsn + 50);
+            let r = t.next_record().unwrap().expect("the record just made durable");
+            assert_eq!((r.lsn, r.payload), (lsn, payload));
+            assert!(t.next_record().unwrap().is_none());
+            lsn += 50;
+        }
+        // After a cut, the reader repositioned at the end follows the new records.
+        assert_eq!(log.truncate_after(100 * 50).unwrap(), 100 * 50);
+        let off = log.durable_len.load(Ordering::Acquire);
+        t.seek_to(off).unwrap();
+        assert!(log.append_at(100 * 50, 100 * 50 + 70, 9, b"after the cut").unwrap());
+        log.sync().unwrap();
+        assert_eq!(t.next_record().unwrap().unwrap().payload, b"after the cut");
     }
 
     #[test]

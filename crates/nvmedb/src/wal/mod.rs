@@ -36,7 +36,7 @@ pub mod engine;
 mod filelog;
 mod format;
 mod options;
-mod prepare;
+pub(crate) mod prepare;
 mod reader;
 mod segment;
 

@@ -1,4 +1,5 @@
-//! Keeping the file log's current segment backed by storage ahead of its writes.
+//! Keeping the file log's current segment (and the standby's replica log) backed by storage
+//! ahead of its writes.
 //!
 //! Owns: [`Preparer`]. A log write into a hole of its segment file makes that flush's sync also
 //! write the file's allocation metadata: a second synchronous device write on every commit (on
@@ -132,6 +133,20 @@ impl Preparer {
             self.cv.notify_all();
         }
         Ok(())
+    }
+
+    /// Makes `seq` the file the flushes write, with `[0, prepared_to)` taken as backed by storage
+    /// (a file that is not a fresh segment: the standby's log, which resumes at its end and is
+    /// cut back by truncations). Waits for a fill in progress first, so no job fills the old
+    /// range after this returns.
+    pub fn restart(&self, seq: u64, prepared_to: u64) {
+        let mut st = self.state.locked();
+        while st.busy.is_some() {
+            st = self.cv.wait_locked(st);
+        }
+        st.seq = seq;
+        st.prepared_to = prepared_to;
+        st.job = None;
     }
 
     /// Asks the background thread to delete file `name` of `storage` (a segment slot given up;
