@@ -18,6 +18,9 @@
 //!   tell a torn tail from mid-log corruption.
 //! - After open, appends go to a new segment starting at the recovered end, so bytes recovery
 //!   may have seen are never overwritten (a recycled slot's stale records carry other LSNs).
+//! - A new segment's header is written and synced before any of its records: a slot never
+//!   holds records of a segment whose header a crash lost (they would carry the LSNs of the
+//!   segment the next open starts at the recovered end).
 //! - Queues are bounded: at most `max_queued_batches` sealed batches wait; appenders block.
 //! - After an I/O error the log is poisoned: every later call returns `Error::Poisoned`.
 
@@ -827,14 +830,9 @@ impl Inner {
     fn write_batch(&self, batch: &Batch, target: Target) -> Result<Option<Segment>> {
         assert_eq!(batch.buf.len() % BLOCK_BYTES, 0, "flush of a partial block");
         assert_eq!(batch.file_off % BLOCK_BYTES as u64, 0, "flush at an unaligned offset");
-        let header_bytes = if batch.new_segment.is_some() { BLOCK_BYTES } else { 0 };
-        let mut buf = AlignedBuf::new(header_bytes + batch.buf.len());
-        if let Some(h) = &batch.new_segment {
-            assert_eq!(batch.file_off, SEGMENT_HEADER_BLOCK_BYTES);
-            h.encode(&mut buf[..BLOCK_BYTES]);
-        }
-        buf[header_bytes..].copy_from_slice(&batch.buf);
-        let offset = batch.file_off - header_bytes as u64;
+        let mut buf = AlignedBuf::new(batch.buf.len());
+        buf.copy_from_slice(&batch.buf);
+        let offset = batch.file_off;
         let (devs, new_seg, segment_bytes): (Vec<Arc<dyn Device>>, Option<Segment>, u64) = match target {
             Target::Existing(seg) => {
                 let mut devs = Vec::with_capacity(self.storages.len());
@@ -870,7 +868,26 @@ impl Inner {
             }
         };
         self.prepare.before_write(batch.seq, &devs, offset + buf.len() as u64, segment_bytes)?;
-        match (&self.helper, devs.as_slice()) {
+        if let Some(h) = &batch.new_segment {
+            // The header is durable before any record of the segment is written. A recycled
+            // slot may hold records of an earlier segment; had a crash kept records of this
+            // segment but lost its header, the next open would start its new segment at these
+            // very LSNs (the recovered end) in some slot, and could later read this segment's
+            // lost records as its own. With the header first, a slot holds records only of the
+            // segment its header names (or of older ones, at other LSNs).
+            assert_eq!(batch.file_off, SEGMENT_HEADER_BLOCK_BYTES);
+            let mut block = AlignedBuf::new(BLOCK_BYTES);
+            h.encode(&mut block);
+            self.write_synced(&devs, 0, block)?;
+        }
+        self.write_synced(&devs, offset, buf)?;
+        Ok(new_seg)
+    }
+
+    /// Writes `buf` at `offset` of every copy's device and syncs them (two copies in parallel:
+    /// copy B on the helper thread).
+    fn write_synced(&self, devs: &[Arc<dyn Device>], offset: u64, buf: AlignedBuf) -> Result<()> {
+        match (&self.helper, devs) {
             (None, [a]) => a.write_at(offset, &buf).and_then(|()| a.sync())?,
             (Some(helper), [a, b]) => {
                 let buf = Arc::new(buf);
@@ -882,7 +899,7 @@ impl Inner {
             }
             _ => unreachable!("a helper exactly when there are two copies"),
         }
-        Ok(new_seg)
+        Ok(())
     }
 }
 
