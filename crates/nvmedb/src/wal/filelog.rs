@@ -826,7 +826,8 @@ impl Inner {
     }
 
     /// Writes one batch to every copy (two in parallel: copy B on the helper thread) and syncs
-    /// them. Returns the new segment when the batch started one.
+    /// them; a batch that starts a segment writes and syncs the segment's header first, on its
+    /// own. Returns the new segment when the batch started one.
     fn write_batch(&self, batch: &Batch, target: Target) -> Result<Option<Segment>> {
         assert_eq!(batch.buf.len() % BLOCK_BYTES, 0, "flush of a partial block");
         assert_eq!(batch.file_off % BLOCK_BYTES as u64, 0, "flush at an unaligned offset");
