@@ -459,29 +459,18 @@ pub(crate) fn redo(
                                 cache.clear();
                             }
                             match cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
-                            Redo::Applied { .. } if check_only => {
-                                report.pages_redone = 1;
-                                report.losers = ops.len() as u64;
-                                return Ok((ops, max_txn, report));
+                                Redo::Applied { .. } if check_only => {
+                                    report.pages_redone = 1;
+                                    report.losers = ops.len() as u64;
+                                    return Ok((ops, max_txn, report));
+                                }
+                                Redo::Applied { full } => {
+                                    report.pages_redone += 1;
+                                    report.full_images_applied += u64::from(full);
+                                }
+                                Redo::AlreadyThere => {}
+                                Redo::Unappliable => return Err(unappliable(tag, *pid, rec.lsn)),
                             }
-                            Redo::Applied { full } => {
-                                report.pages_redone += 1;
-                                report.full_images_applied += u64::from(full);
-                            }
-                            Redo::AlreadyThere => {}
-                            Redo::Unappliable => return Err(Error::Corruption {
-                                file: format!(
-                                    "{} page {}",
-                                    if tag == TAG_TABLE { "heap" } else { "index" },
-                                    pid
-                                ),
-                                offset: rec.lsn,
-                                detail:
-                                    "page is unreadable (torn or missing) and the log holds no full image \
-                                         of it before this change"
-                                        .into(),
-                            }),
-                        }
                         }
                     }
                     KIND_COMMIT | KIND_ABORT => {
@@ -510,6 +499,18 @@ pub(crate) fn redo(
         report.micros = started.elapsed().as_micros() as u64;
         Ok((ops, max_txn, report))
     })
+}
+
+/// The error for a diff to a page that is unreadable (torn or missing) with no full image of
+/// it logged before the change at `lsn`.
+fn unappliable(tag: u8, pid: PageId, lsn: Lsn) -> Error {
+    Error::Corruption {
+        file: format!("{} page {}", if tag == TAG_TABLE { "heap" } else { "index" }, pid),
+        offset: lsn,
+        detail:
+            "page is unreadable (torn or missing) and the log holds no full image of it before this change"
+                .into(),
+    }
 }
 
 /// Splits `pages` (sorted page numbers) into runs of consecutive pages of at most `max_pages`
