@@ -41,6 +41,19 @@ BIN=$ROOT/target/release/nvmedb
 echo "machine: $($BIN machine)"
 echo "file: $FILE ($FSTYPE on $(df --output=source "$(dirname "$FILE")" | tail -1)), size $SIZE, $REPS reps x ${RUNTIME}s (+${RAMP}s warm-up), fio $(fio --version)"
 
+# iobench reads into buffers in huge pages (as the engine's buffer frames); fio does the same when a
+# hugetlbfs with free huge pages is mounted (on a virtio disk, multi-page reads into 4 KiB pages
+# ran at a half to a third of the rate). Set one up with:
+#   echo 64 > /proc/sys/vm/nr_hugepages; mkdir -p /mnt/huge; mount -t hugetlbfs none /mnt/huge
+HUGE_MOUNT=$(awk '$3 == "hugetlbfs" {print $2; exit}' /proc/mounts)
+FIO_MEM=()
+if [ -n "$HUGE_MOUNT" ] && [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -ge 8 ]; then
+  FIO_MEM=(--mem="mmaphuge:$HUGE_MOUNT/iobench-vs-fio-$$")
+  echo "fio's buffers: huge pages ($HUGE_MOUNT), as iobench's"
+else
+  echo "fio's buffers: 4 KiB pages (no hugetlbfs with free huge pages mounted); iobench's are in huge pages, so multi-page reads may favour iobench"
+fi
+
 # Lay the file out once with real data, so both tools read allocated blocks.
 fio --name=layout --filename="$FILE" --rw=write --bs=1M --size="$SIZE" --direct=1 --ioengine=psync \
     --output=/dev/null >/dev/null
@@ -60,7 +73,8 @@ fio_one() { # name args rep
   local json=$OUT/fio-$3-$(echo "$1" | tr -c 'A-Za-z0-9' _).json
   # shellcheck disable=SC2086
   fio --name=bench --filename="$FILE" --size="$SIZE" --direct=1 --time_based --runtime="$RUNTIME" \
-      --ramp_time="$RAMP" --norandommap --randrepeat=0 --group_reporting --output-format=json $2 >"$json"
+      --ramp_time="$RAMP" --norandommap --randrepeat=0 --group_reporting --output-format=json \
+      "${FIO_MEM[@]}" $2 >"$json"
   python3 - "$json" "$1" <<'PY' >>"$RESULTS"
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]

@@ -6,10 +6,11 @@
 //! under its latch held exclusively (or while the frame is owned privately by a loader that
 //! claimed it with pins = 1 while it was mapped to no page).
 //!
-//! Frame memory is one anonymous mapping (page-aligned, zero-filled lazily by the kernel). With
+//! Frame memory is one anonymous mapping ([`crate::io::aligned::Mapping`]) (page-aligned, zero-filled lazily by the kernel). With
 //! `huge_pages` the mapping is advised `MADV_HUGEPAGE` before it is touched, so random access
 //! over a large pool costs far fewer TLB misses (the kernel may still fall back to 4 KiB pages).
 
+use crate::io::aligned::{Mapping, HUGE_PAGE};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::RwLock;
@@ -54,51 +55,10 @@ impl Frame {
     }
 }
 
-/// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    base: *mut u8,
-    len: usize,
+/// The error of a failed mapping of `bytes` of frame memory or metadata.
+fn map_error(bytes: usize, e: std::io::Error) -> crate::error::Error {
+    crate::error::Error::ResourceExhausted(format!("cannot map {bytes} bytes of buffer frame memory: {e}"))
 }
-
-impl Mapping {
-    fn new(len: usize, huge_pages: bool) -> crate::error::Result<Self> {
-        let len = len.max(1);
-        // SAFETY: an anonymous private mapping with no address hint; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(crate::error::Error::ResourceExhausted(format!(
-                "cannot map {len} bytes of buffer frame memory: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        if huge_pages && len >= HUGE_PAGE {
-            // Advisory: failure (no THP support) leaves ordinary pages, which is fine.
-            // SAFETY: the range is the mapping just created.
-            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
-        }
-        Ok(Self { base: p.cast(), len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: base/len describe a mapping this value owns; no frame reference outlives the
-        // arena that owns it.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-/// Transparent huge page size on x86-64 and most arm64 kernels.
-const HUGE_PAGE: usize = 2 << 20;
 
 /// The metadata of every frame of a partition, in its own mapping (advised for huge pages
 /// like the frame memory: the metadata of a large pool spans megabytes, and a hit reads one
@@ -115,7 +75,7 @@ unsafe impl Sync for FrameTable {}
 
 impl FrameTable {
     fn new(count: usize, huge_pages: bool) -> crate::error::Result<Self> {
-        let mut bytes = count
+        let bytes = count
             .checked_mul(std::mem::size_of::<Frame>())
             .ok_or_else(|| {
                 crate::error::Error::ResourceExhausted(format!(
@@ -123,11 +83,8 @@ impl FrameTable {
                 ))
             })?
             .max(1);
-        if huge_pages && bytes >= HUGE_PAGE {
-            bytes = bytes.next_multiple_of(HUGE_PAGE); // no 4 KiB-page tail
-        }
-        let mem = Mapping::new(bytes, huge_pages)?;
-        let frames = mem.base.cast::<Frame>();
+        let mem = Mapping::new(bytes, huge_pages && bytes >= HUGE_PAGE).map_err(|e| map_error(bytes, e))?;
+        let frames = mem.base().cast::<Frame>();
         debug_assert!(frames.is_aligned(), "mmap returns page-aligned memory");
         for i in 0..count {
             // SAFETY: in range of the fresh mapping, aligned; each slot written once.
@@ -141,7 +98,7 @@ impl std::ops::Deref for FrameTable {
     type Target = [Frame];
     fn deref(&self) -> &[Frame] {
         // SAFETY: `len` initialised frames start at the mapping's base and live as long as it.
-        unsafe { std::slice::from_raw_parts(self.mem.base.cast::<Frame>(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.mem.base().cast::<Frame>(), self.len) }
     }
 }
 
@@ -151,7 +108,7 @@ impl Drop for FrameTable {
         // mapping is unmapped (fields drop after this body).
         unsafe {
             std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
-                self.mem.base.cast::<Frame>(),
+                self.mem.base().cast::<Frame>(),
                 self.len,
             ))
         };
@@ -180,8 +137,8 @@ impl FrameArena {
                 "{count} frames of {page_size} B do not fit the address space"
             ))
         })?;
-        let mem = Mapping::new(bytes, huge_pages)?;
-        let base = mem.base;
+        let mem = Mapping::new(bytes, huge_pages && bytes >= HUGE_PAGE).map_err(|e| map_error(bytes, e))?;
+        let base = mem.base();
         let frames = FrameTable::new(count, huge_pages)?;
         Ok(Self { mem, base, page_size, frames })
     }
@@ -222,9 +179,11 @@ impl FrameArena {
         unsafe { self.base.add(i * self.page_size) }
     }
 
-    /// Total bytes of frame memory.
+    /// Total bytes of frame memory (the frames; the mapping may extend to a huge-page
+    /// boundary beyond them, never touched).
     pub fn bytes_total(&self) -> usize {
-        self.mem.len
+        debug_assert!(self.page_size * self.frames.len() <= self.mem.len());
+        self.page_size * self.frames.len()
     }
 }
 

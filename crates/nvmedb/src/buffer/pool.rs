@@ -1493,7 +1493,7 @@ impl BufferPool {
         let mut bufs = BATCH_SCRATCH
             .with(|c| c.borrow_mut().take())
             .filter(|b| b.len() >= page_size * batch.len())
-            .unwrap_or_else(|| AlignedBuf::new(page_size * batch.len()));
+            .unwrap_or_else(|| AlignedBuf::large(page_size * batch.len()));
         // (frame, page id, file) of every copy taken, pinned and marked as being written.
         let mut taken: Vec<(usize, PageId, Arc<FileEntry>)> = Vec::with_capacity(batch.len());
         let mut max_lsn = 0;

@@ -82,7 +82,7 @@ const DIRECT_WRITE_BUFFERS: usize = 3;
 
 /// A buffer of whole heap pages of about [`DIRECT_WRITE_BYTES`].
 fn direct_buffer(page_size: usize) -> AlignedBuf {
-    AlignedBuf::new((DIRECT_WRITE_BYTES / page_size).max(1) * page_size)
+    AlignedBuf::large((DIRECT_WRITE_BYTES / page_size).max(1) * page_size)
 }
 
 /// Where a load's heap pages go.

@@ -301,7 +301,7 @@ type TablesById = HashMap<u32, Table>;
 
 fn max_page_lsn(spaces: &tablespace::Spaces, data: &CatalogData) -> Result<u64> {
     let mut max = 0;
-    let mut buf = crate::io::AlignedBuf::new(1 << 20);
+    let mut buf = crate::io::AlignedBuf::large(1 << 20);
     for t in &data.tables {
         for (heap, name, ps) in [
             (true, heap_name(t.id), data.table_page_size as usize),

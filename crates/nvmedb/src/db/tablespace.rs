@@ -333,7 +333,7 @@ impl Database {
                 target.remove(&file)?; // a copy an earlier, interrupted move left
             }
             let dst = target.open(&file, true)?;
-            let mut buf = AlignedBuf::new(1 << 20);
+            let mut buf = AlignedBuf::large(1 << 20);
             let (cap, mut off) = (src.capacity(), 0u64);
             while off < cap {
                 let n = ((cap - off).min(buf.len() as u64) as usize).div_ceil(4096) * 4096;

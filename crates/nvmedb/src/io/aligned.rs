@@ -1,14 +1,25 @@
 //! Aligned, heap-allocated byte buffers for O_DIRECT I/O.
 //!
 //! Owns: `AlignedBuf`, a zero-initialised byte buffer whose address and length are multiples of
-//! an alignment (a power of two, at least 512). Invariant: `ptr % align == 0` and
-//! `len % align == 0` for the whole life of the buffer; the memory is freed with the same layout
-//! it was allocated with (a buffer lent by [`AlignedBuf::lend`] frees nothing).
+//! an alignment (a power of two, at least 512), and [`Mapping`], an anonymous memory mapping
+//! that may be advised for transparent huge pages (the buffer pool's frames live in one).
+//! Invariant: `ptr % align == 0` and `len % align == 0` for the whole life of the buffer; the
+//! memory is freed the way it was obtained (heap layout, or unmapped; a buffer lent by
+//! [`AlignedBuf::lend`] frees nothing).
+//!
+//! Why huge pages matter for I/O buffers: a direct read or write hands the device one
+//! scatter-gather segment per physically contiguous run of the buffer. With 4 KiB pages a
+//! 512 KiB read is 128 segments; in a 2 MiB huge page it is one. On the virtio disk of the
+//! machine this engine is developed on, 16 KiB random reads ran at 50–61 K IOPS into 4 KiB pages
+//! and 103–112 K IOPS into huge pages (fio, depth 32), and 512 KiB sequential reads at
+//! 0.6–0.9 GB/s against 1.9–2.2 GB/s. Multi-page I/O therefore goes through
+//! [`AlignedBuf::large`] buffers or the pool's frames.
 
 use std::alloc::{self, Layout};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// The alignment O_DIRECT needs on Linux for the devices we target (logical block size 4 KiB
 /// covers 512-byte devices too).
@@ -21,8 +32,18 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     align: usize,
-    /// False for memory lent by its owner ([`AlignedBuf::lend`]): dropping frees nothing.
-    owned: bool,
+    backing: Backing,
+}
+
+/// Where an [`AlignedBuf`]'s memory comes from, and so how it is freed.
+enum Backing {
+    /// The global allocator, with layout (`len`, `align`).
+    Heap,
+    /// Memory lent by its owner ([`AlignedBuf::lend`]): dropping frees nothing.
+    Lent,
+    /// A share of an anonymous mapping advised for huge pages ([`AlignedBuf::large`],
+    /// [`AlignedBuf::large_many`]); the mapping is unmapped when its last buffer drops.
+    Mapped(#[allow(dead_code)] Arc<Mapping>),
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -51,7 +72,50 @@ impl AlignedBuf {
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        Self { ptr, len, align, owned: true }
+        Self { ptr, len, align, backing: Backing::Heap }
+    }
+
+    /// Allocates `len` zeroed bytes (a non-zero multiple of [`DIRECT_IO_ALIGN`]) for multi-page
+    /// I/O: an anonymous mapping aligned to and advised for 2 MiB transparent huge pages, so a
+    /// large read or write reaches the device in few scatter-gather segments (see the module
+    /// comment). The kernel may still back it with 4 KiB pages (no THP support, or memory too
+    /// fragmented); it is then an ordinary buffer. Falls back to [`AlignedBuf::new`] if the
+    /// mapping fails.
+    ///
+    /// # Panics
+    /// If `len` is zero or not a multiple of [`DIRECT_IO_ALIGN`] (a programming error).
+    pub fn large(len: usize) -> Self {
+        Self::large_many(1, len).pop().expect("one buffer")
+    }
+
+    /// `count` buffers of `len` bytes each (a non-zero multiple of [`DIRECT_IO_ALIGN`]),
+    /// side by side in one mapping advised for huge pages, as [`AlignedBuf::large`] makes one:
+    /// for the buffers of a queue of small I/Os (each buffer a disjoint share; the mapping is
+    /// unmapped when the last of them drops). Falls back to [`AlignedBuf::new`] buffers if
+    /// the mapping fails.
+    ///
+    /// # Panics
+    /// If `len` is zero or not a multiple of [`DIRECT_IO_ALIGN`] (a programming error).
+    pub fn large_many(count: usize, len: usize) -> Vec<Self> {
+        assert!(
+            len > 0 && len % DIRECT_IO_ALIGN == 0,
+            "length {len} must be a non-zero multiple of {DIRECT_IO_ALIGN}"
+        );
+        let Some(total) = count.checked_mul(len) else { return (0..count).map(|_| Self::new(len)).collect() };
+        match Mapping::new(total, true) {
+            Ok(m) => {
+                let m = Arc::new(m);
+                (0..count)
+                    .map(|i| {
+                        // SAFETY: `i * len + len <= total <= m.len()`: inside the mapping.
+                        let p = unsafe { m.base().add(i * len) };
+                        let ptr = NonNull::new(p).expect("a mapping is never at address 0");
+                        Self { ptr, len, align: DIRECT_IO_ALIGN, backing: Backing::Mapped(m.clone()) }
+                    })
+                    .collect()
+            }
+            Err(_) => (0..count).map(|_| Self::new(len)).collect(),
+        }
     }
 
     /// `buf` when it holds at least `len` bytes (with whatever it held), else a new zeroed
@@ -62,6 +126,19 @@ impl AlignedBuf {
             Some(b) if b.len() >= len => b,
             _ => Self::new(len),
         }
+    }
+
+    /// Like [`AlignedBuf::reuse_or_new`], allocating with [`AlignedBuf::large`].
+    pub fn reuse_or_large(buf: Option<AlignedBuf>, len: usize) -> Self {
+        match buf {
+            Some(b) if b.len() >= len => b,
+            _ => Self::large(len),
+        }
+    }
+
+    /// True if the buffer lies in memory advised for huge pages ([`AlignedBuf::large`]).
+    pub fn is_large(&self) -> bool {
+        matches!(self.backing, Backing::Mapped(_))
     }
 
     /// A buffer over `len` bytes at `ptr` that belong to someone else (a buffer-pool frame an
@@ -75,7 +152,7 @@ impl AlignedBuf {
         assert!(align.is_power_of_two() && align >= 512, "alignment {align} must be a power of two >= 512");
         assert!(len > 0 && len % align == 0, "length {len} must be a non-zero multiple of {align}");
         assert_eq!(ptr.as_ptr() as usize % align, 0, "lent buffer address is not {align}-aligned");
-        Self { ptr, len, align, owned: false }
+        Self { ptr, len, align, backing: Backing::Lent }
     }
 
     /// The alignment of the address and the length.
@@ -101,7 +178,8 @@ impl DerefMut for AlignedBuf {
 
 impl Clone for AlignedBuf {
     fn clone(&self) -> Self {
-        let mut copy = Self::with_alignment(self.len, self.align);
+        let mut copy =
+            if self.is_large() { Self::large(self.len) } else { Self::with_alignment(self.len, self.align) };
         copy.copy_from_slice(self);
         copy
     }
@@ -109,12 +187,90 @@ impl Clone for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if !self.owned {
-            return;
+        if !matches!(self.backing, Backing::Heap) {
+            return; // lent: the owner frees it; mapped: the mapping unmaps itself
         }
         let layout = Layout::from_size_align(self.len, self.align).expect("valid layout");
         // SAFETY: allocated in with_alignment with exactly this layout.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+/// Transparent huge page size on x86-64 and most arm64 kernels.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// An anonymous private mapping (zero-filled lazily by the kernel), unmapped on drop. With
+/// `huge_pages` and at least [`HUGE_PAGE`] bytes, or for any length via [`AlignedBuf::large`],
+/// it starts on a huge-page boundary, spans whole huge pages and is advised `MADV_HUGEPAGE`
+/// before it is touched.
+pub(crate) struct Mapping {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; access is the owner's business.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps at least `len` bytes. With `huge_pages`, the length is rounded up to whole huge
+    /// pages and the start aligned to one (by mapping a huge page more and unmapping the
+    /// unaligned head and tail), then advised for huge pages (advisory: a kernel without THP
+    /// leaves 4 KiB pages).
+    pub(crate) fn new(len: usize, huge_pages: bool) -> std::io::Result<Self> {
+        let len = if huge_pages { len.max(1).next_multiple_of(HUGE_PAGE) } else { len.max(1) };
+        let map_len = if huge_pages { len + HUGE_PAGE } else { len };
+        // SAFETY: an anonymous private mapping with no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut base = p.cast::<u8>();
+        if huge_pages {
+            let head = (HUGE_PAGE - base as usize % HUGE_PAGE) % HUGE_PAGE;
+            let tail = map_len - head - len;
+            // SAFETY: both ranges lie inside the mapping just created and are not used.
+            unsafe {
+                if head > 0 {
+                    libc::munmap(base.cast(), head);
+                }
+                base = base.add(head);
+                if tail > 0 {
+                    libc::munmap(base.add(len).cast(), tail);
+                }
+                // Advisory: failure (no THP support) leaves ordinary pages, which is fine.
+                libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE);
+            }
+        }
+        Ok(Self { base, len })
+    }
+
+    /// First byte of the mapping.
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Bytes mapped.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe a mapping this value owns; its users are gone (they borrow
+        // from the value that owns it).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
 
@@ -149,6 +305,31 @@ mod tests {
         assert_eq!(grown.len(), 16384);
         assert!(grown.iter().all(|&x| x == 0));
         assert_eq!(AlignedBuf::reuse_or_new(None, 4096).len(), 4096);
+    }
+
+    #[test]
+    fn large_buffers_are_zeroed_aligned_to_a_huge_page_and_writable() {
+        for &len in &[4096usize, 512 << 10, 4 << 20] {
+            let mut b = AlignedBuf::large(len);
+            assert!(b.is_large());
+            assert_eq!(b.as_ptr() as usize % HUGE_PAGE, 0);
+            assert_eq!((b.len(), b.alignment()), (len, DIRECT_IO_ALIGN));
+            assert!(b.iter().all(|&x| x == 0));
+            b[len - 1] = 9;
+            let c = b.clone();
+            assert!(c.is_large());
+            assert_eq!(c[len - 1], 9);
+        }
+        let mut many = AlignedBuf::large_many(3, 16384);
+        assert!(many.iter().all(|b| b.is_large() && b.len() == 16384 && b.iter().all(|&x| x == 0)));
+        assert_eq!(many[1].as_ptr() as usize - many[0].as_ptr() as usize, 16384);
+        many[2][16383] = 1;
+        let last = many.pop().expect("three");
+        drop(many); // the mapping outlives the buffers dropped first
+        assert_eq!(last[16383], 1);
+        let kept = AlignedBuf::reuse_or_large(Some(AlignedBuf::large(8192)), 4096);
+        assert_eq!(kept.len(), 8192);
+        assert!(AlignedBuf::reuse_or_large(Some(AlignedBuf::new(4096)), 8192).is_large());
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! medium; a read of bytes never written returns zeroes; after `sync` returns `Ok`, every write
 //! that returned `Ok` before the call is durable to the degree the device offers.
 
-mod aligned;
+pub(crate) mod aligned;
 mod crashsim;
 mod emulated;
 mod emulated_storage;

@@ -102,10 +102,12 @@ pub(super) fn send_base_backup(
         let dev = storage.open(name, false).map_err(|e| local(e.into()))?;
         let pages = dev.capacity() / ps as u64;
         let mut page = 0u64;
+        // One buffer per file, in huge pages (see `AlignedBuf::large`).
+        let mut frame_buf = AlignedBuf::large(PAGES_PER_FRAME * ps);
         while page < pages {
             let n = PAGES_PER_FRAME.min((pages - page) as usize);
-            let mut buf = AlignedBuf::new(n * ps);
-            dev.read_at(page * ps as u64, &mut buf).map_err(|e| local(e.into()))?;
+            let buf = &mut frame_buf[..n * ps];
+            dev.read_at(page * ps as u64, buf).map_err(|e| local(e.into()))?;
             for k in 0..n {
                 let off = (page + k as u64) * ps as u64;
                 read_whole_page(dev.as_ref(), name, off, id, page + k as u64, &mut buf[k * ps..(k + 1) * ps])
@@ -114,7 +116,7 @@ pub(super) fn send_base_backup(
             let mut p = (name.len() as u16).to_le_bytes().to_vec();
             p.extend_from_slice(name.as_bytes());
             p.extend_from_slice(&(page * ps as u64).to_le_bytes());
-            p.extend_from_slice(&buf);
+            p.extend_from_slice(buf);
             wire::write_frame(&mut w, addr, sh.cfg.epoch, FrameType::BaseFile, &p)?;
             bytes += buf.len() as u64;
             page += n as u64;

@@ -66,7 +66,7 @@ pub fn lay_out(dev: &dyn Device, size: u64, show_progress: bool) -> IoResult<()>
     let chunk = 1usize << 20;
     let start = have / chunk as u64 * chunk as u64;
     let bar = progress::bytes_bar(show_progress, size - start, "laying out");
-    let mut buf = AlignedBuf::new(chunk);
+    let mut buf = AlignedBuf::large(chunk);
     Rng::new(99).fill(&mut buf);
     let mut q = dev.open_queue(4)?;
     let mut done = Vec::new();

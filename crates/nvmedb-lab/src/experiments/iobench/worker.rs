@@ -119,9 +119,11 @@ impl<'d> Worker<'d> {
         Ok(match cfg.engine {
             Engine::Queue => {
                 let q = dev.open_queue(cfg.depth).map_err(io_error(&cfg.device))?;
-                let free = (0..cfg.depth)
-                    .map(|i| {
-                        let mut b = AlignedBuf::new(cfg.block_bytes);
+                // In huge pages, as the buffer pool's frames (see `AlignedBuf::large`).
+                let free = AlignedBuf::large_many(cfg.depth, cfg.block_bytes)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, mut b)| {
                         Rng::new(cfg.seed + i as u64).fill(&mut b);
                         b
                     })
@@ -137,7 +139,7 @@ impl<'d> Worker<'d> {
                 })
             }
             Engine::Sync => {
-                let mut buf = AlignedBuf::new(cfg.block_bytes);
+                let mut buf = AlignedBuf::large(cfg.block_bytes);
                 Rng::new(cfg.seed + thread as u64).fill(&mut buf);
                 Self::Sync(SyncWorker { dev, gen, buf, lat: Latencies::default() })
             }
