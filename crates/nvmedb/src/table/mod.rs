@@ -58,6 +58,7 @@ pub mod schema;
 pub use heap::{HeapFile, RowId};
 pub(crate) use scan::KeyRange;
 
+use schema::RowLayout;
 pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};
 
 use crate::btree::BTree;
@@ -95,6 +96,8 @@ pub(crate) struct TableInner {
     pub(crate) id: u32,
     pub(crate) name: String,
     pub(crate) schema: Schema,
+    /// Constant column offsets of `schema`'s rows.
+    pub(crate) layout: RowLayout,
     pub(crate) heap: HeapFile,
     pub(crate) primary: BTree,
     pub(crate) secondaries: Vec<BTree>,
@@ -133,6 +136,7 @@ impl Table {
             inner: Arc::new(TableInner {
                 id,
                 name,
+                layout: RowLayout::of(&schema),
                 schema,
                 heap,
                 primary,
@@ -436,7 +440,7 @@ impl Table {
             Ok(self
                 .inner
                 .heap
-                .read(rid, |b| self.has_pk(&RowView::new(s, b), pk))?
+                .read(rid, |b| self.has_pk(&RowView::with_layout(s, &self.inner.layout, b), pk))?
                 .transpose()?
                 .unwrap_or(false))
         };
@@ -468,7 +472,8 @@ impl Table {
                 self.inner.name
             ),
         })?;
-        let value_of = |row: &[u8], col: usize| RowView::new(s, row).try_value(col);
+        let value_of =
+            |row: &[u8], col: usize| RowView::with_layout(s, &self.inner.layout, row).try_value(col);
         // 1. Secondary entries the operation or a later state left that `before` lacks.
         for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
             let want = op.before.as_deref().map(|b| value_of(b, ix.column)).transpose()?;
@@ -738,7 +743,13 @@ impl Table {
                 // left since the lookup began: the absence is committed. Else look again.
                 match pending.before_image_at(stripe, table, pk, me) {
                     (Some(image), _) => {
-                        return Ok(image.map(|row| (f.take().expect("called once"))(RowView::new(s, &row))))
+                        return Ok(image.map(|row| {
+                            (f.take().expect("called once"))(RowView::with_layout(
+                                s,
+                                &self.inner.layout,
+                                &row,
+                            ))
+                        }))
                     }
                     (None, now) if now == before => return Ok(None),
                     (None, _) => {
@@ -748,7 +759,7 @@ impl Table {
                 }
             };
             let seen = self.inner.heap.read(rid, |b| {
-                let v = RowView::new(s, b);
+                let v = RowView::with_layout(s, &self.inner.layout, b);
                 if !self.has_pk(&v, pk)? {
                     return Ok(None);
                 }
@@ -757,7 +768,9 @@ impl Table {
                 let f = f.take().expect("called once");
                 if !PendingWriters::idle(pending.load(stripe)) {
                     if let Some(image) = pending.before_image(stripe, table, pk, me) {
-                        return Ok(Some(image.map(|row| f(RowView::new(s, &row)))));
+                        return Ok(Some(
+                            image.map(|row| f(RowView::with_layout(s, &self.inner.layout, &row))),
+                        ));
                     }
                 }
                 Ok::<_, Error>(Some(Some(f(v))))
@@ -884,7 +897,7 @@ impl Table {
                     }
                     (Some(_), Some(rid)) => {
                         let found = self.inner.heap.read(rid, |bytes| {
-                            let v = RowView::new(s, bytes);
+                            let v = RowView::with_layout(s, &self.inner.layout, bytes);
                             let ok =
                                 self.has_pk(&v, pk(j))? && PendingWriters::idle(pending.load(stripes[j]));
                             if ok {
@@ -933,7 +946,7 @@ impl Table {
         for _ in 0..READ_RETRIES {
             let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
             let got = self.inner.heap.read(rid, |b| {
-                let v = RowView::new(s, b);
+                let v = RowView::with_layout(s, &self.inner.layout, b);
                 Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(v)))
             })?;
             if let Some(Some(r)) = got.transpose()? {
@@ -974,7 +987,7 @@ impl Table {
             return Err(self.dangling(rid));
         };
         let old_values: Vec<Value> = {
-            let v = RowView::new(s, &old_row);
+            let v = RowView::with_layout(s, &self.inner.layout, &old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         for (n, old) in old_values.iter().enumerate() {
@@ -1087,7 +1100,7 @@ impl Table {
             return Err(self.dangling(rid));
         };
         let old_values: Vec<Value> = {
-            let v = RowView::new(s, &old_row);
+            let v = RowView::with_layout(s, &self.inner.layout, &old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         let rid_bytes = u64::from_le_bytes(rid.to_bytes());
@@ -1142,7 +1155,7 @@ impl Table {
         let (table, pending) = (self.inner.id, &self.inner.txn.pending);
         let mut key = Vec::with_capacity(16);
         scan(&mut |_, b| {
-            let v = RowView::new(s, b);
+            let v = RowView::with_layout(s, &self.inner.layout, b);
             // Under the page latch: no writer of this table in flight means every change the
             // page shows is committed (writers enter before their first page change), so the
             // row is passed without encoding its key.
@@ -1155,7 +1168,8 @@ impl Table {
             let stripe = PendingWriters::stripe(table, &key);
             if !PendingWriters::idle(pending.load(stripe)) {
                 if let Some(image) = pending.before_image(stripe, table, &key, None) {
-                    return image.map_or(Ok(true), |row| f(RowView::new(s, &row)));
+                    return image
+                        .map_or(Ok(true), |row| f(RowView::with_layout(s, &self.inner.layout, &row)));
                 }
             }
             f(v)
@@ -1231,14 +1245,14 @@ impl Table {
     ) -> Result<Option<R>> {
         let s = &self.inner.schema;
         let rid = match found {
-            scan::Found::Image(row) => return Ok(Some(f(RowView::new(s, row)))),
+            scan::Found::Image(row) => return Ok(Some(f(RowView::with_layout(s, &self.inner.layout, row)))),
             scan::Found::Entry(rid) => rid,
         };
         let pending = &self.inner.txn.pending;
         let stripe = PendingWriters::stripe(self.inner.id, pk);
         let mut f = Some(f);
         let fast = self.inner.heap.read(rid, |b| {
-            let v = RowView::new(s, b);
+            let v = RowView::with_layout(s, &self.inner.layout, b);
             // Under the page latch: the key's row, and no writer of its stripe in flight.
             if self.has_pk(&v, pk)? && PendingWriters::idle(pending.load(stripe)) {
                 return Ok(Some((f.take().expect("called once"))(v)));
@@ -1297,7 +1311,7 @@ impl Table {
         let mut problems: Option<Error> = None;
         self.inner.heap.scan(|rid, b| {
             rows += 1;
-            let v = RowView::new(s, b);
+            let v = RowView::with_layout(s, &self.inner.layout, b);
             let pk = s.primary_key_bytes(&self.inner.name, &v.try_value(s.primary_key)?)?;
             if self.inner.primary.get_with(&pk, RowId::from_bytes)?.flatten() != Some(rid) {
                 problems = Some(bad(format!("row at {rid:?} has no matching primary index entry")));

@@ -675,11 +675,42 @@ impl Schema {
     }
 }
 
+/// Where the columns of a schema's rows start when that does not depend on the row: for a
+/// schema without nullable columns, every column that only fixed-size columns precede starts
+/// at the same offset in every row. A table keeps one for its (immutable) schema, so reading
+/// such a column is one bounds check instead of a walk over the columns before it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RowLayout {
+    /// Start offset of each fixed-size column at a constant offset; [`RowLayout::VARIES`]
+    /// for the others (the slow path finds them).
+    fixed_start: Box<[u32]>,
+}
+
+impl RowLayout {
+    const VARIES: u32 = u32::MAX;
+
+    /// The layout of `schema`'s rows.
+    pub(crate) fn of(schema: &Schema) -> Self {
+        let mut fixed_start = vec![Self::VARIES; schema.columns.len()];
+        if !schema.has_nullable() {
+            let mut off = 0usize;
+            for (c, start) in schema.columns.iter().zip(fixed_start.iter_mut()) {
+                let Some(n) = c.ty.fixed_size() else { break };
+                *start = off as u32;
+                off += n;
+            }
+        }
+        Self { fixed_start: fixed_start.into() }
+    }
+}
+
 /// A row as stored, decoded lazily column by column.
 #[derive(Clone, Copy)]
 pub struct RowView<'a> {
     schema: &'a Schema,
     bytes: &'a [u8],
+    /// Constant column offsets of the schema ([`RowLayout`]); empty when not known.
+    fixed_start: &'a [u32],
 }
 
 impl std::fmt::Debug for RowView<'_> {
@@ -694,7 +725,13 @@ impl std::fmt::Debug for RowView<'_> {
 impl<'a> RowView<'a> {
     /// Wraps encoded row bytes.
     pub fn new(schema: &'a Schema, bytes: &'a [u8]) -> Self {
-        Self { schema, bytes }
+        Self { schema, bytes, fixed_start: &[] }
+    }
+
+    /// Wraps encoded row bytes of `schema`, whose [`RowLayout`] is `layout`.
+    pub(crate) fn with_layout(schema: &'a Schema, layout: &'a RowLayout, bytes: &'a [u8]) -> Self {
+        debug_assert_eq!(layout.fixed_start.len(), schema.columns.len(), "layout of another schema");
+        Self { schema, bytes, fixed_start: &layout.fixed_start }
     }
 
     /// True if column `col` holds NULL (false for a column the schema does not have, or a row
@@ -718,6 +755,13 @@ impl<'a> RowView<'a> {
     /// column the schema does not have (`InvalidArgument`), or row bytes that do not hold the
     /// schema's columns (`Corruption`).
     fn span(&self, col: usize) -> Result<(usize, usize)> {
+        if let Some(&start) = self.fixed_start.get(col).filter(|&&s| s != RowLayout::VARIES) {
+            let (start, len) = (start as usize, self.schema.columns[col].ty.fixed_size().unwrap_or(0));
+            if start + len <= self.bytes.len() {
+                return Ok((start, len));
+            }
+            // A short row: the walk below names the column it ends in.
+        }
         let cols = &self.schema.columns;
         if col >= cols.len() {
             return Err(Error::InvalidArgument(format!(
@@ -969,6 +1013,37 @@ mod tests {
         assert_eq!(v.int(1), 7);
         assert_eq!(&v.bytes(2)[..3], b"abc");
         assert_eq!(v.bytes(3), b"xyz");
+    }
+
+    #[test]
+    fn constant_offsets_read_what_the_walk_reads() {
+        let tail_var = Schema::new(vec![
+            ("a", ColumnType::Int),
+            ("b", ColumnType::Char(3)),
+            ("c", ColumnType::Int32),
+            ("v", ColumnType::Bytes(10)),
+            ("d", ColumnType::Int),
+        ]);
+        let l = RowLayout::of(&tail_var);
+        let v = RowLayout::VARIES;
+        assert_eq!(&*l.fixed_start, &[0, 8, 11, v, v]);
+        let mut nullable = tail_var.clone();
+        nullable.columns[4].nullable = true;
+        assert!(RowLayout::of(&nullable).fixed_start.iter().all(|&x| x == v));
+        let row =
+            vec![Value::Int(-3), Value::from("xyz"), Value::Int(70_000), Value::from("hello"), Value::Int(9)];
+        let mut buf = Vec::new();
+        tail_var.encode_row("t", &row, &mut buf).unwrap();
+        let (fast, slow) = (RowView::with_layout(&tail_var, &l, &buf), RowView::new(&tail_var, &buf));
+        for (col, want) in row.iter().enumerate() {
+            assert_eq!(fast.span(col).unwrap(), slow.span(col).unwrap(), "column {col}");
+            assert_eq!(&fast.try_value(col).unwrap(), want);
+        }
+        // A row cut inside a fixed column is the walk's error, naming the column.
+        let short = RowView::with_layout(&tail_var, &l, &buf[..10]);
+        let e = short.try_int(2).unwrap_err().to_string();
+        assert!(e.contains("`b`"), "{e}");
+        assert!(short.try_int(7).is_err());
     }
 
     #[test]
