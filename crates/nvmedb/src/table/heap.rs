@@ -280,8 +280,7 @@ impl HeapFile {
             for page in range.start..end {
                 let g: PageRef<'_> = ra.fix(page)?;
                 self.check_heap_page(page, &g)?;
-                for slot in slotted::live_slots(&g) {
-                    let row = slotted::get(&g, slot).expect("live slot");
+                for (slot, row) in slotted::live_records(&g) {
                     if !f(RowId { page, slot: slot as u16 }, row)? {
                         return Ok(());
                     }
