@@ -6,9 +6,10 @@
 //! under its latch held exclusively (or while the frame is owned privately by a loader that
 //! claimed it with pins = 1 while it was mapped to no page).
 //!
-//! Frame memory is one anonymous mapping ([`crate::io::aligned::Mapping`]) (page-aligned, zero-filled lazily by the kernel). With
-//! `huge_pages` the mapping is advised `MADV_HUGEPAGE` before it is touched, so random access
-//! over a large pool costs far fewer TLB misses (the kernel may still fall back to 4 KiB pages).
+//! Frame memory is one anonymous mapping ([`crate::io::aligned::Mapping`], zero-filled lazily by
+//! the kernel). With `huge_pages` the mapping is aligned to and advised for huge pages before it
+//! is touched, so random access over a large pool costs far fewer TLB misses and multi-page reads
+//! reach the device in few segments (the kernel may still fall back to 4 KiB pages).
 
 use crate::io::aligned::{Mapping, HUGE_PAGE};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -55,9 +56,14 @@ impl Frame {
     }
 }
 
-/// The error of a failed mapping of `bytes` of frame memory or metadata.
-fn map_error(bytes: usize, e: std::io::Error) -> crate::error::Error {
-    crate::error::Error::ResourceExhausted(format!("cannot map {bytes} bytes of buffer frame memory: {e}"))
+/// Maps `bytes` of frame memory or metadata, advised for huge pages (and aligned to one) when
+/// `huge_pages` and it spans at least one.
+fn map(bytes: usize, huge_pages: bool) -> crate::error::Result<Mapping> {
+    Mapping::new(bytes, huge_pages && bytes >= HUGE_PAGE).map_err(|e| {
+        crate::error::Error::ResourceExhausted(format!(
+            "cannot map {bytes} bytes of buffer frame memory: {e}"
+        ))
+    })
 }
 
 /// The metadata of every frame of a partition, in its own mapping (advised for huge pages
@@ -83,7 +89,7 @@ impl FrameTable {
                 ))
             })?
             .max(1);
-        let mem = Mapping::new(bytes, huge_pages && bytes >= HUGE_PAGE).map_err(|e| map_error(bytes, e))?;
+        let mem = map(bytes, huge_pages)?;
         let frames = mem.base().cast::<Frame>();
         debug_assert!(frames.is_aligned(), "mmap returns page-aligned memory");
         for i in 0..count {
@@ -137,7 +143,7 @@ impl FrameArena {
                 "{count} frames of {page_size} B do not fit the address space"
             ))
         })?;
-        let mem = Mapping::new(bytes, huge_pages && bytes >= HUGE_PAGE).map_err(|e| map_error(bytes, e))?;
+        let mem = map(bytes, huge_pages)?;
         let base = mem.base();
         let frames = FrameTable::new(count, huge_pages)?;
         Ok(Self { mem, base, page_size, frames })

@@ -164,6 +164,11 @@ impl Table {
         &self.inner.schema
     }
 
+    /// A view of row bytes of this table, reading columns through its [`RowLayout`].
+    fn view<'a>(&'a self, bytes: &'a [u8]) -> RowView<'a> {
+        RowView::with_layout(&self.inner.schema, &self.inner.layout, bytes)
+    }
+
     /// Number of heap pages.
     pub fn heap_pages(&self) -> Result<u64> {
         self.inner.heap.pages()
@@ -437,12 +442,7 @@ impl Table {
         let pk = &op.pk;
         let _k = self.key_lock(pk);
         let holds_key = |rid: RowId| -> Result<bool> {
-            Ok(self
-                .inner
-                .heap
-                .read(rid, |b| self.has_pk(&RowView::with_layout(s, &self.inner.layout, b), pk))?
-                .transpose()?
-                .unwrap_or(false))
+            Ok(self.inner.heap.read(rid, |b| self.has_pk(&self.view(b), pk))?.transpose()?.unwrap_or(false))
         };
         let cur_rid = self.rid_for(pk)?;
         let logged_rid = (op.rid != u64::MAX).then(|| RowId::from_bytes(&op.rid.to_le_bytes())).flatten();
@@ -472,8 +472,7 @@ impl Table {
                 self.inner.name
             ),
         })?;
-        let value_of =
-            |row: &[u8], col: usize| RowView::with_layout(s, &self.inner.layout, row).try_value(col);
+        let value_of = |row: &[u8], col: usize| self.view(row).try_value(col);
         // 1. Secondary entries the operation or a later state left that `before` lacks.
         for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
             let want = op.before.as_deref().map(|b| value_of(b, ix.column)).transpose()?;
@@ -759,7 +758,7 @@ impl Table {
                 }
             };
             let seen = self.inner.heap.read(rid, |b| {
-                let v = RowView::with_layout(s, &self.inner.layout, b);
+                let v = self.view(b);
                 if !self.has_pk(&v, pk)? {
                     return Ok(None);
                 }
@@ -768,9 +767,7 @@ impl Table {
                 let f = f.take().expect("called once");
                 if !PendingWriters::idle(pending.load(stripe)) {
                     if let Some(image) = pending.before_image(stripe, table, pk, me) {
-                        return Ok(Some(
-                            image.map(|row| f(RowView::with_layout(s, &self.inner.layout, &row))),
-                        ));
+                        return Ok(Some(image.map(|row| f(self.view(&row)))));
                     }
                 }
                 Ok::<_, Error>(Some(Some(f(v))))
@@ -883,7 +880,6 @@ impl Table {
             // 3. The rows, each seen only if committed (as `read_committed` checks). A key
             //    that had a writer in flight, whose row moved since its entry was read, or
             //    whose absence a writer may have caused, is read again in full.
-            let s = &self.inner.schema;
             for j in 0..batch.len() {
                 let i = b * READ_BATCH + j;
                 let done = match (before[j], rids[j]) {
@@ -897,7 +893,7 @@ impl Table {
                     }
                     (Some(_), Some(rid)) => {
                         let found = self.inner.heap.read(rid, |bytes| {
-                            let v = RowView::with_layout(s, &self.inner.layout, bytes);
+                            let v = self.view(bytes);
                             let ok =
                                 self.has_pk(&v, pk(j))? && PendingWriters::idle(pending.load(stripes[j]));
                             if ok {
@@ -940,13 +936,12 @@ impl Table {
     /// heap read (and the slot may even hold another row by then): look again, a bounded
     /// number of times.
     fn read_pk<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
-        let s = &self.inner.schema;
         let mut f = Some(f);
         let mut last = None;
         for _ in 0..READ_RETRIES {
             let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
             let got = self.inner.heap.read(rid, |b| {
-                let v = RowView::with_layout(s, &self.inner.layout, b);
+                let v = self.view(b);
                 Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(v)))
             })?;
             if let Some(Some(r)) = got.transpose()? {
@@ -987,7 +982,7 @@ impl Table {
             return Err(self.dangling(rid));
         };
         let old_values: Vec<Value> = {
-            let v = RowView::with_layout(s, &self.inner.layout, &old_row);
+            let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         for (n, old) in old_values.iter().enumerate() {
@@ -1100,7 +1095,7 @@ impl Table {
             return Err(self.dangling(rid));
         };
         let old_values: Vec<Value> = {
-            let v = RowView::with_layout(s, &self.inner.layout, &old_row);
+            let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         let rid_bytes = u64::from_le_bytes(rid.to_bytes());
@@ -1155,7 +1150,7 @@ impl Table {
         let (table, pending) = (self.inner.id, &self.inner.txn.pending);
         let mut key = Vec::with_capacity(16);
         scan(&mut |_, b| {
-            let v = RowView::with_layout(s, &self.inner.layout, b);
+            let v = self.view(b);
             // Under the page latch: no writer of this table in flight means every change the
             // page shows is committed (writers enter before their first page change), so the
             // row is passed without encoding its key.
@@ -1168,8 +1163,7 @@ impl Table {
             let stripe = PendingWriters::stripe(table, &key);
             if !PendingWriters::idle(pending.load(stripe)) {
                 if let Some(image) = pending.before_image(stripe, table, &key, None) {
-                    return image
-                        .map_or(Ok(true), |row| f(RowView::with_layout(s, &self.inner.layout, &row)));
+                    return image.map_or(Ok(true), |row| f(self.view(&row)));
                 }
             }
             f(v)
@@ -1243,16 +1237,15 @@ impl Table {
         me: Option<u64>,
         f: impl FnOnce(RowView<'_>) -> R,
     ) -> Result<Option<R>> {
-        let s = &self.inner.schema;
         let rid = match found {
-            scan::Found::Image(row) => return Ok(Some(f(RowView::with_layout(s, &self.inner.layout, row)))),
+            scan::Found::Image(row) => return Ok(Some(f(self.view(row)))),
             scan::Found::Entry(rid) => rid,
         };
         let pending = &self.inner.txn.pending;
         let stripe = PendingWriters::stripe(self.inner.id, pk);
         let mut f = Some(f);
         let fast = self.inner.heap.read(rid, |b| {
-            let v = RowView::with_layout(s, &self.inner.layout, b);
+            let v = self.view(b);
             // Under the page latch: the key's row, and no writer of its stripe in flight.
             if self.has_pk(&v, pk)? && PendingWriters::idle(pending.load(stripe)) {
                 return Ok(Some((f.take().expect("called once"))(v)));
@@ -1311,7 +1304,7 @@ impl Table {
         let mut problems: Option<Error> = None;
         self.inner.heap.scan(|rid, b| {
             rows += 1;
-            let v = RowView::with_layout(s, &self.inner.layout, b);
+            let v = self.view(b);
             let pk = s.primary_key_bytes(&self.inner.name, &v.try_value(s.primary_key)?)?;
             if self.inner.primary.get_with(&pk, RowId::from_bytes)?.flatten() != Some(rid) {
                 problems = Some(bad(format!("row at {rid:?} has no matching primary index entry")));

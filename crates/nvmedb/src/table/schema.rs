@@ -679,7 +679,7 @@ impl Schema {
 /// schema without nullable columns, every column that only fixed-size columns precede starts
 /// at the same offset in every row. A table keeps one for its (immutable) schema, so reading
 /// such a column is one bounds check instead of a walk over the columns before it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub(crate) struct RowLayout {
     /// Start offset of each fixed-size column at a constant offset; [`RowLayout::VARIES`]
     /// for the others (the slow path finds them).
