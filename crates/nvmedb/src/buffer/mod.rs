@@ -171,14 +171,13 @@ pub struct PoolConfig {
     /// default; off reproduces seed 004's locked SHR-k hit path, and also turns off the
     /// `prefetch_lines` hints, which look frames up in the same table).
     pub lock_free_hits: bool,
-    /// Scans keep their read-ahead in flight while they process pages
-    /// ([`BufferPool::with_read_ahead`]). Off (the default), a scan reads ahead in synchronous
-    /// batches: it submits a window of reads together, waits for all of them, then processes
-    /// those pages with nothing in flight. Off is the default because it measured faster on
-    /// this project's machine (2 vCPUs, virtio disk: `lab tpch`, SEP and SHR-16 at 2-8 workers,
-    /// 1.3-1.5x the pages per second): the block layer merges a batch's adjacent reads into a
-    /// few large requests, and the window's smaller top-ups cost more CPU per page. On can win
-    /// where a worker has a core to itself and reads do not merge.
+    /// Scans keep their read-ahead in flight while they process pages (on by default,
+    /// [`BufferPool::with_read_ahead`]): half the window is read, in one submission of
+    /// adjacent pages, while the scan processes the other half. Off, a scan reads ahead in
+    /// synchronous batches: it submits a window of reads together, waits for all of them, then
+    /// processes those pages with nothing in flight, so the device idles while the CPU works
+    /// and the other way round (`lab tpch` on this project's 2-vCPU VM: the window read
+    /// 1.1-1.45x the pages per second of the batches at 1-2 workers, the same at 4).
     pub async_read_ahead: bool,
     /// What errors call the pool ("index buffer (Options::index_buffer)", say).
     pub name: String,
@@ -198,7 +197,7 @@ impl PoolConfig {
             background_writer: None,
             huge_pages: true,
             lock_free_hits: true,
-            async_read_ahead: false,
+            async_read_ahead: true,
             name: "buffer pool".into(),
         }
     }

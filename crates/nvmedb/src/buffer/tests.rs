@@ -5,11 +5,12 @@ use super::*;
 use crate::error::Error;
 use crate::io::{Device, MemDevice};
 use crate::page::{PageHeader, PageType, PAGE_HEADER_BYTES};
+use crate::util::sync::MutexExt;
 use crate::util::testing::flaky_device;
 use crate::util::Rng;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 const PS: usize = 4096;
 
@@ -660,16 +661,18 @@ fn waits_on_a_held_page_latch_are_counted_and_uncontended_fixes_are_not() {
 
 /// A device whose queue completes nothing by itself: a read lands in its buffer only when the
 /// queue's owner reaps it, oldest first and only as many as it waits for. Deterministic
-/// "in flight" for the read-ahead tests.
-struct LazyDevice(MemDevice);
+/// "in flight" for the read-ahead tests. Records the size of every submission.
+struct LazyDevice(MemDevice, Mutex<Vec<usize>>);
 
 struct LazyQueue<'d> {
     dev: &'d MemDevice,
+    submissions: &'d Mutex<Vec<usize>>,
     pending: std::collections::VecDeque<crate::io::QueuedOp>,
 }
 
 impl crate::io::IoQueue for LazyQueue<'_> {
     fn submit(&mut self, ops: Vec<crate::io::QueuedOp>) -> crate::io::IoResult<()> {
+        self.submissions.locked().push(ops.len());
         self.pending.extend(ops);
         Ok(())
     }
@@ -709,7 +712,7 @@ impl crate::io::Device for LazyDevice {
         self.0.sync()
     }
     fn open_queue(&self, _depth: usize) -> crate::io::IoResult<Box<dyn crate::io::IoQueue + '_>> {
-        Ok(Box::new(LazyQueue { dev: &self.0, pending: Default::default() }))
+        Ok(Box::new(LazyQueue { dev: &self.0, submissions: &self.1, pending: Default::default() }))
     }
 }
 
@@ -720,7 +723,7 @@ fn cold_lazy(
     frames: usize,
     cfg: impl FnOnce(&mut PoolConfig),
 ) -> (Arc<BufferPool>, Arc<LazyDevice>) {
-    let dev = Arc::new(LazyDevice(MemDevice::new("lazy.db")));
+    let dev = Arc::new(LazyDevice(MemDevice::new("lazy.db"), Mutex::default()));
     let warm = BufferPool::new(PoolConfig::new(PS, 64)).unwrap();
     warm.register_file(0, dev.clone()).unwrap();
     for p in 0..pages {
@@ -785,6 +788,32 @@ fn read_ahead_of_a_corrupt_page_reports_it_and_a_stopped_window_waits_for_its_re
     fresh.with_read_ahead(0, 0..12, 4, PageClass::Data, |ra| ra.fix(0).map(drop)).unwrap();
     assert_eq!(fresh.resident_pages(), 4, "page 0 and the three read with it");
     assert_eq!(fresh.stats().reads, 4);
+}
+
+#[test]
+fn read_ahead_starts_reads_half_a_window_at_a_time() {
+    // A scan of 40 cold pages with a window of 8: after the first fill, reads start 4 at a
+    // time (one submission of adjacent pages the device can merge), never a page at a time
+    // as the scan advances, and one half is in flight while the scan processes the other.
+    let (cold, dev) = cold_lazy(40, 128, |c| c.async_read_ahead = true);
+    let mut in_flight_seen = Vec::new();
+    cold.with_read_ahead(0, 0..40, 8, PageClass::Data, |ra| {
+        for p in 0..40u64 {
+            assert_eq!(body_u64(&ra.fix(p)?), p * 7, "page {p}");
+            in_flight_seen.push(ra.in_flight());
+        }
+        Ok(())
+    })
+    .unwrap();
+    let subs = dev.1.locked().clone();
+    assert_eq!(subs.iter().sum::<usize>(), 40, "every page read once: {subs:?}");
+    assert_eq!(subs[0], 8, "the first fill is the whole window: {subs:?}");
+    assert!(subs[1..].iter().all(|&n| n == 4), "then half a window at a time: {subs:?}");
+    assert!(
+        in_flight_seen[..32].iter().all(|&n| n >= 3),
+        "a half stays in flight while the scan works: {in_flight_seen:?}"
+    );
+    assert_eq!(cold.stats().reads, 40);
 }
 
 #[test]

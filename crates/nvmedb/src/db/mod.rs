@@ -162,7 +162,7 @@ pub struct Options {
     pub huge_pages: bool,
     /// Lock-free buffer hits (see [`PoolConfig::lock_free_hits`]).
     pub lock_free_hits: bool,
-    /// Asynchronous read-ahead in scans (off by default; see [`PoolConfig::async_read_ahead`]).
+    /// Asynchronous read-ahead in scans (on by default; see [`PoolConfig::async_read_ahead`]).
     pub async_read_ahead: bool,
     /// Open even though log records were lost (off by default). A page whose LSN lies beyond
     /// the end of the log proves that the log lost records that page depends on (both copies
@@ -206,7 +206,7 @@ impl Default for Options {
             lock_options: crate::txn::LockOptions::default(),
             huge_pages: true,
             lock_free_hits: true,
-            async_read_ahead: false,
+            async_read_ahead: true,
             accept_lost_log: false,
             tablespaces: Tablespaces::new(),
             read_only: false,

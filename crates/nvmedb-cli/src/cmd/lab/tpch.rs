@@ -68,11 +68,11 @@ pub struct TpchArgs {
     /// engine's default serves hits lock-free).
     #[arg(long)]
     pub locked_hits: bool,
-    /// Keep the read-ahead in flight while pages are processed (a sliding window through the
-    /// worker's I/O queue) instead of the engine's default synchronous batches (submit
-    /// `--read-ahead` reads together, wait for all, process those pages); for comparisons.
+    /// Read ahead in synchronous batches (submit `--read-ahead` reads together, wait for all,
+    /// process those pages with nothing in flight) instead of the engine's default window
+    /// (half of it read while the other half is processed); for comparisons.
     #[arg(long)]
-    pub async_read_ahead: bool,
+    pub sync_read_ahead: bool,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -104,7 +104,7 @@ impl LabArgs for TpchArgs {
             probe_passes: self.probe_passes,
             use_fio: !self.no_fio,
             lock_free_hits: !self.locked_hits,
-            async_read_ahead: self.async_read_ahead,
+            async_read_ahead: !self.sync_read_ahead,
         })
     }
 }

@@ -69,9 +69,9 @@ pub struct TpchConfig {
     /// Lock-free buffer hits (the engine's default); off takes the page-table lock on every hit
     /// as seed 004's SHR-k buffers did.
     pub lock_free_hits: bool,
-    /// Asynchronous read-ahead (reads kept in flight while pages are processed); off, the
-    /// engine's default, reads ahead in synchronous batches (submit a window, wait for all of
-    /// it, process it).
+    /// Asynchronous read-ahead (the engine's default: half the window read while the other
+    /// half is processed); off reads ahead in synchronous batches (submit a window, wait for
+    /// all of it, process it).
     pub async_read_ahead: bool,
 }
 
@@ -94,7 +94,7 @@ impl Default for TpchConfig {
             probe_passes: 3,
             use_fio: true,
             lock_free_hits: true,
-            async_read_ahead: false,
+            async_read_ahead: true,
         }
     }
 }

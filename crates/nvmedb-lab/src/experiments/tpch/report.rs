@@ -161,9 +161,9 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         cfg.params.date,
         cfg.read_ahead,
         if cfg.async_read_ahead {
-            "asynchronous window"
+            "half the window read while the other half is processed, engine default"
         } else {
-            "synchronous batches, engine default"
+            "synchronous batches"
         },
         if cfg.lock_free_hits { "on (engine default)" } else { "off (seed 004's locked hit path)" },
     );

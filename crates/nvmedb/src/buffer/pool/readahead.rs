@@ -14,10 +14,11 @@
 //! - at most `window` reads are in flight, capped at [`BufferPool::read_ahead_limit`] (an eighth
 //!   of the thread's partition), so a page read ahead is not evicted before the scan uses it.
 //!
-//! CPU per page matters as much as depth (a scan on a busy machine is CPU-bound): the window is
-//! topped up a quarter at a time, each chunk in one submission, and a scan that has to wait for
-//! its page waits for a chunk of completions at once, so it enters the kernel about twice per
-//! chunk rather than twice per page, while at least three quarters of the window stay in flight.
+//! CPU per page matters as much as depth (a scan on a busy machine is CPU-bound), and so does the
+//! size of the requests the device sees: the window is topped up half a window at a time, each
+//! half in one submission of adjacent pages (which the block layer merges into one large
+//! request), so one half is read while the scan processes the other. Reads started a page at a
+//! time as the scan advances cost a kernel entry each and reach the device as small requests.
 
 use super::{BufferPool, FileEntry, Partition};
 use crate::buffer::{PageClass, PageId, PageRef};
@@ -55,7 +56,7 @@ pub struct ReadAhead<'p, 'd> {
     batched_to: Option<u64>,
     class: PageClass,
     window: u64,
-    /// Reads submitted (and waited for) together: a quarter of the window.
+    /// Reads started together (one submission): half the window.
     chunk: usize,
     /// The next page to consider reading ahead.
     next: u64,
@@ -97,7 +98,7 @@ impl BufferPool {
             batched_to: (!self.config.async_read_ahead).then_some(pages.start),
             class,
             window,
-            chunk: (window as usize / 4).max(1),
+            chunk: (window as usize / 2).max(1),
             next: pages.start,
             end,
             slots: VecDeque::new(),
@@ -141,8 +142,10 @@ impl<'p> ReadAhead<'p, '_> {
             self.reap(0)?;
         }
         self.top_up(page)?;
-        while self.slots.binary_search_by_key(&page, |s| s.page).is_ok() {
-            self.reap(self.chunk.min(self.slots.len()))?;
+        // Wait for `page`'s read and the reads started before it (they usually complete
+        // together: one request), taking whatever else has completed.
+        while let Ok(i) = self.slots.binary_search_by_key(&page, |s| s.page) {
+            self.reap(i + 1)?;
         }
         Ok(())
     }
@@ -151,14 +154,18 @@ impl<'p> ReadAhead<'p, '_> {
     /// flight or the window's end.
     fn top_up(&mut self, page: u64) -> Result<()> {
         // Pages the scan skipped are not read ahead.
-        if self.next <= page {
-            self.next = page;
-        } else if self.slots.len() + self.chunk > self.window as usize {
-            // The page asked for was already considered: wait until a whole chunk is free.
+        self.next = self.next.max(page);
+        // Up to `window` reads of the pages after the one handed to the scan, started a whole
+        // chunk at a time (or what is left of the range): reads started a page or two at a time
+        // would each enter the kernel and reach the device as small requests, where a chunk of
+        // adjacent pages goes down as one large request.
+        let limit = (page + 1 + self.window).min(self.end);
+        let room = (self.window as usize).saturating_sub(self.slots.len());
+        let ahead = limit.saturating_sub(self.next) as usize;
+        let rest_fits = limit == self.end && ahead <= room;
+        if ahead == 0 || (room.min(ahead) < self.chunk && !rest_fits) {
             return Ok(());
         }
-        // Up to `window` pages after the one handed to the scan.
-        let limit = (page + 1 + self.window).min(self.end);
         let page_size = self.pool.config.page_size;
         let mut ops = Vec::new();
         let mut failure = None;
