@@ -176,8 +176,8 @@ pub struct PoolConfig {
     /// adjacent pages, while the scan processes the other half. Off, a scan reads ahead in
     /// synchronous batches: it submits a window of reads together, waits for all of them, then
     /// processes those pages with nothing in flight, so the device idles while the CPU works
-    /// and the other way round (`lab tpch` on this project's 2-vCPU VM: the window read
-    /// 1.1-1.45x the pages per second of the batches at 1-2 workers, the same at 4).
+    /// and the other way round (`lab tpch` SF 1 on this project's 2-vCPU VM: the window read
+    /// 1.1-1.3x the pages per second of the batches at 1-2 workers, 0.9-1.1x at 4-8).
     pub async_read_ahead: bool,
     /// What errors call the pool ("index buffer (Options::index_buffer)", say).
     pub name: String,

@@ -151,7 +151,7 @@ impl<'p> ReadAhead<'p, '_> {
     }
 
     /// Starts reads of the pages from `page` on that are not resident, until `window` are in
-    /// flight or the window's end.
+    /// flight or the window's end, once at least half a window of them can start together.
     fn top_up(&mut self, page: u64) -> Result<()> {
         // Pages the scan skipped are not read ahead.
         self.next = self.next.max(page);
