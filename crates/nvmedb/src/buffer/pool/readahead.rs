@@ -169,6 +169,8 @@ impl<'p> ReadAhead<'p, '_> {
         let page_size = self.pool.config.page_size;
         let mut ops = Vec::new();
         let mut failure = None;
+        // One clock read for the reads started together (clock reads showed in CPU-bound scans).
+        let submitted = Instant::now();
         while self.next < limit && self.slots.len() < self.window as usize {
             let p = self.next;
             let key = PageId::new(self.file_id, p).key();
@@ -204,7 +206,7 @@ impl<'p> ReadAhead<'p, '_> {
                 AlignedBuf::lend(NonNull::from(bytes).cast(), page_size, DIRECT_IO_ALIGN)
             };
             ops.push(QueuedOp { tag: p, kind: QueuedOpKind::Read, offset: p * page_size as u64, buf });
-            self.slots.push_back(Slot { page: p, frame, submitted: Instant::now(), handed: self.handed });
+            self.slots.push_back(Slot { page: p, frame, submitted, handed: self.handed });
             self.next += 1;
         }
         if !ops.is_empty() {
@@ -223,17 +225,22 @@ impl<'p> ReadAhead<'p, '_> {
     /// Reaps at least `min` completions (0: only those already done) and completes them.
     fn reap(&mut self, min: usize) -> Result<()> {
         let Some(q) = self.queue.as_mut() else { return Ok(()) };
-        let start = Instant::now();
+        // The clock is read only around a wait and once per batch of completions, not per page.
+        let start = (min > 0).then(Instant::now);
         let r = q.reap(min, &mut self.reaped);
-        if min > 0 {
-            let ns = start.elapsed().as_nanos() as u64;
+        if self.reaped.is_empty() && r.is_ok() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if let Some(start) = start {
+            let ns = now.duration_since(start).as_nanos() as u64;
             self.part.io_wait_ns.fetch_add(ns, Relaxed);
             self.file.io.io_wait_ns.fetch_add(ns, Relaxed);
         }
         let mut first_err = r.err().map(Error::from);
         let mut done = std::mem::take(&mut self.reaped);
         for c in done.drain(..) {
-            if let Err(e) = self.complete(c) {
+            if let Err(e) = self.complete(c, now) {
                 first_err.get_or_insert(e);
             }
         }
@@ -241,15 +248,15 @@ impl<'p> ReadAhead<'p, '_> {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Verifies a completed read and maps its page (unless another thread mapped it meanwhile).
-    fn complete(&mut self, c: Completion) -> Result<()> {
+    /// Verifies a completed read (reaped at `now`) and maps its page (unless another thread
+    /// mapped it meanwhile).
+    fn complete(&mut self, c: Completion, now: Instant) -> Result<()> {
         let i = self
             .slots
             .binary_search_by_key(&c.tag, |s| s.page)
             .unwrap_or_else(|_| unreachable!("completion of page {} that is not in flight", c.tag));
         let slot = self.slots.remove(i).expect("slot found above");
         drop(c.buf);
-        let now = Instant::now();
         crate::trace::record(crate::trace::TraceKind::DataRead, slot.submitted, now);
         if self.handed > slot.handed {
             self.part.reads_overlapped.fetch_add(1, Relaxed);
