@@ -155,10 +155,7 @@ impl<'p> ReadAhead<'p, '_> {
     fn top_up(&mut self, page: u64) -> Result<()> {
         // Pages the scan skipped are not read ahead.
         self.next = self.next.max(page);
-        // Up to `window` reads of the pages after the one handed to the scan, started a whole
-        // chunk at a time (or what is left of the range): reads started a page or two at a time
-        // would each enter the kernel and reach the device as small requests, where a chunk of
-        // adjacent pages goes down as one large request.
+        // A whole chunk at a time, or what is left of the range (see the module comment).
         let limit = (page + 1 + self.window).min(self.end);
         let room = (self.window as usize).saturating_sub(self.slots.len());
         let ahead = limit.saturating_sub(self.next) as usize;
