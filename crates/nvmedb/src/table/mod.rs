@@ -52,6 +52,7 @@
 pub mod catalog;
 pub mod files;
 pub mod heap;
+mod hints;
 mod scan;
 pub mod schema;
 
@@ -101,6 +102,8 @@ pub(crate) struct TableInner {
     pub(crate) heap: HeapFile,
     pub(crate) primary: BTree,
     pub(crate) secondaries: Vec<BTree>,
+    /// Where rows of primary keys were last found, for point reads (checked, never trusted).
+    hints: hints::RowHints,
     key_locks: Box<[Mutex<()>]>,
     /// Set when a failed change could not be reversed; every later call reports it.
     poisoned: Mutex<Option<String>>,
@@ -141,6 +144,7 @@ impl Table {
                 heap,
                 primary,
                 secondaries,
+                hints: hints::RowHints::new(txn.row_hint_budget.clone()),
                 key_locks: (0..KEY_LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
                 poisoned: Mutex::new(None),
                 is_poisoned: std::sync::atomic::AtomicBool::new(false),
@@ -688,7 +692,10 @@ impl Table {
         Ok(())
     }
 
-    /// Reads the row with primary key `key`, passing a zero-copy view to `f`.
+    /// Reads the row with primary key `key`, passing a zero-copy view to `f`. A key read before
+    /// usually goes straight to its row's page, by the row-id hint its last read left (see
+    /// [`Options::row_hint_bytes`](crate::Options::row_hint_bytes)); other keys descend the
+    /// primary index.
     ///
     /// The read sees only committed data (read committed), takes no lock and never waits for
     /// a writer: when a transaction has the key's change in flight, the read sees the row as
@@ -730,9 +737,15 @@ impl Table {
         let s = &self.inner.schema;
         let mut f = Some(f);
         let mut last = None;
+        // Where the row was last found: tried first, and dropped for the index at any failure.
+        let mut hint = self.inner.hints.get(pk);
         for _ in 0..READ_RETRIES {
             let before = pending.load(stripe);
-            let Some(rid) = self.rid_for(pk)? else {
+            let located = match hint.take() {
+                Some(rid) => Some((rid, true)),
+                None => self.rid_for(pk)?.map(|rid| (rid, false)),
+            };
+            let Some((rid, hinted)) = located else {
                 // No entry, and no writer entered or left meanwhile: a committed absence.
                 if PendingWriters::idle(before) && pending.load(stripe) == before {
                     return Ok(None);
@@ -771,9 +784,19 @@ impl Table {
                     }
                 }
                 Ok::<_, Error>(Some(Some(f(v))))
-            })?;
-            if let Some(Some(r)) = seen.transpose()? {
-                return Ok(r);
+            });
+            match seen.and_then(|s| s.transpose()) {
+                Ok(Some(Some(r))) => {
+                    if !hinted {
+                        self.inner.hints.put(pk, rid);
+                    }
+                    return Ok(r);
+                }
+                // A hint that failed in any way (the row moved or went, its page is no longer
+                // this heap's): the index decides, at once.
+                _ if hinted => continue,
+                Err(e) => return Err(e),
+                Ok(_) => {}
             }
             // The row moved or went since its entry was read: look again.
             last = Some(rid);
@@ -793,8 +816,11 @@ impl Table {
     /// with `None` for a key that has no row. Each read is exactly a [`Table::read`] (it sees
     /// only committed data); it is faster when many rows are in memory, because the lookups of
     /// up to [`READ_BATCH`] keys are interleaved so that their cache misses overlap: the index
-    /// leaves of all of them are located in one descent in key order (each inner node fixed
-    /// once per batch) and prefetched, then their rows, then the rows are read.
+    /// leaves of the keys without a row-id hint (see [`Options::row_hint_bytes`]) are located
+    /// in one descent in key order (each inner node fixed once per batch) and prefetched, then
+    /// every key's row, then the rows are read.
+    ///
+    /// [`Options::row_hint_bytes`]: crate::Options::row_hint_bytes
     ///
     /// ```
     /// # use nvmedb::{ColumnType, Database, Options, Schema, Value};
@@ -826,6 +852,8 @@ impl Table {
         let mut ends = [0usize; READ_BATCH];
         let mut rids = [None; READ_BATCH];
         let mut leaves = [None; READ_BATCH];
+        // Each key's row-id hint, if any.
+        let mut hinted = [None; READ_BATCH];
         let mut stripes = [0usize; READ_BATCH];
         // Each key's stripe value before its index lookup (`None`: a writer was in flight).
         let mut before = [None; READ_BATCH];
@@ -851,9 +879,21 @@ impl Table {
                 *k = pk(j);
                 stripes[j] = PendingWriters::stripe(self.inner.id, k);
             }
-            let mut order: [usize; READ_BATCH] = std::array::from_fn(|j| j);
-            order[..n].sort_unstable_by_key(|&j| keys[j]);
-            self.inner.primary.locate_leaves(&keys[..n], &order[..n], &mut leaves[..n])?;
+            // Keys whose rows have a hint skip the index (stage 3 checks the hint like any row
+            // id, and reads a key whose hint failed in full).
+            let mut order = [0usize; READ_BATCH];
+            let mut unhinted = 0;
+            for j in 0..n {
+                hinted[j] = self.inner.hints.get(keys[j]);
+                if hinted[j].is_none() {
+                    order[unhinted] = j;
+                    unhinted += 1;
+                }
+            }
+            order[..unhinted].sort_unstable_by_key(|&j| keys[j]);
+            if unhinted > 0 {
+                self.inner.primary.locate_leaves(&keys[..n], &order[..unhinted], &mut leaves[..n])?;
+            }
             between_stages();
             // 2. The row ids, and a prefetch of every row. A key with a writer in flight is
             //    left to stage 3's full read.
@@ -862,6 +902,11 @@ impl Table {
                 before[j] = PendingWriters::idle(v).then_some(v);
                 *rid = None;
                 if before[j].is_none() {
+                    continue;
+                }
+                if let Some(r) = hinted[j] {
+                    *rid = Some(r);
+                    self.inner.heap.prefetch_row(r);
                     continue;
                 }
                 let in_leaf = match *leaf {
@@ -900,8 +945,19 @@ impl Table {
                                 f(i, Some(v));
                             }
                             Ok::<_, Error>(ok)
-                        })?;
-                        found.transpose()? == Some(true)
+                        });
+                        match found.and_then(|r| r.transpose()) {
+                            Ok(Some(true)) => {
+                                if hinted[j].is_none() {
+                                    self.inner.hints.put(pk(j), rid);
+                                }
+                                true
+                            }
+                            // A failed hint: read in full below, through the index.
+                            _ if hinted[j].is_some() => false,
+                            Err(e) => return Err(e),
+                            Ok(_) => false,
+                        }
                     }
                 };
                 if !done && self.read_committed(pk(j), None, |v| f(i, Some(v)))?.is_none() {
@@ -1353,6 +1409,99 @@ mod tests {
     use super::*;
     use crate::io::MemStorage;
     use crate::{BufferSize, Database, Options};
+
+    /// Row-id hints gone stale in every way a row leaves its id — moved by an update that
+    /// grows it, deleted, deleted and inserted again, its slot taken by another key's row —
+    /// still give each key's current row (or its absence) through `read`, `read_many` and a
+    /// read-committed transaction, and each read replaces a stale hint by the row's new id.
+    /// With hints off (`row_hint_bytes` 0) the answers are the same and no hint is kept.
+    #[test]
+    fn stale_row_hints_are_checked_and_replaced() {
+        for hint_bytes in [64 << 20, 0] {
+            let opts = Options {
+                table_page_size: 4096,
+                index_page_size: 4096,
+                row_hint_bytes: hint_bytes,
+                wal: false,
+                ..Options::default()
+            };
+            let db = Database::open_with_storage(Arc::new(MemStorage::new()), opts).unwrap();
+            let t = db
+                .create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Bytes(900))]))
+                .unwrap();
+            let row = |id: i64, len: usize| [Value::Int(id), Value::Bytes(vec![id as u8; len])];
+            let pk = |id: i64| crate::btree::key::encode_i64(id);
+            let n = 200i64;
+            for id in 0..n {
+                t.insert(&row(id, 8)).unwrap();
+            }
+            for id in 0..n {
+                assert_eq!(t.read(&Value::Int(id), |r| r.bytes(1).len()).unwrap(), Some(8));
+                let want = if hint_bytes > 0 { t.rid_for(&pk(id)).unwrap() } else { None };
+                assert_eq!(t.inner.hints.get(&pk(id)), want, "key {id}: a read leaves a hint");
+            }
+            let before: Vec<Option<RowId>> = (0..n).map(|id| t.inner.hints.get(&pk(id))).collect();
+            // Expected row length per key (None: no row).
+            let mut expect: Vec<Option<usize>> = vec![Some(8); n as usize];
+            // The last key's slot goes to another key: its hint points at that key's row.
+            assert!(t.delete(&Value::Int(n - 1)).unwrap());
+            t.insert(&row(5000, 8)).unwrap();
+            expect[n as usize - 1] = None;
+            for id in 0..n - 1 {
+                match id % 4 {
+                    0 => {
+                        assert!(t.update(&row(id, 900)).unwrap());
+                        expect[id as usize] = Some(900);
+                    }
+                    1 => {
+                        assert!(t.delete(&Value::Int(id)).unwrap());
+                        expect[id as usize] = None;
+                    }
+                    2 => {
+                        assert!(t.delete(&Value::Int(id)).unwrap());
+                        t.insert(&row(id, 50)).unwrap();
+                        expect[id as usize] = Some(50);
+                    }
+                    _ => {}
+                }
+            }
+            if hint_bytes > 0 {
+                assert_eq!(before[n as usize - 1], t.rid_for(&pk(5000)).unwrap(), "the freed slot is reused");
+                let stale = (0..n).filter(|&id| before[id as usize] != t.rid_for(&pk(id)).unwrap()).count();
+                assert!(stale >= 100, "{stale} hints went stale");
+            }
+            let len_of = |r: RowView<'_>| r.bytes(1).len();
+            for id in 0..n {
+                let e = expect[id as usize];
+                assert_eq!(t.read(&Value::Int(id), len_of).unwrap(), e, "read of key {id}");
+                let mut tx = db.begin_with(crate::Isolation::ReadCommitted);
+                assert_eq!(tx.read(&t, &Value::Int(id), len_of).unwrap(), e, "transaction read of key {id}");
+                tx.commit().unwrap();
+                let now = if hint_bytes > 0 && e.is_some() { t.rid_for(&pk(id)).unwrap() } else { None };
+                if e.is_some() {
+                    assert_eq!(t.inner.hints.get(&pk(id)), now, "key {id}: the read replaced its hint");
+                }
+            }
+            // read_many, with the hints just replaced and with the stale ones put back.
+            let keys: Vec<Value> = (0..n).chain([5000]).map(Value::Int).collect();
+            for round in 0..2 {
+                if round == 1 && hint_bytes > 0 {
+                    for id in 0..n {
+                        if let Some(r) = before[id as usize] {
+                            t.inner.hints.put(&pk(id), r);
+                        }
+                    }
+                }
+                let mut got = vec![None; keys.len()];
+                t.read_many(&keys, |i, r| got[i] = r.map(len_of)).unwrap();
+                for id in 0..n {
+                    assert_eq!(got[id as usize], expect[id as usize], "read_many of key {id}, round {round}");
+                }
+                assert_eq!(got[n as usize], Some(8), "read_many of key 5000, round {round}");
+            }
+            assert_eq!(t.check_integrity().unwrap(), expect.iter().flatten().count() as u64 + 1);
+        }
+    }
 
     /// Between a batch's stages, the leaves it located split (new keys around its own) and its
     /// rows move to other heap pages (they grow): every row is still found, and is the right

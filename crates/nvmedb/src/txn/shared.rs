@@ -61,6 +61,11 @@ pub(crate) struct TxnShared {
     gate: RwLock<()>,
     /// The database was opened read-only: every change is refused.
     pub(crate) read_only: bool,
+    /// Bytes the tables' row-id hints may still allocate ([`Options::row_hint_bytes`]): each
+    /// table's map takes from it as it grows and gives back when its handle goes.
+    ///
+    /// [`Options::row_hint_bytes`]: crate::Options::row_hint_bytes
+    pub(crate) row_hint_budget: Arc<std::sync::atomic::AtomicUsize>,
     /// Early lock release is on ([`LockOptions::early_release`], and there is a log).
     early_release: bool,
     /// The highest commit LSN whose locks were released before it was durable.
@@ -79,6 +84,7 @@ impl TxnShared {
         lock_options: LockOptions,
         storage: Arc<dyn crate::io::Storage>,
         read_only: bool,
+        row_hint_bytes: usize,
     ) -> Result<Self> {
         let early_release = lock_options.early_release && log.is_some();
         Ok(Self {
@@ -94,6 +100,7 @@ impl TxnShared {
             closed: AtomicBool::new(false),
             gate: RwLock::new(()),
             read_only,
+            row_hint_budget: Arc::new(std::sync::atomic::AtomicUsize::new(row_hint_bytes)),
         })
     }
 
