@@ -192,8 +192,8 @@ pub struct Options {
     /// in read-committed transactions) goes straight to the row's page instead of descending the
     /// primary index. A hint is checked under the page's latch and never trusted: a row that
     /// moved or went is looked up in the index again. A table's map starts at 64 KiB and
-    /// doubles as the keys read outgrow it (64 bytes per 4 entries, at most three quarters
-    /// used: about 21–43 bytes per key read), while the tables' maps together stay within this.
+    /// doubles as the keys read outgrow it (64 bytes per 4 entries, grown once half are in
+    /// use: about 32–64 bytes per key read), while the tables' maps together stay within this.
     pub row_hint_bytes: usize,
 }
 
