@@ -7,7 +7,7 @@
 //! flush is held; then either the flush goes on (all are acknowledged, and survive a crash) or
 //! the power is cut first (none is acknowledged, and after recovery none of the changes is
 //! there). And a checkpoint taken while such a commit is not durable does not let a crash
-//! keep its change.
+//! keep its change; and point reads of other keys are not held up by that flush.
 
 use nvmedb::io::{CrashSimStorage, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage, WriteFate};
 use nvmedb::{ColumnType, Database, Options, Schema, Table, Value};
@@ -252,4 +252,69 @@ fn a_checkpoint_does_not_skip_a_commit_that_is_not_durable() {
         db.recovery_report()
     );
     assert_eq!(t.check_integrity().unwrap(), 4);
+}
+
+/// A point read waits only for the early-released commits of writers of its key's stripe:
+/// while a transaction's commit of rows 1 and 2 waits for its held flush, auto-commit reads
+/// and `read_many` of other rows are acknowledged at once (they cannot have seen the
+/// change), and a read of row 1 still waits for the flush.
+#[test]
+fn reads_of_other_keys_do_not_wait_for_an_early_released_commit() {
+    let (disks, hook) = (Disks::new(), LogFlush::new());
+    let db = disks.open(&hook);
+    let t = db.create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
+    let stripe = |id: i64| nvmedb::txn::PendingWriters::stripe(t.id(), &nvmedb::btree::key::encode_i64(id));
+    // Rows whose stripes are not those of rows 1 and 2.
+    let others: Vec<i64> =
+        (3..100).filter(|&id| stripe(id) != stripe(1) && stripe(id) != stripe(2)).take(8).collect();
+    for id in [1, 2].iter().chain(&others) {
+        t.insert(&[Value::Int(*id), Value::Int(0)]).unwrap();
+    }
+    hook.set(Mode::Hold);
+    let (tx_report, reports) = mpsc::channel::<Report>();
+    std::thread::scope(|s| {
+        let (report, db1, t1) = (tx_report.clone(), db.clone(), t.clone());
+        s.spawn(move || {
+            let mut tx = db1.begin();
+            tx.update(&t1, &[Value::Int(1), Value::Int(1)]).unwrap();
+            tx.update(&t1, &[Value::Int(2), Value::Int(1)]).unwrap();
+            report.send(("writer", tx.commit().map(|()| None))).unwrap();
+        });
+        hook.wait_held();
+        let (report, t2, others2) = (tx_report.clone(), t.clone(), others.clone());
+        s.spawn(move || {
+            let mut r = Ok(Some(0));
+            for id in &others2 {
+                r = r.and_then(|_| t2.read(&Value::Int(*id), |r| r.int(1)));
+            }
+            let keys: Vec<Value> = others2.iter().map(|&id| Value::Int(id)).collect();
+            let mut seen = 0;
+            r = r.and_then(|v| t2.read_many(&keys, |_, row| seen += row.map_or(0, |_| 1)).map(|()| v));
+            assert_eq!(seen, others2.len(), "read_many found every row");
+            report.send(("reads of other rows", r)).unwrap();
+        });
+        let (report, t3) = (tx_report.clone(), t.clone());
+        s.spawn(move || report.send(("read of row 1", t3.read(&Value::Int(1), |r| r.int(1)))).unwrap());
+        drop(tx_report);
+        // The reads of other rows come back while the flush is held; nothing else does. (The
+        // hold ends before any check, so a failure does not leave the threads blocked.)
+        let first = reports.recv_timeout(Duration::from_secs(30));
+        let next = reports.recv_timeout(Duration::from_millis(300));
+        hook.set(Mode::Pass);
+        let first = first.expect("the reads of other rows return while the flush is held");
+        assert_eq!(first.0, "reads of other rows", "{first:?}");
+        assert_eq!(first.1.as_ref().ok(), Some(&Some(0)), "{first:?}");
+        match next {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            got => panic!("acknowledged while the commit it depends on is not durable: {got:?}"),
+        }
+        let rest: Vec<Report> = reports.iter().collect();
+        assert_eq!(rest.len(), 2, "{rest:?}");
+        for (who, r) in rest {
+            let got = r.unwrap_or_else(|e| panic!("{who}: {e}"));
+            if who == "read of row 1" {
+                assert_eq!(got, Some(1), "{who}");
+            }
+        }
+    });
 }

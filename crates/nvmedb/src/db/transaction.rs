@@ -389,21 +389,21 @@ impl Transaction {
                     // the log and, once its locks go, others may read and overwrite its rows.
                     self.undo.clear();
                     self.released = true;
-                    self.finish();
+                    self.finish(lsn);
                     shared.wait_commit(lsn)
                 }
                 Err(e) => {
-                    self.finish();
+                    self.finish(0);
                     Err(e)
                 }
             },
             Some(log) => {
                 log.forget(self.id);
-                self.finish();
+                self.finish(0);
                 shared.wait_released()
             }
             None => {
-                self.finish();
+                self.finish(0);
                 Ok(())
             }
         }
@@ -416,7 +416,7 @@ impl Transaction {
         self.shared.check_open()?;
         self.done = true;
         let r = self.roll_back();
-        self.finish();
+        self.finish(0);
         r
     }
 
@@ -440,10 +440,13 @@ impl Transaction {
         first_err.map_or(Ok(()), Err)
     }
 
-    fn finish(&mut self) {
+    /// Leaves every key entered and releases the locks; `commit_lsn`: the commit's LSN when
+    /// it is not yet durable (0: rolled back, or nothing to wait for), for the readers of the
+    /// keys (see [`PendingWriters::leave`](crate::txn::PendingWriters::leave)).
+    fn finish(&mut self, commit_lsn: u64) {
         // Committed or rolled back: lock-free readers see these keys' pages again.
         for (table, pk) in self.entered.drain() {
-            self.shared.pending.leave(table, &pk);
+            self.shared.pending.leave(table, &pk, commit_lsn);
         }
         self.shared.locks.release_all(self.id);
     }
@@ -457,7 +460,7 @@ impl Drop for Transaction {
             if self.shared.check_open().is_ok() {
                 let _ = self.roll_back();
             }
-            self.finish();
+            self.finish(0);
         }
     }
 }

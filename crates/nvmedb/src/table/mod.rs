@@ -360,12 +360,20 @@ impl Table {
         Ok(v)
     }
 
+    /// [`Table::acknowledged`] for a point read of `pk`: it can have seen only changes of
+    /// writers of the key's stripe, so it waits only for theirs (`PendingWriters::released`).
+    fn acknowledged_key<T>(&self, pk: &[u8], r: Result<T>) -> Result<T> {
+        let v = r?;
+        self.inner.txn.wait_released_in(PendingWriters::stripe(self.inner.id, pk))?;
+        Ok(v)
+    }
+
     /// [`Table::read`] by encoded primary key (as [`Table::primary_keys`] and
     /// [`Table::index_keys`] give them).
     pub fn read_encoded<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         self.check_poisoned()?;
         self.inner.txn.check_open()?;
-        self.acknowledged(self.read_committed(pk, None, f))
+        self.acknowledged_key(pk, self.read_committed(pk, None, f))
     }
 
     /// Explicit-transaction insert (the caller holds the key's exclusive lock).
@@ -718,7 +726,7 @@ impl Table {
                 &owned_pk
             }
         };
-        self.acknowledged(self.read_committed(pk, None, f))
+        self.acknowledged_key(pk, self.read_committed(pk, None, f))
     }
 
     /// The committed row of `pk`, without a lock and without waiting (see
@@ -834,17 +842,21 @@ impl Table {
     /// # Ok(()) }
     /// ```
     pub fn read_many(&self, keys: &[Value], f: impl FnMut(usize, Option<RowView<'_>>)) -> Result<()> {
-        self.acknowledged(self.read_many_staged(keys, f, &mut || {}))
+        let released = self.read_many_staged(keys, f, &mut || {})?;
+        self.inner.txn.wait_released_upto(released)
     }
 
     /// [`Table::read_many`], calling `between_stages` after each batch has located its leaves
-    /// and before it reads them (tests change the table there).
+    /// and before it reads them (tests change the table there). Returns the highest commit
+    /// LSN released early by writers of the keys' stripes, loaded after the rows were seen:
+    /// what the reads must wait for before they are acknowledged (see `acknowledged_key`).
     fn read_many_staged(
         &self,
         keys: &[Value],
         mut f: impl FnMut(usize, Option<RowView<'_>>),
         between_stages: &mut dyn FnMut(),
-    ) -> Result<()> {
+    ) -> Result<u64> {
+        let mut released = 0;
         self.inner.txn.check_open()?;
         self.check_poisoned()?;
         let pending = &self.inner.txn.pending;
@@ -964,8 +976,11 @@ impl Table {
                     f(i, None);
                 }
             }
+            for &s in &stripes[..batch.len()] {
+                released = released.max(pending.released(s));
+            }
         }
-        Ok(())
+        Ok(released)
     }
 
     /// True if the row `v` has primary key `pk` (encoded); an error for a row that does not

@@ -98,6 +98,10 @@ impl ImageShard {
 /// the module documentation).
 pub struct PendingWriters {
     stripes: Box<[AtomicU64]>,
+    /// Per stripe, the highest commit LSN of a writer that left it before its commit was
+    /// durable (early lock release): what a point read of a key of the stripe waits for before
+    /// it returns ([`PendingWriters::released`]).
+    released: Box<[AtomicU64]>,
     images: Box<[Mutex<ImageShard>]>,
     /// Keys in flight per image shard (changed under the shard's mutex): a scan whose table's
     /// shard has none skips the mutex.
@@ -122,6 +126,7 @@ impl PendingWriters {
     pub fn new() -> Self {
         Self {
             stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            released: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             images: (0..IMAGE_SHARDS).map(|_| Mutex::new(ImageShard::default())).collect(),
             in_flight: (0..IMAGE_SHARDS).map(|_| AtomicUsize::new(0)).collect(),
         }
@@ -165,9 +170,14 @@ impl PendingWriters {
 
     /// The writer of key `pk` of table `table` leaves it: its change is committed or rolled
     /// back. Its before-image is withdrawn and the stripe forgets it, together (from then on
-    /// readers see the pages).
-    pub fn leave(&self, table: u32, pk: &[u8]) {
+    /// readers see the pages). `commit_lsn`: the writer's commit LSN when that commit is not
+    /// yet durable (early lock release; 0 otherwise, and for a rollback): recorded in the
+    /// stripe first, so that a reader that sees the change also finds the LSN it must wait for.
+    pub fn leave(&self, table: u32, pk: &[u8], commit_lsn: u64) {
         let s = Self::stripe(table, pk);
+        if commit_lsn > 0 {
+            self.released[s].fetch_max(commit_lsn, Ordering::SeqCst);
+        }
         {
             let sh = Self::shard(table);
             let mut shard = self.images[sh].locked();
@@ -241,6 +251,17 @@ impl PendingWriters {
         }
     }
 
+    /// The highest commit LSN that a writer of stripe `s` left before it was durable (0: none):
+    /// a point read of a key of the stripe returns only once the log is durable up to it.
+    /// Loaded after the read saw its data, it covers every change the read can have seen: a
+    /// writer records its LSN before it leaves, and a reader sees the change only after the
+    /// leave (or reads the before-image, which a writer that left earlier made, after
+    /// recording its own LSN).
+    #[inline]
+    pub fn released(&self, s: usize) -> u64 {
+        self.released[s].load(Ordering::SeqCst)
+    }
+
     /// The stripe's current value, for [`PendingWriters::idle`] and a seqlock comparison.
     #[inline]
     pub fn load(&self, s: usize) -> u64 {
@@ -295,7 +316,7 @@ mod tests {
         let v1 = p.load(s);
         assert!(!PendingWriters::idle(v1));
         assert_eq!(p.before_image(s, 3, &a, None), Some(Some(Arc::from(&b"row"[..]))));
-        p.leave(3, &a);
+        p.leave(3, &a, 0);
         let v3 = p.load(s);
         assert!(PendingWriters::idle(v3));
         assert_ne!(v3, v0, "an enter and a leave in between are seen by a seqlock reader");
@@ -313,11 +334,11 @@ mod tests {
         assert_eq!(p.before_image(s, 9, k, Some(6)), Some(Some(Arc::from(&b"old"[..]))));
         assert_eq!(p.before_image(s, 9, k, Some(5)), None, "the writer reads its own changes");
         assert_eq!(p.before_image(PendingWriters::stripe(10, k), 10, k, None), None, "another table");
-        p.leave(9, k);
+        p.leave(9, k, 0);
         assert_eq!(p.before_image(s, 9, k, None), None);
         p.enter(9, k, 7, None);
         assert_eq!(p.before_image(s, 9, k, None), Some(None), "an insert in flight: absent");
-        p.leave(9, k);
+        p.leave(9, k, 0);
     }
 
     #[test]
@@ -350,9 +371,9 @@ mod tests {
         p.images_in(4, Bound::Included(&k(6)[..]), Bound::Included(&k(5)[..]), None, &mut out);
         assert!(out.is_empty(), "empty intervals");
         for i in [5, 1, 9, 3] {
-            p.leave(4, &k(i));
+            p.leave(4, &k(i), 0);
         }
-        p.leave(4 + IMAGE_SHARDS as u32, &k(2));
+        p.leave(4 + IMAGE_SHARDS as u32, &k(2), 0);
         assert!(!p.any_in_flight(4));
     }
 }

@@ -18,10 +18,15 @@
 //! Durability stays exact because nothing that saw its changes is acknowledged earlier:
 //! - a writer that read or overwrote them logs its own commit record after that LSN (it got
 //!   the lock or saw the page only after the release), and its own flush covers both;
-//! - a read-only transaction's commit and every auto-commit read
-//!   ([`TxnShared::wait_released`]) wait until the log is durable up to the watermark they
-//!   find at their end (it was raised before anything they saw became visible); this costs two
-//!   atomic loads when no early-released commit is waiting for its flush.
+//! - a read-only transaction's commit and every auto-commit scan ([`TxnShared::wait_released`])
+//!   wait until the log is durable up to the watermark they find at their end (it was raised
+//!   before anything they saw became visible); this costs two atomic loads when no
+//!   early-released commit is waiting for its flush;
+//! - an auto-commit point read ([`TxnShared::wait_released_in`]) waits the same way for the
+//!   watermark of its key's stripe of [`PendingWriters`] only, which every writer of the
+//!   stripe raises to its commit LSN before it leaves the stripe (before its change becomes
+//!   visible to lock-free readers): a point read can have seen no other writer's change, so
+//!   it does not wait for the flushes of commits of unrelated keys.
 //!
 //! A transaction whose locks went early can no longer roll back (its commit record is in the
 //! log, and others may have built on it): `Transaction` asserts it. With synchronous
@@ -223,6 +228,23 @@ impl TxnShared {
         self.wait_commit(released)
     }
 
+    /// [`TxnShared::wait_released`] for a read that saw only keys of stripe `stripe` of
+    /// [`PendingWriters`]: waits only for the commits released early by writers of that
+    /// stripe ([`PendingWriters::released`]), not for every commit in flight. Call after the
+    /// read saw its data.
+    pub(crate) fn wait_released_in(&self, stripe: usize) -> Result<()> {
+        self.wait_released_upto(self.pending.released(stripe))
+    }
+
+    /// Waits until the log is durable up to `lsn`, the highest [`PendingWriters::released`]
+    /// of the stripes a read saw (loaded after it saw its data); free without early release.
+    pub(crate) fn wait_released_upto(&self, lsn: Lsn) -> Result<()> {
+        if !self.early_release {
+            return Ok(());
+        }
+        self.wait_commit(lsn)
+    }
+
     /// Runs one change of key `pk` (encoded) of table `table` as its own transaction:
     /// 1. the key's exclusive lock, then `lock_more(txn)` (e.g. unique-index values);
     /// 2. the key's committed state read by `before` under that lock, published as its
@@ -283,7 +305,7 @@ impl TxnShared {
             }
         };
         // Committed (its record logged) or reversed: lock-free readers see the pages again.
-        self.pending.leave(table, pk);
+        self.pending.leave(table, pk, flush.filter(|_| self.early_release).unwrap_or(0));
         self.locks.release_all(txn);
         match flush {
             Some(lsn) => self.wait_commit(lsn).and(result),
