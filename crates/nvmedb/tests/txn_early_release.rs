@@ -121,6 +121,15 @@ fn value(t: &Table, id: i64) -> Option<i64> {
 /// read, if any) or the error it got.
 type Report = (&'static str, nvmedb::Result<Option<i64>>);
 
+/// The writer the clients depend on: one transaction setting rows 1 and 2 to 1; reports its
+/// commit as "writer".
+fn commit_rows_1_and_2(db: &Database, t: &Table, report: &mpsc::Sender<Report>) {
+    let mut tx = db.begin();
+    tx.update(t, &[Value::Int(1), Value::Int(1)]).unwrap();
+    tx.update(t, &[Value::Int(2), Value::Int(1)]).unwrap();
+    report.send(("writer", tx.commit().map(|()| None))).unwrap();
+}
+
 /// Sets up rows 1..=3 with value 0, holds the log's flush, commits a transaction setting rows
 /// 1 and 2 to 1, and runs the four clients that depend on it; checks the reader saw the new
 /// row while the commit was not durable and that no client is acknowledged while the flush is
@@ -134,14 +143,8 @@ fn run_held(disks: &Disks, hook: &Arc<LogFlush>, end: Mode) -> Vec<Report> {
     hook.set(Mode::Hold);
     let (tx_report, reports) = mpsc::channel::<Report>();
     let reports = std::thread::scope(|s| {
-        let report = tx_report.clone();
-        let (db1, t1) = (db.clone(), t.clone());
-        s.spawn(move || {
-            let mut tx = db1.begin();
-            tx.update(&t1, &[Value::Int(1), Value::Int(1)]).unwrap();
-            tx.update(&t1, &[Value::Int(2), Value::Int(1)]).unwrap();
-            report.send(("writer", tx.commit().map(|()| None))).unwrap();
-        });
+        let (report, db1, t1) = (tx_report.clone(), db.clone(), t.clone());
+        s.spawn(move || commit_rows_1_and_2(&db1, &t1, &report));
         hook.wait_held();
         // A serializable transaction's shared lock is granted once the writer's commit record
         // is logged, although its flush is held: it sees the new row.
@@ -274,12 +277,7 @@ fn reads_of_other_keys_do_not_wait_for_an_early_released_commit() {
     let (tx_report, reports) = mpsc::channel::<Report>();
     std::thread::scope(|s| {
         let (report, db1, t1) = (tx_report.clone(), db.clone(), t.clone());
-        s.spawn(move || {
-            let mut tx = db1.begin();
-            tx.update(&t1, &[Value::Int(1), Value::Int(1)]).unwrap();
-            tx.update(&t1, &[Value::Int(2), Value::Int(1)]).unwrap();
-            report.send(("writer", tx.commit().map(|()| None))).unwrap();
-        });
+        s.spawn(move || commit_rows_1_and_2(&db1, &t1, &report));
         hook.wait_held();
         let (report, t2, others2) = (tx_report.clone(), t.clone(), others.clone());
         s.spawn(move || {

@@ -1425,6 +1425,22 @@ mod tests {
     use crate::io::MemStorage;
     use crate::{BufferSize, Database, Options};
 
+    /// Table `t` (an integer key, a value of up to 900 bytes) in a database in memory opened
+    /// with `opts`, 4 KiB pages and no log.
+    fn table_in_memory(opts: Options) -> (Database, Table) {
+        let opts = Options { table_page_size: 4096, index_page_size: 4096, wal: false, ..opts };
+        let db = Database::open_with_storage(Arc::new(MemStorage::new()), opts).unwrap();
+        let t = db
+            .create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Bytes(900))]))
+            .unwrap();
+        (db, t)
+    }
+
+    /// A row of [`table_in_memory`]'s table with a value of `len` bytes.
+    fn row(id: i64, len: usize) -> [Value; 2] {
+        [Value::Int(id), Value::Bytes(vec![id as u8; len])]
+    }
+
     /// Row-id hints gone stale in every way a row leaves its id — moved by an update that
     /// grows it, deleted, deleted and inserted again, its slot taken by another key's row —
     /// still give each key's current row (or its absence) through `read`, `read_many` and a
@@ -1433,18 +1449,7 @@ mod tests {
     #[test]
     fn stale_row_hints_are_checked_and_replaced() {
         for hint_bytes in [64 << 20, 0] {
-            let opts = Options {
-                table_page_size: 4096,
-                index_page_size: 4096,
-                row_hint_bytes: hint_bytes,
-                wal: false,
-                ..Options::default()
-            };
-            let db = Database::open_with_storage(Arc::new(MemStorage::new()), opts).unwrap();
-            let t = db
-                .create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Bytes(900))]))
-                .unwrap();
-            let row = |id: i64, len: usize| [Value::Int(id), Value::Bytes(vec![id as u8; len])];
+            let (db, t) = table_in_memory(Options { row_hint_bytes: hint_bytes, ..Options::default() });
             let pk = |id: i64| crate::btree::key::encode_i64(id);
             let n = 200i64;
             for id in 0..n {
@@ -1523,19 +1528,11 @@ mod tests {
     /// one.
     #[test]
     fn read_many_survives_splits_and_moves_between_its_stages() {
-        let opts = Options {
-            table_page_size: 4096,
-            index_page_size: 4096,
+        let (_db, t) = table_in_memory(Options {
             table_buffer: BufferSize::Bytes(16 * 4096),
             index_buffer: BufferSize::Bytes(1024 * 4096),
-            wal: false,
             ..Options::default()
-        };
-        let db = Database::open_with_storage(Arc::new(MemStorage::new()), opts).unwrap();
-        let t = db
-            .create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Bytes(900))]))
-            .unwrap();
-        let row = |id: i64, len: usize| [Value::Int(id), Value::Bytes(vec![id as u8; len])];
+        });
         // Keys 1000 apart; a 4 KiB leaf holds about 126 of them.
         for id in (0..2000i64).map(|i| i * 1000) {
             t.insert(&row(id, 8)).unwrap();
