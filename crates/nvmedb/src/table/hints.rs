@@ -93,8 +93,13 @@ impl RowHints {
     /// The bucket of `tag` when `64 - shift` bits pick it (`shift < 64`), or `None` with no map.
     #[inline]
     fn bucket(&self, tag: u64, shift: u32) -> Option<&Bucket> {
+        self.bucket_at((tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize)
+    }
+
+    /// Bucket `i` of the mapping, or `None` with no map.
+    #[inline]
+    fn bucket_at(&self, i: usize) -> Option<&Bucket> {
         let map = self.map.as_ref()?;
-        let i = (tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize;
         assert!(i < self.max_buckets, "row-id hint bucket {i} beyond the {} mapped", self.max_buckets);
         // SAFETY: the mapping holds `max_buckets` buckets, 64-byte aligned (it is page-aligned);
         // zeroed memory is a valid bucket of atomics, and buckets are only accessed atomically.
@@ -190,7 +195,7 @@ impl RowHints {
         if from > 0 {
             let ignored = AtomicUsize::new(0);
             for i in (0..from).rev() {
-                let b = self.bucket_at(i);
+                let b = self.bucket_at(i).expect("a map that grows is mapped");
                 let entries: [(u64, u64); WAYS] =
                     std::array::from_fn(|w| (b.tags[w].swap(0, Relaxed), b.rids[w].swap(0, Relaxed)));
                 for (tag, rid) in entries.into_iter().filter(|&(_, r)| r != 0) {
@@ -200,14 +205,6 @@ impl RowHints {
             }
         }
         self.shift.store(next, Release);
-    }
-
-    /// Bucket `i` of the mapping (`i < max_buckets`).
-    fn bucket_at(&self, i: usize) -> &Bucket {
-        let map = self.map.as_ref().expect("a map that grows is mapped");
-        assert!(i < self.max_buckets);
-        // SAFETY: as in `bucket`.
-        unsafe { &*map.base().cast::<Bucket>().add(i) }
     }
 
     /// Bytes in use (taken from the budget).
