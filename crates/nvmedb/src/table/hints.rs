@@ -84,9 +84,7 @@ impl RowHints {
     fn tag(pk: &[u8]) -> u64 {
         match <[u8; 8]>::try_from(pk) {
             Ok(b) => u64::from_be_bytes(b),
-            Err(_) => pk
-                .iter()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)),
+            Err(_) => crate::util::fnv1a64(pk),
         }
     }
 

@@ -179,9 +179,7 @@ impl Table {
     }
 
     fn key_lock(&self, pk: &[u8]) -> std::sync::MutexGuard<'_, ()> {
-        let h = pk
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let h = crate::util::fnv1a64(pk);
         self.inner.key_locks[(h % KEY_LOCK_STRIPES as u64) as usize].locked()
     }
 

@@ -511,10 +511,7 @@ impl XLogOpener {
     /// directory's absolute path>` (tmpfs: survives kill -9, not power loss).
     pub fn default_ring_path(db_dir: &std::path::Path) -> PathBuf {
         let abs = std::fs::canonicalize(db_dir).unwrap_or_else(|_| db_dir.to_path_buf());
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in abs.to_string_lossy().bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
+        let h = crate::util::fnv1a64(abs.to_string_lossy().as_bytes());
         PathBuf::from(format!("/dev/shm/nvmedb-xlog-{h:016x}"))
     }
 }
