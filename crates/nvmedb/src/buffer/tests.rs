@@ -9,7 +9,7 @@ use crate::util::sync::MutexExt;
 use crate::util::testing::flaky_device;
 use crate::util::Rng;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 const PS: usize = 4096;
@@ -660,24 +660,39 @@ fn waits_on_a_held_page_latch_are_counted_and_uncontended_fixes_are_not() {
 }
 
 /// A device whose queue completes nothing by itself: a read lands in its buffer only when the
-/// queue's owner reaps it, oldest first and only as many as it waits for. Deterministic
+/// queue's owner reaps it, oldest first and only as many as it waits for (or, with the flag
+/// set, whole submissions at a time, as a disk completes a merged request). Deterministic
 /// "in flight" for the read-ahead tests. Records the size of every submission.
-struct LazyDevice(MemDevice, Mutex<Vec<usize>>);
+struct LazyDevice(MemDevice, Mutex<Vec<usize>>, AtomicBool);
 
 struct LazyQueue<'d> {
     dev: &'d MemDevice,
     submissions: &'d Mutex<Vec<usize>>,
+    whole: bool,
     pending: std::collections::VecDeque<crate::io::QueuedOp>,
+    /// Ops in each pending submission, oldest first (kept with `whole` only).
+    sizes: std::collections::VecDeque<usize>,
 }
 
 impl crate::io::IoQueue for LazyQueue<'_> {
     fn submit(&mut self, ops: Vec<crate::io::QueuedOp>) -> crate::io::IoResult<()> {
         self.submissions.locked().push(ops.len());
+        if self.whole {
+            self.sizes.push_back(ops.len());
+        }
         self.pending.extend(ops);
         Ok(())
     }
     fn reap(&mut self, min: usize, out: &mut Vec<crate::io::Completion>) -> crate::io::IoResult<()> {
-        for _ in 0..min.min(self.pending.len()) {
+        let mut n = min.min(self.pending.len());
+        if self.whole {
+            let mut whole = 0;
+            while whole < n {
+                whole += self.sizes.pop_front().expect("a submission per pending op");
+            }
+            n = whole;
+        }
+        for _ in 0..n {
             let mut op = self.pending.pop_front().expect("pending");
             let result = self.dev.read_at(op.offset, &mut op.buf);
             out.push(crate::io::Completion { tag: op.tag, buf: op.buf, result });
@@ -712,7 +727,13 @@ impl crate::io::Device for LazyDevice {
         self.0.sync()
     }
     fn open_queue(&self, _depth: usize) -> crate::io::IoResult<Box<dyn crate::io::IoQueue + '_>> {
-        Ok(Box::new(LazyQueue { dev: &self.0, submissions: &self.1, pending: Default::default() }))
+        Ok(Box::new(LazyQueue {
+            dev: &self.0,
+            submissions: &self.1,
+            whole: self.2.load(Ordering::Relaxed),
+            pending: Default::default(),
+            sizes: Default::default(),
+        }))
     }
 }
 
@@ -723,7 +744,7 @@ fn cold_lazy(
     frames: usize,
     cfg: impl FnOnce(&mut PoolConfig),
 ) -> (Arc<BufferPool>, Arc<LazyDevice>) {
-    let dev = Arc::new(LazyDevice(MemDevice::new("lazy.db"), Mutex::default()));
+    let dev = Arc::new(LazyDevice(MemDevice::new("lazy.db"), Mutex::default(), AtomicBool::new(false)));
     let warm = BufferPool::new(PoolConfig::new(PS, 64)).unwrap();
     warm.register_file(0, dev.clone()).unwrap();
     for p in 0..pages {
@@ -813,6 +834,37 @@ fn read_ahead_starts_reads_half_a_window_at_a_time() {
         in_flight_seen[..32].iter().all(|&n| n >= 3),
         "a half stays in flight while the scan works: {in_flight_seen:?}"
     );
+    assert_eq!(cold.stats().reads, 40);
+}
+
+#[test]
+fn read_ahead_keeps_the_whole_window_in_flight_while_the_scan_works() {
+    // A disk completes a half-window submission as one request. The next half must start as
+    // soon as one has arrived, not once the scan has worked through most of it: otherwise only
+    // half the window is in flight while the scan processes a half, and a device with long
+    // latency delivers half the bytes.
+    let (cold, dev) = cold_lazy(40, 128, |c| c.async_read_ahead = true);
+    dev.2.store(true, Ordering::Relaxed);
+    let mut in_flight_seen = Vec::new();
+    cold.with_read_ahead(0, 0..40, 8, PageClass::Data, |ra| {
+        for p in 0..40u64 {
+            assert_eq!(body_u64(&ra.fix(p)?), p * 7, "page {p}");
+            in_flight_seen.push(ra.in_flight());
+        }
+        Ok(())
+    })
+    .unwrap();
+    let subs = dev.1.locked().clone();
+    assert_eq!(subs.iter().sum::<usize>(), 40, "every page read once: {subs:?}");
+    assert_eq!(subs[0], 8, "the first fill is the whole window: {subs:?}");
+    assert!(subs[1..].iter().all(|&n| n == 4), "then half a window at a time: {subs:?}");
+    // From the second window on (until the range's end comes into view), a page that was not
+    // waited for is processed with the whole window in flight; one that was waited for with
+    // the other half.
+    for (p, &n) in in_flight_seen.iter().enumerate().take(28).skip(9) {
+        let want = if p % 4 == 0 { 4 } else { 8 };
+        assert_eq!(n, want, "page {p}: {in_flight_seen:?}");
+    }
     assert_eq!(cold.stats().reads, 40);
 }
 

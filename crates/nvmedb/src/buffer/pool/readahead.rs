@@ -12,13 +12,16 @@
 //! - a frame lent to the queue stays pinned until its read has completed: the window waits for
 //!   every read in flight before it ends, on error and on unwinding too;
 //! - at most `window` reads are in flight, capped at [`BufferPool::read_ahead_limit`] (an eighth
-//!   of the thread's partition), so a page read ahead is not evicted before the scan uses it.
+//!   of the thread's partition), and reads run at most `window` + half a window ahead of the
+//!   page the scan holds, so a page read ahead is not evicted before the scan uses it.
 //!
 //! CPU per page matters as much as depth (a scan on a busy machine is CPU-bound), and so does the
-//! size of the requests the device sees: the window is topped up half a window at a time, each
-//! half in one submission of adjacent pages (which the block layer merges into one large
-//! request), so one half is read while the scan processes the other. Reads started a page at a
-//! time as the scan advances cost a kernel entry each and reach the device as small requests.
+//! size of the requests the device sees: after the first fill the window is topped up half a
+//! window at a time, each half in one submission of adjacent pages (which the block layer merges
+//! into one large request), started as soon as a half has arrived, so the whole window is in
+//! flight while the scan processes the half that arrived (a device with long latency delivers
+//! the bytes kept in flight). Reads started a page at a time as the scan advances cost a kernel
+//! entry each and reach the device as small requests.
 
 use super::{BufferPool, FileEntry, Partition};
 use crate::buffer::{PageClass, PageId, PageRef};
@@ -150,17 +153,22 @@ impl<'p> ReadAhead<'p, '_> {
         Ok(())
     }
 
-    /// Starts reads of the pages from `page` on that are not resident, until `window` are in
-    /// flight or the window's end, once at least half a window of them can start together.
+    /// Starts reads of the pages from `page` on that are not resident, whole chunks at a time,
+    /// until `window` are in flight, or the range's end: the first fill is the whole window,
+    /// later ones half a window each, started as soon as half a window has completed (so the
+    /// full window stays in flight while the scan processes the half that has arrived). Reads
+    /// run at most `window` + `chunk` pages ahead of `page`, so a scan slower than the device
+    /// holds at most that many frames and stops reading ahead until it catches up.
     fn top_up(&mut self, page: u64) -> Result<()> {
         // Pages the scan skipped are not read ahead.
         self.next = self.next.max(page);
-        // A whole chunk at a time, or what is left of the range (see the module comment).
-        let limit = (page + 1 + self.window).min(self.end);
+        let limit = (page + 1 + self.window + self.chunk as u64).min(self.end);
         let room = (self.window as usize).saturating_sub(self.slots.len());
         let ahead = limit.saturating_sub(self.next) as usize;
         let rest_fits = limit == self.end && ahead <= room;
-        if ahead == 0 || (room.min(ahead) < self.chunk && !rest_fits) {
+        // Whole chunks, or what is left of the range (see the module comment).
+        let take = if rest_fits { ahead } else { room.min(ahead) / self.chunk * self.chunk };
+        if take == 0 {
             return Ok(());
         }
         let page_size = self.pool.config.page_size;
@@ -168,7 +176,7 @@ impl<'p> ReadAhead<'p, '_> {
         let mut failure = None;
         // One clock read for the reads started together (clock reads showed in CPU-bound scans).
         let submitted = Instant::now();
-        while self.next < limit && self.slots.len() < self.window as usize {
+        while self.next < limit && ops.len() < take {
             let p = self.next;
             let key = PageId::new(self.file_id, p).key();
             if self.part.lock_stripe(key).contains_key(&key) {
