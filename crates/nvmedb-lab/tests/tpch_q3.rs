@@ -152,6 +152,12 @@ fn the_limit_probe_reads_exactly_the_pages_the_scans_read() {
         let probe = rec.take(&names);
         let what = format!("{workers} workers, batches of {batch}");
         assert_eq!(r.pages, 2 * pattern.pages(), "{what}");
+        // Per file, the time from the workers' meeting before it to the one after it: the
+        // three add up to the replay's wall time, less only the threads' start.
+        assert_eq!(r.file_iops.len(), 3, "{what}");
+        let file_s: f64 =
+            pattern.files.iter().zip(&r.file_iops).map(|(f, &v)| 2.0 * f.pages as f64 / v).sum();
+        assert!(file_s > 0.0 && file_s <= r.seconds, "{what}: files {file_s} s of {} s", r.seconds);
         assert_eq!(scans.len(), workers, "{what}: one reading thread per worker");
         let twice: Vec<Vec<_>> = scans.iter().map(|s| [s.clone(), s.clone()].concat()).collect();
         assert_eq!(probe, twice, "{what}: two passes of the scans' reads, thread by thread, in order");
@@ -204,6 +210,7 @@ fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
     assert_eq!(r.points.len(), 2 * 2 * 2, "devices x policies x workers");
     for p in &r.points {
         assert!(p.pages_per_s.median > 0.0 && p.limit_iops > 0.0, "{p:?}");
+        assert!(p.phase_pages_per_s.iter().chain(&p.phase_limit_iops).all(|&v| v > 0.0), "{p:?}");
         assert_eq!(p.kind, if p.device == "disk" { "REAL" } else { "EMULATED" });
         if p.policy == "SEP" || p.workers == 1 {
             assert_eq!(p.reads_per_page, 1.0, "{p:?}");
@@ -216,6 +223,7 @@ fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
         assert!(out.dir.join(f).exists(), "{f}");
     }
     assert!(out.summary.text.contains("% of the device limit"));
+    assert!(out.summary.text.contains("per phase"), "{}", out.summary.text);
     assert!(out.dir.join("share_disk.png").exists());
     assert_eq!(r.limits.len(), 2 * 2, "a limit probe per device and worker count and repetition");
     // fio replays the same pattern on the disk's files and reads exactly its bytes.

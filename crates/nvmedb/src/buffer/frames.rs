@@ -153,6 +153,17 @@ impl FrameArena {
         self.frames.len()
     }
 
+    /// Share of the frame memory resident now (tests).
+    #[cfg(test)]
+    pub fn resident_share(&self) -> f64 {
+        self.mem.resident_share()
+    }
+
+    /// Faults the frame memory in now (see `Mapping::populate`).
+    pub fn populate(&self) -> std::io::Result<()> {
+        self.mem.populate()
+    }
+
     /// Bytes of frame `i`.
     ///
     /// # Safety

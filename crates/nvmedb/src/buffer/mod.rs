@@ -172,8 +172,9 @@ pub struct PoolConfig {
     /// `prefetch_lines` hints, which look frames up in the same table).
     pub lock_free_hits: bool,
     /// Scans keep their read-ahead in flight while they process pages (on by default,
-    /// [`BufferPool::with_read_ahead`]): half the window is read, in one submission of
-    /// adjacent pages, while the scan processes the other half. Off, a scan reads ahead in
+    /// [`BufferPool::with_read_ahead`]): the whole window stays in flight, topped up half a
+    /// window at a time (one submission of adjacent pages) as soon as a half has arrived, while
+    /// the scan processes the half that arrived. Off, a scan reads ahead in
     /// synchronous batches: it submits a window of reads together, waits for all of them, then
     /// processes those pages with nothing in flight, so the device idles while the CPU works
     /// and the other way round (`lab tpch` SF 1 on this project's 2-vCPU VM: the window read

@@ -1618,6 +1618,34 @@ impl BufferPool {
         Ok(())
     }
 
+    /// Faults the memory of every frame in now, as a server does at start, so that the first
+    /// read into each frame does not stop to allocate and zero it (the pool maps its memory
+    /// lazily: a pool of gigabytes costs nothing until it is used). Contents are unchanged, so
+    /// this may run while the pool is in use. On a kernel older than 5.14 (no
+    /// `MADV_POPULATE_WRITE`) it does nothing; out of memory is an error naming the pool.
+    pub fn prefault(&self) -> Result<()> {
+        for (i, p) in self.parts.iter().enumerate() {
+            match p.arena.populate() {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
+                Err(e) => {
+                    return Err(Error::ResourceExhausted(format!(
+                        "faulting in the {} B of frame memory of {} partition {i}: {e}",
+                        p.arena.len() * self.config.page_size,
+                        self.config.name
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Share of each partition's frame memory resident now (tests).
+    #[cfg(test)]
+    pub(crate) fn frame_memory_resident(&self) -> Vec<f64> {
+        self.parts.iter().map(|p| p.arena.resident_share()).collect()
+    }
+
     /// Counters summed over partitions.
     pub fn stats(&self) -> BufferStats {
         let mut s = BufferStats::default();

@@ -882,3 +882,20 @@ fn synchronous_read_ahead_overlaps_nothing() {
     let s = cold.stats();
     assert_eq!((s.reads, s.reads_overlapped), (12, 0));
 }
+
+#[test]
+fn prefault_makes_the_frame_memory_resident_and_keeps_the_pages() {
+    // 4 MiB of frames, mapped lazily: untouched memory is not resident.
+    let pool = BufferPool::new(PoolConfig::new(PS, 4 * 1024 * 1024 / PS)).unwrap();
+    pool.register_file(0, Arc::new(MemDevice::new("prefault.db"))).unwrap();
+    let before: Vec<f64> = pool.frame_memory_resident();
+    assert!(before.iter().all(|&r| r < 0.5), "fresh frame memory already resident: {before:?}");
+    let mut g = pool.allocate(0, PageClass::Data, PageType::Heap).unwrap();
+    set_body_u64(&mut g, 4242);
+    let pid = g.page_id();
+    drop(g);
+    pool.prefault().unwrap();
+    let after: Vec<f64> = pool.frame_memory_resident();
+    assert!(after.iter().all(|&r| r == 1.0), "not all frame memory resident: {after:?}");
+    assert_eq!(body_u64(&pool.fix(pid, PageClass::Data).unwrap()), 4242, "a page changed");
+}

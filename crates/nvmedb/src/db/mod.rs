@@ -985,6 +985,15 @@ impl Database {
         (self.inner.table_pool.stats(), self.inner.index_pool.stats())
     }
 
+    /// Faults the memory of both buffer pools in now (see [`BufferPool::prefault`]): a server
+    /// or a benchmark calls it after opening, so reads do not pay for allocating and zeroing
+    /// buffer memory the first time each frame is used. Costs the pools' whole size in
+    /// resident memory at once.
+    pub fn prefault_buffers(&self) -> Result<()> {
+        self.inner.table_pool.prefault()?;
+        self.inner.index_pool.prefault()
+    }
+
     /// The table buffer pool (for the lab and inspection).
     pub fn table_pool(&self) -> &Arc<BufferPool> {
         &self.inner.table_pool

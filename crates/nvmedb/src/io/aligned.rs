@@ -264,6 +264,31 @@ impl Mapping {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// Share of the mapping's 4 KiB pages that are resident (`mincore`), for tests.
+    #[cfg(test)]
+    pub(crate) fn resident_share(&self) -> f64 {
+        let pages = self.len.div_ceil(4096);
+        let mut v = vec![0u8; pages];
+        // SAFETY: base/len describe a mapping this value owns; `v` has a byte per page.
+        let r = unsafe { libc::mincore(self.base.cast(), self.len, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+        v.iter().filter(|&&b| b & 1 == 1).count() as f64 / pages as f64
+    }
+
+    /// Faults every page of the mapping in now (`MADV_POPULATE_WRITE`, Linux 5.14 and later),
+    /// huge pages where advised, so later first accesses (an O_DIRECT read into it, say) do
+    /// not stop to allocate and zero memory. Leaves contents as they are, so it is safe while
+    /// the memory is in use.
+    pub(crate) fn populate(&self) -> std::io::Result<()> {
+        // SAFETY: base/len describe a mapping this value owns; populating changes no contents.
+        let r = unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_POPULATE_WRITE) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
 }
 
 impl Drop for Mapping {

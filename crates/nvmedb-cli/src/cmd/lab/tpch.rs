@@ -70,7 +70,8 @@ pub struct TpchArgs {
     pub locked_hits: bool,
     /// Read ahead in synchronous batches (submit `--read-ahead` reads together, wait for all,
     /// process those pages with nothing in flight) instead of the engine's default window
-    /// (half of it read while the other half is processed); for comparisons.
+    /// (kept in flight, topped up half a window at a time while the scan processes the half
+    /// that arrived); for comparisons.
     #[arg(long)]
     pub sync_read_ahead: bool,
     /// Results root and progress.

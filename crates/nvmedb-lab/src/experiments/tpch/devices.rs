@@ -292,12 +292,27 @@ pub struct Limit {
     pub engine_iops: f64,
     /// Process CPU µs per page of that replay (for emulated devices: the emulator's cost).
     pub engine_cpu_us_per_read: f64,
+    /// The engine replay's pages/s while it read customer's file (from the workers' meeting
+    /// before it to the one after it), as the query's customer phase is timed.
+    #[serde(default)]
+    pub engine_customer_iops: f64,
+    /// The same for orders' file.
+    #[serde(default)]
+    pub engine_orders_iops: f64,
+    /// The same for lineitem's file.
+    #[serde(default)]
+    pub engine_lineitem_iops: f64,
     /// fio replaying the pattern on the disk's files (O_DIRECT, io_uring); `None` on emulated
     /// devices, without fio, or when fio failed.
     pub fio_iops: Option<f64>,
 }
 
 impl Limit {
+    /// The engine replay's pages/s per table, in Q3's scan order (customer, orders, lineitem).
+    pub fn engine_table_iops(&self) -> [f64; 3] {
+        [self.engine_customer_iops, self.engine_orders_iops, self.engine_lineitem_iops]
+    }
+
     /// The higher of fio and the engine's replay: the limit a query's page rate is compared with.
     pub fn best(&self) -> f64 {
         self.fio_iops.unwrap_or(0.0).max(self.engine_iops)
@@ -331,6 +346,9 @@ pub fn limit(
         passes,
         engine_iops: r.iops,
         engine_cpu_us_per_read: r.cpu_us_per_read,
+        engine_customer_iops: r.file_iops.first().copied().unwrap_or(0.0),
+        engine_orders_iops: r.file_iops.get(1).copied().unwrap_or(0.0),
+        engine_lineitem_iops: r.file_iops.get(2).copied().unwrap_or(0.0),
         fio_iops,
     })
 }

@@ -69,9 +69,9 @@ pub struct TpchConfig {
     /// Lock-free buffer hits (the engine's default); off takes the page-table lock on every hit
     /// as seed 004's SHR-k buffers did.
     pub lock_free_hits: bool,
-    /// Asynchronous read-ahead (the engine's default: half the window read while the other
-    /// half is processed); off reads ahead in synchronous batches (submit a window, wait for
-    /// all of it, process it).
+    /// Asynchronous read-ahead (the engine's default: the window kept in flight, topped up half
+    /// a window at a time while the scan processes the half that arrived); off reads ahead in
+    /// synchronous batches (submit a window, wait for all of it, process it).
     pub async_read_ahead: bool,
 }
 
@@ -173,6 +173,15 @@ pub struct Point {
     pub limit_probe_after_iops: Option<f64>,
     /// Median pages/s / limit.
     pub share_of_limit: f64,
+    /// Pages per second of each phase of the query (customer, orders, lineitem): the table's
+    /// pages over the phase's wall time, from the workers' meeting before its scan to their
+    /// meeting after it (the phase's hash build included; median).
+    #[serde(default)]
+    pub phase_pages_per_s: [f64; 3],
+    /// The engine replay's pages/s over the same table's file, timed the same way (median over
+    /// the repetitions): where in the query the rate falls short of the device.
+    #[serde(default)]
+    pub phase_limit_iops: [f64; 3],
 }
 
 /// Everything the run measured.
@@ -195,6 +204,8 @@ pub struct TpchResults {
 /// One query's raw measurement.
 struct Sample {
     seconds: f64,
+    /// Wall seconds of Q3's three phases.
+    phase_s: [f64; 3],
     reads: u64,
     reads_overlapped: u64,
     latch_waits: u64,
@@ -274,7 +285,6 @@ impl Experiment for TpchBench {
             "device limit: {} passes of {probe_pattern} (worker count as the query's), replayed by the engine's Device and by fio (disk), before the queries in even repetitions and after them in odd ones",
             cfg.probe_passes
         ));
-        let pages_total: u64 = load.pages.iter().sum();
         let total = (cfg.reps * cfg.workers.len() * prepared.len() * (cfg.policies.len() + 1)) as u64;
         let bar = progress::bar(env.progress, total, "Q3 queries and limit probes");
         // samples[(device, policy, workers)] in config order.
@@ -329,7 +339,7 @@ impl Experiment for TpchBench {
                     let ss = &samples[idx(di, pi, wi)];
                     let lims: Vec<&Limit> =
                         limits.iter().filter(|l| l.device == dev.spec.short() && l.workers == w).collect();
-                    let p = point(cfg, dev, pname, w, ss, pages_total, load.heap_bytes, &lims);
+                    let p = point(cfg, dev, pname, w, ss, &load.pages, load.heap_bytes, &lims);
                     env.note(report::point_line(&p));
                     points.push(p);
                 }
@@ -363,6 +373,12 @@ fn query(
     let what = format!("Q3 on {} under {} with {workers} workers", dev.spec.short(), policy.label());
     let db = Database::open_with_storage(dev.storage.clone(), devices::options(cfg, buffer, policy))
         .map_err(LabError::engine(format!("opening the database for {what}")))?;
+    // The table buffer's memory is faulted in before the clock starts, as a server's is long
+    // before its queries: the database is opened afresh for every query (to start it cold),
+    // and without this the first read into each frame would stop to allocate and zero memory.
+    db.table_pool()
+        .prefault()
+        .map_err(LabError::engine(format!("faulting in the table buffer for {what}")))?;
     let before = db.buffer_stats().0;
     let cpu0 = process_cpu_ns();
     let out = tpch::q3(&db, &cfg.params, workers, cfg.read_ahead)?;
@@ -383,6 +399,7 @@ fn query(
     }
     Ok(Sample {
         seconds: out.seconds,
+        phase_s: out.phase_s,
         reads: d.reads,
         reads_overlapped: d.reads_overlapped,
         latch_waits: d.latch_waits,
@@ -398,10 +415,11 @@ fn point(
     pname: &str,
     workers: usize,
     ss: &[Sample],
-    pages_total: u64,
+    table_pages: &[u64],
     heap_bytes: u64,
     limits: &[&Limit],
 ) -> Point {
+    let pages_total: u64 = table_pages.iter().sum();
     let med = |f: &dyn Fn(&Sample) -> f64| Spread::of(&ss.iter().map(f).collect::<Vec<_>>()).median;
     let pages_per_s = Spread::of(&ss.iter().map(|s| s.reads as f64 / s.seconds).collect::<Vec<_>>());
     let (buffer_bytes, buffer_raised) = cfg.buffer_for(heap_bytes, workers);
@@ -440,5 +458,12 @@ fn point(
         limit_probe_first_iops: lim_med(&|l| l.probe_first, &Limit::best),
         limit_probe_after_iops: lim_med(&|l| !l.probe_first, &Limit::best),
         share_of_limit: pages_per_s.median / limit_iops.max(1e-9),
+        phase_pages_per_s: std::array::from_fn(|t| {
+            let pages = table_pages.get(t).copied().unwrap_or(0) as f64;
+            med(&|s| pages / s.phase_s[t].max(1e-9))
+        }),
+        phase_limit_iops: std::array::from_fn(|t| {
+            lim_med(&|_| true, &|l| l.engine_table_iops()[t]).unwrap_or(0.0)
+        }),
     }
 }

@@ -128,7 +128,7 @@ impl ScanPattern {
 }
 
 /// What a replay measured.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Replay {
     /// Pages read (the pattern's pages × passes).
     pub pages: u64,
@@ -138,6 +138,11 @@ pub struct Replay {
     pub iops: f64,
     /// Process CPU µs per page read (on an emulated device: mostly the emulator's cost).
     pub cpu_us_per_read: f64,
+    /// Pages per second of each file in pattern order: its pages × passes over the wall time
+    /// from the workers' meeting before it to their meeting after it, summed over the passes
+    /// (empty where not measured, as for fio).
+    #[serde(default)]
+    pub file_iops: Vec<f64>,
 }
 
 /// Replays `pattern` `passes` times on `storage`'s files through the engine's `Device`
@@ -150,6 +155,8 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
         .collect::<Result<_>>()?;
     let n = pattern.workers.max(1);
     let barrier = Barrier::new(n);
+    // When the workers met after each file (recorded by the barrier's leader), in order.
+    let met: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
     let read = AtomicU64::new(0);
     let first_error: Mutex<Option<LabError>> = Mutex::new(None);
     let ps = pattern.page_size;
@@ -157,7 +164,7 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for w in 0..n {
-            let (devices, barrier, read, first_error) = (&devices, &barrier, &read, &first_error);
+            let (devices, barrier, met, read, first_error) = (&devices, &barrier, &met, &read, &first_error);
             s.spawn(move || {
                 // Huge pages, as the pool's frames: see the module comment.
                 let mut buf = AlignedBuf::large(pattern.batch.max(1) as usize * ps);
@@ -188,7 +195,9 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
                             }
                         }
                         // Every worker waits here even after a failure, so none is left behind.
-                        barrier.wait();
+                        if barrier.wait().is_leader() {
+                            met.lock().unwrap_or_else(|p| p.into_inner()).push(Instant::now());
+                        }
                     }
                 }
             });
@@ -207,11 +216,26 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
             detail: format!("read {pages} pages, the pattern has {want}"),
         });
     }
+    let met = met.into_inner().unwrap_or_else(|p| p.into_inner());
+    let files = pattern.files.len();
+    let mut file_s = vec![0.0; files];
+    let mut prev = t0;
+    for (i, &m) in met.iter().enumerate() {
+        file_s[i % files] += (m - prev).as_secs_f64();
+        prev = m;
+    }
+    let file_iops = pattern
+        .files
+        .iter()
+        .zip(&file_s)
+        .map(|(f, &s)| (f.pages * u64::from(passes)) as f64 / s.max(1e-9))
+        .collect();
     Ok(Replay {
         pages,
         seconds,
         iops: pages as f64 / seconds.max(1e-9),
         cpu_us_per_read: cpu_s * 1e6 / (pages as f64).max(1.0),
+        file_iops,
     })
 }
 
@@ -225,5 +249,5 @@ pub fn fio(pattern: &ScanPattern, dir: &Path, passes: u32, scratch: &Path) -> Op
     if bytes != pages * pattern.page_size as u64 || seconds <= 0.0 {
         return None;
     }
-    Some(Replay { pages, seconds, iops: pages as f64 / seconds, cpu_us_per_read: 0.0 })
+    Some(Replay { pages, seconds, iops: pages as f64 / seconds, cpu_us_per_read: 0.0, file_iops: Vec::new() })
 }

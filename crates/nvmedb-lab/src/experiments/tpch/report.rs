@@ -40,6 +40,23 @@ pub fn point_line(p: &Point) -> String {
     )
 }
 
+/// Where a point's rate falls short: each phase's pages/s against the engine replay's over the
+/// same file, both timed from the workers' meeting before the table to the one after it.
+pub fn phase_line(p: &Point) -> String {
+    let parts: Vec<String> = crate::workload::tpch::TABLES
+        .iter()
+        .zip(p.phase_pages_per_s.iter().zip(&p.phase_limit_iops))
+        .map(|(t, (&q, &l))| {
+            if l > 0.0 {
+                format!("{t} {q:.0} pages/s = {:.1} % of the replay's {l:.0}", q / l * 100.0)
+            } else {
+                format!("{t} {q:.0} pages/s")
+            }
+        })
+        .collect();
+    format!("  per phase (scan and hash build, meeting to meeting): {}", parts.join(", "))
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |v| format!("{v:.0}"))
 }
@@ -83,6 +100,12 @@ struct Row<'a> {
     limit_probe_first_iops: Option<f64>,
     limit_probe_after_iops: Option<f64>,
     share_of_limit: f64,
+    customer_pages_per_s: f64,
+    customer_limit_iops: f64,
+    orders_pages_per_s: f64,
+    orders_limit_iops: f64,
+    lineitem_pages_per_s: f64,
+    lineitem_limit_iops: f64,
 }
 
 fn ratios(r: &TpchResults) -> Vec<Ratio> {
@@ -139,6 +162,12 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             limit_probe_first_iops: p.limit_probe_first_iops,
             limit_probe_after_iops: p.limit_probe_after_iops,
             share_of_limit: p.share_of_limit,
+            customer_pages_per_s: p.phase_pages_per_s[0],
+            customer_limit_iops: p.phase_limit_iops[0],
+            orders_pages_per_s: p.phase_pages_per_s[1],
+            orders_limit_iops: p.phase_limit_iops[1],
+            lineitem_pages_per_s: p.phase_pages_per_s[2],
+            lineitem_limit_iops: p.phase_limit_iops[2],
         })
         .collect();
     env.dir.write_csv("points", &rows)?;
@@ -161,7 +190,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         cfg.params.date,
         cfg.read_ahead,
         if cfg.async_read_ahead {
-            "half the window read while the other half is processed, engine default"
+            "the window kept in flight, topped up half a window at a time, engine default"
         } else {
             "synchronous batches"
         },
@@ -291,6 +320,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
                 opt(best.limit_probe_after_iops),
             );
             text.push_str(&format!("\n{line}"));
+            text.push_str(&format!("{}\n", phase_line(best)));
             figures.push(
                 Figure::repeated(
                     format!("{}/best/pages_per_s", stem(dev)),
