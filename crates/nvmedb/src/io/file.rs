@@ -3,12 +3,13 @@
 //!
 //! Owns: [`FileDevice`], [`FileOptions`], [`Backend`], [`SingleOpPath`], [`DirStorage`], the
 //! per-thread io_uring used by synchronous calls and batches, and [`UringQueue`] (one ring per
-//! queue, for deep asynchronous I/O).
+//! open queue, for deep asynchronous I/O; a closed queue's ring, idle, is kept by its thread
+//! for the thread's next queue of the same depth).
 //!
 //! Invariants:
 //! - the kernel never holds a pointer into a buffer after the call that lent it returns: a batch
 //!   waits for every completion it submitted (retrying interrupted waits), and a queue waits for
-//!   all its in-flight operations when dropped;
+//!   all its in-flight operations when dropped (so a ring kept for reuse has nothing in it);
 //! - a read of bytes past the end of the file returns zeroes (like [`MemDevice`](super::MemDevice));
 //!   a short transfer in the middle of the file is finished with pread/pwrite;
 //! - `info().backend` says which path is in use (`io_uring` or `pread`) and whether the file is
@@ -115,7 +116,14 @@ pub struct FileDevice {
 thread_local! {
     /// The calling thread's ring for synchronous calls and batches (any device, any fd).
     static THREAD_RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+    /// Idle rings of this thread's closed [`UringQueue`]s, reused by its next queues: a scan
+    /// opens a queue per table, and setting a ring up and tearing it down (the kernel frees it
+    /// in a worker after an RCU grace period) costs more than a short scan's reads.
+    static IDLE_QUEUE_RINGS: RefCell<Vec<IoUring>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Idle queue rings a thread keeps for reuse.
+const IDLE_QUEUE_RINGS_KEPT: usize = 4;
 
 fn uring_available() -> bool {
     IoUring::new(4).is_ok()
@@ -502,7 +510,8 @@ impl Device for FileDevice {
 /// An io_uring of its own that keeps up to `depth` operations of one thread in flight.
 pub struct UringQueue<'d> {
     device: &'d FileDevice,
-    ring: IoUring,
+    /// Taken out only in `Drop` (to be kept for reuse or freed).
+    ring: std::mem::ManuallyDrop<IoUring>,
     depth: usize,
     /// In-flight operations by slot; the slot index is the entry's user data.
     slots: Vec<Option<QueuedOp>>,
@@ -516,6 +525,14 @@ impl<'d> UringQueue<'d> {
     fn new(device: &'d FileDevice, depth: usize) -> IoResult<Self> {
         let depth = depth.max(1);
         let entries = (depth as u32).next_power_of_two().max(2);
+        let idle = IDLE_QUEUE_RINGS.with(|r| {
+            let mut r = r.borrow_mut();
+            let i = r.iter().position(|ring| ring.params().sq_entries() == entries)?;
+            Some(r.swap_remove(i))
+        });
+        if let Some(ring) = idle {
+            return Ok(Self::with_ring(device, ring, depth));
+        }
         // Cooperative task running: completions are processed when this thread enters the
         // kernel anyway (it waits in io_uring_enter), which saves an interrupt per completion.
         // Older kernels refuse the flag; then the ring is built without it.
@@ -526,15 +543,19 @@ impl<'d> UringQueue<'d> {
                 .build(entries)
                 .map_err(|e| device.err(IoOpKind::Setup, 0, 0, e))?,
         };
-        Ok(Self {
+        Ok(Self::with_ring(device, ring, depth))
+    }
+
+    fn with_ring(device: &'d FileDevice, ring: IoUring, depth: usize) -> Self {
+        Self {
             device,
-            ring,
+            ring: std::mem::ManuallyDrop::new(ring),
             depth,
             slots: (0..depth).map(|_| None).collect(),
             free: (0..depth).rev().collect(),
             in_flight: 0,
             cqes: Vec::with_capacity(depth),
-        })
+        }
     }
 
     fn enter(&mut self, want: usize) -> IoResult<()> {
@@ -682,6 +703,18 @@ impl Drop for UringQueue<'_> {
                 std::process::abort();
             }
             sink.clear();
+        }
+        // SAFETY: taken once, here; `self.ring` is not used after this.
+        let mut ring = unsafe { std::mem::ManuallyDrop::take(&mut self.ring) };
+        // Nothing in flight and both queues empty: the next queue of this thread may use it.
+        if ring.submission().is_empty() && ring.completion().is_empty() {
+            // During the thread's exit the cache may be gone: the ring is then freed.
+            let _ = IDLE_QUEUE_RINGS.try_with(|r| {
+                let mut r = r.borrow_mut();
+                if r.len() < IDLE_QUEUE_RINGS_KEPT {
+                    r.push(ring);
+                }
+            });
         }
     }
 }
@@ -854,4 +887,47 @@ fn is_tmpfs(dir: &Path) -> bool {
     // SAFETY: `c` is a NUL-terminated path and `st` a statfs we own; statfs writes only into it.
     let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
     rc == 0 && st.f_type as i64 == TMPFS_MAGIC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{AlignedBuf, Device, QueuedOp, QueuedOpKind};
+
+    #[test]
+    fn a_closed_queue_lends_its_ring_to_the_threads_next_queue() {
+        let path = std::env::temp_dir().join(format!("nvmedb-ring-reuse-{}.db", std::process::id()));
+        let dev = FileDevice::open(&path).unwrap();
+        if !dev.uring {
+            return; // io_uring refused here: queues are synchronous, there is no ring to keep
+        }
+        let mut page = AlignedBuf::new(4096);
+        page[..5].copy_from_slice(b"hello");
+        dev.write_at(0, &page).unwrap();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let read_back = |q: &mut UringQueue<'_>| {
+                let op = QueuedOp { tag: 7, kind: QueuedOpKind::Read, offset: 0, buf: AlignedBuf::new(4096) };
+                q.submit(vec![op]).unwrap();
+                let mut done = Vec::new();
+                q.reap(1, &mut done).unwrap();
+                assert_eq!(&done[0].buf[..5], b"hello");
+            };
+            let mut first = UringQueue::new(&dev, 8).unwrap();
+            read_back(&mut first);
+            let fd = first.ring.as_raw_fd();
+            drop(first);
+            // Had the ring been closed, this file would take its descriptor number.
+            let _blocker = File::open(&p).unwrap();
+            let mut second = UringQueue::new(&dev, 8).unwrap();
+            assert_eq!(second.ring.as_raw_fd(), fd, "the second queue set up a ring of its own");
+            read_back(&mut second);
+            // A queue of another depth needs a ring of another size.
+            let third = UringQueue::new(&dev, 64).unwrap();
+            assert_ne!(third.ring.as_raw_fd(), second.ring.as_raw_fd());
+        })
+        .join()
+        .unwrap();
+        let _ = std::fs::remove_file(&path);
+    }
 }
