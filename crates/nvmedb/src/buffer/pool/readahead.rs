@@ -16,9 +16,9 @@
 //!   page the scan holds, so a page read ahead is not evicted before the scan uses it.
 //!
 //! CPU per page matters as much as depth (a scan on a busy machine is CPU-bound), and so does the
-//! size of the requests the device sees: after the first fill the window is topped up half a
-//! window at a time, each half in one submission of adjacent pages (which the block layer merges
-//! into one large request), started as soon as a half has arrived, so the whole window is in
+//! size of the requests the device sees: the window is read half a window at a time, each half
+//! in one submission of adjacent pages (which the block layer merges into one large request;
+//! the first fill is two), the next half started as soon as one has arrived, so the whole window is in
 //! flight while the scan processes the half that arrived (a device with long latency delivers
 //! the bytes kept in flight). Reads started a page at a time as the scan advances cost a kernel
 //! entry each and reach the device as small requests.
@@ -153,10 +153,11 @@ impl<'p> ReadAhead<'p, '_> {
         Ok(())
     }
 
-    /// Starts reads of the pages from `page` on that are not resident, whole chunks at a time,
-    /// until `window` are in flight, or the range's end: the first fill is the whole window,
-    /// later ones half a window each, started as soon as half a window has completed (so the
-    /// full window stays in flight while the scan processes the half that has arrived). Reads
+    /// Starts reads of the pages from `page` on that are not resident, whole chunks (half
+    /// windows, one submission each) at a time, until `window` are in flight, or the range's
+    /// end: the first fill is the whole window, later ones half a window each, started as soon
+    /// as half a window has completed (so the full window stays in flight while the scan
+    /// processes the half that has arrived). Reads
     /// run at most `window` + `chunk` pages ahead of `page`, so a scan slower than the device
     /// holds at most that many frames and stops reading ahead until it catches up.
     fn top_up(&mut self, page: u64) -> Result<()> {
@@ -221,8 +222,14 @@ impl<'p> ReadAhead<'p, '_> {
             self.file.io.reads.fetch_add(n, Relaxed);
             self.file.io.misses.fetch_add(n, Relaxed);
             let q = self.queue.as_mut().expect("queue opened before the first read");
-            // On error, `finish` reaps whatever did get submitted and releases the rest.
-            q.submit_all(ops)?;
+            // One submission (one request at the device) per half window, so the halves of a
+            // fill complete one after the other and the next half can start as soon as the
+            // first has arrived. On error, `finish` reaps whatever did get submitted and
+            // releases the rest.
+            while !ops.is_empty() {
+                let rest = ops.split_off(self.chunk.min(ops.len()));
+                q.submit_all(std::mem::replace(&mut ops, rest))?;
+            }
         }
         failure.map_or(Ok(()), Err)
     }
