@@ -32,8 +32,9 @@ pub struct TpchArgs {
     /// Query worker counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
     pub workers: Vec<usize>,
-    /// Page reads each worker keeps in flight ahead of the page it processes (its I/O depth).
-    #[arg(long, default_value_t = 32)]
+    /// Page reads each worker keeps in flight ahead of the page it processes (its I/O depth;
+    /// the engine's default for scans unless given).
+    #[arg(long, default_value_t = nvmedb::table::heap::READ_AHEAD_PAGES)]
     pub read_ahead: u64,
     /// Buffer policies (comma-separated): shr-<k>, sep.
     #[arg(long, value_delimiter = ',', default_value = "shr-1,shr-16,shr-512,sep")]
