@@ -811,12 +811,10 @@ fn read_ahead_of_a_corrupt_page_reports_it_and_a_stopped_window_waits_for_its_re
     assert_eq!(fresh.stats().reads, 4);
 }
 
-#[test]
-fn read_ahead_starts_reads_half_a_window_at_a_time() {
-    // A scan of 40 cold pages with a window of 8: reads start 4 at a time (one submission of
-    // adjacent pages the device can merge), the first fill as two, never a page at a time as
-    // the scan advances, and at least a half is in flight while the scan works.
-    let (cold, dev) = cold_lazy(40, 128, |c| c.async_read_ahead = true);
+/// Scans pages 0..40 of `cold` (on `dev`) with a read-ahead window of 8, checking every page;
+/// returns the reads in flight after each fix and the size of every submission, having checked
+/// that every page was read once.
+fn scan_40_pages_with_a_window_of_8(cold: &BufferPool, dev: &LazyDevice) -> (Vec<usize>, Vec<usize>) {
     let mut in_flight_seen = Vec::new();
     cold.with_read_ahead(0, 0..40, 8, PageClass::Data, |ra| {
         for p in 0..40u64 {
@@ -828,6 +826,16 @@ fn read_ahead_starts_reads_half_a_window_at_a_time() {
     .unwrap();
     let subs = dev.1.locked().clone();
     assert_eq!(subs.iter().sum::<usize>(), 40, "every page read once: {subs:?}");
+    (in_flight_seen, subs)
+}
+
+#[test]
+fn read_ahead_starts_reads_half_a_window_at_a_time() {
+    // A scan of 40 cold pages with a window of 8: reads start 4 at a time (one submission of
+    // adjacent pages the device can merge), the first fill as two, never a page at a time as
+    // the scan advances, and at least a half is in flight while the scan works.
+    let (cold, dev) = cold_lazy(40, 128, |c| c.async_read_ahead = true);
+    let (in_flight_seen, subs) = scan_40_pages_with_a_window_of_8(&cold, &dev);
     assert!(subs.iter().all(|&n| n == 4), "half a window at a time: {subs:?}");
     assert_eq!(in_flight_seen[0], 7, "the first fill is the whole window: {in_flight_seen:?}");
     assert!(
@@ -845,17 +853,7 @@ fn read_ahead_keeps_the_whole_window_in_flight_while_the_scan_works() {
     // latency delivers half the bytes.
     let (cold, dev) = cold_lazy(40, 128, |c| c.async_read_ahead = true);
     dev.2.store(true, Ordering::Relaxed);
-    let mut in_flight_seen = Vec::new();
-    cold.with_read_ahead(0, 0..40, 8, PageClass::Data, |ra| {
-        for p in 0..40u64 {
-            assert_eq!(body_u64(&ra.fix(p)?), p * 7, "page {p}");
-            in_flight_seen.push(ra.in_flight());
-        }
-        Ok(())
-    })
-    .unwrap();
-    let subs = dev.1.locked().clone();
-    assert_eq!(subs.iter().sum::<usize>(), 40, "every page read once: {subs:?}");
+    let (in_flight_seen, subs) = scan_40_pages_with_a_window_of_8(&cold, &dev);
     assert!(subs.iter().all(|&n| n == 4), "half a window per submission: {subs:?}");
     // Once the first half has arrived (until the range's end comes into view), a page that
     // was not waited for is processed with the whole window in flight; one that was waited
