@@ -210,7 +210,10 @@ fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
     assert_eq!(r.points.len(), 2 * 2 * 2, "devices x policies x workers");
     for p in &r.points {
         assert!(p.pages_per_s.median > 0.0 && p.limit_iops > 0.0, "{p:?}");
-        assert!(p.phase_pages_per_s.iter().chain(&p.phase_limit_iops).all(|&v| v > 0.0), "{p:?}");
+        assert!(
+            p.phase_pages_per_s.iter().chain(&p.phase_limit_iops).chain(&p.phase_cpu_cores).all(|&v| v > 0.0),
+            "{p:?}"
+        );
         assert_eq!(p.kind, if p.device == "disk" { "REAL" } else { "EMULATED" });
         if p.policy == "SEP" || p.workers == 1 {
             assert_eq!(p.reads_per_page, 1.0, "{p:?}");

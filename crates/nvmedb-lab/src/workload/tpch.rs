@@ -10,7 +10,7 @@
 //! by revenue descending, order date, then order key, so equal inputs give identical answers.
 
 use crate::error::{LabError, Result};
-use crate::measure::progress;
+use crate::measure::{process_cpu_ns, progress};
 use nvmedb::util::sync::MutexExt;
 use nvmedb::{ColumnType, Database, RowView, Schema, Table, Value};
 use serde::{Deserialize, Serialize};
@@ -448,6 +448,10 @@ pub struct Q3Outcome {
     /// Seconds of each phase (customer scan + set, orders scan + join table, lineitem scan +
     /// aggregation + top 10).
     pub phase_s: [f64; 3],
+    /// Process CPU seconds of each phase (all threads, from the meeting before it to the one
+    /// after it).
+    #[serde(default)]
+    pub phase_cpu_s: [f64; 3],
     /// Seconds of the whole query.
     pub seconds: f64,
 }
@@ -465,7 +469,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
     let (cust, ord, line) = (open(CUSTOMER)?, open(ORDERS)?, open(LINEITEM)?);
     let barrier = Barrier::new(n);
     let scanned: [AtomicU64; 3] = Default::default();
-    let phase_end: [Mutex<Option<Instant>>; 3] = Default::default();
+    let phase_end: [Mutex<Option<(Instant, u64)>>; 3] = Default::default();
     let first_error: Mutex<Option<LabError>> = Mutex::new(None);
     let failed = AtomicBool::new(false);
     let cust_x: Exchange<i64> = Exchange::new(n);
@@ -474,7 +478,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
     let ord_maps: Vec<std::sync::OnceLock<KeyMap<(i64, i64)>>> = (0..n).map(|_| Default::default()).collect();
     let rev_x: Exchange<(i64, i64)> = Exchange::new(n);
     let answers: Mutex<Vec<Q3Row>> = Mutex::new(Vec::new());
-    let t0 = Instant::now();
+    let (t0, cpu0) = (Instant::now(), process_cpu_ns());
     let fail = |e: LabError| {
         failed.store(true, Ordering::Relaxed);
         first_error.locked().get_or_insert(e);
@@ -491,7 +495,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
     };
     let end_phase = |p: usize| {
         if barrier.wait().is_leader() {
-            *phase_end[p].locked() = Some(Instant::now());
+            *phase_end[p].locked() = Some((Instant::now(), process_cpu_ns()));
         }
     };
     std::thread::scope(|s| {
@@ -586,14 +590,16 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
     if let Some(e) = first_error.into_value() {
         return Err(e);
     }
-    let ends = phase_end.map(|m| m.into_value().unwrap_or(t0));
+    let ends = phase_end.map(|m| m.into_value().unwrap_or((t0, cpu0)));
     let seconds = t0.elapsed().as_secs_f64();
-    let phase_s =
-        [(ends[0] - t0).as_secs_f64(), (ends[1] - ends[0]).as_secs_f64(), (ends[2] - ends[1]).as_secs_f64()];
+    let starts = [(t0, cpu0), ends[0], ends[1]];
+    let phase_s = std::array::from_fn(|i| (ends[i].0 - starts[i].0).as_secs_f64());
+    let phase_cpu_s = std::array::from_fn(|i| ends[i].1.saturating_sub(starts[i].1) as f64 / 1e9);
     Ok(Q3Outcome {
         top: top10(answers.into_value()),
         rows_scanned: [0, 1, 2].map(|i| scanned[i].load(Ordering::Relaxed)),
         phase_s,
+        phase_cpu_s,
         seconds,
     })
 }

@@ -182,6 +182,10 @@ pub struct Point {
     /// the repetitions): where in the query the rate falls short of the device.
     #[serde(default)]
     pub phase_limit_iops: [f64; 3],
+    /// Process CPU of each phase in cores (its CPU seconds over its wall seconds; median): a
+    /// phase near the machine's cores is bound by CPU, not by the device.
+    #[serde(default)]
+    pub phase_cpu_cores: [f64; 3],
 }
 
 /// Everything the run measured.
@@ -206,6 +210,8 @@ struct Sample {
     seconds: f64,
     /// Wall seconds of Q3's three phases.
     phase_s: [f64; 3],
+    /// Process CPU seconds of the three phases.
+    phase_cpu_s: [f64; 3],
     reads: u64,
     reads_overlapped: u64,
     latch_waits: u64,
@@ -400,6 +406,7 @@ fn query(
     Ok(Sample {
         seconds: out.seconds,
         phase_s: out.phase_s,
+        phase_cpu_s: out.phase_cpu_s,
         reads: d.reads,
         reads_overlapped: d.reads_overlapped,
         latch_waits: d.latch_waits,
@@ -465,5 +472,6 @@ fn point(
         phase_limit_iops: std::array::from_fn(|t| {
             lim_med(&|_| true, &|l| l.engine_table_iops()[t]).unwrap_or(0.0)
         }),
+        phase_cpu_cores: std::array::from_fn(|t| med(&|s| s.phase_cpu_s[t] / s.phase_s[t].max(1e-9))),
     }
 }

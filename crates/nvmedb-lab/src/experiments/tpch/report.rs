@@ -45,12 +45,12 @@ pub fn point_line(p: &Point) -> String {
 pub fn phase_line(p: &Point) -> String {
     let parts: Vec<String> = crate::workload::tpch::TABLES
         .iter()
-        .zip(p.phase_pages_per_s.iter().zip(&p.phase_limit_iops))
-        .map(|(t, (&q, &l))| {
+        .zip(p.phase_pages_per_s.iter().zip(&p.phase_limit_iops).zip(&p.phase_cpu_cores))
+        .map(|(t, ((&q, &l), &cpu))| {
             if l > 0.0 {
-                format!("{t} {q:.0} pages/s = {:.1} % of the replay's {l:.0}", q / l * 100.0)
+                format!("{t} {q:.0} pages/s = {:.1} % of the replay's {l:.0} ({cpu:.2} cores)", q / l * 100.0)
             } else {
-                format!("{t} {q:.0} pages/s")
+                format!("{t} {q:.0} pages/s ({cpu:.2} cores)")
             }
         })
         .collect();
@@ -106,6 +106,9 @@ struct Row<'a> {
     orders_limit_iops: f64,
     lineitem_pages_per_s: f64,
     lineitem_limit_iops: f64,
+    customer_cpu_cores: f64,
+    orders_cpu_cores: f64,
+    lineitem_cpu_cores: f64,
 }
 
 fn ratios(r: &TpchResults) -> Vec<Ratio> {
@@ -168,6 +171,9 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             orders_limit_iops: p.phase_limit_iops[1],
             lineitem_pages_per_s: p.phase_pages_per_s[2],
             lineitem_limit_iops: p.phase_limit_iops[2],
+            customer_cpu_cores: p.phase_cpu_cores[0],
+            orders_cpu_cores: p.phase_cpu_cores[1],
+            lineitem_cpu_cores: p.phase_cpu_cores[2],
         })
         .collect();
     env.dir.write_csv("points", &rows)?;
