@@ -548,7 +548,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                 end_phase(1);
                 // Phase 3: lineitems shipped after the date of those orders → revenue per order.
                 let mut sums: KeyMap<i64> = KeyMap::default();
-                // Lineitems are stored in order-key order, so an order's lines come in a run:
+                // Lineitems are generated and loaded order by order, so an order's lines lie together:
                 // the run asks the join table once (order keys are positive, MIN matches none).
                 let mut last = (i64::MIN, false);
                 if !failed.load(Ordering::Relaxed) {
