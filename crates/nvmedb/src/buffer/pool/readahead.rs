@@ -18,10 +18,10 @@
 //! CPU per page matters as much as depth (a scan on a busy machine is CPU-bound), and so does the
 //! size of the requests the device sees: the window is read half a window at a time, each half
 //! in one submission of adjacent pages (which the block layer merges into one large request;
-//! the first fill is two), the next half started as soon as one has arrived, so the whole window is in
-//! flight while the scan processes the half that arrived (a device with long latency delivers
-//! the bytes kept in flight). Reads started a page at a time as the scan advances cost a kernel
-//! entry each and reach the device as small requests.
+//! the first fill is two), the next half started as soon as one has arrived, so the whole
+//! window is in flight while the scan processes the half that arrived (a device with long
+//! latency delivers the bytes kept in flight). Reads started a page at a time as the scan
+//! advances cost a kernel entry each and reach the device as small requests.
 
 use super::{BufferPool, FileEntry, Partition};
 use crate::buffer::{PageClass, PageId, PageRef};
@@ -157,9 +157,9 @@ impl<'p> ReadAhead<'p, '_> {
     /// windows, one submission each) at a time, until `window` are in flight, or the range's
     /// end: the first fill is the whole window, later ones half a window each, started as soon
     /// as half a window has completed (so the full window stays in flight while the scan
-    /// processes the half that has arrived). Reads
-    /// run at most `window` + `chunk` pages ahead of `page`, so a scan slower than the device
-    /// holds at most that many frames and stops reading ahead until it catches up.
+    /// processes the half that has arrived). Reads run at most `window` + `chunk` pages ahead
+    /// of `page`, so a scan slower than the device holds at most that many frames and stops
+    /// reading ahead until it catches up.
     fn top_up(&mut self, page: u64) -> Result<()> {
         // Pages the scan skipped are not read ahead.
         self.next = self.next.max(page);
