@@ -681,9 +681,20 @@ impl Schema {
 /// such a column is one bounds check instead of a walk over the columns before it.
 #[derive(Debug)]
 pub(crate) struct RowLayout {
-    /// Start offset of each fixed-size column at a constant offset; [`RowLayout::VARIES`]
-    /// for the others (the slow path finds them).
-    fixed_start: Box<[u32]>,
+    /// Where each column lies when that is constant; `start` is [`RowLayout::VARIES`] for the
+    /// others (the slow path finds them).
+    cols: Box<[ColAt]>,
+}
+
+/// Where a column lies in every row of a [`RowLayout`]'s schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ColAt {
+    /// Offset of its first byte ([`RowLayout::VARIES`]: not constant).
+    start: u32,
+    /// Its bytes.
+    len: u32,
+    /// An integer or timestamp column (read by [`RowView::try_int`]'s fast path).
+    int: bool,
 }
 
 impl RowLayout {
@@ -691,16 +702,32 @@ impl RowLayout {
 
     /// The layout of `schema`'s rows.
     pub(crate) fn of(schema: &Schema) -> Self {
-        let mut fixed_start = vec![Self::VARIES; schema.columns.len()];
+        let varies = ColAt { start: Self::VARIES, len: 0, int: false };
+        let mut cols = vec![varies; schema.columns.len()];
         if !schema.has_nullable() {
             let mut off = 0usize;
-            for (c, start) in schema.columns.iter().zip(fixed_start.iter_mut()) {
+            for (c, at) in schema.columns.iter().zip(cols.iter_mut()) {
                 let Some(n) = c.ty.fixed_size() else { break };
-                *start = off as u32;
+                let int = matches!(
+                    c.ty,
+                    ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp
+                );
+                *at = ColAt { start: off as u32, len: n as u32, int };
                 off += n;
             }
         }
-        Self { fixed_start: fixed_start.into() }
+        Self { cols: cols.into() }
+    }
+}
+
+/// A little-endian integer of 8, 4 or 2 bytes, sign-extended (0 for none: a NULL).
+#[inline]
+fn int_le(b: &[u8]) -> i64 {
+    match *b {
+        [a0, a1, a2, a3, a4, a5, a6, a7] => i64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]),
+        [a0, a1, a2, a3] => i64::from(i32::from_le_bytes([a0, a1, a2, a3])),
+        [a0, a1] => i64::from(i16::from_le_bytes([a0, a1])),
+        _ => 0,
     }
 }
 
@@ -709,8 +736,8 @@ impl RowLayout {
 pub struct RowView<'a> {
     schema: &'a Schema,
     bytes: &'a [u8],
-    /// Constant column offsets of the schema ([`RowLayout`]); empty when not known.
-    fixed_start: &'a [u32],
+    /// Constant column places of the schema ([`RowLayout`]); empty when not known.
+    cols: &'a [ColAt],
 }
 
 impl std::fmt::Debug for RowView<'_> {
@@ -725,13 +752,13 @@ impl std::fmt::Debug for RowView<'_> {
 impl<'a> RowView<'a> {
     /// Wraps encoded row bytes.
     pub fn new(schema: &'a Schema, bytes: &'a [u8]) -> Self {
-        Self { schema, bytes, fixed_start: &[] }
+        Self { schema, bytes, cols: &[] }
     }
 
     /// Wraps encoded row bytes of `schema`, whose [`RowLayout`] is `layout`.
     pub(crate) fn with_layout(schema: &'a Schema, layout: &'a RowLayout, bytes: &'a [u8]) -> Self {
-        debug_assert_eq!(layout.fixed_start.len(), schema.columns.len(), "layout of another schema");
-        Self { schema, bytes, fixed_start: &layout.fixed_start }
+        debug_assert_eq!(layout.cols.len(), schema.columns.len(), "layout of another schema");
+        Self { schema, bytes, cols: &layout.cols }
     }
 
     /// True if column `col` holds NULL (false for a column the schema does not have, or a row
@@ -755,8 +782,8 @@ impl<'a> RowView<'a> {
     /// column the schema does not have (`InvalidArgument`), or row bytes that do not hold the
     /// schema's columns (`Corruption`).
     fn span(&self, col: usize) -> Result<(usize, usize)> {
-        if let Some(&start) = self.fixed_start.get(col).filter(|&&s| s != RowLayout::VARIES) {
-            let (start, len) = (start as usize, self.schema.columns[col].ty.fixed_size().unwrap_or(0));
+        if let Some(at) = self.cols.get(col).filter(|at| at.start != RowLayout::VARIES) {
+            let (start, len) = (at.start as usize, at.len as usize);
             if start + len <= self.bytes.len() {
                 return Ok((start, len));
             }
@@ -836,20 +863,27 @@ impl<'a> RowView<'a> {
     /// Integer value of column `col` (an integer of any width, or a timestamp's microseconds;
     /// 0 for NULL); an error if the column does not exist, is of another type, or the row bytes
     /// do not match the schema.
+    #[inline]
     pub fn try_int(&self, col: usize) -> Result<i64> {
+        // The fast path: an integer at a constant offset (one bounds check; scans read these
+        // per row).
+        if let Some(&ColAt { start, len, int: true }) = self.cols.get(col) {
+            if let Some(b) = self.bytes.get(start as usize..start as usize + len as usize) {
+                return Ok(int_le(b));
+            }
+        }
+        self.try_int_walk(col)
+    }
+
+    /// [`RowView::try_int`] for a column not at a constant offset, or in error.
+    fn try_int_walk(&self, col: usize) -> Result<i64> {
         self.expect_type(
             col,
             |t| matches!(t, ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp),
             "an integer or timestamp",
         )?;
         let (o, l) = self.span(col)?;
-        let b = &self.bytes[o..o + l];
-        Ok(match l {
-            8 => i64::from_le_bytes(b.try_into().expect("8 bytes")),
-            4 => i64::from(i32::from_le_bytes(b.try_into().expect("4 bytes"))),
-            2 => i64::from(i16::from_le_bytes(b.try_into().expect("2 bytes"))),
-            _ => 0,
-        })
+        Ok(int_le(&self.bytes[o..o + l]))
     }
 
     /// Value of `Double` column `col` (0.0 for NULL); errors as [`RowView::try_int`].
@@ -924,8 +958,12 @@ impl<'a> RowView<'a> {
     /// # Panics
     /// If the column does not exist or is not an integer or timestamp, or the row does not
     /// match its schema (a corrupt row); [`RowView::try_int`] returns those as errors.
+    #[inline]
     pub fn int(&self, col: usize) -> i64 {
-        self.try_int(col).unwrap_or_else(|e| panic!("RowView::int({col}): {e}"))
+        match self.try_int(col) {
+            Ok(v) => v,
+            Err(e) => panic!("RowView::int({col}): {e}"),
+        }
     }
 
     /// Value of `Double` column `col` (0.0 for NULL).
@@ -1026,10 +1064,13 @@ mod tests {
         ]);
         let l = RowLayout::of(&tail_var);
         let v = RowLayout::VARIES;
-        assert_eq!(&*l.fixed_start, &[0, 8, 11, v, v]);
+        let starts: Vec<u32> = l.cols.iter().map(|c| c.start).collect();
+        assert_eq!(starts, [0, 8, 11, v, v]);
+        let ints: Vec<bool> = l.cols.iter().map(|c| c.int).collect();
+        assert_eq!(ints, [true, false, true, false, false], "constant integers");
         let mut nullable = tail_var.clone();
         nullable.columns[4].nullable = true;
-        assert!(RowLayout::of(&nullable).fixed_start.iter().all(|&x| x == v));
+        assert!(RowLayout::of(&nullable).cols.iter().all(|c| c.start == v && !c.int));
         let row =
             vec![Value::Int(-3), Value::from("xyz"), Value::Int(70_000), Value::from("hello"), Value::Int(9)];
         let mut buf = Vec::new();
@@ -1039,6 +1080,12 @@ mod tests {
             assert_eq!(fast.span(col).unwrap(), slow.span(col).unwrap(), "column {col}");
             assert_eq!(&fast.try_value(col).unwrap(), want);
         }
+        for col in [0, 2, 4] {
+            assert_eq!(fast.try_int(col).unwrap(), slow.try_int(col).unwrap(), "column {col}");
+        }
+        assert_eq!(fast.int(2), 70_000);
+        let e = fast.try_int(1).unwrap_err().to_string();
+        assert!(e.contains("`b`") && e.contains("not an integer"), "{e}");
         // A row cut inside a fixed column is the walk's error, naming the column.
         let short = RowView::with_layout(&tail_var, &l, &buf[..10]);
         let e = short.try_int(2).unwrap_err().to_string();
