@@ -424,8 +424,9 @@ fn shard(key: i64, n: usize) -> usize {
     ((h * n as u64) >> 32) as usize
 }
 
-/// Hands each worker's output for shard `j` to the worker that owns shard `j`.
-struct Exchange<T>(Vec<Mutex<Vec<T>>>);
+/// Hands each worker's output for shard `j` to the worker that owns shard `j`: the vectors
+/// themselves, so giving moves no rows and holds each lock for one push.
+struct Exchange<T>(Vec<Mutex<Vec<Vec<T>>>>);
 
 impl<T> Exchange<T> {
     fn new(n: usize) -> Self {
@@ -433,12 +434,24 @@ impl<T> Exchange<T> {
     }
     fn give(&self, buckets: Vec<Vec<T>>) {
         for (j, b) in buckets.into_iter().enumerate() {
-            self.0[j].locked().extend(b);
+            if !b.is_empty() {
+                self.0[j].locked().push(b);
+            }
         }
     }
-    fn take(&self, j: usize) -> Vec<T> {
-        std::mem::take(&mut *self.0[j].locked())
+    /// Shard `j`'s rows from every worker, and how many there are.
+    fn take(&self, j: usize) -> (impl Iterator<Item = T>, usize) {
+        let parts = std::mem::take(&mut *self.0[j].locked());
+        let len = parts.iter().map(Vec::len).sum();
+        (parts.into_iter().flatten(), len)
     }
+}
+
+/// A set of `len` keys, sized for them up front.
+fn key_set(keys: (impl Iterator<Item = i64>, usize)) -> KeySet {
+    let mut s = KeySet::with_capacity_and_hasher(keys.1, KeyBuild::default());
+    s.extend(keys.0);
+    s
 }
 
 fn buckets<T>(n: usize) -> Vec<Vec<T>> {
@@ -530,7 +543,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                 }
                 cust_x.give(out);
                 barrier.wait();
-                let _ = cust_sets[w].set(cust_x.take(w).into_iter().collect());
+                let _ = cust_sets[w].set(key_set(cust_x.take(w)));
                 end_phase(0);
                 // Phase 2: orders before the date of those customers → order key → (date, priority).
                 let mut out = buckets(n);
@@ -551,7 +564,10 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                 }
                 ord_x.give(out);
                 barrier.wait();
-                let _ = ord_maps[w].set(ord_x.take(w).into_iter().map(|(k, d, p)| (k, (d, p))).collect());
+                let (rows, len) = ord_x.take(w);
+                let mut map = KeyMap::with_capacity_and_hasher(len, KeyBuild::default());
+                map.extend(rows.map(|(k, d, p)| (k, (d, p))));
+                let _ = ord_maps[w].set(map);
                 end_phase(1);
                 // Phase 3: lineitems shipped after the date of those orders → revenue per order.
                 let mut sums: KeyMap<i64> = KeyMap::default();
@@ -584,7 +600,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                 rev_x.give(out);
                 barrier.wait();
                 let mut merged: KeyMap<i64> = KeyMap::default();
-                for (k, r) in rev_x.take(w) {
+                for (k, r) in rev_x.take(w).0 {
                     *merged.entry(k).or_default() += r;
                 }
                 let orders = ord_maps[w].get();
