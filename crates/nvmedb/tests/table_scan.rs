@@ -93,6 +93,40 @@ fn a_cold_pass_reads_every_page_under_every_policy() {
 }
 
 #[test]
+fn work_before_a_partition_scan_overlaps_its_first_reads_and_runs_once() {
+    let storage = loaded(&["t"]);
+    let db =
+        Database::open_with_storage(storage, options(BufferPolicy::Separated { partitions: 1 }, 64)).unwrap();
+    let t = db.table("t").unwrap();
+    let before = db.buffer_stats().0;
+    let calls = std::cell::Cell::new(0);
+    let (mut rows, mut reads_started) = (0, 0);
+    t.scan_partition_after(
+        0,
+        2,
+        8,
+        || {
+            calls.set(calls.get() + 1);
+            reads_started = db.buffer_stats().0.since(&before).reads;
+        },
+        |_| {
+            assert_eq!(calls.get(), 1, "a row passed before `before` ran");
+            rows += 1;
+            Ok(true)
+        },
+    )
+    .unwrap();
+    assert_eq!(calls.get(), 1);
+    assert_eq!(reads_started, 8, "the first window's reads were started before it ran");
+    assert!(rows > 0 && rows < ROWS, "{rows} rows in the first of two partitions");
+    // A scan that fails before it starts still runs it (a worker waiting for others must not
+    // be left out), once.
+    let mut calls = 0;
+    assert!(t.scan_partition_after(3, 2, 8, || calls += 1, |_| Ok(true)).is_err());
+    assert_eq!(calls, 1);
+}
+
+#[test]
 fn a_bad_partition_is_refused() {
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
     let db = Database::open_with_storage(storage, options(BufferPolicy::Shared { stripes: 1 }, 16)).unwrap();

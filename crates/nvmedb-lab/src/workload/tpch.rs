@@ -503,16 +503,19 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
         failed.store(true, Ordering::Relaxed);
         first_error.locked().get_or_insert(e);
     };
-    let scan = |t: &Table, w: usize, f: &mut dyn FnMut(RowView<'_>)| -> Result<u64> {
-        let mut rows = 0u64;
-        t.scan_partition_ahead(w, n, read_ahead, |r| {
-            rows += 1;
-            f(r);
-            Ok(true)
-        })
-        .map_err(LabError::engine(format!("scanning part {w} of {n} of table {}", t.name())))?;
-        Ok(rows)
-    };
+    // `before` runs once the scan's first reads are in flight (see `Table::scan_partition_after`):
+    // the workers meet and build the previous phase's table while the device works.
+    let scan =
+        |t: &Table, w: usize, before: &mut dyn FnMut(), f: &mut dyn FnMut(RowView<'_>)| -> Result<u64> {
+            let mut rows = 0u64;
+            t.scan_partition_after(w, n, read_ahead, before, |r| {
+                rows += 1;
+                f(r);
+                Ok(true)
+            })
+            .map_err(LabError::engine(format!("scanning part {w} of {n} of table {}", t.name())))?;
+            Ok(rows)
+        };
     let end_phase = |p: usize| {
         if barrier.wait().is_leader() {
             *phase_end[p].locked() = Some((Instant::now(), process_cpu_ns()));
@@ -529,7 +532,7 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                 // Phase 1: customer → set of customer keys in the segment.
                 let mut out = buckets(n);
                 if !failed.load(Ordering::Relaxed) {
-                    match scan(cust, w, &mut |r| {
+                    match scan(cust, w, &mut || (), &mut |r| {
                         if r.bytes(C_MKTSEGMENT) == segment.as_slice() {
                             let k = r.int(C_CUSTKEY);
                             out[shard(k, n)].push(k);
@@ -542,13 +545,17 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                     }
                 }
                 cust_x.give(out);
-                barrier.wait();
-                let _ = cust_sets[w].set(key_set(cust_x.take(w)));
-                end_phase(0);
+                let mut meet = || {
+                    barrier.wait();
+                    let _ = cust_sets[w].set(key_set(cust_x.take(w)));
+                    end_phase(0);
+                };
                 // Phase 2: orders before the date of those customers → order key → (date, priority).
                 let mut out = buckets(n);
-                if !failed.load(Ordering::Relaxed) {
-                    match scan(ord, w, &mut |r| {
+                if failed.load(Ordering::Relaxed) {
+                    meet();
+                } else {
+                    match scan(ord, w, &mut meet, &mut |r| {
                         let d = r.int(O_ORDERDATE);
                         let c = r.int(O_CUSTKEY);
                         if d < date && cust_sets[shard(c, n)].get().is_some_and(|s| s.contains(&c)) {
@@ -563,19 +570,23 @@ pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> 
                     }
                 }
                 ord_x.give(out);
-                barrier.wait();
-                let (rows, len) = ord_x.take(w);
-                let mut map = KeyMap::with_capacity_and_hasher(len, KeyBuild::default());
-                map.extend(rows.map(|(k, d, p)| (k, (d, p))));
-                let _ = ord_maps[w].set(map);
-                end_phase(1);
+                let mut meet = || {
+                    barrier.wait();
+                    let (rows, len) = ord_x.take(w);
+                    let mut map = KeyMap::with_capacity_and_hasher(len, KeyBuild::default());
+                    map.extend(rows.map(|(k, d, p)| (k, (d, p))));
+                    let _ = ord_maps[w].set(map);
+                    end_phase(1);
+                };
                 // Phase 3: lineitems shipped after the date of those orders → revenue per order.
                 let mut sums: KeyMap<i64> = KeyMap::default();
                 // Lineitems are generated and loaded order by order, so an order's lines lie together:
                 // the run asks the join table once (order keys are positive, MIN matches none).
                 let mut last = (i64::MIN, false);
-                if !failed.load(Ordering::Relaxed) {
-                    match scan(line, w, &mut |r| {
+                if failed.load(Ordering::Relaxed) {
+                    meet();
+                } else {
+                    match scan(line, w, &mut meet, &mut |r| {
                         if r.int(L_SHIPDATE) > date {
                             let k = r.int(L_ORDERKEY);
                             if k != last.0 {

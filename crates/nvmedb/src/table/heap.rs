@@ -270,13 +270,28 @@ impl HeapFile {
         &self,
         range: std::ops::Range<u64>,
         read_ahead: u64,
+        f: impl FnMut(RowId, &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_pages_after(range, read_ahead, || Ok(()), f)
+    }
+
+    /// Like [`HeapFile::scan_pages_ahead`], first starting the reads of the range's first
+    /// window and running `before` while they are in flight ([`crate::buffer::ReadAhead::start`]); the scan
+    /// starts when `before` returns `Ok` (`before` runs also for an empty range).
+    pub fn scan_pages_after(
+        &self,
+        range: std::ops::Range<u64>,
+        read_ahead: u64,
+        before: impl FnOnce() -> Result<()>,
         mut f: impl FnMut(RowId, &[u8]) -> Result<bool>,
     ) -> Result<()> {
         let end = range.end.min(self.pages()?);
         if range.start >= end {
-            return Ok(());
+            return before();
         }
         self.pool.with_read_ahead(self.file, range.start..end, read_ahead, PageClass::Data, |ra| {
+            ra.start(range.start)?;
+            before()?;
             for page in range.start..end {
                 let g: PageRef<'_> = ra.fix(page)?;
                 self.check_heap_page(page, &g)?;

@@ -1277,6 +1277,45 @@ impl Table {
         )
     }
 
+    /// Like [`Table::scan_partition_ahead`], first starting the reads of the partition's first
+    /// read-ahead window and calling `before` while they are in flight: a parallel query's
+    /// worker that must wait for the others, or build what its scan probes, before its scan
+    /// starts keeps the device busy meanwhile. `before` is called exactly once: before the
+    /// first row is passed, or, when the scan fails before that, before the error returns.
+    pub fn scan_partition_after(
+        &self,
+        part: usize,
+        parts: usize,
+        read_ahead: u64,
+        before: impl FnOnce(),
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let mut before = Some(before);
+        let mut run_before = || {
+            if let Some(b) = before.take() {
+                b();
+            }
+        };
+        let r =
+            (|| {
+                self.inner.txn.check_open()?;
+                if parts == 0 || part >= parts {
+                    return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
+                }
+                let range = scan_partition_pages(self.inner.heap.pages()?, part, parts);
+                let start = || {
+                    run_before();
+                    Ok(())
+                };
+                self.acknowledged(self.scan_committed(
+                    |visit| self.inner.heap.scan_pages_after(range, read_ahead, start, visit),
+                    f,
+                ))
+            })();
+        run_before();
+        r
+    }
+
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
     /// Exact without locks or waiting: each row committed when the range passes its key is
     /// passed once, as last committed (its before-image while another transaction has a

@@ -127,6 +127,20 @@ impl<'p> ReadAhead<'p, '_> {
         g
     }
 
+    /// Starts the reads of the window from `page` on, as a fix of `page` would, without
+    /// waiting for any: work done before the scan's first fix (waiting for other threads,
+    /// building what the scan will probe) then overlaps them. Nothing for a window read in
+    /// synchronous batches (a batch is read at the fix that needs it).
+    pub fn start(&mut self, page: u64) -> Result<()> {
+        if self.batched_to.is_some() {
+            return Ok(());
+        }
+        if !self.slots.is_empty() {
+            self.reap(0)?;
+        }
+        self.top_up(page)
+    }
+
     /// Reads in flight now.
     pub fn in_flight(&self) -> usize {
         self.slots.len()
