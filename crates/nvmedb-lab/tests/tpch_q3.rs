@@ -229,6 +229,12 @@ fn lab_tpch_runs_end_to_end_and_reuses_its_load() {
     assert!(out.summary.text.contains("per phase"), "{}", out.summary.text);
     assert!(out.dir.join("share_disk.png").exists());
     assert_eq!(r.limits.len(), 2 * 2, "a limit probe per device and worker count and repetition");
+    // Each probe kept the better of batches of the read-ahead and of half of it.
+    for l in &r.limits {
+        assert!([cfg.read_ahead, cfg.read_ahead / 2].contains(&l.engine_batch), "{l:?}");
+        assert!(l.fio_batch == 0 || [cfg.read_ahead, cfg.read_ahead / 2].contains(&l.fio_batch), "{l:?}");
+        assert_eq!(l.fio_iops.is_some(), l.fio_batch > 0, "{l:?}");
+    }
     // fio replays the same pattern on the disk's files and reads exactly its bytes.
     if nvmedb_lab::measure::fio::installed() {
         use nvmedb_lab::experiments::tpch::{fio_scan_pattern, ScanPattern};

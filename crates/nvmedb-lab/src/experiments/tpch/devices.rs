@@ -1,7 +1,8 @@
 //! The TPC-H experiment's devices: the loaded database on the real disk (kept between runs of
 //! the same scale factor and page size), a RAM copy of it behind an emulated profile (several
 //! striped devices = one medium with their summed IOPS and bandwidth caps), and each device's
-//! limit: Q3's own scan pattern (same files, partitions, page size and batches, see `probe`)
+//! limit: Q3's own scan pattern (same files, partitions and page size, in batches of the read-ahead
+//! and of half of it, the better kept; see `probe`)
 //! replayed through the engine's `Device` and, on the disk, by fio.
 //!
 //! Owns: [`DeviceSpec`], [`disk_database`], [`Prepared`], [`prepare`], [`pattern`] and
@@ -279,8 +280,15 @@ pub struct Limit {
     pub device: String,
     /// Threads (= query workers).
     pub workers: usize,
-    /// Reads submitted together per thread (= the query's read-ahead).
+    /// The query's read-ahead (pages each worker keeps in flight).
     pub depth: usize,
+    /// Pages per synchronous batch of the engine replay counted in `engine_iops`: the better of
+    /// batches of the read-ahead and of half of it (the scans' requests are half a window).
+    #[serde(default)]
+    pub engine_batch: u64,
+    /// The same for fio (0 when fio did not run).
+    #[serde(default)]
+    pub fio_batch: u64,
     /// Repetition (from 0).
     pub rep: usize,
     /// The probe ran just before this repetition's queries at this point (false: just after).
@@ -288,7 +296,7 @@ pub struct Limit {
     /// Passes of the pattern each probe read.
     pub passes: u32,
     /// The engine's `Device` replaying the pattern (io_uring on the disk, the emulator on an
-    /// emulated device), pages/s.
+    /// emulated device), pages/s: the better of its batch sizes (`engine_batch`).
     pub engine_iops: f64,
     /// Process CPU µs per page of that replay (for emulated devices: the emulator's cost).
     pub engine_cpu_us_per_read: f64,
@@ -302,8 +310,8 @@ pub struct Limit {
     /// The same for lineitem's file.
     #[serde(default)]
     pub engine_lineitem_iops: f64,
-    /// fio replaying the pattern on the disk's files (O_DIRECT, io_uring); `None` on emulated
-    /// devices, without fio, or when fio failed.
+    /// fio replaying the pattern on the disk's files (O_DIRECT, io_uring), the better of its
+    /// batch sizes (`fio_batch`); `None` on emulated devices, without fio, or when fio failed.
     pub fio_iops: Option<f64>,
 }
 
@@ -320,7 +328,9 @@ impl Limit {
 }
 
 /// Measures `dev`'s limit with Q3's read pattern at `workers` workers (`cfg.probe_passes`
-/// passes; fio only on the real disk, with `cfg.use_fio`).
+/// passes; fio only on the real disk, with `cfg.use_fio`), in synchronous batches of the
+/// read-ahead and of half of it, keeping the better of each probe: the scans keep the
+/// read-ahead in flight in requests of half of it, and a disk may serve either size faster.
 pub fn limit(
     cfg: &TpchConfig,
     dev: &Prepared,
@@ -329,18 +339,36 @@ pub fn limit(
     rep: usize,
     probe_first: bool,
 ) -> Result<Limit> {
-    let pat = pattern(cfg, load, workers);
     let passes = cfg.probe_passes;
-    let r = probe::replay(&*dev.storage, &pat, passes)
-        .map_err(LabError::in_part(format!("scan-pattern replay on {}", dev.spec.short())))?;
-    let fio_iops = match (&dev.spec.profile, cfg.use_fio) {
-        (None, true) => probe::fio(&pat, &load.dir, passes, &cfg.data_dir).map(|f| f.iops),
-        _ => None,
-    };
+    let full = pattern(cfg, load, workers);
+    let mut batches = vec![full.batch.max(1)];
+    if full.batch / 2 >= 1 {
+        batches.push(full.batch / 2);
+    }
+    let mut engine: Option<(probe::Replay, u64)> = None;
+    let mut fio: Option<(f64, u64)> = None;
+    for batch in batches {
+        let pat = ScanPattern { batch, ..full.clone() };
+        let r = probe::replay(&*dev.storage, &pat, passes)
+            .map_err(LabError::in_part(format!("scan-pattern replay on {}", dev.spec.short())))?;
+        if engine.as_ref().is_none_or(|(e, _)| r.iops > e.iops) {
+            engine = Some((r, batch));
+        }
+        if let (None, true) = (&dev.spec.profile, cfg.use_fio) {
+            if let Some(f) = probe::fio(&pat, &load.dir, passes, &cfg.data_dir) {
+                if fio.is_none_or(|(v, _)| f.iops > v) {
+                    fio = Some((f.iops, batch));
+                }
+            }
+        }
+    }
+    let (r, engine_batch) = engine.expect("at least one batch size probed");
     Ok(Limit {
         device: dev.spec.short(),
         workers,
         depth: cfg.read_ahead as usize,
+        engine_batch,
+        fio_batch: fio.map_or(0, |(_, b)| b),
         rep,
         probe_first,
         passes,
@@ -349,6 +377,6 @@ pub fn limit(
         engine_customer_iops: r.file_iops.first().copied().unwrap_or(0.0),
         engine_orders_iops: r.file_iops.get(1).copied().unwrap_or(0.0),
         engine_lineitem_iops: r.file_iops.get(2).copied().unwrap_or(0.0),
-        fio_iops,
+        fio_iops: fio.map(|(v, _)| v),
     })
 }

@@ -269,13 +269,14 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             "workers",
             "rep",
             "probe",
-            "batch",
             "engine pages/s",
+            "batch",
             "CPU µs/read",
             "fio pages/s",
+            "fio batch",
         ])
         .title(format!(
-            "{label}: device limit, Q3's reads replayed ({} KiB pages, each worker its partition of every file, synchronous batches)",
+            "{label}: device limit, Q3's reads replayed ({} KiB pages, each worker its partition of every file, synchronous batches of the read-ahead or half of it, the better)",
             cfg.page_size / 1024
         ));
         for l in &lims {
@@ -283,10 +284,11 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
                 l.workers.to_string(),
                 l.rep.to_string(),
                 if l.probe_first { "before queries".into() } else { "after queries".to_string() },
-                l.depth.to_string(),
                 format!("{:.0}", l.engine_iops),
+                l.engine_batch.to_string(),
                 format!("{:.2}", l.engine_cpu_us_per_read),
                 opt(l.fio_iops),
+                if l.fio_batch > 0 { l.fio_batch.to_string() } else { "-".into() },
             ]);
         }
         text.push_str(&format!("\n{lt}"));
@@ -316,7 +318,7 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         // Headline: the best point's share of the limit on this device.
         if let Some(best) = pts.iter().max_by(|a, b| a.pages_per_s.median.total_cmp(&b.pages_per_s.median)) {
             let line = format!(
-                "{label}: best {} x{}: {:.0} pages/s = {:.1} % of the device limit {:.0} pages/s (the scans' own reads at the same workers and batch; probe before the queries {}, after {})\n",
+                "{label}: best {} x{}: {:.0} pages/s = {:.1} % of the device limit {:.0} pages/s (the scans' own reads at the same workers and depth; probe before the queries {}, after {})\n",
                 best.policy,
                 best.workers,
                 best.pages_per_s.median,
@@ -399,7 +401,7 @@ fn plots(
     let mut share = LineChart::new(
         format!("Q3 pages/s as % of the device limit — {label}"),
         "workers",
-        "% of the limit (Q3's reads replayed, same workers and batch)",
+        "% of the limit (Q3's reads replayed, same workers and depth)",
     )
     .subtitle(sub.clone())
     .log_x(log)
