@@ -1,9 +1,9 @@
 //! The TPC-H experiment's devices: the loaded database on the real disk (kept between runs of
 //! the same scale factor and page size), a RAM copy of it behind an emulated profile (several
 //! striped devices = one medium with their summed IOPS and bandwidth caps), and each device's
-//! limit: Q3's own scan pattern (same files, partitions and page size, in batches of the read-ahead
-//! and of half of it, the better kept; see `probe`)
-//! replayed through the engine's `Device` and, on the disk, by fio.
+//! limit: Q3's own scan pattern (same files, partitions and page size, in batches of the
+//! read-ahead and of half of it, the better kept; see `probe`) replayed through the engine's
+//! `Device` and, on the disk, by fio.
 //!
 //! Owns: [`DeviceSpec`], [`disk_database`], [`Prepared`], [`prepare`], [`pattern`] and
 //! [`limit`]. Invariants:

@@ -181,7 +181,7 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
                 for _ in 0..passes {
                     for (fi, dev) in devices.iter().enumerate() {
                         let file = &pattern.files[fi].file;
-                        let mut batches = pattern.batches(fi, w).peekable();
+                        let mut batches = pattern.batches(fi, w);
                         // The first batch, started before the meeting: wait for it.
                         if let Some((mut q, b)) = early.take() {
                             let mut done = Vec::new();
