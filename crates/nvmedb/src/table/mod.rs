@@ -1267,14 +1267,7 @@ impl Table {
         read_ahead: u64,
         f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
-        self.inner.txn.check_open()?;
-        if parts == 0 || part >= parts {
-            return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
-        }
-        let range = scan_partition_pages(self.inner.heap.pages()?, part, parts);
-        self.acknowledged(
-            self.scan_committed(|visit| self.inner.heap.scan_pages_ahead(range, read_ahead, visit), f),
-        )
+        self.scan_partition_after(part, parts, read_ahead, || (), f)
     }
 
     /// Like [`Table::scan_partition_ahead`], first starting the reads of the partition's first
@@ -1291,29 +1284,45 @@ impl Table {
         f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         let mut before = Some(before);
-        let mut run_before = || {
-            if let Some(b) = before.take() {
-                b();
-            }
-        };
-        let r =
-            (|| {
-                self.inner.txn.check_open()?;
-                if parts == 0 || part >= parts {
-                    return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
+        let r = self.scan_partition_started(
+            part,
+            parts,
+            read_ahead,
+            &mut || {
+                if let Some(b) = before.take() {
+                    b()
                 }
-                let range = scan_partition_pages(self.inner.heap.pages()?, part, parts);
-                let start = || {
-                    run_before();
-                    Ok(())
-                };
-                self.acknowledged(self.scan_committed(
-                    |visit| self.inner.heap.scan_pages_after(range, read_ahead, start, visit),
-                    f,
-                ))
-            })();
-        run_before();
+            },
+            f,
+        );
+        if let Some(b) = before {
+            b()
+        }
         r
+    }
+
+    /// The scan of [`Table::scan_partition_after`]: calls `started` once the partition's first
+    /// reads are in flight, or not at all when it fails before that.
+    fn scan_partition_started(
+        &self,
+        part: usize,
+        parts: usize,
+        read_ahead: u64,
+        started: &mut dyn FnMut(),
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        self.inner.txn.check_open()?;
+        if parts == 0 || part >= parts {
+            return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
+        }
+        let range = scan_partition_pages(self.inner.heap.pages()?, part, parts);
+        let start = || {
+            started();
+            Ok(())
+        };
+        self.acknowledged(
+            self.scan_committed(|visit| self.inner.heap.scan_pages_after(range, read_ahead, start, visit), f),
+        )
     }
 
     /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.

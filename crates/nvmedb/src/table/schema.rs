@@ -708,10 +708,7 @@ impl RowLayout {
             let mut off = 0usize;
             for (c, at) in schema.columns.iter().zip(cols.iter_mut()) {
                 let Some(n) = c.ty.fixed_size() else { break };
-                let int = matches!(
-                    c.ty,
-                    ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp
-                );
+                let int = c.ty.is_integer() || c.ty == ColumnType::Timestamp;
                 *at = ColAt { start: off as u32, len: n as u32, int };
                 off += n;
             }
@@ -877,11 +874,7 @@ impl<'a> RowView<'a> {
 
     /// [`RowView::try_int`] for a column not at a constant offset, or in error.
     fn try_int_walk(&self, col: usize) -> Result<i64> {
-        self.expect_type(
-            col,
-            |t| matches!(t, ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp),
-            "an integer or timestamp",
-        )?;
+        self.expect_type(col, |t| t.is_integer() || t == ColumnType::Timestamp, "an integer or timestamp")?;
         let (o, l) = self.span(col)?;
         Ok(int_le(&self.bytes[o..o + l]))
     }

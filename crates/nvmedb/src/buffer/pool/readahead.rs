@@ -155,10 +155,7 @@ impl<'p> ReadAhead<'p, '_> {
             }
             return Ok(());
         }
-        if !self.slots.is_empty() {
-            self.reap(0)?;
-        }
-        self.top_up(page)?;
+        self.start(page)?;
         // Wait for `page`'s read and the reads started before it (they usually complete
         // together: one request), taking whatever else has completed.
         while let Ok(i) = self.slots.binary_search_by_key(&page, |s| s.page) {
