@@ -27,7 +27,7 @@
 //! crash, and it never goes backwards.
 //!
 //! Files: `format.rs` (record and segment header encoding), `segment.rs` (slots and finding the
-//! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog.rs` (the writer:
+//! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog/` (the writer:
 //! batching, group commit, segment switch), `duplex.rs` (the second copy's writer thread),
 //! `options.rs` (options, counters).
 
