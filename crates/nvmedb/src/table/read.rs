@@ -369,26 +369,60 @@ impl Table {
         })
     }
 
-    /// Follows the primary index to the row and checks it is the row asked for. Readers take
-    /// no key lock, so a writer may move or delete the row between the index lookup and the
-    /// heap read (and the slot may even hold another row by then): look again, a bounded
-    /// number of times.
+    /// Follows the row's hint, else the primary index, to the row and checks it is the row
+    /// asked for. Readers take no key lock, so a writer may move or delete the row between the
+    /// lookup and the heap read (and the slot may even hold another row by then): look again, a
+    /// bounded number of times; a hint that fails is dropped for the index at once.
     pub(super) fn read_pk<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         let mut f = Some(f);
         let mut last = None;
+        let mut hint = self.inner.hints.get(pk);
         for _ in 0..READ_RETRIES {
-            let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
+            let (rid, hinted) = match hint.take() {
+                Some(rid) => (rid, true),
+                None => match self.rid_for(pk)? {
+                    Some(rid) => (rid, false),
+                    None => return Ok(None),
+                },
+            };
             let got = self.inner.heap.read(rid, |b| {
                 let v = self.view(b);
                 Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(v)))
-            })?;
-            if let Some(Some(r)) = got.transpose()? {
-                return Ok(Some(r));
+            });
+            match got.and_then(|g| g.transpose()) {
+                Ok(Some(Some(r))) => {
+                    if !hinted {
+                        self.inner.hints.put(pk, rid);
+                    }
+                    return Ok(Some(r));
+                }
+                _ if hinted => continue,
+                Err(e) => return Err(e),
+                Ok(_) => {}
             }
             last = Some(rid);
             std::thread::yield_now();
         }
         Err(self.dangling(last.expect("at least one attempt")))
+    }
+
+    /// The row id and a copy of the row of key `pk`, for a writer that holds the key's
+    /// physical lock (no other writer moves it meanwhile): through the row's hint when it
+    /// holds the key, else the primary index. `None` if the key has no entry.
+    pub(super) fn locate_for_change(&self, pk: &[u8]) -> Result<Option<(RowId, Vec<u8>)>> {
+        if let Some(rid) = self.inner.hints.get(pk) {
+            let got = self
+                .inner
+                .heap
+                .read(rid, |b| Ok::<_, Error>(self.has_pk(&self.view(b), pk)?.then(|| b.to_vec())));
+            if let Ok(Some(Ok(Some(row)))) = got {
+                return Ok(Some((rid, row)));
+            }
+        }
+        let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
+        let Some(row) = self.inner.heap.read(rid, |b| b.to_vec())? else { return Err(self.dangling(rid)) };
+        self.inner.hints.put(pk, rid);
+        Ok(Some((rid, row)))
     }
 
     /// The row with primary key `key`, decoded, as last committed (like [`Table::read`]); a
