@@ -11,9 +11,12 @@
 //!   stamps each page with that record's LSN, and only then releases the latches;
 //! - a mini-transaction that ends without commit (an error returned early, a panic) restores
 //!   every page it changed from its before-image, so the operation leaves no trace;
-//! - the first change of a page whose LSN is below the logger's full-image horizon (the last
-//!   checkpoint's redo start) is logged as a full page image, which is what repairs a page torn
-//!   by a crash during its write-back.
+//! - a new page's first change is logged whole, as its bytes over a zeroed page
+//!   ([`PageChange::NewPage`]); with a full-image horizon (torn-page protection by the log,
+//!   PostgreSQL's full_page_writes), the first change of a page whose LSN is at or below it (the
+//!   last checkpoint's redo start) is logged as a full page image, which is then what repairs
+//!   a page torn by a crash during its write-back. Without one (the default: the double-write
+//!   area repairs torn pages, `buffer/doublewrite.rs`) every other change is a diff.
 
 use super::PageId;
 use crate::error::Result;
@@ -24,10 +27,11 @@ use crate::util::bytes::ByteReader;
 /// Receives atomic groups of page changes (the WAL implements it).
 pub trait PageLogger: Send + Sync {
     /// Appends one redo record for the pool tagged `pool_tag`. The logger calls `build` with
-    /// the current full-image horizon (pages whose LSN is below it must be logged whole) and
-    /// appends the payload it returns, both under one lock that a checkpoint's change of the
-    /// horizon excludes. Returns the LSN to stamp on the changed pages.
-    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64>;
+    /// the current full-image horizon (pages whose LSN is at or below it must be logged whole;
+    /// `None`: no page is, torn pages being repaired otherwise) and appends the payload it
+    /// returns, both under one lock that a checkpoint's change of the horizon excludes. Returns
+    /// the LSN to stamp on the changed pages.
+    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(Option<u64>) -> Vec<u8>) -> Result<u64>;
 
     /// Called when a thread opens its outermost mini-transaction, before it latches any page:
     /// a logger whose space only a checkpoint frees waits here while it is nearly full, so
@@ -64,6 +68,17 @@ pub enum PageChange {
     FullImage(Vec<u8>),
     /// Changed byte ranges: (offset, new bytes).
     Ranges(Vec<(u32, Vec<u8>)>),
+    /// A new page: its bytes are these ranges over a zeroed page (applicable, like a full
+    /// image, to a page that is unreadable or was never written).
+    NewPage(Vec<(u32, Vec<u8>)>),
+}
+
+impl PageChange {
+    /// True when the change gives the whole page (a full image or a new page), so redo can
+    /// apply it to a page that is unreadable.
+    pub fn is_whole(&self) -> bool {
+        matches!(self, PageChange::FullImage(_) | PageChange::NewPage(_))
+    }
 }
 
 /// The first index in `from..end` where `a` and `b` differ (`end` if none). Equal 64-byte
@@ -124,8 +139,8 @@ pub fn encode_page_change(out: &mut Vec<u8>, pid: PageId, change: &PageChange) {
             out.extend_from_slice(&(img.len() as u32).to_le_bytes());
             out.extend_from_slice(img);
         }
-        PageChange::Ranges(ranges) => {
-            out.push(2);
+        PageChange::Ranges(ranges) | PageChange::NewPage(ranges) => {
+            out.push(if matches!(change, PageChange::NewPage(_)) { 3 } else { 2 });
             out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
             for (off, bytes) in ranges {
                 out.extend_from_slice(&off.to_le_bytes());
@@ -192,7 +207,7 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
                 }
                 PageChange::FullImage(r.take(n)?.to_vec())
             }
-            2 => {
+            kind @ (2 | 3) => {
                 let n = r.u32()? as usize;
                 let mut ranges = Vec::with_capacity(n.min(4096));
                 for _ in 0..n {
@@ -203,7 +218,11 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
                     }
                     ranges.push((off, r.take(len)?.to_vec()));
                 }
-                PageChange::Ranges(ranges)
+                if kind == 2 {
+                    PageChange::Ranges(ranges)
+                } else {
+                    PageChange::NewPage(ranges)
+                }
             }
             _ => return None,
         };
@@ -216,7 +235,11 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
 pub fn apply_page_change(page: &mut [u8], change: &PageChange, lsn: u64) {
     match change {
         PageChange::FullImage(img) => page[..img.len()].copy_from_slice(img),
-        PageChange::Ranges(ranges) => {
+        PageChange::Ranges(ranges) | PageChange::NewPage(ranges) => {
+            if matches!(change, PageChange::NewPage(_)) {
+                let body = page.len() - PAGE_TRAILER_BYTES;
+                page[..body].fill(0);
+            }
             for (off, bytes) in ranges {
                 let o = *off as usize;
                 page[o..o + bytes.len()].copy_from_slice(bytes);
@@ -226,15 +249,22 @@ pub fn apply_page_change(page: &mut [u8], change: &PageChange, lsn: u64) {
     PageHeader::set_lsn(page, lsn);
 }
 
-/// Chooses how to log a page: a full image when it is new or its LSN is at or below the horizon
-/// (its first change since the last checkpoint began), changed ranges otherwise.
-pub(crate) fn change_for(before: Option<&[u8]>, after: &[u8], horizon: u64) -> PageChange {
+/// A zeroed page of the largest size, the before-image of a new page.
+static ZERO_PAGE: [u8; 65536] = [0; 65536];
+
+/// Chooses how to log a page: a new page as its ranges over a zeroed page; with a full-image
+/// `horizon`, a full image when the page's LSN is at or below it (its first change since the
+/// last checkpoint began); changed ranges otherwise.
+pub(crate) fn change_for(before: Option<&[u8]>, after: &[u8], horizon: Option<u64>) -> PageChange {
     match before {
+        None => PageChange::NewPage(diff_ranges(&ZERO_PAGE[..after.len()], after)),
         // A page whose LSN is at or below the horizon was last changed before the checkpoint
         // began (a record ending exactly at the horizon included), so the checkpoint may be
         // writing it right now: log it whole.
-        Some(b) if PageHeader::lsn_of(b) > horizon => PageChange::Ranges(diff_ranges(b, after)),
-        _ => PageChange::FullImage(after[..after.len() - PAGE_TRAILER_BYTES].to_vec()),
+        Some(b) if horizon.is_some_and(|h| PageHeader::lsn_of(b) <= h) => {
+            PageChange::FullImage(after[..after.len() - PAGE_TRAILER_BYTES].to_vec())
+        }
+        Some(b) => PageChange::Ranges(diff_ranges(b, after)),
     }
 }
 
@@ -310,6 +340,36 @@ mod tests {
             }
             assert_eq!(diff_ranges(&before, &after), reference_diff(&before, &after), "seed {seed}");
         }
+    }
+
+    #[test]
+    fn new_pages_are_ranges_over_zeroes_and_full_images_need_a_horizon() {
+        let mut after = vec![0u8; 4096];
+        PageHeader::init(&mut after, crate::page::PageType::Heap, 3, 9);
+        after[100..140].fill(7);
+        after[4000..4010].fill(1);
+        let new = change_for(None, &after, None);
+        let PageChange::NewPage(ranges) = &new else { panic!("{new:?}") };
+        assert!(ranges.iter().map(|r| 8 + r.1.len()).sum::<usize>() < 128, "{ranges:?}");
+        assert!(new.is_whole());
+        let mut enc = 4096u32.to_le_bytes().to_vec();
+        enc.extend_from_slice(&1u32.to_le_bytes());
+        encode_page_change(&mut enc, PageId::new(3, 9), &new);
+        assert_eq!(decode_page_changes(&enc).unwrap().1, vec![(PageId::new(3, 9), new.clone())]);
+        // It rebuilds the page over whatever an unreadable page held.
+        let mut redo = vec![0xAB; 4096];
+        apply_page_change(&mut redo, &new, 50);
+        assert_eq!(&redo[..PAGE_LSN_RANGE.start], &after[..PAGE_LSN_RANGE.start]);
+        assert_eq!(&redo[PAGE_LSN_RANGE.end..4092], &after[PAGE_LSN_RANGE.end..4092]);
+        // A page changed since the horizon is a diff; one at or below it is whole only with a
+        // horizon (full-page-image protection).
+        let mut before = after.clone();
+        PageHeader::set_lsn(&mut before, 10);
+        let mut changed = before.clone();
+        changed[200] = 1;
+        assert!(matches!(change_for(Some(&before), &changed, Some(10)), PageChange::FullImage(_)));
+        assert!(matches!(change_for(Some(&before), &changed, Some(9)), PageChange::Ranges(_)));
+        assert_eq!(change_for(Some(&before), &changed, None), PageChange::Ranges(vec![(200, vec![1])]));
     }
 
     #[test]

@@ -121,15 +121,18 @@ pub fn feed_page(b: &[u8]) {
     }
 }
 
-/// A mini-transaction record (two page changes and a transaction operation), as logged.
+/// A mini-transaction record (three page changes: a diff, a full image as older logs hold
+/// them, a new page; and a transaction operation), as logged.
 pub fn valid_mtr(seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let mut out = (PAGE as u32).to_le_bytes().to_vec();
-    out.extend_from_slice(&2u32.to_le_bytes());
-    let ranges =
-        (0..rng.range(1, 5)).map(|i| (40 + i as u32 * 100, vec![rng.below(256) as u8; 20])).collect();
-    encode_page_change(&mut out, PageId::new(1, 2), &PageChange::Ranges(ranges));
+    out.extend_from_slice(&3u32.to_le_bytes());
+    let mut ranges = || -> Vec<(u32, Vec<u8>)> {
+        (0..rng.range(1, 5)).map(|i| (40 + i as u32 * 100, vec![rng.below(256) as u8; 20])).collect()
+    };
+    encode_page_change(&mut out, PageId::new(1, 2), &PageChange::Ranges(ranges()));
     encode_page_change(&mut out, PageId::new(1, 3), &PageChange::FullImage(vec![7; PAGE - 4]));
+    encode_page_change(&mut out, PageId::new(1, 4), &PageChange::NewPage(ranges()));
     // Every other seed annotates a same-length update, which is logged as a row patch.
     let op = if seed % 2 == 0 {
         TxnOp {

@@ -179,7 +179,7 @@ impl BufferPool {
     fn log_changes(&self, pages: &[Deferred]) -> Result<u64> {
         let (logger, tag) = self.logger.get().expect("changes are deferred only while logging");
         let annotation = mtr::take_annotation();
-        let mut build = |horizon: u64| {
+        let mut build = |horizon: Option<u64>| {
             let mut payload = Vec::with_capacity(64 + pages.len() * 64);
             payload.extend_from_slice(&(self.config.page_size as u32).to_le_bytes());
             payload.extend_from_slice(&(pages.len() as u32).to_le_bytes());
