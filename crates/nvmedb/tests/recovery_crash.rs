@@ -133,6 +133,8 @@ fn every_acknowledged_change_survives_a_power_cut() {
     let seeds = support::iters(300);
     let first = support::seed(0);
     let mut stats = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // Torn pages restored from the double-write area, and full page images applied.
+    let mut torn = (0u64, 0u64);
     for seed in first..first + seeds {
         let ctx = format!(
             "seed {seed} ({} cargo test -p nvmedb --test recovery_crash -- every_acknowledged)",
@@ -217,6 +219,8 @@ fn every_acknowledged_change_survives_a_power_cut() {
             stats.0 += rep.pages_redone;
             stats.1 += rep.losers;
             stats.2 += rep.ops_undone;
+            torn.0 += rep.pages_restored;
+            torn.1 += rep.full_images_applied;
             let bounds: BTreeMap<u64, Bounds> = acked
                 .iter()
                 .map(|(&c, &n)| (c, Bounds { floor: n, ceil: n + u64::from(committing == Some(c)) }))
@@ -233,10 +237,12 @@ fn every_acknowledged_change_survives_a_power_cut() {
     }
     eprintln!(
         "{seeds} seeds: {} commits, {} lock conflicts retried; {} page changes redone, {} unfinished transactions, \
-         {} operations undone",
-        stats.3, stats.4, stats.0, stats.1, stats.2
+         {} operations undone; {} torn pages restored from the double-write area, {} full page images applied",
+        stats.3, stats.4, stats.0, stats.1, stats.2, torn.0, torn.1
     );
     assert!(stats.0 > 0 && stats.1 > 0, "recovery never had work to do: {stats:?}");
+    assert!(seeds < 50 || torn.0 > 0, "no crash tore a page the double-write area had to restore");
+    assert_eq!(torn.1, 0, "the default protection logs no full page images");
 }
 
 #[test]
