@@ -7,7 +7,7 @@
 //! double-write batch is ignored, a missing or damaged double-write file is handled, and a
 //! read-only open refuses pages it would have to restore.
 
-use nvmedb::buffer::mtr::{decode_mtr, PageChange};
+use nvmedb::buffer::mtr::PageChange;
 use nvmedb::io::{
     CrashSimStorage, Device, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage, WriteFate,
 };
@@ -92,19 +92,21 @@ impl Disks {
             .count()
     }
 
-    /// Page changes in the log: (full images, new pages, diffs).
+    /// Page changes in the log: (full images, new pages, diffs or page operations).
     fn logged_changes(&self) -> (usize, usize, usize) {
         let copies: Vec<Arc<dyn Storage>> = vec![self.log_a.clone(), self.log_b.clone()];
         let first = nvmedb::wal::live_segments(&copies).unwrap()[0].base_lsn;
         let mut reader = LogReader::open_copies(copies, first).unwrap();
         let mut counts = (0, 0, 0);
         while let Some(rec) = reader.next_record().unwrap() {
-            if let Ok(Some(EngineRecord::Pages { mtr, .. })) = EngineRecord::decode(rec.kind, &rec.payload) {
-                for (_, change) in decode_mtr(mtr).expect("page changes decode").changes {
+            if let Ok(Some(EngineRecord::Pages { mtr, format, .. })) =
+                EngineRecord::decode(rec.kind, &rec.payload)
+            {
+                for (_, change) in format.decode(mtr, 4096).expect("page changes decode").changes {
                     match change {
                         PageChange::FullImage(_) => counts.0 += 1,
                         PageChange::NewPage(_) => counts.1 += 1,
-                        PageChange::Ranges(_) => counts.2 += 1,
+                        PageChange::Ranges(_) | PageChange::Ops(_) => counts.2 += 1,
                     }
                 }
             }
