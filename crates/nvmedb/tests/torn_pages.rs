@@ -14,18 +14,24 @@ use nvmedb::io::{
 use nvmedb::wal::engine::EngineRecord;
 use nvmedb::wal::LogReader;
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, TornPageProtection, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 const ROWS: i64 = 400;
 const DW: &str = nvmedb::buffer::DOUBLEWRITE_FILE;
 
-/// Fails syncs of the data files (when `data`) or of the double-write file (when `dw`): the
-/// power is cut just before them, so the writes they would have made durable are torn.
-#[derive(Default)]
+/// Fails syncs of the data files once `data_syncs_left` syncs have passed, or of the
+/// double-write file (when `dw`): the power is cut just before them, so the writes they would
+/// have made durable are torn.
 struct CutBeforeSync {
-    data: AtomicBool,
+    data_syncs_left: AtomicI64,
     dw: AtomicBool,
+}
+
+impl Default for CutBeforeSync {
+    fn default() -> Self {
+        Self { data_syncs_left: AtomicI64::new(i64::MAX), dw: AtomicBool::new(false) }
+    }
 }
 
 impl IoHook for CutBeforeSync {
@@ -33,7 +39,8 @@ impl IoHook for CutBeforeSync {
         let is_dw = device.ends_with(DW);
         let is_data = device.ends_with(".heap") || device.ends_with(".idx");
         if op == IoOpKind::Sync
-            && ((is_data && self.data.load(Ordering::SeqCst)) || (is_dw && self.dw.load(Ordering::SeqCst)))
+            && ((is_data && self.data_syncs_left.fetch_sub(1, Ordering::SeqCst) <= 0)
+                || (is_dw && self.dw.load(Ordering::SeqCst)))
         {
             return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(5)));
         }
@@ -76,20 +83,22 @@ impl Disks {
                 s.device(&name).unwrap().crash_with(|_, _, _| WriteFate::Dropped);
             }
         }
-        self.hook.data.store(false, Ordering::SeqCst);
+        self.hook.data_syncs_left.store(i64::MAX, Ordering::SeqCst);
         self.hook.dw.store(false, Ordering::SeqCst);
     }
 
-    /// Heap pages of table file `t0.heap` that fail their checks now.
-    fn torn_heap_pages(&self) -> usize {
-        let dev = self.data.device("t0.heap").unwrap();
+    /// Pages of the table's heap and index files (`t0.heap`, `t0.idx`) that fail their checks.
+    fn torn_pages(&self) -> usize {
         let mut page = nvmedb::io::AlignedBuf::new(4096);
-        (0..dev.capacity() / 4096)
-            .filter(|&p| {
+        let mut torn = 0;
+        for name in ["t0.heap", "t0.idx"] {
+            let dev = self.data.device(name).unwrap();
+            for p in 0..dev.capacity() / 4096 {
                 dev.read_at(p * 4096, &mut page).unwrap();
-                nvmedb::page::PageHeader::verify(&page, "t0.heap", p * 4096, 0, p).is_err()
-            })
-            .count()
+                torn += usize::from(nvmedb::page::PageHeader::verify(&page, name, p * 4096, 0, p).is_err());
+            }
+        }
+        torn
     }
 
     /// Page changes in the log: (full images, new pages, diffs or page operations).
@@ -161,7 +170,7 @@ fn crash_after_checkpoint(protection: TornPageProtection, tear_dw: bool) -> Disk
     if tear_dw {
         disks.hook.dw.store(true, Ordering::SeqCst);
     } else {
-        disks.hook.data.store(true, Ordering::SeqCst);
+        disks.hook.data_syncs_left.store(0, Ordering::SeqCst);
     }
     assert!(db.flush().is_err(), "the power cut fails the flush");
     drop(t);
@@ -183,7 +192,7 @@ fn check(db: &Database) {
 #[test]
 fn a_page_torn_after_a_checkpoint_is_restored_from_the_double_write_area_not_the_log() {
     let disks = crash_after_checkpoint(TornPageProtection::DoubleWrite, false);
-    let torn = disks.torn_heap_pages();
+    let torn = disks.torn_pages();
     assert!(torn > 10, "the crash tore the heap pages written back ({torn})");
     let (full, new, diffs) = disks.logged_changes();
     assert_eq!(full, 0, "the log holds no full page image");
@@ -197,13 +206,30 @@ fn a_page_torn_after_a_checkpoint_is_restored_from_the_double_write_area_not_the
     let stats = db.doublewrite_stats().expect("the default protection has a double-write area");
     assert_eq!(stats.area_bytes, 1 << 20);
     drop(db);
-    assert_eq!(disks.torn_heap_pages(), 0);
+    assert_eq!(disks.torn_pages(), 0);
+}
+
+#[test]
+fn a_crash_during_recoverys_write_back_is_repaired_at_the_next_open() {
+    let disks = crash_after_checkpoint(TornPageProtection::DoubleWrite, false);
+    assert!(disks.torn_pages() > 10);
+    // The repair's sync of the heap file passes; the power fails before recovery's write-back
+    // (through the new generation of the area) is synced: it wrote the index pages the crash
+    // kept from being flushed.
+    disks.hook.data_syncs_left.store(1, Ordering::SeqCst);
+    assert!(disks.open(options(TornPageProtection::DoubleWrite)).is_err());
+    disks.crash();
+    let torn = disks.torn_pages();
+    assert!(torn > 0, "recovery's write-back was torn too ({torn})");
+    let db = disks.open(options(TornPageProtection::DoubleWrite)).unwrap();
+    assert!(db.recovery_report().pages_restored >= torn as u64, "{:?}", db.recovery_report());
+    check(&db);
 }
 
 #[test]
 fn full_page_images_repair_from_the_log_and_no_protection_cannot() {
     let disks = crash_after_checkpoint(TornPageProtection::FullPageImages, false);
-    assert!(disks.torn_heap_pages() > 10);
+    assert!(disks.torn_pages() > 10);
     let (full, _, _) = disks.logged_changes();
     assert!(full > 10, "each page's first change after the checkpoint is a full image ({full})");
     assert!(!disks.data.exists(DW), "no double-write file without the double-write protection");
@@ -215,7 +241,7 @@ fn full_page_images_repair_from_the_log_and_no_protection_cannot() {
 
     // The same crash without protection: the torn pages cannot be repaired.
     let disks = crash_after_checkpoint(TornPageProtection::None, false);
-    assert!(disks.torn_heap_pages() > 10);
+    assert!(disks.torn_pages() > 10);
     assert_eq!(disks.logged_changes().0, 0);
     let e = disks.open(options(TornPageProtection::None)).unwrap_err().to_string();
     assert!(e.contains("unreadable (torn or missing)") && e.contains(DW), "{e}");
@@ -225,7 +251,7 @@ fn full_page_images_repair_from_the_log_and_no_protection_cannot() {
 fn a_torn_double_write_batch_is_ignored() {
     let disks = crash_after_checkpoint(TornPageProtection::DoubleWrite, true);
     // The batch's write tore (its sync never happened), so no in-place write began.
-    assert_eq!(disks.torn_heap_pages(), 0);
+    assert_eq!(disks.torn_pages(), 0);
     let db = disks.open(options(TornPageProtection::DoubleWrite)).unwrap();
     let rep = db.recovery_report().clone();
     assert_eq!(rep.pages_restored, 0, "{rep:?}");

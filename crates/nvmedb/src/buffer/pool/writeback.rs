@@ -340,7 +340,8 @@ impl BufferPool {
         }
     }
 
-    /// The device half of [`BufferPool::write_batch`]: the WAL rule for the batch, then one
+    /// The device half of [`BufferPool::write_batch`]: the WAL rule for the batch, then (after
+    /// the batch's copies are durable in the double-write area, when there is one) one
     /// submission per file. On error every copy is treated as unwritten.
     fn write_taken(
         &self,
@@ -375,7 +376,17 @@ impl BufferPool {
                     .iter()
                     .map(|(pid, _, device, bytes)| DwPage { tag: *tag, pid: *pid, bytes, device })
                     .collect();
-                dw.write(&dw_pages, &mut |r| self.write_in_place(part, &pages[r], background))
+                // The area's writes and syncs count as this partition's device time too.
+                let (start, mut in_place_ns) = (Instant::now(), 0);
+                let r = dw.write(&dw_pages, &mut |r| {
+                    let t = Instant::now();
+                    let done = self.write_in_place(part, &pages[r], background);
+                    in_place_ns += t.elapsed().as_nanos() as u64;
+                    done
+                });
+                let ns = (start.elapsed().as_nanos() as u64).saturating_sub(in_place_ns);
+                part.io_wait_ns.fetch_add(ns, Relaxed);
+                r
             }
             None => self.write_in_place(part, &pages, background),
         }
