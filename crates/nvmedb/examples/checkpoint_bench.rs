@@ -9,7 +9,8 @@
 //! checkpoints), changes an integer column of every row in transactions of 1 000 rows (so each
 //! heap page's first change after that checkpoint), prints the log bytes per changed row, then
 //! times `Database::checkpoint` (every dirty page written and synced) and prints its seconds,
-//! the pages it wrote and their MiB/s; then closes the database.
+//! the pages it wrote and their MiB/s (and what the double-write area did); then closes the
+//! database.
 
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
 use std::time::Instant;
@@ -89,6 +90,18 @@ fn main() -> nvmedb::Result<()> {
             log as f64 / rows as f64,
             mib / secs
         );
+        if let Some(dw) = db.doublewrite_stats() {
+            println!(
+                "  double-write area ({} MiB) since the open: {} writes of {} pages ({:.1} MiB), {} syncs, \
+                 {} data syncs before reusing a region",
+                dw.area_bytes >> 20,
+                dw.writes,
+                dw.pages,
+                dw.bytes as f64 / (1 << 20) as f64,
+                dw.syncs,
+                dw.data_syncs
+            );
+        }
         db.close()?;
     }
     Ok(())
