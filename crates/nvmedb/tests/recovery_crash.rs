@@ -7,7 +7,7 @@
 
 mod support;
 
-use nvmedb::io::{CrashSimStorage, Device, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage};
+use nvmedb::io::{Device, IoError, IoHook, IoOpKind, IoResult, Storage};
 use nvmedb::txn::LockOptions;
 use nvmedb::util::Rng;
 use nvmedb::wal::WalOptions;
@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::workload::{self, Bounds, ClientModel, Plan, Tables};
+use support::SimDisks;
 
 /// Fails every write, sync and resize once the shared countdown reaches zero (the power is
 /// cut); reads still work.
@@ -49,23 +50,19 @@ fn options() -> Options {
     }
 }
 
-struct Disks {
-    data: Arc<CrashSimStorage>,
-    log_a: Arc<CrashSimStorage>,
-    log_b: Arc<CrashSimStorage>,
-}
+/// The disks with every device behind the power cut.
+struct Disks(SimDisks);
 
 impl Disks {
+    fn new() -> Self {
+        Self(SimDisks::new())
+    }
     fn open(&self, cut: &Arc<PowerCut>, options: Options) -> nvmedb::Result<Database> {
-        let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
-            Arc::new(HookedStorage::new(s.clone(), cut.clone()))
-        };
-        Database::open_with_storages(wrap(&self.data), Some((wrap(&self.log_a), wrap(&self.log_b))), options)
+        let hook: Arc<dyn IoHook> = cut.clone();
+        self.0.open(Some(hook.clone()), Some(hook), options)
     }
     fn crash(&self, rng: &mut Rng) {
-        self.data.crash(rng);
-        self.log_a.crash(rng);
-        self.log_b.crash(rng);
+        self.0.crash(rng);
     }
 }
 
@@ -141,11 +138,7 @@ fn every_acknowledged_change_survives_a_power_cut() {
             support::replay(seed, 1)
         );
         let mut rng = Rng::new(seed);
-        let disks = Disks {
-            data: Arc::new(CrashSimStorage::new()),
-            log_a: Arc::new(CrashSimStorage::new()),
-            log_b: Arc::new(CrashSimStorage::new()),
-        };
+        let disks = Disks::new();
         let cut = Arc::new(PowerCut { countdown: AtomicI64::new(i64::MAX) });
         let countdown = &cut.countdown;
         {
@@ -250,11 +243,7 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
     for (seed, damage) in [(1u64, "remove"), (2, "corrupt"), (3, "remove-mirror"), (4, "corrupt-mirror")] {
         let ctx = format!("seed {seed}, {damage}");
         let mut rng = Rng::new(seed);
-        let disks = Disks {
-            data: Arc::new(CrashSimStorage::new()),
-            log_a: Arc::new(CrashSimStorage::new()),
-            log_b: Arc::new(CrashSimStorage::new()),
-        };
+        let disks = Disks::new();
         let cut = Arc::new(PowerCut { countdown: AtomicI64::new(i64::MAX) });
         let mut model: BTreeMap<i64, Row> = BTreeMap::new();
         {
@@ -272,7 +261,7 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
             std::mem::forget(db);
         }
         disks.crash(&mut rng);
-        let victim = if damage.ends_with("mirror") { &disks.log_b } else { &disks.log_a };
+        let victim = if damage.ends_with("mirror") { &disks.0.log_b } else { &disks.0.log_a };
         for name in victim.list().unwrap() {
             if damage.starts_with("remove") {
                 victim.remove(&name).unwrap();

@@ -7,15 +7,16 @@
 //! double-write batch is ignored, a missing or damaged double-write file is handled, and a
 //! read-only open refuses pages it would have to restore.
 
+mod support;
+
 use nvmedb::buffer::mtr::PageChange;
-use nvmedb::io::{
-    CrashSimStorage, Device, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage, WriteFate,
-};
+use nvmedb::io::{Device, IoError, IoHook, IoOpKind, IoResult, Storage, WriteFate};
 use nvmedb::wal::engine::EngineRecord;
 use nvmedb::wal::LogReader;
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, TornPageProtection, Value};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
+use support::SimDisks;
 
 const ROWS: i64 = 400;
 const DW: &str = nvmedb::buffer::DOUBLEWRITE_FILE;
@@ -48,37 +49,30 @@ impl IoHook for CutBeforeSync {
     }
 }
 
+/// The disks (`support::SimDisks`), the data behind the power cut of [`CutBeforeSync`].
 struct Disks {
-    data: Arc<CrashSimStorage>,
-    log_a: Arc<CrashSimStorage>,
-    log_b: Arc<CrashSimStorage>,
+    sim: SimDisks,
     hook: Arc<CutBeforeSync>,
 }
 
 impl Disks {
     fn new() -> Self {
-        Self {
-            data: Arc::new(CrashSimStorage::new()),
-            log_a: Arc::new(CrashSimStorage::new()),
-            log_b: Arc::new(CrashSimStorage::new()),
-            hook: Arc::new(CutBeforeSync::default()),
-        }
+        Self { sim: SimDisks::new(), hook: Arc::new(CutBeforeSync::default()) }
     }
 
     fn open(&self, options: Options) -> nvmedb::Result<Database> {
-        let data: Arc<dyn Storage> = Arc::new(HookedStorage::new(self.data.clone(), self.hook.clone()));
-        Database::open_with_storages(data, Some((self.log_a.clone(), self.log_b.clone())), options)
+        self.sim.open(Some(self.hook.clone()), None, options)
     }
 
     /// The power fails: every unsynced write to the data files keeps only its first sector,
     /// every unsynced write to the double-write file only its first three, logs lose theirs.
     fn crash(&self) {
-        for name in self.data.list().unwrap() {
-            let dev = self.data.device(&name).unwrap();
+        for name in self.sim.data.list().unwrap() {
+            let dev = self.sim.data.device(&name).unwrap();
             let keep = if name == DW { 3 } else { 1 };
             dev.crash_with(|_, _, _| WriteFate::Torn(keep));
         }
-        for s in [&self.log_a, &self.log_b] {
+        for s in [&self.sim.log_a, &self.sim.log_b] {
             for name in s.list().unwrap() {
                 s.device(&name).unwrap().crash_with(|_, _, _| WriteFate::Dropped);
             }
@@ -92,7 +86,7 @@ impl Disks {
         let mut page = nvmedb::io::AlignedBuf::new(4096);
         let mut torn = 0;
         for name in ["t0.heap", "t0.idx"] {
-            let dev = self.data.device(name).unwrap();
+            let dev = self.sim.data.device(name).unwrap();
             for p in 0..dev.capacity() / 4096 {
                 dev.read_at(p * 4096, &mut page).unwrap();
                 torn += usize::from(nvmedb::page::PageHeader::verify(&page, name, p * 4096, 0, p).is_err());
@@ -103,7 +97,7 @@ impl Disks {
 
     /// Page changes in the log: (full images, new pages, diffs or page operations).
     fn logged_changes(&self) -> (usize, usize, usize) {
-        let copies: Vec<Arc<dyn Storage>> = vec![self.log_a.clone(), self.log_b.clone()];
+        let copies: Vec<Arc<dyn Storage>> = vec![self.sim.log_a.clone(), self.sim.log_b.clone()];
         let first = nvmedb::wal::live_segments(&copies).unwrap()[0].base_lsn;
         let mut reader = LogReader::open_copies(copies, first).unwrap();
         let mut counts = (0, 0, 0);
@@ -232,7 +226,7 @@ fn full_page_images_repair_from_the_log_and_no_protection_cannot() {
     assert!(disks.torn_pages() > 10);
     let (full, _, _) = disks.logged_changes();
     assert!(full > 10, "each page's first change after the checkpoint is a full image ({full})");
-    assert!(!disks.data.exists(DW), "no double-write file without the double-write protection");
+    assert!(!disks.sim.data.exists(DW), "no double-write file without the double-write protection");
     let db = disks.open(options(TornPageProtection::FullPageImages)).unwrap();
     let rep = db.recovery_report().clone();
     assert!(rep.full_images_applied > 10 && rep.pages_restored == 0, "{rep:?}");
@@ -263,7 +257,7 @@ fn a_torn_double_write_batch_is_ignored() {
 fn a_missing_or_damaged_double_write_file() {
     // Damaged header: its batches are still checked one by one and used; the file is rebuilt.
     let disks = crash_after_checkpoint(TornPageProtection::DoubleWrite, false);
-    let dw = disks.data.device(DW).unwrap();
+    let dw = disks.sim.data.device(DW).unwrap();
     let mut head = nvmedb::io::AlignedBuf::new(4096);
     dw.read_at(0, &mut head).unwrap();
     head[0] ^= 0xFF;
@@ -278,7 +272,7 @@ fn a_missing_or_damaged_double_write_file() {
 
     // Missing with torn pages: nothing can restore them, and the error says which page and why.
     let disks = crash_after_checkpoint(TornPageProtection::DoubleWrite, false);
-    disks.data.remove(DW).unwrap();
+    disks.sim.data.remove(DW).unwrap();
     let e = disks.open(options(TornPageProtection::DoubleWrite)).unwrap_err().to_string();
     assert!(e.contains("page") && e.contains("torn") && e.contains(DW), "{e}");
 
@@ -287,9 +281,9 @@ fn a_missing_or_damaged_double_write_file() {
     let db = disks.open(options(TornPageProtection::DoubleWrite)).unwrap();
     db.create_table("t", Schema::new(vec![("id", ColumnType::Int)])).unwrap();
     db.close().unwrap();
-    disks.data.remove(DW).unwrap();
+    disks.sim.data.remove(DW).unwrap();
     let db = disks.open(options(TornPageProtection::DoubleWrite)).unwrap();
-    assert!(disks.data.exists(DW));
+    assert!(disks.sim.data.exists(DW));
     db.close().unwrap();
 }
 
