@@ -25,7 +25,9 @@ use crate::exec::{Exec, Reader};
 use crate::expr::EvalCtx;
 use crate::parse::{self, Parsed};
 use crate::plan::{CopyPlan, OutCol, Planner, Prepared, Stmt};
+use crate::stats::SqlStats;
 use crate::types::{now_micros, Datum, SqlType};
+use nvmedb::metrics::ReplicationSource;
 use nvmedb::util::sync::{CondvarExt, MutexExt};
 use nvmedb::{Database, Transaction};
 use std::collections::{HashMap, HashSet};
@@ -123,11 +125,21 @@ pub struct Engine {
     pub ddl_timeout: Duration,
     /// Settings SHOW reports that describe the server (buffer size, durability).
     pub server_settings: Vec<(String, String)>,
+    /// The server's counters (statements, errors, connections).
+    pub sql_stats: SqlStats,
+    /// Reads the node's replication state for the metrics
+    /// (`None`: the database does not replicate).
+    pub replication: Option<ReplicationSource>,
 }
 
 impl Engine {
     /// Wraps an open database.
     pub fn new(db: Database) -> SqlResult<Arc<Self>> {
+        Self::with_replication(db, None)
+    }
+
+    /// Wraps an open database whose replication state `replication` reads.
+    pub fn with_replication(db: Database, replication: Option<ReplicationSource>) -> SqlResult<Arc<Self>> {
         let catalog = Catalog::load(&db)?;
         let buffer_mb = db.table_pool().memory_bytes() / (1 << 20);
         Ok(Arc::new(Self {
@@ -136,6 +148,8 @@ impl Engine {
             gate: Gate::default(),
             ddl_timeout: Duration::from_secs(30),
             server_settings: vec![("shared_buffers".into(), format!("{buffer_mb}MB"))],
+            sql_stats: SqlStats::default(),
+            replication,
         }))
     }
 }

@@ -31,6 +31,7 @@ pub mod error;
 pub mod ids;
 pub mod inspect;
 pub mod io;
+pub mod metrics;
 pub mod page;
 pub mod repl;
 pub mod table;

@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// `LockOptions::early_release`.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub early_lock_release: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9187).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 fn buffer_size(s: &str, flag: &'static str) -> Result<BufferSize, CliError> {
@@ -83,6 +86,7 @@ pub fn config(a: &ServeArgs) -> Result<ServerConfig, CliError> {
             })?;
     }
     c.options.lock_options.early_release = a.early_lock_release == "on";
+    c.metrics = a.metrics.clone();
     Ok(c)
 }
 

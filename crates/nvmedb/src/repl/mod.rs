@@ -46,7 +46,7 @@ pub use primary::{
 };
 pub use promote::{admin_promote, admin_promote_with, PromoteOptions, PromoteReport};
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
-pub use standby::{admin_status, seed_standby, Standby, StandbyConfig, StandbyDevices};
+pub use standby::{admin_status, seed_standby, Standby, StandbyConfig, StandbyDevices, StandbyPositions};
 pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
 
 use crate::util::sync::MutexExt;
