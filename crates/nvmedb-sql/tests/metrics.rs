@@ -4,7 +4,7 @@
 //! parser (the `prometheus-parse` crate); every counter never decreases from one scrape to the
 //! next, every histogram is consistent (buckets cumulative in `le`, `+Inf` equal to `_count`,
 //! counts never decrease), the names follow Prometheus conventions, and the counters moved as
-//! the workload did.
+//! the workload did. `nvmedb_stat_database` agrees with the page and refuses changes (42809).
 
 use nvmedb_sql::{Server, ServerConfig};
 use nvmedb_testkit::TmpDir;
@@ -182,6 +182,33 @@ async fn metrics_scraped_during_a_workload_are_monotonic_and_consistent() {
             && p.counters["nvmedb_commits_total{}"] < last.counters["nvmedb_commits_total{}"]),
         "some scrape fell inside the workload"
     );
+
+    // The SQL view shows the same counters, at least as far as the last page.
+    let row = admin
+        .query_one("SELECT xact_commit, xact_rollback, numbackends, wal_bytes FROM nvmedb_stat_database", &[])
+        .await
+        .unwrap();
+    assert!(row.get::<_, i64>(0) as f64 >= last.counters["nvmedb_commits_total{}"]);
+    assert!(row.get::<_, i64>(1) as f64 >= last.counters["nvmedb_aborts_total{}"]);
+    assert!((1..=5).contains(&row.get::<_, i64>(2)), "the admin, and clients still closing");
+    assert!(row.get::<_, i64>(3) as f64 >= last.counters["nvmedb_wal_bytes_total{}"]);
+    let n = admin.query("SELECT * FROM nvmedb_stat_replication", &[]).await.unwrap();
+    assert!(n.is_empty(), "a server that does not replicate has no replication rows");
+    let e = admin.execute("DELETE FROM nvmedb_stat_database", &[]).await.unwrap_err();
+    assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("42809"), "{e}");
+    // The simple protocol (a cached plan the second time) sees fresh numbers each time.
+    let a = admin.simple_query("SELECT xact_commit FROM nvmedb_stat_database").await.unwrap();
+    admin.execute("INSERT INTO kv VALUES (-1, 0)", &[]).await.unwrap();
+    let b = admin.simple_query("SELECT xact_commit FROM nvmedb_stat_database").await.unwrap();
+    let val = |m: &[tokio_postgres::SimpleQueryMessage]| -> i64 {
+        m.iter()
+            .find_map(|x| match x {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(|s| s.parse().unwrap()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    assert!(val(&b) > val(&a), "the view was refreshed for the second statement");
 
     // `nvmedb status --metrics` prints the same page for people.
     let text = nvmedb::metrics::scrape(&maddr).unwrap();
