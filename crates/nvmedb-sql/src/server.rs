@@ -78,6 +78,9 @@ pub struct ServerConfig {
     /// Address of the Prometheus metrics endpoint (`GET /metrics`), if any (e.g.
     /// `127.0.0.1:9187`; port 0 picks a free port).
     pub metrics: Option<String>,
+    /// The log archive: every finished log segment is copied there
+    /// (`nvmedb::backup::archive`).
+    pub archive: Option<PathBuf>,
 }
 
 /// How long a statement waits for a row lock before it fails with 55P03 (the server's
@@ -101,6 +104,7 @@ impl ServerConfig {
             max_connections: 100,
             options,
             metrics: None,
+            archive: None,
         }
     }
 }
@@ -845,7 +849,11 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Opens the database and starts accepting connections in the background.
     pub fn start(config: ServerConfig) -> Result<Server, ServeError> {
-        let db = nvmedb::Database::open(&config.data, config.options.clone()).map_err(ServeError::Engine)?;
+        let db = match &config.archive {
+            None => nvmedb::Database::open(&config.data, config.options.clone()),
+            Some(a) => nvmedb::backup::archive::open_archiving(&config.data, config.options.clone(), a),
+        }
+        .map_err(ServeError::Engine)?;
         Self::start_with(db, config)
     }
 

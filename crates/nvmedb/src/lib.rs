@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod btree;
 pub mod buffer;
 pub mod db;

@@ -32,7 +32,7 @@ pub mod node;
 mod primary;
 mod promote;
 mod replica_log;
-mod seed;
+pub(crate) mod seed;
 mod standby;
 mod state;
 pub mod wire;

@@ -42,12 +42,15 @@ mod segment;
 
 pub use filelog::FileLog;
 pub use format::{
-    BLOCK_BYTES, FORMAT_VERSION, KIND_DATA, KIND_FILLER, KIND_USER_MIN, RECORD_HEADER_BYTES,
+    SegmentHeader, BLOCK_BYTES, FORMAT_VERSION, KIND_DATA, KIND_FILLER, KIND_USER_MIN, RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BLOCK_BYTES,
 };
 pub use options::{RecoveredLog, WalOptions, WalStats};
 pub use reader::{LogReader, LogRecord};
-pub use segment::{live_segments, SegmentDesc, SEGMENT_PREFIX};
+pub(crate) use segment::read_clamped;
+pub use segment::{
+    cut_at, live_segments, parse_slot, read_segment_header, slot_name, SegmentDesc, SEGMENT_PREFIX,
+};
 
 use crate::error::Result;
 use crate::io::Storage;
