@@ -160,6 +160,21 @@ impl<'a> EngineRecord<'a> {
     }
 }
 
+/// A short name of an engine record kind, for reports (`"?"` for a kind that is not the
+/// engine's).
+pub fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        KIND_PAGES_TABLE => "table page changes",
+        KIND_PAGES_INDEX => "index page changes",
+        KIND_COMMIT => "commit",
+        KIND_ABORT => "abort",
+        KIND_CHECKPOINT => "checkpoint",
+        KIND_RECOVERY => "recovery",
+        KIND_CATALOG => "catalog",
+        _ => "?",
+    }
+}
+
 /// Pool tag of the table pool in page-change records.
 pub const TAG_TABLE: u8 = 0;
 /// Pool tag of the index pool.
@@ -214,7 +229,9 @@ impl EngineLog {
 
     /// Appends a record of an engine kind; returns its end LSN.
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
-        Ok(self.log.append_record(kind, payload)?.1)
+        let end = self.log.append_record(kind, payload)?.1;
+        super::volume::count(kind, payload.len());
+        Ok(end)
     }
 
     /// Waits until the log is durable up to `lsn`.
@@ -246,7 +263,10 @@ impl PageLogger for EngineLog {
     fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64> {
         let _r = self.horizon_lock.read_locked();
         let payload = build(self.horizon.load(Ordering::Acquire));
-        Ok(self.log.append_record(kind_for_tag(pool_tag), &payload)?.1)
+        let kind = kind_for_tag(pool_tag);
+        let end = self.log.append_record(kind, &payload)?.1;
+        super::volume::count(kind, payload.len());
+        Ok(end)
     }
 
     fn wait_for_space(&self) {
