@@ -177,6 +177,9 @@ async fn metrics_scraped_during_a_workload_are_monotonic_and_consistent() {
     assert_eq!(pages[1].gauges["nvmedb_sql_connections{}"], 5.0, "the admin and four clients");
     let commits = |p: &Page| p.plain["nvmedb_commit_duration_seconds_count{}"];
     assert!(commits(last) - commits(first) >= (2 * rounds) as f64, "every writing commit is timed");
+    let groups = |p: &Page| p.plain["nvmedb_wal_group_commit_size_count{}"];
+    assert!(groups(last) > groups(first), "flushes that released committers are counted");
+    assert!(last.plain["nvmedb_checkpoint_duration_seconds_count{}"] >= 1.0, "the checkpoint at open");
     assert!(
         pages.iter().any(|p| p.counters["nvmedb_commits_total{}"] > first.counters["nvmedb_commits_total{}"]
             && p.counters["nvmedb_commits_total{}"] < last.counters["nvmedb_commits_total{}"]),
@@ -270,7 +273,10 @@ fn the_grafana_dashboard_names_only_exported_metrics() {
     let mut named = 0;
     for token in dash.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
         if let Some(name) = token.strip_prefix("nvmedb_") {
-            let family = format!("nvmedb_{}", name.trim_end_matches("_bucket"));
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .fold(name, |n, suffix| n.strip_suffix(suffix).unwrap_or(n));
+            let family = format!("nvmedb_{base}");
             assert!(
                 page.contains(&format!("# TYPE {family} ")),
                 "the dashboard names {family}, which is not exported"

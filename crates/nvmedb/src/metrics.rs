@@ -132,8 +132,8 @@ impl Exposition {
 
 /// The engine's metrics of an open database: transactions (commits, aborts, commit latency),
 /// locks (waits, deadlocks, timeouts, wait time), both buffer pools (hits, misses, reads,
-/// write-backs, evictions), the log (bytes, flushes, records, group-commit sizes), checkpoints
-/// and the last recovery.
+/// write-backs, evictions), the log (bytes, flushes, records, group-commit sizes), checkpoint
+/// durations and the last recovery's.
 pub fn database(out: &mut Exposition, db: &Database) {
     let t = db.txn_stats();
     out.counter(
@@ -186,7 +186,21 @@ pub fn database(out: &mut Exposition, db: &Database) {
         out.counter("nvmedb_wal_bytes_total", "Bytes written to the log (per copy).", &[], w.bytes_written);
         out.counter("nvmedb_wal_flushes_total", "Log flushes (writes and syncs).", &[], w.flushes);
         out.counter("nvmedb_wal_records_total", "Log records appended.", &[], w.records_appended);
+        out.histogram(
+            "nvmedb_wal_group_commit_size",
+            "Committers (log waiters) each flush released; the sum counts each flush at its bucket's bound.",
+            &[],
+            &w.group_commit_histogram(),
+            1.0,
+        );
     }
+    out.histogram(
+        "nvmedb_checkpoint_duration_seconds",
+        "How long each checkpoint took (write-back of dirty pages, catalog, log release).",
+        &[],
+        &db.checkpoint_stats(),
+        1e9,
+    );
     out.gauge(
         "nvmedb_recovery_duration_seconds",
         "How long recovery took when the database was opened.",
