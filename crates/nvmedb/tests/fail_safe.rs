@@ -46,3 +46,51 @@ fn a_vanished_log_mirror_is_an_error_naming_it() {
     assert_eq!(db.table("t").unwrap().read(&Value::Int(99), |r| r.int(1)).unwrap(), Some(99));
     db.close().unwrap();
 }
+
+/// Every path under `dir` with its length and CRC32C (files) or `dir` (directories).
+fn listing(dir: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.insert(p.clone(), "dir".to_string());
+            out.extend(listing(&p));
+        } else {
+            let b = std::fs::read(&p).unwrap();
+            out.insert(p.clone(), format!("{} bytes, crc {:08x}", b.len(), nvmedb::util::crc32c(&b)));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_failed_open_leaves_the_directory_as_it_found_it() {
+    let tmp = TmpDir::new("corrupt-catalog");
+    let dir = tmp.join("db");
+    let db = Database::open(&dir, Options::default()).unwrap();
+    db.create_table("t", Schema::new(vec![("k", ColumnType::Int)])).unwrap();
+    db.close().unwrap();
+    // Only a damaged catalog is left (both of its slots).
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap() != nvmedb::db::CATALOG_FILE {
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+    }
+    let cat = dir.join(nvmedb::db::CATALOG_FILE);
+    let mut bytes = std::fs::read(&cat).unwrap();
+    for b in bytes.iter_mut().step_by(97) {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&cat, &bytes).unwrap();
+    let before = listing(&dir);
+    for options in [Options::default(), Options { read_only: true, ..Options::default() }] {
+        let Err(e) = Database::open(&dir, options) else { panic!("a damaged catalog opened") };
+        assert!(e.to_string().contains(nvmedb::db::CATALOG_FILE), "the error names the catalog: {e}");
+        assert_eq!(listing(&dir), before, "the failed open changed {}", dir.display());
+    }
+}
