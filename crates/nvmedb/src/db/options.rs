@@ -30,6 +30,8 @@ pub enum BufferSize {
 pub const MIN_PERCENT_FRAMES: usize = 16;
 
 /// Which log [`Database::open`] keeps (when `Options::wal` is on).
+///
+/// [`Database::open`]: super::Database::open
 #[derive(Debug, Clone, Default)]
 pub enum LogKind {
     /// The file log: O_DIRECT segments in `<dir>/wal`, duplexed into a second directory when
@@ -119,10 +121,15 @@ pub struct Options {
     /// leave on: only a missing or empty directory is created into (one holding other files is
     /// refused), and an open that fails while creating removes everything it created. Turn it
     /// off to make a missing database an error ([`Error::NotFound`]).
+    ///
+    /// [`Error::NotFound`]: crate::error::Error::NotFound
     pub create_if_missing: bool,
     /// Keep a write-ahead log (on by default for [`Database::open`]): every change is a
     /// transaction that is durable when it returns, and a crash loses nothing acknowledged.
     /// Without it, changes are durable only after [`Database::flush`] or close.
+    ///
+    /// [`Database::open`]: super::Database::open
+    /// [`Database::flush`]: super::Database::flush
     pub wal: bool,
     /// Duplex the file log: a second copy of every flush goes to this directory, written in
     /// parallel with the first, and a commit waits for both (put it on another device, so the
@@ -137,10 +144,16 @@ pub struct Options {
     /// Lock waits: spin, park, timeout, deadlock detection.
     pub lock_options: crate::txn::LockOptions,
     /// Transparent huge pages for buffer memory (see [`PoolConfig::huge_pages`]).
+    ///
+    /// [`PoolConfig::huge_pages`]: crate::buffer::PoolConfig::huge_pages
     pub huge_pages: bool,
     /// Lock-free buffer hits (see [`PoolConfig::lock_free_hits`]).
+    ///
+    /// [`PoolConfig::lock_free_hits`]: crate::buffer::PoolConfig::lock_free_hits
     pub lock_free_hits: bool,
     /// Asynchronous read-ahead in scans (on by default; see [`PoolConfig::async_read_ahead`]).
+    ///
+    /// [`PoolConfig::async_read_ahead`]: crate::buffer::PoolConfig::async_read_ahead
     pub async_read_ahead: bool,
     /// Open even though log records were lost (off by default). A page whose LSN lies beyond
     /// the end of the log proves that the log lost records that page depends on (both copies
@@ -150,6 +163,9 @@ pub struct Options {
     /// are gone, and transactions they belonged to may be half there. [`Database::open`] then
     /// recovers what the log still holds, checkpoints, and starts a new log above every page
     /// LSN (the old one no longer describes the pages).
+    ///
+    /// [`Error::Corruption`]: crate::error::Error::Corruption
+    /// [`Database::open`]: super::Database::open
     pub accept_lost_log: bool,
     /// Storages of named tablespaces, by name (RAM or emulated devices the opener builds). A
     /// tablespace the catalog names that is not supplied here is reopened from its catalog entry
@@ -163,6 +179,8 @@ pub struct Options {
     /// refuses one that did not shut down cleanly (its log holds changes that recovery would
     /// have to write): open it read-write once first. Only the file log is read (a database
     /// keeping the fast log is refused).
+    ///
+    /// [`Error::ReadOnly`]: crate::error::Error::ReadOnly
     pub read_only: bool,
     /// Memory for row-id hints (64 MiB by default; 0 turns them off): each table remembers
     /// where the rows of the primary keys it reads were found, so a point read

@@ -93,7 +93,7 @@ fn frames_for(size: BufferSize, page_size: usize, data_bytes: u64, key: &str) ->
 
 impl Database {
     /// Opens (or creates) the database held by `storage` with the log `log` opens (any
-    /// [`RecordLog`](crate::wal::RecordLog): the duplexed file log, the fast log, a replicating
+    /// [`RecordLog`]: the duplexed file log, the fast log, a replicating
     /// wrapper), or without a log. Recovers first, as [`Database::open_with_storages`] does.
     ///
     /// The steps, in order: lock the directory, read (or create) the catalog, open the

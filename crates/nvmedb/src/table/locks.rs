@@ -27,6 +27,8 @@ impl Table {
     /// Runs one change as its own transaction ([`TxnShared::auto_commit`]): the key's
     /// exclusive lock and its unique values' locks, the key's committed row published for
     /// lock-free readers, the change under the key's physical lock, a durable commit.
+    ///
+    /// [`TxnShared::auto_commit`]: crate::txn::TxnShared::auto_commit
     pub(super) fn auto_commit<R>(
         &self,
         pk: &[u8],

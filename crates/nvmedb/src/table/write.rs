@@ -83,7 +83,9 @@ impl Table {
                 pk: pk.clone(),
                 rid,
                 before: None,
-                after: Some(bytes.to_vec()),
+                // Undo of an insert needs the row only to find the secondary entries it made
+                // (the heap insert, logged in this record, holds it for redo anyway).
+                after: (!s.indexes.is_empty()).then(|| bytes.to_vec()),
                 patch: None,
             };
             Self::record_op(log, rec, op);

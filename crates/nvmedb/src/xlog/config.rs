@@ -45,6 +45,8 @@ pub struct XLogConfig {
     /// Stream position from which the conventional ring must keep every byte (the engine's
     /// last checkpoint undo start); `None`: the ring overwrites its oldest pages freely, as the
     /// device of seed 002 does. Raised later with [`XLog::set_retain_from`].
+    ///
+    /// [`XLog::set_retain_from`]: super::XLog::set_retain_from
     pub retain_from: Option<u64>,
     /// How long a writer waits for ring space while retention holds the destager before it
     /// fails with [`Error::ResourceExhausted`].

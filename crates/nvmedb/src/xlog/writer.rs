@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A writer handle with its own counters. Create one per thread with [`XLog::writer`].
+///
+/// [`XLog::writer`]: super::XLog::writer
 pub struct XWriter {
     inner: Arc<Inner>,
     id: usize,
@@ -161,6 +163,8 @@ impl XWriter {
     /// Allocates `len` contiguous ring bytes (at most [`XLog::max_alloc`]) for this writer to
     /// fill in any order; waits for queue credits and ring space. The area is not destaged, and
     /// the counter does not pass it, until it is handed to [`XWriter::x_free`].
+    ///
+    /// [`XLog::max_alloc`]: super::XLog::max_alloc
     pub fn x_alloc(&self, len: usize) -> Result<XAlloc<'_>> {
         let g = self.inner.alloc(self.id, len)?;
         self.last_end.fetch_max(g.stream_pos + len as u64, Ordering::AcqRel);
@@ -187,6 +191,8 @@ impl Drop for XWriter {
 /// Dropping it without [`XWriter::x_free`] fills it with zeroes and completes it (counted in
 /// [`XStats::abandoned`]), so a forgotten allocation cannot stall the log forever. A crash while
 /// it is unfilled leaves a gap, where recovery stops.
+///
+/// [`XStats::abandoned`]: super::XStats::abandoned
 pub struct XAlloc<'w> {
     writer: &'w XWriter,
     grant: Option<Grant>,

@@ -177,7 +177,18 @@ impl BufferPool {
         f.usage.store(self.weight(class), Relaxed);
         part.set_sticky(victim, self.sticky_class(class));
         f.valid.store(true, Release);
-        Ok(PageMut { pool: self, part, frame: victim, pid, modified: true, before: None, latch: Some(wl) })
+        Ok(PageMut {
+            pool: self,
+            part,
+            frame: victim,
+            pid,
+            modified: true,
+            before: None,
+            fresh: true,
+            ops: Vec::new(),
+            raw: true,
+            latch: Some(wl),
+        })
     }
 
     /// Appends a new page of `page_type` to `file` holding the body of `image` (a page

@@ -142,17 +142,16 @@ impl BufferPool {
                 }
                 FixMode::Exclusive => {
                     let g = f.latch.write_locked();
-                    let before = self.logger.get().map(|_| {
-                        // SAFETY: we hold the frame's write latch.
-                        Box::<[u8]>::from(unsafe { part.arena.bytes(i) })
-                    });
                     Fixed::Exclusive(PageMut {
                         pool: self,
                         part,
                         frame: i,
                         pid,
                         modified: false,
-                        before,
+                        before: None,
+                        fresh: false,
+                        ops: Vec::new(),
+                        raw: false,
                         latch: Some(g),
                     })
                 }

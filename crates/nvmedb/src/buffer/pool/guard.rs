@@ -5,7 +5,10 @@
 //!   fixed through the fast path, a pin, until it drops: the page stays in its frame;
 //! - a modified page is marked dirty before its pin is released, so an evictor that sees no
 //!   pin sees the dirty flag; while the pool logs, the change is handed, still latched and
-//!   pinned, to the thread's open mini-transaction (`logging.rs`) instead.
+//!   pinned, to the thread's open mini-transaction (`logging.rs`) instead;
+//! - while the pool logs, the page as it was before its first change is copied once (its
+//!   before-image, for a rollback and for the diff), and a page changed other than through
+//!   [`PageMut::change_logged`] is marked raw, so its operations are never logged alone.
 
 use super::logging::Deferred;
 use super::{BufferPool, Partition};
@@ -33,8 +36,15 @@ pub struct PageMut<'a> {
     pub(super) frame: usize,
     pub(super) pid: PageId,
     pub(super) modified: bool,
-    /// Copy of the page as fixed (only while the pool logs changes; `None` for a new page).
+    /// Copy of the page before its first change (only while the pool logs changes; never for
+    /// a new page).
     pub(super) before: Option<Box<[u8]>>,
+    /// A page allocated by this fix: it has no before-image.
+    pub(super) fresh: bool,
+    /// The page operations of the changes made through [`PageMut::change_logged`].
+    pub(super) ops: Vec<u8>,
+    /// Changed through `DerefMut`: its bytes, not its operations, must be logged.
+    pub(super) raw: bool,
     pub(super) latch: Option<RwLockWriteGuard<'a, ()>>,
 }
 
@@ -73,6 +83,42 @@ impl PageMut<'_> {
     pub fn set_lsn(&mut self, lsn: u64) {
         PageHeader::set_lsn(self, lsn);
     }
+
+    /// Notes that the page is about to change: the first time, while the pool logs, its
+    /// before-image is taken.
+    fn about_to_change(&mut self) {
+        if self.modified {
+            return;
+        }
+        self.modified = true;
+        if !self.fresh && self.before.is_none() && self.pool.logger.get().is_some() {
+            // SAFETY: we hold the frame's latch exclusively and a pin.
+            let now = unsafe { self.part.arena.bytes(self.frame) };
+            self.before = Some(super::logging::page_copy(now));
+        }
+    }
+
+    /// Changes the page by `change` and logs the change as the page operation(s) `op` appends
+    /// (given `change`'s result) instead of the bytes it moved. The operations must redo
+    /// exactly what `change` did on the page as it was (debug builds check every commit), and
+    /// `op` must append nothing only when `change` left the page as it was. Without a logger
+    /// `op` is not called.
+    pub fn change_logged<R>(
+        &mut self,
+        change: impl FnOnce(&mut [u8]) -> R,
+        op: impl FnOnce(&R, &mut Vec<u8>),
+    ) -> R {
+        self.about_to_change();
+        // SAFETY: we hold the frame's latch exclusively and a pin; &mut self prevents aliasing.
+        let r = change(unsafe { self.part.arena.bytes_mut(self.frame) });
+        if self.pool.logger.get().is_some() {
+            if self.ops.capacity() == 0 {
+                self.ops = super::logging::ops_buffer();
+            }
+            op(&r, &mut self.ops);
+        }
+        r
+    }
 }
 
 impl Deref for PageMut<'_> {
@@ -85,7 +131,8 @@ impl Deref for PageMut<'_> {
 
 impl DerefMut for PageMut<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.modified = true;
+        self.about_to_change();
+        self.raw = true;
         // SAFETY: we hold the frame's latch exclusively and a pin; &mut self prevents aliasing.
         unsafe { self.part.arena.bytes_mut(self.frame) }
     }
@@ -104,6 +151,8 @@ impl Drop for PageMut<'_> {
                 frame: self.frame,
                 pid: self.pid,
                 before: self.before.take(),
+                ops: std::mem::take(&mut self.ops),
+                raw: self.raw,
                 latch,
             };
             self.pool.defer_change(d);

@@ -9,10 +9,15 @@
 //!   when it commits, then stamped with the record's LSN and marked dirty;
 //! - a scope that ends without committing restores every changed page from its
 //!   before-image (a new page stays, unreferenced);
-//! - a change outside any scope is logged on its own; if that fails, `log_failure` says why.
+//! - a change outside any scope is logged on its own; if that fails, `log_failure` says why;
+//! - a page is logged by its operations only when it has a before-image and was changed only
+//!   through `PageMut::change_logged`; debug builds replay the operations on the before-image
+//!   at every commit and panic unless they give the page byte for byte;
+//! - before-images and operation buffers are reused by the thread (no allocation per page
+//!   change once warm).
 
 use super::{BufferPool, Partition};
-use crate::buffer::mtr::{self, change_for, encode_page_change, PageLogger};
+use crate::buffer::mtr::{self, change_for, PageLogger};
 use crate::buffer::PageId;
 use crate::error::{Error, Result};
 use crate::page::PageHeader;
@@ -27,7 +32,62 @@ pub(super) struct Deferred {
     pub(super) frame: usize,
     pub(super) pid: PageId,
     pub(super) before: Option<Box<[u8]>>,
+    pub(super) ops: Vec<u8>,
+    pub(super) raw: bool,
     pub(super) latch: RwLockWriteGuard<'static, ()>,
+}
+
+impl Deferred {
+    /// The operations that log this page's change, if they alone may.
+    fn loggable_ops(&self) -> Option<&[u8]> {
+        (!self.raw && !self.ops.is_empty() && self.before.is_some()).then_some(&self.ops[..])
+    }
+}
+
+/// Before-images and operation buffers a thread keeps for reuse.
+const SPARE_COPIES: usize = 32;
+
+/// A thread's spare before-image buffers and operation buffers.
+type Spares = (Vec<Box<[u8]>>, Vec<Vec<u8>>);
+
+thread_local! {
+    static SPARES: RefCell<Spares> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// A copy of `page`, in a buffer this thread used before when it has one of the size.
+pub(super) fn page_copy(page: &[u8]) -> Box<[u8]> {
+    let spare = SPARES.with(|s| {
+        let copies = &mut s.borrow_mut().0;
+        copies.iter().rposition(|b| b.len() == page.len()).map(|i| copies.swap_remove(i))
+    });
+    match spare {
+        Some(mut b) => {
+            b.copy_from_slice(page);
+            b
+        }
+        None => Box::from(page),
+    }
+}
+
+/// Keeps a before-image's buffer and an operation buffer for this thread's next changes.
+fn give_back(before: Option<Box<[u8]>>, mut ops: Vec<u8>) {
+    SPARES.with(|s| {
+        let mut s = s.borrow_mut();
+        if let Some(b) = before {
+            if s.0.len() < SPARE_COPIES {
+                s.0.push(b);
+            }
+        }
+        if ops.capacity() > 0 && s.1.len() < SPARE_COPIES {
+            ops.clear();
+            s.1.push(ops);
+        }
+    });
+}
+
+/// An empty operation buffer, reused when this thread has one.
+pub(super) fn ops_buffer() -> Vec<u8> {
+    SPARES.with(|s| s.borrow_mut().1.pop()).unwrap_or_default()
 }
 
 struct OpenMtr {
@@ -168,6 +228,7 @@ impl BufferPool {
             }
             drop(d.latch);
             part.unpin(d.frame);
+            give_back(d.before, d.ops);
         }
         match result {
             Ok(_) => Ok(()),
@@ -179,16 +240,33 @@ impl BufferPool {
     fn log_changes(&self, pages: &[Deferred]) -> Result<u64> {
         let (logger, tag) = self.logger.get().expect("changes are deferred only while logging");
         let annotation = mtr::take_annotation();
+        #[cfg(debug_assertions)]
+        for d in pages {
+            if let (Some(ops), Some(before)) = (d.loggable_ops(), &d.before) {
+                let mut replay = before.to_vec();
+                // SAFETY: `d.part` is alive (see finish_changes); the latch is held.
+                let after = unsafe { (*d.part).arena.bytes(d.frame) };
+                if let Err(e) = logger.apply_page_ops(&mut replay, ops) {
+                    panic!("page operations of {} do not apply to its before-image: {e}", d.pid);
+                }
+                assert!(
+                    mtr::same_but_lsn(&replay, after),
+                    "page operations of {} do not redo its change (ops {:?})",
+                    d.pid,
+                    ops
+                );
+            }
+        }
         let mut build = |horizon: u64| {
             let mut payload = Vec::with_capacity(64 + pages.len() * 64);
-            payload.extend_from_slice(&(self.config.page_size as u32).to_le_bytes());
-            payload.extend_from_slice(&(pages.len() as u32).to_le_bytes());
+            mtr::encode_compact_start(&mut payload, pages.len());
             for d in pages {
                 // SAFETY: `d.part` is alive (see finish_changes); the latch is held.
                 let after = unsafe { (*d.part).arena.bytes(d.frame) };
-                encode_page_change(&mut payload, d.pid, &change_for(d.before.as_deref(), after, horizon));
+                let change = change_for(d.before.as_deref(), after, d.loggable_ops(), horizon);
+                mtr::encode_compact_change(&mut payload, d.pid, change);
             }
-            mtr::encode_annotation(&mut payload, annotation.as_deref());
+            mtr::encode_compact_annotation(&mut payload, annotation.as_deref());
             payload
         };
         logger.log_page_changes(*tag, &mut build)

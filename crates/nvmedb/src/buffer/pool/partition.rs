@@ -108,6 +108,8 @@ pub(super) struct Partition {
     pub(super) writes: AtomicU64,
     pub(super) background_writes: AtomicU64,
     /// Write-backs an evicting thread did itself (see [`BufferStats::eviction_writes`]).
+    ///
+    /// [`BufferStats::eviction_writes`]: crate::buffer::BufferStats::eviction_writes
     pub(super) eviction_writes: AtomicU64,
     pub(super) evictions: AtomicU64,
     pub(super) io_wait_ns: AtomicU64,
@@ -117,6 +119,8 @@ pub(super) struct Partition {
     pub(super) latch_wait_ns: AtomicU64,
     /// Reads ahead still in flight when the scan was handed an earlier page (see
     /// [`BufferStats::reads_overlapped`]).
+    ///
+    /// [`BufferStats::reads_overlapped`]: crate::buffer::BufferStats::reads_overlapped
     pub(super) reads_overlapped: AtomicU64,
     /// Frames currently being written back (at most one write-back per frame at a time).
     pub(super) writing: Box<[AtomicBool]>,

@@ -11,6 +11,8 @@
 //! - a page read is never newer than the durable log ([`WalGate::page_lsn_limit`]);
 //! - batched prefetch claims at most [`BufferPool::read_ahead_limit`] frames and never
 //!   waits for one (read-ahead is advice).
+//!
+//! [`WalGate::page_lsn_limit`]: crate::buffer::WalGate::page_lsn_limit
 
 use super::{BufferPool, Partition};
 use crate::buffer::frames::NO_PAGE;
@@ -97,6 +99,8 @@ impl BufferPool {
 
     /// A page just read must not be newer than the durable log (see [`WalGate::page_lsn_limit`]):
     /// if it is, log records it depends on were lost.
+    ///
+    /// [`WalGate::page_lsn_limit`]: crate::buffer::WalGate::page_lsn_limit
     pub(super) fn check_page_lsn(&self, bytes: &[u8], file: &str, offset: u64, pid: PageId) -> Result<()> {
         let gate = self.gate.read_locked().clone();
         let Some(gate) = gate else { return Ok(()) };

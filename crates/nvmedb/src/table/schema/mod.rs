@@ -3,7 +3,7 @@
 //! Owns: column types, [`Schema`], [`Value`], how a row becomes bytes in a heap page, and how
 //! a value becomes an order-preserving index key. By seam: this file defines a schema and
 //! validates schemas and values; `value.rs` the column types and values (with decimals);
-//! `row.rs` the row codec (encoding, [`RowView`], [`RowLayout`]); `keys.rs` the index-key
+//! `row.rs` the row codec (encoding, [`RowView`], `RowLayout`); `keys.rs` the index-key
 //! encodings.
 //!
 //! Invariant: a row is validated against its schema before it is encoded; errors name the

@@ -44,6 +44,8 @@ pub enum ColumnType {
 impl ColumnType {
     /// True for the integer types (`Int`, `Int32`, `Int16`): their values are [`Value::Int`]
     /// and their keys are all [`key::encode_i64`].
+    ///
+    /// [`key::encode_i64`]: crate::btree::key::encode_i64
     pub fn is_integer(self) -> bool {
         matches!(self, ColumnType::Int | ColumnType::Int32 | ColumnType::Int16)
     }
