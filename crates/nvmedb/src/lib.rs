@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod btree;
 pub mod buffer;
 pub mod db;
@@ -31,6 +32,7 @@ pub mod error;
 pub mod ids;
 pub mod inspect;
 pub mod io;
+pub mod metrics;
 pub mod page;
 pub mod repl;
 pub mod table;

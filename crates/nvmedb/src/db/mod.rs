@@ -57,6 +57,8 @@ struct DbInner {
     recovery: RecoveryReport,
     /// One checkpoint at a time.
     checkpoint_lock: Mutex<()>,
+    /// How long each checkpoint took, in nanoseconds (the operational metrics).
+    checkpoint_ns: crate::util::hist::AtomicHistogram,
 }
 
 /// An open database. Cheap to clone; all clones share the same state.

@@ -275,7 +275,7 @@ impl Options {
     /// The copies of the file log of the database in `dir`, as O_DIRECT directory storages:
     /// `<dir>/wal`, and the mirror when the log is duplexed ([`Options::log_mirror`]).
     pub fn file_log_copies(&self, dir: &std::path::Path) -> Result<Vec<Arc<dyn Storage>>> {
-        let fo = crate::io::FileOptions::default();
+        let fo = crate::io::FileOptions { read_only: self.read_only, ..Default::default() };
         let mut copies: Vec<Arc<dyn Storage>> =
             vec![Arc::new(crate::io::DirStorage::new(dir.join("wal"), fo.clone())?)];
         if let Some(m) = self.log_mirror(dir) {

@@ -152,6 +152,7 @@ impl Database {
                 txn,
                 recovery: report,
                 checkpoint_lock: Mutex::new(()),
+                checkpoint_ns: crate::util::hist::AtomicHistogram::new(&crate::util::hist::NANOS_BOUNDS),
             }),
         };
         db.start_checkpointing()?;

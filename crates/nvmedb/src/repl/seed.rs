@@ -142,7 +142,7 @@ pub(super) fn send_base_backup(
 
 /// Makes `page` a page that passes its checksum (or an all-zero, never written page): a page
 /// torn by a concurrent write-back is read again until the write has finished.
-fn read_whole_page(
+pub(crate) fn read_whole_page(
     dev: &dyn Device,
     name: &str,
     off: u64,

@@ -148,6 +148,20 @@ pub struct StandbyDevices {
     pub log: Option<Arc<EmulatedDevice<MemDevice>>>,
 }
 
+/// A standby's epoch and log positions ([`Standby::positions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StandbyPositions {
+    /// Its epoch.
+    pub epoch: u64,
+    /// The persisted end of the received log (what it acknowledges).
+    pub persisted: Lsn,
+    /// The end of the last record applied to its data files.
+    pub applied: Lsn,
+    /// The primary's acknowledged durable position, as the last frame carried it (the apply
+    /// thread applies up to here).
+    pub primary_acknowledged: Lsn,
+}
+
 /// A running standby. See the module documentation.
 pub struct Standby {
     sh: Arc<Shared>,
@@ -316,6 +330,16 @@ impl Standby {
     /// The end of the last record applied to the data files.
     pub fn applied(&self) -> Lsn {
         self.sh.applied.load(Ordering::Acquire)
+    }
+
+    /// Its epoch and log positions at one moment (the operational metrics).
+    pub fn positions(&self) -> StandbyPositions {
+        StandbyPositions {
+            epoch: self.epoch(),
+            persisted: self.position(),
+            applied: self.applied(),
+            primary_acknowledged: self.sh.safe.load(Ordering::Acquire),
+        }
     }
 
     /// What promotion did, once it has finished and whoever asked for it has been told (for an

@@ -80,6 +80,9 @@ pub enum SingleOpPath {
 pub struct FileOptions {
     /// Create the file when missing.
     pub create: bool,
+    /// Open for reading only (a read-only database open, `nvmedb inspect`): works on a
+    /// read-only file system or files the process may not write; writes fail.
+    pub read_only: bool,
     /// Open with O_DIRECT (bypass the page cache). When the file system refuses it (tmpfs), the
     /// file is opened buffered and `info().backend` says so.
     pub direct: bool,
@@ -97,6 +100,7 @@ impl Default for FileOptions {
     fn default() -> Self {
         Self {
             create: true,
+            read_only: false,
             direct: true,
             backend: Backend::Auto,
             single_op: SingleOpPath::Pread,
@@ -178,7 +182,7 @@ impl FileDevice {
         };
         let open = |direct: bool| {
             let mut oo = OpenOptions::new();
-            oo.read(true).write(true).create(opts.create);
+            oo.read(true).write(!opts.read_only).create(opts.create && !opts.read_only);
             if direct {
                 oo.custom_flags(libc::O_DIRECT);
             }
