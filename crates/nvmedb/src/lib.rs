@@ -45,7 +45,7 @@ pub mod xlog;
 pub use buffer::{BufferPolicy, BufferStats};
 pub use db::{
     convert_row, BufferSize, BulkLoad, Database, FastLogOptions, Isolation, LogKind, Options, TableAccess,
-    TablespaceSpec, Tablespaces, Transaction, LOAD_PROGRESS_EVERY,
+    TablespaceSpec, Tablespaces, TornPageProtection, Transaction, LOAD_PROGRESS_EVERY,
 };
 pub use error::{Error, Result};
 pub use table::{ColumnType, RowView, Schema, Table, Value, READ_BATCH};

@@ -32,7 +32,8 @@ impl Database {
         self.checkpoint()
     }
 
-    /// A fuzzy checkpoint: raises the full-image horizon, writes every dirty page (while other
+    /// A fuzzy checkpoint: raises the full-image horizon (used only by the full-page-image
+    /// protection), writes every dirty page (through the double-write area; while other
     /// threads keep working), records the new redo start in the catalog, and releases log
     /// segments no longer needed. Without a log it is [`Database::flush`].
     pub fn checkpoint(&self) -> Result<()> {

@@ -257,7 +257,9 @@ pub(super) fn wipe(storage: &dyn Storage) -> Result<()> {
         storage.remove(CATALOG_FILE)?;
     }
     for name in storage.list()? {
-        if data_file(&name).is_some() {
+        // The double-write copies are of the dropped copy's pages: they must never be restored
+        // into the next one.
+        if data_file(&name).is_some() || name == crate::buffer::DOUBLEWRITE_FILE {
             storage.remove(&name)?;
         }
     }

@@ -29,6 +29,7 @@ use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::ReplError;
+use crate::buffer::doublewrite::{DoubleWrite, DEFAULT_AREA_BYTES};
 use crate::buffer::mtr::MtrRecord;
 use crate::db::{PageFiles, Redo, RedoPages};
 use crate::error::{Error, Result};
@@ -1311,7 +1312,19 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut tail: TailReader = sh.log.tail()?;
     let mut held: Option<(super::ShippedRecord, u64)> = None;
     let mut gen = sh.apply_gen.load(Ordering::Acquire);
-    let mut pages = RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES);
+    // Pages a crash tore while this standby wrote them back are restored first; write-backs
+    // then go through a new generation of the double-write area, as a primary's do.
+    let sizes = (sh.table_page.load(Ordering::Acquire), sh.index_page.load(Ordering::Acquire));
+    crate::db::repair_torn_pages(
+        sh.storage.as_ref(),
+        PageFiles::One(sh.storage.as_ref()),
+        None,
+        sizes,
+        true,
+    )?;
+    let dw = DoubleWrite::create(sh.storage.as_ref(), DEFAULT_AREA_BYTES)?;
+    let mut pages =
+        RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES, Some(dw));
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
     let mut last_write_back = std::time::Instant::now();

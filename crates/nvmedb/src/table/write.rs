@@ -123,10 +123,7 @@ impl Table {
     ) -> Result<bool> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
-        let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
-        let Some(old_row) = self.inner.heap.read(rid, |b| b.to_vec())? else {
-            return Err(self.dangling(rid));
-        };
+        let Some((rid, old_row)) = self.locate_for_change(&pk)? else { return Ok(false) };
         let old_values: Vec<Value> = {
             let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
@@ -236,10 +233,7 @@ impl Table {
     fn delete_locked(&self, txn: u64, log: bool, rec: &mut Option<TxnOp>, pk: &[u8]) -> Result<bool> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
-        let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
-        let Some(old_row) = self.inner.heap.read(rid, |b| b.to_vec())? else {
-            return Err(self.dangling(rid));
-        };
+        let Some((rid, old_row)) = self.locate_for_change(&pk)? else { return Ok(false) };
         let old_values: Vec<Value> = {
             let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
