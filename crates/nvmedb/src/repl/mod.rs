@@ -31,6 +31,7 @@ mod mirror;
 pub mod node;
 mod primary;
 mod promote;
+pub mod reads;
 mod replica_log;
 pub(crate) mod seed;
 mod standby;
@@ -45,6 +46,7 @@ pub use primary::{
     StandbyStatus,
 };
 pub use promote::{admin_promote, admin_promote_with, PromoteOptions, PromoteReport};
+pub use reads::StandbySnapshot;
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
 pub use standby::{admin_status, seed_standby, Standby, StandbyConfig, StandbyDevices, StandbyPositions};
 pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
