@@ -34,6 +34,7 @@ fn failed_operations_change_nothing() {
     let iters: u64 = std::env::var("NVMEDB_TEST_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
     let seed0: u64 = std::env::var("NVMEDB_TEST_SEED0").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let mut poisoned_seeds = 0;
+    let mut total_failures = 0u64;
     for seed in seed0..seed0 + iters {
         let faults = Arc::new(RandomEio { rng: Mutex::new(Rng::new(seed)), rate_ppm: AtomicU64::new(0) });
         let rate = &faults.rate_ppm;
@@ -99,7 +100,10 @@ fn failed_operations_change_nothing() {
             "seed {seed}: {failures} operations failed with injected EIO, poisoned: {poisoned}, rows {}",
             model.len()
         );
-        assert!(failures > 10, "seed {seed}: only {failures} injected failures surfaced");
+        // How many surface depends on how many I/Os the operations themselves wait for (the
+        // background writer's are retried out of their sight), so the floor is on the sum.
+        assert!(failures > 0, "seed {seed}: no injected failure surfaced");
+        total_failures += failures;
         if poisoned {
             poisoned_seeds += 1;
             continue;
@@ -110,6 +114,7 @@ fn failed_operations_change_nothing() {
         }
     }
     assert!(poisoned_seeds * 5 <= iters.max(10), "{poisoned_seeds} of {iters} seeds ended poisoned");
+    assert!(total_failures > 10 * iters, "only {total_failures} injected failures surfaced in {iters} seeds");
 }
 
 /// Fails every write while switched on.
