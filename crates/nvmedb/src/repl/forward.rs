@@ -15,76 +15,39 @@
 //!   (promotion, fencing, a new primary) it stops: a new primary's synchronous set starts a
 //!   new one.
 
+use super::link::{ack_payload, Forwarder, Shared};
 use super::replica_log::encode_record;
-use super::standby::Shared;
 use super::state::ClusterView;
 use super::wire::{self, FrameType, Role};
-use super::ReplError;
+use crate::error::ReplError;
 use crate::util::sync::MutexExt;
 use crate::wal::Lsn;
 use std::io::BufWriter;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The forwarding thread of a standby in a chain.
-pub(super) struct Forwarder {
-    /// The next standby's address.
-    pub(super) target: String,
-    stop: Arc<AtomicBool>,
-    conn: Arc<Mutex<Option<TcpStream>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Forwarder {
-    /// Starts forwarding to `view.members[view.me]` (the view as the next standby must see it).
-    pub(super) fn start(sh: &Arc<Shared>, view: ClusterView) -> Option<Self> {
-        let target = view.members.get(view.me?)?.clone();
-        let stop = Arc::new(AtomicBool::new(false));
-        let conn = Arc::new(Mutex::new(None));
-        let (s2, stop2, conn2, t2) = (sh.clone(), stop.clone(), conn.clone(), target.clone());
-        let epoch = sh.epoch.load(Ordering::Acquire);
-        let thread = std::thread::Builder::new()
-            .name("nvmedb-forward".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Acquire) && s2.epoch.load(Ordering::Acquire) == epoch {
-                    if let Err(e) = forward_once(&s2, &t2, &view, epoch, &stop2, &conn2) {
-                        s2.note_forward_error(&format!("forwarding to {t2}: {e}"));
-                    }
-                    *conn2.locked() = None;
-                    std::thread::sleep(Duration::from_millis(100));
+/// Starts forwarding to `view.members[view.me]` (the view as the next standby must see it).
+pub(super) fn start(sh: &Arc<Shared>, view: ClusterView) -> Option<Forwarder> {
+    let target = view.members.get(view.me?)?.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let conn = Arc::new(Mutex::new(None));
+    let (s2, stop2, conn2, t2) = (sh.clone(), stop.clone(), conn.clone(), target.clone());
+    let epoch = sh.epoch.load(Ordering::Acquire);
+    let thread = std::thread::Builder::new()
+        .name("nvmedb-forward".into())
+        .spawn(move || {
+            while !stop2.load(Ordering::Acquire) && s2.epoch.load(Ordering::Acquire) == epoch {
+                if let Err(e) = forward_once(&s2, &t2, &view, epoch, &stop2, &conn2) {
+                    s2.note_forward_error(&format!("forwarding to {t2}: {e}"));
                 }
-            })
-            .ok()?;
-        Some(Self { target, stop, conn, thread: Some(thread) })
-    }
-
-    /// True once its thread has ended (its epoch moved on).
-    pub(super) fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
-    }
-
-    /// Stops the thread and closes its connection.
-    pub(super) fn stop(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(c) = self.conn.locked().take() {
-            let _ = c.shutdown(Shutdown::Both);
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The acknowledgement payload: this standby's persisted position, then the rest of the chain's.
-pub(super) fn ack_payload(sh: &Shared, own: Lsn) -> Vec<u8> {
-    let mut p = own.to_le_bytes().to_vec();
-    for d in sh.downstream.locked().iter() {
-        p.extend_from_slice(&d.to_le_bytes());
-    }
-    p
+                *conn2.locked() = None;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+        .ok()?;
+    Some(Forwarder { target, stop, conn, thread: Some(thread) })
 }
 
 /// Sends an acknowledgement upstream on the current log connection (after the next standby

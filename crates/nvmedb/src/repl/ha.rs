@@ -20,8 +20,9 @@
 //!   commit (eager), or its promotion fences n−k+1 of the set and takes their records (quorum).
 
 use super::coord::{CoordError, CoordStore, LeaseId};
+use super::mode::{mode_name, parse_mode};
 use super::primary::AckGate;
-use super::{mode_name, parse_mode, ReplicationMode};
+use crate::xlog::ReplicationMode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

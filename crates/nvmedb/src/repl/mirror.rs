@@ -15,7 +15,7 @@
 //! local only.
 
 use super::wire::{self, FrameType, Role};
-use super::ReplError;
+use crate::error::ReplError;
 use crate::io::{Device, DeviceInfo, IoError, IoOpKind, IoRequest, IoResult, Storage};
 use crate::util::sync::MutexExt;
 use std::io::Write;

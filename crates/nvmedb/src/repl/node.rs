@@ -24,12 +24,14 @@
 
 use super::coord::{CoordError, CoordStore};
 use super::ha::{Agent, LeaseTiming, SyncSet};
-use super::{
-    open_primary, PromoteOptions, PromoteReport, ReplConfig, ReplicatedLog, ReplicationMode, Standby,
-    StandbyConfig, StandbyPolicy,
-};
+use super::link::{PromoteOptions, PromoteReport, StandbyConfig};
+use super::open::open_primary;
+use super::primary::{ReplConfig, ReplicatedLog, StandbyPolicy};
+use super::standby::Standby;
+use super::state::read_epoch;
 use crate::error::{Error, Result};
 use crate::util::sync::{CondvarExt, MutexExt};
+use crate::xlog::ReplicationMode;
 use crate::{Database, Options};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -447,7 +449,7 @@ fn standby_tick(
     if ahead && deferred < 2 {
         return Role::Standby { sb, deferred: deferred + 1, why_not, retry_at };
     }
-    let my_epoch = epoch.max(super::read_epoch(&sh.cfg.data_dir).unwrap_or(0));
+    let my_epoch = epoch.max(read_epoch(&sh.cfg.data_dir).unwrap_or(0));
     let new_epoch = match agent.try_take_over(my_epoch, view_epoch) {
         Ok(Some(e)) => e,
         Ok(None) => return Role::Standby { sb, deferred: 0, why_not, retry_at },

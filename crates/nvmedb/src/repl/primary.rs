@@ -36,15 +36,17 @@
 //!   shipping at the first committer's arrival sent frames of one or two commits).
 
 use super::replica_log::encode_record;
+use super::seed;
 use super::state::{read_history, write_history, ClusterView, History};
 use super::wire::{self, FrameType, Role};
-use super::{LinkState, ReplError, ReplicationMode};
+use crate::error::ReplError;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::util::bytes::u64_at;
 use crate::util::sync::MutexExt;
 use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use crate::xlog::combine;
+use crate::xlog::{LinkState, ReplicationMode};
 use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -990,7 +992,14 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                         .into(),
             });
         };
-        pos = super::seed::send_base_backup(sh, storage.as_ref(), i, addr, &mut s)?;
+        pos = seed::send_base_backup(
+            sh.local.as_ref(),
+            sh.cfg.epoch,
+            &sh.shadows[i],
+            storage.as_ref(),
+            addr,
+            &mut s,
+        )?;
         sh.links[i].locked().given_up = false;
     }
     wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;

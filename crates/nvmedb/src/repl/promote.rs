@@ -18,81 +18,27 @@
 //! - Records are taken from a peer only if the peer's log holds the promoted log's last record
 //!   (same LSN and CRC): the two logs agree up to there.
 
+use super::link::{
+    adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, PromoteOptions,
+    PromoteReport, Shared,
+};
+use super::mode::mode_name;
 use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener};
 use super::replica_log::{encode_record, ReplicaLogOpener};
-use super::standby::{
-    adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, Shared,
-};
 use super::state::{write_history, ClusterView};
 use super::wire::{self, FrameType, RefuseCode, Role};
-use super::{mode_name, ReplError, ReplicationMode};
-use crate::db::RecoveryReport;
+use crate::error::ReplError;
 use crate::error::{Error, Result};
 use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::{MutexExt, RwLockExt};
 use crate::wal::{LogOpener, Lsn};
+use crate::xlog::ReplicationMode;
 use crate::Database;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// How a promotion is done.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PromoteOptions {
-    /// Promote even when too few standbys of the old synchronous set could be fenced or read.
-    /// Only safe when the old primary is known to be down (it might otherwise acknowledge
-    /// commits the new primary does not have).
-    pub force: bool,
-    /// The epoch to promote to, if at least the next one (a coordination store hands out
-    /// epochs); `None`: the standby's epoch plus one.
-    pub epoch: Option<u64>,
-    /// How long to wait for each peer while fencing and taking records.
-    pub peer_timeout: Duration,
-}
-
-impl Default for PromoteOptions {
-    fn default() -> Self {
-        Self { force: false, epoch: None, peer_timeout: Duration::from_secs(5) }
-    }
-}
-
-impl PromoteOptions {
-    /// Payload of an admin `Promote` frame: flags u8 (bit 0 = force), epoch u64 (0 = next).
-    pub(super) fn encode(&self) -> Vec<u8> {
-        let mut p = vec![u8::from(self.force)];
-        p.extend_from_slice(&self.epoch.unwrap_or(0).to_le_bytes());
-        p
-    }
-
-    pub(super) fn decode(p: &[u8]) -> Self {
-        let epoch =
-            p.get(1..9).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).filter(|&e| e > 0);
-        Self { force: p.first().is_some_and(|f| f & 1 != 0), epoch, ..Self::default() }
-    }
-}
-
-/// What promotion did.
-#[derive(Debug, Clone)]
-pub struct PromoteReport {
-    /// The new epoch.
-    pub epoch: u64,
-    /// End of the received log.
-    pub log_end: Lsn,
-    /// Records the apply thread had applied before promotion.
-    pub applied: Lsn,
-    /// Recovery of the promoted database (redo of the rest, undo of unfinished transactions).
-    pub recovery: RecoveryReport,
-    /// Peers of the old synchronous set that were fenced (address and position).
-    pub fenced: Vec<(String, Lsn)>,
-    /// Peers that could not be fenced or read, with the reason.
-    pub unreachable: Vec<String>,
-    /// Records taken from fenced peers: (peer, from LSN, to LSN).
-    pub taken: Vec<(String, Lsn, Lsn)>,
-    /// Anything an operator should know (no synchronous set known; forced).
-    pub notes: Vec<String>,
-}
 
 /// What fencing and catching up found.
 #[derive(Default)]

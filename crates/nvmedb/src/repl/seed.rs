@@ -20,23 +20,22 @@
 //!   before the file log is removed: a crash in between leaves either the file log alone or
 //!   the complete replica log.
 
-use super::primary::Shared as PrimaryShared;
+use super::link::Shared as StandbyShared;
 use super::replica_log::ReplicaLog;
-use super::standby::Shared as StandbyShared;
 use super::wire::{self, FrameType};
-use super::ReplError;
 use crate::db::{heap_name, index_name, CATALOG_FILE};
+use crate::error::ReplError;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::{decode_catalog, encode_catalog, CatalogData, CatalogStore};
 use crate::util::bytes::u64_at;
-use crate::wal::{FileLogOpener, LogOpener, Lsn};
+use crate::wal::{FileLogOpener, LogOpener, Lsn, RecordLog};
 use std::collections::HashMap;
 use std::io::{BufWriter, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,12 +59,15 @@ fn io_peer<'a>(peer: &'a str, what: &str) -> impl Fn(crate::error::Error) -> Rep
     move |e| ReplError::Protocol { peer: peer.into(), detail: format!("{what}: {e}") }
 }
 
-/// The primary's side: copies `storage` (catalog, heap and index files) to standby `i` over
-/// `s` and returns the LSN its log must be shipped from.
+/// The primary's side: copies `storage` (catalog, heap and index files) to the standby at
+/// `addr` over `s` and returns the LSN its log must be shipped from. `log` is the primary's
+/// log, `epoch` its epoch, `shadow` the standby's shadow counter (set to the backup's log start,
+/// so the primary keeps its log from there on).
 pub(super) fn send_base_backup(
-    sh: &PrimaryShared,
+    log: &dyn RecordLog,
+    epoch: u64,
+    shadow: &AtomicU64,
     storage: &dyn Storage,
-    i: usize,
     addr: &str,
     s: &mut TcpStream,
 ) -> std::result::Result<Lsn, ReplError> {
@@ -75,13 +77,13 @@ pub(super) fn send_base_backup(
     let cat = cat.ok_or_else(|| local(Error::InvalidArgument("the primary's catalog is empty".into())))?;
     let start = cat.checkpoint_undo_lsn.min(cat.checkpoint_redo_lsn);
     // Keep the log from `start` on while the files are copied.
-    sh.shadows[i].store(start, Ordering::Release);
-    if start < sh.local.recovered().start_lsn {
+    shadow.store(start, Ordering::Release);
+    if start < log.recovered().start_lsn {
         return Err(ReplError::Diverged {
             peer: addr.into(),
             detail: format!(
                 "base backup needs the log from LSN {start}, the primary's starts at {}",
-                sh.local.recovered().start_lsn
+                log.recovered().start_lsn
             ),
         });
     }
@@ -117,14 +119,14 @@ pub(super) fn send_base_backup(
             p.extend_from_slice(name.as_bytes());
             p.extend_from_slice(&(page * ps as u64).to_le_bytes());
             p.extend_from_slice(buf);
-            wire::write_frame(&mut w, addr, sh.cfg.epoch, FrameType::BaseFile, &p)?;
+            wire::write_frame(&mut w, addr, epoch, FrameType::BaseFile, &p)?;
             bytes += buf.len() as u64;
             page += n as u64;
         }
     }
     let mut p = start.to_le_bytes().to_vec();
     p.extend_from_slice(&encode_catalog(&cat));
-    wire::write_frame(&mut w, addr, sh.cfg.epoch, FrameType::BaseDone, &p)?;
+    wire::write_frame(&mut w, addr, epoch, FrameType::BaseDone, &p)?;
     drop(w);
     let f = wire::expect_frame(s, addr)?;
     match f.kind {
@@ -135,7 +137,7 @@ pub(super) fn send_base_backup(
             );
             Ok(pos)
         }
-        FrameType::Refused => Err(wire::refused_error(addr, &f, sh.cfg.epoch)),
+        FrameType::Refused => Err(wire::refused_error(addr, &f, epoch)),
         k => Err(ReplError::Protocol { peer: addr.into(), detail: format!("expected a welcome, got {k:?}") }),
     }
 }

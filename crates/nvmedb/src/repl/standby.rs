@@ -22,119 +22,38 @@
 //!   opens the database on the replica log (redo of everything received, undo of unfinished
 //!   transactions, checkpoint).
 
-use super::forward::{ack_payload, Forwarder};
-use super::promote::{self, PromoteOptions, PromoteReport};
-use super::replica_log::{decode_record_ref, ReplicaLog, TailReader};
+use super::apply::{start_apply, APPLY_WRITE_BACK_EVERY};
+use super::forward;
+use super::link::{
+    ack_payload, adopt_epoch, append_records, stop_apply, sync_and_store_catalogs, Counters, PromoteOptions,
+    PromoteReport, Shared, StandbyConfig,
+};
+use super::mode::mode_name;
+use super::primary::{ReplConfig, ReplicatedLog};
+use super::promote;
+use super::replica_log::ReplicaLog;
 use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
-use super::ReplError;
 use crate::buffer::mtr::decode_mtr;
-use crate::db::{PageFiles, Redo, RedoPages};
-use crate::error::{Error, Result};
+use crate::error::{Error, ReplError, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, MemDevice, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
-use crate::util::bytes::{u32_at, u64_at};
+use crate::util::bytes::u64_at;
 use crate::util::sync::{CondvarExt, MutexExt, RwLockExt};
-use crate::wal::engine::{EngineRecord, KIND_CATALOG, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
+use crate::wal::engine::{KIND_PAGES_INDEX, KIND_PAGES_TABLE};
 use crate::wal::Lsn;
-use crate::{Database, Options};
+use crate::xlog::ReplicationMode;
+use crate::Database;
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// Configuration of a standby.
-#[derive(Debug, Clone)]
-pub struct StandbyConfig {
-    /// Address to listen on (`127.0.0.1:0` picks a free loopback port).
-    pub listen: String,
-    /// The standby's database directory (seeded from the primary).
-    pub data_dir: PathBuf,
-    /// The shared secret.
-    pub secret: Vec<u8>,
-    /// Apply redo continuously (turn off in data-mirroring mode: pages arrive written).
-    pub apply: bool,
-    /// Options of the database opened at promotion.
-    pub options: Options,
-}
-
-#[derive(Default)]
-struct Counters {
-    frames: u64,
-    records: u64,
-    page_writes: u64,
-    refused: u64,
-    base_backups: u64,
-    restartpoints: u64,
-    log_released: u64,
-    /// Why the last base backup was taken.
-    base_backup_reason: String,
-    last_error: String,
-}
-
-pub(super) struct Shared {
-    pub(super) cfg: StandbyConfig,
-    pub(super) log: Arc<ReplicaLog>,
-    pub(super) storage: Arc<dyn Storage>,
-    pub(super) epoch: AtomicU64,
-    /// Orders epoch changes with the checks of new connections and with promotion.
-    pub(super) epoch_lock: Mutex<()>,
-    /// Set from the epoch bump of a promotion on (cleared if promotion fails): log and mirror
-    /// connections are refused.
-    pub(super) promoting: AtomicBool,
-    /// The directory holds a complete copy (a catalog); otherwise it waits for a base backup.
-    pub(super) seeded: AtomicBool,
-    /// The primary found this standby's log unusable: take a base backup at the next handshake.
-    reseed_next: AtomicBool,
-    stop: AtomicBool,
-    pub(super) safe: AtomicU64,
-    pub(super) applied: AtomicU64,
-    apply_gen: AtomicU64,
-    apply_stop: AtomicBool,
-    apply_mx: Mutex<()>,
-    apply_cv: Condvar,
-    /// Threads waiting on `apply_cv` for newly synced records (the idle apply thread, a chain
-    /// forwarder): the log session wakes them only when there are some.
-    record_waiters: AtomicUsize,
-    /// Threads waiting on `apply_cv` for the apply thread's progress ([`Standby::wait_applied`]).
-    applied_waiters: AtomicUsize,
-    /// Held by the log session for its whole life.
-    pub(super) log_session: Mutex<()>,
-    pub(super) log_conn: Mutex<Option<TcpStream>>,
-    /// Serializes frames written to the upstream log connection (acknowledgements from the
-    /// session and relayed ones from the forwarder).
-    pub(super) upstream_writes: Mutex<()>,
-    /// Chain mode: the positions the rest of the chain reported, in chain order.
-    pub(super) downstream: Mutex<Vec<u64>>,
-    /// Chain mode: the forwarder to the next standby.
-    forwarder: Mutex<Option<Forwarder>>,
-    pub(super) mirror_lock: RwLock<()>,
-    conns: Mutex<Vec<TcpStream>>,
-    counters: Mutex<Counters>,
-    /// The promotion's report once it has finished (held while promoting).
-    pub(super) promote_lock: Mutex<Option<PromoteReport>>,
-    /// The report, once whoever asked for the promotion has been told.
-    announced: Mutex<Option<PromoteReport>>,
-    /// Serializes admin promotion requests.
-    admin_promotion: Mutex<()>,
-    /// The synchronous set the last primary announced.
-    pub(super) cluster: Mutex<Option<ClusterView>>,
-    /// The epochs of the log this standby holds (its last primary's history).
-    pub(super) history: Mutex<History>,
-    /// Serializes writes of the catalog (shipped catalogs, restartpoints).
-    catalog_lock: Mutex<()>,
-    /// How often the caught-up apply thread writes back and takes a restartpoint.
-    write_back_every_ms: AtomicU64,
-    apply_thread: Mutex<Option<JoinHandle<()>>>,
-    table_page: AtomicUsize,
-    index_page: AtomicUsize,
-}
 
 /// Where a standby keeps its data and log when they are not plain files of its directory
 /// ([`Standby::start_on`]): the lab puts a standby on an emulated device of its own.
@@ -399,8 +318,8 @@ impl Standby {
     pub fn promote_to_primary(
         &self,
         options: &PromoteOptions,
-        config: super::ReplConfig,
-    ) -> Result<(Database, Arc<super::ReplicatedLog>, PromoteReport)> {
+        config: ReplConfig,
+    ) -> Result<(Database, Arc<ReplicatedLog>, PromoteReport)> {
         let (db, log, rep) = promote::promote(&self.sh, options, Some(config))?;
         let log = log.ok_or_else(|| Error::Config {
             key: "wal".into(),
@@ -441,7 +360,7 @@ fn status_text(sh: &Shared) -> String {
         Some(v) => format!(
             "  synchronous set (epoch {}): {} over [{}]{}\n",
             v.epoch,
-            super::mode_name(v.mode),
+            mode_name(v.mode),
             v.members.join(", "),
             v.me.map(|m| format!(", this standby is #{m}")).unwrap_or_default()
         ),
@@ -480,66 +399,6 @@ fn status_text(sh: &Shared) -> String {
             format!("  last base backup because {}\n", c.base_backup_reason)
         }
     )
-}
-
-/// Starts the apply thread (when the configuration applies redo).
-fn start_apply(sh: &Arc<Shared>) -> Result<()> {
-    if !sh.cfg.apply {
-        return Ok(());
-    }
-    sh.apply_stop.store(false, Ordering::Release);
-    let s3 = sh.clone();
-    let t = std::thread::Builder::new()
-        .name("nvmedb-standby-apply".into())
-        .spawn(move || {
-            if let Err(e) = apply_loop(&s3) {
-                eprintln!("nvmedb standby: apply stopped: {e}");
-                s3.counters.locked().last_error = format!("apply: {e}");
-            }
-        })
-        .map_err(|e| Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e)))?;
-    *sh.apply_thread.locked() = Some(t);
-    Ok(())
-}
-
-fn stop_apply(sh: &Shared) {
-    sh.apply_stop.store(true, Ordering::Release);
-    {
-        let _g = sh.apply_mx.locked();
-        sh.apply_cv.notify_all();
-    }
-    let t = sh.apply_thread.locked().take();
-    if let Some(t) = t {
-        let _ = t.join();
-    }
-}
-
-/// Raises the node's epoch to `e` (persisted first); no-op when it is not newer.
-pub(super) fn adopt_epoch(sh: &Shared, e: u64) -> Result<()> {
-    if e > sh.epoch.load(Ordering::Acquire) {
-        state::write_epoch(&sh.cfg.data_dir, e)?;
-        sh.epoch.store(e, Ordering::Release);
-    }
-    Ok(())
-}
-
-/// Ends the current log session, if any, and waits for its handler: it sees the epoch has
-/// moved on, tells the primary it is fenced, and acknowledges nothing more. Call after the
-/// epoch was raised.
-pub(super) fn end_log_session(sh: &Shared) {
-    if let Some(c) = sh.log_conn.locked().take() {
-        // Reading ends; the handler still writes its refusal.
-        let _ = c.shutdown(Shutdown::Read);
-    }
-    drop(sh.log_session.locked());
-}
-
-/// Stops the apply thread (it writes back and syncs its pages) and syncs the log; returns the
-/// log's end and what was applied.
-pub(super) fn stop_applying(sh: &Shared) -> Result<(Lsn, Lsn)> {
-    stop_apply(sh);
-    let end = sh.log.sync()?;
-    Ok((end, sh.applied.load(Ordering::Acquire)))
 }
 
 fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
@@ -907,50 +766,6 @@ fn page_past(sh: &Shared, fork: Lsn) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// Appends the records of a `Records` frame payload (`primary_durable | count | records`) to the
-/// replica log; catalogs among the new ones are collected for [`sync_and_store_catalogs`].
-/// Returns the number of records in the frame.
-pub(super) fn append_records(
-    sh: &Shared,
-    payload: &[u8],
-    peer: &str,
-    catalogs: &mut Vec<Vec<u8>>,
-) -> std::result::Result<u32, ReplError> {
-    let count = u32_at(payload, 8);
-    let mut off = 12;
-    for _ in 0..count {
-        let (rec, n) = match decode_record_ref(&payload[off..]) {
-            Ok(Some(x)) => x,
-            Ok(None) => {
-                return Err(ReplError::Corrupt {
-                    peer: peer.into(),
-                    detail: "truncated record in frame".into(),
-                })
-            }
-            Err(d) => return Err(ReplError::Corrupt { peer: peer.into(), detail: d }),
-        };
-        off += n;
-        let fresh = sh
-            .log
-            .append_encoded(&rec)
-            .map_err(|e| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") })?;
-        if fresh && rec.kind == KIND_CATALOG && sh.cfg.apply {
-            catalogs.push(rec.payload.to_vec());
-        }
-    }
-    Ok(count)
-}
-
-/// Syncs the replica log; then catalog changes (new tables) take effect, once their record is
-/// durable here. In mirroring mode (no apply) the catalog file arrives mirrored instead.
-pub(super) fn sync_and_store_catalogs(sh: &Shared, catalogs: Vec<Vec<u8>>) -> Result<Lsn> {
-    let end = sh.log.sync()?;
-    for c in catalogs {
-        store_catalog(sh, &c)?;
-    }
-    Ok(end)
-}
-
 /// Stores the synchronous set a primary announced (durably, when it changed).
 fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::Result<(), ReplError> {
     let v = std::str::from_utf8(&f.payload)
@@ -968,7 +783,7 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
     drop(cur);
     // Chain mode: forward to the next standby.
     let next = match (v.mode, v.me) {
-        (super::ReplicationMode::Chain, Some(m)) if m + 1 < v.members.len() => {
+        (ReplicationMode::Chain, Some(m)) if m + 1 < v.members.len() => {
             Some(ClusterView { me: Some(m + 1), ..v })
         }
         _ => None,
@@ -979,70 +794,13 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
         if let Some(old) = fw.take() {
             old.stop();
         }
-        *fw = next.and_then(|n| Forwarder::start(sh, n));
+        *fw = next.and_then(|n| forward::start(sh, n));
     }
     Ok(())
 }
 
 fn m_of(v: &ClusterView) -> usize {
     v.me.unwrap_or(0)
-}
-
-impl Shared {
-    /// Records a forwarding failure in the status.
-    pub(super) fn note_forward_error(&self, e: &str) {
-        if !self.stop.load(Ordering::Acquire) {
-            self.counters.locked().last_error = e.to_string();
-        }
-    }
-
-    /// A reader of the durable log from its start.
-    pub(super) fn log_tail(self: &Shared) -> Result<TailReader> {
-        self.log.tail()
-    }
-
-    /// Waits (at most `timeout`) for newly synced records.
-    pub(super) fn wait_for_records(&self, timeout: Duration) {
-        let g = self.apply_mx.locked();
-        self.record_waiters.fetch_add(1, Ordering::SeqCst);
-        let _ = self.apply_cv.wait_timeout(g, timeout);
-        self.record_waiters.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Wakes the threads waiting for newly synced records (or a raised `safe`), if any: call
-    /// after publishing them. No system call when nobody waits.
-    pub(super) fn records_synced(&self) {
-        if self.record_waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.apply_mx.locked();
-            self.apply_cv.notify_all();
-        }
-    }
-
-    /// Stops chain forwarding (promotion, fencing, shutdown).
-    pub(super) fn stop_forwarding(&self) {
-        let f = self.forwarder.locked().take();
-        if let Some(f) = f {
-            f.stop();
-        }
-        self.downstream.locked().clear();
-    }
-}
-
-/// Stores a catalog shipped by the primary, keeping this standby's own checkpoint positions
-/// (its redo still starts where its data files were seeded or last written back).
-fn store_catalog(sh: &Shared, payload: &[u8]) -> Result<()> {
-    let mut data = crate::table::catalog::decode_catalog(payload).ok_or_else(|| Error::Corruption {
-        file: "replicated log".into(),
-        offset: 0,
-        detail: "catalog record does not decode".into(),
-    })?;
-    let _one = sh.catalog_lock.locked();
-    let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
-    if let Some(cur) = cur {
-        data.checkpoint_redo_lsn = cur.checkpoint_redo_lsn;
-        data.checkpoint_undo_lsn = cur.checkpoint_undo_lsn;
-    }
-    store.store(&data)
 }
 
 fn serve_mirror(
@@ -1194,149 +952,4 @@ pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, Re
     wire::write_frame(&mut s, addr, 0, FrameType::Status, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     Ok(String::from_utf8_lossy(&f.payload).into_owned())
-}
-
-/// Pages the apply thread keeps in memory; when full they are written back and dropped.
-const APPLY_CACHE_PAGES: usize = 16 * 1024;
-/// How long the apply thread, while records keep arriving, waits before it takes the next
-/// batch (it is not woken per synced group then).
-const APPLY_BATCH_WAIT: Duration = Duration::from_millis(1);
-/// How often the apply thread writes its dirty pages back (and syncs, and takes a restartpoint)
-/// when it has caught up, by default: rarely, because those writes compete with the log syncs
-/// for the disk (on a shared machine they slow the primary). Promotion writes everything back
-/// first, so nothing depends on it.
-const APPLY_WRITE_BACK_EVERY: Duration = Duration::from_secs(10);
-
-/// The apply thread: redo of durable records up to the primary's durable position.
-fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
-    let mut tail: TailReader = sh.log.tail()?;
-    let mut held: Option<(super::ShippedRecord, u64)> = None;
-    let mut gen = sh.apply_gen.load(Ordering::Acquire);
-    let mut pages = RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES);
-    let start = sh.log.start_lsn();
-    sh.applied.store(start, Ordering::Release);
-    let mut last_write_back = std::time::Instant::now();
-    // The last checkpoint record applied: once the pages are written back, it is this
-    // standby's restartpoint (unless a change could not be applied: promotion must redo it).
-    let mut restart: Option<(Lsn, Lsn)> = None;
-    let mut skipped = false;
-    // Applied something since it last waited.
-    let mut busy = false;
-    loop {
-        if sh.apply_stop.load(Ordering::Acquire) {
-            return flush(sh, &mut pages, &mut restart, skipped);
-        }
-        let g = sh.apply_gen.load(Ordering::Acquire);
-        if g != gen {
-            gen = g;
-            if let Some((_, off)) = held.take() {
-                tail.seek_to(off)?;
-            }
-        }
-        let next = match held.take() {
-            Some(h) => Some(h),
-            None => {
-                let off = tail.offset();
-                tail.next_record()?.map(|r| (r, off))
-            }
-        };
-        let safe = sh.safe.load(Ordering::Acquire);
-        let rec = match next {
-            Some((rec, _)) if rec.end <= safe => rec,
-            other => {
-                // Caught up (or the next record is past what the primary holds durably).
-                held = other;
-                let every = Duration::from_millis(sh.write_back_every_ms.load(Ordering::Acquire));
-                if last_write_back.elapsed() >= every {
-                    flush(sh, &mut pages, &mut restart, skipped)?;
-                    last_write_back = std::time::Instant::now();
-                }
-                let g = sh.apply_mx.locked();
-                if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
-                    sh.apply_cv.notify_all();
-                }
-                if sh.apply_stop.load(Ordering::Acquire) {
-                    continue;
-                }
-                if busy {
-                    // Records keep coming: take them in batches, one wake-up per
-                    // `APPLY_BATCH_WAIT` rather than one per group the log session syncs.
-                    busy = false;
-                    let _ = sh.apply_cv.wait_timeout(g, APPLY_BATCH_WAIT);
-                } else {
-                    // Idle: the log session wakes us when records arrive. Seen under the lock
-                    // after registering, so a sync in between is not missed.
-                    sh.record_waiters.fetch_add(1, Ordering::SeqCst);
-                    let moved = sh.safe.load(Ordering::SeqCst) != safe;
-                    let g = if moved {
-                        g
-                    } else {
-                        sh.apply_cv.wait_timeout_locked(g, Duration::from_millis(20)).0
-                    };
-                    sh.record_waiters.fetch_sub(1, Ordering::SeqCst);
-                    drop(g);
-                }
-                continue;
-            }
-        };
-        if rec.kind == KIND_PAGES_TABLE || rec.kind == KIND_PAGES_INDEX {
-            let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { crate::wal::engine::TAG_INDEX };
-            if let Some(m) = decode_mtr(&rec.payload) {
-                for (pid, change) in &m.changes {
-                    if pages.needs_room(tag, pid.file, pid.page) {
-                        flush(sh, &mut pages, &mut restart, skipped)?;
-                        pages.clear();
-                    }
-                    let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }
-                        .load(Ordering::Acquire);
-                    if pages.apply(tag, *pid, change, rec.end, ps)? == Redo::Unappliable {
-                        // Not appliable yet (promotion's redo decides).
-                        skipped = true;
-                    }
-                }
-            }
-        }
-        if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
-            EngineRecord::decode(rec.kind, &rec.payload)
-        {
-            restart = Some((redo, undo));
-        }
-        sh.applied.store(rec.end, Ordering::Release);
-        busy = true;
-    }
-}
-
-/// Writes the applied pages back; then the last applied checkpoint becomes this standby's
-/// restartpoint: its catalog takes the checkpoint's redo and undo positions (everything before
-/// the redo position is in its pages; the transactions it may have to undo began at or after
-/// the undo position) and the replica log releases what lies before them.
-fn flush(
-    sh: &Shared,
-    pages: &mut RedoPages<'_>,
-    restart: &mut Option<(Lsn, Lsn)>,
-    skipped: bool,
-) -> Result<()> {
-    if pages.has_dirty() {
-        pages.write_back()?;
-    }
-    let Some((redo, undo)) = restart.take() else { return Ok(()) };
-    if skipped {
-        return Ok(());
-    }
-    {
-        let _one = sh.catalog_lock.locked();
-        let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
-        let Some(mut cat) = cur else { return Ok(()) };
-        if cat.checkpoint_redo_lsn >= redo && cat.checkpoint_undo_lsn >= undo {
-            return Ok(());
-        }
-        cat.checkpoint_redo_lsn = cat.checkpoint_redo_lsn.max(redo);
-        cat.checkpoint_undo_lsn = cat.checkpoint_undo_lsn.max(undo);
-        store.store(&cat)?;
-    }
-    let released = sh.log.truncate_before(redo.min(undo))?;
-    let mut c = sh.counters.locked();
-    c.restartpoints += 1;
-    c.log_released += released;
-    Ok(())
 }

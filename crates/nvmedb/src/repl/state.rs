@@ -9,7 +9,7 @@
 //! - A node's epoch never goes backwards, and a directory without an epoch file is at
 //!   [`FIRST_EPOCH`], the epoch of the first primary: so a standby that never met a primary still
 //!   promotes past the primary it was seeded from, and fencing by epoch always applies.
-//! - A primary persists its epoch before it ships anything ([`super::open_primary`]); a standby
+//! - A primary persists its epoch before it ships anything ([`open_primary`](super::open::open_primary)); a standby
 //!   persists an epoch before it acts on it (adopting a newer primary, being fenced, promoting).
 //! - The cluster view is what the primary of `epoch` said: its mode and its standbys, in chain
 //!   order; promotion fences that set.
@@ -17,9 +17,10 @@
 //!   LSN where its records begin, in increasing epoch and LSN order; two nodes' logs agree up to
 //!   the first point where their histories differ ([`History::fork_point`]).
 
-use super::ReplicationMode;
+use super::mode::{mode_name, parse_mode};
 use crate::error::{Error, Result};
 use crate::util::bytes::u64_at;
+use crate::xlog::ReplicationMode;
 use std::io::Write;
 use std::path::Path;
 
@@ -100,7 +101,7 @@ impl ClusterView {
         let mut s = format!(
             "epoch {}\nmode {}\nme {}\n",
             self.epoch,
-            super::mode_name(self.mode),
+            mode_name(self.mode),
             self.me.map_or("-".to_string(), |m| m.to_string())
         );
         for m in &self.members {
@@ -113,7 +114,7 @@ impl ClusterView {
     pub fn decode(s: &str) -> Option<Self> {
         let mut lines = s.lines();
         let epoch = lines.next()?.strip_prefix("epoch ")?.parse().ok()?;
-        let mode = super::parse_mode(lines.next()?.strip_prefix("mode ")?)?;
+        let mode = parse_mode(lines.next()?.strip_prefix("mode ")?)?;
         let me = match lines.next()?.strip_prefix("me ")? {
             "-" => None,
             m => Some(m.parse().ok()?),

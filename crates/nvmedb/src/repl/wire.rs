@@ -21,7 +21,7 @@
 //! against an active attacker on the path; there is no encryption). Replication listens on
 //! loopback unless told otherwise.
 
-use super::ReplError;
+use crate::error::ReplError;
 use crate::util::bytes::{u32_at, u64_at};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
