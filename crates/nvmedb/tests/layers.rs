@@ -246,7 +246,12 @@ fn sibling_imports(layer: &str, own: &str, code: &str, siblings: &BTreeSet<Strin
             if before.ends_with(|c: char| c.is_alphanumeric() || c == '_') || before.ends_with("::") {
                 continue; // `mycrate::`, or `super::super::`
             }
-            add(&code[at + p.len()..]);
+            // `super::super::x` (from a module nested in the file) names sibling `x` too.
+            let mut rest = &code[at + p.len()..];
+            while let Some(r) = rest.strip_prefix("super::") {
+                rest = r;
+            }
+            add(rest);
         }
     }
     if own == "mod" {

@@ -18,7 +18,7 @@ use crate::buffer::mtr::decode_mtr;
 use crate::db::{PageFiles, Redo, RedoPages};
 use crate::error::{Error, Result};
 use crate::table::catalog::CatalogStore;
-use crate::util::sync::{CondvarExt, MutexExt};
+use crate::util::sync::MutexExt;
 use crate::wal::engine::{EngineRecord, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
 use crate::wal::Lsn;
 use std::sync::atomic::Ordering;
@@ -32,9 +32,10 @@ pub(super) fn start_apply(sh: &Arc<Shared>) -> Result<()> {
     }
     sh.apply_stop.store(false, Ordering::Release);
     let s3 = sh.clone();
-    let t = std::thread::Builder::new()
-        .name("nvmedb-standby-apply".into())
-        .spawn(move || {
+    let t = sh
+        .env
+        .clock
+        .spawn("nvmedb-standby-apply", move || {
             if let Err(e) = apply_loop(&s3) {
                 eprintln!("nvmedb standby: apply stopped: {e}");
                 s3.counters.locked().last_error = format!("apply: {e}");
@@ -64,7 +65,8 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut pages = RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES);
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
-    let mut last_write_back = std::time::Instant::now();
+    let clock = sh.env.clock.clone();
+    let mut last_write_back = clock.now();
     // The last checkpoint record applied: once the pages are written back, it is this
     // standby's restartpoint (unless a change could not be applied: promotion must redo it).
     let mut restart: Option<(Lsn, Lsn)> = None;
@@ -96,9 +98,9 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 // Caught up (or the next record is past what the primary holds durably).
                 held = other;
                 let every = Duration::from_millis(sh.write_back_every_ms.load(Ordering::Acquire));
-                if last_write_back.elapsed() >= every {
+                if clock.now().saturating_sub(last_write_back) >= every {
                     flush(sh, &mut pages, &mut restart, skipped)?;
-                    last_write_back = std::time::Instant::now();
+                    last_write_back = clock.now();
                 }
                 let g = sh.apply_mx.locked();
                 if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
@@ -111,7 +113,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     // Records keep coming: take them in batches, one wake-up per
                     // `APPLY_BATCH_WAIT` rather than one per group the log session syncs.
                     busy = false;
-                    let _ = sh.apply_cv.wait_timeout(g, APPLY_BATCH_WAIT);
+                    drop(sh.apply_cv.wait_timeout(&sh.apply_mx, g, APPLY_BATCH_WAIT));
                 } else {
                     // Idle: the log session wakes us when records arrive. Seen under the lock
                     // after registering, so a sync in between is not missed.
@@ -120,7 +122,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     let g = if moved {
                         g
                     } else {
-                        sh.apply_cv.wait_timeout_locked(g, Duration::from_millis(20)).0
+                        sh.apply_cv.wait_timeout(&sh.apply_mx, g, Duration::from_millis(20))
                     };
                     sh.record_waiters.fetch_sub(1, Ordering::SeqCst);
                     drop(g);

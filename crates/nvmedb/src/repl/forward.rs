@@ -16,6 +16,7 @@
 //!   new one.
 
 use super::link::{ack_payload, Forwarder, Shared};
+use super::net::Conn;
 use super::replica_log::encode_record;
 use super::state::ClusterView;
 use super::wire::{self, FrameType, Role};
@@ -23,7 +24,7 @@ use crate::error::ReplError;
 use crate::util::sync::MutexExt;
 use crate::wal::Lsn;
 use std::io::BufWriter;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,15 +36,15 @@ pub(super) fn start(sh: &Arc<Shared>, view: ClusterView) -> Option<Forwarder> {
     let conn = Arc::new(Mutex::new(None));
     let (s2, stop2, conn2, t2) = (sh.clone(), stop.clone(), conn.clone(), target.clone());
     let epoch = sh.epoch.load(Ordering::Acquire);
-    let thread = std::thread::Builder::new()
-        .name("nvmedb-forward".into())
-        .spawn(move || {
+    let clock = sh.env.clock.clone();
+    let thread = clock
+        .spawn("nvmedb-forward", move || {
             while !stop2.load(Ordering::Acquire) && s2.epoch.load(Ordering::Acquire) == epoch {
                 if let Err(e) = forward_once(&s2, &t2, &view, epoch, &stop2, &conn2) {
                     s2.note_forward_error(&format!("forwarding to {t2}: {e}"));
                 }
                 *conn2.locked() = None;
-                std::thread::sleep(Duration::from_millis(100));
+                s2.env.clock.sleep(Duration::from_millis(100));
             }
         })
         .ok()?;
@@ -67,9 +68,9 @@ fn forward_once(
     view: &ClusterView,
     epoch: u64,
     stop: &AtomicBool,
-    conn: &Mutex<Option<TcpStream>>,
+    conn: &Mutex<Option<Box<dyn Conn>>>,
 ) -> Result<(), ReplError> {
-    let mut s = wire::connect(target, Duration::from_secs(2))?;
+    let mut s = sh.env.net.connect(target, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(target, "timeout", e))?;
     let history = sh.history.locked().encode();
     let w = wire::client_handshake_with(
@@ -95,7 +96,8 @@ fn forward_once(
     let reader = {
         let (sh, dead, target) = (sh.clone(), dead.clone(), target.to_string());
         let mut rs = s.try_clone().map_err(|e| ReplError::io(&target, "clone", e))?;
-        std::thread::spawn(move || {
+        let clock = sh.env.clock.clone();
+        clock.spawn("nvmedb-forward-acks", move || {
             let r = (|| -> Result<(), ReplError> {
                 while let Some(f) = wire::read_frame(&mut rs, &target)? {
                     match f.kind {
@@ -125,7 +127,8 @@ fn forward_once(
             let _ = rs.shutdown(Shutdown::Both);
             r
         })
-    };
+    }
+    .map_err(|e| ReplError::io(target, "start the acknowledgement reader", e))?;
     let result = ship(sh, target, epoch, w.position, stop, &dead, &mut s);
     let _ = s.shutdown(Shutdown::Both);
     let acks = reader.join().unwrap_or(Ok(()));
@@ -144,7 +147,7 @@ fn ship(
     pos: Lsn,
     stop: &AtomicBool,
     dead: &AtomicBool,
-    s: &mut TcpStream,
+    s: &mut Box<dyn Conn>,
 ) -> Result<(), ReplError> {
     let local = |e: crate::error::Error| ReplError::Protocol {
         peer: target.into(),

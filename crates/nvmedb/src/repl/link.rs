@@ -17,6 +17,9 @@
 //! - Records reach the replica log only through [`append_records`], and catalogs they carry
 //!   take effect only once their record is durable ([`sync_and_store_catalogs`]).
 
+use super::clock::{Cond, LongLock, Task};
+use super::env::Env;
+use super::net::Conn;
 use super::replica_log::{decode_record_ref, ReplicaLog, TailReader};
 use super::state::{self, ClusterView, History};
 use crate::db::RecoveryReport;
@@ -28,11 +31,10 @@ use crate::util::sync::MutexExt;
 use crate::wal::engine::KIND_CATALOG;
 use crate::wal::Lsn;
 use crate::Options;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// Configuration of a standby.
@@ -66,6 +68,10 @@ pub(super) struct Counters {
 
 pub(super) struct Shared {
     pub(super) cfg: StandbyConfig,
+    /// The clock and network of the standby's threads and connections.
+    pub(super) env: Env,
+    /// The node's replication state (epoch, synchronous set, history).
+    pub(super) state: Arc<dyn Storage>,
     pub(super) log: Arc<ReplicaLog>,
     pub(super) storage: Arc<dyn Storage>,
     pub(super) epoch: AtomicU64,
@@ -84,15 +90,15 @@ pub(super) struct Shared {
     pub(super) apply_gen: AtomicU64,
     pub(super) apply_stop: AtomicBool,
     pub(super) apply_mx: Mutex<()>,
-    pub(super) apply_cv: Condvar,
+    pub(super) apply_cv: Cond,
     /// Threads waiting on `apply_cv` for newly synced records (the idle apply thread, a chain
     /// forwarder): the log session wakes them only when there are some.
     pub(super) record_waiters: AtomicUsize,
     /// Threads waiting on `apply_cv` for the apply thread's progress ([`Standby::wait_applied`]).
     pub(super) applied_waiters: AtomicUsize,
     /// Held by the log session for its whole life.
-    pub(super) log_session: Mutex<()>,
-    pub(super) log_conn: Mutex<Option<TcpStream>>,
+    pub(super) log_session: LongLock<()>,
+    pub(super) log_conn: Mutex<Option<Box<dyn Conn>>>,
     /// Serializes frames written to the upstream log connection (acknowledgements from the
     /// session and relayed ones from the forwarder).
     pub(super) upstream_writes: Mutex<()>,
@@ -101,14 +107,14 @@ pub(super) struct Shared {
     /// Chain mode: the forwarder to the next standby.
     pub(super) forwarder: Mutex<Option<Forwarder>>,
     pub(super) mirror_lock: RwLock<()>,
-    pub(super) conns: Mutex<Vec<TcpStream>>,
+    pub(super) conns: Mutex<Vec<Box<dyn Conn>>>,
     pub(super) counters: Mutex<Counters>,
     /// The promotion's report once it has finished (held while promoting).
-    pub(super) promote_lock: Mutex<Option<PromoteReport>>,
+    pub(super) promote_lock: LongLock<Option<PromoteReport>>,
     /// The report, once whoever asked for the promotion has been told.
     pub(super) announced: Mutex<Option<PromoteReport>>,
     /// Serializes admin promotion requests.
-    pub(super) admin_promotion: Mutex<()>,
+    pub(super) admin_promotion: LongLock<()>,
     /// The synchronous set the last primary announced.
     pub(super) cluster: Mutex<Option<ClusterView>>,
     /// The epochs of the log this standby holds (its last primary's history).
@@ -117,7 +123,7 @@ pub(super) struct Shared {
     pub(super) catalog_lock: Mutex<()>,
     /// How often the caught-up apply thread writes back and takes a restartpoint.
     pub(super) write_back_every_ms: AtomicU64,
-    pub(super) apply_thread: Mutex<Option<JoinHandle<()>>>,
+    pub(super) apply_thread: Mutex<Option<Task<()>>>,
     pub(super) table_page: AtomicUsize,
     pub(super) index_page: AtomicUsize,
 }
@@ -183,8 +189,8 @@ pub(super) struct Forwarder {
     /// The next standby's address.
     pub(super) target: String,
     pub(super) stop: Arc<AtomicBool>,
-    pub(super) conn: Arc<Mutex<Option<TcpStream>>>,
-    pub(super) thread: Option<JoinHandle<()>>,
+    pub(super) conn: Arc<Mutex<Option<Box<dyn Conn>>>>,
+    pub(super) thread: Option<Task<()>>,
 }
 
 impl Forwarder {
@@ -200,7 +206,7 @@ impl Forwarder {
             let _ = c.shutdown(Shutdown::Both);
         }
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            t.join();
         }
     }
 }
@@ -213,14 +219,14 @@ pub(super) fn stop_apply(sh: &Shared) {
     }
     let t = sh.apply_thread.locked().take();
     if let Some(t) = t {
-        let _ = t.join();
+        t.join();
     }
 }
 
 /// Raises the node's epoch to `e` (persisted first); no-op when it is not newer.
 pub(super) fn adopt_epoch(sh: &Shared, e: u64) -> Result<()> {
     if e > sh.epoch.load(Ordering::Acquire) {
-        state::write_epoch(&sh.cfg.data_dir, e)?;
+        state::write_epoch(sh.state.as_ref(), e)?;
         sh.epoch.store(e, Ordering::Release);
     }
     Ok(())
@@ -234,7 +240,7 @@ pub(super) fn end_log_session(sh: &Shared) {
         // Reading ends; the handler still writes its refusal.
         let _ = c.shutdown(Shutdown::Read);
     }
-    drop(sh.log_session.locked());
+    drop(sh.log_session.lock());
 }
 
 /// Stops the apply thread (it writes back and syncs its pages) and syncs the log; returns the
@@ -306,7 +312,7 @@ impl Shared {
     pub(super) fn wait_for_records(&self, timeout: Duration) {
         let g = self.apply_mx.locked();
         self.record_waiters.fetch_add(1, Ordering::SeqCst);
-        let _ = self.apply_cv.wait_timeout(g, timeout);
+        drop(self.apply_cv.wait_timeout(&self.apply_mx, g, timeout));
         self.record_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 

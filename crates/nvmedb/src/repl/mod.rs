@@ -10,6 +10,14 @@
 //! ([`wire`]: CRC32C-checked frames, each carrying the sender's epoch, and an HMAC-SHA256
 //! challenge/response handshake on a shared secret).
 //!
+//! Seams (each with a real and a simulated implementation, so the whole cluster runs under the
+//! deterministic simulator, `nvmedb-sim`): [`clock`] (time, waits and threads), [`net`] (TCP or
+//! an in-memory network), [`disk`] (a node's files, all through `io::Storage`: a directory or a
+//! crash-simulated disk) and [`coord`] (etcd or an in-memory store). [`Env`] carries a node's
+//! clock and network. The files import each other one way only (`tests/layers.rs`): the
+//! standby's shared state lives in `link.rs`, which the standby, apply, forwarding, promotion
+//! and base-backup code all use.
+//!
 //! Invariants:
 //! - A commit is acknowledged only when the local log is durable up to it and the shadow
 //!   counters satisfy the mode in force (eager: all standbys; quorum k; chain: the last;
@@ -23,7 +31,10 @@
 //!   standby that has seen a newer primary or was promoted.
 
 mod apply;
+pub mod clock;
 pub mod coord;
+pub mod disk;
+pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 mod forward;
@@ -31,6 +42,7 @@ pub mod ha;
 mod link;
 mod mirror;
 mod mode;
+pub mod net;
 pub mod node;
 mod open;
 mod primary;
@@ -43,15 +55,17 @@ pub mod wire;
 
 pub use crate::error::ReplError;
 pub use crate::xlog::{LinkState, ReplicationMode};
+pub use disk::{read_cluster, read_epoch, read_history, DirDisk, Disk};
+pub use env::Env;
 pub use link::{PromoteOptions, PromoteReport, StandbyConfig};
 pub use mirror::{MirrorConfig, MirrorStorage};
 pub use mode::{mode_name, parse_mode};
-pub use open::{open_primary, open_primary_with, read_secret};
+pub use open::{open_primary, open_primary_on, open_primary_with, read_secret};
 pub use primary::{
     AckGate, PrimaryNode, ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy,
     StandbyStatus,
 };
-pub use promote::{admin_promote, admin_promote_with};
+pub use promote::{admin_promote, admin_promote_in, admin_promote_with};
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
-pub use standby::{admin_status, seed_standby, Standby, StandbyDevices};
-pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
+pub use standby::{admin_status, seed_standby, seed_standby_on, Standby, StandbyDevices};
+pub use state::{ClusterView, History, FIRST_EPOCH};

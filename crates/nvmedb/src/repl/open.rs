@@ -5,23 +5,30 @@
 //! only in eager mode with the fail policy (a mirrored page must never reach the standby before
 //! its log); the primary's epoch is stored in its directory before anything is shipped.
 
+use super::disk::{DirDisk, Disk};
 use super::mirror::{MirrorConfig, MirrorStorage};
 use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy};
 use super::replica_log::{ReplicaLog, ReplicaLogOpener};
 use super::state;
+use crate::error::{Error, Result};
+use crate::io::Storage;
 use crate::util::sync::MutexExt;
+use crate::wal::{FileLogOpener, LogOpener};
 use crate::xlog::ReplicationMode;
+use crate::{Database, Options};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// Reads a shared secret from a file (trailing whitespace removed); an empty secret is a
 /// configuration error naming the file.
-pub fn read_secret(path: &std::path::Path) -> crate::error::Result<Vec<u8>> {
-    let b = std::fs::read(path).map_err(|e| crate::error::Error::Config {
+pub fn read_secret(path: &Path) -> Result<Vec<u8>> {
+    let b = std::fs::read(path).map_err(|e| Error::Config {
         key: "secret-file".into(),
         detail: format!("cannot read {}: {e}", path.display()),
     })?;
     let n = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(0, |p| p + 1);
     if n == 0 {
-        return Err(crate::error::Error::Config {
+        return Err(Error::Config {
             key: "secret-file".into(),
             detail: format!("{} is empty", path.display()),
         });
@@ -34,67 +41,80 @@ pub fn read_secret(path: &std::path::Path) -> crate::error::Result<Vec<u8>> {
 /// names a mirror) — or, in a former standby's directory, its replica log — wrapped in a
 /// [`ReplicatedLog`]; with `mirror`, data-file writes are also
 /// mirrored synchronously ([`MirrorStorage`]). A standby is seeded from this directory while
-/// the database is closed ([`seed_standby`]), or starts empty and takes a base backup from the
+/// the database is closed ([`seed_standby`](super::seed_standby)), or starts empty and takes a base backup from the
 /// running primary (as does a standby that cannot follow this primary's log). Mirroring needs eager mode and
 /// the fail policy (a page must never reach the standby before its log). The primary runs at
 /// the larger of `config.epoch` and the epoch stored in `path` (a promoted standby's directory
 /// keeps the epoch it was promoted to), and stores it before shipping anything. Returns the
 /// database and the replicated log (for [`ReplicatedLog::status`]).
 pub fn open_primary(
-    path: &std::path::Path,
-    options: crate::Options,
+    path: &Path,
+    options: Options,
     config: ReplConfig,
     mirror: Option<MirrorConfig>,
-) -> crate::error::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
-    use crate::io::{DirStorage, FileOptions, Storage};
-    use std::sync::Arc;
-    let fo = FileOptions::default();
-    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo)?);
-    let file_log = crate::wal::FileLogOpener {
-        copies: options.file_log_copies(path)?,
-        options: options.wal_options.clone(),
-    };
+) -> Result<(Database, Arc<ReplicatedLog>)> {
+    open_primary_on(&DirDisk::new(path), options, config, mirror)
+}
+
+/// [`open_primary`] on a node's disk (a directory, or the simulator's disk of a node).
+pub fn open_primary_on(
+    disk: &dyn Disk,
+    options: Options,
+    config: ReplConfig,
+    mirror: Option<MirrorConfig>,
+) -> Result<(Database, Arc<ReplicatedLog>)> {
+    let storage = disk.data()?;
+    let file_log = FileLogOpener { copies: disk.file_log(&options)?, options: options.wal_options.clone() };
     // A former standby's directory keeps its replica log (the LSNs go on where the standby's
     // left off, so its own standbys can follow it) unless a file log was started since.
-    let replica = path.join("standby");
-    let log: Box<dyn crate::wal::LogOpener> =
-        if replica.join("log.start").exists() && crate::wal::LogOpener::is_empty(&file_log)? {
-            Box::new(ReplicaLogOpener(ReplicaLog::open(&replica, 0)?))
-        } else {
-            Box::new(file_log)
-        };
-    open_primary_with(storage, log, path, options, config, mirror)
+    let replica = disk.replica()?;
+    let log: Box<dyn LogOpener> = if ReplicaLog::exists(replica.as_ref()) && file_log.is_empty()? {
+        Box::new(ReplicaLogOpener(ReplicaLog::open(replica, 0)?))
+    } else {
+        Box::new(file_log)
+    };
+    open_primary_inner(storage, log, disk.state()?, options, config, mirror)
 }
 
 /// [`open_primary`] over any storage and local log: `storage` holds the data files (for example
 /// an emulated device profile over a directory, which standbys are seeded from), `log` opens
 /// the local log (the duplexed file log on any two storages, or the fast log) that is wrapped
-/// in a [`ReplicatedLog`], and `state_dir` keeps the primary's epoch. The rules of
+/// in a [`ReplicatedLog`], and `state_dir` keeps the primary's epoch (in `state_dir/repl/`). The rules of
 /// [`open_primary`] apply: mirroring needs eager mode with the fail policy, and the primary
 /// runs at the larger of `config.epoch` and the epoch stored in `state_dir`.
 pub fn open_primary_with(
-    storage: std::sync::Arc<dyn crate::io::Storage>,
-    log: Box<dyn crate::wal::LogOpener>,
-    state_dir: &std::path::Path,
-    options: crate::Options,
+    storage: Arc<dyn Storage>,
+    log: Box<dyn LogOpener>,
+    state_dir: &Path,
+    options: Options,
+    config: ReplConfig,
+    mirror: Option<MirrorConfig>,
+) -> Result<(Database, Arc<ReplicatedLog>)> {
+    open_primary_inner(storage, log, DirDisk::new(state_dir).state()?, options, config, mirror)
+}
+
+fn open_primary_inner(
+    storage: Arc<dyn Storage>,
+    log: Box<dyn LogOpener>,
+    state: Arc<dyn Storage>,
+    options: Options,
     mut config: ReplConfig,
     mirror: Option<MirrorConfig>,
-) -> crate::error::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
-    use std::sync::{Arc, Mutex};
+) -> Result<(Database, Arc<ReplicatedLog>)> {
     if mirror.is_some()
         && (config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }))
     {
         // A mirrored page may only reach the standby after the log covering it did, or
         // promotion could find changes it can neither redo nor undo.
-        return Err(crate::error::Error::Config {
+        return Err(Error::Config {
             key: "repl.mode".into(),
             detail: "data-page mirroring needs eager mode with the fail policy".into(),
         });
     }
-    config.epoch = config.epoch.max(state::read_epoch(state_dir)?);
-    state::write_epoch(state_dir, config.epoch)?;
-    let storage: Arc<dyn crate::io::Storage> = match mirror {
-        Some(m) => Arc::new(MirrorStorage::new(storage, m)),
+    config.epoch = config.epoch.max(state::epoch_in(state.as_ref())?);
+    state::write_epoch(state.as_ref(), config.epoch)?;
+    let storage: Arc<dyn Storage> = match mirror {
+        Some(m) => Arc::new(MirrorStorage::new_in(storage, m, config.env.clone())),
         None => storage,
     };
     let backup = storage.clone();
@@ -103,11 +123,11 @@ pub fn open_primary_with(
         inner: log,
         config,
         handle: handle.clone(),
-        state_dir: Some(state_dir.to_path_buf()),
+        state: Some(state),
         backup: Some(backup),
     };
-    let db = crate::Database::open_with_log(storage, Some(Box::new(opener)), options)?;
-    let log = handle.locked().take().ok_or_else(|| crate::error::Error::Config {
+    let db = Database::open_with_log(storage, Some(Box::new(opener)), options)?;
+    let log = handle.locked().take().ok_or_else(|| Error::Config {
         key: "wal".into(),
         detail: "replication needs the write-ahead log".into(),
     })?;

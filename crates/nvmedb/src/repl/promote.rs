@@ -18,11 +18,13 @@
 //! - Records are taken from a peer only if the peer's log holds the promoted log's last record
 //!   (same LSN and CRC): the two logs agree up to there.
 
+use super::env::Env;
 use super::link::{
     adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, PromoteOptions,
     PromoteReport, Shared,
 };
 use super::mode::mode_name;
+use super::net::{Conn, Transport};
 use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener};
 use super::replica_log::{encode_record, ReplicaLogOpener};
 use super::state::{write_history, ClusterView};
@@ -35,7 +37,6 @@ use crate::wal::{LogOpener, Lsn};
 use crate::xlog::ReplicationMode;
 use crate::Database;
 use std::io::{BufReader, Write};
-use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -61,7 +62,7 @@ pub(super) fn promote(
     opts: &PromoteOptions,
     replicate: Option<ReplConfig>,
 ) -> Result<Promoted> {
-    let mut done = sh.promote_lock.locked();
+    let mut done = sh.promote_lock.lock();
     if done.is_some() {
         return Err(Error::InvalidArgument("this standby is already promoted".into()));
     }
@@ -86,14 +87,14 @@ pub(super) fn promote(
             return Err(e);
         }
     };
-    let _session = sh.log_session.locked();
+    let _session = sh.log_session.lock();
     let _mirror = sh.mirror_lock.write_locked();
     let (log_end, applied) = stop_applying(sh)?;
     // Records of the new epoch begin at the end of what was received.
     {
         let mut h = sh.history.locked();
         h.begin(epoch, log_end);
-        write_history(&sh.cfg.data_dir, &h)?;
+        write_history(sh.state.as_ref(), &h)?;
     }
     let handle = Arc::new(Mutex::new(None));
     let opener: Box<dyn LogOpener> = match replicate {
@@ -104,7 +105,7 @@ pub(super) fn promote(
                 inner: Box::new(ReplicaLogOpener(sh.log.clone())),
                 config,
                 handle: handle.clone(),
-                state_dir: Some(sh.cfg.data_dir.clone()),
+                state: Some(sh.state.clone()),
                 backup: Some(sh.storage.clone()),
             })
         }
@@ -149,27 +150,31 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
         fenced[m] = true;
     }
     let peers: Vec<usize> = (0..view.members.len()).filter(|&i| Some(i) != view.me).collect();
-    let results: Vec<(usize, std::result::Result<Lsn, ReplError>)> = std::thread::scope(|s| {
-        let hs: Vec<_> = peers
-            .iter()
-            .map(|&i| {
-                let addr = &view.members[i];
-                let secret = &sh.cfg.secret;
-                (i, s.spawn(move || fence_one(addr, secret, epoch, opts.peer_timeout)))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|(i, h)| {
-                let r = h.join().unwrap_or_else(|_| {
-                    Err(ReplError::Protocol {
-                        peer: view.members[i].clone(),
-                        detail: "fencing panicked".into(),
-                    })
-                });
-                (i, r)
-            })
-            .collect()
-    });
+    // In parallel: one thread per peer.
+    let tasks: Vec<_> = peers
+        .iter()
+        .map(|&i| {
+            let (addr, secret, net) = (view.members[i].clone(), sh.cfg.secret.clone(), sh.env.net.clone());
+            let timeout = opts.peer_timeout;
+            let t = sh
+                .env
+                .clock
+                .spawn("nvmedb-fence", move || fence_one(net.as_ref(), &addr, &secret, epoch, timeout));
+            (i, t)
+        })
+        .collect();
+    let results: Vec<(usize, std::result::Result<Lsn, ReplError>)> = tasks
+        .into_iter()
+        .map(|(i, t)| {
+            let failed =
+                |detail: &str| ReplError::Protocol { peer: view.members[i].clone(), detail: detail.into() };
+            let r = match t {
+                Ok(t) => t.join().unwrap_or_else(|| Err(failed("fencing panicked"))),
+                Err(e) => Err(failed(&format!("cannot start a fencing thread: {e}"))),
+            };
+            (i, r)
+        })
+        .collect();
     let mut positions = Vec::new();
     for (i, r) in results {
         match r {
@@ -246,11 +251,12 @@ fn needed(view: &ClusterView) -> String {
 /// Connects to the standby at `addr` as an administrator (handshake done); reads and writes
 /// time out after `timeout`.
 pub(super) fn admin_connect(
+    net: &dyn Transport,
     addr: &str,
     secret: &[u8],
     timeout: Duration,
-) -> std::result::Result<TcpStream, ReplError> {
-    let mut s = wire::connect(addr, timeout)?;
+) -> std::result::Result<Box<dyn Conn>, ReplError> {
+    let mut s = net.connect(addr, timeout)?;
     s.set_read_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     s.set_write_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     wire::client_handshake(&mut s, addr, secret, Role::Admin, 0, 0)?;
@@ -259,12 +265,13 @@ pub(super) fn admin_connect(
 
 /// Fences the standby at `addr` at `epoch`; returns its position.
 fn fence_one(
+    net: &dyn Transport,
     addr: &str,
     secret: &[u8],
     epoch: u64,
     timeout: Duration,
 ) -> std::result::Result<Lsn, ReplError> {
-    let mut s = admin_connect(addr, secret, timeout)?;
+    let mut s = admin_connect(net, addr, secret, timeout)?;
     wire::write_frame(&mut s, addr, epoch, FrameType::Fence, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     match f.kind {
@@ -279,7 +286,7 @@ fn fence_one(
 
 /// Takes the records the (fenced) standby at `addr` holds beyond this log; returns the new end.
 fn fetch_from(sh: &Shared, addr: &str, epoch: u64, timeout: Duration) -> std::result::Result<Lsn, ReplError> {
-    let mut s = admin_connect(addr, &sh.cfg.secret, timeout)?;
+    let mut s = admin_connect(sh.env.net.as_ref(), addr, &sh.cfg.secret, timeout)?;
     let from = sh.log.end_lsn();
     let (last_lsn, last_crc) = sh.log.last_record().unwrap_or((u64::MAX, 0));
     let mut p = from.to_le_bytes().to_vec();
@@ -425,8 +432,18 @@ pub fn admin_promote_with(
     secret: &[u8],
     options: &PromoteOptions,
 ) -> std::result::Result<(u64, Lsn), ReplError> {
+    admin_promote_in(&Env::system(), addr, secret, options)
+}
+
+/// [`admin_promote_with`] through `env` (its network; its clock between attempts).
+pub fn admin_promote_in(
+    env: &Env,
+    addr: &str,
+    secret: &[u8],
+    options: &PromoteOptions,
+) -> std::result::Result<(u64, Lsn), ReplError> {
     let attempt = || -> std::result::Result<(u64, Lsn), ReplError> {
-        let mut s = admin_connect(addr, secret, Duration::from_secs(10))?;
+        let mut s = admin_connect(env.net.as_ref(), addr, secret, Duration::from_secs(10))?;
         // Promotion runs recovery: no read deadline for its answer.
         s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
         wire::write_frame(&mut s, addr, 0, FrameType::Promote, &options.encode())?;
@@ -444,7 +461,7 @@ pub fn admin_promote_with(
         match attempt() {
             Err(e @ ReplError::Disconnected { .. }) => {
                 last = Some(e);
-                std::thread::sleep(Duration::from_millis(100 << i));
+                env.clock.sleep(Duration::from_millis(100 << i));
             }
             r => return r,
         }

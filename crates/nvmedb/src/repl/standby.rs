@@ -23,12 +23,16 @@
 //!   transactions, checkpoint).
 
 use super::apply::{start_apply, APPLY_WRITE_BACK_EVERY};
+use super::clock::{Cond, LongLock, Task};
+use super::disk::{DirDisk, Disk};
+use super::env::Env;
 use super::forward;
 use super::link::{
     ack_payload, adopt_epoch, append_records, stop_apply, sync_and_store_catalogs, Counters, PromoteOptions,
     PromoteReport, Shared, StandbyConfig,
 };
 use super::mode::mode_name;
+use super::net::{Conn, Listener};
 use super::primary::{ReplConfig, ReplicatedLog};
 use super::promote;
 use super::replica_log::ReplicaLog;
@@ -41,18 +45,17 @@ use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, Mem
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
 use crate::util::bytes::u64_at;
-use crate::util::sync::{CondvarExt, MutexExt, RwLockExt};
+use crate::util::sync::{MutexExt, RwLockExt};
 use crate::wal::engine::{KIND_PAGES_INDEX, KIND_PAGES_TABLE};
 use crate::wal::Lsn;
 use crate::xlog::ReplicationMode;
 use crate::Database;
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::Shutdown;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// Where a standby keeps its data and log when they are not plain files of its directory
@@ -69,41 +72,44 @@ pub struct StandbyDevices {
 /// A running standby. See the module documentation.
 pub struct Standby {
     sh: Arc<Shared>,
-    addr: SocketAddr,
-    accept: Mutex<Option<JoinHandle<()>>>,
+    addr: String,
+    listener: Arc<dyn Listener>,
+    accept: Mutex<Option<Task<()>>>,
 }
 
 /// Makes `standby_dir` a standby of the (closed, cleanly checkpointed) database in
 /// `primary_dir`: copies the catalog, the table and index files, and the epoch. The standby's
 /// log starts at the primary's last checkpoint. Refuses to overwrite an existing database.
 pub fn seed_standby(primary_dir: &Path, standby_dir: &Path) -> Result<()> {
-    let io = |p: &Path, e| {
-        Error::Io(crate::io::IoError::os(&p.display().to_string(), crate::io::IoOpKind::Setup, 0, 0, e))
-    };
-    if standby_dir.join(crate::db::CATALOG_FILE).exists() {
-        return Err(Error::AlreadyExists(format!("a database in {}", standby_dir.display())));
+    seed_standby_on(&DirDisk::new(primary_dir), &DirDisk::new(standby_dir))
+}
+
+/// [`seed_standby`] between any two node disks.
+pub fn seed_standby_on(primary: &dyn Disk, standby: &dyn Disk) -> Result<()> {
+    let (from, to) = (primary.data()?, standby.data()?);
+    if to.exists(crate::db::CATALOG_FILE) {
+        return Err(Error::AlreadyExists(format!("a database in {}", standby.location())));
     }
-    std::fs::create_dir_all(standby_dir).map_err(|e| io(standby_dir, e))?;
-    let rd = std::fs::read_dir(primary_dir).map_err(|e| io(primary_dir, e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| io(primary_dir, e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_data = crate::table::files::is_data_file(&name);
-        if is_data && entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
-            let dst = standby_dir.join(&name);
-            std::fs::copy(entry.path(), &dst).map_err(|e| io(&dst, e))?;
-            std::fs::File::open(&dst).and_then(|f| f.sync_all()).map_err(|e| io(&dst, e))?;
+    for name in from.list()? {
+        if crate::table::files::is_data_file(&name) {
+            seed::copy_device(from.as_ref(), to.as_ref(), &name)?;
         }
     }
-    std::fs::File::open(standby_dir).and_then(|d| d.sync_all()).map_err(|e| io(standby_dir, e))?;
-    state::copy_epoch(primary_dir, standby_dir)
+    state::copy_epoch(primary.state()?.as_ref(), standby.state()?.as_ref())
 }
 
 impl Standby {
-    /// Opens the standby's data and log and starts listening.
+    /// Opens the standby's data and log (in `cfg.data_dir`) and starts listening.
     pub fn start(cfg: StandbyConfig) -> Result<Self> {
-        let data = Arc::new(DirStorage::new(&cfg.data_dir, FileOptions::default())?);
-        Self::start_on(cfg, StandbyDevices { data, log: None })
+        let disk = DirDisk::shared(&cfg.data_dir);
+        Self::start_with(cfg, Env::system(), disk)
+    }
+
+    /// [`Standby::start`] with the node's files on `disk` and its threads and connections in
+    /// `env` (the simulator's, for a simulated node); `cfg.data_dir` only names it then.
+    pub fn start_with(cfg: StandbyConfig, env: Env, disk: Arc<dyn Disk>) -> Result<Self> {
+        let data = disk.data()?;
+        Self::start_inner(cfg, env, disk, data, None)
     }
 
     /// [`Standby::start`] with the data files on `devices.data` and the replica log's writes
@@ -119,18 +125,28 @@ impl Standby {
                 ),
             });
         }
+        let disk = DirDisk::shared(&cfg.data_dir);
+        Self::start_inner(cfg, Env::system(), disk, devices.data, devices.log)
+    }
+
+    fn start_inner(
+        cfg: StandbyConfig,
+        env: Env,
+        disk: Arc<dyn Disk>,
+        storage: Arc<dyn Storage>,
+        log_device: Option<Arc<EmulatedDevice<MemDevice>>>,
+    ) -> Result<Self> {
         if cfg.secret.is_empty() {
             return Err(Error::Config {
                 key: "repl.secret".into(),
                 detail: "an empty secret is not allowed".into(),
             });
         }
-        let storage = devices.data;
         // Without a catalog the directory holds no complete copy: it waits for a base backup.
         let cat = if storage.exists(crate::db::CATALOG_FILE) {
             let (_, cat) = CatalogStore::load(storage.open(crate::db::CATALOG_FILE, false)?)?;
             Some(cat.ok_or_else(|| Error::Corruption {
-                file: format!("{}/{}", cfg.data_dir.display(), crate::db::CATALOG_FILE),
+                file: format!("{}/{}", disk.location(), crate::db::CATALOG_FILE),
                 offset: 0,
                 detail: "the catalog is empty".into(),
             })?)
@@ -138,32 +154,32 @@ impl Standby {
             None
         };
         if let Some(cat) = &cat {
-            if let Some((from, to, n)) = seed::adopt_primary_log(&cfg.data_dir, &cfg.options, cat)? {
+            if let Some((from, to, n)) = seed::adopt_primary_log(disk.as_ref(), &cfg.options, cat)? {
                 eprintln!(
                     "nvmedb standby: {} was a primary: its log from LSN {from} to {to} ({n} records) is now this standby's log; what it wrote after its successor's fork point is dropped when that primary connects",
-                    cfg.data_dir.display()
+                    disk.location()
                 );
             }
         }
-        let sdir = cfg.data_dir.join("standby");
         let log = ReplicaLog::open(
-            &sdir,
+            disk.replica()?,
             cat.as_ref().map_or(0, |c| c.checkpoint_undo_lsn.min(c.checkpoint_redo_lsn)),
         )?;
-        if let Some(d) = devices.log {
+        if let Some(d) = log_device {
             log.set_device(d);
         }
-        let epoch = state::read_epoch(&cfg.data_dir)?;
-        let cluster = state::read_cluster(&cfg.data_dir)?;
-        let history = state::read_history(&cfg.data_dir)?;
-        let listener = TcpListener::bind(&cfg.listen).map_err(|e| Error::Config {
-            key: "listen".into(),
-            detail: format!("cannot listen on {}: {e}", cfg.listen),
-        })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::Config { key: "listen".into(), detail: e.to_string() })?;
+        let st = disk.state()?;
+        let epoch = state::epoch_in(st.as_ref())?;
+        let cluster = state::cluster_in(st.as_ref())?;
+        let history = state::history_in(st.as_ref())?;
+        let listener: Arc<dyn Listener> = Arc::from(env.net.listen(&cfg.listen).map_err(|e| {
+            Error::Config { key: "listen".into(), detail: format!("cannot listen on {}: {e}", cfg.listen) }
+        })?);
+        let addr = listener.local_addr();
+        let clock = env.clock.clone();
         let sh = Arc::new(Shared {
+            env: env.clone(),
+            state: st,
             log,
             storage,
             epoch: AtomicU64::new(epoch),
@@ -177,10 +193,10 @@ impl Standby {
             apply_gen: AtomicU64::new(0),
             apply_stop: AtomicBool::new(false),
             apply_mx: Mutex::new(()),
-            apply_cv: Condvar::new(),
+            apply_cv: Cond::new(clock.as_ref()),
             record_waiters: AtomicUsize::new(0),
             applied_waiters: AtomicUsize::new(0),
-            log_session: Mutex::new(()),
+            log_session: LongLock::new((), clock.as_ref()),
             log_conn: Mutex::new(None),
             upstream_writes: Mutex::new(()),
             downstream: Mutex::new(Vec::new()),
@@ -188,9 +204,9 @@ impl Standby {
             mirror_lock: RwLock::new(()),
             conns: Mutex::new(Vec::new()),
             counters: Mutex::new(Counters::default()),
-            promote_lock: Mutex::new(None),
+            promote_lock: LongLock::new(None, clock.as_ref()),
             announced: Mutex::new(None),
-            admin_promotion: Mutex::new(()),
+            admin_promotion: LongLock::new((), clock.as_ref()),
             cluster: Mutex::new(cluster),
             history: Mutex::new(history),
             catalog_lock: Mutex::new(()),
@@ -200,20 +216,19 @@ impl Standby {
             index_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.index_page_size as usize)),
             cfg,
         });
-        let s2 = sh.clone();
-        let accept = std::thread::Builder::new()
-            .name("nvmedb-standby-accept".into())
-            .spawn(move || accept_loop(s2, listener))
+        let (s2, l2) = (sh.clone(), listener.clone());
+        let accept = clock
+            .spawn("nvmedb-standby-accept", move || accept_loop(s2, l2))
             .map_err(|e| Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e)))?;
         if sh.seeded.load(Ordering::Acquire) {
             start_apply(&sh)?;
         }
-        Ok(Self { sh, addr, accept: Mutex::new(Some(accept)) })
+        Ok(Self { sh, addr, listener, accept: Mutex::new(Some(accept)) })
     }
 
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    /// The address it listens on (`host:port`).
+    pub fn addr(&self) -> String {
+        self.addr.clone()
     }
 
     /// The standby's epoch.
@@ -268,18 +283,19 @@ impl Standby {
     /// Blocks until the apply thread has applied everything up to `lsn` or `timeout` passes;
     /// returns whether it got there.
     pub fn wait_applied(&self, lsn: Lsn, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
+        let clock = &self.sh.env.clock;
+        let deadline = clock.now() + timeout;
         let mut g = self.sh.apply_mx.locked();
         self.sh.applied_waiters.fetch_add(1, Ordering::SeqCst);
         let reached = loop {
             if self.sh.applied.load(Ordering::Acquire) >= lsn {
                 break true;
             }
-            let now = std::time::Instant::now();
+            let now = clock.now();
             if now >= deadline {
                 break false;
             }
-            g = self.sh.apply_cv.wait_timeout_locked(g, deadline - now).0;
+            g = self.sh.apply_cv.wait_timeout(&self.sh.apply_mx, g, deadline - now);
         };
         self.sh.applied_waiters.fetch_sub(1, Ordering::SeqCst);
         reached
@@ -337,10 +353,9 @@ impl Standby {
         for c in self.sh.conns.locked().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
         }
+        self.listener.close();
         if let Some(t) = self.accept.locked().take() {
-            // Wake the accept call.
-            let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-            let _ = t.join();
+            t.join();
         }
         for c in self.sh.conns.locked().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
@@ -401,21 +416,27 @@ fn status_text(sh: &Shared) -> String {
     )
 }
 
-fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
-    for conn in listener.incoming() {
+fn accept_loop(sh: Arc<Shared>, listener: Arc<dyn Listener>) {
+    loop {
+        let conn = listener.accept();
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
-        let Ok(s) = conn else { continue };
-        let _ = s.set_nodelay(true);
+        let s = match conn {
+            Ok(s) => s,
+            // The listener was closed (shutdown, or the node went down).
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => return,
+            Err(_) => continue,
+        };
         if let Ok(c) = s.try_clone() {
             let mut conns = sh.conns.locked();
-            conns.retain(|c| c.peer_addr().is_ok());
+            conns.retain(|c| c.is_connected());
             conns.push(c);
         }
         let sh = sh.clone();
-        let _ = std::thread::Builder::new().name("nvmedb-standby-conn".into()).spawn(move || {
-            let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let clock = sh.env.clock.clone();
+        let _ = clock.spawn("nvmedb-standby-conn", move || {
+            let peer = s.peer();
             let closer = s.try_clone();
             let r = serve(&sh, s, &peer);
             // Other handles of this socket live on (status, promotion): close it for real.
@@ -439,7 +460,7 @@ fn refuse(s: &mut impl Write, peer: &str, epoch: u64, code: RefuseCode, msg: &st
     let _ = wire::write_frame(s, peer, epoch, FrameType::Refused, &wire::refuse_payload(code, msg));
 }
 
-fn serve(sh: &Arc<Shared>, s: TcpStream, peer: &str) -> std::result::Result<(), ReplError> {
+fn serve(sh: &Arc<Shared>, s: Box<dyn Conn>, peer: &str) -> std::result::Result<(), ReplError> {
     let mut r =
         BufReader::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(peer, "clone", e))?);
     let mut w = BufWriter::new(s.try_clone().map_err(|e| ReplError::io(peer, "clone", e))?);
@@ -505,9 +526,9 @@ fn fenced_frame(sh: &Shared, f: &wire::Frame, w: &mut impl Write, peer: &str) ->
 
 fn serve_log(
     sh: &Arc<Shared>,
-    s: TcpStream,
-    mut r: BufReader<TcpStream>,
-    mut w: BufWriter<TcpStream>,
+    s: Box<dyn Conn>,
+    mut r: BufReader<Box<dyn Conn>>,
+    mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
     hello: &wire::Hello,
 ) -> std::result::Result<(), ReplError> {
@@ -516,11 +537,11 @@ fn serve_log(
     if let Some(old) = sh.log_conn.locked().take() {
         let _ = old.shutdown(Shutdown::Both);
     }
-    let _session = sh.log_session.locked();
+    let _session = sh.log_session.lock();
     *sh.log_conn.locked() = s.try_clone().ok();
     // Checked after publishing the connection: an epoch raised before this point is seen here,
     // one raised after it finds the connection and ends it (see `end_log_session`).
-    let fenced = |w: &mut BufWriter<TcpStream>| {
+    let fenced = |w: &mut BufWriter<Box<dyn Conn>>| {
         let ours = sh.epoch.load(Ordering::Acquire);
         (ours > session_epoch || sh.promoting.load(Ordering::Acquire)).then(|| {
             let msg =
@@ -588,7 +609,7 @@ fn serve_log(
     {
         let mut h = sh.history.locked();
         if *h != primary_history {
-            state::write_history(&sh.cfg.data_dir, &primary_history).map_err(local)?;
+            state::write_history(sh.state.as_ref(), &primary_history).map_err(local)?;
             *h = primary_history;
         }
     }
@@ -774,7 +795,7 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
         .ok_or_else(|| ReplError::Protocol { peer: peer.into(), detail: "malformed cluster frame".into() })?;
     let mut cur = sh.cluster.locked();
     if cur.as_ref() != Some(&v) {
-        state::write_cluster(&sh.cfg.data_dir, &v).map_err(|e| ReplError::Protocol {
+        state::write_cluster(sh.state.as_ref(), &v).map_err(|e| ReplError::Protocol {
             peer: peer.into(),
             detail: format!("cannot store the synchronous set: {e}"),
         })?;
@@ -805,8 +826,8 @@ fn m_of(v: &ClusterView) -> usize {
 
 fn serve_mirror(
     sh: &Arc<Shared>,
-    mut r: BufReader<TcpStream>,
-    mut w: BufWriter<TcpStream>,
+    mut r: BufReader<Box<dyn Conn>>,
+    mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
 ) -> std::result::Result<(), ReplError> {
     wire::write_frame(
@@ -875,8 +896,8 @@ fn serve_mirror(
 
 fn serve_admin(
     sh: &Arc<Shared>,
-    mut r: BufReader<TcpStream>,
-    mut w: BufWriter<TcpStream>,
+    mut r: BufReader<Box<dyn Conn>>,
+    mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
 ) -> std::result::Result<(), ReplError> {
     wire::write_frame(
@@ -902,12 +923,12 @@ fn serve_admin(
             FrameType::Promote => {
                 let options = PromoteOptions::decode(&f.payload);
                 // One admin promotion at a time, closed before anyone is told.
-                let _one = sh.admin_promotion.locked();
+                let _one = sh.admin_promotion.lock();
                 let r =
                     promote::promote(sh, &options, None).and_then(|(db, _, rep)| db.close().map(|()| rep));
                 // A repeated request (the client lost the first reply) gets the same answer.
                 let r = match r {
-                    Err(e) => sh.promote_lock.locked().clone().ok_or(e),
+                    Err(e) => sh.promote_lock.lock().clone().ok_or(e),
                     ok => ok,
                 };
                 match r {
@@ -948,7 +969,7 @@ fn serve_admin(
 
 /// Asks the standby at `addr` for its status text.
 pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, ReplError> {
-    let mut s = promote::admin_connect(addr, secret, Duration::from_secs(10))?;
+    let mut s = promote::admin_connect(Env::system().net.as_ref(), addr, secret, Duration::from_secs(10))?;
     wire::write_frame(&mut s, addr, 0, FrameType::Status, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     Ok(String::from_utf8_lossy(&f.payload).into_owned())
