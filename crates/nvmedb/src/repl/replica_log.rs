@@ -56,8 +56,9 @@ pub const REPLICA_HEADER_BYTES: usize = 4 + 8 + 8 + 1 + 4;
 const LOG_FILE: &str = "log.dat";
 const START_FILE: &str = "log.start";
 
-/// Bytes read from the device at a time by a reader.
-const READ_WINDOW: usize = 1 << 20;
+/// Bytes read from the device at a time by a reader (a reader allocates its window at its
+/// first read).
+const READ_WINDOW: usize = 128 << 10;
 
 /// One record as it is stored and shipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,7 +270,8 @@ fn scan(dev: &Arc<dyn Device>, st: Start, stop_after: Lsn) -> Result<Scanned> {
 /// Aligned reads of a device through a window (records are not aligned).
 struct BlockReader {
     dev: Arc<dyn Device>,
-    buf: AlignedBuf,
+    /// The window (allocated at the first read).
+    buf: Option<AlignedBuf>,
     /// Device offset of `buf[0]`.
     at: u64,
     /// Bytes of `buf` that hold the device's bytes as they were when read.
@@ -278,7 +280,7 @@ struct BlockReader {
 
 impl BlockReader {
     fn new(dev: Arc<dyn Device>) -> Self {
-        Self { dev, buf: AlignedBuf::new(READ_WINDOW), at: 0, valid: 0 }
+        Self { dev, buf: None, at: 0, valid: 0 }
     }
 
     /// Forgets what the window holds (the bytes may have changed).
@@ -292,9 +294,10 @@ impl BlockReader {
         let align = self.dev.alignment().max(1) as u64;
         while !out.is_empty() {
             if off >= self.at && off < self.at + self.valid as u64 {
+                let buf = self.buf.as_ref().expect("a valid window is allocated");
                 let from = (off - self.at) as usize;
                 let n = (self.valid - from).min(out.len());
-                out[..n].copy_from_slice(&self.buf[from..from + n]);
+                out[..n].copy_from_slice(&buf[from..from + n]);
                 out = &mut out[n..];
                 off += n as u64;
                 continue;
@@ -309,7 +312,8 @@ impl BlockReader {
                     detail: format!("replica log read past the device's end ({cap} bytes)"),
                 });
             }
-            self.dev.read_at(at, &mut self.buf[..len as usize])?;
+            let buf = self.buf.get_or_insert_with(|| AlignedBuf::new(READ_WINDOW));
+            self.dev.read_at(at, &mut buf[..len as usize])?;
             self.at = at;
             self.valid = (len.min(limit.saturating_sub(at))) as usize;
             if self.valid == 0 || at + self.valid as u64 <= off {
@@ -447,8 +451,13 @@ impl ReplicaLog {
             }
         };
         let dev = storage.open(LOG_FILE, true)?;
-        let (end, last, len) = scan(&dev, st, Lsn::MAX)?;
+        // A torn write can leave a size that is not a whole number of blocks (a power cut keeps
+        // a prefix of a write's sectors): round it up with zeroes, so every block can be read.
         let align = dev.alignment().max(1) as u64;
+        if dev.capacity() % align != 0 {
+            dev.ensure_capacity(dev.capacity().next_multiple_of(align))?;
+        }
+        let (end, last, len) = scan(&dev, st, Lsn::MAX)?;
         let block = len / align * align;
         let mut tail = vec![0u8; (len - block) as usize];
         if !tail.is_empty() {
@@ -602,8 +611,18 @@ impl ReplicaLog {
         out[..f.tail.len()].copy_from_slice(&f.tail);
         out[f.tail.len()..f.tail.len() + buf.len()].copy_from_slice(&buf);
         let submitted = std::time::Instant::now();
-        dev.write_at(block, &out)?;
-        dev.sync()?;
+        if let Err(e) = dev.write_at(block, &out).and_then(|()| dev.sync()) {
+            // Nothing more is durable than before: the records go back in front of those appended
+            // since, and the next sync writes them again (their block included, so a sync that
+            // failed after the kernel dropped the written pages is repaired too). Dropping them
+            // would leave a gap that the records after it hide (and acknowledge).
+            let mut p = self.pending.locked();
+            let mut again = buf;
+            again.extend_from_slice(&p.buf);
+            p.buf = again;
+            p.records += n;
+            return Err(e.into());
+        }
         if let Some(d) = device {
             d.charge_write(f.len, buf.len(), submitted);
         }
@@ -1143,5 +1162,69 @@ mod tests {
             drop(log);
             assert_eq!(ReplicaLog::open(st, 0).unwrap().end_lsn(), end + 10, "seed {seed}");
         }
+    }
+
+    #[test]
+    fn a_failed_sync_keeps_its_records_for_the_next_one() {
+        use crate::io::{HookedStorage, IoError, IoHook, IoOpKind, IoResult, MemStorage};
+        use std::sync::atomic::AtomicBool;
+        /// Refuses writes (a full disk) while set.
+        struct Full(AtomicBool);
+        impl IoHook for Full {
+            fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
+                if op == IoOpKind::Write && self.0.load(Ordering::SeqCst) {
+                    return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(28)));
+                }
+                Ok(())
+            }
+        }
+        let full = Arc::new(Full(AtomicBool::new(false)));
+        let st: Arc<dyn Storage> = Arc::new(HookedStorage::new(Arc::new(MemStorage::new()), full.clone()));
+        let log = ReplicaLog::open(st.clone(), 0).unwrap();
+        assert!(log.append_at(0, 100, 9, b"one").unwrap());
+        assert_eq!(log.sync().unwrap(), 100);
+        full.0.store(true, Ordering::SeqCst);
+        assert!(log.append_at(100, 200, 9, b"two").unwrap());
+        assert!(log.sync().is_err(), "the disk is full");
+        assert_eq!(log.durable_lsn(), 100);
+        full.0.store(false, Ordering::SeqCst);
+        assert!(log.append_at(200, 300, 9, b"three").unwrap());
+        // The next sync writes "two" as well: acknowledging 300 without it would hide a gap.
+        assert_eq!(log.sync().unwrap(), 300);
+        drop(log);
+        let log = ReplicaLog::open(st, 0).unwrap();
+        let mut t = log.tail().unwrap();
+        let mut got = Vec::new();
+        while let Some(r) = t.next_record().unwrap() {
+            got.push(r.payload);
+        }
+        assert_eq!(got, vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]);
+    }
+
+    #[test]
+    fn a_torn_write_that_leaves_a_partial_block_is_cut_at_open() {
+        use crate::io::{CrashSimStorage, WriteFate};
+        let css = Arc::new(CrashSimStorage::new());
+        let st: Arc<dyn Storage> = css.clone();
+        let log = ReplicaLog::open(st.clone(), 0).unwrap();
+        // The first record ends a little past the first block; the second starts there.
+        assert!(log.append_at(0, 100, 9, &[1u8; 4080]).unwrap());
+        assert_eq!(log.sync().unwrap(), 100);
+        assert!(log.append_at(100, 7000, 9, &[5u8; 3000]).unwrap());
+        assert_eq!(log.sync().unwrap(), 7000);
+        drop(log);
+        // The same bytes, written once and not synced, as a group commit that the power cut
+        // tears after 9 of its sectors (4608 bytes) leaves them.
+        let dev = css.open(LOG_FILE, false).unwrap();
+        let mut b = AlignedBuf::new(8192);
+        dev.read_at(0, &mut b).unwrap();
+        let fresh = CrashSimStorage::new();
+        let d2 = fresh.open(LOG_FILE, true).unwrap();
+        write_start(&fresh, Start { lsn: 0, off: 0 }).unwrap();
+        d2.write_at(0, &b).unwrap();
+        fresh.crash_with(|_, _, _| WriteFate::Torn(9));
+        assert_eq!(d2.capacity(), 4608, "the device ends inside a block");
+        let log = ReplicaLog::open(Arc::new(fresh), 0).unwrap();
+        assert_eq!(log.end_lsn(), 100, "the torn record (its header in the last, partial block) is cut");
     }
 }

@@ -33,8 +33,11 @@ const EPOCH: &str = "epoch";
 const CLUSTER: &str = "cluster";
 const HISTORY: &str = "history";
 
-/// Bytes of one slot of a record (header and value).
+/// Bytes of one slot of a record (header and value, at most); a write writes and a read reads
+/// only the 4 KiB blocks the value takes.
 const SLOT: usize = 64 * 1024;
+/// The unit slots are read and written in.
+const BLOCK: usize = 4096;
 /// A slot: magic u32 | sequence u64 | length u32 | crc u32 (CRC32C of sequence, length and
 /// value) | value.
 const SLOT_HEADER: usize = 4 + 8 + 4 + 4;
@@ -52,15 +55,23 @@ fn read_slots(st: &dyn Storage, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
         if dev.capacity() < (slot + 1) * SLOT as u64 {
             continue;
         }
-        let mut buf = AlignedBuf::new(SLOT);
-        dev.read_at(slot * SLOT as u64, &mut buf)?;
-        if u32_at(&buf, 0) != SLOT_MAGIC {
+        let mut head = AlignedBuf::new(BLOCK);
+        dev.read_at(slot * SLOT as u64, &mut head)?;
+        if u32_at(&head, 0) != SLOT_MAGIC {
             continue;
         }
-        let (seq, len) = (u64_at(&buf, 4), u32_at(&buf, 12) as usize);
+        let (seq, len) = (u64_at(&head, 4), u32_at(&head, 12) as usize);
         if len > SLOT - SLOT_HEADER {
             continue;
         }
+        let used = (SLOT_HEADER + len).next_multiple_of(BLOCK);
+        let buf = if used == BLOCK {
+            head
+        } else {
+            let mut all = AlignedBuf::new(used);
+            dev.read_at(slot * SLOT as u64, &mut all)?;
+            all
+        };
         let crc = crate::util::crc32c_append(
             crate::util::crc32c(&buf[4..16]),
             &buf[SLOT_HEADER..SLOT_HEADER + len],
@@ -92,7 +103,7 @@ pub(super) fn write_record(st: &dyn Storage, name: &str, value: &[u8]) -> Result
     }
     let seq = read_slots(st, name)?.map_or(0, |(s, _)| s) + 1;
     let dev = st.open(name, true)?;
-    let mut buf = AlignedBuf::new(SLOT);
+    let mut buf = AlignedBuf::new((SLOT_HEADER + value.len()).next_multiple_of(BLOCK));
     buf[..4].copy_from_slice(&SLOT_MAGIC.to_le_bytes());
     buf[4..12].copy_from_slice(&seq.to_le_bytes());
     buf[12..16].copy_from_slice(&(value.len() as u32).to_le_bytes());
