@@ -1,13 +1,17 @@
 //! Chain forwarding: in chain mode the primary ships to the first standby only, and standby k
 //! ships what it holds to standby k+1.
 //!
-//! Owns: a standby's [`Forwarder`] (one thread and connection to the next standby of the
-//! chain: it ships the records durable here, in log order, at the primary's LSNs and epoch,
-//! with the primary's acknowledged position; its acknowledgement reader relays the rest of the
-//! chain's positions upstream) and [`ack_payload`], the acknowledgement a standby sends.
+//! Owns: a standby's forwarder (one thread and connection to the next standby of the chain: it
+//! ships the records durable here, in log order, at the primary's LSNs and epoch, with the
+//! primary's acknowledged position, and sends the next standby a base backup of this one when
+//! it holds no usable copy; its acknowledgement reader relays the rest of the chain's positions
+//! upstream).
 //!
 //! Invariants:
 //! - Only records durable in this standby's log are forwarded (store and forward).
+//! - The next standby is shipped to only from a position this log still holds: one behind this
+//!   log's start (released at a restartpoint) is refused for a base backup, never shipped from
+//!   the first record held (which would leave a gap it acknowledges past).
 //! - An acknowledgement lists this standby's persisted position, then the positions the rest
 //!   of the chain reported, in chain order; it is built and sent under one lock, so the
 //!   positions a primary receives on one connection never go back.
@@ -17,7 +21,8 @@
 
 use super::link::{ack_payload, Forwarder, Shared};
 use super::net::Conn;
-use super::replica_log::encode_record;
+use super::replica_log::{encode_record, ReplicaLogHandle};
+use super::seed;
 use super::state::ClusterView;
 use super::wire::{self, FrameType, Role};
 use crate::error::ReplError;
@@ -25,7 +30,7 @@ use crate::util::sync::MutexExt;
 use crate::wal::Lsn;
 use std::io::BufWriter;
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,11 +88,39 @@ fn forward_once(
         &history,
     )?;
     s.set_read_timeout(None).map_err(|e| ReplError::io(target, "timeout", e))?;
+    let mut pos = w.position;
     if w.flags & wire::WELCOME_NEEDS_BASE_BACKUP != 0 {
-        return Err(ReplError::Diverged {
-            peer: target.into(),
-            detail: "the next standby of the chain needs a base backup: seed it from the primary".into(),
-        });
+        // The next standby holds no usable copy: this one sends its own, as a primary does (its
+        // data files, and its log from its catalog's checkpoint positions on, which its
+        // restartpoints keep).
+        let kept = AtomicU64::new(0);
+        let log = ReplicaLogHandle(sh.log.clone());
+        pos = seed::send_base_backup(
+            &log,
+            epoch,
+            &kept,
+            sh.storage.as_ref(),
+            target,
+            &mut s,
+            sh.env.clock.as_ref(),
+        )?;
+    }
+    if pos < sh.log.start_lsn() {
+        // This log no longer holds what the next standby lacks (a restartpoint released it):
+        // shipping from the first record held would leave a gap. It takes a base backup when it
+        // next connects.
+        let why = format!(
+            "reseed: its position {pos} lies before this standby's log, which begins at {}",
+            sh.log.start_lsn()
+        );
+        let _ = wire::write_frame(
+            &mut s,
+            target,
+            epoch,
+            FrameType::Refused,
+            &wire::refuse_payload(wire::RefuseCode::Diverged, &why),
+        );
+        return Err(ReplError::Diverged { peer: target.into(), detail: why });
     }
     wire::write_frame(&mut s, target, epoch, FrameType::Cluster, view.encode().as_bytes())?;
     *conn.locked() = s.try_clone().ok();
@@ -129,7 +162,7 @@ fn forward_once(
         })
     }
     .map_err(|e| ReplError::io(target, "start the acknowledgement reader", e))?;
-    let result = ship(sh, target, epoch, w.position, stop, &dead, &mut s);
+    let result = ship(sh, target, epoch, pos, stop, &dead, &mut s);
     let _ = s.shutdown(Shutdown::Both);
     let acks = reader.join().unwrap_or(Ok(()));
     result.and(acks)
@@ -156,6 +189,14 @@ fn ship(
     let mut out =
         BufWriter::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(target, "clone", e))?);
     let mut tail = sh.log_tail().map_err(local)?;
+    if sh.log.start_lsn() > pos {
+        return Err(ReplError::Diverged {
+            peer: target.into(),
+            detail: format!(
+                "a restartpoint released the log before its position {pos}: it needs a base backup"
+            ),
+        });
+    }
     // Skip what the next standby holds; its position must be a record boundary of this log.
     let mut held = None;
     while let Some(r) = tail.next_record().map_err(local)? {

@@ -19,6 +19,7 @@
 
 use super::clock::{Cond, LongLock, Task};
 use super::env::Env;
+use super::mirror::MirrorConfig;
 use super::net::Conn;
 use super::replica_log::{decode_record_ref, ReplicaLog, TailReader};
 use super::state::{self, ClusterView, History};
@@ -140,11 +141,15 @@ pub struct PromoteOptions {
     pub epoch: Option<u64>,
     /// How long to wait for each peer while fencing and taking records.
     pub peer_timeout: Duration,
+    /// Promoting into a replicating primary ([`Standby::promote_to_primary`](super::Standby::promote_to_primary)):
+    /// mirror its data pages synchronously to this standby (eager mode with the fail policy
+    /// only, as [`open_primary`](super::open_primary) requires).
+    pub mirror: Option<MirrorConfig>,
 }
 
 impl Default for PromoteOptions {
     fn default() -> Self {
-        Self { force: false, epoch: None, peer_timeout: Duration::from_secs(5) }
+        Self { force: false, epoch: None, peer_timeout: Duration::from_secs(5), mirror: None }
     }
 }
 

@@ -25,7 +25,7 @@ use std::io::{BufReader, BufWriter};
 use std::sync::{Arc, Mutex};
 
 /// Where data pages are mirrored.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MirrorConfig {
     /// The standby's address.
     pub addr: String,

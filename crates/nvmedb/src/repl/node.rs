@@ -28,6 +28,8 @@ use super::disk::{DirDisk, Disk};
 use super::env::Env;
 use super::ha::{Agent, LeaseTiming, SyncSet};
 use super::link::{PromoteOptions, PromoteReport, StandbyConfig};
+use super::mirror::MirrorConfig;
+use super::mode::mode_name;
 use super::open::open_primary_on;
 use super::primary::{ReplConfig, ReplicatedLog, StandbyPolicy};
 use super::standby::Standby;
@@ -82,6 +84,9 @@ pub struct NodeConfig {
     pub env: Env,
     /// The node's files; `None`: the directory `data_dir` ([`DirDisk`]).
     pub disk: Option<Arc<dyn Disk>>,
+    /// Mirror the primary's data pages synchronously to its standby (seed 000's configuration:
+    /// exactly one peer, eager mode; the standby applies no redo, its pages arrive written).
+    pub mirror: bool,
 }
 
 impl NodeConfig {
@@ -111,6 +116,7 @@ impl NodeConfig {
             peer_timeout: Duration::from_secs(3),
             env: Env::system(),
             disk: None,
+            mirror: false,
         }
     }
 
@@ -134,6 +140,16 @@ impl NodeConfig {
         }
         if self.peers.iter().any(|(n, _)| n == &self.name) {
             return bad("ha.peers", format!("node {} is listed among its own peers", self.name));
+        }
+        if self.mirror && (self.peers.len() != 1 || self.mode != ReplicationMode::Eager) {
+            return bad(
+                "ha.mirror",
+                format!(
+                    "data-page mirroring needs exactly one peer and eager mode (here {} peers, {})",
+                    self.peers.len(),
+                    mode_name(self.mode)
+                ),
+            );
         }
         Ok(())
     }
@@ -321,7 +337,8 @@ fn start_standby(sh: &Shared) -> Result<Standby> {
             listen: sh.cfg.listen.clone(),
             data_dir: sh.cfg.data_dir.clone(),
             secret: sh.cfg.secret.clone(),
-            apply: true,
+            // With mirroring the pages arrive written: no redo to apply.
+            apply: !sh.cfg.mirror,
             options: sh.cfg.options.clone(),
         },
         sh.cfg.env.clone(),
@@ -340,6 +357,12 @@ fn repl_config(sh: &Shared, epoch: u64, agent: &Agent) -> ReplConfig {
         env: sh.cfg.env.clone(),
         ..ReplConfig::default()
     }
+}
+
+/// Where a primary of `epoch` mirrors its data pages (its one peer), when the node mirrors.
+fn mirror_config(sh: &Shared, epoch: u64) -> Option<MirrorConfig> {
+    let (_, addr) = sh.cfg.peers.first().filter(|_| sh.cfg.mirror)?;
+    Some(MirrorConfig { addr: addr.clone(), secret: sh.cfg.secret.clone(), epoch })
 }
 
 fn sync_set(sh: &Shared, epoch: u64) -> SyncSet {
@@ -482,7 +505,12 @@ fn standby_tick(
         sb.shutdown();
         drop(sb);
         let opened = bootstrap(sh, new_epoch).and_then(|()| {
-            open_primary_on(sh.disk.as_ref(), sh.cfg.options.clone(), repl_config(sh, new_epoch, agent), None)
+            open_primary_on(
+                sh.disk.as_ref(),
+                sh.cfg.options.clone(),
+                repl_config(sh, new_epoch, agent),
+                mirror_config(sh, new_epoch),
+            )
         });
         return match opened {
             Ok((db, log)) => {
@@ -496,7 +524,12 @@ fn standby_tick(
             }
         };
     }
-    let opts = PromoteOptions { epoch: Some(new_epoch), force: false, peer_timeout: sh.cfg.peer_timeout };
+    let opts = PromoteOptions {
+        epoch: Some(new_epoch),
+        force: false,
+        peer_timeout: sh.cfg.peer_timeout,
+        mirror: mirror_config(sh, new_epoch),
+    };
     match sb.promote_to_primary(&opts, repl_config(sh, new_epoch, agent)) {
         Ok((db, log, rep)) => {
             let lead = Leadership { db, epoch: new_epoch, log };

@@ -18,14 +18,16 @@
 //! - Records are taken from a peer only if the peer's log holds the promoted log's last record
 //!   (same LSN and CRC): the two logs agree up to there.
 
+use super::apply::start_apply;
 use super::env::Env;
 use super::link::{
     adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, PromoteOptions,
     PromoteReport, Shared,
 };
+use super::mirror::{MirrorConfig, MirrorStorage};
 use super::mode::mode_name;
 use super::net::{Conn, Transport};
-use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener};
+use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy};
 use super::replica_log::{encode_record, ReplicaLogOpener};
 use super::state::{write_history, ClusterView};
 use super::wire::{self, FrameType, RefuseCode, Role};
@@ -87,31 +89,22 @@ pub(super) fn promote(
             return Err(e);
         }
     };
-    let _session = sh.log_session.lock();
-    let _mirror = sh.mirror_lock.write_locked();
-    let (log_end, applied) = stop_applying(sh)?;
-    // Records of the new epoch begin at the end of what was received.
-    {
-        let mut h = sh.history.locked();
-        h.begin(epoch, log_end);
-        write_history(sh.state.as_ref(), &h)?;
-    }
-    let handle = Arc::new(Mutex::new(None));
-    let opener: Box<dyn LogOpener> = match replicate {
-        None => Box::new(ReplicaLogOpener(sh.log.clone())),
-        Some(mut config) => {
-            config.epoch = epoch;
-            Box::new(ReplicatedLogOpener {
-                inner: Box::new(ReplicaLogOpener(sh.log.clone())),
-                config,
-                handle: handle.clone(),
-                state: Some(sh.state.clone()),
-                backup: Some(sh.storage.clone()),
-            })
+    let opened = open_promoted(sh, epoch, replicate, opts.mirror.clone());
+    let (db, rlog, log_end, applied) = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            // Still a standby, at the new epoch (the old primary stays refused here). It must
+            // follow whichever primary comes next (which drops what this attempt wrote past the
+            // fork point, or copies it again): accept log connections and fences again, and
+            // apply again.
+            sh.promoting.store(false, Ordering::Release);
+            if let Err(a) = start_apply(sh) {
+                eprintln!("nvmedb standby: restarting the apply thread after a failed promotion: {a}");
+            }
+            eprintln!("nvmedb standby: promotion to epoch {epoch} failed after fencing: {e}");
+            return Err(e);
         }
     };
-    let db = Database::open_with_log(sh.storage.clone(), Some(opener), sh.cfg.options.clone())?;
-    let rlog = handle.locked().take();
     let report = PromoteReport {
         epoch,
         log_end,
@@ -132,6 +125,53 @@ pub(super) fn promote(
     );
     *done = Some(report.clone());
     Ok((db, rlog, report))
+}
+
+/// Stops applying, extends the history, and opens the database on the replica log (a
+/// replicating primary with `replicate`); returns it, its replicated log, the log's end and what
+/// had been applied.
+fn open_promoted(
+    sh: &Arc<Shared>,
+    epoch: u64,
+    replicate: Option<ReplConfig>,
+    mirror: Option<MirrorConfig>,
+) -> Result<(Database, Option<Arc<ReplicatedLog>>, Lsn, Lsn)> {
+    let mut storage = sh.storage.clone();
+    if let (Some(m), Some(config)) = (mirror, &replicate) {
+        if config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }) {
+            return Err(Error::Config {
+                key: "repl.mode".into(),
+                detail: "data-page mirroring needs eager mode with the fail policy".into(),
+            });
+        }
+        storage = Arc::new(MirrorStorage::new_in(storage, MirrorConfig { epoch, ..m }, config.env.clone()));
+    }
+    let _session = sh.log_session.lock();
+    let _mirror = sh.mirror_lock.write_locked();
+    let (log_end, applied) = stop_applying(sh)?;
+    // Records of the new epoch begin at the end of what was received.
+    {
+        let mut h = sh.history.locked();
+        h.begin(epoch, log_end);
+        write_history(sh.state.as_ref(), &h)?;
+    }
+    let handle = Arc::new(Mutex::new(None));
+    let opener: Box<dyn LogOpener> = match replicate {
+        None => Box::new(ReplicaLogOpener(sh.log.clone())),
+        Some(mut config) => {
+            config.epoch = epoch;
+            Box::new(ReplicatedLogOpener {
+                inner: Box::new(ReplicaLogOpener(sh.log.clone())),
+                config,
+                handle: handle.clone(),
+                state: Some(sh.state.clone()),
+                backup: Some(storage.clone()),
+            })
+        }
+    };
+    let db = Database::open_with_log(storage, Some(opener), sh.cfg.options.clone())?;
+    let rlog = handle.locked().take();
+    Ok((db, rlog, log_end, applied))
 }
 
 fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Result<Fencing> {
@@ -227,10 +267,17 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
             "a fenced standby holds the log up to LSN {target}, this one only to {ours}, and its records could not be taken: {}",
             out.unreachable.join("; ")
         );
-        if !opts.force {
+        if view.mode == ReplicationMode::Lazy {
+            // A lazy primary acknowledged without its standbys: their records protect no
+            // acknowledged commit, and a peer's log may have gone another way (its primary went
+            // on after it was superseded). Taking them is best effort; insisting would keep
+            // every candidate from promoting.
+            out.notes.push(format!("lazy mode: {detail}"));
+        } else if !opts.force {
             return Err(ReplError::NotFenced { detail }.into());
+        } else {
+            out.notes.push(format!("forced: {detail}"));
         }
-        out.notes.push(format!("forced: {detail}"));
     }
     Ok(out)
 }
