@@ -74,6 +74,8 @@ pub mod code {
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     /// A transaction-control statement where it makes no sense.
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    /// The object is of the wrong kind for the statement (a change to a statistics view).
+    pub const WRONG_OBJECT_TYPE: &str = "42809";
 }
 
 /// An error reported to a SQL client.

@@ -75,6 +75,12 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Engine options (buffer sizes, log, lock timeout).
     pub options: nvmedb::Options,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`), if any (e.g.
+    /// `127.0.0.1:9187`; port 0 picks a free port).
+    pub metrics: Option<String>,
+    /// The log archive: every finished log segment is copied there
+    /// (`nvmedb::backup::archive`).
+    pub archive: Option<PathBuf>,
 }
 
 /// How long a statement waits for a row lock before it fails with 55P03 (the server's
@@ -97,6 +103,8 @@ impl ServerConfig {
             auth: Auth::Trust,
             max_connections: 100,
             options,
+            metrics: None,
+            archive: None,
         }
     }
 }
@@ -460,12 +468,16 @@ impl SimpleQueryHandler for Conn {
                 for n in st.session.take_notices() {
                     msgs.push(notice(n));
                 }
+                self.shared.engine.sql_stats.statement();
                 match r.and_then(|o| {
                     copy |= matches!(o, Outcome::CopyIn(_));
                     outcome_messages(&mut msgs, o, true, &|_| false, 0)
                 }) {
                     Ok(_) => {}
-                    Err(e) => msgs.push(PgWireBackendMessage::ErrorResponse(error_info(e, "ERROR").into())),
+                    Err(e) => {
+                        self.shared.engine.sql_stats.error(e.code);
+                        msgs.push(PgWireBackendMessage::ErrorResponse(error_info(e, "ERROR").into()))
+                    }
                 }
             }
             (msgs, st.session.status(), copy)
@@ -551,7 +563,8 @@ impl Conn {
     ) -> PgWireResult<(R, Vec<String>)> {
         let (r, status, notices) = self.with(client, |st| {
             let r = f(st);
-            if r.is_err() {
+            if let Err(e) = &r {
+                self.shared.engine.sql_stats.error(e.code);
                 st.session.fail_current_block();
             }
             (r, st.session.status(), st.session.take_notices())
@@ -637,7 +650,10 @@ impl ExtendedQueryHandler for Conn {
             let bin = |i| is_binary(&formats, i);
             let outcome = match portal.pending.take() {
                 Some((rows, tag)) => Outcome::Rows(portal.stmt.columns.clone(), rows.into(), tag),
-                None => st.session.execute(&portal.stmt, &portal.params)?,
+                None => {
+                    self.shared.engine.sql_stats.statement();
+                    st.session.execute(&portal.stmt, &portal.params)?
+                }
             };
             let copy = matches!(outcome, Outcome::CopyIn(_));
             let portal = st.portals.get_mut(&name).expect("looked up above");
@@ -818,6 +834,7 @@ impl CopyHandler for Conn {
 /// A running server (see [`Server::start`]).
 pub struct Server {
     addr: SocketAddr,
+    metrics: Option<nvmedb::metrics::MetricsServer>,
     shared: Arc<Shared>,
     acceptor: Option<std::thread::JoinHandle<()>>,
     workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
@@ -832,13 +849,30 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Opens the database and starts accepting connections in the background.
     pub fn start(config: ServerConfig) -> Result<Server, ServeError> {
-        let db = nvmedb::Database::open(&config.data, config.options.clone()).map_err(ServeError::Engine)?;
+        let db = match &config.archive {
+            None => nvmedb::Database::open(&config.data, config.options.clone()),
+            Some(a) => nvmedb::backup::archive::open_archiving(&config.data, config.options.clone(), a),
+        }
+        .map_err(ServeError::Engine)?;
         Self::start_with(db, config)
     }
 
     /// Starts serving an already open database (`config.data` is ignored).
     pub fn start_with(db: nvmedb::Database, config: ServerConfig) -> Result<Server, ServeError> {
-        let engine = Engine::new(db).map_err(ServeError::Sql)?;
+        Self::start_engine(Engine::new(db).map_err(ServeError::Sql)?, config)
+    }
+
+    /// Starts serving an engine (a database wrapped with what else the server reports, such as
+    /// its replication state: [`Engine::with_replication`]).
+    pub fn start_engine(engine: Arc<Engine>, config: ServerConfig) -> Result<Server, ServeError> {
+        let metrics = match &config.metrics {
+            None => None,
+            Some(a) => {
+                let e = engine.clone();
+                let render: nvmedb::metrics::Render = Arc::new(move || crate::stats::metrics_page(&e));
+                Some(nvmedb::metrics::MetricsServer::start(a, render).map_err(ServeError::Engine)?)
+            }
+        };
         let scram = match &config.auth {
             Auth::Trust => None,
             Auth::Scram { password_file } => Some(Arc::new(ScramSource::load(password_file)?)),
@@ -862,12 +896,17 @@ impl Server {
             .name("nvmedb-accept".into())
             .spawn(move || accept_loop(listener, sh, wk))
             .map_err(|e| ServeError::Io("cannot start the acceptor thread".into(), e))?;
-        Ok(Server { addr, shared, acceptor: Some(acceptor), workers })
+        Ok(Server { addr, metrics, shared, acceptor: Some(acceptor), workers })
     }
 
     /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the metrics endpoint, when [`ServerConfig::metrics`] asked for one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
     }
 
     /// The engine (database and SQL catalog) the server runs on.
@@ -932,6 +971,7 @@ fn accept_loop(
             shared.conns.locked().insert(id, c);
         }
         let n = shared.active.fetch_add(1, Ordering::AcqRel) + 1;
+        shared.engine.sql_stats.connected();
         let refuse = (n > shared.max).then(|| {
             SqlError::new(
                 code::TOO_MANY_CONNECTIONS,
@@ -959,6 +999,7 @@ fn accept_loop(
             }
             sh.conns.locked().remove(&id);
             sh.active.fetch_sub(1, Ordering::AcqRel);
+            sh.engine.sql_stats.disconnected();
         });
         if let Ok(h) = handle {
             let mut w = workers.locked();
@@ -966,6 +1007,7 @@ fn accept_loop(
             w.push(h);
         } else {
             shared.active.fetch_sub(1, Ordering::AcqRel);
+            shared.engine.sql_stats.disconnected();
         }
     }
 }
@@ -974,6 +1016,9 @@ fn accept_loop(
 /// back, a checkpoint is taken).
 pub fn serve(config: ServerConfig) -> Result<(), ServeError> {
     let server = Server::start(config.clone())?;
+    if let Some(m) = server.metrics_addr() {
+        eprintln!("nvmedb: metrics at http://{m}/metrics");
+    }
     eprintln!(
         "nvmedb: serving {} on {} ({}; connect with: psql -h {} -p {} -U $USER nvmedb)",
         config.data.display(),

@@ -25,13 +25,15 @@ use crate::exec::{Exec, Reader};
 use crate::expr::EvalCtx;
 use crate::parse::{self, Parsed};
 use crate::plan::{CopyPlan, OutCol, Planner, Prepared, Stmt};
+use crate::stats::{names_a_view, SqlStats, StatViews};
 use crate::types::{now_micros, Datum, SqlType};
+use nvmedb::metrics::ReplicationSource;
 use nvmedb::util::sync::{CondvarExt, MutexExt};
 use nvmedb::{Database, Transaction};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Bit of [`Gate`]'s state word: a DDL statement holds or wants the gate.
@@ -123,11 +125,27 @@ pub struct Engine {
     pub ddl_timeout: Duration,
     /// Settings SHOW reports that describe the server (buffer size, durability).
     pub server_settings: Vec<(String, String)>,
+    /// The server's counters (statements, errors, connections).
+    pub sql_stats: SqlStats,
+    /// Reads the node's replication state for the metrics and `nvmedb_stat_replication`
+    /// (`None`: the database does not replicate).
+    pub replication: Option<ReplicationSource>,
+    /// The statistics views, made at their first use (`None` in the views' own engine).
+    stat_views: Option<OnceLock<StatViews>>,
 }
 
 impl Engine {
     /// Wraps an open database.
     pub fn new(db: Database) -> SqlResult<Arc<Self>> {
+        Self::with_replication(db, None)
+    }
+
+    /// Wraps an open database whose replication state `replication` reads.
+    pub fn with_replication(db: Database, replication: Option<ReplicationSource>) -> SqlResult<Arc<Self>> {
+        Self::build(db, replication, true)
+    }
+
+    fn build(db: Database, replication: Option<ReplicationSource>, views: bool) -> SqlResult<Arc<Self>> {
         let catalog = Catalog::load(&db)?;
         let buffer_mb = db.table_pool().memory_bytes() / (1 << 20);
         Ok(Arc::new(Self {
@@ -136,7 +154,29 @@ impl Engine {
             gate: Gate::default(),
             ddl_timeout: Duration::from_secs(30),
             server_settings: vec![("shared_buffers".into(), format!("{buffer_mb}MB"))],
+            sql_stats: SqlStats::default(),
+            replication,
+            stat_views: views.then(OnceLock::new),
         }))
+    }
+
+    /// The engine of the statistics views' own database (which has no views of its own).
+    pub(crate) fn for_views(db: Database) -> SqlResult<Arc<Self>> {
+        Self::build(db, None, false)
+    }
+
+    /// The statistics views, when a statement names one (`Ok(None)`: it names none, or this is
+    /// the views' own engine).
+    fn views_for(&self, sql: &str) -> SqlResult<Option<&StatViews>> {
+        let Some(slot) = &self.stat_views else { return Ok(None) };
+        if !names_a_view(sql) {
+            return Ok(None);
+        }
+        if let Some(v) = slot.get() {
+            return Ok(Some(v));
+        }
+        let v = StatViews::new()?;
+        Ok(Some(slot.get_or_init(|| v)))
     }
 }
 
@@ -363,6 +403,9 @@ impl Session {
 
     /// Plans one statement of text (as [`parse::split`] yields them).
     pub fn prepare(&self, text: &str, param_types: &[Option<SqlType>]) -> SqlResult<Arc<Prepared>> {
+        if let Some(v) = self.engine.views_for(text)? {
+            return v.prepare(text, param_types);
+        }
         let version = self.engine.catalog.version();
         let mk = |stmt: Stmt| Prepared {
             sql: text.to_string(),
@@ -530,6 +573,9 @@ impl Session {
         }
         if matches!(self.state, TxnState::Failed) && !matches!(p.stmt, Stmt::Commit | Stmt::Rollback) {
             return Err(failed_block());
+        }
+        if let Some(v) = self.engine.views_for(&p.sql)? {
+            return v.execute(&self.engine, p, params).inspect_err(|_| self.fail_block());
         }
         let p = self.current(p).inspect_err(|_| self.fail_block())?;
         let r = self.run(&p, params);

@@ -237,7 +237,7 @@ pub fn describe_log(
     from: Option<u64>,
     limit: usize,
 ) -> Result<String> {
-    use crate::buffer::mtr::{decode_mtr, PageChange};
+    use crate::buffer::mtr::PageChange;
     use crate::wal::engine::{EngineRecord, TxnOp, TAG_TABLE};
     let segs = crate::wal::live_segments(&copies)?;
     let mut out = String::new();
@@ -263,13 +263,16 @@ pub fn describe_log(
         }
         n += 1;
         let what = match EngineRecord::decode(rec.kind, &rec.payload) {
-            Ok(Some(EngineRecord::Pages { tag, mtr })) => match decode_mtr(mtr) {
+            Ok(Some(EngineRecord::Pages { tag, format, mtr })) => match format.decode(mtr, 0) {
                 Some(m) => {
                     let pages: Vec<String> = m
                         .changes
                         .iter()
                         .map(|(pid, c)| match c {
                             PageChange::FullImage(_) => format!("{pid} full"),
+                            PageChange::NewPage(r) => {
+                                format!("{pid} new, {} B in {} range(s)", r.iter().map(|x| x.1.len()).sum::<usize>(), r.len())
+                            }
                             PageChange::Ranges(r) => {
                                 format!(
                                     "{pid} {} B in {} range(s)",
@@ -277,6 +280,7 @@ pub fn describe_log(
                                     r.len()
                                 )
                             }
+                            PageChange::Ops(o) => format!("{pid} {} B of page operations", o.len()),
                         })
                         .collect();
                     let op = m.annotation.as_deref().and_then(|a| TxnOp::decode(a).ok()).map(|op| {

@@ -135,10 +135,20 @@ pub struct StatusArgs {
     /// The cluster's name (with --ha).
     #[arg(long, default_value = "default")]
     pub cluster: String,
+    /// Print the metrics of the `nvmedb serve` or `nvmedb node` whose --metrics listens at
+    /// this address (counters, gauges, and each histogram's count, sum and mean).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// Prints the status of the standby at `a.addr`, or of the cluster with `--ha`.
 pub fn status(a: &StatusArgs) -> Result<(), CliError> {
+    if let Some(m) = &a.metrics {
+        let page = nvmedb::metrics::scrape(m)
+            .map_err(|e| CliError::flag("--metrics", format!("cannot read http://{m}/metrics: {e}")))?;
+        print!("{}", nvmedb::metrics::summary(&page));
+        return Ok(());
+    }
     if let Some(ha) = &a.ha {
         return super::node::status(&super::node::ClusterArgs { ha: ha.clone(), cluster: a.cluster.clone() });
     }

@@ -14,12 +14,13 @@
 
 use super::link::Shared;
 use super::replica_log::{ShippedRecord, TailReader};
-use crate::buffer::mtr::decode_mtr;
+use crate::buffer::doublewrite::{DoubleWrite, DEFAULT_AREA_BYTES};
+use crate::buffer::mtr::MtrRecord;
 use crate::db::{PageFiles, Redo, RedoPages};
 use crate::error::{Error, Result};
 use crate::table::catalog::CatalogStore;
 use crate::util::sync::MutexExt;
-use crate::wal::engine::{EngineRecord, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
+use crate::wal::engine::{EngineRecord, TAG_TABLE};
 use crate::wal::Lsn;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -62,7 +63,19 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut tail: TailReader = sh.log.tail()?;
     let mut held: Option<(ShippedRecord, u64)> = None;
     let mut gen = sh.apply_gen.load(Ordering::Acquire);
-    let mut pages = RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES);
+    // Pages a crash tore while this standby wrote them back are restored first; write-backs
+    // then go through a new generation of the double-write area, as a primary's do.
+    let sizes = (sh.table_page.load(Ordering::Acquire), sh.index_page.load(Ordering::Acquire));
+    crate::db::repair_torn_pages(
+        sh.storage.as_ref(),
+        PageFiles::One(sh.storage.as_ref()),
+        None,
+        sizes,
+        true,
+    )?;
+    let dw = DoubleWrite::create(sh.storage.as_ref(), DEFAULT_AREA_BYTES)?;
+    let mut pages =
+        RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES, Some(dw));
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
     let clock = sh.env.clock.clone();
@@ -130,30 +143,54 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 continue;
             }
         };
-        if rec.kind == KIND_PAGES_TABLE || rec.kind == KIND_PAGES_INDEX {
-            let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { crate::wal::engine::TAG_INDEX };
-            if let Some(m) = decode_mtr(&rec.payload) {
-                for (pid, change) in &m.changes {
-                    if pages.needs_room(tag, pid.file, pid.page) {
-                        flush(sh, &mut pages, &mut restart, skipped)?;
-                        pages.clear();
-                    }
-                    let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }
-                        .load(Ordering::Acquire);
-                    if pages.apply(tag, *pid, change, rec.end, ps)? == Redo::Unappliable {
-                        // Not appliable yet (promotion's redo decides).
-                        skipped = true;
-                    }
+        if let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? {
+            for (pid, change) in &m.changes {
+                if pages.needs_room(tag, pid.file, pid.page) {
+                    flush(sh, &mut pages, &mut restart, skipped)?;
+                    pages.clear();
+                }
+                let ps =
+                    if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }.load(Ordering::Acquire);
+                if pages.apply(tag, *pid, change, rec.end, ps)? == Redo::Unappliable {
+                    // Not appliable yet (promotion's redo decides).
+                    skipped = true;
                 }
             }
-        }
-        if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
+        } else if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
             EngineRecord::decode(rec.kind, &rec.payload)
         {
             restart = Some((redo, undo));
         }
         sh.applied.store(rec.end, Ordering::Release);
         busy = true;
+    }
+}
+
+/// The page changes a record carries (`None` for the other engine records), decoded for this
+/// standby's page sizes. Every engine record kind is named here; a record of no engine kind,
+/// or one that does not decode, is corruption of the replica log (never skipped).
+pub(super) fn page_changes(
+    sh: &Shared,
+    kind: u8,
+    payload: &[u8],
+    lsn: Lsn,
+) -> Result<Option<(u8, MtrRecord)>> {
+    let corrupt = |detail: String| Error::Corruption { file: "replica log".into(), offset: lsn, detail };
+    match EngineRecord::decode(kind, payload).map_err(corrupt)? {
+        Some(EngineRecord::Pages { tag, format, mtr }) => {
+            let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }.load(Ordering::Acquire);
+            let m =
+                format.decode(mtr, ps).ok_or_else(|| corrupt("page-change record does not decode".into()))?;
+            Ok(Some((tag, m)))
+        }
+        Some(
+            EngineRecord::Commit { .. }
+            | EngineRecord::Abort { .. }
+            | EngineRecord::Checkpoint { .. }
+            | EngineRecord::Recovery(_)
+            | EngineRecord::Catalog(_),
+        ) => Ok(None),
+        None => Err(corrupt(format!("a record of kind {kind} is none of the engine's"))),
     }
 }
 

@@ -48,7 +48,7 @@ mod open;
 mod primary;
 mod promote;
 mod replica_log;
-mod seed;
+pub(crate) mod seed;
 mod standby;
 mod state;
 pub mod wire;
@@ -67,5 +67,5 @@ pub use primary::{
 };
 pub use promote::{admin_promote, admin_promote_in, admin_promote_with};
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
-pub use standby::{admin_status, seed_standby, seed_standby_on, Standby, StandbyDevices};
+pub use standby::{admin_status, seed_standby, seed_standby_on, Standby, StandbyDevices, StandbyPositions};
 pub use state::{ClusterView, History, FIRST_EPOCH};

@@ -22,7 +22,7 @@
 //!   opens the database on the replica log (redo of everything received, undo of unfinished
 //!   transactions, checkpoint).
 
-use super::apply::{start_apply, APPLY_WRITE_BACK_EVERY};
+use super::apply::{page_changes, start_apply, APPLY_WRITE_BACK_EVERY};
 use super::clock::{Cond, LongLock, Task};
 use super::disk::{DirDisk, Disk};
 use super::env::Env;
@@ -39,14 +39,13 @@ use super::replica_log::ReplicaLog;
 use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
-use crate::buffer::mtr::decode_mtr;
 use crate::error::{Error, ReplError, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, MemDevice, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
 use crate::util::bytes::u64_at;
 use crate::util::sync::{MutexExt, RwLockExt};
-use crate::wal::engine::{KIND_PAGES_INDEX, KIND_PAGES_TABLE};
+use crate::wal::engine::TAG_TABLE;
 use crate::wal::Lsn;
 use crate::xlog::ReplicationMode;
 use crate::Database;
@@ -67,6 +66,20 @@ pub struct StandbyDevices {
     /// The emulated device the replica log's writes are charged to (its bytes stay in
     /// `<data>/standby/`, which must then be in RAM); `None`: the file's own `fdatasync`.
     pub log: Option<Arc<EmulatedDevice<MemDevice>>>,
+}
+
+/// A standby's epoch and log positions ([`Standby::positions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StandbyPositions {
+    /// Its epoch.
+    pub epoch: u64,
+    /// The persisted end of the received log (what it acknowledges).
+    pub persisted: Lsn,
+    /// The end of the last record applied to its data files.
+    pub applied: Lsn,
+    /// The primary's acknowledged durable position, as the last frame carried it (the apply
+    /// thread applies up to here).
+    pub primary_acknowledged: Lsn,
 }
 
 /// A running standby. See the module documentation.
@@ -249,6 +262,16 @@ impl Standby {
     /// The end of the last record applied to the data files.
     pub fn applied(&self) -> Lsn {
         self.sh.applied.load(Ordering::Acquire)
+    }
+
+    /// Its epoch and log positions at one moment (the operational metrics).
+    pub fn positions(&self) -> StandbyPositions {
+        StandbyPositions {
+            epoch: self.epoch(),
+            persisted: self.position(),
+            applied: self.applied(),
+            primary_acknowledged: self.sh.safe.load(Ordering::Acquire),
+        }
     }
 
     /// What promotion did, once it has finished and whoever asked for it has been told (for an
@@ -753,11 +776,11 @@ fn page_past(sh: &Shared, fork: Lsn) -> Result<Option<String>> {
     let mut t = sh.log.tail()?;
     let mut seen = std::collections::HashSet::new();
     while let Some(rec) = t.next_record()? {
-        if rec.lsn < fork || (rec.kind != KIND_PAGES_TABLE && rec.kind != KIND_PAGES_INDEX) {
+        if rec.lsn < fork {
             continue;
         }
-        let heap = rec.kind == KIND_PAGES_TABLE;
-        let Some(m) = decode_mtr(&rec.payload) else { continue };
+        let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? else { continue };
+        let heap = tag == TAG_TABLE;
         for (pid, _) in &m.changes {
             if !seen.insert((heap, pid.file, pid.page)) {
                 continue;
