@@ -8,8 +8,10 @@
 //! stream of the byte chunks written into it, each delivered at its send time plus a seeded
 //! latency, never before the chunk before it (so chunks of different connections are
 //! reordered, those of one connection never are). A cut link holds what is sent across it
-//! until it heals (TCP retransmits), a connection attempt across a cut link times out, one to
-//! an address nobody listens on is refused after a round trip. A reset (the nemesis's "drop",
+//! until it heals (TCP retransmits), a connection attempt across a cut link (or to a host that
+//! is down) sends its SYN again after 1, 2, 4, … s and goes through at the first one after the
+//! link healed, or times out; one to an address nobody listens on is refused after a round
+//! trip. A reset (the nemesis's "drop",
 //! or the crash of a node) breaks a connection: both ends' reads and writes fail from one
 //! latency later. A node that crashes loses its listeners and connections; the peers see their
 //! connections reset (as when the node's kernel, or its restarted kernel, answers with a reset:
@@ -270,24 +272,38 @@ fn refused(addr: &str, e: std::io::Error) -> ReplError {
 impl Transport for NodeNet {
     fn connect(&self, addr: &str, timeout: Duration) -> Result<Box<dyn Conn>, ReplError> {
         let sim = &self.net.sim;
-        let now = sim.now();
-        let mut st = self.net.lock();
-        if self.dead(&st) {
-            return Err(refused(addr, io_err(std::io::ErrorKind::NotConnected, "this node is down")));
-        }
-        let target = st.listeners.get(addr).map(|l| (l.node.clone(), l.group));
+        let deadline = sim.now() + timeout;
         let host = addr.split(':').next().unwrap_or(addr).to_string();
-        let to = target.as_ref().map_or(host.clone(), |t| t.0.clone());
-        let cut = st.cut.contains(&(self.node.clone(), to.clone()))
-            || st.cut.contains(&(to.clone(), self.node.clone()));
-        let host_up = st.alive.contains_key(&to);
-        let rtt = latency(&mut st, &self.node, &to) + latency(&mut st, &to, &self.node);
-        if cut || !host_up {
-            // The SYN is lost (or nobody answers): the attempt times out.
+        // TCP's SYN retransmissions: the first after 1 s, then after 2, 4, … s more.
+        let mut rto = Duration::from_secs(1);
+        let mut syn_at = sim.now();
+        let (mut st, target, to) = loop {
+            let st = self.net.lock();
+            if self.dead(&st) {
+                return Err(refused(addr, io_err(std::io::ErrorKind::NotConnected, "this node is down")));
+            }
+            let target = st.listeners.get(addr).map(|l| (l.node.clone(), l.group));
+            let to = target.as_ref().map_or(host.clone(), |t| t.0.clone());
+            let cut = st.cut.contains(&(self.node.clone(), to.clone()))
+                || st.cut.contains(&(to.clone(), self.node.clone()));
+            if !cut && st.alive.contains_key(&to) {
+                break (st, target, to);
+            }
+            // The SYN is lost (or nobody answers): it is sent again, until the attempt times
+            // out (an attempt across a link that heals meanwhile goes through).
             drop(st);
-            sim.park(Some(timeout));
-            return Err(refused(addr, io_err(std::io::ErrorKind::TimedOut, "connection timed out")));
-        }
+            syn_at += rto;
+            rto *= 2;
+            let until = syn_at.min(deadline);
+            while sim.now() < until {
+                sim.park(Some(until - sim.now()));
+            }
+            if sim.now() >= deadline {
+                return Err(refused(addr, io_err(std::io::ErrorKind::TimedOut, "connection timed out")));
+            }
+        };
+        let now = sim.now();
+        let rtt = latency(&mut st, &self.node, &to) + latency(&mut st, &to, &self.node);
         let Some((node, group)) = target else {
             drop(st);
             sim.park(Some(rtt));

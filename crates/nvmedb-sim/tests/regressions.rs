@@ -132,3 +132,12 @@ fn seed_45_a_replica_log_ending_inside_a_block_opens() {
 fn seed_75_lazy_promotion_does_not_insist_on_a_diverged_peer() {
     replay(Schedule::from_seed(75));
 }
+
+/// A mirrored pair: the new primary's page mirror connected to its standby while a partition
+/// cut them off, and the simulated connection attempt then waited its whole 30 s timeout
+/// although the partition healed at once (real TCP sends the SYN again after 1, 2, 4, … s). The
+/// simulated network now retransmits SYNs; no commit was at risk.
+#[test]
+fn seed_752_a_connection_attempt_goes_through_once_the_partition_heals() {
+    replay(Schedule::from_seed(752));
+}
