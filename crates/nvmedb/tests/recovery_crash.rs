@@ -276,6 +276,28 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
                 dev.sync().unwrap();
             }
         }
+        if damage == "remove-mirror" {
+            // A log that was duplexed remembers its mirror: with the mirror gone, the open
+            // refuses (naming it) rather than going on with one copy unnoticed.
+            let e = disks
+                .open(&cut, options())
+                .err()
+                .unwrap_or_else(|| panic!("{ctx}: opened without its mirror"));
+            assert!(e.to_string().contains("log_mirror_dir"), "{ctx}: {e}");
+            // The remedy the error names: the mirror restored from the surviving copy.
+            let (a, b) = (&disks.0.log_a, &disks.0.log_b);
+            for name in a.list().unwrap().into_iter().filter(|n| n != "mirror") {
+                let src = a.device(&name).unwrap();
+                let dst = b.open(&name, true).unwrap();
+                dst.ensure_capacity(src.capacity()).unwrap();
+                let mut buf = nvmedb::io::AlignedBuf::new(4096);
+                for block in 0..src.capacity() / 4096 {
+                    src.read_at(block * 4096, &mut buf).unwrap();
+                    dst.write_at(block * 4096, &buf).unwrap();
+                }
+                dst.sync().unwrap();
+            }
+        }
         let db = disks.open(&cut, options()).unwrap_or_else(|e| panic!("{ctx}: recovery: {e}"));
         check(&db, &model, None, &ctx);
     }

@@ -175,10 +175,6 @@ impl Database {
     /// usable).
     pub fn close(self) -> Result<()> {
         self.checkpoint()?;
-        if self.inner.txn.read_only {
-            // A read-only opener writes nothing, its access statistics included.
-            return Ok(());
-        }
         self.save_access_stats()
     }
 }

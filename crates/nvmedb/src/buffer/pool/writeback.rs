@@ -386,6 +386,13 @@ impl BufferPool {
                 });
                 let ns = (start.elapsed().as_nanos() as u64).saturating_sub(in_place_ns);
                 part.io_wait_ns.fetch_add(ns, Relaxed);
+                // Shared among the pages' files by page count, so per-file device time still
+                // adds up to the partition's.
+                let n = pages.len().max(1) as u64;
+                for (i, (_, file, ..)) in pages.iter().enumerate() {
+                    let share = ns / n + u64::from((i as u64) < ns % n);
+                    file.io.io_wait_ns.fetch_add(share, Relaxed);
+                }
                 r
             }
             None => self.write_in_place(part, &pages, background),
