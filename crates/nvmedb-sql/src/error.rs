@@ -74,6 +74,10 @@ pub mod code {
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     /// A transaction-control statement where it makes no sense.
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    /// A statement waited too long (a standby that did not apply `nvmedb.min_lsn` in time).
+    pub const QUERY_CANCELED: &str = "57014";
+    /// A change on a read-only server (a standby serving reads).
+    pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     /// The object is of the wrong kind for the statement (a change to a statistics view).
     pub const WRONG_OBJECT_TYPE: &str = "42809";
 }
@@ -157,6 +161,7 @@ impl SqlError {
                 Self::new(code::STRING_DATA_RIGHT_TRUNCATION, m.clone())
             }
             E::InvalidArgument(m) => Self::new(code::INVALID_PARAMETER_VALUE, m.clone()),
+            E::ReadOnly(m) => Self::new(code::READ_ONLY_SQL_TRANSACTION, m.clone()),
             E::Io(_) => Self::new(code::IO_ERROR, e.to_string()),
             E::Corruption { .. } => Self::new(code::DATA_CORRUPTED, e.to_string()),
             _ => Self::new(code::INTERNAL_ERROR, e.to_string()),

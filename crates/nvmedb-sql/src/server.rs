@@ -212,6 +212,17 @@ struct Portal {
     pending: Option<(VecDeque<Vec<Datum>>, String)>,
 }
 
+/// Settings SHOW reports for a snapshot (its LSN and lag).
+pub type SnapshotSettings = Vec<(&'static str, String)>;
+
+/// Where a server serving reads of a standby gets the engine each statement runs on
+/// ([`crate::standby::StandbyReads`]).
+pub trait ReadSnapshots: Send + Sync {
+    /// The engine of a snapshot holding at least LSN `at_least`, and the settings SHOW then
+    /// reports.
+    fn engine(&self, at_least: u64) -> SqlResult<(Arc<Engine>, SnapshotSettings)>;
+}
+
 /// One connection's state behind its handlers.
 struct ConnState {
     session: Session,
@@ -222,6 +233,8 @@ struct ConnState {
 /// Shared across connections.
 struct Shared {
     engine: Arc<Engine>,
+    /// A standby serving reads: idle sessions move to its latest snapshot before each message.
+    reads: Option<Arc<dyn ReadSnapshots>>,
     active: AtomicUsize,
     max: usize,
     next_pid: AtomicI32,
@@ -246,6 +259,29 @@ impl Conn {
             statements: HashMap::new(),
             portals: HashMap::new(),
         });
+        if let Some(reads) = &self.shared.reads {
+            if st.session.status() == TxStatus::Idle {
+                let min =
+                    st.session.setting("nvmedb.min_lsn").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                match reads.engine(min) {
+                    Ok((engine, settings)) => {
+                        st.session.use_engine(engine, &settings);
+                    }
+                    Err(e) => {
+                        return self.with_error(st, e, f);
+                    }
+                }
+            }
+        }
+        f(st)
+    }
+}
+
+impl Conn {
+    /// Runs `f` after a standby could not give the snapshot the session asked for: its next
+    /// statement fails with that error instead of running.
+    fn with_error<R>(&self, st: &mut ConnState, e: SqlError, f: impl FnOnce(&mut ConnState) -> R) -> R {
+        st.session.fail_next(e);
         f(st)
     }
 }
@@ -865,6 +901,25 @@ impl Server {
     /// Starts serving an engine (a database wrapped with what else the server reports, such as
     /// its replication state: [`Engine::with_replication`]).
     pub fn start_engine(engine: Arc<Engine>, config: ServerConfig) -> Result<Server, ServeError> {
+        Self::start_inner(engine, None, config)
+    }
+
+    /// Starts serving reads of a standby: each statement of an idle session runs on the
+    /// snapshot `reads` gives (see [`crate::standby`]); `config.data` and `config.options` are
+    /// not used.
+    pub fn start_reads(
+        reads: Arc<crate::standby::StandbyReads>,
+        config: ServerConfig,
+    ) -> Result<Server, ServeError> {
+        let engine = reads.fresh().map_err(ServeError::Sql)?;
+        Self::start_inner(engine, Some(reads), config)
+    }
+
+    fn start_inner(
+        engine: Arc<Engine>,
+        reads: Option<Arc<dyn ReadSnapshots>>,
+        config: ServerConfig,
+    ) -> Result<Server, ServeError> {
         let metrics = match &config.metrics {
             None => None,
             Some(a) => {
@@ -882,6 +937,7 @@ impl Server {
         let addr = listener.local_addr().map_err(|e| ServeError::Io("local address".into(), e))?;
         let shared = Arc::new(Shared {
             engine,
+            reads,
             active: AtomicUsize::new(0),
             max: config.max_connections.max(1),
             next_pid: AtomicI32::new(std::process::id() as i32 % 100_000 * 1000),
@@ -929,6 +985,9 @@ impl Server {
         let workers: Vec<_> = self.workers.locked().drain(..).collect();
         for w in workers {
             let _ = w.join();
+        }
+        if self.shared.reads.is_some() {
+            return Ok(());
         }
         self.shared.engine.db.checkpoint().map_err(ServeError::Engine)
     }

@@ -326,6 +326,8 @@ pub struct Session {
     /// Tables this session's transaction block created or truncated (a COPY into one of
     /// them, still empty, is a bulk load).
     fresh: HashSet<String>,
+    /// The error the next statement fails with instead of running ([`Session::fail_next`]).
+    pending: Option<SqlError>,
 }
 
 impl std::fmt::Debug for Session {
@@ -374,12 +376,38 @@ impl Session {
             copy: None,
             notices: Vec::new(),
             fresh: HashSet::new(),
+            pending: None,
         }
     }
 
     /// The engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// Makes the next statement fail with `e` instead of running (a standby that could not
+    /// give the snapshot the session asked for).
+    pub fn fail_next(&mut self, e: SqlError) {
+        self.pending = Some(e);
+    }
+
+    /// Moves an idle session (no transaction block, no COPY) to `engine`, with `settings` set
+    /// as SHOW reports them (a standby serving reads gives each statement the latest snapshot
+    /// and its position and lag); its cached plans go. Returns false, changing nothing, when
+    /// the session is not idle.
+    pub fn use_engine(&mut self, engine: Arc<Engine>, settings: &[(&str, String)]) -> bool {
+        if !matches!(self.state, TxnState::Idle) || self.copy.is_some() || self.holds_gate {
+            return false;
+        }
+        if !Arc::ptr_eq(&self.engine, &engine) {
+            self.engine = engine;
+            self.cache.clear();
+            self.fresh.clear();
+        }
+        for (k, v) in settings {
+            self.settings.insert(k.to_string(), v.clone());
+        }
+        true
     }
 
     /// Transaction status.
@@ -478,6 +506,9 @@ impl Session {
     }
 
     fn simple_one(&mut self, text: &str) -> SqlResult<Outcome> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
         let cached = self.cache.get(text).cloned();
         let p = match cached {
             Some(p) => p,
@@ -568,6 +599,9 @@ impl Session {
 
     /// Runs a prepared statement with bound parameters.
     pub fn execute(&mut self, p: &Arc<Prepared>, params: &[Datum]) -> SqlResult<Outcome> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
         if self.copy.is_some() {
             return Err(SqlError::new(code::PROTOCOL_VIOLATION, "a COPY is in progress"));
         }
@@ -1033,6 +1067,11 @@ fn lookup_setting(settings: &HashMap<String, String>, engine: &Engine, name: &st
     let name = name.to_ascii_lowercase();
     if let Some(v) = settings.get(&name) {
         return Some(v.clone());
+    }
+    if name == "nvmedb.durable_lsn" {
+        // The log's durable end: a standby that applied it holds every commit acknowledged
+        // before (read-your-writes on a standby: `SET nvmedb.min_lsn` there).
+        return engine.db.engine_log().map(|l| l.record_log().durable_lsn().to_string());
     }
     if let Some((_, v)) = engine.server_settings.iter().find(|(k, _)| *k == name) {
         return Some(v.clone());

@@ -410,7 +410,7 @@ fn range_visits_intervals_tile_the_range_and_hold_their_entries() {
             hi,
             |from, upto| Ok((from.map(<[u8]>::to_vec), upto.map(<[u8]>::to_vec))),
             |entries, (from, upto)| {
-                visits.push((from, upto, entries.iter().map(|(k, _)| k.clone()).collect()));
+                visits.push((from, upto, entries.iter().map(|(k, _)| k.to_vec()).collect()));
                 Ok(true)
             },
         )

@@ -87,6 +87,8 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     // Applied something since it last waited.
     let mut busy = false;
     loop {
+        // Read snapshots register between two records (see `reads`).
+        let step = sh.read_step.locked();
         if sh.apply_stop.load(Ordering::Acquire) {
             return flush(sh, &mut pages, &mut restart, skipped);
         }
@@ -115,6 +117,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     flush(sh, &mut pages, &mut restart, skipped)?;
                     last_write_back = clock.now();
                 }
+                drop(step);
                 let g = sh.apply_mx.locked();
                 if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
                     sh.apply_cv.notify_all();
@@ -222,7 +225,13 @@ fn flush(
         cat.checkpoint_undo_lsn = cat.checkpoint_undo_lsn.max(undo);
         store.store(&cat)?;
     }
-    let released = sh.log.truncate_before(redo.min(undo))?;
+    // A read snapshot copying the log needs it from the catalog it saw: release nothing then
+    // (the next restartpoint will).
+    let released = if sh.snapshot_copies.load(Ordering::Acquire) > 0 {
+        0
+    } else {
+        sh.log.truncate_before(redo.min(undo))?
+    };
     let mut c = sh.counters.locked();
     c.restartpoints += 1;
     c.log_released += released;

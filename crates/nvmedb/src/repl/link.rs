@@ -127,6 +127,15 @@ pub(super) struct Shared {
     pub(super) apply_thread: Mutex<Option<Task<()>>>,
     pub(super) table_page: AtomicUsize,
     pub(super) index_page: AtomicUsize,
+    /// The data storage keeping what live read snapshots would lose ([`Standby::read_snapshot`](super::Standby::read_snapshot)).
+    pub(super) cow: Arc<super::reads::CowStorage>,
+    /// Held by the apply thread while it applies one record or writes pages back; a read
+    /// snapshot registers under it, so it starts between two records.
+    pub(super) read_step: Mutex<()>,
+    /// Read snapshots copying the replica log: it releases nothing meanwhile.
+    pub(super) snapshot_copies: AtomicUsize,
+    /// Read snapshots taken (names their scratch logs).
+    pub(super) snapshots_taken: AtomicU64,
 }
 
 /// How a promotion is done.

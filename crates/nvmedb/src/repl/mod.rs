@@ -47,6 +47,7 @@ pub mod node;
 mod open;
 mod primary;
 mod promote;
+pub mod reads;
 mod replica_log;
 pub(crate) mod seed;
 mod standby;
@@ -66,6 +67,7 @@ pub use primary::{
     StandbyStatus,
 };
 pub use promote::{admin_promote, admin_promote_in, admin_promote_with};
+pub use reads::StandbySnapshot;
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
 pub use standby::{admin_status, seed_standby, seed_standby_on, Standby, StandbyDevices, StandbyPositions};
 pub use state::{ClusterView, History, FIRST_EPOCH};

@@ -155,6 +155,8 @@ impl Standby {
                 detail: "an empty secret is not allowed".into(),
             });
         }
+        let cow = Arc::new(super::reads::CowStorage::new(storage));
+        let storage: Arc<dyn Storage> = cow.clone();
         // Without a catalog the directory holds no complete copy: it waits for a base backup.
         let cat = if storage.exists(crate::db::CATALOG_FILE) {
             let (_, cat) = CatalogStore::load(storage.open(crate::db::CATALOG_FILE, false)?)?;
@@ -227,6 +229,10 @@ impl Standby {
             apply_thread: Mutex::new(None),
             table_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.table_page_size as usize)),
             index_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.index_page_size as usize)),
+            cow,
+            read_step: Mutex::new(()),
+            snapshot_copies: AtomicUsize::new(0),
+            snapshots_taken: AtomicU64::new(0),
             cfg,
         });
         let (s2, l2) = (sh.clone(), listener.clone());
@@ -301,6 +307,67 @@ impl Standby {
     /// The synchronous set the last primary announced (what promotion fences).
     pub fn cluster(&self) -> Option<ClusterView> {
         self.sh.cluster.locked().clone()
+    }
+
+    /// A read-only database holding exactly the primary's transactions committed at or before
+    /// the position this standby has applied now (a prefix of the primary's commits, never
+    /// part of a transaction), with the lag it was taken at. Read-your-writes: call
+    /// [`Standby::wait_applied`] with the commit's LSN first. Applying goes on meanwhile: it
+    /// waits for the snapshot only to register between two records, and keeps, while the
+    /// snapshot lives, the old contents of the blocks it overwrites. Building it copies the log
+    /// from the standby's restartpoint and redoes it in memory (see `repl::reads`).
+    pub fn read_snapshot(&self) -> Result<super::reads::StandbySnapshot> {
+        let sh = &self.sh;
+        if !sh.seeded.load(Ordering::Acquire) || !sh.cfg.apply {
+            return Err(Error::Config {
+                key: "standby reads".into(),
+                detail: format!(
+                    "the standby in {} {}",
+                    sh.cfg.data_dir.display(),
+                    if sh.cfg.apply {
+                        "holds no copy yet (waiting for a base backup)"
+                    } else {
+                        "does not apply the log (data-page mirroring)"
+                    }
+                ),
+            });
+        }
+        if sh.promoting.load(Ordering::Acquire) {
+            return Err(Error::Config {
+                key: "standby reads".into(),
+                detail: "the standby is being promoted".into(),
+            });
+        }
+        let (pres, lsn, acknowledged) = {
+            let _step = sh.read_step.locked();
+            let pres = sh.cow.register()?;
+            sh.snapshot_copies.fetch_add(1, Ordering::AcqRel);
+            (pres, sh.applied.load(Ordering::Acquire), sh.safe.load(Ordering::Acquire))
+        };
+        let n = sh.snapshots_taken.fetch_add(1, Ordering::Relaxed);
+        let shm = Path::new("/dev/shm");
+        let scratch = if shm.is_dir() {
+            shm.join(format!(
+                "nvmedb-standby-read-{}-{:x}-{n}",
+                std::process::id(),
+                self as *const _ as usize
+            ))
+        } else {
+            sh.cfg.data_dir.join("standby-reads").join(n.to_string())
+        };
+        let release = || {
+            sh.snapshot_copies.fetch_sub(1, Ordering::AcqRel);
+        };
+        super::reads::build(
+            &sh.cow,
+            pres,
+            lsn,
+            acknowledged.max(lsn),
+            &sh.log,
+            scratch,
+            &sh.cfg.options,
+            release,
+        )
     }
 
     /// Blocks until the apply thread has applied everything up to `lsn` or `timeout` passes;
