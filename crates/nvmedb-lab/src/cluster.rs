@@ -38,6 +38,22 @@ pub struct ClusterSpec {
     pub ttl: u64,
     /// Cluster name in etcd.
     pub name: String,
+    /// Where the members and nodes are reachable and how each node is launched; `None`: all
+    /// on loopback, nodes started directly.
+    pub hosts: Option<ClusterHosts>,
+}
+
+/// Addresses and launchers for a cluster off loopback (e.g. each node in a network namespace
+/// of its own).
+#[derive(Debug, Clone)]
+pub struct ClusterHosts {
+    /// The address etcd answers clients on.
+    pub etcd: String,
+    /// Each node's replication address (`ip:port`).
+    pub nodes: Vec<String>,
+    /// Each node's command prefix (e.g. `ip netns exec <ns>`); it must exec the node, so that
+    /// signals reach it.
+    pub launch: Vec<Vec<String>>,
 }
 
 impl ClusterSpec {
@@ -52,6 +68,7 @@ impl ClusterSpec {
             mode: "quorum:1".into(),
             ttl,
             name: "t".into(),
+            hosts: None,
         }
     }
 }
@@ -133,16 +150,25 @@ impl Cluster {
     /// Starts the etcd members and every node.
     pub fn start(spec: ClusterSpec) -> Result<Self> {
         std::fs::create_dir_all(&spec.dir).map_err(LabError::io(&spec.dir, "create directory"))?;
-        let etcd = LocalEtcd::start(&spec.dir.join("etcd"), spec.etcd_members, Duration::from_secs(30))
-            .map_err(|e| failed("starting etcd members", e.to_string()))?;
+        let etcd_host = spec.hosts.as_ref().map_or("127.0.0.1", |h| h.etcd.as_str());
+        let etcd = LocalEtcd::start_on(
+            &spec.dir.join("etcd"),
+            spec.etcd_members,
+            Duration::from_secs(30),
+            etcd_host,
+        )
+        .map_err(|e| failed("starting etcd members", e.to_string()))?;
         let store = EtcdStore::connect(&etcd.url(), Duration::from_secs(3))
             .map_err(|e| failed("connecting to etcd", e.to_string()))?;
         let secret = spec.dir.join("secret");
         std::fs::write(&secret, "nvmedb-cluster-secret\n").map_err(LabError::io(&secret, "write"))?;
-        let addrs = (0..spec.nodes)
-            .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
-            .collect::<std::io::Result<_>>()
-            .map_err(LabError::io(&spec.dir, "picking free ports"))?;
+        let addrs = match &spec.hosts {
+            Some(h) => h.nodes.clone(),
+            None => (0..spec.nodes)
+                .map(|_| free_port().map(|p| format!("127.0.0.1:{p}")))
+                .collect::<std::io::Result<_>>()
+                .map_err(LabError::io(&spec.dir, "picking free ports"))?,
+        };
         let mut c = Self {
             procs: (0..spec.nodes).map(|_| None).collect(),
             spec,
@@ -175,7 +201,14 @@ impl Cluster {
     /// Starts node `i` (again).
     pub fn spawn(&mut self, i: usize) -> Result<()> {
         let s = &self.spec;
-        let mut cmd = Command::new(&s.exe);
+        let mut cmd = match s.hosts.as_ref().and_then(|h| h.launch.get(i)).filter(|l| !l.is_empty()) {
+            Some(l) => {
+                let mut c = Command::new(&l[0]);
+                c.args(&l[1..]).arg(&s.exe);
+                c
+            }
+            None => Command::new(&s.exe),
+        };
         cmd.args(["node", "--ha", &self.etcd.url(), "--cluster", &s.name, "--name", &format!("n{i}")])
             .arg("--data")
             .arg(self.node_dir(i))

@@ -1,6 +1,7 @@
 //! A standby's log flushes on its own: `N` group commits of one 200-byte record each into a
-//! new [`ReplicaLog`] in `DIR` (append at the primary's LSNs, then `sync`: one buffered write
-//! and one `fdatasync`), with the syncs per second and the p50/p99 time of a sync. Compare with
+//! new [`ReplicaLog`] in `DIR/standby/` as a node keeps it (append at the primary's LSNs, then
+//! `sync`: one write of the block holding the log's end, through the page cache, and one
+//! `fdatasync`), with the syncs per second and the p50/p99 time of a sync. Compare with
 //! fio's 4 KiB write + fdatasync on the same disk, run just before or after:
 //! `fio --name=w --filename=DIR/fio --size=64M --rw=write --bs=4k --fdatasync=1 --runtime=5 --time_based`.
 //!
@@ -9,8 +10,7 @@
 //! ```
 //! `DIR` is removed first and left behind afterwards.
 
-use nvmedb::repl::ReplicaLog;
-use std::path::Path;
+use nvmedb::repl::{DirDisk, Disk, ReplicaLog};
 use std::time::Instant;
 
 fn main() -> nvmedb::Result<()> {
@@ -28,7 +28,7 @@ fn main() -> nvmedb::Result<()> {
         }
     };
     let _ = std::fs::remove_dir_all(dir);
-    let log = ReplicaLog::open(Path::new(dir), 0)?;
+    let log = ReplicaLog::open(DirDisk::new(dir).replica()?, 0)?;
     let payload = vec![7u8; 200];
     let (mut lsn, mut us) = (0u64, Vec::with_capacity(n));
     let t0 = Instant::now();

@@ -5,6 +5,12 @@
 //! Paths through the crate root's re-exports (`crate::{Error, Database}`) count as imports of
 //! the module the root takes them from (read from `lib.rs`). Comments and `#[cfg(test)] mod`
 //! blocks (unit tests may build a whole database) are not imports of the layer.
+//!
+//! Inside a layer whose files must not import each other in a circle ([`ACYCLIC_DIRS`]: `repl/`),
+//! every `super::` and `crate::<layer>::` path is an import of the sibling file it names, or of
+//! `mod.rs` when it names an item `mod.rs` re-exports; `mod.rs`'s `pub use` lines import the
+//! files they name. No file may import a file that imports it back, directly or around a
+//! longer circle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -206,6 +212,170 @@ fn error_types_are_imported_from_the_error_module() {
         }
     }
     assert!(violations.is_empty(), "error types named through the crate root:\n{}", violations.join("\n"));
+}
+
+/// Layers whose files import each other one way only.
+const ACYCLIC_DIRS: &[&str] = &["repl"];
+
+/// The sibling files that `code` (the non-test code of a file of `layer/`) imports, by module
+/// name (`mod` for `mod.rs`); `siblings` are the module names of the layer's files.
+fn sibling_imports(layer: &str, own: &str, code: &str, siblings: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut add = |rest: &str| {
+        let names = if rest.starts_with('{') {
+            group_heads(rest)
+        } else {
+            vec![rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()]
+        };
+        for n in names {
+            if n == "self" || n.is_empty() {
+                continue;
+            }
+            out.insert(if siblings.contains(&n) { n } else { "mod".to_string() });
+        }
+    };
+    // In `mod.rs`, `super::` is the layer above.
+    let prefixes = if own == "mod" {
+        vec![format!("crate::{layer}::")]
+    } else {
+        vec![format!("crate::{layer}::"), "super::".to_string()]
+    };
+    for p in &prefixes {
+        for (at, _) in code.match_indices(p.as_str()) {
+            let before = &code[..at];
+            if before.ends_with(|c: char| c.is_alphanumeric() || c == '_') || before.ends_with("::") {
+                continue; // `mycrate::`, or `super::super::`
+            }
+            // `super::super::x` (from a module nested in the file) names sibling `x` too.
+            let mut rest = &code[at + p.len()..];
+            while let Some(r) = rest.strip_prefix("super::") {
+                rest = r;
+            }
+            add(rest);
+        }
+    }
+    if own == "mod" {
+        // `pub use child::{..}` / `use child::..` in mod.rs import the child.
+        for line in code.lines() {
+            let t = line.trim_start();
+            let Some(u) = t.strip_prefix("pub use ").or_else(|| t.strip_prefix("use ")) else { continue };
+            let head: String = u.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if siblings.contains(&head) {
+                out.insert(head);
+            }
+        }
+    }
+    out.remove(own);
+    out
+}
+
+/// A circle in `graph` (module → modules it imports), if any, as the modules along it.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_string(), 1);
+        stack.push(n.to_string());
+        for m in graph.get(n).into_iter().flatten() {
+            match state.get(m.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let at = stack.iter().position(|s| s == m).expect("on the stack");
+                    let mut c = stack[at..].to_vec();
+                    c.push(m.clone());
+                    return Some(c);
+                }
+                0 => {
+                    if let Some(c) = visit(m, graph, state, stack) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in graph.keys() {
+        if state.get(n.as_str()).copied().unwrap_or(0) == 0 {
+            if let Some(c) = visit(n, graph, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// The import graph of the files directly in `src/<layer>/`.
+fn layer_graph(layer: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let dir = src().join(layer);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    let stem = |p: &Path| p.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
+    let mut siblings: BTreeSet<String> = files.iter().map(|p| stem(p)).collect();
+    // Sub-directories are modules too.
+    for e in std::fs::read_dir(&dir).expect("layer dir") {
+        let p = e.expect("directory entry").path();
+        if p.is_dir() {
+            siblings.insert(stem(&p));
+        }
+    }
+    let mut graph = BTreeMap::new();
+    for f in &files {
+        let own = stem(f);
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        graph.insert(own.clone(), sibling_imports(layer, &own, &code_of(name, &text), &siblings));
+    }
+    graph
+}
+
+#[test]
+fn no_file_of_repl_imports_a_file_that_imports_it_back() {
+    for layer in ACYCLIC_DIRS {
+        let graph = layer_graph(layer);
+        let mut pairs = Vec::new();
+        for (a, deps) in &graph {
+            for b in deps {
+                if a < b && graph.get(b).is_some_and(|d| d.contains(a)) {
+                    pairs.push(format!("{layer}/{a}.rs <-> {layer}/{b}.rs"));
+                }
+            }
+        }
+        assert!(pairs.is_empty(), "files of {layer}/ that import each other:\n{}", pairs.join("\n"));
+        if let Some(c) = find_cycle(&graph) {
+            panic!("files of {layer}/ import each other in a circle: {}", c.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_cycle_check_sees_sibling_and_re_exported_imports() {
+    let siblings: BTreeSet<String> = ["mod", "a", "b", "c"].iter().map(|s| s.to_string()).collect();
+    let code =
+        "use super::a::X;\nuse super::{b, Item};\nfn f() { crate::repl::c::g(); super::super::x(); }\n";
+    let got = sibling_imports("repl", "c", code, &siblings);
+    assert_eq!(got, ["a", "b", "mod"].iter().map(|s| s.to_string()).collect());
+    let modrs = "mod a;\npub use a::X;\npub use crate::error::E;\n";
+    assert_eq!(
+        sibling_imports("repl", "mod", modrs, &siblings),
+        ["a"].iter().map(|s| s.to_string()).collect()
+    );
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.insert("a".into(), ["b".to_string()].into());
+    g.insert("b".into(), ["c".to_string()].into());
+    g.insert("c".into(), BTreeSet::new());
+    assert_eq!(find_cycle(&g), None);
+    g.insert("c".into(), ["a".to_string()].into());
+    assert_eq!(find_cycle(&g), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
 }
 
 #[test]

@@ -43,3 +43,35 @@ fn chain_mode_forwards_records_along_the_chain() {
     db2.table("t").unwrap().check_integrity().unwrap();
     db2.close().unwrap();
 }
+
+/// A chain member with no copy of the database gets its base backup from the standby before
+/// it (a forwarder sends its own), then follows; promoted, it holds every acknowledged commit.
+#[test]
+fn a_chain_member_without_a_copy_is_seeded_by_the_standby_before_it() {
+    let (p, dirs) = setup_n("chain-seed", 1);
+    let empty = tmp("chain-seed-empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let first = standby(&dirs[0], true);
+    let last = standby(&empty, true);
+    assert!(!last.is_seeded());
+    let addrs = vec![first.addr(), last.addr()];
+    let (db, log) =
+        open_primary(&p, options(), config(addrs, ReplicationMode::Chain, fail_after(60_000)), None).unwrap();
+    let t = db.table("t").unwrap();
+    for k in 0..ROWS {
+        t.update_int(&Value::Int(k), 1, 7000 + k).unwrap();
+    }
+    let st = log.status();
+    assert!(last.is_seeded(), "{}", last.status());
+    assert!(last.status().contains("base backups 1"), "{}", last.status());
+    assert!(st.standbys[1].shadow >= st.durable, "{st}");
+    drop(t);
+    drop(db);
+    drop(log);
+    let (db2, _) = last.promote().unwrap();
+    for k in 0..ROWS {
+        assert_eq!(c1(&db2, k), 7000 + k, "row {k}");
+    }
+    db2.table("t").unwrap().check_integrity().unwrap();
+    db2.close().unwrap();
+}

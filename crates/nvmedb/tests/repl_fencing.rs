@@ -243,3 +243,45 @@ fn promotion_refuses_when_the_synchronous_set_cannot_be_fenced() {
     drop(db);
     drop(log);
 }
+
+/// A promotion that fails after fencing (here: the promoted primary's first commit cannot reach
+/// its standby) leaves a standby that accepts fences and primaries again: a peer promoting next
+/// (quorum 1 of 2 must fence both) can fence it. Before, the standby stayed "being promoted" and
+/// refused every later fence and primary, so no one could ever promote.
+#[test]
+fn a_promotion_that_fails_after_fencing_leaves_a_working_standby() {
+    let (p, dirs) = setup_n("failedpromo", 2);
+    let s0 = standby(&dirs[0], true);
+    let s1 = standby(&dirs[1], true);
+    let addrs = vec![s0.addr(), s1.addr()];
+    let (db, log) =
+        open_primary(&p, options(), config(addrs, ReplicationMode::Quorum(1), fail_after(30_000)), None)
+            .unwrap();
+    let t = db.table("t").unwrap();
+    for k in 0..20 {
+        t.update_int(&Value::Int(k), 1, 500 + k).unwrap();
+    }
+    drop(t);
+    drop(db);
+    drop(log);
+    // s0 fences s1 (and itself), then opens as a primary of a standby nobody runs: its first
+    // commit times out, and the promotion fails.
+    let cfg = config(vec![dead_addr()], ReplicationMode::Eager, fail_after(300));
+    let e = s0
+        .promote_to_primary(
+            &PromoteOptions { peer_timeout: Duration::from_secs(2), ..Default::default() },
+            cfg,
+        )
+        .unwrap_err();
+    assert!(!matches!(e, Error::Replication(ReplError::NotFenced { .. })), "fencing itself succeeded: {e}");
+    assert!(!s0.is_promoted(), "a failed promotion leaves a standby");
+    // s1 promotes next and must fence s0 too.
+    let (db2, rep) = s1
+        .promote_with(&PromoteOptions { peer_timeout: Duration::from_secs(2), ..Default::default() })
+        .unwrap_or_else(|e| panic!("s0 refused the fence: {e}\n{}", s0.status()));
+    assert_eq!(rep.fenced.len(), 1, "{rep:?}");
+    for k in 0..20 {
+        assert_eq!(c1(&db2, k), 500 + k, "row {k}");
+    }
+    db2.close().unwrap();
+}

@@ -221,6 +221,7 @@ pub fn backup(from: &Path, to: &Path, progress: &mut dyn FnMut(&str, u64)) -> Re
                     id,
                     at / ps as u64,
                     &mut buf[k * ps..(k + 1) * ps],
+                    &crate::repl::clock::SystemClock,
                 )?;
             }
             crc = crate::util::crc32c_append(crc, &buf[..n]);

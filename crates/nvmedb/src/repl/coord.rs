@@ -3,9 +3,9 @@
 //! Owns: [`CoordStore`] — leases with a time to live, keys that can be bound to a lease (they
 //! vanish when it expires), and the two conditional writes leader election needs (create a key
 //! only if absent; replace a key only at the revision it was read at) — and [`MemStore`], the
-//! in-memory simulated implementation on an injected clock ([`SimClock`]), with partitions
-//! (a client cut off from the store) for tests. [`conformance`] is the one test suite every
-//! implementation passes.
+//! in-memory simulated implementation on an injected [`Clock`] (a [`SimClock`] that tests move
+//! by hand, or the deterministic simulator's clock), with partitions (a client cut off from the
+//! store) for tests. [`conformance`] is the one test suite every implementation passes.
 //!
 //! Invariants (of every implementation):
 //! - A lease granted with TTL t and last renewed at time r expires at r + t; from then on its
@@ -13,6 +13,7 @@
 //! - Revisions increase with every write to the store; `create` succeeds for one caller only;
 //!   `replace` succeeds only if the key still has the revision the caller read.
 
+use super::clock::{Clock, Sched};
 use crate::util::sync::MutexExt;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,19 +83,34 @@ pub trait CoordStore: Send + Sync {
     fn delete_at(&self, key: &str, revision: u64) -> Result<bool, CoordError>;
 }
 
-/// A clock tests move by hand (nanoseconds since an arbitrary start).
+/// A clock tests move by hand (nanoseconds since an arbitrary start): time moves only by
+/// [`SimClock::advance`] (and by [`Clock::sleep`], which advances it instead of waiting).
+/// Threads and waits are real ones.
 #[derive(Debug, Default)]
 pub struct SimClock(AtomicU64);
 
 impl SimClock {
-    /// Now.
-    pub fn now(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Acquire))
-    }
-
     /// Moves time forward.
     pub fn advance(&self, d: Duration) {
         self.0.fetch_add(d.as_nanos() as u64, Ordering::AcqRel);
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Acquire))
+    }
+
+    fn unix_ns(&self) -> u128 {
+        self.now().as_nanos()
+    }
+
+    fn sched(&self) -> Option<Arc<dyn Sched>> {
+        None
+    }
+
+    fn sleep(&self, d: Duration) {
+        self.advance(d);
     }
 }
 
@@ -136,13 +152,13 @@ impl MemState {
 #[derive(Clone)]
 pub struct MemStore {
     state: Arc<Mutex<MemState>>,
-    clock: Arc<SimClock>,
+    clock: Arc<dyn Clock>,
     cut: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl MemStore {
     /// A new, empty store on `clock`.
-    pub fn new(clock: Arc<SimClock>) -> Self {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self { state: Arc::default(), clock, cut: Arc::default() }
     }
 

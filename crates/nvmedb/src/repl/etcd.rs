@@ -250,6 +250,8 @@ pub struct LocalEtcd {
     members: Vec<LocalMember>,
     cluster: String,
     token: String,
+    /// The address clients reach the members at (their peers talk on loopback).
+    host: String,
 }
 
 struct LocalMember {
@@ -269,9 +271,16 @@ impl LocalEtcd {
     /// Starts `n` members (`etcd` must be on the PATH: Debian's `etcd-server`) with their data
     /// in `dir` and waits until the cluster answers (at most `wait`).
     pub fn start(dir: &Path, n: usize, wait: Duration) -> Result<Self, CoordError> {
+        Self::start_on(dir, n, wait, "127.0.0.1")
+    }
+
+    /// [`LocalEtcd::start`] with the members answering clients on `host` (an address of this
+    /// machine, e.g. a bridge that nodes in network namespaces reach); their peer traffic stays
+    /// on loopback.
+    pub fn start_on(dir: &Path, n: usize, wait: Duration, host: &str) -> Result<Self, CoordError> {
         let mut last = String::new();
         for attempt in 0..3 {
-            match Self::try_start(dir, n, wait, attempt) {
+            match Self::try_start(dir, n, wait, attempt, host) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = e.to_string(),
             }
@@ -282,7 +291,13 @@ impl LocalEtcd {
         )))
     }
 
-    fn try_start(dir: &Path, n: usize, wait: Duration, attempt: usize) -> Result<Self, CoordError> {
+    fn try_start(
+        dir: &Path,
+        n: usize,
+        wait: Duration,
+        attempt: usize,
+        host: &str,
+    ) -> Result<Self, CoordError> {
         let io = |what: &str, e: std::io::Error| CoordError::Unavailable(format!("{what}: {e}"));
         let mut members = Vec::new();
         for i in 0..n {
@@ -301,7 +316,7 @@ impl LocalEtcd {
         let token = format!("nvmedb-{}-{attempt}-{}", std::process::id(), free_port().unwrap_or(0));
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(|e| io(&format!("creating {}", dir.display()), e))?;
-        let mut c = Self { dir: dir.to_path_buf(), members, cluster, token };
+        let mut c = Self { dir: dir.to_path_buf(), members, cluster, token, host: host.to_string() };
         for i in 0..n {
             c.spawn(i)?;
         }
@@ -323,9 +338,9 @@ impl LocalEtcd {
             .arg("--data-dir")
             .arg(&data)
             .arg("--listen-client-urls")
-            .arg(format!("http://127.0.0.1:{}", m.client))
+            .arg(format!("http://{}:{}", self.host, m.client))
             .arg("--advertise-client-urls")
-            .arg(format!("http://127.0.0.1:{}", m.client))
+            .arg(format!("http://{}:{}", self.host, m.client))
             .arg("--listen-peer-urls")
             .arg(format!("http://127.0.0.1:{}", m.peer))
             .arg("--initial-advertise-peer-urls")
@@ -380,9 +395,9 @@ impl LocalEtcd {
         }
     }
 
-    /// `etcd://127.0.0.1:p1,127.0.0.1:p2,...` for every member.
+    /// `etcd://host:p1,host:p2,...` for every member.
     pub fn url(&self) -> String {
-        let eps: Vec<String> = self.members.iter().map(|m| format!("127.0.0.1:{}", m.client)).collect();
+        let eps: Vec<String> = self.members.iter().map(|m| format!("{}:{}", self.host, m.client)).collect();
         format!("etcd://{}", eps.join(","))
     }
 
@@ -403,7 +418,7 @@ impl LocalEtcd {
             if m.child.is_none() {
                 continue;
             }
-            let ep = format!("http://127.0.0.1:{}", m.client);
+            let ep = format!("http://{}:{}", self.host, m.client);
             let st = rt.block_on(async {
                 tokio::time::timeout(Duration::from_secs(1), async {
                     let mut c = Client::connect([ep.as_str()], None).await?;

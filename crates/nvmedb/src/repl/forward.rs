@@ -1,13 +1,17 @@
 //! Chain forwarding: in chain mode the primary ships to the first standby only, and standby k
 //! ships what it holds to standby k+1.
 //!
-//! Owns: a standby's [`Forwarder`] (one thread and connection to the next standby of the
-//! chain: it ships the records durable here, in log order, at the primary's LSNs and epoch,
-//! with the primary's acknowledged position; its acknowledgement reader relays the rest of the
-//! chain's positions upstream) and [`ack_payload`], the acknowledgement a standby sends.
+//! Owns: a standby's forwarder (one thread and connection to the next standby of the chain: it
+//! ships the records durable here, in log order, at the primary's LSNs and epoch, with the
+//! primary's acknowledged position, and sends the next standby a base backup of this one when
+//! it holds no usable copy; its acknowledgement reader relays the rest of the chain's positions
+//! upstream).
 //!
 //! Invariants:
 //! - Only records durable in this standby's log are forwarded (store and forward).
+//! - The next standby is shipped to only from a position this log still holds: one behind this
+//!   log's start (released at a restartpoint) is refused for a base backup, never shipped from
+//!   the first record held (which would leave a gap it acknowledges past).
 //! - An acknowledgement lists this standby's persisted position, then the positions the rest
 //!   of the chain reported, in chain order; it is built and sent under one lock, so the
 //!   positions a primary receives on one connection never go back.
@@ -15,76 +19,41 @@
 //!   (promotion, fencing, a new primary) it stops: a new primary's synchronous set starts a
 //!   new one.
 
-use super::replica_log::encode_record;
-use super::standby::Shared;
+use super::link::{ack_payload, Forwarder, Shared};
+use super::net::Conn;
+use super::replica_log::{encode_record, ReplicaLogHandle};
+use super::seed;
 use super::state::ClusterView;
 use super::wire::{self, FrameType, Role};
-use super::ReplError;
+use crate::error::ReplError;
 use crate::util::sync::MutexExt;
 use crate::wal::Lsn;
 use std::io::BufWriter;
-use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// The forwarding thread of a standby in a chain.
-pub(super) struct Forwarder {
-    /// The next standby's address.
-    pub(super) target: String,
-    stop: Arc<AtomicBool>,
-    conn: Arc<Mutex<Option<TcpStream>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Forwarder {
-    /// Starts forwarding to `view.members[view.me]` (the view as the next standby must see it).
-    pub(super) fn start(sh: &Arc<Shared>, view: ClusterView) -> Option<Self> {
-        let target = view.members.get(view.me?)?.clone();
-        let stop = Arc::new(AtomicBool::new(false));
-        let conn = Arc::new(Mutex::new(None));
-        let (s2, stop2, conn2, t2) = (sh.clone(), stop.clone(), conn.clone(), target.clone());
-        let epoch = sh.epoch.load(Ordering::Acquire);
-        let thread = std::thread::Builder::new()
-            .name("nvmedb-forward".into())
-            .spawn(move || {
-                while !stop2.load(Ordering::Acquire) && s2.epoch.load(Ordering::Acquire) == epoch {
-                    if let Err(e) = forward_once(&s2, &t2, &view, epoch, &stop2, &conn2) {
-                        s2.note_forward_error(&format!("forwarding to {t2}: {e}"));
-                    }
-                    *conn2.locked() = None;
-                    std::thread::sleep(Duration::from_millis(100));
+/// Starts forwarding to `view.members[view.me]` (the view as the next standby must see it).
+pub(super) fn start(sh: &Arc<Shared>, view: ClusterView) -> Option<Forwarder> {
+    let target = view.members.get(view.me?)?.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let conn = Arc::new(Mutex::new(None));
+    let (s2, stop2, conn2, t2) = (sh.clone(), stop.clone(), conn.clone(), target.clone());
+    let epoch = sh.epoch.load(Ordering::Acquire);
+    let clock = sh.env.clock.clone();
+    let thread = clock
+        .spawn("nvmedb-forward", move || {
+            while !stop2.load(Ordering::Acquire) && s2.epoch.load(Ordering::Acquire) == epoch {
+                if let Err(e) = forward_once(&s2, &t2, &view, epoch, &stop2, &conn2) {
+                    s2.note_forward_error(&format!("forwarding to {t2}: {e}"));
                 }
-            })
-            .ok()?;
-        Some(Self { target, stop, conn, thread: Some(thread) })
-    }
-
-    /// True once its thread has ended (its epoch moved on).
-    pub(super) fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
-    }
-
-    /// Stops the thread and closes its connection.
-    pub(super) fn stop(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(c) = self.conn.locked().take() {
-            let _ = c.shutdown(Shutdown::Both);
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The acknowledgement payload: this standby's persisted position, then the rest of the chain's.
-pub(super) fn ack_payload(sh: &Shared, own: Lsn) -> Vec<u8> {
-    let mut p = own.to_le_bytes().to_vec();
-    for d in sh.downstream.locked().iter() {
-        p.extend_from_slice(&d.to_le_bytes());
-    }
-    p
+                *conn2.locked() = None;
+                s2.env.clock.sleep(Duration::from_millis(100));
+            }
+        })
+        .ok()?;
+    Some(Forwarder { target, stop, conn, thread: Some(thread) })
 }
 
 /// Sends an acknowledgement upstream on the current log connection (after the next standby
@@ -104,9 +73,9 @@ fn forward_once(
     view: &ClusterView,
     epoch: u64,
     stop: &AtomicBool,
-    conn: &Mutex<Option<TcpStream>>,
+    conn: &Mutex<Option<Box<dyn Conn>>>,
 ) -> Result<(), ReplError> {
-    let mut s = wire::connect(target, Duration::from_secs(2))?;
+    let mut s = sh.env.net.connect(target, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| ReplError::io(target, "timeout", e))?;
     let history = sh.history.locked().encode();
     let w = wire::client_handshake_with(
@@ -119,11 +88,39 @@ fn forward_once(
         &history,
     )?;
     s.set_read_timeout(None).map_err(|e| ReplError::io(target, "timeout", e))?;
+    let mut pos = w.position;
     if w.flags & wire::WELCOME_NEEDS_BASE_BACKUP != 0 {
-        return Err(ReplError::Diverged {
-            peer: target.into(),
-            detail: "the next standby of the chain needs a base backup: seed it from the primary".into(),
-        });
+        // The next standby holds no usable copy: this one sends its own, as a primary does (its
+        // data files, and its log from its catalog's checkpoint positions on, which its
+        // restartpoints keep).
+        let kept = AtomicU64::new(0);
+        let log = ReplicaLogHandle(sh.log.clone());
+        pos = seed::send_base_backup(
+            &log,
+            epoch,
+            &kept,
+            sh.storage.as_ref(),
+            target,
+            &mut s,
+            sh.env.clock.as_ref(),
+        )?;
+    }
+    if pos < sh.log.start_lsn() {
+        // This log no longer holds what the next standby lacks (a restartpoint released it):
+        // shipping from the first record held would leave a gap. It takes a base backup when it
+        // next connects.
+        let why = format!(
+            "reseed: its position {pos} lies before this standby's log, which begins at {}",
+            sh.log.start_lsn()
+        );
+        let _ = wire::write_frame(
+            &mut s,
+            target,
+            epoch,
+            FrameType::Refused,
+            &wire::refuse_payload(wire::RefuseCode::Diverged, &why),
+        );
+        return Err(ReplError::Diverged { peer: target.into(), detail: why });
     }
     wire::write_frame(&mut s, target, epoch, FrameType::Cluster, view.encode().as_bytes())?;
     *conn.locked() = s.try_clone().ok();
@@ -132,7 +129,8 @@ fn forward_once(
     let reader = {
         let (sh, dead, target) = (sh.clone(), dead.clone(), target.to_string());
         let mut rs = s.try_clone().map_err(|e| ReplError::io(&target, "clone", e))?;
-        std::thread::spawn(move || {
+        let clock = sh.env.clock.clone();
+        clock.spawn("nvmedb-forward-acks", move || {
             let r = (|| -> Result<(), ReplError> {
                 while let Some(f) = wire::read_frame(&mut rs, &target)? {
                     match f.kind {
@@ -162,8 +160,9 @@ fn forward_once(
             let _ = rs.shutdown(Shutdown::Both);
             r
         })
-    };
-    let result = ship(sh, target, epoch, w.position, stop, &dead, &mut s);
+    }
+    .map_err(|e| ReplError::io(target, "start the acknowledgement reader", e))?;
+    let result = ship(sh, target, epoch, pos, stop, &dead, &mut s);
     let _ = s.shutdown(Shutdown::Both);
     let acks = reader.join().unwrap_or(Ok(()));
     result.and(acks)
@@ -181,7 +180,7 @@ fn ship(
     pos: Lsn,
     stop: &AtomicBool,
     dead: &AtomicBool,
-    s: &mut TcpStream,
+    s: &mut Box<dyn Conn>,
 ) -> Result<(), ReplError> {
     let local = |e: crate::error::Error| ReplError::Protocol {
         peer: target.into(),
@@ -190,6 +189,14 @@ fn ship(
     let mut out =
         BufWriter::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(target, "clone", e))?);
     let mut tail = sh.log_tail().map_err(local)?;
+    if sh.log.start_lsn() > pos {
+        return Err(ReplError::Diverged {
+            peer: target.into(),
+            detail: format!(
+                "a restartpoint released the log before its position {pos}: it needs a base backup"
+            ),
+        });
+    }
     // Skip what the next standby holds; its position must be a record boundary of this log.
     let mut held = None;
     while let Some(r) = tail.next_record().map_err(local)? {

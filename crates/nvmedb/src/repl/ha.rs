@@ -19,11 +19,13 @@
 //! - Only a member of the recorded synchronous set may take over: it holds every acknowledged
 //!   commit (eager), or its promotion fences n−k+1 of the set and takes their records (quorum).
 
+use super::clock::{Clock, SystemClock};
 use super::coord::{CoordError, CoordStore, LeaseId};
+use super::mode::{mode_name, parse_mode};
 use super::primary::AckGate;
-use super::{mode_name, parse_mode, ReplicationMode};
+use crate::xlog::ReplicationMode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The synchronous set a primary acknowledges with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,11 +77,23 @@ pub struct Agent {
     lease: Option<LeaseId>,
     member_lease: Option<LeaseId>,
     gate: Arc<AckGate>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Agent {
     /// An agent for node `name` of the cluster under `prefix`; its gate starts closed.
     pub fn new(store: Arc<dyn CoordStore>, prefix: &str, name: &str, timing: LeaseTiming) -> Self {
+        Self::with_clock(store, prefix, name, timing, SystemClock::shared())
+    }
+
+    /// [`Agent::new`] whose gate deadlines are on `clock` (the node's).
+    pub fn with_clock(
+        store: Arc<dyn CoordStore>,
+        prefix: &str,
+        name: &str,
+        timing: LeaseTiming,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
             store,
             prefix: prefix.trim_end_matches('/').to_string(),
@@ -87,7 +101,8 @@ impl Agent {
             timing,
             lease: None,
             member_lease: None,
-            gate: AckGate::closed(),
+            gate: AckGate::closed_on(clock.clone()),
+            clock,
         }
     }
 
@@ -180,7 +195,7 @@ impl Agent {
     /// leader and must step down).
     pub fn renew(&mut self) -> Result<bool, CoordError> {
         let Some(l) = self.lease else { return Ok(false) };
-        let sent = Instant::now();
+        let sent = self.clock.now();
         match self.store.keep_alive(l) {
             Ok(()) => {
                 self.gate.open_until(sent + self.timing.ttl.saturating_sub(self.timing.margin));
@@ -238,7 +253,7 @@ impl Agent {
         if self.eligible(self.sync_set()?.as_ref(), view_epoch).is_err() {
             return Ok(None);
         }
-        let sent = Instant::now();
+        let sent = self.clock.now();
         let lease = self.store.grant(self.timing.ttl)?;
         // Reserve the next epoch first (compare-and-swap on the counter), then the key.
         let (rev, last) = match self.store.get(&self.key("epoch"))? {
@@ -449,7 +464,7 @@ mod tests {
     fn a_primary_cut_off_from_the_store_closes_its_gate_before_its_lease_can_expire() {
         let timing = LeaseTiming { ttl: Duration::from_millis(400), margin: Duration::from_millis(150) };
         let (_, _, mut a) = agents(1, timing);
-        let clock_start = Instant::now();
+        let clock_start = std::time::Instant::now();
         a[0].try_take_over(1, None).unwrap().expect("leads");
         assert!(a[0].gate().is_open());
         // No renewal reaches the store (here: none is sent). The gate closes on its own at

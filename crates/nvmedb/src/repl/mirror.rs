@@ -14,17 +14,18 @@
 //! engine then treats it like a failed disk write (never a silent local-only write). Reads are
 //! local only.
 
+use super::env::Env;
+use super::net;
 use super::wire::{self, FrameType, Role};
-use super::ReplError;
+use crate::error::ReplError;
 use crate::io::{Device, DeviceInfo, IoError, IoOpKind, IoRequest, IoResult, Storage};
 use crate::util::sync::MutexExt;
 use std::io::Write;
 use std::io::{BufReader, BufWriter};
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 /// Where data pages are mirrored.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MirrorConfig {
     /// The standby's address.
     pub addr: String,
@@ -38,20 +39,20 @@ pub struct MirrorConfig {
 pub const MIRROR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 struct Conn {
-    r: BufReader<TcpStream>,
-    w: BufWriter<TcpStream>,
+    r: BufReader<Box<dyn net::Conn>>,
+    w: BufWriter<Box<dyn net::Conn>>,
 }
 
 struct Pool {
     cfg: MirrorConfig,
+    env: Env,
     idle: Mutex<Vec<Conn>>,
 }
 
 impl Pool {
     fn connect(&self) -> Result<Conn, ReplError> {
         let a = &self.cfg.addr;
-        let mut s = TcpStream::connect(a).map_err(|e| ReplError::io(a, "connect", e))?;
-        s.set_nodelay(true).map_err(|e| ReplError::io(a, "nodelay", e))?;
+        let mut s = self.env.net.connect(a, MIRROR_TIMEOUT)?;
         // A standby that stops answering turns a mirrored write into an I/O error, not a hang.
         s.set_read_timeout(Some(MIRROR_TIMEOUT)).map_err(|e| ReplError::io(a, "timeout", e))?;
         wire::client_handshake(&mut s, a, &self.cfg.secret, Role::Mirror, self.cfg.epoch, 0)?;
@@ -119,7 +120,12 @@ pub struct MirrorStorage {
 impl MirrorStorage {
     /// Wraps `inner`; connections are made on first use.
     pub fn new(inner: Arc<dyn Storage>, cfg: MirrorConfig) -> Self {
-        Self { inner, pool: Arc::new(Pool { cfg, idle: Mutex::new(Vec::new()) }) }
+        Self::new_in(inner, cfg, Env::system())
+    }
+
+    /// [`MirrorStorage::new`] whose connections are made through `env`.
+    pub fn new_in(inner: Arc<dyn Storage>, cfg: MirrorConfig, env: Env) -> Self {
+        Self { inner, pool: Arc::new(Pool { cfg, env, idle: Mutex::new(Vec::new()) }) }
     }
 }
 

@@ -10,6 +10,14 @@
 //! ([`wire`]: CRC32C-checked frames, each carrying the sender's epoch, and an HMAC-SHA256
 //! challenge/response handshake on a shared secret).
 //!
+//! Seams (each with a real and a simulated implementation, so the whole cluster runs under the
+//! deterministic simulator, `nvmedb-sim`): [`clock`] (time, waits and threads), [`net`] (TCP or
+//! an in-memory network), [`disk`] (a node's files, all through `io::Storage`: a directory or a
+//! crash-simulated disk) and [`coord`] (etcd or an in-memory store). [`Env`] carries a node's
+//! clock and network. The files import each other one way only (`tests/layers.rs`): the
+//! standby's shared state lives in `link.rs`, which the standby, apply, forwarding, promotion
+//! and base-backup code all use.
+//!
 //! Invariants:
 //! - A commit is acknowledged only when the local log is durable up to it and the shadow
 //!   counters satisfy the mode in force (eager: all standbys; quorum k; chain: the last;
@@ -22,13 +30,21 @@
 //!   demoted primary cannot get acknowledgements (and so cannot acknowledge commits) from a
 //!   standby that has seen a newer primary or was promoted.
 
+mod apply;
+pub mod clock;
 pub mod coord;
+pub mod disk;
+pub mod env;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 mod forward;
 pub mod ha;
+mod link;
 mod mirror;
+mod mode;
+pub mod net;
 pub mod node;
+mod open;
 mod primary;
 mod promote;
 pub mod reads;
@@ -40,137 +56,18 @@ pub mod wire;
 
 pub use crate::error::ReplError;
 pub use crate::xlog::{LinkState, ReplicationMode};
+pub use disk::{read_cluster, read_epoch, read_history, DirDisk, Disk};
+pub use env::Env;
+pub use link::{PromoteOptions, PromoteReport, StandbyConfig};
 pub use mirror::{MirrorConfig, MirrorStorage};
+pub use mode::{mode_name, parse_mode};
+pub use open::{open_primary, open_primary_on, open_primary_with, read_secret};
 pub use primary::{
     AckGate, PrimaryNode, ReplConfig, ReplStatus, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy,
     StandbyStatus,
 };
-pub use promote::{admin_promote, admin_promote_with, PromoteOptions, PromoteReport};
+pub use promote::{admin_promote, admin_promote_in, admin_promote_with};
 pub use reads::StandbySnapshot;
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
-pub use standby::{admin_status, seed_standby, Standby, StandbyConfig, StandbyDevices, StandbyPositions};
-pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
-
-use crate::util::sync::MutexExt;
-
-/// Parses a mode name: `lazy`, `eager`, `chain`, `quorum:K`.
-pub fn parse_mode(s: &str) -> Option<ReplicationMode> {
-    match s {
-        "lazy" => Some(ReplicationMode::Lazy),
-        "eager" => Some(ReplicationMode::Eager),
-        "chain" => Some(ReplicationMode::Chain),
-        _ => s.strip_prefix("quorum:").and_then(|k| k.parse().ok()).map(ReplicationMode::Quorum),
-    }
-}
-
-/// The name [`parse_mode`] reads back.
-pub fn mode_name(mode: ReplicationMode) -> String {
-    match mode {
-        ReplicationMode::Lazy => "lazy".into(),
-        ReplicationMode::Eager => "eager".into(),
-        ReplicationMode::Chain => "chain".into(),
-        ReplicationMode::Quorum(k) => format!("quorum:{k}"),
-    }
-}
-
-/// Reads a shared secret from a file (trailing whitespace removed); an empty secret is a
-/// configuration error naming the file.
-pub fn read_secret(path: &std::path::Path) -> crate::error::Result<Vec<u8>> {
-    let b = std::fs::read(path).map_err(|e| crate::error::Error::Config {
-        key: "secret-file".into(),
-        detail: format!("cannot read {}: {e}", path.display()),
-    })?;
-    let n = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(0, |p| p + 1);
-    if n == 0 {
-        return Err(crate::error::Error::Config {
-            key: "secret-file".into(),
-            detail: format!("{} is empty", path.display()),
-        });
-    }
-    Ok(b[..n].to_vec())
-}
-
-/// Opens (or creates) the database in directory `path` as a replicating primary: its log is
-/// the usual file log (`<path>/wal`, duplexed when [`Options::log_mirror`](crate::Options::log_mirror)
-/// names a mirror) — or, in a former standby's directory, its replica log — wrapped in a
-/// [`ReplicatedLog`]; with `mirror`, data-file writes are also
-/// mirrored synchronously ([`MirrorStorage`]). A standby is seeded from this directory while
-/// the database is closed ([`seed_standby`]), or starts empty and takes a base backup from the
-/// running primary (as does a standby that cannot follow this primary's log). Mirroring needs eager mode and
-/// the fail policy (a page must never reach the standby before its log). The primary runs at
-/// the larger of `config.epoch` and the epoch stored in `path` (a promoted standby's directory
-/// keeps the epoch it was promoted to), and stores it before shipping anything. Returns the
-/// database and the replicated log (for [`ReplicatedLog::status`]).
-pub fn open_primary(
-    path: &std::path::Path,
-    options: crate::Options,
-    config: ReplConfig,
-    mirror: Option<MirrorConfig>,
-) -> crate::error::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
-    use crate::io::{DirStorage, FileOptions, Storage};
-    use std::sync::Arc;
-    let fo = FileOptions::default();
-    let storage: Arc<dyn Storage> = Arc::new(DirStorage::new(path, fo)?);
-    let file_log = crate::wal::FileLogOpener {
-        copies: options.file_log_copies(path)?,
-        options: options.wal_options.clone(),
-    };
-    // A former standby's directory keeps its replica log (the LSNs go on where the standby's
-    // left off, so its own standbys can follow it) unless a file log was started since.
-    let replica = path.join("standby");
-    let log: Box<dyn crate::wal::LogOpener> =
-        if replica.join("log.start").exists() && crate::wal::LogOpener::is_empty(&file_log)? {
-            Box::new(ReplicaLogOpener(ReplicaLog::open(&replica, 0)?))
-        } else {
-            Box::new(file_log)
-        };
-    open_primary_with(storage, log, path, options, config, mirror)
-}
-
-/// [`open_primary`] over any storage and local log: `storage` holds the data files (for example
-/// an emulated device profile over a directory, which standbys are seeded from), `log` opens
-/// the local log (the duplexed file log on any two storages, or the fast log) that is wrapped
-/// in a [`ReplicatedLog`], and `state_dir` keeps the primary's epoch. The rules of
-/// [`open_primary`] apply: mirroring needs eager mode with the fail policy, and the primary
-/// runs at the larger of `config.epoch` and the epoch stored in `state_dir`.
-pub fn open_primary_with(
-    storage: std::sync::Arc<dyn crate::io::Storage>,
-    log: Box<dyn crate::wal::LogOpener>,
-    state_dir: &std::path::Path,
-    options: crate::Options,
-    mut config: ReplConfig,
-    mirror: Option<MirrorConfig>,
-) -> crate::error::Result<(crate::Database, std::sync::Arc<ReplicatedLog>)> {
-    use std::sync::{Arc, Mutex};
-    if mirror.is_some()
-        && (config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }))
-    {
-        // A mirrored page may only reach the standby after the log covering it did, or
-        // promotion could find changes it can neither redo nor undo.
-        return Err(crate::error::Error::Config {
-            key: "repl.mode".into(),
-            detail: "data-page mirroring needs eager mode with the fail policy".into(),
-        });
-    }
-    config.epoch = config.epoch.max(state::read_epoch(state_dir)?);
-    state::write_epoch(state_dir, config.epoch)?;
-    let storage: Arc<dyn crate::io::Storage> = match mirror {
-        Some(m) => Arc::new(MirrorStorage::new(storage, m)),
-        None => storage,
-    };
-    let backup = storage.clone();
-    let handle = Arc::new(Mutex::new(None));
-    let opener = ReplicatedLogOpener {
-        inner: log,
-        config,
-        handle: handle.clone(),
-        state_dir: Some(state_dir.to_path_buf()),
-        backup: Some(backup),
-    };
-    let db = crate::Database::open_with_log(storage, Some(Box::new(opener)), options)?;
-    let log = handle.locked().take().ok_or_else(|| crate::error::Error::Config {
-        key: "wal".into(),
-        detail: "replication needs the write-ahead log".into(),
-    })?;
-    Ok((db, log))
-}
+pub use standby::{admin_status, seed_standby, seed_standby_on, Standby, StandbyDevices, StandbyPositions};
+pub use state::{ClusterView, History, FIRST_EPOCH};

@@ -22,20 +22,26 @@
 //! - The data directory is used by one role at a time: the standby restarts only after the
 //!   primary's database is closed (its directory lock is free).
 
+use super::clock::{Clock, Cond, Task};
 use super::coord::{CoordError, CoordStore};
+use super::disk::{DirDisk, Disk};
+use super::env::Env;
 use super::ha::{Agent, LeaseTiming, SyncSet};
-use super::{
-    open_primary, PromoteOptions, PromoteReport, ReplConfig, ReplicatedLog, ReplicationMode, Standby,
-    StandbyConfig, StandbyPolicy,
-};
+use super::link::{PromoteOptions, PromoteReport, StandbyConfig};
+use super::mirror::MirrorConfig;
+use super::mode::mode_name;
+use super::open::open_primary_on;
+use super::primary::{ReplConfig, ReplicatedLog, StandbyPolicy};
+use super::standby::Standby;
+use super::state::epoch_in;
 use crate::error::{Error, Result};
-use crate::util::sync::{CondvarExt, MutexExt};
+use crate::util::sync::MutexExt;
+use crate::xlog::ReplicationMode;
 use crate::{Database, Options};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Creates a fresh cluster's tables (called once, by the node that bootstraps the cluster).
 pub type BootstrapFn = Arc<dyn Fn(&Database) -> Result<()> + Send + Sync>;
@@ -74,6 +80,13 @@ pub struct NodeConfig {
     pub bootstrap: Option<BootstrapFn>,
     /// How long to wait for peers while fencing and taking records at promotion.
     pub peer_timeout: Duration,
+    /// The node's clock and network (the system's by default).
+    pub env: Env,
+    /// The node's files; `None`: the directory `data_dir` ([`DirDisk`]).
+    pub disk: Option<Arc<dyn Disk>>,
+    /// Mirror the primary's data pages synchronously to its standby (seed 000's configuration:
+    /// exactly one peer, eager mode; the standby applies no redo, its pages arrive written).
+    pub mirror: bool,
 }
 
 impl NodeConfig {
@@ -101,6 +114,9 @@ impl NodeConfig {
             options: Options::default(),
             bootstrap: None,
             peer_timeout: Duration::from_secs(3),
+            env: Env::system(),
+            disk: None,
+            mirror: false,
         }
     }
 
@@ -124,6 +140,16 @@ impl NodeConfig {
         }
         if self.peers.iter().any(|(n, _)| n == &self.name) {
             return bad("ha.peers", format!("node {} is listed among its own peers", self.name));
+        }
+        if self.mirror && (self.peers.len() != 1 || self.mode != ReplicationMode::Eager) {
+            return bad(
+                "ha.mirror",
+                format!(
+                    "data-page mirroring needs exactly one peer and eager mode (here {} peers, {})",
+                    self.peers.len(),
+                    mode_name(self.mode)
+                ),
+            );
         }
         Ok(())
     }
@@ -195,11 +221,13 @@ struct Shared {
     cfg: NodeConfig,
     store: Arc<dyn CoordStore>,
     events: EventFn,
+    clock: Arc<dyn Clock>,
+    disk: Arc<dyn Disk>,
     leading: Mutex<Option<Leadership>>,
-    leading_cv: Condvar,
+    leading_cv: Cond,
     stop: AtomicBool,
     stop_mx: Mutex<()>,
-    stop_cv: Condvar,
+    stop_cv: Cond,
     status: Mutex<String>,
     /// The standby's positions as of its last tick (`None` while leading).
     standby_positions: Mutex<Option<super::StandbyPositions>>,
@@ -210,16 +238,12 @@ struct Shared {
 /// A running HA node (see the module documentation). Dropping it stops it.
 pub struct HaNode {
     sh: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    thread: Mutex<Option<Task<()>>>,
 }
 
 enum Role {
-    Standby { sb: Standby, deferred: u32, why_not: String, retry_at: Instant },
-    Primary { lead: Leadership, _sb: Option<Standby>, last_renewal: Instant, sync_recorded: bool },
-}
-
-fn unix_ns() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    Standby { sb: Standby, deferred: u32, why_not: String, retry_at: Duration },
+    Primary { lead: Leadership, _sb: Option<Standby>, last_renewal: Duration, sync_recorded: bool },
 }
 
 impl HaNode {
@@ -227,15 +251,19 @@ impl HaNode {
     /// agent thread starts deciding through `store`. `events` receives every role change.
     pub fn start(cfg: NodeConfig, store: Arc<dyn CoordStore>, events: EventFn) -> Result<Self> {
         cfg.check()?;
+        let clock = cfg.env.clock.clone();
+        let disk = cfg.disk.clone().unwrap_or_else(|| DirDisk::shared(&cfg.data_dir));
         let sh = Arc::new(Shared {
             cfg,
             store,
             events,
             leading: Mutex::new(None),
-            leading_cv: Condvar::new(),
+            leading_cv: Cond::new(clock.as_ref()),
             stop: AtomicBool::new(false),
             stop_mx: Mutex::new(()),
-            stop_cv: Condvar::new(),
+            stop_cv: Cond::new(clock.as_ref()),
+            clock: clock.clone(),
+            disk,
             status: Mutex::new("starting".into()),
             standby_positions: Mutex::new(None),
             role_changes: AtomicU64::new(0),
@@ -244,13 +272,9 @@ impl HaNode {
         let sb = start_standby(&sh)?;
         (sh.events)(&NodeEvent::Standby { epoch: sb.epoch() });
         let s2 = sh.clone();
-        let t = std::thread::Builder::new()
-            .name(format!("nvmedb-ha-{}", sh.cfg.name))
-            .spawn(move || run(s2, sb))
-            .map_err(|e| Error::Config {
-                key: "ha".into(),
-                detail: format!("cannot start the agent thread: {e}"),
-            })?;
+        let t = clock.spawn(&format!("nvmedb-ha-{}", sh.cfg.name), move || run(s2, sb)).map_err(|e| {
+            Error::Config { key: "ha".into(), detail: format!("cannot start the agent thread: {e}") }
+        })?;
         Ok(Self { sh, thread: Mutex::new(Some(t)) })
     }
 
@@ -261,17 +285,18 @@ impl HaNode {
 
     /// Waits up to `timeout` for this node to lead.
     pub fn wait_leading(&self, timeout: Duration) -> Option<Leadership> {
-        let deadline = Instant::now() + timeout;
+        let clock = &self.sh.clock;
+        let deadline = clock.now() + timeout;
         let mut g = self.sh.leading.locked();
         loop {
             if let Some(l) = g.as_ref() {
                 return Some(l.clone());
             }
-            let now = Instant::now();
+            let now = clock.now();
             if now >= deadline || self.sh.stop.load(Ordering::Acquire) {
                 return None;
             }
-            g = self.sh.leading_cv.wait_timeout_locked(g, deadline - now).0;
+            g = self.sh.leading_cv.wait_timeout(&self.sh.leading, g, deadline - now);
         }
     }
 
@@ -299,9 +324,12 @@ impl HaNode {
             let _g = self.sh.stop_mx.locked();
             self.sh.stop_cv.notify_all();
         }
-        self.sh.leading_cv.notify_all();
+        {
+            let _g = self.sh.leading.locked();
+            self.sh.leading_cv.notify_all();
+        }
         if let Some(t) = self.thread.locked().take() {
-            let _ = t.join();
+            t.join();
         }
     }
 }
@@ -313,13 +341,18 @@ impl Drop for HaNode {
 }
 
 fn start_standby(sh: &Shared) -> Result<Standby> {
-    Standby::start(StandbyConfig {
-        listen: sh.cfg.listen.clone(),
-        data_dir: sh.cfg.data_dir.clone(),
-        secret: sh.cfg.secret.clone(),
-        apply: true,
-        options: sh.cfg.options.clone(),
-    })
+    Standby::start_with(
+        StandbyConfig {
+            listen: sh.cfg.listen.clone(),
+            data_dir: sh.cfg.data_dir.clone(),
+            secret: sh.cfg.secret.clone(),
+            // With mirroring the pages arrive written: no redo to apply.
+            apply: !sh.cfg.mirror,
+            options: sh.cfg.options.clone(),
+        },
+        sh.cfg.env.clone(),
+        sh.disk.clone(),
+    )
 }
 
 fn repl_config(sh: &Shared, epoch: u64, agent: &Agent) -> ReplConfig {
@@ -330,8 +363,15 @@ fn repl_config(sh: &Shared, epoch: u64, agent: &Agent) -> ReplConfig {
         policy: StandbyPolicy::Fail { timeout: sh.cfg.commit_timeout },
         epoch,
         ack_gate: Some(agent.gate()),
+        env: sh.cfg.env.clone(),
         ..ReplConfig::default()
     }
+}
+
+/// Where a primary of `epoch` mirrors its data pages (its one peer), when the node mirrors.
+fn mirror_config(sh: &Shared, epoch: u64) -> Option<MirrorConfig> {
+    let (_, addr) = sh.cfg.peers.first().filter(|_| sh.cfg.mirror)?;
+    Some(MirrorConfig { addr: addr.clone(), secret: sh.cfg.secret.clone(), epoch })
 }
 
 fn sync_set(sh: &Shared, epoch: u64) -> SyncSet {
@@ -342,7 +382,7 @@ fn sync_set(sh: &Shared, epoch: u64) -> SyncSet {
 fn pause(sh: &Shared, d: Duration) {
     let g = sh.stop_mx.locked();
     if !sh.stop.load(Ordering::Acquire) {
-        let _ = sh.stop_cv.wait_timeout(g, d);
+        drop(sh.stop_cv.wait_timeout(&sh.stop_mx, g, d));
     }
 }
 
@@ -356,11 +396,12 @@ fn set_leading(sh: &Shared, l: Option<Leadership>) {
 }
 
 fn run(sh: Arc<Shared>, sb: Standby) {
-    let mut agent = Agent::new(sh.store.clone(), &sh.cfg.prefix, &sh.cfg.name, sh.cfg.timing);
-    let mut role = Some(Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: Instant::now() });
+    let mut agent =
+        Agent::with_clock(sh.store.clone(), &sh.cfg.prefix, &sh.cfg.name, sh.cfg.timing, sh.clock.clone());
+    let mut role = Some(Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: sh.clock.now() });
     let mut last_store_error = String::new();
     while !sh.stop.load(Ordering::Acquire) {
-        let started = Instant::now();
+        let started = sh.clock.now();
         let r = role.take().expect("a role");
         role = Some(match r {
             Role::Standby { sb, deferred, why_not, retry_at } => {
@@ -376,7 +417,7 @@ fn run(sh: Arc<Shared>, sb: Standby) {
                 last_store_error = e;
             }
         }
-        pause(&sh, sh.cfg.tick.saturating_sub(started.elapsed()));
+        pause(&sh, sh.cfg.tick.saturating_sub(sh.clock.now().saturating_sub(started)));
     }
     // Stopping.
     match role.take() {
@@ -414,7 +455,7 @@ fn standby_tick(
     sb: Standby,
     deferred: u32,
     why_not: String,
-    retry_at: Instant,
+    retry_at: Duration,
 ) -> Role {
     let epoch = sb.epoch();
     let pos = sb.position();
@@ -431,7 +472,7 @@ fn standby_tick(
             return Role::Standby { sb, deferred, why_not, retry_at };
         }
     };
-    if cluster.leader.is_some() || Instant::now() < retry_at {
+    if cluster.leader.is_some() || sh.clock.now() < retry_at {
         return Role::Standby { sb, deferred: 0, why_not, retry_at };
     }
     let view_epoch = sb.cluster().map(|v| v.epoch);
@@ -460,7 +501,7 @@ fn standby_tick(
     if ahead && deferred < 2 {
         return Role::Standby { sb, deferred: deferred + 1, why_not, retry_at };
     }
-    let my_epoch = epoch.max(super::read_epoch(&sh.cfg.data_dir).unwrap_or(0));
+    let my_epoch = epoch.max(sh.disk.state().and_then(|st| epoch_in(st.as_ref())).unwrap_or(0));
     let new_epoch = match agent.try_take_over(my_epoch, view_epoch) {
         Ok(Some(e)) => e,
         Ok(None) => return Role::Standby { sb, deferred: 0, why_not, retry_at },
@@ -469,14 +510,19 @@ fn standby_tick(
             return Role::Standby { sb, deferred: 0, why_not, retry_at };
         }
     };
-    let taken_at = unix_ns();
-    let renewed = Instant::now();
+    let taken_at = sh.clock.unix_ns();
+    let renewed = sh.clock.now();
     if !sb.is_seeded() {
         // A fresh cluster (nothing recorded, nothing acknowledged): this node creates it.
         sb.shutdown();
         drop(sb);
         let opened = bootstrap(sh, new_epoch).and_then(|()| {
-            open_primary(&sh.cfg.data_dir, sh.cfg.options.clone(), repl_config(sh, new_epoch, agent), None)
+            open_primary_on(
+                sh.disk.as_ref(),
+                sh.cfg.options.clone(),
+                repl_config(sh, new_epoch, agent),
+                mirror_config(sh, new_epoch),
+            )
         });
         return match opened {
             Ok((db, log)) => {
@@ -490,7 +536,12 @@ fn standby_tick(
             }
         };
     }
-    let opts = PromoteOptions { epoch: Some(new_epoch), force: false, peer_timeout: sh.cfg.peer_timeout };
+    let opts = PromoteOptions {
+        epoch: Some(new_epoch),
+        force: false,
+        peer_timeout: sh.cfg.peer_timeout,
+        mirror: mirror_config(sh, new_epoch),
+    };
     match sb.promote_to_primary(&opts, repl_config(sh, new_epoch, agent)) {
         Ok((db, log, rep)) => {
             let lead = Leadership { db, epoch: new_epoch, log };
@@ -502,7 +553,7 @@ fn standby_tick(
                 "took the leader key at epoch {new_epoch} but promotion failed: {e}; next attempt in one TTL"
             )));
             // Not again at once: each attempt spends an epoch and fences the peers anew.
-            Role::Standby { sb, deferred: 0, why_not, retry_at: Instant::now() + sh.cfg.timing.ttl }
+            Role::Standby { sb, deferred: 0, why_not, retry_at: sh.clock.now() + sh.cfg.timing.ttl }
         }
     }
 }
@@ -515,9 +566,10 @@ fn bootstrap(sh: &Shared, epoch: u64) -> Result<()> {
         secret: sh.cfg.secret.clone(),
         mode: ReplicationMode::Lazy,
         epoch,
+        env: sh.cfg.env.clone(),
         ..ReplConfig::default()
     };
-    let (db, log) = open_primary(&sh.cfg.data_dir, sh.cfg.options.clone(), cfg, None)?;
+    let (db, log) = open_primary_on(sh.disk.as_ref(), sh.cfg.options.clone(), cfg, None)?;
     if let Some(b) = &sh.cfg.bootstrap {
         b(&db)?;
     }
@@ -540,7 +592,7 @@ fn become_leader(
     lead: Leadership,
     sb: Option<Standby>,
     promotion: Option<PromoteReport>,
-    renewed: Instant,
+    renewed: Duration,
     taken_at: u128,
 ) -> Role {
     match agent.record_sync_set(&sync_set(sh, lead.epoch)) {
@@ -563,11 +615,11 @@ fn primary_tick(
     agent: &mut Agent,
     lead: Leadership,
     sb: Option<Standby>,
-    mut last_renewal: Instant,
+    mut last_renewal: Duration,
     sync_recorded: bool,
 ) -> Role {
     match agent.renew() {
-        Ok(true) => last_renewal = Instant::now(),
+        Ok(true) => last_renewal = sh.clock.now(),
         Ok(false) => {
             return step_down(
                 sh,
@@ -579,7 +631,7 @@ fn primary_tick(
         }
         Err(e) => {
             note_store_error(sh, &e);
-            if last_renewal.elapsed() >= sh.cfg.timing.ttl {
+            if sh.clock.now().saturating_sub(last_renewal) >= sh.cfg.timing.ttl {
                 agent.abandon();
                 return step_down(
                     sh,
@@ -607,24 +659,24 @@ fn primary_tick(
         note_store_error(sh, &e);
     }
     if !sync_recorded {
-        return become_leader(sh, agent, lead, sb, None, last_renewal, unix_ns());
+        return become_leader(sh, agent, lead, sb, None, last_renewal, sh.clock.unix_ns());
     }
     Role::Primary { lead, _sb: sb, last_renewal, sync_recorded }
 }
 
 /// Waits until every handle of the database is gone (its directory lock is free).
 fn wait_closed(sh: &Shared, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
+    let deadline = sh.clock.now() + limit;
     loop {
-        if let Ok(st) = crate::io::DirStorage::new(&sh.cfg.data_dir, crate::io::FileOptions::default()) {
-            if crate::io::Storage::lock(&st).is_ok() {
+        if let Ok(st) = sh.disk.data() {
+            if st.lock().is_ok() {
                 return true;
             }
         }
-        if Instant::now() >= deadline {
+        if sh.clock.now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        sh.clock.sleep(Duration::from_millis(20));
     }
 }
 
@@ -660,7 +712,7 @@ fn restart_standby(sh: &Shared) -> Role {
         match start_standby(sh) {
             Ok(sb) => {
                 (sh.events)(&NodeEvent::Standby { epoch: sb.epoch() });
-                return Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: Instant::now() };
+                return Role::Standby { sb, deferred: 0, why_not: String::new(), retry_at: sh.clock.now() };
             }
             Err(e) => {
                 (sh.events)(&NodeEvent::Note(format!("restarting as a standby failed: {e}; retrying")));

@@ -35,22 +35,26 @@
 //!   and one acknowledgement then serve the whole group (on a primary whose CPUs are busy,
 //!   shipping at the first committer's arrival sent frames of one or two commits).
 
+use super::clock::{Clock, Cond, SystemClock, Task, Waker};
+use super::env::Env;
+use super::net::Conn;
 use super::replica_log::encode_record;
-use super::state::{read_history, write_history, ClusterView, History};
+use super::seed;
+use super::state::{history_in, write_history, ClusterView, History};
 use super::wire::{self, FrameType, Role};
-use super::{LinkState, ReplError, ReplicationMode};
+use crate::error::ReplError;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::util::bytes::u64_at;
 use crate::util::sync::MutexExt;
 use crate::wal::{LogOpener, Lsn, RecordLog, RecordReader, RecoveredLog, WalStats};
 use crate::xlog::combine;
+use crate::xlog::{LinkState, ReplicationMode};
 use std::collections::VecDeque;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// What a commit does when the standbys do not confirm it in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +107,8 @@ pub struct ReplConfig {
     /// The longest a shipper holds records back while a commit group gathers (as many
     /// committers as the last acknowledgement released); zero ships every record at once.
     pub group_wait: Duration,
+    /// The clock and network the primary's threads and connections use.
+    pub env: Env,
 }
 
 impl Default for ReplConfig {
@@ -120,6 +126,7 @@ impl Default for ReplConfig {
             max_retained_bytes: 1 << 30,
             ack_gate: None,
             group_wait: Duration::from_micros(200),
+            env: Env::system(),
         }
     }
 }
@@ -131,7 +138,7 @@ struct QRec {
     payload: Vec<u8>,
     /// When it was appended (a standby's lag in seconds: how long ago the first record it has
     /// not acknowledged was appended).
-    at: Instant,
+    at: Duration,
 }
 
 struct Queue {
@@ -154,14 +161,14 @@ struct ModeState {
 /// everything changes: fencing, shutdown, a refused secret), not on every acknowledgement.
 struct Sleeper {
     lsn: Lsn,
-    thread: std::thread::Thread,
+    waker: Waker,
 }
 
 struct Link {
     state: LinkState,
     detail: String,
     connects: u64,
-    stream: Option<TcpStream>,
+    stream: Option<Box<dyn Conn>>,
     /// The standby refused our secret (until a handshake succeeds).
     auth: Option<ReplError>,
     /// The log it needs was given up (`max_retained_bytes`); cleared when it follows again.
@@ -174,7 +181,7 @@ pub(super) struct Shared {
     q: Mutex<Queue>,
     /// Orders appends: held across the local append and the push into `q` (see the invariants).
     append_mx: Mutex<()>,
-    q_cv: Condvar,
+    q_cv: Cond,
     /// Shippers waiting on `q_cv` (incremented under `q`): committers skip the wake-up syscall
     /// when nobody waits.
     q_waiters: std::sync::atomic::AtomicUsize,
@@ -188,8 +195,9 @@ pub(super) struct Shared {
     published: AtomicU64,
     stop: AtomicBool,
     stop_mx: Mutex<()>,
-    stop_cv: Condvar,
-    samples: Mutex<VecDeque<(Lsn, Instant)>>,
+    stop_cv: Cond,
+    /// (record end, append time on `clock`), for the delay samples.
+    samples: Mutex<VecDeque<(Lsn, Duration)>>,
     delays: Mutex<Vec<u64>>,
     /// End of the last appended record (the local durable position may lie past it, in filler).
     last_end: AtomicU64,
@@ -204,7 +212,8 @@ pub(super) struct Shared {
     /// unparks it.
     flusher_idle: AtomicBool,
     /// The local flusher's thread, to unpark it.
-    flusher: std::sync::OnceLock<std::thread::Thread>,
+    flusher: std::sync::OnceLock<Waker>,
+    clock: Arc<dyn Clock>,
     /// A local flush failed: commits get the local log's error from the log itself.
     flush_failed: AtomicBool,
     /// Per standby: committers that arrived since its shipper last took a group (see
@@ -220,23 +229,33 @@ pub(super) struct Shared {
 /// Whether a primary may acknowledge commits: open until a deadline that its HA agent extends
 /// after each renewal of its leadership lease (renewal sent at t, lease TTL T: open until
 /// t + T - margin, so acknowledgements stop before the lease can expire in the store).
-#[derive(Debug)]
 pub struct AckGate {
-    base: Instant,
-    /// Nanoseconds after `base` until which acknowledgements are allowed (0: closed).
+    clock: Arc<dyn Clock>,
+    /// The time on `clock` (ns) until which acknowledgements are allowed (0: closed).
     until_ns: AtomicU64,
 }
 
+impl std::fmt::Debug for AckGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AckGate(open until {} ns)", self.until_ns.load(Ordering::Acquire))
+    }
+}
+
 impl AckGate {
-    /// A closed gate.
+    /// A closed gate on the system clock.
     pub fn closed() -> Arc<Self> {
-        Arc::new(Self { base: Instant::now(), until_ns: AtomicU64::new(0) })
+        Self::closed_on(SystemClock::shared())
     }
 
-    /// Allows acknowledgements until `deadline` (never moves the deadline back).
-    pub fn open_until(&self, deadline: Instant) {
-        let ns = deadline.saturating_duration_since(self.base).as_nanos() as u64;
-        self.until_ns.fetch_max(ns, Ordering::AcqRel);
+    /// A closed gate on `clock` (the HA agent's).
+    pub fn closed_on(clock: Arc<dyn Clock>) -> Arc<Self> {
+        Arc::new(Self { clock, until_ns: AtomicU64::new(0) })
+    }
+
+    /// Allows acknowledgements until `deadline`, a time on the gate's clock
+    /// ([`Clock::now`]); never moves the deadline back.
+    pub fn open_until(&self, deadline: Duration) {
+        self.until_ns.fetch_max(deadline.as_nanos() as u64, Ordering::AcqRel);
     }
 
     /// Stops acknowledgements now.
@@ -246,7 +265,12 @@ impl AckGate {
 
     /// True while acknowledgements are allowed.
     pub fn is_open(&self) -> bool {
-        (self.base.elapsed().as_nanos() as u64) < self.until_ns.load(Ordering::Acquire)
+        (self.clock.now().as_nanos() as u64) < self.until_ns.load(Ordering::Acquire)
+    }
+
+    /// The clock the gate's deadlines are on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 }
 
@@ -346,7 +370,7 @@ impl std::fmt::Display for ReplStatus {
 /// A [`RecordLog`] that replicates the local log to standbys. See the module documentation.
 pub struct ReplicatedLog {
     sh: Arc<Shared>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: Mutex<Vec<Task<()>>>,
 }
 
 impl std::fmt::Debug for ReplicatedLog {
@@ -380,11 +404,12 @@ impl ReplicatedLog {
         }
         let end = local.end_lsn();
         let n = cfg.standbys.len();
+        let clock = cfg.env.clock.clone();
         let sh = Arc::new(Shared {
             local: local.clone(),
             q: Mutex::new(Queue { recs: VecDeque::new(), start: end, bytes: 0 }),
             append_mx: Mutex::new(()),
-            q_cv: Condvar::new(),
+            q_cv: Cond::new(clock.as_ref()),
             q_waiters: std::sync::atomic::AtomicUsize::new(0),
             sent: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
             shadows: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -410,7 +435,7 @@ impl ReplicatedLog {
             published: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stop_mx: Mutex::new(()),
-            stop_cv: Condvar::new(),
+            stop_cv: Cond::new(clock.as_ref()),
             samples: Mutex::new(VecDeque::new()),
             delays: Mutex::new(Vec::new()),
             last_end: AtomicU64::new(end),
@@ -424,17 +449,14 @@ impl ReplicatedLog {
             pending: (0..n).map(|_| std::sync::atomic::AtomicUsize::new(0)).collect(),
             expected: std::sync::atomic::AtomicUsize::new(1),
             group_waiters: std::sync::atomic::AtomicUsize::new(0),
+            clock: clock.clone(),
             cfg,
         });
         let mut threads = Vec::new();
         let s = sh.clone();
-        let t = std::thread::Builder::new()
-            .name("nvmedb-repl-flush".into())
-            .spawn(move || local_flusher(s))
-            .map_err(|e| {
-                Error::Io(crate::io::IoError::os("repl local flusher", crate::io::IoOpKind::Setup, 0, 0, e))
-            })?;
-        let _ = sh.flusher.set(t.thread().clone());
+        let t = clock.spawn("nvmedb-repl-flush", move || local_flusher(s)).map_err(|e| {
+            Error::Io(crate::io::IoError::os("repl local flusher", crate::io::IoOpKind::Setup, 0, 0, e))
+        })?;
         threads.push(t);
         // Chain mode: only the first standby is shipped to; it forwards along the chain.
         let shipped = if sh.cfg.mode == ReplicationMode::Chain { n.min(1) } else { n };
@@ -443,12 +465,9 @@ impl ReplicatedLog {
         }
         for i in 0..shipped {
             let s = sh.clone();
-            let t = std::thread::Builder::new()
-                .name(format!("nvmedb-ship-{i}"))
-                .spawn(move || shipper(s, i))
-                .map_err(|e| {
-                    Error::Io(crate::io::IoError::os("repl shipper", crate::io::IoOpKind::Setup, 0, 0, e))
-                })?;
+            let t = clock.spawn(&format!("nvmedb-ship-{i}"), move || shipper(s, i)).map_err(|e| {
+                Error::Io(crate::io::IoError::os("repl shipper", crate::io::IoOpKind::Setup, 0, 0, e))
+            })?;
             threads.push(t);
         }
         Ok(Arc::new(Self { sh, threads: Mutex::new(threads) }))
@@ -461,7 +480,7 @@ impl ReplicatedLog {
         let shadows: Vec<Lsn> = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
         let lags: Vec<Duration> = {
             let q = self.sh.q.locked();
-            let now = Instant::now();
+            let now = self.sh.clock.now();
             shadows
                 .iter()
                 .map(|&s| {
@@ -469,7 +488,7 @@ impl ReplicatedLog {
                         return Duration::ZERO;
                     }
                     let i = q.recs.partition_point(|r| r.end <= s);
-                    q.recs.get(i).or(q.recs.front()).map_or(Duration::ZERO, |r| now.duration_since(r.at))
+                    q.recs.get(i).or(q.recs.front()).map_or(Duration::ZERO, |r| now.saturating_sub(r.at))
                 })
                 .collect()
         };
@@ -541,14 +560,17 @@ impl ReplicatedLog {
             let _g = self.sh.stop_mx.locked();
             self.sh.stop_cv.notify_all();
         }
-        self.sh.q_cv.notify_all();
+        {
+            let _g = self.sh.q.locked();
+            self.sh.q_cv.notify_all();
+        }
         if let Some(f) = self.sh.flusher.get() {
-            f.unpark();
+            f.wake();
         }
         wake_all(&mut self.sh.ms.locked());
         let threads = std::mem::take(&mut *self.threads.locked());
         for t in threads {
-            let _ = t.join();
+            t.join();
         }
     }
 
@@ -629,7 +651,7 @@ fn with_shadows<T>(sh: &Shared, f: impl FnOnce(&[u64]) -> T) -> T {
 /// re-examines its case).
 fn wake_all(ms: &mut ModeState) {
     for s in ms.sleepers.drain(..) {
-        s.thread.unpark();
+        s.waker.wake();
     }
 }
 
@@ -642,7 +664,7 @@ fn wake_covered(sh: &Shared, ms: &mut ModeState) {
     let before = ms.sleepers.len();
     ms.sleepers.retain(|s| {
         if s.lsn <= c {
-            s.thread.unpark();
+            s.waker.wake();
             false
         } else {
             true
@@ -671,14 +693,14 @@ impl RecordLog for ReplicatedLog {
         let (lsn, end) = self.sh.local.append_record(kind, payload)?;
         let mut q = self.sh.q.locked();
         q.bytes += payload.len() + 32;
-        q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec(), at: Instant::now() });
+        q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec(), at: self.sh.clock.now() });
         self.sh.last_end.store(end, Ordering::Release);
         if self.sh.cfg.record_delays {
             let mut smp = self.sh.samples.locked();
             if smp.len() >= 4_000_000 {
                 smp.pop_front(); // no acknowledgements arrive: keep the newest
             }
-            smp.push_back((end, Instant::now()));
+            smp.push_back((end, self.sh.clock.now()));
         }
         // Trim what every standby has and the local log holds durably (or, over the memory
         // bound, what the local log holds durably: shippers read it back from there).
@@ -723,7 +745,8 @@ impl RecordLog for ReplicatedLog {
             // No shipper is connected (none will ask for the local flush of these records).
             kick_flusher(&self.sh, lsn);
         }
-        let started = Instant::now();
+        let clock = &self.sh.clock;
+        let started = clock.now();
         let timeout = match self.sh.cfg.policy {
             StandbyPolicy::Fail { timeout } | StandbyPolicy::Degrade { timeout, .. } => timeout,
         };
@@ -754,7 +777,7 @@ impl RecordLog for ReplicatedLog {
                 ms = self.sh.ms.locked();
                 continue;
             }
-            let waited = started.elapsed();
+            let waited = clock.now().saturating_sub(started);
             if waited >= timeout {
                 match self.sh.cfg.policy {
                     StandbyPolicy::Fail { .. } => {
@@ -787,13 +810,12 @@ impl RecordLog for ReplicatedLog {
             let left = timeout.saturating_sub(waited).max(Duration::from_millis(1));
             // Park until an acknowledgement covers `lsn` (or everything changes), or the
             // timeout; then look again (a spurious wake-up just loops).
-            let me = std::thread::current();
-            let id = me.id();
-            ms.sleepers.push(Sleeper { lsn, thread: me });
+            let me = clock.current_waker();
+            ms.sleepers.push(Sleeper { lsn, waker: clock.current_waker() });
             drop(ms);
-            std::thread::park_timeout(left);
+            clock.park_timeout(left);
             ms = self.sh.ms.locked();
-            ms.sleepers.retain(|s| s.thread.id() != id);
+            ms.sleepers.retain(|s| !s.waker.same(&me));
         }
     }
 
@@ -863,9 +885,10 @@ pub struct ReplicatedLogOpener {
     pub config: ReplConfig,
     /// Receives the replicated log once open (for status and delays).
     pub handle: Arc<Mutex<Option<Arc<ReplicatedLog>>>>,
-    /// The node's directory: its epoch history is read there, and extended when this primary's
-    /// epoch is new (its records begin at the log's end at open).
-    pub state_dir: Option<std::path::PathBuf>,
+    /// The node's replication state ([`Disk::state`](super::disk::Disk::state)): its epoch
+    /// history is read there, and extended when this primary's epoch is new (its records begin
+    /// at the log's end at open).
+    pub state: Option<Arc<dyn Storage>>,
     /// The data files, for base backups.
     pub backup: Option<Arc<dyn Storage>>,
 }
@@ -878,11 +901,11 @@ impl LogOpener for ReplicatedLogOpener {
     fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>> {
         let local = self.inner.open(initial_lsn)?;
         let mut history = History::default();
-        if let Some(dir) = &self.state_dir {
-            history = read_history(dir)?;
+        if let Some(st) = &self.state {
+            history = history_in(st.as_ref())?;
             if self.config.epoch > history.last_epoch() {
                 history.begin(self.config.epoch, local.end_lsn());
-                write_history(dir, &history)?;
+                write_history(st.as_ref(), &history)?;
             }
         }
         let r = ReplicatedLog::start_node(local, self.config, PrimaryNode { history, backup: self.backup })?;
@@ -914,7 +937,7 @@ fn kick_flusher(sh: &Shared, lsn: Lsn) {
     // request) so that one of the two sees the other's write: no request is left unserved.
     if sh.flush_req.fetch_max(lsn, Ordering::SeqCst) < lsn && sh.flusher_idle.load(Ordering::SeqCst) {
         if let Some(f) = sh.flusher.get() {
-            f.unpark();
+            f.wake();
         }
     }
 }
@@ -924,6 +947,7 @@ fn kick_flusher(sh: &Shared, lsn: Lsn) {
 /// nothing is requested. Exits at shutdown or after a failed flush (the log is poisoned then;
 /// every commit reports its error).
 fn local_flusher(sh: Arc<Shared>) {
+    let _ = sh.flusher.set(sh.clock.current_waker());
     loop {
         if sh.stop.load(Ordering::Acquire) {
             return;
@@ -942,7 +966,7 @@ fn local_flusher(sh: Arc<Shared>) {
         }
         sh.flusher_idle.store(true, Ordering::SeqCst);
         if sh.flush_req.load(Ordering::SeqCst) <= sh.local.durable_lsn() && !sh.stop.load(Ordering::Acquire) {
-            std::thread::park();
+            sh.clock.park();
         }
         sh.flusher_idle.store(false, Ordering::SeqCst);
     }
@@ -980,13 +1004,13 @@ fn shipper(sh: Arc<Shared>, i: usize) {
         sh.links[i].locked().stream = None;
         let g = sh.stop_mx.locked();
         if !sh.stop.load(Ordering::Acquire) {
-            let _ = sh.stop_cv.wait_timeout(g, sh.cfg.reconnect_delay);
+            drop(sh.stop_cv.wait_timeout(&sh.stop_mx, g, sh.cfg.reconnect_delay));
         }
     }
 }
 
 fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), ReplError> {
-    let mut s = wire::connect(addr, Duration::from_secs(2))?;
+    let mut s = sh.cfg.env.net.connect(addr, Duration::from_secs(2))?;
     // The standby will drop records past what we hold durably; lower the shadow first so no
     // commit is acknowledged on records it is about to drop.
     let durable = sh.local.durable_lsn();
@@ -1016,7 +1040,15 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                         .into(),
             });
         };
-        pos = super::seed::send_base_backup(sh, storage.as_ref(), i, addr, &mut s)?;
+        pos = seed::send_base_backup(
+            sh.local.as_ref(),
+            sh.cfg.epoch,
+            &sh.shadows[i],
+            storage.as_ref(),
+            addr,
+            &mut s,
+            sh.clock.as_ref(),
+        )?;
         sh.links[i].locked().given_up = false;
     }
     wire::write_frame(&mut s, addr, sh.cfg.epoch, FrameType::Cluster, view.encode().as_bytes())?;
@@ -1061,16 +1093,21 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     let reader = {
         let (sh, dead, addr) = (sh.clone(), dead.clone(), addr.to_string());
         let rs = s.try_clone().map_err(|e| ReplError::io(&addr, "clone", e))?;
-        std::thread::spawn(move || {
+        let clock = sh.clock.clone();
+        clock.spawn(&format!("nvmedb-acks-{i}"), move || {
             // Buffered: a frame is one receive call, not three.
             let mut br = std::io::BufReader::with_capacity(4096, rs);
             let r = ack_reader(&sh, i, &addr, &mut br);
             dead.store(true, Ordering::Release);
-            sh.q_cv.notify_all();
+            {
+                let _g = sh.q.locked();
+                sh.q_cv.notify_all();
+            }
             let _ = br.get_ref().shutdown(Shutdown::Both);
             r
         })
-    };
+    }
+    .map_err(|e| ReplError::io(addr, "start the acknowledgement reader", e))?;
     let mut out = s.try_clone().map_err(|e| ReplError::io(addr, "clone", e))?;
     // One buffer per connection: the frame header is filled in place (`wire::send_frame`), so
     // a group of records is copied once, from the queue into the frame, and sent in one call.
@@ -1079,9 +1116,9 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     let mut sent_durable = 0;
     // Since when nothing was left to ship (the durable position alone is sent only after a
     // quiet spell: under load it rides on the next records frame instead).
-    let mut idle_since: Option<Instant> = None;
+    let mut idle_since: Option<Duration> = None;
     // Since when this shipper has been gathering a commit group.
-    let mut group_since: Option<Instant> = None;
+    let mut group_since: Option<Duration> = None;
     sh.sent[i].store(pos, Ordering::Release);
     let result = (|| -> std::result::Result<(), ReplError> {
         loop {
@@ -1132,7 +1169,8 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                     // Idle. After a quiet spell, tell the standby how far our own log is
                     // durable (it applies only that far); otherwise wait for a committer's
                     // wake-up (`kick_shippers`) or the quiet spell's end.
-                    let quiet = idle_since.is_some_and(|t| t.elapsed() >= IDLE_DURABLE_AFTER);
+                    let quiet =
+                        idle_since.is_some_and(|t| sh.clock.now().saturating_sub(t) >= IDLE_DURABLE_AFTER);
                     if quiet {
                         drop(q);
                         let d = apply_limit(sh);
@@ -1144,7 +1182,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                         idle_since = None;
                         continue;
                     }
-                    idle_since.get_or_insert_with(Instant::now);
+                    idle_since.get_or_insert_with(|| sh.clock.now());
                     // Commits publish what they were acknowledged up to (`combined`).
                     let wait = if sent_durable < sh.published.load(Ordering::Acquire) {
                         IDLE_DURABLE_AFTER
@@ -1152,22 +1190,22 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
                         IDLE_WAIT
                     };
                     sh.q_waiters.fetch_add(1, Ordering::AcqRel);
-                    let r = sh.q_cv.wait_timeout(q, wait);
+                    let r = sh.q_cv.wait_timeout(&sh.q, q, wait);
                     sh.q_waiters.fetch_sub(1, Ordering::AcqRel);
                     drop(r);
                     continue;
                 }
                 // Gather a commit group (see the module's invariants) unless the queue is big.
                 let expected = sh.expected.load(Ordering::Acquire).max(1);
-                let since = *group_since.get_or_insert_with(Instant::now);
-                let waited = since.elapsed();
+                let since = *group_since.get_or_insert_with(|| sh.clock.now());
+                let waited = sh.clock.now().saturating_sub(since);
                 if sh.pending[i].load(Ordering::Acquire) < expected
                     && waited < sh.cfg.group_wait
                     && q.recs.len() - from < MAX_GROUP_RECORDS
                 {
                     sh.q_waiters.fetch_add(1, Ordering::AcqRel);
                     sh.group_waiters.fetch_add(1, Ordering::AcqRel);
-                    let r = sh.q_cv.wait_timeout(q, sh.cfg.group_wait - waited);
+                    let r = sh.q_cv.wait_timeout(&sh.q, q, sh.cfg.group_wait - waited);
                     sh.group_waiters.fetch_sub(1, Ordering::AcqRel);
                     sh.q_waiters.fetch_sub(1, Ordering::AcqRel);
                     drop(r);
@@ -1203,7 +1241,7 @@ fn ship_once(sh: &Arc<Shared>, i: usize, addr: &str) -> std::result::Result<(), 
     // Commits that counted on this shipper for their local flush get it now.
     kick_flusher(sh, sh.last_end.load(Ordering::Acquire));
     let _ = s.shutdown(Shutdown::Both);
-    let acks = reader.join().unwrap_or_else(|_| {
+    let acks = reader.join().unwrap_or_else(|| {
         Err(ReplError::Protocol { peer: addr.into(), detail: "ack reader panicked".into() })
     });
     match (result, acks) {
@@ -1253,7 +1291,7 @@ fn ack_reader(
                     }
                 }
                 if i == 0 && sh.cfg.record_delays {
-                    let t = Instant::now();
+                    let t = sh.clock.now();
                     let mut smp = sh.samples.locked();
                     let mut d = sh.delays.locked();
                     while let Some(&(end, at)) = smp.front() {
@@ -1262,7 +1300,7 @@ fn ack_reader(
                         }
                         smp.pop_front();
                         if d.len() < 4_000_000 {
-                            d.push(t.duration_since(at).as_nanos() as u64);
+                            d.push(t.saturating_sub(at).as_nanos() as u64);
                         }
                     }
                 }

@@ -18,81 +18,30 @@
 //! - Records are taken from a peer only if the peer's log holds the promoted log's last record
 //!   (same LSN and CRC): the two logs agree up to there.
 
-use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener};
-use super::replica_log::{encode_record, ReplicaLogOpener};
-use super::standby::{
-    adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, Shared,
+use super::apply::start_apply;
+use super::env::Env;
+use super::link::{
+    adopt_epoch, append_records, end_log_session, stop_applying, sync_and_store_catalogs, PromoteOptions,
+    PromoteReport, Shared,
 };
+use super::mirror::{MirrorConfig, MirrorStorage};
+use super::mode::mode_name;
+use super::net::{Conn, Transport};
+use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy};
+use super::replica_log::{encode_record, ReplicaLogOpener};
 use super::state::{write_history, ClusterView};
 use super::wire::{self, FrameType, RefuseCode, Role};
-use super::{mode_name, ReplError, ReplicationMode};
-use crate::db::RecoveryReport;
+use crate::error::ReplError;
 use crate::error::{Error, Result};
 use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::{MutexExt, RwLockExt};
 use crate::wal::{LogOpener, Lsn};
+use crate::xlog::ReplicationMode;
 use crate::Database;
 use std::io::{BufReader, Write};
-use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// How a promotion is done.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PromoteOptions {
-    /// Promote even when too few standbys of the old synchronous set could be fenced or read.
-    /// Only safe when the old primary is known to be down (it might otherwise acknowledge
-    /// commits the new primary does not have).
-    pub force: bool,
-    /// The epoch to promote to, if at least the next one (a coordination store hands out
-    /// epochs); `None`: the standby's epoch plus one.
-    pub epoch: Option<u64>,
-    /// How long to wait for each peer while fencing and taking records.
-    pub peer_timeout: Duration,
-}
-
-impl Default for PromoteOptions {
-    fn default() -> Self {
-        Self { force: false, epoch: None, peer_timeout: Duration::from_secs(5) }
-    }
-}
-
-impl PromoteOptions {
-    /// Payload of an admin `Promote` frame: flags u8 (bit 0 = force), epoch u64 (0 = next).
-    pub(super) fn encode(&self) -> Vec<u8> {
-        let mut p = vec![u8::from(self.force)];
-        p.extend_from_slice(&self.epoch.unwrap_or(0).to_le_bytes());
-        p
-    }
-
-    pub(super) fn decode(p: &[u8]) -> Self {
-        let epoch =
-            p.get(1..9).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).filter(|&e| e > 0);
-        Self { force: p.first().is_some_and(|f| f & 1 != 0), epoch, ..Self::default() }
-    }
-}
-
-/// What promotion did.
-#[derive(Debug, Clone)]
-pub struct PromoteReport {
-    /// The new epoch.
-    pub epoch: u64,
-    /// End of the received log.
-    pub log_end: Lsn,
-    /// Records the apply thread had applied before promotion.
-    pub applied: Lsn,
-    /// Recovery of the promoted database (redo of the rest, undo of unfinished transactions).
-    pub recovery: RecoveryReport,
-    /// Peers of the old synchronous set that were fenced (address and position).
-    pub fenced: Vec<(String, Lsn)>,
-    /// Peers that could not be fenced or read, with the reason.
-    pub unreachable: Vec<String>,
-    /// Records taken from fenced peers: (peer, from LSN, to LSN).
-    pub taken: Vec<(String, Lsn, Lsn)>,
-    /// Anything an operator should know (no synchronous set known; forced).
-    pub notes: Vec<String>,
-}
 
 /// What fencing and catching up found.
 #[derive(Default)]
@@ -115,7 +64,7 @@ pub(super) fn promote(
     opts: &PromoteOptions,
     replicate: Option<ReplConfig>,
 ) -> Result<Promoted> {
-    let mut done = sh.promote_lock.locked();
+    let mut done = sh.promote_lock.lock();
     if done.is_some() {
         return Err(Error::InvalidArgument("this standby is already promoted".into()));
     }
@@ -140,31 +89,22 @@ pub(super) fn promote(
             return Err(e);
         }
     };
-    let _session = sh.log_session.locked();
-    let _mirror = sh.mirror_lock.write_locked();
-    let (log_end, applied) = stop_applying(sh)?;
-    // Records of the new epoch begin at the end of what was received.
-    {
-        let mut h = sh.history.locked();
-        h.begin(epoch, log_end);
-        write_history(&sh.cfg.data_dir, &h)?;
-    }
-    let handle = Arc::new(Mutex::new(None));
-    let opener: Box<dyn LogOpener> = match replicate {
-        None => Box::new(ReplicaLogOpener(sh.log.clone())),
-        Some(mut config) => {
-            config.epoch = epoch;
-            Box::new(ReplicatedLogOpener {
-                inner: Box::new(ReplicaLogOpener(sh.log.clone())),
-                config,
-                handle: handle.clone(),
-                state_dir: Some(sh.cfg.data_dir.clone()),
-                backup: Some(sh.storage.clone()),
-            })
+    let opened = open_promoted(sh, epoch, replicate, opts.mirror.clone());
+    let (db, rlog, log_end, applied) = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            // Still a standby, at the new epoch (the old primary stays refused here). It must
+            // follow whichever primary comes next (which drops what this attempt wrote past the
+            // fork point, or copies it again): accept log connections and fences again, and
+            // apply again.
+            sh.promoting.store(false, Ordering::Release);
+            if let Err(a) = start_apply(sh) {
+                eprintln!("nvmedb standby: restarting the apply thread after a failed promotion: {a}");
+            }
+            eprintln!("nvmedb standby: promotion to epoch {epoch} failed after fencing: {e}");
+            return Err(e);
         }
     };
-    let db = Database::open_with_log(sh.storage.clone(), Some(opener), sh.cfg.options.clone())?;
-    let rlog = handle.locked().take();
     let report = PromoteReport {
         epoch,
         log_end,
@@ -187,6 +127,53 @@ pub(super) fn promote(
     Ok((db, rlog, report))
 }
 
+/// Stops applying, extends the history, and opens the database on the replica log (a
+/// replicating primary with `replicate`); returns it, its replicated log, the log's end and what
+/// had been applied.
+fn open_promoted(
+    sh: &Arc<Shared>,
+    epoch: u64,
+    replicate: Option<ReplConfig>,
+    mirror: Option<MirrorConfig>,
+) -> Result<(Database, Option<Arc<ReplicatedLog>>, Lsn, Lsn)> {
+    let mut storage = sh.storage.clone();
+    if let (Some(m), Some(config)) = (mirror, &replicate) {
+        if config.mode != ReplicationMode::Eager || !matches!(config.policy, StandbyPolicy::Fail { .. }) {
+            return Err(Error::Config {
+                key: "repl.mode".into(),
+                detail: "data-page mirroring needs eager mode with the fail policy".into(),
+            });
+        }
+        storage = Arc::new(MirrorStorage::new_in(storage, MirrorConfig { epoch, ..m }, config.env.clone()));
+    }
+    let _session = sh.log_session.lock();
+    let _mirror = sh.mirror_lock.write_locked();
+    let (log_end, applied) = stop_applying(sh)?;
+    // Records of the new epoch begin at the end of what was received.
+    {
+        let mut h = sh.history.locked();
+        h.begin(epoch, log_end);
+        write_history(sh.state.as_ref(), &h)?;
+    }
+    let handle = Arc::new(Mutex::new(None));
+    let opener: Box<dyn LogOpener> = match replicate {
+        None => Box::new(ReplicaLogOpener(sh.log.clone())),
+        Some(mut config) => {
+            config.epoch = epoch;
+            Box::new(ReplicatedLogOpener {
+                inner: Box::new(ReplicaLogOpener(sh.log.clone())),
+                config,
+                handle: handle.clone(),
+                state: Some(sh.state.clone()),
+                backup: Some(storage.clone()),
+            })
+        }
+    };
+    let db = Database::open_with_log(storage, Some(opener), sh.cfg.options.clone())?;
+    let rlog = handle.locked().take();
+    Ok((db, rlog, log_end, applied))
+}
+
 fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Result<Fencing> {
     end_log_session(sh);
     sh.stop_forwarding();
@@ -203,27 +190,31 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
         fenced[m] = true;
     }
     let peers: Vec<usize> = (0..view.members.len()).filter(|&i| Some(i) != view.me).collect();
-    let results: Vec<(usize, std::result::Result<Lsn, ReplError>)> = std::thread::scope(|s| {
-        let hs: Vec<_> = peers
-            .iter()
-            .map(|&i| {
-                let addr = &view.members[i];
-                let secret = &sh.cfg.secret;
-                (i, s.spawn(move || fence_one(addr, secret, epoch, opts.peer_timeout)))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|(i, h)| {
-                let r = h.join().unwrap_or_else(|_| {
-                    Err(ReplError::Protocol {
-                        peer: view.members[i].clone(),
-                        detail: "fencing panicked".into(),
-                    })
-                });
-                (i, r)
-            })
-            .collect()
-    });
+    // In parallel: one thread per peer.
+    let tasks: Vec<_> = peers
+        .iter()
+        .map(|&i| {
+            let (addr, secret, net) = (view.members[i].clone(), sh.cfg.secret.clone(), sh.env.net.clone());
+            let timeout = opts.peer_timeout;
+            let t = sh
+                .env
+                .clock
+                .spawn("nvmedb-fence", move || fence_one(net.as_ref(), &addr, &secret, epoch, timeout));
+            (i, t)
+        })
+        .collect();
+    let results: Vec<(usize, std::result::Result<Lsn, ReplError>)> = tasks
+        .into_iter()
+        .map(|(i, t)| {
+            let failed =
+                |detail: &str| ReplError::Protocol { peer: view.members[i].clone(), detail: detail.into() };
+            let r = match t {
+                Ok(t) => t.join().unwrap_or_else(|| Err(failed("fencing panicked"))),
+                Err(e) => Err(failed(&format!("cannot start a fencing thread: {e}"))),
+            };
+            (i, r)
+        })
+        .collect();
     let mut positions = Vec::new();
     for (i, r) in results {
         match r {
@@ -276,10 +267,17 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
             "a fenced standby holds the log up to LSN {target}, this one only to {ours}, and its records could not be taken: {}",
             out.unreachable.join("; ")
         );
-        if !opts.force {
+        if view.mode == ReplicationMode::Lazy {
+            // A lazy primary acknowledged without its standbys: their records protect no
+            // acknowledged commit, and a peer's log may have gone another way (its primary went
+            // on after it was superseded). Taking them is best effort; insisting would keep
+            // every candidate from promoting.
+            out.notes.push(format!("lazy mode: {detail}"));
+        } else if !opts.force {
             return Err(ReplError::NotFenced { detail }.into());
+        } else {
+            out.notes.push(format!("forced: {detail}"));
         }
-        out.notes.push(format!("forced: {detail}"));
     }
     Ok(out)
 }
@@ -300,11 +298,12 @@ fn needed(view: &ClusterView) -> String {
 /// Connects to the standby at `addr` as an administrator (handshake done); reads and writes
 /// time out after `timeout`.
 pub(super) fn admin_connect(
+    net: &dyn Transport,
     addr: &str,
     secret: &[u8],
     timeout: Duration,
-) -> std::result::Result<TcpStream, ReplError> {
-    let mut s = wire::connect(addr, timeout)?;
+) -> std::result::Result<Box<dyn Conn>, ReplError> {
+    let mut s = net.connect(addr, timeout)?;
     s.set_read_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     s.set_write_timeout(Some(timeout)).map_err(|e| ReplError::io(addr, "timeout", e))?;
     wire::client_handshake(&mut s, addr, secret, Role::Admin, 0, 0)?;
@@ -313,12 +312,13 @@ pub(super) fn admin_connect(
 
 /// Fences the standby at `addr` at `epoch`; returns its position.
 fn fence_one(
+    net: &dyn Transport,
     addr: &str,
     secret: &[u8],
     epoch: u64,
     timeout: Duration,
 ) -> std::result::Result<Lsn, ReplError> {
-    let mut s = admin_connect(addr, secret, timeout)?;
+    let mut s = admin_connect(net, addr, secret, timeout)?;
     wire::write_frame(&mut s, addr, epoch, FrameType::Fence, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     match f.kind {
@@ -333,7 +333,7 @@ fn fence_one(
 
 /// Takes the records the (fenced) standby at `addr` holds beyond this log; returns the new end.
 fn fetch_from(sh: &Shared, addr: &str, epoch: u64, timeout: Duration) -> std::result::Result<Lsn, ReplError> {
-    let mut s = admin_connect(addr, &sh.cfg.secret, timeout)?;
+    let mut s = admin_connect(sh.env.net.as_ref(), addr, &sh.cfg.secret, timeout)?;
     let from = sh.log.end_lsn();
     let (last_lsn, last_crc) = sh.log.last_record().unwrap_or((u64::MAX, 0));
     let mut p = from.to_le_bytes().to_vec();
@@ -479,8 +479,18 @@ pub fn admin_promote_with(
     secret: &[u8],
     options: &PromoteOptions,
 ) -> std::result::Result<(u64, Lsn), ReplError> {
+    admin_promote_in(&Env::system(), addr, secret, options)
+}
+
+/// [`admin_promote_with`] through `env` (its network; its clock between attempts).
+pub fn admin_promote_in(
+    env: &Env,
+    addr: &str,
+    secret: &[u8],
+    options: &PromoteOptions,
+) -> std::result::Result<(u64, Lsn), ReplError> {
     let attempt = || -> std::result::Result<(u64, Lsn), ReplError> {
-        let mut s = admin_connect(addr, secret, Duration::from_secs(10))?;
+        let mut s = admin_connect(env.net.as_ref(), addr, secret, Duration::from_secs(10))?;
         // Promotion runs recovery: no read deadline for its answer.
         s.set_read_timeout(None).map_err(|e| ReplError::io(addr, "timeout", e))?;
         wire::write_frame(&mut s, addr, 0, FrameType::Promote, &options.encode())?;
@@ -498,7 +508,7 @@ pub fn admin_promote_with(
         match attempt() {
             Err(e @ ReplError::Disconnected { .. }) => {
                 last = Some(e);
-                std::thread::sleep(Duration::from_millis(100 << i));
+                env.clock.sleep(Duration::from_millis(100 << i));
             }
             r => return r,
         }

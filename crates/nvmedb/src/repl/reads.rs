@@ -503,7 +503,9 @@ fn copy_log(
     })?;
     let start = cat.checkpoint_redo_lsn.min(cat.checkpoint_undo_lsn);
     let _ = std::fs::remove_dir_all(scratch);
-    let out = ReplicaLog::open(scratch, start)?;
+    let storage =
+        crate::io::DirStorage::new(scratch, crate::io::FileOptions { direct: false, ..Default::default() })?;
+    let out = ReplicaLog::open(Arc::new(storage), start)?;
     let mut tail = log.tail()?;
     // The replica log holds every record from `start` on: it releases only records before a
     // restartpoint the catalog holds, and nothing while a snapshot copies.

@@ -1,18 +1,26 @@
 //! [`ReplicaLog`]: the standby's own log, holding the primary's records at the primary's LSNs.
 //!
-//! Owns: one file `log.dat` of checksummed records (header `crc:u32 | lsn:u64 | end:u64 |
+//! Owns: one device `log.dat` of checksummed records (header `crc:u32 | lsn:u64 | end:u64 |
 //! kind:u8 | len:u32`, then the payload; the CRC32C covers everything after the crc field) and
-//! `log.start` (the LSN at which the log begins, fixed at creation). Records are written with
-//! ordinary buffered writes and made durable with `fdatasync` (group commit: one sync covers
-//! every record appended before it).
+//! `log.start` (where the log begins: the LSN and offset of its first record, a two-slot state
+//! record), both in the node's replica-log storage ([`Disk::replica`](super::disk::Disk::replica):
+//! `<dir>/standby/` through the page cache, or the simulator's crash-simulated disk). Records
+//! are written in whole aligned blocks — the block holding the end of the durable records is
+//! written again with the new records after them, zero-padded — and made durable with the
+//! device's sync (group commit: one sync covers every record appended before it). Rewriting
+//! that block is safe under torn writes: its durable bytes are written again unchanged, so any
+//! prefix of the write that reaches the medium leaves them intact.
 //!
-//! The file is kept filled with zeroes ahead of the writes ([`Preparer`], as the primary's log
-//! segments are: a background thread fills the next 8 MiB, block-aligned, while the group
-//! commits write below): a write that extends a file makes its `fdatasync` also write the
-//! file's size and allocation, a second device write per group commit. So the file is longer
-//! than its records, and its end is where the records end (the first short or damaged record),
-//! never its length; readers read only up to the durable end ([`TailReader`]), so none holds
-//! zeroes that records later overwrite.
+//! A file on a real file system is kept filled with zeroes ahead of the writes ([`Preparer`], as
+//! the primary's log segments are: a background thread fills the next 8 MiB, block-aligned,
+//! while the group commits write below): a write that extends a file makes its `fdatasync`
+//! also write the file's size and allocation, a second device write per group commit (storage
+//! in RAM has nothing to prepare). So the file is longer than its records, and its end is where
+//! the records end (the first short or damaged record), never its length; readers read only up
+//! to the durable end ([`TailReader`]), so none holds zeroes that records later overwrite. What
+//! follows the end (a torn tail at open, records dropped by [`ReplicaLog::truncate_after`]) is
+//! overwritten with zeroes before anything is appended, so no stale record can ever pass for a
+//! continuation of the log.
 //!
 //! On an emulated device (the lab's standby on emulated optane, its bytes on tmpfs),
 //! [`ReplicaLog::set_device`] charges every group-commit write to that device's latency model
@@ -33,15 +41,13 @@
 //!   before promotion, for records past what a reconnecting primary holds durably (records the
 //!   primary never made durable, so no commit depending on them was acknowledged).
 
+use super::state::{read_record, write_record};
 use crate::error::{Error, Result};
-use crate::io::{Device, EmulatedDevice, FileDevice, MemDevice};
+use crate::io::{AlignedBuf, Device, EmulatedDevice, MemDevice, Storage};
 use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::MutexExt;
 use crate::wal::prepare::Preparer;
 use crate::wal::{LogRecord, Lsn, RecordReader, RecoveredLog, WalStats};
-use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -50,15 +56,9 @@ pub const REPLICA_HEADER_BYTES: usize = 4 + 8 + 8 + 1 + 4;
 const LOG_FILE: &str = "log.dat";
 const START_FILE: &str = "log.start";
 
-fn io_err(path: &Path, what: &str, e: std::io::Error) -> Error {
-    Error::Io(crate::io::IoError::os(
-        &format!("{} ({what})", path.display()),
-        crate::io::IoOpKind::Setup,
-        0,
-        0,
-        e,
-    ))
-}
+/// Bytes read from the device at a time by a reader (a reader allocates its window at its
+/// first read).
+const READ_WINDOW: usize = 128 << 10;
 
 /// One record as it is stored and shipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,19 +151,20 @@ struct Pending {
 }
 
 struct Flushed {
-    file: File,
-    /// Bytes of the file that are written and synced (offsets below `start_off` are a hole).
+    /// Bytes of the device that are written and synced (offsets below `start_off` are released).
     len: u64,
+    /// The bytes of the block that holds offset `len`, up to `len` (written again, unchanged,
+    /// with the next records after them).
+    tail: Vec<u8>,
     /// The [`Preparer`]'s number for the file as it is now: a truncation that cuts the file
     /// starts a new one, so no fill of the old range lands after the cut.
     gen: u64,
 }
 
-/// Filling the log file with zeroes ahead of the group-commit writes: the preparer, its
-/// background thread, and the file opened as a [`Device`] for it.
+/// Filling the log file with zeroes ahead of the group-commit writes: the preparer and its
+/// background thread (a file on a real file system only).
 struct Ahead {
     preparer: Arc<Preparer>,
-    dev: Arc<dyn Device>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -181,7 +182,9 @@ struct Start {
 
 /// The standby's log. See the module documentation.
 pub struct ReplicaLog {
-    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    /// `log.dat` (replaced by [`ReplicaLog::reset`]).
+    dev: Mutex<Arc<dyn Device>>,
     start: Mutex<Start>,
     pending: Mutex<Pending>,
     flushed: Mutex<Flushed>,
@@ -189,138 +192,331 @@ pub struct ReplicaLog {
     durable_len: AtomicU64,
     recovered: RecoveredLog,
     stats: Mutex<WalStats>,
-    /// The emulated device the log's writes are charged to (None: the file's own sync).
+    /// The emulated device the log's writes are charged to (None: the device's own sync).
     device: Mutex<Option<Arc<EmulatedDevice<MemDevice>>>>,
-    ahead: Ahead,
+    ahead: Option<Ahead>,
 }
 
 impl Drop for ReplicaLog {
     fn drop(&mut self) {
-        self.ahead.preparer.stop();
-        if let Some(t) = self.ahead.thread.locked().take() {
-            let _ = t.join();
+        if let Some(a) = &self.ahead {
+            a.preparer.stop();
+            if let Some(t) = a.thread.locked().take() {
+                let _ = t.join();
+            }
         }
     }
 }
 
 impl std::fmt::Debug for ReplicaLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ReplicaLog({}, end {})", self.dir.display(), self.end_lsn())
+        write!(f, "ReplicaLog({}, end {})", self.storage.location(), self.end_lsn())
     }
 }
 
-/// `log.start`: lsn u64 | offset u64 | crc u32 (an older 12-byte form without the offset is
-/// read as offset 0).
-fn read_start(dir: &Path) -> Result<Option<Start>> {
-    let sp = dir.join(START_FILE);
-    match std::fs::read(&sp) {
-        Ok(b) if b.len() == 20 && crate::util::crc32c(&b[..16]).to_le_bytes() == b[16..20] => {
-            Ok(Some(Start { lsn: u64_at(&b, 0), off: u64_at(&b, 8) }))
-        }
-        Ok(b) if b.len() == 12 && crate::util::crc32c(&b[..8]).to_le_bytes() == b[8..12] => {
-            Ok(Some(Start { lsn: u64_at(&b, 0), off: 0 }))
-        }
-        Ok(_) => Err(Error::Corruption {
-            file: sp.display().to_string(),
+/// `log.start`: lsn u64 | offset u64.
+fn read_start(st: &dyn Storage) -> Result<Option<Start>> {
+    match read_record(st, START_FILE)? {
+        None => Ok(None),
+        Some(b) if b.len() == 16 => Ok(Some(Start { lsn: u64_at(&b, 0), off: u64_at(&b, 8) })),
+        Some(_) => Err(Error::Corruption {
+            file: format!("{}/{START_FILE}", st.location()),
             offset: 0,
-            detail: "replica log start file is damaged".into(),
+            detail: "replica log start record is damaged".into(),
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(&sp, "read", e)),
     }
 }
 
-fn write_start(dir: &Path, st: Start) -> Result<()> {
-    let sp = dir.join(START_FILE);
-    let mut b = st.lsn.to_le_bytes().to_vec();
-    b.extend_from_slice(&st.off.to_le_bytes());
-    b.extend_from_slice(&crate::util::crc32c(&b).to_le_bytes());
-    let tmp = dir.join("log.start.tmp");
-    let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
-    f.write_all(&b).and_then(|()| f.sync_all()).map_err(|e| io_err(&tmp, "write", e))?;
-    std::fs::rename(&tmp, &sp).map_err(|e| io_err(&sp, "rename", e))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, "sync dir", e))
+fn write_start(st: &dyn Storage, s: Start) -> Result<()> {
+    let mut b = s.lsn.to_le_bytes().to_vec();
+    b.extend_from_slice(&s.off.to_le_bytes());
+    write_record(st, START_FILE, &b)
 }
 
 /// What [`scan`] found: the end LSN, the last record's (LSN, CRC), and the file length the
 /// records take.
 type Scanned = (Lsn, Option<(Lsn, u32)>, u64);
 
-/// Reads the file from `st.off` and returns what the records that follow each other from there
-/// cover; the first short or damaged record ends them (a torn tail). `stop_after` keeps only
-/// records ending at or below it.
-fn scan(file: &mut File, path: &Path, st: Start, stop_after: Lsn) -> Result<Scanned> {
-    file.seek(SeekFrom::Start(st.off)).map_err(|e| io_err(path, "seek", e))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(|e| io_err(path, "read", e))?;
-    let (mut off, mut end, mut last) = (0usize, st.lsn, None);
-    while let Ok(Some((r, n))) = decode_record_ref(&bytes[off..]) {
-        if r.lsn < end || r.end > stop_after {
+/// Reads the device from `st.off` and returns what the records that follow each other from
+/// there cover; the first short or damaged record ends them (a torn tail). `stop_after` keeps
+/// only records ending at or below it.
+fn scan(dev: &Arc<dyn Device>, st: Start, stop_after: Lsn) -> Result<Scanned> {
+    let mut r = BlockReader::new(dev.clone());
+    let (mut off, mut end, mut last) = (st.off, st.lsn, None);
+    let cap = dev.capacity();
+    loop {
+        let mut head = [0u8; REPLICA_HEADER_BYTES];
+        if off + REPLICA_HEADER_BYTES as u64 > cap {
             break;
         }
-        end = r.end;
-        last = Some((r.lsn, r.crc));
-        off += n;
+        r.read(off, &mut head, cap)?;
+        let len = u32_at(&head, 21) as u64;
+        if off + REPLICA_HEADER_BYTES as u64 + len > cap {
+            break;
+        }
+        let mut payload = vec![0u8; len as usize];
+        r.read(off + REPLICA_HEADER_BYTES as u64, &mut payload, cap)?;
+        let Ok((lsn, rend)) = check_record(&head, &payload) else { break };
+        if lsn < end || rend > stop_after {
+            break;
+        }
+        end = rend;
+        last = Some((lsn, u32_at(&head, 0)));
+        off += REPLICA_HEADER_BYTES as u64 + len;
     }
-    Ok((end, last, st.off + off as u64))
+    Ok((end, last, off))
+}
+
+/// Aligned reads of a device through a window (records are not aligned).
+struct BlockReader {
+    dev: Arc<dyn Device>,
+    /// The window (allocated at the first read).
+    buf: Option<AlignedBuf>,
+    /// Device offset of `buf[0]`.
+    at: u64,
+    /// Bytes of `buf` that hold the device's bytes as they were when read.
+    valid: usize,
+}
+
+impl BlockReader {
+    fn new(dev: Arc<dyn Device>) -> Self {
+        Self { dev, buf: None, at: 0, valid: 0 }
+    }
+
+    /// Forgets what the window holds (the bytes may have changed).
+    fn invalidate(&mut self) {
+        self.valid = 0;
+    }
+
+    /// Copies `out.len()` bytes at `off` into `out`; bytes at or past `limit` are never read
+    /// into the window (they may still change).
+    fn read(&mut self, mut off: u64, mut out: &mut [u8], limit: u64) -> Result<()> {
+        let align = self.dev.alignment().max(1) as u64;
+        while !out.is_empty() {
+            if off >= self.at && off < self.at + self.valid as u64 {
+                let buf = self.buf.as_ref().expect("a valid window is allocated");
+                let from = (off - self.at) as usize;
+                let n = (self.valid - from).min(out.len());
+                out[..n].copy_from_slice(&buf[from..from + n]);
+                out = &mut out[n..];
+                off += n as u64;
+                continue;
+            }
+            let at = off / align * align;
+            let cap = self.dev.capacity();
+            let len = (READ_WINDOW as u64).min(cap.saturating_sub(at)) / align * align;
+            if len == 0 || at + len <= off {
+                return Err(Error::Corruption {
+                    file: self.dev.info().name,
+                    offset: off,
+                    detail: format!("replica log read past the device's end ({cap} bytes)"),
+                });
+            }
+            let buf = self.buf.get_or_insert_with(|| AlignedBuf::new(READ_WINDOW));
+            self.dev.read_at(at, &mut buf[..len as usize])?;
+            self.at = at;
+            self.valid = (len.min(limit.saturating_sub(at))) as usize;
+            if self.valid == 0 || at + self.valid as u64 <= off {
+                return Err(Error::Corruption {
+                    file: self.dev.info().name,
+                    offset: off,
+                    detail: format!("replica log read past its durable end {limit}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Gives the blocks below `upto` back to the file system when `dev` is a file (hole punching;
+/// offsets do not change, and nothing reads the released range). Devices in memory keep them.
+fn release_blocks(dev: &dyn Device, upto: u64) -> Result<()> {
+    let info = dev.info();
+    if upto == 0 || !(info.backend.contains("pread") || info.backend.contains("io_uring")) {
+        return Ok(());
+    }
+    let path = std::path::Path::new(&info.name);
+    let io = |e: std::io::Error| {
+        Error::Io(crate::io::IoError::os(&info.name, crate::io::IoOpKind::Setup, 0, upto as usize, e))
+    };
+    let file = std::fs::OpenOptions::new().write(true).open(path).map_err(io)?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on an open file descriptor with a valid range; it only frees blocks of
+    // the file (reads of the range return zeros, which nothing reads: the log begins after it).
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            upto as libc::off_t,
+        )
+    };
+    if r != 0 {
+        // Not every file system punches holes: the log is still correct, only larger.
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(io(e));
+        }
+    }
+    Ok(())
+}
+
+/// Overwrites `[from, to)` of `dev` with zeroes, keeping `keep` (the bytes of `from`'s block
+/// before `from`), and syncs: what followed the log's end can no longer pass for records.
+fn zero_after(dev: &dyn Device, from: u64, keep: &[u8], to: u64) -> Result<()> {
+    let align = dev.alignment().max(1) as u64;
+    let block = from / align * align;
+    debug_assert_eq!(keep.len() as u64, from - block);
+    let to = to.min(dev.capacity()).next_multiple_of(align);
+    let mut at = block;
+    while at < to {
+        let n = (to - at).min(READ_WINDOW as u64) as usize;
+        let mut buf = AlignedBuf::new(n);
+        if at == block {
+            buf[..keep.len()].copy_from_slice(keep);
+        }
+        dev.write_at(at, &buf)?;
+        at += n as u64;
+    }
+    dev.sync()?;
+    Ok(())
+}
+
+/// The end of the last block at or after `from` that holds a non-zero byte (`from` if none):
+/// how far a torn or cut tail reaches.
+fn dirty_end(dev: &Arc<dyn Device>, from: u64) -> Result<u64> {
+    let align = dev.alignment().max(1) as u64;
+    let cap = dev.capacity();
+    let mut at = from / align * align;
+    let mut end = from;
+    let mut buf = AlignedBuf::new(READ_WINDOW);
+    while at < cap {
+        let n = (cap - at).min(READ_WINDOW as u64) as usize / align as usize * align as usize;
+        if n == 0 {
+            break;
+        }
+        dev.read_at(at, &mut buf[..n])?;
+        match buf[..n].iter().rposition(|&b| b != 0) {
+            Some(p) => end = (at + p as u64 + 1).next_multiple_of(align),
+            // A whole window of zeroes: the prepared (or never written) part begins.
+            None => break,
+        }
+        at += n as u64;
+    }
+    Ok(end.max(from))
 }
 
 impl ReplicaLog {
-    /// Opens the replica log in `dir`, creating it (beginning at `start_if_new`) when absent.
+    /// True when `storage` holds a replica log.
+    pub fn exists(storage: &dyn Storage) -> bool {
+        storage.exists(START_FILE)
+    }
+
+    /// Opens the replica log in `storage`, creating it (beginning at `start_if_new`) when absent.
     /// Cuts a torn tail.
-    pub fn open(dir: &Path, start_if_new: Lsn) -> Result<Arc<Self>> {
-        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, "create", e))?;
-        let st = match read_start(dir)? {
+    pub fn open(storage: Arc<dyn Storage>, start_if_new: Lsn) -> Result<Arc<Self>> {
+        Self::open_inner(storage, start_if_new, true)
+    }
+
+    /// A new, empty replica log in `storage` beginning at `start`, whose start record is written
+    /// only by [`ReplicaLog::finish_copy`]: until then a crash leaves no log (a former primary's
+    /// log copied into it is copied again).
+    pub(super) fn create_for_copy(storage: Arc<dyn Storage>, start: Lsn) -> Result<Arc<Self>> {
+        if storage.exists(START_FILE) {
+            storage.remove(START_FILE)?;
+        }
+        Self::open_inner(storage, start, false)
+    }
+
+    /// Syncs the copied records and writes the start record: the log exists from now on.
+    pub(super) fn finish_copy(&self) -> Result<Lsn> {
+        let end = self.sync()?;
+        write_start(self.storage.as_ref(), *self.start.locked())?;
+        Ok(end)
+    }
+
+    fn open_inner(storage: Arc<dyn Storage>, start_if_new: Lsn, mark: bool) -> Result<Arc<Self>> {
+        let st = match read_start(storage.as_ref())? {
             Some(st) => st,
             None => {
                 let st = Start { lsn: start_if_new, off: 0 };
-                write_start(dir, st)?;
+                // An empty log: whatever an interrupted copy left is dropped first.
+                if storage.exists(LOG_FILE) {
+                    storage.remove(LOG_FILE)?;
+                }
+                if mark {
+                    write_start(storage.as_ref(), st)?;
+                }
                 st
             }
         };
-        let lp = dir.join(LOG_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lp)
-            .map_err(|e| io_err(&lp, "open", e))?;
-        let (end, last, len) = scan(&mut file, &lp, st, Lsn::MAX)?;
-        let file_len = file.metadata().map_err(|e| io_err(&lp, "stat", e))?.len();
-        if len < file_len {
-            file.set_len(len).and_then(|()| file.sync_all()).map_err(|e| io_err(&lp, "cut torn tail", e))?;
+        let dev = storage.open(LOG_FILE, true)?;
+        // A torn write can leave a size that is not a whole number of blocks (a power cut keeps
+        // a prefix of a write's sectors): round it up with zeroes, so every block can be read.
+        let align = dev.alignment().max(1) as u64;
+        if dev.capacity() % align != 0 {
+            dev.ensure_capacity(dev.capacity().next_multiple_of(align))?;
         }
-        file.seek(SeekFrom::Start(len)).map_err(|e| io_err(&lp, "seek", e))?;
+        let (end, last, len) = scan(&dev, st, Lsn::MAX)?;
+        let block = len / align * align;
+        let mut tail = vec![0u8; (len - block) as usize];
+        if !tail.is_empty() {
+            BlockReader::new(dev.clone()).read(block, &mut tail, len)?;
+        }
+        let dirty = dirty_end(&dev, len)?;
+        if dirty > len {
+            // A torn tail (or records a cut dropped): zeroed before anything is appended.
+            zero_after(dev.as_ref(), len, &tail, dirty)?;
+        }
         let recovered =
             RecoveredLog { log_id: 0, start_lsn: st.lsn, end_lsn: end, segments: 1, created: false };
-        let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&lp).map_err(Error::Io)?);
-        let preparer = Arc::new(Preparer::new());
-        preparer.restart(0, len - len % PREPARE_ALIGN);
-        let p2 = preparer.clone();
-        let thread = std::thread::Builder::new()
-            .name("nvmedb-replica-prepare".into())
-            .spawn(move || p2.run())
-            .map_err(|e| io_err(&lp, "start the thread that prepares the log file", e))?;
+        let ahead = if storage.in_ram() {
+            None
+        } else {
+            let preparer = Arc::new(Preparer::new());
+            preparer.restart(0, len - len % PREPARE_ALIGN);
+            let p2 = preparer.clone();
+            let thread = std::thread::Builder::new()
+                .name("nvmedb-replica-prepare".into())
+                .spawn(move || p2.run())
+                .map_err(|e| {
+                    Error::Io(crate::io::IoError::os(
+                        &storage.location(),
+                        crate::io::IoOpKind::Setup,
+                        0,
+                        0,
+                        e,
+                    ))
+                })?;
+            Some(Ahead { preparer, thread: Mutex::new(Some(thread)) })
+        };
         Ok(Arc::new(Self {
-            dir: dir.to_path_buf(),
+            storage,
+            dev: Mutex::new(dev),
             start: Mutex::new(st),
             pending: Mutex::new(Pending { buf: Vec::new(), end, last, records: 0 }),
-            flushed: Mutex::new(Flushed { file, len, gen: 0 }),
+            flushed: Mutex::new(Flushed { len, tail, gen: 0 }),
             durable: AtomicU64::new(end),
             durable_len: AtomicU64::new(len),
             recovered,
             stats: Mutex::new(WalStats::default()),
             device: Mutex::new(None),
-            ahead: Ahead { preparer, dev, thread: Mutex::new(Some(thread)) },
+            ahead,
         }))
+    }
+
+    /// The log's device.
+    fn dev(&self) -> Arc<dyn Device> {
+        self.dev.locked().clone()
     }
 
     /// Starts a new preparation of the file from `len` (after a cut): waits for a fill in
     /// progress, so none lands past the cut.
     fn restart_preparation(&self, f: &mut Flushed, len: u64) {
         f.gen += 1;
-        self.ahead.preparer.restart(f.gen, len - len % PREPARE_ALIGN);
+        if let Some(a) = &self.ahead {
+            a.preparer.restart(f.gen, len - len % PREPARE_ALIGN);
+        }
     }
 
     /// Puts the log "on" an emulated device: from now on each group-commit write (made durable in
@@ -400,24 +596,39 @@ impl ReplicaLog {
         if buf.is_empty() {
             return Ok(self.durable.load(Ordering::Acquire));
         }
-        let lp = self.dir.join(LOG_FILE);
         let device = self.device.locked().clone();
-        if device.is_none() {
+        let dev = self.dev();
+        let align = dev.alignment().max(1) as u64;
+        let block = f.len / align * align;
+        let new_len = f.len + buf.len() as u64;
+        if let (None, Some(a)) = (&device, &self.ahead) {
             // Backed up to the next block boundary past this write, and 8 MiB ahead of it.
-            let write_end = (f.len + buf.len() as u64).next_multiple_of(PREPARE_ALIGN);
-            self.ahead.preparer.before_write(
-                f.gen,
-                std::slice::from_ref(&self.ahead.dev),
-                write_end,
-                u64::MAX,
-            )?;
+            let write_end = new_len.next_multiple_of(PREPARE_ALIGN);
+            a.preparer.before_write(f.gen, std::slice::from_ref(&dev), write_end, u64::MAX)?;
         }
+        // The block holding the durable end again, unchanged, then the new records, zero-padded.
+        let mut out = AlignedBuf::new((new_len - block).next_multiple_of(align) as usize);
+        out[..f.tail.len()].copy_from_slice(&f.tail);
+        out[f.tail.len()..f.tail.len() + buf.len()].copy_from_slice(&buf);
         let submitted = std::time::Instant::now();
-        f.file.write_all(&buf).and_then(|()| f.file.sync_data()).map_err(|e| io_err(&lp, "write", e))?;
+        if let Err(e) = dev.write_at(block, &out).and_then(|()| dev.sync()) {
+            // Nothing more is durable than before: the records go back in front of those appended
+            // since, and the next sync writes them again (their block included, so a sync that
+            // failed after the kernel dropped the written pages is repaired too). Dropping them
+            // would leave a gap that the records after it hide (and acknowledge).
+            let mut p = self.pending.locked();
+            let mut again = buf;
+            again.extend_from_slice(&p.buf);
+            p.buf = again;
+            p.records += n;
+            return Err(e.into());
+        }
         if let Some(d) = device {
             d.charge_write(f.len, buf.len(), submitted);
         }
-        f.len += buf.len() as u64;
+        let new_block = new_len / align * align;
+        f.tail = out[(new_block - block) as usize..(new_len - block) as usize].to_vec();
+        f.len = new_len;
         self.durable_len.store(f.len, Ordering::Release);
         let prev = self.durable.swap(end, Ordering::AcqRel);
         assert!(prev <= end, "replica log durable position went backwards");
@@ -429,21 +640,28 @@ impl ReplicaLog {
     }
 
     /// Drops every record that ends after `lsn` (see the module documentation for when this is
-    /// legal). Returns the new end.
+    /// legal): the bytes after the last kept record are overwritten with zeroes. Returns the new
+    /// end.
     pub fn truncate_after(&self, lsn: Lsn) -> Result<Lsn> {
         let mut f = self.flushed.locked();
         let mut p = self.pending.locked();
         p.buf.clear();
         p.records = 0;
-        let lp = self.dir.join(LOG_FILE);
         let st = *self.start.locked();
-        let mut rf = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
-        let (end, last, len) = scan(&mut rf, &lp, st, lsn)?;
+        let dev = self.dev();
+        let (end, last, len) = scan(&dev, st, lsn)?;
         let len = len.min(f.len);
         self.restart_preparation(&mut f, len);
-        f.file.set_len(len).and_then(|()| f.file.sync_all()).map_err(|e| io_err(&lp, "truncate", e))?;
-        f.file.seek(SeekFrom::Start(len)).map_err(|e| io_err(&lp, "seek", e))?;
+        let align = dev.alignment().max(1) as u64;
+        let block = len / align * align;
+        let mut tail = vec![0u8; (len - block) as usize];
+        if !tail.is_empty() {
+            BlockReader::new(dev.clone()).read(block, &mut tail, len)?;
+        }
+        let dirty = dirty_end(&dev, len)?.max(f.len);
+        zero_after(dev.as_ref(), len, &tail, dirty)?;
         f.len = len;
+        f.tail = tail;
         p.end = end;
         p.last = last;
         self.durable_len.store(f.len, Ordering::Release);
@@ -480,48 +698,26 @@ impl ReplicaLog {
         if new.off <= st.off {
             return Ok(0);
         }
-        write_start(&self.dir, new)?;
+        write_start(self.storage.as_ref(), new)?;
         *self.start.locked() = new;
-        let hole = new.off / 4096 * 4096;
-        if hole > 0 {
-            let lp = self.dir.join(LOG_FILE);
-            let file = OpenOptions::new().write(true).open(&lp).map_err(|e| io_err(&lp, "open", e))?;
-            use std::os::fd::AsRawFd;
-            // SAFETY: fallocate on an open file descriptor with a valid range; it only frees
-            // blocks of the file (reads of the range return zeros, which nothing reads: the log
-            // begins after it).
-            let r = unsafe {
-                libc::fallocate(
-                    file.as_raw_fd(),
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    0,
-                    hole as libc::off_t,
-                )
-            };
-            if r != 0 {
-                // Not every file system punches holes: the log is still correct, only larger.
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                    return Err(io_err(&lp, "punch hole", e));
-                }
-            }
-        }
+        release_blocks(self.dev().as_ref(), new.off / 4096 * 4096)?;
         Ok(new.off - st.off)
     }
 
     /// Empties the log and makes it begin at `start` (a base backup replaces the standby's data
-    /// and log).
+    /// and log): the old records go with their device, then the new start is stored (a crash in
+    /// between leaves the old start over an empty log).
     pub fn reset(&self, start: Lsn) -> Result<()> {
         let mut f = self.flushed.locked();
         let mut p = self.pending.locked();
-        let lp = self.dir.join(LOG_FILE);
         self.restart_preparation(&mut f, 0);
-        f.file.set_len(0).and_then(|()| f.file.sync_all()).map_err(|e| io_err(&lp, "truncate", e))?;
-        f.file.seek(SeekFrom::Start(0)).map_err(|e| io_err(&lp, "seek", e))?;
+        self.storage.remove(LOG_FILE)?;
+        *self.dev.locked() = self.storage.open(LOG_FILE, true)?;
         let st = Start { lsn: start, off: 0 };
-        write_start(&self.dir, st)?;
+        write_start(self.storage.as_ref(), st)?;
         *self.start.locked() = st;
         f.len = 0;
+        f.tail.clear();
         *p = Pending { buf: Vec::new(), end: start, last: None, records: 0 };
         self.durable_len.store(0, Ordering::Release);
         self.durable.store(start, Ordering::Release);
@@ -530,53 +726,17 @@ impl ReplicaLog {
 
     /// A reader that follows the log as it grows, from its first record.
     pub fn tail(self: &Arc<Self>) -> Result<TailReader> {
-        let lp = self.dir.join(LOG_FILE);
-        let file = File::open(&lp).map_err(|e| io_err(&lp, "open", e))?;
-        let mut t = TailReader {
-            log: self.clone(),
-            file: BufReader::with_capacity(1 << 20, Durable { file, pos: 0, log: self.clone() }),
-            offset: 0,
-            path: lp,
-        };
+        let mut t = TailReader { log: self.clone(), r: BlockReader::new(self.dev()), offset: 0 };
         t.seek_to(self.start_off())?;
         Ok(t)
-    }
-}
-
-/// The log file read only below its durable length: the file holds zeroes past its records
-/// (prepared ahead), which a buffered reader must never keep, since records later replace them.
-struct Durable {
-    file: File,
-    pos: u64,
-    log: Arc<ReplicaLog>,
-}
-
-impl Read for Durable {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let limit = self.log.durable_len.load(Ordering::Acquire);
-        let n = (limit.saturating_sub(self.pos)).min(buf.len() as u64) as usize;
-        if n == 0 {
-            return Ok(0);
-        }
-        let got = self.file.read(&mut buf[..n])?;
-        self.pos += got as u64;
-        Ok(got)
-    }
-}
-
-impl Seek for Durable {
-    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
-        self.pos = self.file.seek(to)?;
-        Ok(self.pos)
     }
 }
 
 /// Reads a [`ReplicaLog`] sequentially, only as far as it is durable, resuming where it left off.
 pub struct TailReader {
     log: Arc<ReplicaLog>,
-    file: BufReader<Durable>,
+    r: BlockReader,
     offset: u64,
-    path: PathBuf,
 }
 
 impl TailReader {
@@ -587,7 +747,7 @@ impl TailReader {
 
     /// Repositions at byte offset `off` (a record start this reader returned before).
     pub fn seek_to(&mut self, off: u64) -> Result<()> {
-        self.file.seek(SeekFrom::Start(off)).map_err(|e| io_err(&self.path, "seek", e))?;
+        self.r.invalidate();
         self.offset = off;
         Ok(())
     }
@@ -598,20 +758,23 @@ impl TailReader {
         if self.offset + REPLICA_HEADER_BYTES as u64 > limit {
             return Ok(None);
         }
-        let mut head = [0u8; REPLICA_HEADER_BYTES];
-        self.file.read_exact(&mut head).map_err(|e| io_err(&self.path, "read", e))?;
-        let len = u32_at(&head, 21) as usize;
-        // The payload is read straight into the record's own buffer (one copy).
-        let mut payload = vec![0u8; len];
-        self.file.read_exact(&mut payload).map_err(|e| io_err(&self.path, "read", e))?;
         let off = self.offset;
-        let (lsn, end) = check_record(&head, &payload).map_err(|detail| Error::Corruption {
-            file: self.path.display().to_string(),
+        let mut head = [0u8; REPLICA_HEADER_BYTES];
+        self.r.read(off, &mut head, limit)?;
+        let len = u32_at(&head, 21) as usize;
+        let n = (REPLICA_HEADER_BYTES + len) as u64;
+        let corrupt = |detail: String| Error::Corruption {
+            file: format!("{}/{LOG_FILE}", self.log.storage.location()),
             offset: off,
             detail,
-        })?;
-        let n = (REPLICA_HEADER_BYTES + len) as u64;
-        assert!(off + n <= limit, "durable length cuts a record");
+        };
+        if off + n > limit {
+            return Err(corrupt(format!("record of {len} bytes crosses the durable end {limit}")));
+        }
+        // The payload is read straight into the record's own buffer (one copy).
+        let mut payload = vec![0u8; len];
+        self.r.read(off + REPLICA_HEADER_BYTES as u64, &mut payload, limit)?;
+        let (lsn, end) = check_record(&head, &payload).map_err(corrupt)?;
         self.offset += n;
         Ok(Some(ShippedRecord { lsn, end, kind: head[20], payload }))
     }
@@ -692,8 +855,8 @@ impl crate::wal::RecordLog for ReplicaLogHandle {
 
     fn describe(&self) -> String {
         format!(
-            "standby replica log (buffered writes + fdatasync, primary's LSNs) in {}",
-            self.0.dir.display()
+            "standby replica log (aligned block writes + sync, primary's LSNs) in {}",
+            self.0.storage.location()
         )
     }
 }
@@ -749,10 +912,19 @@ mod tests {
         nvmedb_testkit::TmpDir::path_only(&format!("replica-{name}"))
     }
 
+    /// The replica log's storage in directory `d`, as a node keeps it.
+    fn dir(d: &std::path::Path) -> Arc<dyn Storage> {
+        super::super::disk::Disk::replica(&super::super::disk::DirDisk::new(d)).unwrap()
+    }
+
+    fn log_file(d: &std::path::Path) -> std::path::PathBuf {
+        d.join(super::super::disk::REPLICA_DIR).join(LOG_FILE)
+    }
+
     #[test]
     fn records_keep_the_primarys_lsns_and_survive_reopen_with_a_torn_tail() {
         let d = tmp("reopen");
-        let log = ReplicaLog::open(&d, 100).unwrap();
+        let log = ReplicaLog::open(dir(&d), 100).unwrap();
         assert!(log.append_at(100, 140, 9, b"a").unwrap());
         assert!(log.append_at(4096, 4200, 10, b"bb").unwrap());
         assert!(!log.append_at(100, 140, 9, b"a").unwrap(), "a re-shipped record is skipped");
@@ -762,14 +934,15 @@ mod tests {
         let records_end = log.durable_len.load(Ordering::Acquire);
         drop(log);
         // Write a torn record by hand where the records end (the file is longer: prepared ahead).
-        let mut f = OpenOptions::new().write(true).open(d.join(LOG_FILE)).unwrap();
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(log_file(&d)).unwrap();
         assert!(f.metadata().unwrap().len() > records_end);
         f.seek(SeekFrom::Start(records_end)).unwrap();
         let mut rec = Vec::new();
         encode_record(&mut rec, 5000, 5100, 11, b"torn");
         f.write_all(&rec[..rec.len() - 2]).unwrap();
         drop(f);
-        let log = ReplicaLog::open(&d, 0).unwrap();
+        let log = ReplicaLog::open(dir(&d), 0).unwrap();
         assert_eq!(log.start_lsn(), 100);
         assert_eq!(log.end_lsn(), 4200);
         let h = ReplicaLogHandle(log.clone());
@@ -787,14 +960,14 @@ mod tests {
         assert_eq!(log.truncate_after(4199).unwrap(), 140);
         assert_eq!(log.end_lsn(), 140);
         drop(log);
-        assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 140);
+        assert_eq!(ReplicaLog::open(dir(&d), 0).unwrap().end_lsn(), 140);
     }
 
     #[test]
     fn the_file_is_backed_ahead_of_the_records_and_its_end_is_where_the_records_end() {
         use std::os::unix::fs::MetadataExt;
         let d = tmp("ahead");
-        let log = ReplicaLog::open(&d, 0).unwrap();
+        let log = ReplicaLog::open(dir(&d), 0).unwrap();
         let (mut lsn, mut ends) = (0u64, Vec::new());
         for i in 0..300u64 {
             let payload = vec![(i % 251) as u8; 1000 + (i as usize * 7) % 300];
@@ -807,7 +980,7 @@ mod tests {
             }
         }
         let records = log.durable_len.load(Ordering::Acquire);
-        let m = std::fs::metadata(d.join(LOG_FILE)).unwrap();
+        let m = std::fs::metadata(log_file(&d)).unwrap();
         // Prepared: allocated zeroes at least half a preparation window past the records.
         assert!(
             m.len() >= records + crate::wal::prepare::PREPARE_AHEAD_BYTES / 2,
@@ -816,14 +989,14 @@ mod tests {
         );
         assert!(m.blocks() * 512 >= m.len(), "the file is backed, not sparse: {m:?}");
         drop(log);
-        // Reopened: the end is the last record's, the zeroes past it are cut, and appends go on.
-        let log = ReplicaLog::open(&d, 0).unwrap();
+        // Reopened: the end is the last record's, and appends go on.
+        let log = ReplicaLog::open(dir(&d), 0).unwrap();
         assert_eq!(log.end_lsn(), *ends.last().unwrap());
-        assert_eq!(std::fs::metadata(d.join(LOG_FILE)).unwrap().len(), records);
+        assert_eq!(log.durable_len.load(Ordering::Acquire), records);
         assert!(log.append_at(lsn, lsn + 100, 10, b"after reopen").unwrap());
         assert_eq!(log.sync().unwrap(), lsn + 100);
         drop(log);
-        let log = ReplicaLog::open(&d, 0).unwrap();
+        let log = ReplicaLog::open(dir(&d), 0).unwrap();
         let mut t = log.tail().unwrap();
         let mut n = 0;
         while let Some(r) = t.next_record().unwrap() {
@@ -840,7 +1013,7 @@ mod tests {
     #[test]
     fn a_tail_reader_following_the_log_never_keeps_the_zeroes_ahead_of_it() {
         let d = tmp("follow");
-        let log = ReplicaLog::open(&d, 0).unwrap();
+        let log = ReplicaLog::open(dir(&d), 0).unwrap();
         let mut t = log.tail().unwrap();
         let mut lsn = 0;
         // Small records, one group commit each: every read of the reader finds the file's
@@ -866,7 +1039,7 @@ mod tests {
     #[test]
     fn shipped_bytes_are_stored_as_they_came_and_read_back() {
         let d = tmp("encoded");
-        let log = ReplicaLog::open(&d, 100).unwrap();
+        let log = ReplicaLog::open(dir(&d), 100).unwrap();
         let mut frame = Vec::new();
         encode_record(&mut frame, 100, 180, 9, &[5u8; 40]);
         encode_record(&mut frame, 200, 300, 10, b"second");
@@ -895,13 +1068,13 @@ mod tests {
         assert!(log.append_encoded(&r).is_err());
         drop(t);
         drop(log);
-        assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 300);
+        assert_eq!(ReplicaLog::open(dir(&d), 0).unwrap().end_lsn(), 300);
     }
 
     #[test]
     fn truncate_before_releases_the_prefix_and_survives_reopen() {
         let d = tmp("trunc");
-        let log = ReplicaLog::open(&d, 0).unwrap();
+        let log = ReplicaLog::open(dir(&d), 0).unwrap();
         let payload = vec![7u8; 3000];
         let mut starts = Vec::new();
         let mut lsn = 0;
@@ -920,11 +1093,11 @@ mod tests {
         assert_eq!(h.reader(0).unwrap().next_record().unwrap().unwrap().lsn, first);
         assert_eq!(h.recovered().start_lsn, first);
         use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(d.join(LOG_FILE)).unwrap();
+        let m = std::fs::metadata(log_file(&d)).unwrap();
         assert!(m.blocks() * 512 < m.len(), "the prefix's blocks were not released");
         drop(h);
         drop(log);
-        let log = ReplicaLog::open(&d, 0).unwrap();
+        let log = ReplicaLog::open(dir(&d), 0).unwrap();
         assert_eq!((log.start_lsn(), log.end_lsn()), (first, end));
         assert_eq!(log.truncate_after(first + 3100).unwrap(), first + 3100);
         log.reset(500_000).unwrap();
@@ -932,6 +1105,126 @@ mod tests {
         assert!(log.append_at(500_000, 500_100, 9, b"x").unwrap());
         assert_eq!(log.sync().unwrap(), 500_100);
         drop(log);
-        assert_eq!(ReplicaLog::open(&d, 0).unwrap().end_lsn(), 500_100);
+        assert_eq!(ReplicaLog::open(dir(&d), 0).unwrap().end_lsn(), 500_100);
+    }
+
+    #[test]
+    fn a_power_cut_keeps_every_synced_record_and_no_stale_one() {
+        use crate::io::CrashSimStorage;
+        use crate::util::Rng;
+        for seed in 0..100u64 {
+            let mut rng = Rng::new(seed);
+            let css = Arc::new(CrashSimStorage::new());
+            let st: Arc<dyn Storage> = css.clone();
+            let log = ReplicaLog::open(st.clone(), 0).unwrap();
+            let (mut lsn, mut synced) = (0u64, 0u64);
+            let mut written = Vec::new();
+            for round in 0..(2 + rng.below(6)) {
+                for _ in 0..(1 + rng.below(4)) {
+                    let payload = vec![round as u8; 1 + rng.below(3000) as usize];
+                    let end = lsn + 100 + rng.below(5000);
+                    assert!(log.append_at(lsn, end, 9, &payload).unwrap());
+                    written.push((lsn, end));
+                    lsn = end;
+                }
+                if rng.chance(0.7) {
+                    synced = log.sync().unwrap();
+                } else if rng.chance(0.5) {
+                    // A cut (as a restarted primary asks), then records of another history.
+                    let keep = written.iter().map(|w| w.1).rfind(|&e| e <= synced).unwrap_or(0);
+                    assert_eq!(log.truncate_after(keep).unwrap(), keep);
+                    written.retain(|w| w.1 <= keep);
+                    lsn = keep;
+                    synced = keep;
+                }
+            }
+            // Pending records are written (not synced) by a last sync attempt that the power
+            // cut interrupts half the time.
+            if rng.chance(0.5) {
+                let _ = log.sync();
+            }
+            drop(log);
+            css.crash(&mut rng);
+            let log = ReplicaLog::open(st.clone(), 0).unwrap();
+            let end = log.end_lsn();
+            assert!(end >= synced, "seed {seed}: synced records lost ({end} < {synced})");
+            let mut t = log.tail().unwrap();
+            let mut got = Vec::new();
+            while let Some(r) = t.next_record().unwrap() {
+                got.push((r.lsn, r.end));
+            }
+            assert_eq!(&got[..], &written[..got.len()], "seed {seed}: a record that was never written");
+            assert_eq!(got.last().map_or(0, |g| g.1), end);
+            // Appending after the cut tail, then reopening, finds exactly those records.
+            assert!(log.append_at(end, end + 10, 9, b"after").unwrap());
+            log.sync().unwrap();
+            drop(t);
+            drop(log);
+            assert_eq!(ReplicaLog::open(st, 0).unwrap().end_lsn(), end + 10, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_failed_sync_keeps_its_records_for_the_next_one() {
+        use crate::io::{HookedStorage, IoError, IoHook, IoOpKind, IoResult, MemStorage};
+        use std::sync::atomic::AtomicBool;
+        /// Refuses writes (a full disk) while set.
+        struct Full(AtomicBool);
+        impl IoHook for Full {
+            fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
+                if op == IoOpKind::Write && self.0.load(Ordering::SeqCst) {
+                    return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(28)));
+                }
+                Ok(())
+            }
+        }
+        let full = Arc::new(Full(AtomicBool::new(false)));
+        let st: Arc<dyn Storage> = Arc::new(HookedStorage::new(Arc::new(MemStorage::new()), full.clone()));
+        let log = ReplicaLog::open(st.clone(), 0).unwrap();
+        assert!(log.append_at(0, 100, 9, b"one").unwrap());
+        assert_eq!(log.sync().unwrap(), 100);
+        full.0.store(true, Ordering::SeqCst);
+        assert!(log.append_at(100, 200, 9, b"two").unwrap());
+        assert!(log.sync().is_err(), "the disk is full");
+        assert_eq!(log.durable_lsn(), 100);
+        full.0.store(false, Ordering::SeqCst);
+        assert!(log.append_at(200, 300, 9, b"three").unwrap());
+        // The next sync writes "two" as well: acknowledging 300 without it would hide a gap.
+        assert_eq!(log.sync().unwrap(), 300);
+        drop(log);
+        let log = ReplicaLog::open(st, 0).unwrap();
+        let mut t = log.tail().unwrap();
+        let mut got = Vec::new();
+        while let Some(r) = t.next_record().unwrap() {
+            got.push(r.payload);
+        }
+        assert_eq!(got, vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]);
+    }
+
+    #[test]
+    fn a_torn_write_that_leaves_a_partial_block_is_cut_at_open() {
+        use crate::io::{CrashSimStorage, WriteFate};
+        let css = Arc::new(CrashSimStorage::new());
+        let st: Arc<dyn Storage> = css.clone();
+        let log = ReplicaLog::open(st.clone(), 0).unwrap();
+        // The first record ends a little past the first block; the second starts there.
+        assert!(log.append_at(0, 100, 9, &[1u8; 4080]).unwrap());
+        assert_eq!(log.sync().unwrap(), 100);
+        assert!(log.append_at(100, 7000, 9, &[5u8; 3000]).unwrap());
+        assert_eq!(log.sync().unwrap(), 7000);
+        drop(log);
+        // The same bytes, written once and not synced, as a group commit that the power cut
+        // tears after 9 of its sectors (4608 bytes) leaves them.
+        let dev = css.open(LOG_FILE, false).unwrap();
+        let mut b = AlignedBuf::new(8192);
+        dev.read_at(0, &mut b).unwrap();
+        let fresh = CrashSimStorage::new();
+        let d2 = fresh.open(LOG_FILE, true).unwrap();
+        write_start(&fresh, Start { lsn: 0, off: 0 }).unwrap();
+        d2.write_at(0, &b).unwrap();
+        fresh.crash_with(|_, _, _| WriteFate::Torn(9));
+        assert_eq!(d2.capacity(), 4608, "the device ends inside a block");
+        let log = ReplicaLog::open(Arc::new(fresh), 0).unwrap();
+        assert_eq!(log.end_lsn(), 100, "the torn record (its header in the last, partial block) is cut");
     }
 }

@@ -16,27 +16,27 @@
 //!   the files are copied.
 //! - On the standby the catalog is written last and removed first: a directory with a catalog
 //!   holds a complete copy; one without is copied again from scratch.
-//! - A former primary's log is copied into `standby.tmp/`, which is renamed to `standby/`
-//!   before the file log is removed: a crash in between leaves either the file log alone or
-//!   the complete replica log.
+//! - A former primary's log is copied into the replica log, whose start record is written
+//!   last, before the file log is removed: a crash in between leaves either the file log alone
+//!   or the complete replica log.
 
-use super::primary::Shared as PrimaryShared;
+use super::clock::Clock;
+use super::disk::Disk;
+use super::link::Shared as StandbyShared;
+use super::net::Conn;
 use super::replica_log::ReplicaLog;
-use super::standby::Shared as StandbyShared;
 use super::wire::{self, FrameType};
-use super::ReplError;
 use crate::db::{heap_name, index_name, CATALOG_FILE};
+use crate::error::ReplError;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::{decode_catalog, encode_catalog, CatalogData, CatalogStore};
 use crate::util::bytes::u64_at;
-use crate::wal::{FileLogOpener, LogOpener, Lsn};
+use crate::wal::{FileLogOpener, LogOpener, Lsn, RecordLog};
 use std::collections::HashMap;
 use std::io::{BufWriter, Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,14 +60,18 @@ fn io_peer<'a>(peer: &'a str, what: &str) -> impl Fn(crate::error::Error) -> Rep
     move |e| ReplError::Protocol { peer: peer.into(), detail: format!("{what}: {e}") }
 }
 
-/// The primary's side: copies `storage` (catalog, heap and index files) to standby `i` over
-/// `s` and returns the LSN its log must be shipped from.
+/// The primary's side: copies `storage` (catalog, heap and index files) to the standby at
+/// `addr` over `s` and returns the LSN its log must be shipped from. `log` is the primary's
+/// log, `epoch` its epoch, `shadow` the standby's shadow counter (set to the backup's log start,
+/// so the primary keeps its log from there on).
 pub(super) fn send_base_backup(
-    sh: &PrimaryShared,
+    log: &dyn RecordLog,
+    epoch: u64,
+    shadow: &AtomicU64,
     storage: &dyn Storage,
-    i: usize,
     addr: &str,
-    s: &mut TcpStream,
+    s: &mut Box<dyn Conn>,
+    clock: &dyn Clock,
 ) -> std::result::Result<Lsn, ReplError> {
     let local = io_peer(addr, "base backup");
     let (_, cat) = CatalogStore::load(storage.open(CATALOG_FILE, false).map_err(|e| local(e.into()))?)
@@ -75,13 +79,13 @@ pub(super) fn send_base_backup(
     let cat = cat.ok_or_else(|| local(Error::InvalidArgument("the primary's catalog is empty".into())))?;
     let start = cat.checkpoint_undo_lsn.min(cat.checkpoint_redo_lsn);
     // Keep the log from `start` on while the files are copied.
-    sh.shadows[i].store(start, Ordering::Release);
-    if start < sh.local.recovered().start_lsn {
+    shadow.store(start, Ordering::Release);
+    if start < log.recovered().start_lsn {
         return Err(ReplError::Diverged {
             peer: addr.into(),
             detail: format!(
                 "base backup needs the log from LSN {start}, the primary's starts at {}",
-                sh.local.recovered().start_lsn
+                log.recovered().start_lsn
             ),
         });
     }
@@ -110,21 +114,29 @@ pub(super) fn send_base_backup(
             dev.read_at(page * ps as u64, buf).map_err(|e| local(e.into()))?;
             for k in 0..n {
                 let off = (page + k as u64) * ps as u64;
-                read_whole_page(dev.as_ref(), name, off, id, page + k as u64, &mut buf[k * ps..(k + 1) * ps])
-                    .map_err(&local)?;
+                read_whole_page(
+                    dev.as_ref(),
+                    name,
+                    off,
+                    id,
+                    page + k as u64,
+                    &mut buf[k * ps..(k + 1) * ps],
+                    clock,
+                )
+                .map_err(&local)?;
             }
             let mut p = (name.len() as u16).to_le_bytes().to_vec();
             p.extend_from_slice(name.as_bytes());
             p.extend_from_slice(&(page * ps as u64).to_le_bytes());
             p.extend_from_slice(buf);
-            wire::write_frame(&mut w, addr, sh.cfg.epoch, FrameType::BaseFile, &p)?;
+            wire::write_frame(&mut w, addr, epoch, FrameType::BaseFile, &p)?;
             bytes += buf.len() as u64;
             page += n as u64;
         }
     }
     let mut p = start.to_le_bytes().to_vec();
     p.extend_from_slice(&encode_catalog(&cat));
-    wire::write_frame(&mut w, addr, sh.cfg.epoch, FrameType::BaseDone, &p)?;
+    wire::write_frame(&mut w, addr, epoch, FrameType::BaseDone, &p)?;
     drop(w);
     let f = wire::expect_frame(s, addr)?;
     match f.kind {
@@ -135,7 +147,7 @@ pub(super) fn send_base_backup(
             );
             Ok(pos)
         }
-        FrameType::Refused => Err(wire::refused_error(addr, &f, sh.cfg.epoch)),
+        FrameType::Refused => Err(wire::refused_error(addr, &f, epoch)),
         k => Err(ReplError::Protocol { peer: addr.into(), detail: format!("expected a welcome, got {k:?}") }),
     }
 }
@@ -149,13 +161,14 @@ pub(crate) fn read_whole_page(
     id: u32,
     page_no: u64,
     page: &mut [u8],
+    clock: &dyn Clock,
 ) -> Result<()> {
     for attempt in 0..1000 {
         if page.iter().all(|&b| b == 0) || PageHeader::verify(page, name, off, id, page_no).is_ok() {
             return Ok(());
         }
         if attempt > 0 {
-            std::thread::sleep(Duration::from_millis(1));
+            clock.sleep(Duration::from_millis(1));
         }
         let mut one = AlignedBuf::new(page.len());
         dev.read_at(off, &mut one)?;
@@ -266,47 +279,56 @@ pub(super) fn wipe(storage: &dyn Storage) -> Result<()> {
     Ok(())
 }
 
-/// If `data_dir` holds a former primary's file log (`wal/` and the mirror copy) and no replica
-/// log, copies the file log's records from the catalog's checkpoint on into a replica log at
-/// the same LSNs (`standby/`), then removes the file log. Returns what was copied.
+/// Copies device `name` of storage `from` into `to` (replacing it) and syncs it.
+pub(super) fn copy_device(from: &dyn Storage, to: &dyn Storage, name: &str) -> Result<()> {
+    let src = from.open(name, false)?;
+    if to.exists(name) {
+        to.remove(name)?;
+    }
+    let dst = to.open(name, true)?;
+    let cap = src.capacity();
+    let align = src.alignment().max(dst.alignment()).max(1) as u64;
+    let mut buf = AlignedBuf::new(1 << 20);
+    let mut at = 0;
+    while at < cap {
+        // Whole aligned blocks (data files are whole pages); an unaligned end is only sized.
+        let n = ((cap - at).min(1 << 20) / align * align) as usize;
+        if n == 0 {
+            break;
+        }
+        src.read_at(at, &mut buf[..n])?;
+        dst.write_at(at, &buf[..n])?;
+        at += n as u64;
+    }
+    dst.ensure_capacity(cap)?;
+    dst.sync()?;
+    Ok(())
+}
+
+/// If `disk` holds a former primary's file log and no replica log, copies the file log's
+/// records from the catalog's checkpoint on into a replica log at the same LSNs, then removes
+/// the file log. The replica log's start record is written last (after its records are
+/// synced), so a crash in between leaves the file log alone (the copy is made again) or the
+/// complete replica log. Returns what was copied.
 pub(super) fn adopt_primary_log(
-    data_dir: &Path,
+    disk: &dyn Disk,
     options: &crate::Options,
     cat: &CatalogData,
 ) -> Result<Option<(Lsn, Lsn, u64)>> {
-    let io = |p: &Path, e: std::io::Error| {
-        Error::Io(crate::io::IoError::os(&p.display().to_string(), crate::io::IoOpKind::Setup, 0, 0, e))
-    };
-    let wal = data_dir.join("wal");
-    let mirror = options.log_mirror(data_dir);
-    let sdir = data_dir.join("standby");
-    let remove_file_log = || -> Result<()> {
-        for d in [Some(&wal), mirror.as_ref()].into_iter().flatten() {
-            if d.exists() {
-                std::fs::remove_dir_all(d).map_err(|e| io(d, e))?;
-            }
-        }
-        Ok(())
-    };
-    if sdir.join("log.start").exists() {
-        // An earlier conversion got as far as the rename.
-        return remove_file_log().map(|()| None);
-    }
-    if !wal.exists() {
+    let replica = disk.replica()?;
+    if ReplicaLog::exists(replica.as_ref()) {
+        // An earlier conversion got as far as the start record.
+        disk.remove_file_log(options)?;
         return Ok(None);
     }
-    let opener =
-        FileLogOpener { copies: options.file_log_copies(data_dir)?, options: options.wal_options.clone() };
+    let opener = FileLogOpener { copies: disk.file_log(options)?, options: options.wal_options.clone() };
     if opener.is_empty()? {
-        return remove_file_log().map(|()| None);
+        disk.remove_file_log(options)?;
+        return Ok(None);
     }
     let log = Box::new(opener).open(0)?;
     let start = cat.checkpoint_undo_lsn.min(cat.checkpoint_redo_lsn).max(log.recovered().start_lsn);
-    let tmp = data_dir.join("standby.tmp");
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
-    }
-    let rl = ReplicaLog::open(&tmp, start)?;
+    let rl = ReplicaLog::create_for_copy(replica, start)?;
     let mut rd = log.reader(start)?;
     let mut n = 0u64;
     while let Some(rec) = rd.next_record()? {
@@ -316,12 +338,10 @@ pub(super) fn adopt_primary_log(
             rl.sync()?;
         }
     }
-    let end = rl.sync()?;
+    let end = rl.finish_copy()?;
     drop(rd);
     drop(rl);
     drop(log);
-    std::fs::rename(&tmp, &sdir).map_err(|e| io(&sdir, e))?;
-    std::fs::File::open(data_dir).and_then(|d| d.sync_all()).map_err(|e| io(data_dir, e))?;
-    remove_file_log()?;
+    disk.remove_file_log(options)?;
     Ok(Some((start, end, n)))
 }

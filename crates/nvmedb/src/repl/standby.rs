@@ -22,129 +22,40 @@
 //!   opens the database on the replica log (redo of everything received, undo of unfinished
 //!   transactions, checkpoint).
 
-use super::forward::{ack_payload, Forwarder};
-use super::promote::{self, PromoteOptions, PromoteReport};
-use super::replica_log::{decode_record_ref, ReplicaLog, TailReader};
+use super::apply::{page_changes, start_apply, APPLY_WRITE_BACK_EVERY};
+use super::clock::{Cond, LongLock, Task};
+use super::disk::{DirDisk, Disk};
+use super::env::Env;
+use super::forward;
+use super::link::{
+    ack_payload, adopt_epoch, append_records, stop_apply, sync_and_store_catalogs, Counters, PromoteOptions,
+    PromoteReport, Shared, StandbyConfig,
+};
+use super::mode::mode_name;
+use super::net::{Conn, Listener};
+use super::primary::{ReplConfig, ReplicatedLog};
+use super::promote;
+use super::replica_log::ReplicaLog;
 use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
-use super::ReplError;
-use crate::buffer::doublewrite::{DoubleWrite, DEFAULT_AREA_BYTES};
-use crate::buffer::mtr::MtrRecord;
-use crate::db::{PageFiles, Redo, RedoPages};
-use crate::error::{Error, Result};
+use crate::error::{Error, ReplError, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, MemDevice, Storage};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
-use crate::util::bytes::{u32_at, u64_at};
-use crate::util::sync::{CondvarExt, MutexExt, RwLockExt};
-use crate::wal::engine::{EngineRecord, KIND_CATALOG, TAG_TABLE};
+use crate::util::bytes::u64_at;
+use crate::util::sync::{MutexExt, RwLockExt};
+use crate::wal::engine::TAG_TABLE;
 use crate::wal::Lsn;
-use crate::{Database, Options};
+use crate::xlog::ReplicationMode;
+use crate::Database;
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::Shutdown;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-
-/// Configuration of a standby.
-#[derive(Debug, Clone)]
-pub struct StandbyConfig {
-    /// Address to listen on (`127.0.0.1:0` picks a free loopback port).
-    pub listen: String,
-    /// The standby's database directory (seeded from the primary).
-    pub data_dir: PathBuf,
-    /// The shared secret.
-    pub secret: Vec<u8>,
-    /// Apply redo continuously (turn off in data-mirroring mode: pages arrive written).
-    pub apply: bool,
-    /// Options of the database opened at promotion.
-    pub options: Options,
-}
-
-#[derive(Default)]
-struct Counters {
-    frames: u64,
-    records: u64,
-    page_writes: u64,
-    refused: u64,
-    base_backups: u64,
-    restartpoints: u64,
-    log_released: u64,
-    /// Why the last base backup was taken.
-    base_backup_reason: String,
-    last_error: String,
-}
-
-pub(super) struct Shared {
-    pub(super) cfg: StandbyConfig,
-    pub(super) log: Arc<ReplicaLog>,
-    pub(super) storage: Arc<dyn Storage>,
-    pub(super) epoch: AtomicU64,
-    /// Orders epoch changes with the checks of new connections and with promotion.
-    pub(super) epoch_lock: Mutex<()>,
-    /// Set from the epoch bump of a promotion on (cleared if promotion fails): log and mirror
-    /// connections are refused.
-    pub(super) promoting: AtomicBool,
-    /// The directory holds a complete copy (a catalog); otherwise it waits for a base backup.
-    pub(super) seeded: AtomicBool,
-    /// The primary found this standby's log unusable: take a base backup at the next handshake.
-    reseed_next: AtomicBool,
-    stop: AtomicBool,
-    pub(super) safe: AtomicU64,
-    pub(super) applied: AtomicU64,
-    apply_gen: AtomicU64,
-    apply_stop: AtomicBool,
-    apply_mx: Mutex<()>,
-    apply_cv: Condvar,
-    /// Threads waiting on `apply_cv` for newly synced records (the idle apply thread, a chain
-    /// forwarder): the log session wakes them only when there are some.
-    record_waiters: AtomicUsize,
-    /// Threads waiting on `apply_cv` for the apply thread's progress ([`Standby::wait_applied`]).
-    applied_waiters: AtomicUsize,
-    /// Held by the log session for its whole life.
-    pub(super) log_session: Mutex<()>,
-    pub(super) log_conn: Mutex<Option<TcpStream>>,
-    /// Serializes frames written to the upstream log connection (acknowledgements from the
-    /// session and relayed ones from the forwarder).
-    pub(super) upstream_writes: Mutex<()>,
-    /// Chain mode: the positions the rest of the chain reported, in chain order.
-    pub(super) downstream: Mutex<Vec<u64>>,
-    /// Chain mode: the forwarder to the next standby.
-    forwarder: Mutex<Option<Forwarder>>,
-    pub(super) mirror_lock: RwLock<()>,
-    conns: Mutex<Vec<TcpStream>>,
-    counters: Mutex<Counters>,
-    /// The promotion's report once it has finished (held while promoting).
-    pub(super) promote_lock: Mutex<Option<PromoteReport>>,
-    /// The report, once whoever asked for the promotion has been told.
-    announced: Mutex<Option<PromoteReport>>,
-    /// Serializes admin promotion requests.
-    admin_promotion: Mutex<()>,
-    /// The synchronous set the last primary announced.
-    pub(super) cluster: Mutex<Option<ClusterView>>,
-    /// The epochs of the log this standby holds (its last primary's history).
-    pub(super) history: Mutex<History>,
-    /// Serializes writes of the catalog (shipped catalogs, restartpoints).
-    catalog_lock: Mutex<()>,
-    /// How often the caught-up apply thread writes back and takes a restartpoint.
-    write_back_every_ms: AtomicU64,
-    apply_thread: Mutex<Option<JoinHandle<()>>>,
-    table_page: AtomicUsize,
-    index_page: AtomicUsize,
-    /// The data storage keeping what live read snapshots would lose ([`Standby::read_snapshot`]).
-    cow: Arc<super::reads::CowStorage>,
-    /// Held by the apply thread while it applies one record or writes pages back; a read
-    /// snapshot registers under it, so it starts between two records.
-    read_step: Mutex<()>,
-    /// Read snapshots copying the replica log: it releases nothing meanwhile.
-    snapshot_copies: AtomicUsize,
-    /// Read snapshots taken (names their scratch logs).
-    snapshots_taken: AtomicU64,
-}
 
 /// Where a standby keeps its data and log when they are not plain files of its directory
 /// ([`Standby::start_on`]): the lab puts a standby on an emulated device of its own.
@@ -174,41 +85,44 @@ pub struct StandbyPositions {
 /// A running standby. See the module documentation.
 pub struct Standby {
     sh: Arc<Shared>,
-    addr: SocketAddr,
-    accept: Mutex<Option<JoinHandle<()>>>,
+    addr: String,
+    listener: Arc<dyn Listener>,
+    accept: Mutex<Option<Task<()>>>,
 }
 
 /// Makes `standby_dir` a standby of the (closed, cleanly checkpointed) database in
 /// `primary_dir`: copies the catalog, the table and index files, and the epoch. The standby's
 /// log starts at the primary's last checkpoint. Refuses to overwrite an existing database.
 pub fn seed_standby(primary_dir: &Path, standby_dir: &Path) -> Result<()> {
-    let io = |p: &Path, e| {
-        Error::Io(crate::io::IoError::os(&p.display().to_string(), crate::io::IoOpKind::Setup, 0, 0, e))
-    };
-    if standby_dir.join(crate::db::CATALOG_FILE).exists() {
-        return Err(Error::AlreadyExists(format!("a database in {}", standby_dir.display())));
+    seed_standby_on(&DirDisk::new(primary_dir), &DirDisk::new(standby_dir))
+}
+
+/// [`seed_standby`] between any two node disks.
+pub fn seed_standby_on(primary: &dyn Disk, standby: &dyn Disk) -> Result<()> {
+    let (from, to) = (primary.data()?, standby.data()?);
+    if to.exists(crate::db::CATALOG_FILE) {
+        return Err(Error::AlreadyExists(format!("a database in {}", standby.location())));
     }
-    std::fs::create_dir_all(standby_dir).map_err(|e| io(standby_dir, e))?;
-    let rd = std::fs::read_dir(primary_dir).map_err(|e| io(primary_dir, e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| io(primary_dir, e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_data = crate::table::files::is_data_file(&name);
-        if is_data && entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
-            let dst = standby_dir.join(&name);
-            std::fs::copy(entry.path(), &dst).map_err(|e| io(&dst, e))?;
-            std::fs::File::open(&dst).and_then(|f| f.sync_all()).map_err(|e| io(&dst, e))?;
+    for name in from.list()? {
+        if crate::table::files::is_data_file(&name) {
+            seed::copy_device(from.as_ref(), to.as_ref(), &name)?;
         }
     }
-    std::fs::File::open(standby_dir).and_then(|d| d.sync_all()).map_err(|e| io(standby_dir, e))?;
-    state::copy_epoch(primary_dir, standby_dir)
+    state::copy_epoch(primary.state()?.as_ref(), standby.state()?.as_ref())
 }
 
 impl Standby {
-    /// Opens the standby's data and log and starts listening.
+    /// Opens the standby's data and log (in `cfg.data_dir`) and starts listening.
     pub fn start(cfg: StandbyConfig) -> Result<Self> {
-        let data = Arc::new(DirStorage::new(&cfg.data_dir, FileOptions::default())?);
-        Self::start_on(cfg, StandbyDevices { data, log: None })
+        let disk = DirDisk::shared(&cfg.data_dir);
+        Self::start_with(cfg, Env::system(), disk)
+    }
+
+    /// [`Standby::start`] with the node's files on `disk` and its threads and connections in
+    /// `env` (the simulator's, for a simulated node); `cfg.data_dir` only names it then.
+    pub fn start_with(cfg: StandbyConfig, env: Env, disk: Arc<dyn Disk>) -> Result<Self> {
+        let data = disk.data()?;
+        Self::start_inner(cfg, env, disk, data, None)
     }
 
     /// [`Standby::start`] with the data files on `devices.data` and the replica log's writes
@@ -224,19 +138,30 @@ impl Standby {
                 ),
             });
         }
+        let disk = DirDisk::shared(&cfg.data_dir);
+        Self::start_inner(cfg, Env::system(), disk, devices.data, devices.log)
+    }
+
+    fn start_inner(
+        cfg: StandbyConfig,
+        env: Env,
+        disk: Arc<dyn Disk>,
+        storage: Arc<dyn Storage>,
+        log_device: Option<Arc<EmulatedDevice<MemDevice>>>,
+    ) -> Result<Self> {
         if cfg.secret.is_empty() {
             return Err(Error::Config {
                 key: "repl.secret".into(),
                 detail: "an empty secret is not allowed".into(),
             });
         }
-        let cow = Arc::new(super::reads::CowStorage::new(devices.data));
+        let cow = Arc::new(super::reads::CowStorage::new(storage));
         let storage: Arc<dyn Storage> = cow.clone();
         // Without a catalog the directory holds no complete copy: it waits for a base backup.
         let cat = if storage.exists(crate::db::CATALOG_FILE) {
             let (_, cat) = CatalogStore::load(storage.open(crate::db::CATALOG_FILE, false)?)?;
             Some(cat.ok_or_else(|| Error::Corruption {
-                file: format!("{}/{}", cfg.data_dir.display(), crate::db::CATALOG_FILE),
+                file: format!("{}/{}", disk.location(), crate::db::CATALOG_FILE),
                 offset: 0,
                 detail: "the catalog is empty".into(),
             })?)
@@ -244,32 +169,32 @@ impl Standby {
             None
         };
         if let Some(cat) = &cat {
-            if let Some((from, to, n)) = seed::adopt_primary_log(&cfg.data_dir, &cfg.options, cat)? {
+            if let Some((from, to, n)) = seed::adopt_primary_log(disk.as_ref(), &cfg.options, cat)? {
                 eprintln!(
                     "nvmedb standby: {} was a primary: its log from LSN {from} to {to} ({n} records) is now this standby's log; what it wrote after its successor's fork point is dropped when that primary connects",
-                    cfg.data_dir.display()
+                    disk.location()
                 );
             }
         }
-        let sdir = cfg.data_dir.join("standby");
         let log = ReplicaLog::open(
-            &sdir,
+            disk.replica()?,
             cat.as_ref().map_or(0, |c| c.checkpoint_undo_lsn.min(c.checkpoint_redo_lsn)),
         )?;
-        if let Some(d) = devices.log {
+        if let Some(d) = log_device {
             log.set_device(d);
         }
-        let epoch = state::read_epoch(&cfg.data_dir)?;
-        let cluster = state::read_cluster(&cfg.data_dir)?;
-        let history = state::read_history(&cfg.data_dir)?;
-        let listener = TcpListener::bind(&cfg.listen).map_err(|e| Error::Config {
-            key: "listen".into(),
-            detail: format!("cannot listen on {}: {e}", cfg.listen),
-        })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::Config { key: "listen".into(), detail: e.to_string() })?;
+        let st = disk.state()?;
+        let epoch = state::epoch_in(st.as_ref())?;
+        let cluster = state::cluster_in(st.as_ref())?;
+        let history = state::history_in(st.as_ref())?;
+        let listener: Arc<dyn Listener> = Arc::from(env.net.listen(&cfg.listen).map_err(|e| {
+            Error::Config { key: "listen".into(), detail: format!("cannot listen on {}: {e}", cfg.listen) }
+        })?);
+        let addr = listener.local_addr();
+        let clock = env.clock.clone();
         let sh = Arc::new(Shared {
+            env: env.clone(),
+            state: st,
             log,
             storage,
             epoch: AtomicU64::new(epoch),
@@ -283,10 +208,10 @@ impl Standby {
             apply_gen: AtomicU64::new(0),
             apply_stop: AtomicBool::new(false),
             apply_mx: Mutex::new(()),
-            apply_cv: Condvar::new(),
+            apply_cv: Cond::new(clock.as_ref()),
             record_waiters: AtomicUsize::new(0),
             applied_waiters: AtomicUsize::new(0),
-            log_session: Mutex::new(()),
+            log_session: LongLock::new((), clock.as_ref()),
             log_conn: Mutex::new(None),
             upstream_writes: Mutex::new(()),
             downstream: Mutex::new(Vec::new()),
@@ -294,9 +219,9 @@ impl Standby {
             mirror_lock: RwLock::new(()),
             conns: Mutex::new(Vec::new()),
             counters: Mutex::new(Counters::default()),
-            promote_lock: Mutex::new(None),
+            promote_lock: LongLock::new(None, clock.as_ref()),
             announced: Mutex::new(None),
-            admin_promotion: Mutex::new(()),
+            admin_promotion: LongLock::new((), clock.as_ref()),
             cluster: Mutex::new(cluster),
             history: Mutex::new(history),
             catalog_lock: Mutex::new(()),
@@ -310,20 +235,19 @@ impl Standby {
             snapshots_taken: AtomicU64::new(0),
             cfg,
         });
-        let s2 = sh.clone();
-        let accept = std::thread::Builder::new()
-            .name("nvmedb-standby-accept".into())
-            .spawn(move || accept_loop(s2, listener))
+        let (s2, l2) = (sh.clone(), listener.clone());
+        let accept = clock
+            .spawn("nvmedb-standby-accept", move || accept_loop(s2, l2))
             .map_err(|e| Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e)))?;
         if sh.seeded.load(Ordering::Acquire) {
             start_apply(&sh)?;
         }
-        Ok(Self { sh, addr, accept: Mutex::new(Some(accept)) })
+        Ok(Self { sh, addr, listener, accept: Mutex::new(Some(accept)) })
     }
 
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    /// The address it listens on (`host:port`).
+    pub fn addr(&self) -> String {
+        self.addr.clone()
     }
 
     /// The standby's epoch.
@@ -449,18 +373,19 @@ impl Standby {
     /// Blocks until the apply thread has applied everything up to `lsn` or `timeout` passes;
     /// returns whether it got there.
     pub fn wait_applied(&self, lsn: Lsn, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
+        let clock = &self.sh.env.clock;
+        let deadline = clock.now() + timeout;
         let mut g = self.sh.apply_mx.locked();
         self.sh.applied_waiters.fetch_add(1, Ordering::SeqCst);
         let reached = loop {
             if self.sh.applied.load(Ordering::Acquire) >= lsn {
                 break true;
             }
-            let now = std::time::Instant::now();
+            let now = clock.now();
             if now >= deadline {
                 break false;
             }
-            g = self.sh.apply_cv.wait_timeout_locked(g, deadline - now).0;
+            g = self.sh.apply_cv.wait_timeout(&self.sh.apply_mx, g, deadline - now);
         };
         self.sh.applied_waiters.fetch_sub(1, Ordering::SeqCst);
         reached
@@ -499,8 +424,8 @@ impl Standby {
     pub fn promote_to_primary(
         &self,
         options: &PromoteOptions,
-        config: super::ReplConfig,
-    ) -> Result<(Database, Arc<super::ReplicatedLog>, PromoteReport)> {
+        config: ReplConfig,
+    ) -> Result<(Database, Arc<ReplicatedLog>, PromoteReport)> {
         let (db, log, rep) = promote::promote(&self.sh, options, Some(config))?;
         let log = log.ok_or_else(|| Error::Config {
             key: "wal".into(),
@@ -518,10 +443,9 @@ impl Standby {
         for c in self.sh.conns.locked().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
         }
+        self.listener.close();
         if let Some(t) = self.accept.locked().take() {
-            // Wake the accept call.
-            let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-            let _ = t.join();
+            t.join();
         }
         for c in self.sh.conns.locked().drain(..) {
             let _ = c.shutdown(Shutdown::Both);
@@ -541,7 +465,7 @@ fn status_text(sh: &Shared) -> String {
         Some(v) => format!(
             "  synchronous set (epoch {}): {} over [{}]{}\n",
             v.epoch,
-            super::mode_name(v.mode),
+            mode_name(v.mode),
             v.members.join(", "),
             v.me.map(|m| format!(", this standby is #{m}")).unwrap_or_default()
         ),
@@ -582,81 +506,27 @@ fn status_text(sh: &Shared) -> String {
     )
 }
 
-/// Starts the apply thread (when the configuration applies redo).
-fn start_apply(sh: &Arc<Shared>) -> Result<()> {
-    if !sh.cfg.apply {
-        return Ok(());
-    }
-    sh.apply_stop.store(false, Ordering::Release);
-    let s3 = sh.clone();
-    let t = std::thread::Builder::new()
-        .name("nvmedb-standby-apply".into())
-        .spawn(move || {
-            if let Err(e) = apply_loop(&s3) {
-                eprintln!("nvmedb standby: apply stopped: {e}");
-                s3.counters.locked().last_error = format!("apply: {e}");
-            }
-        })
-        .map_err(|e| Error::Io(crate::io::IoError::os("standby", crate::io::IoOpKind::Setup, 0, 0, e)))?;
-    *sh.apply_thread.locked() = Some(t);
-    Ok(())
-}
-
-fn stop_apply(sh: &Shared) {
-    sh.apply_stop.store(true, Ordering::Release);
-    {
-        let _g = sh.apply_mx.locked();
-        sh.apply_cv.notify_all();
-    }
-    let t = sh.apply_thread.locked().take();
-    if let Some(t) = t {
-        let _ = t.join();
-    }
-}
-
-/// Raises the node's epoch to `e` (persisted first); no-op when it is not newer.
-pub(super) fn adopt_epoch(sh: &Shared, e: u64) -> Result<()> {
-    if e > sh.epoch.load(Ordering::Acquire) {
-        state::write_epoch(&sh.cfg.data_dir, e)?;
-        sh.epoch.store(e, Ordering::Release);
-    }
-    Ok(())
-}
-
-/// Ends the current log session, if any, and waits for its handler: it sees the epoch has
-/// moved on, tells the primary it is fenced, and acknowledges nothing more. Call after the
-/// epoch was raised.
-pub(super) fn end_log_session(sh: &Shared) {
-    if let Some(c) = sh.log_conn.locked().take() {
-        // Reading ends; the handler still writes its refusal.
-        let _ = c.shutdown(Shutdown::Read);
-    }
-    drop(sh.log_session.locked());
-}
-
-/// Stops the apply thread (it writes back and syncs its pages) and syncs the log; returns the
-/// log's end and what was applied.
-pub(super) fn stop_applying(sh: &Shared) -> Result<(Lsn, Lsn)> {
-    stop_apply(sh);
-    let end = sh.log.sync()?;
-    Ok((end, sh.applied.load(Ordering::Acquire)))
-}
-
-fn accept_loop(sh: Arc<Shared>, listener: TcpListener) {
-    for conn in listener.incoming() {
+fn accept_loop(sh: Arc<Shared>, listener: Arc<dyn Listener>) {
+    loop {
+        let conn = listener.accept();
         if sh.stop.load(Ordering::Acquire) {
             return;
         }
-        let Ok(s) = conn else { continue };
-        let _ = s.set_nodelay(true);
+        let s = match conn {
+            Ok(s) => s,
+            // The listener was closed (shutdown, or the node went down).
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => return,
+            Err(_) => continue,
+        };
         if let Ok(c) = s.try_clone() {
             let mut conns = sh.conns.locked();
-            conns.retain(|c| c.peer_addr().is_ok());
+            conns.retain(|c| c.is_connected());
             conns.push(c);
         }
         let sh = sh.clone();
-        let _ = std::thread::Builder::new().name("nvmedb-standby-conn".into()).spawn(move || {
-            let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let clock = sh.env.clock.clone();
+        let _ = clock.spawn("nvmedb-standby-conn", move || {
+            let peer = s.peer();
             let closer = s.try_clone();
             let r = serve(&sh, s, &peer);
             // Other handles of this socket live on (status, promotion): close it for real.
@@ -680,7 +550,7 @@ fn refuse(s: &mut impl Write, peer: &str, epoch: u64, code: RefuseCode, msg: &st
     let _ = wire::write_frame(s, peer, epoch, FrameType::Refused, &wire::refuse_payload(code, msg));
 }
 
-fn serve(sh: &Arc<Shared>, s: TcpStream, peer: &str) -> std::result::Result<(), ReplError> {
+fn serve(sh: &Arc<Shared>, s: Box<dyn Conn>, peer: &str) -> std::result::Result<(), ReplError> {
     let mut r =
         BufReader::with_capacity(1 << 20, s.try_clone().map_err(|e| ReplError::io(peer, "clone", e))?);
     let mut w = BufWriter::new(s.try_clone().map_err(|e| ReplError::io(peer, "clone", e))?);
@@ -746,9 +616,9 @@ fn fenced_frame(sh: &Shared, f: &wire::Frame, w: &mut impl Write, peer: &str) ->
 
 fn serve_log(
     sh: &Arc<Shared>,
-    s: TcpStream,
-    mut r: BufReader<TcpStream>,
-    mut w: BufWriter<TcpStream>,
+    s: Box<dyn Conn>,
+    mut r: BufReader<Box<dyn Conn>>,
+    mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
     hello: &wire::Hello,
 ) -> std::result::Result<(), ReplError> {
@@ -757,11 +627,11 @@ fn serve_log(
     if let Some(old) = sh.log_conn.locked().take() {
         let _ = old.shutdown(Shutdown::Both);
     }
-    let _session = sh.log_session.locked();
+    let _session = sh.log_session.lock();
     *sh.log_conn.locked() = s.try_clone().ok();
     // Checked after publishing the connection: an epoch raised before this point is seen here,
     // one raised after it finds the connection and ends it (see `end_log_session`).
-    let fenced = |w: &mut BufWriter<TcpStream>| {
+    let fenced = |w: &mut BufWriter<Box<dyn Conn>>| {
         let ours = sh.epoch.load(Ordering::Acquire);
         (ours > session_epoch || sh.promoting.load(Ordering::Acquire)).then(|| {
             let msg =
@@ -829,7 +699,7 @@ fn serve_log(
     {
         let mut h = sh.history.locked();
         if *h != primary_history {
-            state::write_history(&sh.cfg.data_dir, &primary_history).map_err(local)?;
+            state::write_history(sh.state.as_ref(), &primary_history).map_err(local)?;
             *h = primary_history;
         }
     }
@@ -1007,50 +877,6 @@ fn page_past(sh: &Shared, fork: Lsn) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// Appends the records of a `Records` frame payload (`primary_durable | count | records`) to the
-/// replica log; catalogs among the new ones are collected for [`sync_and_store_catalogs`].
-/// Returns the number of records in the frame.
-pub(super) fn append_records(
-    sh: &Shared,
-    payload: &[u8],
-    peer: &str,
-    catalogs: &mut Vec<Vec<u8>>,
-) -> std::result::Result<u32, ReplError> {
-    let count = u32_at(payload, 8);
-    let mut off = 12;
-    for _ in 0..count {
-        let (rec, n) = match decode_record_ref(&payload[off..]) {
-            Ok(Some(x)) => x,
-            Ok(None) => {
-                return Err(ReplError::Corrupt {
-                    peer: peer.into(),
-                    detail: "truncated record in frame".into(),
-                })
-            }
-            Err(d) => return Err(ReplError::Corrupt { peer: peer.into(), detail: d }),
-        };
-        off += n;
-        let fresh = sh
-            .log
-            .append_encoded(&rec)
-            .map_err(|e| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") })?;
-        if fresh && rec.kind == KIND_CATALOG && sh.cfg.apply {
-            catalogs.push(rec.payload.to_vec());
-        }
-    }
-    Ok(count)
-}
-
-/// Syncs the replica log; then catalog changes (new tables) take effect, once their record is
-/// durable here. In mirroring mode (no apply) the catalog file arrives mirrored instead.
-pub(super) fn sync_and_store_catalogs(sh: &Shared, catalogs: Vec<Vec<u8>>) -> Result<Lsn> {
-    let end = sh.log.sync()?;
-    for c in catalogs {
-        store_catalog(sh, &c)?;
-    }
-    Ok(end)
-}
-
 /// Stores the synchronous set a primary announced (durably, when it changed).
 fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::Result<(), ReplError> {
     let v = std::str::from_utf8(&f.payload)
@@ -1059,7 +885,7 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
         .ok_or_else(|| ReplError::Protocol { peer: peer.into(), detail: "malformed cluster frame".into() })?;
     let mut cur = sh.cluster.locked();
     if cur.as_ref() != Some(&v) {
-        state::write_cluster(&sh.cfg.data_dir, &v).map_err(|e| ReplError::Protocol {
+        state::write_cluster(sh.state.as_ref(), &v).map_err(|e| ReplError::Protocol {
             peer: peer.into(),
             detail: format!("cannot store the synchronous set: {e}"),
         })?;
@@ -1068,7 +894,7 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
     drop(cur);
     // Chain mode: forward to the next standby.
     let next = match (v.mode, v.me) {
-        (super::ReplicationMode::Chain, Some(m)) if m + 1 < v.members.len() => {
+        (ReplicationMode::Chain, Some(m)) if m + 1 < v.members.len() => {
             Some(ClusterView { me: Some(m + 1), ..v })
         }
         _ => None,
@@ -1079,7 +905,7 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
         if let Some(old) = fw.take() {
             old.stop();
         }
-        *fw = next.and_then(|n| Forwarder::start(sh, n));
+        *fw = next.and_then(|n| forward::start(sh, n));
     }
     Ok(())
 }
@@ -1088,67 +914,10 @@ fn m_of(v: &ClusterView) -> usize {
     v.me.unwrap_or(0)
 }
 
-impl Shared {
-    /// Records a forwarding failure in the status.
-    pub(super) fn note_forward_error(&self, e: &str) {
-        if !self.stop.load(Ordering::Acquire) {
-            self.counters.locked().last_error = e.to_string();
-        }
-    }
-
-    /// A reader of the durable log from its start.
-    pub(super) fn log_tail(self: &Shared) -> Result<TailReader> {
-        self.log.tail()
-    }
-
-    /// Waits (at most `timeout`) for newly synced records.
-    pub(super) fn wait_for_records(&self, timeout: Duration) {
-        let g = self.apply_mx.locked();
-        self.record_waiters.fetch_add(1, Ordering::SeqCst);
-        let _ = self.apply_cv.wait_timeout(g, timeout);
-        self.record_waiters.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Wakes the threads waiting for newly synced records (or a raised `safe`), if any: call
-    /// after publishing them. No system call when nobody waits.
-    pub(super) fn records_synced(&self) {
-        if self.record_waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.apply_mx.locked();
-            self.apply_cv.notify_all();
-        }
-    }
-
-    /// Stops chain forwarding (promotion, fencing, shutdown).
-    pub(super) fn stop_forwarding(&self) {
-        let f = self.forwarder.locked().take();
-        if let Some(f) = f {
-            f.stop();
-        }
-        self.downstream.locked().clear();
-    }
-}
-
-/// Stores a catalog shipped by the primary, keeping this standby's own checkpoint positions
-/// (its redo still starts where its data files were seeded or last written back).
-fn store_catalog(sh: &Shared, payload: &[u8]) -> Result<()> {
-    let mut data = crate::table::catalog::decode_catalog(payload).ok_or_else(|| Error::Corruption {
-        file: "replicated log".into(),
-        offset: 0,
-        detail: "catalog record does not decode".into(),
-    })?;
-    let _one = sh.catalog_lock.locked();
-    let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
-    if let Some(cur) = cur {
-        data.checkpoint_redo_lsn = cur.checkpoint_redo_lsn;
-        data.checkpoint_undo_lsn = cur.checkpoint_undo_lsn;
-    }
-    store.store(&data)
-}
-
 fn serve_mirror(
     sh: &Arc<Shared>,
-    mut r: BufReader<TcpStream>,
-    mut w: BufWriter<TcpStream>,
+    mut r: BufReader<Box<dyn Conn>>,
+    mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
 ) -> std::result::Result<(), ReplError> {
     wire::write_frame(
@@ -1217,8 +986,8 @@ fn serve_mirror(
 
 fn serve_admin(
     sh: &Arc<Shared>,
-    mut r: BufReader<TcpStream>,
-    mut w: BufWriter<TcpStream>,
+    mut r: BufReader<Box<dyn Conn>>,
+    mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
 ) -> std::result::Result<(), ReplError> {
     wire::write_frame(
@@ -1244,12 +1013,12 @@ fn serve_admin(
             FrameType::Promote => {
                 let options = PromoteOptions::decode(&f.payload);
                 // One admin promotion at a time, closed before anyone is told.
-                let _one = sh.admin_promotion.locked();
+                let _one = sh.admin_promotion.lock();
                 let r =
                     promote::promote(sh, &options, None).and_then(|(db, _, rep)| db.close().map(|()| rep));
                 // A repeated request (the client lost the first reply) gets the same answer.
                 let r = match r {
-                    Err(e) => sh.promote_lock.locked().clone().ok_or(e),
+                    Err(e) => sh.promote_lock.lock().clone().ok_or(e),
                     ok => ok,
                 };
                 match r {
@@ -1290,193 +1059,8 @@ fn serve_admin(
 
 /// Asks the standby at `addr` for its status text.
 pub fn admin_status(addr: &str, secret: &[u8]) -> std::result::Result<String, ReplError> {
-    let mut s = promote::admin_connect(addr, secret, Duration::from_secs(10))?;
+    let mut s = promote::admin_connect(Env::system().net.as_ref(), addr, secret, Duration::from_secs(10))?;
     wire::write_frame(&mut s, addr, 0, FrameType::Status, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     Ok(String::from_utf8_lossy(&f.payload).into_owned())
-}
-
-/// Pages the apply thread keeps in memory; when full they are written back and dropped.
-const APPLY_CACHE_PAGES: usize = 16 * 1024;
-/// How long the apply thread, while records keep arriving, waits before it takes the next
-/// batch (it is not woken per synced group then).
-const APPLY_BATCH_WAIT: Duration = Duration::from_millis(1);
-/// How often the apply thread writes its dirty pages back (and syncs, and takes a restartpoint)
-/// when it has caught up, by default: rarely, because those writes compete with the log syncs
-/// for the disk (on a shared machine they slow the primary). Promotion writes everything back
-/// first, so nothing depends on it.
-const APPLY_WRITE_BACK_EVERY: Duration = Duration::from_secs(10);
-
-/// The apply thread: redo of durable records up to the primary's durable position.
-fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
-    let mut tail: TailReader = sh.log.tail()?;
-    let mut held: Option<(super::ShippedRecord, u64)> = None;
-    let mut gen = sh.apply_gen.load(Ordering::Acquire);
-    // Pages a crash tore while this standby wrote them back are restored first; write-backs
-    // then go through a new generation of the double-write area, as a primary's do.
-    let sizes = (sh.table_page.load(Ordering::Acquire), sh.index_page.load(Ordering::Acquire));
-    crate::db::repair_torn_pages(
-        sh.storage.as_ref(),
-        PageFiles::One(sh.storage.as_ref()),
-        None,
-        sizes,
-        true,
-    )?;
-    let dw = DoubleWrite::create(sh.storage.as_ref(), DEFAULT_AREA_BYTES)?;
-    let mut pages =
-        RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES, Some(dw));
-    let start = sh.log.start_lsn();
-    sh.applied.store(start, Ordering::Release);
-    let mut last_write_back = std::time::Instant::now();
-    // The last checkpoint record applied: once the pages are written back, it is this
-    // standby's restartpoint (unless a change could not be applied: promotion must redo it).
-    let mut restart: Option<(Lsn, Lsn)> = None;
-    let mut skipped = false;
-    // Applied something since it last waited.
-    let mut busy = false;
-    loop {
-        // Read snapshots register between two records (see `reads`).
-        let step = sh.read_step.locked();
-        if sh.apply_stop.load(Ordering::Acquire) {
-            return flush(sh, &mut pages, &mut restart, skipped);
-        }
-        let g = sh.apply_gen.load(Ordering::Acquire);
-        if g != gen {
-            gen = g;
-            if let Some((_, off)) = held.take() {
-                tail.seek_to(off)?;
-            }
-        }
-        let next = match held.take() {
-            Some(h) => Some(h),
-            None => {
-                let off = tail.offset();
-                tail.next_record()?.map(|r| (r, off))
-            }
-        };
-        let safe = sh.safe.load(Ordering::Acquire);
-        let rec = match next {
-            Some((rec, _)) if rec.end <= safe => rec,
-            other => {
-                // Caught up (or the next record is past what the primary holds durably).
-                held = other;
-                let every = Duration::from_millis(sh.write_back_every_ms.load(Ordering::Acquire));
-                if last_write_back.elapsed() >= every {
-                    flush(sh, &mut pages, &mut restart, skipped)?;
-                    last_write_back = std::time::Instant::now();
-                }
-                drop(step);
-                let g = sh.apply_mx.locked();
-                if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
-                    sh.apply_cv.notify_all();
-                }
-                if sh.apply_stop.load(Ordering::Acquire) {
-                    continue;
-                }
-                if busy {
-                    // Records keep coming: take them in batches, one wake-up per
-                    // `APPLY_BATCH_WAIT` rather than one per group the log session syncs.
-                    busy = false;
-                    let _ = sh.apply_cv.wait_timeout(g, APPLY_BATCH_WAIT);
-                } else {
-                    // Idle: the log session wakes us when records arrive. Seen under the lock
-                    // after registering, so a sync in between is not missed.
-                    sh.record_waiters.fetch_add(1, Ordering::SeqCst);
-                    let moved = sh.safe.load(Ordering::SeqCst) != safe;
-                    let g = if moved {
-                        g
-                    } else {
-                        sh.apply_cv.wait_timeout_locked(g, Duration::from_millis(20)).0
-                    };
-                    sh.record_waiters.fetch_sub(1, Ordering::SeqCst);
-                    drop(g);
-                }
-                continue;
-            }
-        };
-        if let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? {
-            for (pid, change) in &m.changes {
-                if pages.needs_room(tag, pid.file, pid.page) {
-                    flush(sh, &mut pages, &mut restart, skipped)?;
-                    pages.clear();
-                }
-                let ps =
-                    if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }.load(Ordering::Acquire);
-                if pages.apply(tag, *pid, change, rec.end, ps)? == Redo::Unappliable {
-                    // Not appliable yet (promotion's redo decides).
-                    skipped = true;
-                }
-            }
-        } else if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
-            EngineRecord::decode(rec.kind, &rec.payload)
-        {
-            restart = Some((redo, undo));
-        }
-        sh.applied.store(rec.end, Ordering::Release);
-        busy = true;
-    }
-}
-
-/// The page changes a record carries (`None` for the other engine records), decoded for this
-/// standby's page sizes. Every engine record kind is named here; a record of no engine kind,
-/// or one that does not decode, is corruption of the replica log (never skipped).
-fn page_changes(sh: &Shared, kind: u8, payload: &[u8], lsn: Lsn) -> Result<Option<(u8, MtrRecord)>> {
-    let corrupt = |detail: String| Error::Corruption { file: "replica log".into(), offset: lsn, detail };
-    match EngineRecord::decode(kind, payload).map_err(corrupt)? {
-        Some(EngineRecord::Pages { tag, format, mtr }) => {
-            let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }.load(Ordering::Acquire);
-            let m =
-                format.decode(mtr, ps).ok_or_else(|| corrupt("page-change record does not decode".into()))?;
-            Ok(Some((tag, m)))
-        }
-        Some(
-            EngineRecord::Commit { .. }
-            | EngineRecord::Abort { .. }
-            | EngineRecord::Checkpoint { .. }
-            | EngineRecord::Recovery(_)
-            | EngineRecord::Catalog(_),
-        ) => Ok(None),
-        None => Err(corrupt(format!("a record of kind {kind} is none of the engine's"))),
-    }
-}
-
-/// Writes the applied pages back; then the last applied checkpoint becomes this standby's
-/// restartpoint: its catalog takes the checkpoint's redo and undo positions (everything before
-/// the redo position is in its pages; the transactions it may have to undo began at or after
-/// the undo position) and the replica log releases what lies before them.
-fn flush(
-    sh: &Shared,
-    pages: &mut RedoPages<'_>,
-    restart: &mut Option<(Lsn, Lsn)>,
-    skipped: bool,
-) -> Result<()> {
-    if pages.has_dirty() {
-        pages.write_back()?;
-    }
-    let Some((redo, undo)) = restart.take() else { return Ok(()) };
-    if skipped {
-        return Ok(());
-    }
-    {
-        let _one = sh.catalog_lock.locked();
-        let (mut store, cur) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)?;
-        let Some(mut cat) = cur else { return Ok(()) };
-        if cat.checkpoint_redo_lsn >= redo && cat.checkpoint_undo_lsn >= undo {
-            return Ok(());
-        }
-        cat.checkpoint_redo_lsn = cat.checkpoint_redo_lsn.max(redo);
-        cat.checkpoint_undo_lsn = cat.checkpoint_undo_lsn.max(undo);
-        store.store(&cat)?;
-    }
-    // A read snapshot copying the log needs it from the catalog it saw: release nothing then
-    // (the next restartpoint will).
-    let released = if sh.snapshot_copies.load(Ordering::Acquire) > 0 {
-        0
-    } else {
-        sh.log.truncate_before(redo.min(undo))?
-    };
-    let mut c = sh.counters.locked();
-    c.restartpoints += 1;
-    c.log_released += released;
-    Ok(())
 }

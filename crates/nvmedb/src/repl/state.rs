@@ -1,15 +1,19 @@
 //! A node's persistent replication state: its epoch, and the synchronous set it last learned
 //! from a primary.
 //!
-//! Owns the files `<dir>/repl/epoch` (one decimal number), `<dir>/repl/cluster` (the
-//! [`ClusterView`] as text) and `<dir>/repl/history` (the [`History`] of the log this node
-//! holds), each replaced atomically (write, fsync, rename, fsync of the directory).
+//! Owns the records `epoch` (one decimal number), `cluster` (the [`ClusterView`] as text) and
+//! `history` (the [`History`] of the log this node holds) in the node's state storage
+//! ([`Disk::state`](super::disk::Disk::state): `<dir>/repl/`), each replaced atomically by
+//! [`write_record`] (two slots, each with a sequence number and a CRC: a write goes to the
+//! older slot and is synced; a read takes the newest intact one, so a torn write leaves the
+//! previous value), and that two-slot record format, which the replica log's start record uses
+//! too.
 //!
 //! Invariants:
-//! - A node's epoch never goes backwards, and a directory without an epoch file is at
+//! - A node's epoch never goes backwards, and a directory without an epoch record is at
 //!   [`FIRST_EPOCH`], the epoch of the first primary: so a standby that never met a primary still
 //!   promotes past the primary it was seeded from, and fencing by epoch always applies.
-//! - A primary persists its epoch before it ships anything ([`super::open_primary`]); a standby
+//! - A primary persists its epoch before it ships anything ([`open_primary`](super::open::open_primary)); a standby
 //!   persists an epoch before it acts on it (adopting a newer primary, being fenced, promoting).
 //! - The cluster view is what the primary of `epoch` said: its mode and its standbys, in chain
 //!   order; promotion fences that set.
@@ -17,68 +21,134 @@
 //!   LSN where its records begin, in increasing epoch and LSN order; two nodes' logs agree up to
 //!   the first point where their histories differ ([`History::fork_point`]).
 
-use super::ReplicationMode;
+use super::mode::{mode_name, parse_mode};
 use crate::error::{Error, Result};
-use crate::util::bytes::u64_at;
-use std::io::Write;
-use std::path::Path;
+use crate::io::{AlignedBuf, Storage};
+use crate::util::bytes::{u32_at, u64_at};
+use crate::xlog::ReplicationMode;
 
 /// The epoch of a directory that never stored one: the first primary's.
 pub const FIRST_EPOCH: u64 = 1;
-const DIR: &str = "repl";
-const EPOCH_FILE: &str = "epoch";
-const CLUSTER_FILE: &str = "cluster";
-const HISTORY_FILE: &str = "history";
+const EPOCH: &str = "epoch";
+const CLUSTER: &str = "cluster";
+const HISTORY: &str = "history";
 
-fn io(path: &Path, kind: crate::io::IoOpKind, e: std::io::Error) -> Error {
-    Error::Io(crate::io::IoError::os(&path.display().to_string(), kind, 0, 0, e))
+/// Bytes of one slot of a record (header and value, at most); a write writes and a read reads
+/// only the 4 KiB blocks the value takes.
+const SLOT: usize = 64 * 1024;
+/// The unit slots are read and written in.
+const BLOCK: usize = 4096;
+/// A slot: magic u32 | sequence u64 | length u32 | crc u32 (CRC32C of sequence, length and
+/// value) | value.
+const SLOT_HEADER: usize = 4 + 8 + 4 + 4;
+const SLOT_MAGIC: u32 = 0x5245_5043; // "REPC"
+
+/// The newest intact value of record `name` in `st`, with its sequence number; `None` when no
+/// slot holds one.
+fn read_slots(st: &dyn Storage, name: &str) -> Result<Option<(u64, Vec<u8>)>> {
+    if !st.exists(name) {
+        return Ok(None);
+    }
+    let dev = st.open(name, false)?;
+    let mut best: Option<(u64, Vec<u8>)> = None;
+    for slot in 0..2u64 {
+        if dev.capacity() < (slot + 1) * SLOT as u64 {
+            continue;
+        }
+        let mut head = AlignedBuf::new(BLOCK);
+        dev.read_at(slot * SLOT as u64, &mut head)?;
+        if u32_at(&head, 0) != SLOT_MAGIC {
+            continue;
+        }
+        let (seq, len) = (u64_at(&head, 4), u32_at(&head, 12) as usize);
+        if len > SLOT - SLOT_HEADER {
+            continue;
+        }
+        let used = (SLOT_HEADER + len).next_multiple_of(BLOCK);
+        let buf = if used == BLOCK {
+            head
+        } else {
+            let mut all = AlignedBuf::new(used);
+            dev.read_at(slot * SLOT as u64, &mut all)?;
+            all
+        };
+        let crc = crate::util::crc32c_append(
+            crate::util::crc32c(&buf[4..16]),
+            &buf[SLOT_HEADER..SLOT_HEADER + len],
+        );
+        if crc != u32_at(&buf, 16) {
+            continue; // torn: the other slot holds the previous value
+        }
+        if best.as_ref().is_none_or(|(s, _)| seq > *s) {
+            best = Some((seq, buf[SLOT_HEADER..SLOT_HEADER + len].to_vec()));
+        }
+    }
+    Ok(best)
 }
 
-/// Replaces `dir/repl/name` with `bytes` atomically and durably.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    let d = dir.join(DIR);
-    std::fs::create_dir_all(&d).map_err(|e| io(&d, crate::io::IoOpKind::Setup, e))?;
-    let path = d.join(name);
-    let tmp = d.join(format!("{name}.tmp"));
-    let w = crate::io::IoOpKind::Write;
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io(&tmp, w, e))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| io(&tmp, w, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io(&path, w, e))?;
-    std::fs::File::open(&d).and_then(|f| f.sync_all()).map_err(|e| io(&d, w, e))?;
+/// The value of record `name` in the state storage `st` (see the module documentation).
+pub(super) fn read_record(st: &dyn Storage, name: &str) -> Result<Option<Vec<u8>>> {
+    Ok(read_slots(st, name)?.map(|(_, v)| v))
+}
+
+/// Replaces record `name` in `st` with `value`, atomically and durably.
+pub(super) fn write_record(st: &dyn Storage, name: &str, value: &[u8]) -> Result<()> {
+    if value.len() > SLOT - SLOT_HEADER {
+        return Err(Error::ResourceExhausted(format!(
+            "{name} in {}: {} bytes exceed the {} a state record holds",
+            st.location(),
+            value.len(),
+            SLOT - SLOT_HEADER
+        )));
+    }
+    let seq = read_slots(st, name)?.map_or(0, |(s, _)| s) + 1;
+    let dev = st.open(name, true)?;
+    let mut buf = AlignedBuf::new((SLOT_HEADER + value.len()).next_multiple_of(BLOCK));
+    buf[..4].copy_from_slice(&SLOT_MAGIC.to_le_bytes());
+    buf[4..12].copy_from_slice(&seq.to_le_bytes());
+    buf[12..16].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    buf[SLOT_HEADER..SLOT_HEADER + value.len()].copy_from_slice(value);
+    let crc = crate::util::crc32c_append(crate::util::crc32c(&buf[4..16]), value);
+    buf[16..20].copy_from_slice(&crc.to_le_bytes());
+    dev.ensure_capacity(2 * SLOT as u64)?;
+    dev.write_at((seq % 2) * SLOT as u64, &buf)?;
+    dev.sync()?;
     Ok(())
 }
 
-fn read_opt(dir: &Path, name: &str) -> Result<Option<(String, std::path::PathBuf)>> {
-    let p = dir.join(DIR).join(name);
-    match std::fs::read_to_string(&p) {
-        Ok(s) => Ok(Some((s, p))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io(&p, crate::io::IoOpKind::Read, e)),
+fn text(st: &dyn Storage, name: &str) -> Result<Option<String>> {
+    match read_record(st, name)? {
+        None => Ok(None),
+        Some(b) => String::from_utf8(b).map(Some).map_err(|_| Error::Corruption {
+            file: format!("{}/{name}", st.location()),
+            offset: 0,
+            detail: "state record is not text".into(),
+        }),
     }
 }
 
-/// The epoch stored in a node's data directory ([`FIRST_EPOCH`] if none was stored).
-pub fn read_epoch(dir: &Path) -> Result<u64> {
-    match read_opt(dir, EPOCH_FILE)? {
+/// The epoch stored in state storage `st` ([`FIRST_EPOCH`] if none was stored).
+pub(super) fn epoch_in(st: &dyn Storage) -> Result<u64> {
+    match text(st, EPOCH)? {
         None => Ok(FIRST_EPOCH),
-        Some((s, p)) => s.trim().parse().map_err(|_| Error::Corruption {
-            file: p.display().to_string(),
+        Some(s) => s.trim().parse().map_err(|_| Error::Corruption {
+            file: format!("{}/{EPOCH}", st.location()),
             offset: 0,
-            detail: format!("epoch file holds {s:?}, not a number"),
+            detail: format!("epoch record holds {s:?}, not a number"),
         }),
     }
 }
 
 /// Stores `epoch` as the node's epoch (durably). Refuses to move it backwards.
-pub(crate) fn write_epoch(dir: &Path, epoch: u64) -> Result<()> {
-    let cur = read_epoch(dir)?;
+pub(super) fn write_epoch(st: &dyn Storage, epoch: u64) -> Result<()> {
+    let cur = epoch_in(st)?;
     if epoch < cur {
         return Err(Error::InvalidArgument(format!(
             "epoch of {} would go backwards from {cur} to {epoch}",
-            dir.display()
+            st.location()
         )));
     }
-    write_atomic(dir, EPOCH_FILE, format!("{epoch}\n").as_bytes())
+    write_record(st, EPOCH, format!("{epoch}\n").as_bytes())
 }
 
 /// A primary's synchronous set as a standby learned it.
@@ -100,7 +170,7 @@ impl ClusterView {
         let mut s = format!(
             "epoch {}\nmode {}\nme {}\n",
             self.epoch,
-            super::mode_name(self.mode),
+            mode_name(self.mode),
             self.me.map_or("-".to_string(), |m| m.to_string())
         );
         for m in &self.members {
@@ -113,7 +183,7 @@ impl ClusterView {
     pub fn decode(s: &str) -> Option<Self> {
         let mut lines = s.lines();
         let epoch = lines.next()?.strip_prefix("epoch ")?.parse().ok()?;
-        let mode = super::parse_mode(lines.next()?.strip_prefix("mode ")?)?;
+        let mode = parse_mode(lines.next()?.strip_prefix("mode ")?)?;
         let me = match lines.next()?.strip_prefix("me ")? {
             "-" => None,
             m => Some(m.parse().ok()?),
@@ -138,12 +208,12 @@ impl ClusterView {
     }
 }
 
-/// The cluster view stored in `dir`, if any.
-pub fn read_cluster(dir: &Path) -> Result<Option<ClusterView>> {
-    match read_opt(dir, CLUSTER_FILE)? {
+/// The cluster view stored in state storage `st`, if any.
+pub(super) fn cluster_in(st: &dyn Storage) -> Result<Option<ClusterView>> {
+    match text(st, CLUSTER)? {
         None => Ok(None),
-        Some((s, p)) => ClusterView::decode(&s).map(Some).ok_or_else(|| Error::Corruption {
-            file: p.display().to_string(),
+        Some(s) => ClusterView::decode(&s).map(Some).ok_or_else(|| Error::Corruption {
+            file: format!("{}/{CLUSTER}", st.location()),
             offset: 0,
             detail: "not a cluster view".into(),
         }),
@@ -151,8 +221,8 @@ pub fn read_cluster(dir: &Path) -> Result<Option<ClusterView>> {
 }
 
 /// Stores the cluster view (durably).
-pub(crate) fn write_cluster(dir: &Path, v: &ClusterView) -> Result<()> {
-    write_atomic(dir, CLUSTER_FILE, v.encode().as_bytes())
+pub(super) fn write_cluster(st: &dyn Storage, v: &ClusterView) -> Result<()> {
+    write_record(st, CLUSTER, v.encode().as_bytes())
 }
 
 /// The epochs of a log: `(epoch, first LSN written under it)`, oldest first.
@@ -217,13 +287,13 @@ impl History {
     }
 }
 
-/// The history stored in `dir` (the default one-entry history if none was stored).
-pub fn read_history(dir: &Path) -> Result<History> {
-    match read_opt(dir, HISTORY_FILE)? {
+/// The history stored in state storage `st` (the default one-entry history if none was stored).
+pub(super) fn history_in(st: &dyn Storage) -> Result<History> {
+    match text(st, HISTORY)? {
         None => Ok(History::default()),
-        Some((s, p)) => {
+        Some(s) => {
             let bad = || Error::Corruption {
-                file: p.display().to_string(),
+                file: format!("{}/{HISTORY}", st.location()),
                 offset: 0,
                 detail: "not an epoch history".into(),
             };
@@ -238,15 +308,16 @@ pub fn read_history(dir: &Path) -> Result<History> {
 }
 
 /// Stores the history (durably).
-pub(crate) fn write_history(dir: &Path, h: &History) -> Result<()> {
+pub(super) fn write_history(st: &dyn Storage, h: &History) -> Result<()> {
     let text: String = h.0.iter().map(|(e, l)| format!("{e} {l}\n")).collect();
-    write_atomic(dir, HISTORY_FILE, text.as_bytes())
+    write_record(st, HISTORY, text.as_bytes())
 }
 
-/// Copies the epoch of `from` into `to` (seeding a standby: it starts at its primary's epoch).
-pub(crate) fn copy_epoch(from: &Path, to: &Path) -> Result<()> {
-    write_epoch(to, read_epoch(from)?.max(read_epoch(to)?))?;
-    write_history(to, &read_history(from)?)
+/// Copies the epoch and history of state storage `from` into `to` (seeding a standby: it
+/// starts at its primary's epoch).
+pub(super) fn copy_epoch(from: &dyn Storage, to: &dyn Storage) -> Result<()> {
+    write_epoch(to, epoch_in(from)?.max(epoch_in(to)?))?;
+    write_history(to, &history_in(from)?)
 }
 
 #[cfg(test)]
@@ -294,10 +365,39 @@ mod tests {
 
     #[test]
     fn epochs_start_at_one_and_never_go_back() {
+        use super::super::disk::{read_epoch, DirDisk, Disk};
         let d = nvmedb_testkit::TmpDir::path_only("repl-state");
         assert_eq!(read_epoch(&d).unwrap(), FIRST_EPOCH);
-        write_epoch(&d, 4).unwrap();
+        let st = DirDisk::new(&d).state().unwrap();
+        write_epoch(st.as_ref(), 4).unwrap();
         assert_eq!(read_epoch(&d).unwrap(), 4);
-        assert!(write_epoch(&d, 3).is_err());
+        assert!(write_epoch(st.as_ref(), 3).is_err());
+    }
+
+    #[test]
+    fn a_record_torn_by_a_power_cut_leaves_the_previous_value() {
+        use crate::io::CrashSimStorage;
+        use crate::util::Rng;
+        let mut kept = [0usize; 2];
+        for seed in 0..64 {
+            let st = CrashSimStorage::new();
+            write_record(&st, "r", b"first").unwrap();
+            // An unsynced second write, then the power goes.
+            let dev = st.open("r", false).unwrap();
+            let mut buf = AlignedBuf::new(SLOT);
+            buf[..4].copy_from_slice(&SLOT_MAGIC.to_le_bytes());
+            buf[4..12].copy_from_slice(&2u64.to_le_bytes());
+            buf[12..16].copy_from_slice(&6u32.to_le_bytes());
+            buf[SLOT_HEADER..SLOT_HEADER + 6].copy_from_slice(b"second");
+            let crc = crate::util::crc32c_append(crate::util::crc32c(&buf[4..16]), b"second");
+            buf[16..20].copy_from_slice(&crc.to_le_bytes());
+            // Version 2 goes to slot 0 (version 1 is in slot 1).
+            dev.write_at(0, &buf).unwrap();
+            st.crash(&mut Rng::new(seed));
+            let v = read_record(&st, "r").unwrap().expect("a value survives");
+            assert!(v == b"first" || v == b"second", "seed {seed}: {v:?}");
+            kept[usize::from(v == b"second")] += 1;
+        }
+        assert!(kept[0] > 0 && kept[1] > 0, "both outcomes seen: {kept:?}");
     }
 }

@@ -21,7 +21,7 @@
 //! against an active attacker on the path; there is no encryption). Replication listens on
 //! loopback unless told otherwise.
 
-use super::ReplError;
+use crate::error::ReplError;
 use crate::util::bytes::{u32_at, u64_at};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -301,21 +301,6 @@ fn verify(secret: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
         m.update(p);
     }
     m.verify_slice(tag).is_ok()
-}
-
-/// Connects to `addr` (waiting at most `timeout`) with Nagle's algorithm off, as every
-/// replication client does.
-pub fn connect(addr: &str, timeout: std::time::Duration) -> Result<std::net::TcpStream, ReplError> {
-    use std::net::ToSocketAddrs;
-    let sa = addr
-        .to_socket_addrs()
-        .map_err(|e| ReplError::io(addr, "resolve", e))?
-        .next()
-        .ok_or_else(|| ReplError::Disconnected { peer: addr.into(), detail: "no address".into() })?;
-    let s =
-        std::net::TcpStream::connect_timeout(&sa, timeout).map_err(|e| ReplError::io(addr, "connect", e))?;
-    s.set_nodelay(true).map_err(|e| ReplError::io(addr, "nodelay", e))?;
-    Ok(s)
 }
 
 /// What the client learned from a successful handshake.

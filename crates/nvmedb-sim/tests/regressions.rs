@@ -1,0 +1,143 @@
+//! Schedules that failed before a fix, replayed (docs/ha.md, "What the simulator found"). Each
+//! is the schedule that found the bug, written out as the generator of its day made it from its
+//! seed (the seed still drives every decision during the run). A run replays exactly as long as
+//! the code does not change the order of what its threads do, so each fix also has a direct test
+//! in `crates/nvmedb` (named below), which does not depend on a schedule.
+
+use nvmedb::repl::ReplicationMode;
+use nvmedb_sim::{run_schedule, Fault, Schedule};
+use std::time::Duration;
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn replay(s: Schedule) {
+    if let Err(f) = run_schedule(s, None) {
+        panic!("{f}");
+    }
+}
+
+/// A schedule of the generator of its day: `ttl` in ms, the margin 0.4 of it, the tick a
+/// quarter of the rest.
+#[allow(clippy::too_many_arguments)] // one per field of the schedule of its day
+fn schedule(
+    seed: u64,
+    nodes: usize,
+    mode: ReplicationMode,
+    clients: usize,
+    run_for: u64,
+    ttl: u64,
+    commit_timeout: u64,
+    faults: Vec<(u64, Fault)>,
+) -> Schedule {
+    let ttl = ms(ttl);
+    let margin = ttl * 2 / 5;
+    Schedule {
+        seed,
+        nodes,
+        mode,
+        mirror: false,
+        clients,
+        run_for: ms(run_for),
+        ttl,
+        margin,
+        tick: (ttl - margin) / 4,
+        commit_timeout: ms(commit_timeout),
+        faults: faults.into_iter().map(|(at, f)| (ms(at), f)).collect(),
+    }
+}
+
+/// Chain mode, three nodes: a member without a copy of the database waited forever for a base
+/// backup that only the primary could send, and every takeover then failed; a standby whose
+/// promotion failed after fencing refused every later fence and primary. Direct tests:
+/// `repl_chain::a_chain_member_without_a_copy_is_seeded_by_the_standby_before_it`,
+/// `repl_fencing::a_promotion_that_fails_after_fencing_leaves_a_working_standby`.
+#[test]
+fn seed_5_chain_members_are_seeded_along_the_chain_and_a_failed_promotion_recovers() {
+    replay(schedule(
+        5,
+        3,
+        ReplicationMode::Chain,
+        1,
+        5449,
+        2000,
+        2243,
+        vec![
+            (2558, Fault::Kill { node: 2, restart_after: ms(263) }),
+            (3779, Fault::Reset { node: 1, pick: 7923356557145673415 }),
+            (3985, Fault::Slow { from: 2, to: 1, extra: ms(194), duration: ms(1445) }),
+            (4565, Fault::CrashAtIo { node: 0, after_ops: 358, restart_after: ms(2552) }),
+            (5017, Fault::ClockJump { node: None, by: ms(2949) }),
+            (5804, Fault::Partition { side: vec![0], store_on_side: false, heal_after: ms(1705) }),
+        ],
+    ));
+}
+
+/// A full disk failed a replica-log group commit; its records were dropped while later ones
+/// were written and acknowledged, leaving a gap (an `acks` row without its index entry on the
+/// node). Direct test: `repl::replica_log::tests::a_failed_sync_keeps_its_records_for_the_next_one`.
+#[test]
+fn seed_38_a_failed_replica_log_sync_keeps_its_records() {
+    replay(schedule(
+        38,
+        4,
+        ReplicationMode::Quorum(1),
+        2,
+        3344,
+        1000,
+        938,
+        vec![
+            (2460, Fault::Partition { side: vec![0, 1], store_on_side: true, heal_after: ms(1220) }),
+            (2472, Fault::Partition { side: vec![0, 1, 2], store_on_side: false, heal_after: ms(1197) }),
+            (3064, Fault::Kill { node: 3, restart_after: ms(567) }),
+            (3129, Fault::Slow { from: 3, to: 0, extra: ms(313), duration: ms(664) }),
+            (3445, Fault::DiskFull { node: 3, duration: ms(1498) }),
+            (3648, Fault::PowerCut { node: 3, restart_after: ms(2588) }),
+        ],
+    ));
+}
+
+/// The same gap, in eager mode, after a full disk during apply and a failed promotion.
+#[test]
+fn seed_49_no_gap_after_a_full_disk_in_eager_mode() {
+    replay(schedule(
+        49,
+        3,
+        ReplicationMode::Eager,
+        2,
+        4027,
+        1000,
+        931,
+        vec![
+            (2124, Fault::DiskFull { node: 0, duration: ms(300) }),
+            (2991, Fault::Partition { side: vec![1], store_on_side: true, heal_after: ms(350) }),
+            (3059, Fault::Reset { node: 2, pick: 12174219674059284608 }),
+            (3252, Fault::Partition { side: vec![0], store_on_side: true, heal_after: ms(1218) }),
+        ],
+    ));
+}
+
+/// A torn group commit left the replica log's device ending inside a block; the node could not
+/// open its log again. Direct test:
+/// `repl::replica_log::tests::a_torn_write_that_leaves_a_partial_block_is_cut_at_open`.
+#[test]
+fn seed_45_a_replica_log_ending_inside_a_block_opens() {
+    replay(Schedule::from_seed(45));
+}
+
+/// Lazy mode: a peer whose log went on under the superseded primary could not be taken from,
+/// and every candidate refused to promote, forever.
+#[test]
+fn seed_75_lazy_promotion_does_not_insist_on_a_diverged_peer() {
+    replay(Schedule::from_seed(75));
+}
+
+/// A mirrored pair: the new primary's page mirror connected to its standby while a partition
+/// cut them off, and the simulated connection attempt then waited its whole 30 s timeout
+/// although the partition healed at once (real TCP sends the SYN again after 1, 2, 4, … s). The
+/// simulated network now retransmits SYNs; no commit was at risk.
+#[test]
+fn seed_752_a_connection_attempt_goes_through_once_the_partition_heals() {
+    replay(Schedule::from_seed(752));
+}
