@@ -11,7 +11,7 @@
 //! claim the same sequence number, and all valid headers carry one log id (otherwise: corruption).
 
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Device, Storage};
+use crate::io::{AlignedBuf, Device, IoError, Storage};
 use crate::wal::format::{SegmentHeader, BLOCK_BYTES, SEGMENT_HEADER_BLOCK_BYTES};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -133,7 +133,12 @@ pub(crate) fn discover(storages: &[Arc<dyn Storage>]) -> Result<Discovery> {
             if !s.exists(name) {
                 continue;
             }
-            let dev = s.open(name, false)?;
+            let dev = match s.open(name, false) {
+                Ok(d) => d,
+                // A free slot deleted in the background between the listing and here.
+                Err(IoError::Os { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
             if let Ok(h) = read_header(&*dev)? {
                 if let Some(b) = best.filter(|b| b.log_id != h.log_id) {
                     return Err(Error::Corruption {
@@ -282,5 +287,46 @@ mod tests {
         assert_eq!(parse_slot("wal-00000012"), Some(12));
         assert_eq!(parse_slot("wal-12"), None);
         assert_eq!(parse_slot("data-00000012"), None);
+    }
+
+    /// A storage that lists a slot which is deleted before it can be opened (a free slot the
+    /// background thread removes while another thread lists the log).
+    struct Vanishing(crate::io::MemStorage);
+
+    impl Storage for Vanishing {
+        fn open(&self, name: &str, create: bool) -> crate::io::IoResult<Arc<dyn Device>> {
+            if name == "wal-00000099" {
+                return Err(IoError::Os {
+                    device: name.into(),
+                    op: crate::io::IoOpKind::Setup,
+                    offset: 0,
+                    len: 0,
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "deleted"),
+                });
+            }
+            self.0.open(name, create)
+        }
+        fn exists(&self, name: &str) -> bool {
+            name == "wal-00000099" || self.0.exists(name)
+        }
+        fn list(&self) -> crate::io::IoResult<Vec<String>> {
+            let mut l = self.0.list()?;
+            l.push("wal-00000099".into());
+            Ok(l)
+        }
+        fn remove(&self, name: &str) -> crate::io::IoResult<()> {
+            self.0.remove(name)
+        }
+        fn location(&self) -> String {
+            "vanishing".into()
+        }
+    }
+
+    #[test]
+    fn a_slot_deleted_between_listing_and_opening_is_skipped() {
+        let other: Arc<dyn Storage> = Arc::new(Vanishing(crate::io::MemStorage::new()));
+        let d = discover(&[other.clone()]).expect("a vanished free slot is not an error");
+        assert!(d.chain.is_empty());
+        assert!(live_segments(&[other]).unwrap().is_empty());
     }
 }
