@@ -178,7 +178,7 @@ async fn simple_and_extended_queries_with_every_type() {
     assert_eq!(r.get::<_, i64>(0), 25);
     assert_eq!(r.get::<_, i64>(1), (0..25).map(|k| (4 * k + 1) * 10).sum::<i64>());
     assert_eq!((r.get::<_, i32>(2), r.get::<_, i32>(3)), (10, 970));
-    assert_eq!(r.get::<_, rust_decimal::Decimal>(4).to_string(), "490.000000");
+    assert_eq!(r.get::<_, rust_decimal::Decimal>(4).to_string(), "490.0000000000000000");
     let g = simple_rows(
         &c,
         "SELECT branch, count(*) AS n FROM acct GROUP BY branch HAVING count(*) > 24 ORDER BY 1",
