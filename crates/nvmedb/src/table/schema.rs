@@ -59,6 +59,9 @@ pub enum ColumnType {
     /// values are [`Value::Bytes`] holding valid UTF-8. Its length is checked against the
     /// page when a row is stored, not when the table is created.
     Text(u32),
+    /// Days since 1970-01-01 (SQL `date`, proleptic Gregorian); values are [`Value::Int`]
+    /// within the 32-bit range, stored in 4 bytes, keyed like integers.
+    Date,
 }
 
 impl ColumnType {
@@ -72,7 +75,7 @@ impl ColumnType {
     pub fn fixed_size(self) -> Option<usize> {
         match self {
             ColumnType::Int | ColumnType::Double | ColumnType::Timestamp => Some(8),
-            ColumnType::Int32 => Some(4),
+            ColumnType::Int32 | ColumnType::Date => Some(4),
             ColumnType::Int16 => Some(2),
             ColumnType::Bool => Some(1),
             ColumnType::Numeric { .. } => Some(16),
@@ -493,6 +496,10 @@ impl Schema {
             (ColumnType::Int32, Value::Int(v)) if i32::try_from(*v).is_err() => {
                 wrong(format!("{v} is out of range for a 32-bit integer"))
             }
+            (ColumnType::Date, Value::Int(v)) if i32::try_from(*v).is_err() => {
+                wrong(format!("{v} days is out of range for a date"))
+            }
+            (ColumnType::Date, Value::Int(_)) => Ok(()),
             (ColumnType::Int16, Value::Int(v)) if i16::try_from(*v).is_err() => {
                 wrong(format!("{v} is out of range for a 16-bit integer"))
             }
@@ -544,7 +551,9 @@ impl Schema {
                 (ColumnType::Int | ColumnType::Timestamp, Value::Int(x) | Value::Timestamp(x)) => {
                     out.extend_from_slice(&x.to_le_bytes())
                 }
-                (ColumnType::Int32, Value::Int(x)) => out.extend_from_slice(&(*x as i32).to_le_bytes()),
+                (ColumnType::Int32 | ColumnType::Date, Value::Int(x)) => {
+                    out.extend_from_slice(&(*x as i32).to_le_bytes())
+                }
                 (ColumnType::Int16, Value::Int(x)) => out.extend_from_slice(&(*x as i16).to_le_bytes()),
                 (ColumnType::Double, Value::Double(x)) => out.extend_from_slice(&x.to_bits().to_le_bytes()),
                 (ColumnType::Bool, Value::Bool(x)) => out.push(u8::from(*x)),
@@ -662,7 +671,11 @@ impl Schema {
             (0, k)
         };
         let len = match c.ty {
-            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp => 8,
+            ColumnType::Int
+            | ColumnType::Int32
+            | ColumnType::Int16
+            | ColumnType::Timestamp
+            | ColumnType::Date => 8,
             ColumnType::Double => 8,
             ColumnType::Bool => 1,
             ColumnType::Numeric { .. } => 16,
@@ -708,7 +721,7 @@ impl RowLayout {
             let mut off = 0usize;
             for (c, at) in schema.columns.iter().zip(cols.iter_mut()) {
                 let Some(n) = c.ty.fixed_size() else { break };
-                let int = c.ty.is_integer() || c.ty == ColumnType::Timestamp;
+                let int = c.ty.is_integer() || matches!(c.ty, ColumnType::Timestamp | ColumnType::Date);
                 *at = ColAt { start: off as u32, len: n as u32, int };
                 off += n;
             }
@@ -874,7 +887,11 @@ impl<'a> RowView<'a> {
 
     /// [`RowView::try_int`] for a column not at a constant offset, or in error.
     fn try_int_walk(&self, col: usize) -> Result<i64> {
-        self.expect_type(col, |t| t.is_integer() || t == ColumnType::Timestamp, "an integer or timestamp")?;
+        self.expect_type(
+            col,
+            |t| t.is_integer() || matches!(t, ColumnType::Timestamp | ColumnType::Date),
+            "an integer, timestamp or date",
+        )?;
         let (o, l) = self.span(col)?;
         Ok(int_le(&self.bytes[o..o + l]))
     }
@@ -930,7 +947,9 @@ impl<'a> RowView<'a> {
             return Ok(Value::Null);
         }
         Ok(match c.ty {
-            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 => Value::Int(self.try_int(col)?),
+            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Date => {
+                Value::Int(self.try_int(col)?)
+            }
             ColumnType::Timestamp => Value::Timestamp(self.try_int(col)?),
             ColumnType::Double => Value::Double(self.try_double(col)?),
             ColumnType::Bool => Value::Bool(self.try_boolean(col)?),
