@@ -73,6 +73,7 @@ impl SqlType {
             ColumnType::Text(n) => SqlType::Varchar(n),
             ColumnType::Char(n) => SqlType::Bpchar(n),
             ColumnType::Bytes(_) => SqlType::Bytea,
+            ColumnType::Date => SqlType::Date,
         }
     }
 
@@ -86,8 +87,9 @@ impl SqlType {
             SqlType::Bool => ColumnType::Bool,
             SqlType::Timestamp => ColumnType::Timestamp,
             SqlType::Numeric { precision, scale } => ColumnType::Numeric { precision, scale },
+            SqlType::Date => ColumnType::Date,
             // Not stored yet: values only (expressions and results).
-            SqlType::Date | SqlType::Interval => return None,
+            SqlType::Interval => return None,
             SqlType::Text => ColumnType::Text(u32::MAX),
             SqlType::Varchar(n) => ColumnType::Text(n),
             SqlType::Bpchar(n) => ColumnType::Char(n),
@@ -546,7 +548,8 @@ impl Datum {
             Datum::Text(t) => Value::Bytes(t.into_bytes()),
             Datum::Bytes(b) => Value::Bytes(b),
             Datum::Timestamp(v) => Value::Timestamp(v),
-            d @ (Datum::Date(_) | Datum::Interval(_)) => {
+            Datum::Date(d) => Value::Int(i64::from(d)),
+            d @ Datum::Interval(_) => {
                 return Err(SqlError::unsupported(format!("storing {d:?} in column \"{column}\"")))
             }
         })
@@ -560,6 +563,7 @@ impl Datum {
         match ty {
             SqlType::Int2 | SqlType::Int4 | SqlType::Int8 => Datum::Int(row.int(col)),
             SqlType::Timestamp => Datum::Timestamp(row.int(col)),
+            SqlType::Date => Datum::Date(row.int(col) as i32),
             SqlType::Float8 => Datum::Float(row.double(col)),
             SqlType::Bool => Datum::Bool(row.boolean(col)),
             SqlType::Numeric { scale, .. } => Datum::Numeric(row.numeric(col), scale),

@@ -86,6 +86,7 @@ fn value_datum(v: &Value, ty: crate::types::SqlType) -> Datum {
     match v {
         Value::Null => Datum::Null,
         Value::Int(i) if ty == T::Timestamp => Datum::Timestamp(*i),
+        Value::Int(i) if ty == T::Date => Datum::Date(*i as i32),
         Value::Int(i) => Datum::Int(*i),
         Value::Double(f) => Datum::Float(*f),
         Value::Bool(b) => Datum::Bool(*b),

@@ -21,7 +21,8 @@ pub fn rewrite(plan: Logical) -> Logical {
 
 fn rw(plan: Logical) -> Logical {
     match plan {
-        Logical::Filter { input, pred } => filter(rw(*input), pred),
+        // The filter's applies are rewritten by `filter`, which sees the conjuncts using them.
+        Logical::Filter { input, pred } => filter(*input, pred),
         Logical::Apply { input, sub, kind, col } => {
             let input = rw(*input);
             let sub = rw(*sub);
@@ -61,11 +62,11 @@ fn filter(input: Logical, pred: Expr) -> Logical {
     loop {
         match base {
             Logical::Apply { input, sub, kind, col } => {
-                applies.push((*sub, kind, col));
+                applies.push((rw(*sub), kind, col));
                 base = *input;
             }
             other => {
-                base = other;
+                base = rw(other);
                 break;
             }
         }
