@@ -49,6 +49,15 @@ fn a_small_run_measures_checks_and_reports_every_point() {
         assert_eq!(p.per_type.iter().sum::<u64>(), p.transactions);
         assert!(p.tpmc > 0.0 && p.per_type[0] > 0);
         assert!(p.log_bytes_per_txn > 0.0, "the log is on");
+        // Per type: New-Order and Payment change rows, so they log; the read-only types log only
+        // what a checkpoint taken at their start appends.
+        assert!(p.log_bytes_per_type[0] > 0.0 && p.log_bytes_per_type[1] > 0.0, "{p:?}");
+        assert!(p.log_bytes_per_type[2].max(p.log_bytes_per_type[4]) < p.log_bytes_per_type[1], "{p:?}");
+        assert!(p.cpu_us_per_type[0] > 0.0 && p.process_cpu_us_per_txn >= p.cpu_us_per_txn * 0.5, "{p:?}");
+        // The kinds add up to (at least: other tests' databases log too) the window's records.
+        let kinds: f64 = p.log_bytes_by_kind.iter().map(|(_, b)| b).sum();
+        assert!(p.log_bytes_by_kind.iter().any(|(k, b)| k == "commit" && *b > 0.0), "{p:?}");
+        assert!(kinds > 0.0, "{p:?}");
         assert_eq!(p.ha, "HA");
         assert!(!p.limit.is_empty());
     }
@@ -68,6 +77,7 @@ fn a_small_run_measures_checks_and_reports_every_point() {
         assert!(out.dir.join(f).exists(), "{f} written");
     }
     assert!(out.summary.text.contains("consistency conditions 1-4"), "{}", out.summary.text);
+    assert!(out.summary.text.contains("Cost per transaction"), "{}", out.summary.text);
     // The emulated device's lateness is counted per point; the real memory device has none.
     for p in &r.points {
         assert!((0.0..=1.0).contains(&p.emulator_late_share), "{p:?}");
@@ -141,5 +151,62 @@ fn a_small_run_measures_checks_and_reports_every_point() {
     assert!(
         matches!(&fig7.status, nvmedb_lab::page::Status::Differs(why) if why.contains("optane / san is 2.00×")),
         "{fig7:?}"
+    );
+}
+
+/// `--profile`: perf samples each point's measured window; the run keeps a flame graph, the
+/// folded stacks and the top functions, in which the terminals' transactions show.
+#[test]
+fn a_profiled_point_writes_a_flame_graph_of_its_window() {
+    if !nvmedb_lab::measure::profile::perf_installed() {
+        assert!(
+            std::env::var_os("NVMEDB_REQUIRE_PERF").is_none(),
+            "perf is missing (Debian: linux-perf) and NVMEDB_REQUIRE_PERF is set"
+        );
+        eprintln!("skipped: perf is not installed (Debian: linux-perf)");
+        return;
+    }
+    let root = scratch("profile");
+    let cfg = TpccConfig {
+        warehouses: 1,
+        clients: 2,
+        reduced: true,
+        buffer_pcts: vec![100.0],
+        devices: vec![DeviceKind::Memory],
+        warmup_s: 0.2,
+        duration_s: 1.0,
+        repetitions: 1,
+        data_dir: root.join("data"),
+        ram_dir: PathBuf::from(format!("/dev/shm/nvmedb-tpcc-prof-{}", std::process::id())),
+        iobench_s: 0.0,
+        trace: false,
+        profile: true,
+        ..TpccConfig::default()
+    };
+    let opts = RunOptions { results_root: root.join("results"), progress: false };
+    let out = experiment::run::<Tpcc>(&cfg, &opts).expect("the run succeeds");
+    let p = out.results.profiles.first().expect("one profile per point");
+    assert!(p.samples > 50, "{} samples in a 1 s window on busy terminals", p.samples);
+    let svg = std::fs::read_to_string(out.dir.join(&p.flame_svg)).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("execute"), "the flame graph shows the transactions");
+    assert!(p.top.iter().map(|f| f.self_pct).sum::<f64>() <= 100.0 + 1e-9);
+    let folded = std::fs::read_to_string(out.dir.join(&p.folded)).unwrap();
+    assert!(folded.lines().any(|l| l.contains("execute_with_retries")), "terminal stacks are sampled");
+    // perf samples the whole process, where the other test may be loading its database; this
+    // test's threads carry its name (threads inherit it), and saw only the window.
+    let mine: Vec<&str> = folded.lines().filter(|l| l.starts_with("a_profiled_poin")).collect();
+    assert!(!mine.is_empty(), "the test's terminals are named after it: {folded}");
+    assert!(
+        !mine.iter().any(|l| l.contains("load::load") || l.contains("check_consistency")),
+        "only the window is sampled"
+    );
+    assert!(out.summary.text.contains("CPU profile of the measured window"), "{}", out.summary.text);
+    assert!(
+        !std::fs::read_dir(&out.dir).unwrap().any(|e| e
+            .unwrap()
+            .path()
+            .extension()
+            .is_some_and(|x| x == "data")),
+        "perf's data file is removed once folded"
     );
 }

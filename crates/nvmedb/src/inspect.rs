@@ -237,7 +237,7 @@ pub fn describe_log(
     from: Option<u64>,
     limit: usize,
 ) -> Result<String> {
-    use crate::buffer::mtr::{decode_mtr, PageChange};
+    use crate::buffer::mtr::PageChange;
     use crate::wal::engine::{EngineRecord, TxnOp, TAG_TABLE};
     let segs = crate::wal::live_segments(&copies)?;
     let mut out = String::new();
@@ -263,7 +263,7 @@ pub fn describe_log(
         }
         n += 1;
         let what = match EngineRecord::decode(rec.kind, &rec.payload) {
-            Ok(Some(EngineRecord::Pages { tag, mtr })) => match decode_mtr(mtr) {
+            Ok(Some(EngineRecord::Pages { tag, format, mtr })) => match format.decode(mtr, 0) {
                 Some(m) => {
                     let pages: Vec<String> = m
                         .changes
@@ -277,6 +277,7 @@ pub fn describe_log(
                                     r.len()
                                 )
                             }
+                            PageChange::Ops(o) => format!("{pid} {} B of page operations", o.len()),
                         })
                         .collect();
                     let op = m.annotation.as_deref().and_then(|a| TxnOp::decode(a).ok()).map(|op| {

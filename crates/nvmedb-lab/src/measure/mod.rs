@@ -3,7 +3,8 @@
 //! Owns: [`hist`] (the one latency-histogram set-up), [`clock`] (thread, process and child CPU
 //! clocks), [`cpus`] (which CPUs a node's threads run on), [`device`] (where an experiment's data lives, and its label), [`stats`] (median
 //! and min/median/max of repetitions), [`workers`] (worker threads with a warm-up and a
-//! measured window), [`fio`] (fio as the device reference) and [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
+//! measured window), [`fio`] (fio as the device reference), [`profile`] (`perf` CPU profiles of a measured
+//! window) and [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
 //! second copy of them.
 
 pub mod clock;
@@ -11,6 +12,7 @@ pub mod cpus;
 pub mod device;
 pub mod fio;
 pub mod hist;
+pub mod profile;
 pub mod progress;
 pub mod stats;
 pub mod workers;

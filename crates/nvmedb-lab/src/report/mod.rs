@@ -13,6 +13,7 @@ mod bar_chart;
 mod csv;
 mod dir;
 mod error;
+mod flame;
 mod glyph;
 mod html;
 mod json;
@@ -25,6 +26,9 @@ pub use self::csv::{read_csv, write_csv, CsvWriter};
 pub use bar_chart::BarChart;
 pub use dir::{latest_runs, utc_timestamp, LatestRun, ResultsDir, SUMMARY_FILE};
 pub use error::ReportError;
+pub use flame::{
+    layer_of, layer_shares, profile_tables, sample_count, top_functions, write_flame_graph, FunctionShare,
+};
 pub use html::{escape, inline_svg, write_html};
 pub use json::{read_doc, read_json, write_json, write_pretty, ResultFile};
 pub use plot::{

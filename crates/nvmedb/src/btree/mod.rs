@@ -15,11 +15,23 @@
 pub mod build;
 pub mod key;
 pub mod node;
+mod redo;
 
 use crate::buffer::{BufferPool, PageClass, PageId, PageMut, PageRef};
 use crate::error::{Error, Result};
 use crate::page::{PageHeader, PageType};
 use node::NO_PAGE;
+pub use redo::apply_page_ops;
+
+/// Inserts `(k, v)` at position `i` of a leaf, logged as the node operation.
+fn insert_logged(leaf: &mut PageMut<'_>, i: usize, k: &[u8], v: &[u8]) {
+    leaf.change_logged(|p| node::insert_at(p, i, k, v), |_, out| node::op::insert(out, i, k, v));
+}
+
+/// Removes the entry at position `i` of a leaf, logged as the node operation.
+fn remove_logged(leaf: &mut PageMut<'_>, i: usize) {
+    leaf.change_logged(|p| node::remove_at(p, i), |_, out| node::op::remove(out, i));
+}
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -523,7 +535,7 @@ impl BTree {
         let mut op = |leaf: &mut PageMut<'_>| match node::search(leaf, key) {
             Ok(_) => LeafOutcome::Done(false),
             Err(i) if node::fits(leaf, key, value) => {
-                node::insert_at(leaf, i, key, value);
+                insert_logged(leaf, i, key, value);
                 LeafOutcome::Done(true)
             }
             Err(_) => LeafOutcome::NeedsSplit,
@@ -540,20 +552,24 @@ impl BTree {
         let mut op = |leaf: &mut PageMut<'_>| match node::search(leaf, key) {
             Ok(i) => {
                 let old = node::value(leaf, i).to_vec();
-                if node::overwrite_value(leaf, i, value) {
+                if old.len() == value.len() {
+                    leaf.change_logged(
+                        |p| node::overwrite_value(p, i, value),
+                        |_, out| node::op::overwrite(out, i, value),
+                    );
                     return LeafOutcome::Done(Some(old));
                 }
-                node::remove_at(leaf, i);
+                remove_logged(leaf, i);
                 if node::fits(leaf, key, value) {
-                    node::insert_at(leaf, i, key, value);
+                    insert_logged(leaf, i, key, value);
                     LeafOutcome::Done(Some(old))
                 } else {
-                    node::insert_at(leaf, i, key, &old);
+                    insert_logged(leaf, i, key, &old);
                     LeafOutcome::NeedsSplit
                 }
             }
             Err(i) if node::fits(leaf, key, value) => {
-                node::insert_at(leaf, i, key, value);
+                insert_logged(leaf, i, key, value);
                 LeafOutcome::Done(None)
             }
             Err(_) => LeafOutcome::NeedsSplit,
@@ -569,7 +585,7 @@ impl BTree {
         let mut op = |leaf: &mut PageMut<'_>| match node::search(leaf, key) {
             Ok(i) => {
                 let old = node::value(leaf, i).to_vec();
-                node::remove_at(leaf, i);
+                remove_logged(leaf, i);
                 LeafOutcome::Done(Some(old))
             }
             Err(_) => LeafOutcome::Done(None),

@@ -459,6 +459,72 @@ pub fn check(p: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// Page operations of B+tree nodes: their encoding in a mini-transaction record and their
+/// redo (codes 16–31; `crate::btree::apply_page_ops` dispatches by code).
+pub mod op {
+    use super::{count, fits, insert_at, overwrite_value, remove_at};
+    use crate::util::bytes::{ByteReader, ByteWriter};
+
+    /// An entry inserted at a position (position, key, value): [`super::insert_at`].
+    pub const INSERT: u8 = 16;
+    /// The entry at a position removed (position): [`super::remove_at`].
+    pub const REMOVE: u8 = 17;
+    /// The value of the entry at a position replaced in place (position, value):
+    /// [`super::overwrite_value`].
+    pub const OVERWRITE: u8 = 18;
+    /// The smallest code of this format.
+    pub const FIRST: u8 = 16;
+    /// The largest code of this format.
+    pub const LAST: u8 = 31;
+
+    /// Appends the insert of `(k, v)` at position `i`.
+    pub fn insert(out: &mut Vec<u8>, i: usize, k: &[u8], v: &[u8]) {
+        ByteWriter::to(out).u8(INSERT).var(i as u64).var_bytes(k).var_bytes(v);
+    }
+
+    /// Appends the removal of the entry at position `i`.
+    pub fn remove(out: &mut Vec<u8>, i: usize) {
+        ByteWriter::to(out).u8(REMOVE).var(i as u64);
+    }
+
+    /// Appends the in-place replacement of the value at position `i` by `v`.
+    pub fn overwrite(out: &mut Vec<u8>, i: usize, v: &[u8]) {
+        ByteWriter::to(out).u8(OVERWRITE).var(i as u64).var_bytes(v);
+    }
+
+    /// Redoes the operation of `code` (already read) whose fields follow in `r`.
+    pub fn apply(p: &mut [u8], code: u8, r: &mut ByteReader<'_>) -> Result<(), String> {
+        let bad = || format!("B+tree node operation {code} is cut short");
+        let i = usize::try_from(r.var().ok_or_else(bad)?).map_err(|_| bad())?;
+        let n = count(p);
+        match code {
+            INSERT => {
+                let (k, v) = (r.var_bytes().ok_or_else(bad)?, r.var_bytes().ok_or_else(bad)?);
+                if i > n || !fits(p, k, v) {
+                    return Err(format!("insert at position {i} of a node of {n} entries does not fit"));
+                }
+                insert_at(p, i, k, v);
+                Ok(())
+            }
+            REMOVE if i < n => {
+                remove_at(p, i);
+                Ok(())
+            }
+            REMOVE => Err(format!("removal of position {i} from a node of {n} entries")),
+            OVERWRITE => {
+                let v = r.var_bytes().ok_or_else(bad)?;
+                if i >= n || !overwrite_value(p, i, v) {
+                    return Err(format!(
+                        "in-place value at position {i} of a node of {n} entries does not fit"
+                    ));
+                }
+                Ok(())
+            }
+            _ => Err(format!("unknown B+tree node operation {code}")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod search_tests {
     use super::*;

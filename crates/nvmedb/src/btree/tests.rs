@@ -231,11 +231,15 @@ impl crate::buffer::PageLogger for VecLogger {
         r.push((lsn, payload.to_vec()));
         Ok(lsn)
     }
+
+    fn apply_page_ops(&self, page: &mut [u8], ops: &[u8]) -> std::result::Result<(), String> {
+        super::apply_page_ops(page, ops)
+    }
 }
 
 #[test]
 fn redo_of_every_logged_change_rebuilds_the_tree() {
-    use crate::buffer::mtr::{apply_page_change, decode_mtr};
+    use crate::buffer::mtr::{apply_page_change, decode_mtr_compact, PageChange};
     let logger = Arc::new(VecLogger {
         records: std::sync::Mutex::new(Vec::new()),
         next_lsn: std::sync::atomic::AtomicU64::new(1),
@@ -272,14 +276,16 @@ fn redo_of_every_logged_change_rebuilds_the_tree() {
     pool.flush_all().unwrap();
     // Replay the log onto empty pages.
     let mut pages: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut ops = 0;
     for (lsn, payload) in logger.records.lock().unwrap().iter() {
-        let rec = decode_mtr(payload).expect("decodes");
-        let (ps, changes) = (rec.page_size, rec.changes);
-        for (pid, ch) in changes {
-            let page = pages.entry(pid.page).or_insert_with(|| vec![0u8; ps]);
-            apply_page_change(page, &ch, *lsn);
+        let rec = decode_mtr_compact(payload, 4096).expect("decodes");
+        for (pid, ch) in rec.changes {
+            ops += usize::from(matches!(ch, PageChange::Ops(_)));
+            let page = pages.entry(pid.page).or_insert_with(|| vec![0u8; 4096]);
+            apply_page_change(page, &ch, *lsn, &super::apply_page_ops).expect("applies");
         }
     }
+    assert!(ops > 1000, "leaf changes are logged as node operations ({ops})");
     let img = dev.snapshot();
     for (no, mut page) in pages {
         crate::page::PageHeader::seal(&mut page);

@@ -13,13 +13,23 @@
 //!   every page it changed from its before-image, so the operation leaves no trace;
 //! - the first change of a page whose LSN is below the logger's full-image horizon (the last
 //!   checkpoint's redo start) is logged as a full page image, which is what repairs a page torn
-//!   by a crash during its write-back.
+//!   by a crash during its write-back;
+//! - a page changed only through [`PageMut::change_logged`](super::PageMut::change_logged) is
+//!   logged as its page operations ([`PageChange::Ops`]: a heap insert, a B+tree entry
+//!   removal…, which the layer owning the page format encodes and redoes), not as the bytes
+//!   they moved; a page also changed any other way (or new, or due for a full image) is logged
+//!   by its bytes. In debug builds every commit checks that its operations, replayed on the
+//!   before-image, give the page it changed byte for byte.
+//!
+//! Two payload formats: the compact one the engine writes (varints, [`encode_compact_start`],
+//! [`encode_compact_change`], [`decode_mtr_compact`]) and the earlier fixed-width one
+//! ([`encode_page_change`], [`decode_mtr`]), which recovery still reads from older logs.
 
 use super::PageId;
 use crate::error::Result;
 use crate::page::header::{PAGE_LSN_RANGE, PAGE_TRAILER_BYTES};
 use crate::page::PageHeader;
-use crate::util::bytes::ByteReader;
+use crate::util::bytes::{ByteReader, ByteWriter};
 
 /// Receives atomic groups of page changes (the WAL implements it).
 pub trait PageLogger: Send + Sync {
@@ -34,6 +44,13 @@ pub trait PageLogger: Send + Sync {
     /// that no thread waits for log space while holding page latches a checkpoint's flush
     /// needs. Default: returns at once.
     fn wait_for_space(&self) {}
+
+    /// Redoes page operations ([`PageChange::Ops`]) on `page`: the logger knows every page
+    /// format's operations (they belong to layers above the buffer). Used by debug builds to
+    /// check each commit's operations against the page they changed. Default: unsupported.
+    fn apply_page_ops(&self, _page: &mut [u8], _ops: &[u8]) -> std::result::Result<(), String> {
+        Err("this logger does not know page operations".into())
+    }
 }
 
 thread_local! {
@@ -64,6 +81,117 @@ pub enum PageChange {
     FullImage(Vec<u8>),
     /// Changed byte ranges: (offset, new bytes).
     Ranges(Vec<(u32, Vec<u8>)>),
+    /// Operations of the page's format, in the order they were made (see
+    /// [`PageLogger::apply_page_ops`]).
+    Ops(Vec<u8>),
+}
+
+/// A page's change as the compact encoder takes it (borrowed: nothing is copied to log it).
+#[derive(Debug, Clone, Copy)]
+pub enum ChangeRef<'a> {
+    /// The whole page (without the trailing checksum).
+    FullImage(&'a [u8]),
+    /// The bytes that differ between `before` and `after` (computed while encoding).
+    Diff {
+        /// The page before.
+        before: &'a [u8],
+        /// The page after.
+        after: &'a [u8],
+    },
+    /// Encoded page operations.
+    Ops(&'a [u8]),
+}
+
+/// Change types of both payload formats.
+const CHANGE_FULL: u8 = 1;
+const CHANGE_RANGES: u8 = 2;
+const CHANGE_OPS: u8 = 3;
+
+/// Starts a compact payload of `pages` page changes.
+pub fn encode_compact_start(out: &mut Vec<u8>, pages: usize) {
+    ByteWriter::to(out).var(pages as u64);
+}
+
+/// Appends one page's change in the compact format: file and page number as varints, the
+/// change type, then a full image (varint length, bytes), the changed ranges (each: varint gap
+/// since the previous range's end, varint length > 0, bytes; a zero gap and length end them),
+/// or the operations (varint length, bytes). LSN field and checksum are never logged.
+pub fn encode_compact_change(out: &mut Vec<u8>, pid: PageId, change: ChangeRef<'_>) {
+    let mut w = ByteWriter::to(out);
+    w.var(u64::from(pid.file)).var(pid.page);
+    match change {
+        ChangeRef::FullImage(img) => {
+            w.u8(CHANGE_FULL).var_bytes(img);
+        }
+        ChangeRef::Ops(ops) => {
+            w.u8(CHANGE_OPS).var_bytes(ops);
+        }
+        ChangeRef::Diff { before, after } => {
+            w.u8(CHANGE_RANGES);
+            let mut prev_end = 0usize;
+            for_each_diff_range(before, after, |start, end| {
+                ByteWriter::to(out).var((start - prev_end) as u64).var_bytes(&after[start..end]);
+                prev_end = end;
+            });
+            ByteWriter::to(out).var(0).var(0);
+        }
+    }
+}
+
+/// Appends the compact annotation trailer (varint length then bytes; 0 = none).
+pub fn encode_compact_annotation(out: &mut Vec<u8>, annotation: Option<&[u8]>) {
+    ByteWriter::to(out).var_bytes(annotation.unwrap_or(&[]));
+}
+
+/// Decodes a compact payload of a pool with `page_size`-byte pages (`None` if malformed). A
+/// `page_size` of 0 means unknown (inspection): full images of any length are accepted.
+pub fn decode_mtr_compact(payload: &[u8], page_size: usize) -> Option<MtrRecord> {
+    let body = if page_size == 0 { usize::MAX } else { page_size.checked_sub(PAGE_TRAILER_BYTES)? };
+    let mut r = ByteReader::new(payload);
+    let count = usize::try_from(r.var()?).ok()?;
+    let mut changes = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let file = u32::try_from(r.var()?).ok()?;
+        let page = r.var()?;
+        let change = match r.u8()? {
+            CHANGE_FULL => {
+                let img = r.var_bytes()?;
+                if img.len() != body && page_size != 0 {
+                    return None;
+                }
+                PageChange::FullImage(img.to_vec())
+            }
+            CHANGE_RANGES => {
+                let mut ranges = Vec::new();
+                let mut end = 0usize;
+                loop {
+                    let gap = usize::try_from(r.var()?).ok()?;
+                    let bytes = r.var_bytes()?;
+                    if bytes.is_empty() {
+                        if gap != 0 {
+                            return None;
+                        }
+                        break;
+                    }
+                    let start = end.checked_add(gap)?;
+                    end = start.checked_add(bytes.len())?;
+                    if end > body {
+                        return None;
+                    }
+                    ranges.push((start as u32, bytes.to_vec()));
+                }
+                PageChange::Ranges(ranges)
+            }
+            CHANGE_OPS => PageChange::Ops(r.var_bytes()?.to_vec()),
+            _ => return None,
+        };
+        changes.push((PageId::new(file, page), change));
+    }
+    let a = r.var_bytes()?;
+    if r.remaining() != 0 {
+        return None;
+    }
+    Some(MtrRecord { page_size, changes, annotation: (!a.is_empty()).then(|| a.to_vec()) })
 }
 
 /// The first index in `from..end` where `a` and `b` differ (`end` if none). Equal 64-byte
@@ -87,9 +215,16 @@ fn first_difference(a: &[u8], b: &[u8], from: usize, end: usize) -> usize {
 
 /// Byte ranges where `before` and `after` differ (LSN field and checksum excluded).
 pub fn diff_ranges(before: &[u8], after: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let mut out: Vec<(u32, Vec<u8>)> = Vec::new();
+    for_each_diff_range(before, after, |start, end| out.push((start as u32, after[start..end].to_vec())));
+    out
+}
+
+/// Calls `f(start, end)` for each byte range where `before` and `after` differ, in order
+/// (unchanged gaps of at most [`MERGE_GAP`] bytes folded in; LSN field and checksum excluded).
+fn for_each_diff_range(before: &[u8], after: &[u8], mut f: impl FnMut(usize, usize)) {
     debug_assert_eq!(before.len(), after.len());
     let end = after.len() - PAGE_TRAILER_BYTES;
-    let mut out: Vec<(u32, Vec<u8>)> = Vec::new();
     let mut i = 0;
     while i < end {
         i = first_difference(before, after, i, end);
@@ -108,10 +243,9 @@ pub fn diff_ranges(before: &[u8], after: &[u8]) -> Vec<(u32, Vec<u8>)> {
             }
             i += 1;
         }
-        out.push((start as u32, after[start..=last_diff].to_vec()));
+        f(start, last_diff + 1);
         i = last_diff + 1;
     }
-    out
 }
 
 /// Appends the encoding of one page change to `out`.
@@ -120,18 +254,23 @@ pub fn encode_page_change(out: &mut Vec<u8>, pid: PageId, change: &PageChange) {
     out.extend_from_slice(&pid.page.to_le_bytes());
     match change {
         PageChange::FullImage(img) => {
-            out.push(1);
+            out.push(CHANGE_FULL);
             out.extend_from_slice(&(img.len() as u32).to_le_bytes());
             out.extend_from_slice(img);
         }
         PageChange::Ranges(ranges) => {
-            out.push(2);
+            out.push(CHANGE_RANGES);
             out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
             for (off, bytes) in ranges {
                 out.extend_from_slice(&off.to_le_bytes());
                 out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
                 out.extend_from_slice(bytes);
             }
+        }
+        PageChange::Ops(ops) => {
+            out.push(CHANGE_OPS);
+            out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+            out.extend_from_slice(ops);
         }
     }
 }
@@ -205,6 +344,10 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
                 }
                 PageChange::Ranges(ranges)
             }
+            3 => {
+                let n = r.u32()? as usize;
+                PageChange::Ops(r.take(n)?.to_vec())
+            }
             _ => return None,
         };
         changes.push((PageId::new(file, page), change));
@@ -212,29 +355,64 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
     Some((page_size, changes, r.pos()))
 }
 
-/// Applies a logged change to `page` (a full page buffer) and stamps `lsn`.
-pub fn apply_page_change(page: &mut [u8], change: &PageChange, lsn: u64) {
+/// Redoes page operations on a page (the layers owning the page formats provide it; see
+/// [`PageLogger::apply_page_ops`]).
+pub type OpsApplier<'a> = &'a dyn Fn(&mut [u8], &[u8]) -> std::result::Result<(), String>;
+
+/// Applies a logged change to `page` (a full page buffer) and stamps `lsn`; page operations
+/// through `ops`. An error says why the change does not fit the page (the page may then be
+/// partly changed: the caller treats it as corrupt).
+pub fn apply_page_change(
+    page: &mut [u8],
+    change: &PageChange,
+    lsn: u64,
+    ops: OpsApplier<'_>,
+) -> std::result::Result<(), String> {
     match change {
-        PageChange::FullImage(img) => page[..img.len()].copy_from_slice(img),
+        PageChange::FullImage(img) => {
+            page.get_mut(..img.len()).ok_or("a full image longer than the page")?.copy_from_slice(img)
+        }
         PageChange::Ranges(ranges) => {
             for (off, bytes) in ranges {
                 let o = *off as usize;
-                page[o..o + bytes.len()].copy_from_slice(bytes);
+                page.get_mut(o..o + bytes.len())
+                    .ok_or("a changed range outside the page")?
+                    .copy_from_slice(bytes);
             }
         }
+        PageChange::Ops(o) => ops(page, o)?,
     }
     PageHeader::set_lsn(page, lsn);
+    Ok(())
+}
+
+/// True when `a` and `b` (two images of one page) hold the same bytes outside the LSN field
+/// and the checksum.
+pub fn same_but_lsn(a: &[u8], b: &[u8]) -> bool {
+    let end = a.len() - PAGE_TRAILER_BYTES;
+    a.len() == b.len()
+        && a[..PAGE_LSN_RANGE.start] == b[..PAGE_LSN_RANGE.start]
+        && a[PAGE_LSN_RANGE.end..end] == b[PAGE_LSN_RANGE.end..end]
 }
 
 /// Chooses how to log a page: a full image when it is new or its LSN is at or below the horizon
-/// (its first change since the last checkpoint began), changed ranges otherwise.
-pub(crate) fn change_for(before: Option<&[u8]>, after: &[u8], horizon: u64) -> PageChange {
+/// (its first change since the last checkpoint began); else its page operations when it was
+/// changed only through them (`ops`), else the changed ranges.
+pub(crate) fn change_for<'a>(
+    before: Option<&'a [u8]>,
+    after: &'a [u8],
+    ops: Option<&'a [u8]>,
+    horizon: u64,
+) -> ChangeRef<'a> {
     match before {
         // A page whose LSN is at or below the horizon was last changed before the checkpoint
         // began (a record ending exactly at the horizon included), so the checkpoint may be
         // writing it right now: log it whole.
-        Some(b) if PageHeader::lsn_of(b) > horizon => PageChange::Ranges(diff_ranges(b, after)),
-        _ => PageChange::FullImage(after[..after.len() - PAGE_TRAILER_BYTES].to_vec()),
+        Some(b) if PageHeader::lsn_of(b) > horizon => match ops {
+            Some(o) => ChangeRef::Ops(o),
+            None => ChangeRef::Diff { before: b, after },
+        },
+        _ => ChangeRef::FullImage(&after[..after.len() - PAGE_TRAILER_BYTES]),
     }
 }
 
@@ -242,6 +420,50 @@ pub(crate) fn change_for(before: Option<&[u8]>, after: &[u8], horizon: u64) -> P
 mod tests {
     use super::*;
     use crate::util::Rng;
+
+    fn no_ops(_: &mut [u8], _: &[u8]) -> std::result::Result<(), String> {
+        Err("no operations in this test".into())
+    }
+
+    #[test]
+    fn compact_payloads_round_trip_and_redo_the_after_image() {
+        for seed in 0..200 {
+            let mut rng = Rng::new(seed);
+            let size = [4096, 16384][seed as usize % 2];
+            let mut before = vec![0u8; size];
+            rng.fill(&mut before);
+            let mut after = before.clone();
+            for _ in 0..rng.below(20) {
+                let at = rng.below(size as u64 - 4) as usize;
+                let len = (rng.below(64) as usize).min(size - 4 - at);
+                rng.fill(&mut after[at..at + len]);
+            }
+            let mut out = Vec::new();
+            encode_compact_start(&mut out, 3);
+            encode_compact_change(
+                &mut out,
+                PageId::new(3, 9),
+                ChangeRef::Diff { before: &before, after: &after },
+            );
+            encode_compact_change(&mut out, PageId::new(1 << 20, 1 << 40), ChangeRef::Ops(b"\x05\x01"));
+            encode_compact_change(&mut out, PageId::new(0, 0), ChangeRef::FullImage(&after[..size - 4]));
+            encode_compact_annotation(&mut out, Some(b"undo"));
+            let m = decode_mtr_compact(&out, size).expect("decodes");
+            assert_eq!(m.annotation.as_deref(), Some(&b"undo"[..]));
+            assert_eq!(m.changes[0].1, PageChange::Ranges(diff_ranges(&before, &after)), "seed {seed}");
+            assert_eq!(m.changes[1], (PageId::new(1 << 20, 1 << 40), PageChange::Ops(vec![5, 1])));
+            let mut redo = before.clone();
+            apply_page_change(&mut redo, &m.changes[0].1, 5, &no_ops).unwrap();
+            assert!(same_but_lsn(&redo, &after), "seed {seed}");
+            assert_eq!(PageHeader::lsn_of(&redo), 5);
+            assert!(apply_page_change(&mut redo, &m.changes[1].1, 6, &no_ops).is_err());
+            // Every cut is malformed, and so is a page size the full image does not fit.
+            for cut in 0..out.len() {
+                assert!(decode_mtr_compact(&out[..cut], size).is_none(), "seed {seed} cut {cut}");
+            }
+            assert!(decode_mtr_compact(&out, size * 2).is_none());
+        }
+    }
 
     #[test]
     fn diffs_reproduce_the_after_image() {
@@ -258,7 +480,7 @@ mod tests {
             after[PAGE_LSN_RANGE].copy_from_slice(&[9; 8]); // LSN changes are not logged
             let ranges = diff_ranges(&before, &after);
             let mut redo = before.clone();
-            apply_page_change(&mut redo, &PageChange::Ranges(ranges.clone()), 77);
+            apply_page_change(&mut redo, &PageChange::Ranges(ranges.clone()), 77, &no_ops).unwrap();
             assert_eq!(&redo[..PAGE_LSN_RANGE.start], &after[..PAGE_LSN_RANGE.start], "seed {seed}");
             assert_eq!(&redo[32..4092], &after[32..4092], "seed {seed}");
             assert_eq!(PageHeader::lsn_of(&redo), 77);

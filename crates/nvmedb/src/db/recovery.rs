@@ -16,16 +16,13 @@
 //! Invariant: redo is idempotent — running it twice, or crashing during it, is harmless.
 
 use super::{heap_name, index_name};
-use crate::buffer::mtr::{apply_page_change, decode_mtr, MtrRecord, PageChange};
+use crate::buffer::mtr::{apply_page_change, MtrRecord, PageChange};
 use crate::buffer::PageId;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage, DIRECT_IO_ALIGN};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogData;
-use crate::wal::engine::{
-    EngineRecord, TxnOp, KIND_ABORT, KIND_CHECKPOINT, KIND_COMMIT, KIND_PAGES_INDEX, KIND_PAGES_TABLE,
-    TAG_INDEX, TAG_TABLE,
-};
+use crate::wal::engine::{EngineRecord, TxnOp, TAG_TABLE};
 use crate::wal::{LogRecord, Lsn, RecordLog, RecordReader};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -48,7 +45,49 @@ const RUN_BYTES: usize = 1 << 20;
 const WRITE_BACK_BATCH_PAGES: usize = 256;
 
 /// A window of records, each with its page changes decoded.
-type Window = Vec<(LogRecord, Option<MtrRecord>)>;
+type Window = Vec<(LogRecord, Decoded)>;
+
+/// What redo needs of a record, decoded by the reader thread from its [`EngineRecord`].
+pub(crate) enum Decoded {
+    /// Page changes of the pool tagged `tag`.
+    Pages {
+        /// `TAG_TABLE` or `TAG_INDEX`.
+        tag: u8,
+        /// The changes and the transaction operation they carry.
+        mtr: MtrRecord,
+    },
+    /// A transaction ended (committed or rolled back): it is not a loser.
+    Ended(u64),
+    /// A record redo passes over (checkpoint, recovery, catalog).
+    Other,
+}
+
+/// Decodes a record for redo: every engine record kind is named here (a kind added to
+/// [`EngineRecord`] must be), and a record of no engine kind is corruption.
+pub(crate) fn decode_for_redo(rec: &LogRecord, table_page: usize, index_page: usize) -> Result<Decoded> {
+    let corrupt =
+        |detail: String| Error::Corruption { file: "write-ahead log".into(), offset: rec.lsn, detail };
+    let decoded = EngineRecord::decode(rec.kind, &rec.payload).map_err(corrupt)?;
+    Ok(match decoded {
+        Some(EngineRecord::Pages { tag, format, mtr }) => {
+            let ps = if tag == TAG_TABLE { table_page } else { index_page };
+            let m =
+                format.decode(mtr, ps).ok_or_else(|| corrupt("page-change record does not decode".into()))?;
+            if m.page_size != ps {
+                return Err(corrupt(format!(
+                    "page-change record for {}-byte pages in a database of {ps}-byte pages",
+                    m.page_size
+                )));
+            }
+            Decoded::Pages { tag, mtr: m }
+        }
+        Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn }) => Decoded::Ended(txn),
+        Some(EngineRecord::Checkpoint { .. } | EngineRecord::Recovery(_) | EngineRecord::Catalog(_)) => {
+            Decoded::Other
+        }
+        None => return Err(corrupt(format!("a record of kind {} is none of the engine's", rec.kind))),
+    })
+}
 
 /// What recovery did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -288,7 +327,16 @@ impl<'a> RedoPages<'a> {
         if !p.valid && !full {
             return Ok(Redo::Unappliable);
         }
-        apply_page_change(&mut p.buf, change, end_lsn);
+        apply_page_change(&mut p.buf, change, end_lsn, &crate::btree::apply_page_ops).map_err(|detail| {
+            Error::Corruption {
+                file: if tag == TAG_TABLE { heap_name(pid.file) } else { index_name(pid.file) },
+                offset: pid.page * page_size as u64,
+                detail: format!(
+                    "page {}: the logged change ending at LSN {end_lsn} does not apply: {detail}",
+                    pid.page
+                ),
+            }
+        })?;
         p.valid = true;
         p.dirty = true;
         Ok(Redo::Applied { full })
@@ -422,8 +470,9 @@ pub(crate) fn redo(
             let wanted: Vec<(u8, u32, u64, usize)> = window
                 .iter()
                 .filter(|(rec, _)| rec.lsn >= redo_from)
-                .filter_map(|(rec, m)| {
-                    m.as_ref().map(|m| (if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX }, m))
+                .filter_map(|(_, d)| match d {
+                    Decoded::Pages { tag, mtr } => Some((*tag, mtr)),
+                    Decoded::Ended(_) | Decoded::Other => None,
                 })
                 .flat_map(|(tag, m)| {
                     m.changes
@@ -433,13 +482,11 @@ pub(crate) fn redo(
                 })
                 .collect();
             cache.prefetch(&wanted)?;
-            for (rec, mtr) in window.drain(..) {
+            for (rec, decoded) in window.drain(..) {
                 report.records += 1;
-                match rec.kind {
-                    KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
-                        let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { TAG_INDEX };
+                match decoded {
+                    Decoded::Pages { tag, mtr: m } => {
                         let ps = if tag == TAG_TABLE { table_page } else { index_page };
-                        let Some(m) = mtr else { unreachable!("page-change records are decoded when read") };
                         if let Some(a) = &m.annotation {
                             let op = TxnOp::decode(a)?;
                             max_txn = max_txn.max(op.txn);
@@ -473,22 +520,11 @@ pub(crate) fn redo(
                             }
                         }
                     }
-                    KIND_COMMIT | KIND_ABORT => {
-                        let txn = match EngineRecord::decode(rec.kind, &rec.payload) {
-                            Ok(Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn })) => txn,
-                            _ => {
-                                return Err(Error::Corruption {
-                                    file: "write-ahead log".into(),
-                                    offset: rec.lsn,
-                                    detail: "short commit record".into(),
-                                })
-                            }
-                        };
+                    Decoded::Ended(txn) => {
                         max_txn = max_txn.max(txn);
                         ops.remove(&txn);
                     }
-                    KIND_CHECKPOINT => {}
-                    _ => {}
+                    Decoded::Other => {}
                 }
             }
         }
@@ -536,29 +572,8 @@ fn read_window(reader: &mut dyn RecordReader, table_page: usize, index_page: usi
     let mut window = Vec::with_capacity(REDO_WINDOW_RECORDS);
     while window.len() < REDO_WINDOW_RECORDS {
         let Some(rec) = reader.next_record()? else { break };
-        let mtr = match rec.kind {
-            KIND_PAGES_TABLE | KIND_PAGES_INDEX => {
-                let m = decode_mtr(&rec.payload).ok_or_else(|| Error::Corruption {
-                    file: "write-ahead log".into(),
-                    offset: rec.lsn,
-                    detail: "page-change record does not decode".into(),
-                })?;
-                let ps = if rec.kind == KIND_PAGES_TABLE { table_page } else { index_page };
-                if m.page_size != ps {
-                    return Err(Error::Corruption {
-                        file: "write-ahead log".into(),
-                        offset: rec.lsn,
-                        detail: format!(
-                            "page-change record for {}-byte pages in a database of {ps}-byte pages",
-                            m.page_size
-                        ),
-                    });
-                }
-                Some(m)
-            }
-            _ => None,
-        };
-        window.push((rec, mtr));
+        let decoded = decode_for_redo(&rec, table_page, index_page)?;
+        window.push((rec, decoded));
     }
     Ok(window)
 }

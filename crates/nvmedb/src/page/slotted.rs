@@ -12,6 +12,11 @@
 //! every live record lies inside `[record_start, page_len - 4)`; slot numbers of live records
 //! never change (compaction moves bytes, not slots), so a row id (page, slot) stays valid until
 //! the row is deleted.
+//!
+//! Page operations ([`op`]): the changes a mini-transaction logs instead of the bytes they
+//! move — insert, update, in-place patch, delete — each encoded by [`op::insert`] etc. and redone
+//! by [`op::apply`], which runs the same function on the page as it was and checks that it
+//! gives the slot the log names.
 
 use super::header::{PAGE_HEADER_BYTES, PAGE_TRAILER_BYTES};
 
@@ -249,6 +254,121 @@ pub fn check(page: &[u8]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Page operations of slotted pages: their encoding in a mini-transaction record and their redo.
+///
+/// An operation is a code byte, then varints and byte strings ([`crate::util::bytes`]): codes
+/// 1–15 belong to slotted pages (`crate::btree::apply_page_ops` sends other codes to the B+tree
+/// node format).
+pub mod op {
+    use super::{delete as page_delete, get, insert as page_insert, slot, update as page_update};
+    use crate::util::bytes::{ByteReader, ByteWriter};
+
+    /// A record inserted (slot, record): redone by [`super::insert`], which must pick the slot.
+    pub const INSERT: u8 = 1;
+    /// A record replaced (slot, record): [`super::update`].
+    pub const UPDATE: u8 = 2;
+    /// A record changed in place, its length kept (slot, then runs of: varint gap since the
+    /// previous run's end, bytes; a zero gap with no bytes ends them).
+    pub const PATCH: u8 = 3;
+    /// A record deleted (slot): [`super::delete`].
+    pub const DELETE: u8 = 4;
+    /// The largest code of this format.
+    pub const LAST: u8 = 15;
+
+    /// Unchanged bytes shorter than this between two changed runs of a patch are folded in.
+    const PATCH_GAP: usize = 4;
+
+    /// Appends an insert of `rec` into `slot`.
+    pub fn insert(out: &mut Vec<u8>, slot: usize, rec: &[u8]) {
+        ByteWriter::to(out).u8(INSERT).var(slot as u64).var_bytes(rec);
+    }
+
+    /// Appends the update of `slot` from `old` to `new`: a patch of the changed bytes when the
+    /// length is kept (the update then wrote in place), else the whole new record.
+    pub fn update(out: &mut Vec<u8>, slot: usize, old: &[u8], new: &[u8]) {
+        if old.len() != new.len() {
+            ByteWriter::to(out).u8(UPDATE).var(slot as u64).var_bytes(new);
+            return;
+        }
+        ByteWriter::to(out).u8(PATCH).var(slot as u64);
+        let (mut i, mut prev_end) = (0, 0);
+        while i < new.len() {
+            if old[i] == new[i] {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let mut end = i + 1;
+            let mut j = end;
+            while j < new.len() && j - end < PATCH_GAP {
+                if old[j] != new[j] {
+                    end = j + 1;
+                }
+                j += 1;
+            }
+            ByteWriter::to(out).var((start - prev_end) as u64).var_bytes(&new[start..end]);
+            prev_end = end;
+            i = end;
+        }
+        ByteWriter::to(out).var(0).var(0);
+    }
+
+    /// Appends the delete of `slot`.
+    pub fn delete(out: &mut Vec<u8>, slot: usize) {
+        ByteWriter::to(out).u8(DELETE).var(slot as u64);
+    }
+
+    /// Redoes the operation of `code` (already read) whose fields follow in `r`.
+    pub fn apply(page: &mut [u8], code: u8, r: &mut ByteReader<'_>) -> Result<(), String> {
+        let bad = || format!("slotted-page operation {code} is cut short");
+        let slot_no = usize::try_from(r.var().ok_or_else(bad)?).map_err(|_| bad())?;
+        let live = |page: &[u8]| get(page, slot_no).is_some();
+        match code {
+            INSERT => {
+                let rec = r.var_bytes().ok_or_else(bad)?;
+                match page_insert(page, rec) {
+                    Some(s) if s == slot_no => Ok(()),
+                    Some(s) => Err(format!("insert went to slot {s}, the log says {slot_no}")),
+                    None => Err(format!("insert of {} bytes into slot {slot_no} does not fit", rec.len())),
+                }
+            }
+            UPDATE => {
+                let rec = r.var_bytes().ok_or_else(bad)?;
+                if !live(page) {
+                    return Err(format!("update of free slot {slot_no}"));
+                }
+                page_update(page, slot_no, rec)
+                    .then_some(())
+                    .ok_or_else(|| format!("update of slot {slot_no} does not fit"))
+            }
+            PATCH => {
+                if !live(page) {
+                    return Err(format!("patch of free slot {slot_no}"));
+                }
+                let (off, len) = slot(page, slot_no);
+                let mut end = 0usize;
+                loop {
+                    let gap = usize::try_from(r.var().ok_or_else(bad)?).map_err(|_| bad())?;
+                    let bytes = r.var_bytes().ok_or_else(bad)?;
+                    if bytes.is_empty() {
+                        return if gap == 0 { Ok(()) } else { Err(bad()) };
+                    }
+                    let start = end.checked_add(gap).ok_or_else(bad)?;
+                    end = start + bytes.len();
+                    if end > len {
+                        return Err(format!("patch of slot {slot_no} runs past its {len}-byte record"));
+                    }
+                    page[off + start..off + end].copy_from_slice(bytes);
+                }
+            }
+            DELETE => page_delete(page, slot_no)
+                .then_some(())
+                .ok_or_else(|| format!("delete of free slot {slot_no}")),
+            _ => Err(format!("unknown slotted-page operation {code}")),
+        }
+    }
 }
 
 #[cfg(test)]

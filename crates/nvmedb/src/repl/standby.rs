@@ -29,7 +29,7 @@ use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::ReplError;
-use crate::buffer::mtr::decode_mtr;
+use crate::buffer::mtr::MtrRecord;
 use crate::db::{PageFiles, Redo, RedoPages};
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, MemDevice, Storage};
@@ -37,7 +37,7 @@ use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
 use crate::util::bytes::{u32_at, u64_at};
 use crate::util::sync::{CondvarExt, MutexExt, RwLockExt};
-use crate::wal::engine::{EngineRecord, KIND_CATALOG, KIND_PAGES_INDEX, KIND_PAGES_TABLE, TAG_TABLE};
+use crate::wal::engine::{EngineRecord, KIND_CATALOG, TAG_TABLE};
 use crate::wal::Lsn;
 use crate::{Database, Options};
 use std::collections::HashMap;
@@ -873,11 +873,11 @@ fn page_past(sh: &Shared, fork: Lsn) -> Result<Option<String>> {
     let mut t = sh.log.tail()?;
     let mut seen = std::collections::HashSet::new();
     while let Some(rec) = t.next_record()? {
-        if rec.lsn < fork || (rec.kind != KIND_PAGES_TABLE && rec.kind != KIND_PAGES_INDEX) {
+        if rec.lsn < fork {
             continue;
         }
-        let heap = rec.kind == KIND_PAGES_TABLE;
-        let Some(m) = decode_mtr(&rec.payload) else { continue };
+        let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? else { continue };
+        let heap = tag == TAG_TABLE;
         for (pid, _) in &m.changes {
             if !seen.insert((heap, pid.file, pid.page)) {
                 continue;
@@ -1279,30 +1279,49 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 continue;
             }
         };
-        if rec.kind == KIND_PAGES_TABLE || rec.kind == KIND_PAGES_INDEX {
-            let tag = if rec.kind == KIND_PAGES_TABLE { TAG_TABLE } else { crate::wal::engine::TAG_INDEX };
-            if let Some(m) = decode_mtr(&rec.payload) {
-                for (pid, change) in &m.changes {
-                    if pages.needs_room(tag, pid.file, pid.page) {
-                        flush(sh, &mut pages, &mut restart, skipped)?;
-                        pages.clear();
-                    }
-                    let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }
-                        .load(Ordering::Acquire);
-                    if pages.apply(tag, *pid, change, rec.end, ps)? == Redo::Unappliable {
-                        // Not appliable yet (promotion's redo decides).
-                        skipped = true;
-                    }
+        if let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? {
+            for (pid, change) in &m.changes {
+                if pages.needs_room(tag, pid.file, pid.page) {
+                    flush(sh, &mut pages, &mut restart, skipped)?;
+                    pages.clear();
+                }
+                let ps =
+                    if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }.load(Ordering::Acquire);
+                if pages.apply(tag, *pid, change, rec.end, ps)? == Redo::Unappliable {
+                    // Not appliable yet (promotion's redo decides).
+                    skipped = true;
                 }
             }
-        }
-        if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
+        } else if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
             EngineRecord::decode(rec.kind, &rec.payload)
         {
             restart = Some((redo, undo));
         }
         sh.applied.store(rec.end, Ordering::Release);
         busy = true;
+    }
+}
+
+/// The page changes a record carries (`None` for the other engine records), decoded for this
+/// standby's page sizes. Every engine record kind is named here; a record of no engine kind,
+/// or one that does not decode, is corruption of the replica log (never skipped).
+fn page_changes(sh: &Shared, kind: u8, payload: &[u8], lsn: Lsn) -> Result<Option<(u8, MtrRecord)>> {
+    let corrupt = |detail: String| Error::Corruption { file: "replica log".into(), offset: lsn, detail };
+    match EngineRecord::decode(kind, payload).map_err(corrupt)? {
+        Some(EngineRecord::Pages { tag, format, mtr }) => {
+            let ps = if tag == TAG_TABLE { &sh.table_page } else { &sh.index_page }.load(Ordering::Acquire);
+            let m =
+                format.decode(mtr, ps).ok_or_else(|| corrupt("page-change record does not decode".into()))?;
+            Ok(Some((tag, m)))
+        }
+        Some(
+            EngineRecord::Commit { .. }
+            | EngineRecord::Abort { .. }
+            | EngineRecord::Checkpoint { .. }
+            | EngineRecord::Recovery(_)
+            | EngineRecord::Catalog(_),
+        ) => Ok(None),
+        None => Err(corrupt(format!("a record of kind {kind} is none of the engine's"))),
     }
 }
 

@@ -35,6 +35,11 @@ impl RowId {
 }
 
 const NO_PAGE: u64 = u64::MAX;
+
+thread_local! {
+    /// An update's operation, encoded before the change overwrites the old row.
+    static UPDATE_OP: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 /// Attempts at removing the new copy of a row whose move could not free its old slot.
 const MOVE_UNDO_ATTEMPTS: usize = 16;
 
@@ -119,7 +124,15 @@ impl HeapFile {
             if hint != NO_PAGE {
                 let mtr = self.pool.begin_mtr();
                 let mut g = self.pool.fix_mut(self.pid(hint), PageClass::Data)?;
-                if let Some(slot) = slotted::insert(&mut g, row) {
+                let placed = g.change_logged(
+                    |p| slotted::insert(p, row),
+                    |slot, out| {
+                        if let Some(s) = slot {
+                            slotted::op::insert(out, *s, row);
+                        }
+                    },
+                );
+                if let Some(slot) = placed {
                     let rid = RowId { page: hint, slot: slot as u16 };
                     annotate(rid);
                     drop(g);
@@ -201,10 +214,26 @@ impl HeapFile {
         {
             let mtr = self.pool.begin_mtr();
             let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
-            if slotted::get(&g, rid.slot as usize).is_none() {
-                return Ok(None);
+            let slot = rid.slot as usize;
+            let Some(old) = slotted::get(&g, slot) else { return Ok(None) };
+            // The patch of an in-place update is computed against the old row, before it is
+            // overwritten (only while logging: `change_logged` asks for it then), in a buffer
+            // the thread keeps.
+            let mut op = UPDATE_OP.with(|b| std::mem::take(&mut *b.borrow_mut()));
+            op.clear();
+            if self.pool.is_logging() {
+                slotted::op::update(&mut op, slot, old, row);
             }
-            if slotted::update(&mut g, rid.slot as usize, row) {
+            let updated = g.change_logged(
+                |p| slotted::update(p, slot, row),
+                |done, out| {
+                    if *done {
+                        out.extend_from_slice(&op)
+                    }
+                },
+            );
+            UPDATE_OP.with(|b| *b.borrow_mut() = op);
+            if updated {
                 drop(g);
                 mtr.commit()?;
                 return Ok(Some(rid));
@@ -237,9 +266,17 @@ impl HeapFile {
     pub fn delete(&self, rid: RowId, old: impl FnOnce(&[u8])) -> Result<bool> {
         let mtr = self.pool.begin_mtr();
         let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
-        let Some(prev) = slotted::get(&g, rid.slot as usize) else { return Ok(false) };
+        let slot = rid.slot as usize;
+        let Some(prev) = slotted::get(&g, slot) else { return Ok(false) };
         old(prev);
-        let deleted = slotted::delete(&mut g, rid.slot as usize);
+        let deleted = g.change_logged(
+            |p| slotted::delete(p, slot),
+            |done, out| {
+                if *done {
+                    slotted::op::delete(out, slot)
+                }
+            },
+        );
         drop(g);
         mtr.commit()?;
         Ok(deleted)

@@ -1,6 +1,10 @@
-//! Key ranges over a table's primary and secondary indexes, for scans that lock row by row.
+//! Scans: the table's walks in key order ([`Table::scan`], [`Table::range`],
+//! [`Table::primary_keys`], [`Table::index_keys`], [`Table::lookup`]) and in heap order
+//! ([`Table::scan_partition`] and its read-ahead forms), over key ranges of its primary and
+//! secondary indexes (also walked by the scans that lock row by row).
 //!
-//! Owns: turning value bounds into index-key bounds ([`KeyRange`]), collecting the primary keys
+//! Owns: the table's scan methods, the heap-order partitioning ([`scan_partition_pages`]),
+//! turning value bounds into index-key bounds ([`KeyRange`]), collecting the primary keys
 //! of a range a bounded batch at a time (no latch is held once a batch is returned, so the
 //! caller may wait for locks between batches), and the row-side re-check that a row found
 //! through an index still lies in the range. Invariants: a batch holds at most the number of
@@ -15,6 +19,7 @@
 use super::{RowId, RowView, Table, Value};
 use crate::error::{Error, Result};
 use crate::txn::pending::BeforeImage;
+use crate::txn::PendingWriters;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
@@ -298,6 +303,235 @@ impl Table {
         let v = row.value(self.inner.schema.indexes[pos].column);
         (lo, hi).contains(&&v)
     }
+}
+
+impl Table {
+    /// Encoded primary keys of the rows whose primary key lies within the bounds, in key
+    /// order, until `f` returns `Ok(false)`. Only the index is read (no rows, no locks): the
+    /// caller reads each row with [`Table::read_encoded`] or in a transaction. Exact like
+    /// [`Table::range`]: each key committed when the walk passes it is passed once (one whose
+    /// delete is in flight included), no key another transaction is inserting is passed.
+    pub fn primary_keys(
+        &self,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        f: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.check_poisoned()?;
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.acknowledged(self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, _| f(pk)))
+    }
+
+    /// Encoded primary keys of the rows whose value in the column of secondary index `index`
+    /// (its position in the schema) lies within the bounds, in index order (NULLs last), until
+    /// `f` returns `Ok(false)`. Only the index is read; the caller reads the rows (and
+    /// re-checks the value: a row may change after its entry was read). Each entry committed
+    /// when the walk passes it is passed once (a key with a change in flight at the position
+    /// of its committed value); a row whose indexed value a transaction commits a change of
+    /// while the walk runs may be passed at both values or at neither.
+    pub fn index_keys(
+        &self,
+        index: usize,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        f: impl FnMut(&[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        self.check_poisoned()?;
+        if index >= self.inner.schema.indexes.len() {
+            return Err(Error::NotFound(format!("index number {index} on table `{}`", self.inner.name)));
+        }
+        self.inner.txn.check_open()?;
+        let mut f = f;
+        self.acknowledged(self.secondary_range(index, lo, hi)?.for_each_committed(self, None, |pk, _| f(pk)))
+    }
+
+    /// Full table scan, in primary-key order, until `f` returns `Ok(false)`: exactly
+    /// [`Table::range`] over every key. Each row committed when the scan passes its key is
+    /// passed once, as last committed; the scan takes no lock and never waits for a writer
+    /// (see the module documentation). `f` may modify the table (no latch is held while it
+    /// runs), but rows it changes may be seen again under their new keys.
+    pub fn scan(&self, f: impl FnMut(RowView<'_>) -> Result<bool>) -> Result<()> {
+        self.range(Bound::Unbounded, Bound::Unbounded, f)
+    }
+
+    /// Runs `f` on the committed image of each row that a heap-order scan passes (see
+    /// `read_committed`):
+    /// checked under the page latch, the row itself while no other writer of its key is in
+    /// flight, else the key's before-image (nothing for an insert in flight).
+    fn scan_committed(
+        &self,
+        scan: impl FnOnce(&mut dyn FnMut(RowId, &[u8]) -> Result<bool>) -> Result<()>,
+        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let s = &self.inner.schema;
+        let (table, pending) = (self.inner.id, &self.inner.txn.pending);
+        let mut key = Vec::with_capacity(16);
+        scan(&mut |_, b| {
+            let v = self.view(b);
+            // Under the page latch: no writer of this table in flight means every change the
+            // page shows is committed (writers enter before their first page change), so the
+            // row is passed without encoding its key.
+            if !pending.any_in_flight(table) {
+                return f(v);
+            }
+            key.clear();
+            s.try_primary_key_of(&v, &mut key)?;
+            // Under the page latch: a writer that changed this row entered its stripe first.
+            let stripe = PendingWriters::stripe(table, &key);
+            if !PendingWriters::idle(pending.load(stripe)) {
+                if let Some(image) = pending.before_image(stripe, table, &key, None) {
+                    return image.map_or(Ok(true), |row| f(self.view(&row)));
+                }
+            }
+            f(v)
+        })
+    }
+
+    /// Part `part` of `parts` of a full scan: a contiguous share of the heap pages, so `parts`
+    /// threads together scan the table once (seed 004's parallel scan). The row's page is
+    /// latched while `f` runs: `f` must not modify this table.
+    ///
+    /// Isolation: each row passed is committed (a row with a change in flight is passed as
+    /// its before-image, a row inserted by a transaction in flight is skipped), but in heap
+    /// order a row that moves while the scan runs (an update that grows it, a delete or its
+    /// rollback) may be passed twice or missed: for an exact scan under concurrent writers use
+    /// [`Table::scan`] or [`Table::range`], which go in key order.
+    pub fn scan_partition(
+        &self,
+        part: usize,
+        parts: usize,
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_partition_ahead(part, parts, super::heap::READ_AHEAD_PAGES, f)
+    }
+
+    /// Like [`Table::scan_partition`], keeping `read_ahead` page reads in flight ahead of the
+    /// page being processed (the I/O depth of one scanning thread; at least 1, at most an eighth
+    /// of the pool's frames, or of the thread's partition under SEP).
+    pub fn scan_partition_ahead(
+        &self,
+        part: usize,
+        parts: usize,
+        read_ahead: u64,
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        self.scan_partition_after(part, parts, read_ahead, || (), f)
+    }
+
+    /// Like [`Table::scan_partition_ahead`], first starting the reads of the partition's first
+    /// read-ahead window and calling `before` while they are in flight: a parallel query's
+    /// worker that must wait for the others, or build what its scan probes, before its scan
+    /// starts keeps the device busy meanwhile. `before` is called exactly once: before the
+    /// first row is passed, or, when the scan fails before that, before the error returns.
+    pub fn scan_partition_after(
+        &self,
+        part: usize,
+        parts: usize,
+        read_ahead: u64,
+        before: impl FnOnce(),
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let mut before = Some(before);
+        let r = self.scan_partition_started(
+            part,
+            parts,
+            read_ahead,
+            &mut || {
+                if let Some(b) = before.take() {
+                    b()
+                }
+            },
+            f,
+        );
+        if let Some(b) = before {
+            b()
+        }
+        r
+    }
+
+    /// The scan of [`Table::scan_partition_after`]: calls `started` once the partition's first
+    /// reads are in flight, or not at all when it fails before that.
+    fn scan_partition_started(
+        &self,
+        part: usize,
+        parts: usize,
+        read_ahead: u64,
+        started: &mut dyn FnMut(),
+        f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        self.inner.txn.check_open()?;
+        if parts == 0 || part >= parts {
+            return Err(Error::InvalidArgument(format!("scan partition {part} of {parts}")));
+        }
+        let range = scan_partition_pages(self.inner.heap.pages()?, part, parts);
+        let start = || {
+            started();
+            Ok(())
+        };
+        self.acknowledged(
+            self.scan_committed(|visit| self.inner.heap.scan_pages_after(range, read_ahead, start, visit), f),
+        )
+    }
+
+    /// Rows with primary key within the bounds, in key order, until `f` returns `Ok(false)`.
+    /// Exact without locks or waiting: each row committed when the range passes its key is
+    /// passed once, as last committed (its before-image while another transaction has a
+    /// change of it in flight), and no uncommitted row is passed. Rows are read after their
+    /// index leaf is released, so no latch is held while `f` runs.
+    pub fn range(
+        &self,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        mut f: impl FnMut(RowView<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        self.check_poisoned()?;
+        self.inner.txn.check_open()?;
+        let walk = self.primary_range(lo, hi)?.for_each_committed(self, None, |pk, found| {
+            Ok(self.read_found(pk, found, None, &mut f)?.transpose()?.unwrap_or(true))
+        });
+        self.acknowledged(walk)
+    }
+
+    /// All rows whose column indexed by `index` equals `value`, in primary-key order: the
+    /// committed rows, each once, without a lock or a wait (a row with a change in flight as
+    /// its before-image).
+    pub fn lookup(&self, index: &str, value: &Value) -> Result<Vec<Vec<Value>>> {
+        self.inner.txn.check_open()?;
+        let s = &self.inner.schema;
+        let pos = s
+            .indexes
+            .iter()
+            .position(|ix| ix.name == index)
+            .ok_or_else(|| Error::NotFound(format!("index `{index}` on table `{}`", self.inner.name)))?;
+        let col = s.indexes[pos].column;
+        let mut rows = Vec::new();
+        let keys = self.secondary_range(pos, Bound::Included(value), Bound::Included(value))?;
+        keys.for_each_committed(self, None, |pk, found| {
+            // A row read through its entry may have changed since its leaf was read: keep it
+            // only if it still has the value looked for.
+            let row = self.read_found(pk, found, None, |r| match r.try_value(col) {
+                Ok(v) if v == *value => Some(r.try_values()),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })?;
+            if let Some(Some(r)) = row {
+                rows.push(r?);
+            }
+            Ok(true)
+        })?;
+        self.acknowledged(Ok(rows))
+    }
+}
+
+/// The heap pages part `part` of `parts` of a partitioned scan reads
+/// ([`Table::scan_partition`]) in a heap of `pages` pages: a contiguous share of
+/// `pages.div_ceil(parts)` pages (the last part shorter, parts past the end empty). The parts
+/// together cover every page once.
+pub fn scan_partition_pages(pages: u64, part: usize, parts: usize) -> std::ops::Range<u64> {
+    let per = pages.div_ceil(parts.max(1) as u64);
+    let start = (part as u64 * per).min(pages);
+    start..(start + per).min(pages)
 }
 
 impl KeyRange {

@@ -3,7 +3,9 @@
 //! Owns: fixed-offset reads ([`u16_at`], [`u32_at`], [`u64_at`]) for headers whose length the
 //! caller has already checked, the bounds-checked [`ByteReader`] for decoding bytes that may
 //! be short or corrupt (every read past the end is `None`, never a panic), and [`ByteWriter`],
-//! which appends. Every multi-byte integer the engine stores is little-endian.
+//! which appends. Every multi-byte integer the engine stores is little-endian; the log's
+//! compact records also use LEB128 varints ([`ByteWriter::var`], [`ByteReader::var`]: seven
+//! bits a byte, low bits first, at most ten bytes).
 //!
 //! Invariants: a `ByteReader` never moves past the end of its bytes; a read that does not fit
 //! leaves the position where it was.
@@ -87,6 +89,42 @@ impl<'a> ByteReader<'a> {
         self.take(8).map(|s| u64_at(s, 0))
     }
 
+    /// A varint written by [`ByteWriter::var`] (`None` if short, or longer than a `u64` holds).
+    #[inline]
+    pub fn var(&mut self) -> Option<u64> {
+        let (mut v, mut shift, start) = (0u64, 0u32, self.pos);
+        loop {
+            let Some(&b) = self.b.get(self.pos) else {
+                self.pos = start;
+                return None;
+            };
+            self.pos += 1;
+            if shift == 63 && b > 1 {
+                self.pos = start;
+                return None;
+            }
+            v |= u64::from(b & 0x7F) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+            shift += 7;
+        }
+    }
+
+    /// A varint length, then that many bytes.
+    #[inline]
+    pub fn var_bytes(&mut self) -> Option<&'a [u8]> {
+        let start = self.pos;
+        let n = self.var()?;
+        match usize::try_from(n).ok().and_then(|n| self.take(n)) {
+            Some(b) => Some(b),
+            None => {
+                self.pos = start;
+                None
+            }
+        }
+    }
+
     /// A string written by [`ByteWriter::str16`]: a `u16` length, then UTF-8 bytes (`None`
     /// if short or not UTF-8).
     pub fn str16(&mut self) -> Option<String> {
@@ -136,6 +174,24 @@ impl<'v> ByteWriter<'v> {
         self.bytes(&v.to_le_bytes())
     }
 
+    /// Appends `v` as a LEB128 varint (1 byte below 128, at most 10).
+    #[inline]
+    pub fn var(&mut self, mut v: u64) -> &mut Self {
+        let out = self.buf();
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        self
+    }
+
+    /// Appends `b` with a varint length prefix (read back by [`ByteReader::var_bytes`]).
+    #[inline]
+    pub fn var_bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.var(b.len() as u64).bytes(b)
+    }
+
     /// Appends `s` with a `u16` length prefix (read back by [`ByteReader::str16`]).
     ///
     /// # Panics
@@ -150,6 +206,35 @@ impl<'v> ByteWriter<'v> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn varints_round_trip_and_reject_short_or_overlong_input() {
+        let vals = [0u64, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64, u64::MAX - 1, u64::MAX];
+        let mut b = Vec::new();
+        for v in vals {
+            ByteWriter::to(&mut b).var(v);
+        }
+        ByteWriter::to(&mut b).var_bytes(b"abc");
+        let mut r = ByteReader::new(&b);
+        for v in vals {
+            assert_eq!(r.var(), Some(v));
+        }
+        assert_eq!(r.var_bytes(), Some(&b"abc"[..]));
+        assert_eq!(r.var(), None);
+        let mut one = Vec::new();
+        ByteWriter::to(&mut one).var(300);
+        assert_eq!(one.len(), 2);
+        let mut short = ByteReader::new(&one[..1]);
+        assert_eq!((short.var(), short.pos()), (None, 0), "a cut varint leaves the position");
+        // Eleven continuation bytes, or a tenth byte beyond 64 bits, are not a u64.
+        assert_eq!(ByteReader::new(&[0xFF; 11]).var(), None);
+        let mut over = vec![0xFF; 9];
+        over.push(0x02);
+        assert_eq!(ByteReader::new(&over).var(), None);
+        // A length longer than what follows is None and leaves the position.
+        let mut r = ByteReader::new(&[5, 1, 2]);
+        assert_eq!((r.var_bytes(), r.pos()), (None, 0));
+    }
 
     #[test]
     fn round_trip_and_short_reads_are_none() {

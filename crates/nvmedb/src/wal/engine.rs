@@ -8,6 +8,7 @@
 //! checkpoint with a diff that redo could not apply to a page torn after the checkpoint.
 
 use super::{Lsn, RecordLog, KIND_USER_MIN};
+use crate::buffer::mtr::{decode_mtr, decode_mtr_compact, MtrRecord};
 use crate::buffer::{PageLogger, WalGate};
 use crate::error::{Error, Result};
 use crate::util::bytes::{ByteReader, ByteWriter};
@@ -16,9 +17,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Page changes of the table pool (payload: a mini-transaction record).
+/// Page changes of the table pool in the fixed-width format of log format 2 and before
+/// (payload: a mini-transaction record, `buffer::mtr::decode_mtr`); read, no longer written.
 pub const KIND_PAGES_TABLE: u8 = KIND_USER_MIN;
-/// Page changes of the index pool.
+/// Page changes of the index pool, fixed-width format (read, no longer written).
 pub const KIND_PAGES_INDEX: u8 = KIND_USER_MIN + 1;
 /// A transaction committed (payload: transaction id u64).
 pub const KIND_COMMIT: u8 = KIND_USER_MIN + 2;
@@ -34,6 +36,32 @@ pub const KIND_RECOVERY: u8 = KIND_USER_MIN + 5;
 /// The catalog changed (payload: the encoded catalog). Recovery ignores it (the catalog file
 /// is the truth locally); a standby stores it, so tables created on the primary exist there.
 pub const KIND_CATALOG: u8 = KIND_USER_MIN + 6;
+
+/// Page changes of the table pool in the compact format (payload:
+/// `buffer::mtr::decode_mtr_compact`; page operations or changed bytes per page).
+pub const KIND_MTR_TABLE: u8 = KIND_USER_MIN + 7;
+/// Page changes of the index pool, compact format.
+pub const KIND_MTR_INDEX: u8 = KIND_USER_MIN + 8;
+
+/// How a page-change record's payload is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MtrFormat {
+    /// Fixed-width fields (log format 2 and before): [`decode_mtr`].
+    Fixed,
+    /// Varints, page operations (log format 3): [`decode_mtr_compact`].
+    Compact,
+}
+
+impl MtrFormat {
+    /// Decodes a payload of this format for a pool of `page_size`-byte pages (`None` if
+    /// malformed).
+    pub fn decode(self, payload: &[u8], page_size: usize) -> Option<MtrRecord> {
+        match self {
+            MtrFormat::Fixed => decode_mtr(payload),
+            MtrFormat::Compact => decode_mtr_compact(payload, page_size),
+        }
+    }
+}
 
 /// What recovery did, as its [`KIND_RECOVERY`] record carries it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,6 +94,8 @@ pub enum EngineRecord<'a> {
     Pages {
         /// [`TAG_TABLE`] or [`TAG_INDEX`].
         tag: u8,
+        /// How `mtr` is encoded.
+        format: MtrFormat,
         /// The encoded mini-transaction.
         mtr: &'a [u8],
     },
@@ -96,7 +126,14 @@ impl<'a> EngineRecord<'a> {
     /// The record kind.
     pub fn kind(&self) -> u8 {
         match self {
-            EngineRecord::Pages { tag, .. } => kind_for_tag(*tag),
+            EngineRecord::Pages { tag, format: MtrFormat::Compact, .. } => kind_for_tag(*tag),
+            EngineRecord::Pages { tag, format: MtrFormat::Fixed, .. } => {
+                if *tag == TAG_TABLE {
+                    KIND_PAGES_TABLE
+                } else {
+                    KIND_PAGES_INDEX
+                }
+            }
             EngineRecord::Commit { .. } => KIND_COMMIT,
             EngineRecord::Abort { .. } => KIND_ABORT,
             EngineRecord::Checkpoint { .. } => KIND_CHECKPOINT,
@@ -139,8 +176,18 @@ impl<'a> EngineRecord<'a> {
             )
         };
         Ok(Some(match kind {
-            KIND_PAGES_TABLE => EngineRecord::Pages { tag: TAG_TABLE, mtr: payload },
-            KIND_PAGES_INDEX => EngineRecord::Pages { tag: TAG_INDEX, mtr: payload },
+            KIND_PAGES_TABLE => {
+                EngineRecord::Pages { tag: TAG_TABLE, format: MtrFormat::Fixed, mtr: payload }
+            }
+            KIND_PAGES_INDEX => {
+                EngineRecord::Pages { tag: TAG_INDEX, format: MtrFormat::Fixed, mtr: payload }
+            }
+            KIND_MTR_TABLE => {
+                EngineRecord::Pages { tag: TAG_TABLE, format: MtrFormat::Compact, mtr: payload }
+            }
+            KIND_MTR_INDEX => {
+                EngineRecord::Pages { tag: TAG_INDEX, format: MtrFormat::Compact, mtr: payload }
+            }
             KIND_COMMIT => EngineRecord::Commit { txn: word(0)? },
             KIND_ABORT => EngineRecord::Abort { txn: word(0)? },
             KIND_CHECKPOINT => EngineRecord::Checkpoint { redo: word(0)?, undo: word(1)? },
@@ -160,17 +207,34 @@ impl<'a> EngineRecord<'a> {
     }
 }
 
+/// A short name of an engine record kind, for reports (`"?"` for a kind that is not the
+/// engine's).
+pub fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        KIND_PAGES_TABLE => "table page changes (fixed)",
+        KIND_PAGES_INDEX => "index page changes (fixed)",
+        KIND_MTR_TABLE => "table page changes",
+        KIND_MTR_INDEX => "index page changes",
+        KIND_COMMIT => "commit",
+        KIND_ABORT => "abort",
+        KIND_CHECKPOINT => "checkpoint",
+        KIND_RECOVERY => "recovery",
+        KIND_CATALOG => "catalog",
+        _ => "?",
+    }
+}
+
 /// Pool tag of the table pool in page-change records.
 pub const TAG_TABLE: u8 = 0;
 /// Pool tag of the index pool.
 pub const TAG_INDEX: u8 = 1;
 
-/// The record kind carrying page changes of the pool tagged `tag`.
+/// The record kind the engine writes page changes of the pool tagged `tag` in (compact).
 pub fn kind_for_tag(tag: u8) -> u8 {
     if tag == TAG_TABLE {
-        KIND_PAGES_TABLE
+        KIND_MTR_TABLE
     } else {
-        KIND_PAGES_INDEX
+        KIND_MTR_INDEX
     }
 }
 
@@ -214,7 +278,9 @@ impl EngineLog {
 
     /// Appends a record of an engine kind; returns its end LSN.
     pub fn append(&self, kind: u8, payload: &[u8]) -> Result<Lsn> {
-        Ok(self.log.append_record(kind, payload)?.1)
+        let end = self.log.append_record(kind, payload)?.1;
+        super::volume::count(kind, payload.len());
+        Ok(end)
     }
 
     /// Waits until the log is durable up to `lsn`.
@@ -246,12 +312,19 @@ impl PageLogger for EngineLog {
     fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64> {
         let _r = self.horizon_lock.read_locked();
         let payload = build(self.horizon.load(Ordering::Acquire));
-        Ok(self.log.append_record(kind_for_tag(pool_tag), &payload)?.1)
+        let kind = kind_for_tag(pool_tag);
+        let end = self.log.append_record(kind, &payload)?.1;
+        super::volume::count(kind, payload.len());
+        Ok(end)
     }
 
     fn wait_for_space(&self) {
         // A failure (a poisoned log) shows where it matters: at the append.
         let _ = self.log.wait_for_space();
+    }
+
+    fn apply_page_ops(&self, page: &mut [u8], ops: &[u8]) -> std::result::Result<(), String> {
+        crate::btree::apply_page_ops(page, ops)
     }
 }
 
@@ -371,10 +444,14 @@ pub struct RowPatch {
 /// range (each range costs 6 bytes of framing).
 pub const PATCH_MERGE_GAP: usize = 8;
 
-/// Annotation kind of an operation logged with whole rows.
+/// Annotation kind of an operation logged with whole rows, fixed-width fields (log format 2).
 const OP_ROWS: u8 = 1;
-/// Annotation kind of an update logged as a [`RowPatch`].
+/// Annotation kind of an update logged as a [`RowPatch`], fixed-width fields (log format 2).
 const OP_PATCH: u8 = 2;
+/// [`OP_ROWS`] with varint numbers and lengths (log format 3; what the engine writes).
+const OP_ROWS_V: u8 = 3;
+/// [`OP_PATCH`] with varint numbers and lengths (log format 3; what the engine writes).
+const OP_PATCH_V: u8 = 4;
 
 impl RowPatch {
     /// The bytes changed from `before` to `after`; `None` when their lengths differ (the row
@@ -428,7 +505,8 @@ impl RowPatch {
 
 impl TxnOp {
     /// Encodes for an annotation: an update that changes a row but keeps its length as a
-    /// [`RowPatch`] (unless the patch would not be smaller), anything else with whole rows.
+    /// [`RowPatch`] (unless the patch would not be smaller), anything else with whole rows;
+    /// numbers and lengths as varints.
     pub fn encode(&self) -> Vec<u8> {
         let computed;
         let patch = match (&self.patch, &self.before, &self.after) {
@@ -442,70 +520,114 @@ impl TxnOp {
             }
             _ => None,
         };
-        let mut out = Vec::with_capacity(64 + self.pk.len());
+        let rows = self.before.as_ref().map_or(0, Vec::len) + self.after.as_ref().map_or(0, Vec::len);
+        let mut out = Vec::with_capacity(24 + self.pk.len() + rows);
         let mut w = ByteWriter::to(&mut out);
         if let Some(p) = patch {
-            w.u8(OP_PATCH);
-            w.u64(self.txn).u32(self.table).u64(self.rid);
-            w.u32(self.pk.len() as u32).bytes(&self.pk);
-            w.u32(p.len).u32(p.ranges.len() as u32);
+            w.u8(OP_PATCH_V);
+            w.var(self.txn).var(u64::from(self.table)).var(self.rid.wrapping_add(1));
+            w.var_bytes(&self.pk);
+            w.var(u64::from(p.len)).var(p.ranges.len() as u64);
+            let mut prev_end = 0u64;
             for (off, b, a) in &p.ranges {
-                w.u32(*off).u16(b.len() as u16).bytes(b).bytes(a);
+                // Ranges are sorted and disjoint; a malformed patch wraps here and fails to decode.
+                w.var(u64::from(*off).wrapping_sub(prev_end)).var(b.len() as u64).bytes(b).bytes(a);
+                prev_end = u64::from(*off) + b.len() as u64;
             }
             return out;
         }
-        w.u8(OP_ROWS);
-        w.u64(self.txn).u32(self.table).u64(self.rid);
-        for part in [Some(&self.pk), self.before.as_ref(), self.after.as_ref()] {
+        w.u8(OP_ROWS_V);
+        w.var(self.txn).var(u64::from(self.table)).var(self.rid.wrapping_add(1));
+        w.var_bytes(&self.pk);
+        for part in [self.before.as_ref(), self.after.as_ref()] {
+            // 0: absent; else the length plus one, then the bytes.
             match part {
-                Some(b) => w.u8(1).u32(b.len() as u32).bytes(b),
-                None => w.u8(0),
+                Some(b) => w.var(b.len() as u64 + 1).bytes(b),
+                None => w.var(0),
             };
         }
         out
     }
 
-    /// Decodes [`TxnOp::encode`] (a lean update comes back with `patch` set).
+    /// Decodes [`TxnOp::encode`] and the fixed-width encoding of earlier logs (a lean update
+    /// comes back with `patch` set).
     pub fn decode(b: &[u8]) -> Result<Self> {
         let bad = || Error::InvalidArgument("malformed transaction operation in the log".into());
         let mut r = ByteReader::new(b);
         let kind = r.u8().ok_or_else(bad)?;
-        if kind != OP_ROWS && kind != OP_PATCH {
-            return Err(bad());
-        }
-        let txn = r.u64().ok_or_else(bad)?;
-        let table = r.u32().ok_or_else(bad)?;
-        let rid = r.u64().ok_or_else(bad)?;
-        if kind == OP_PATCH {
-            let n = r.u32().ok_or_else(bad)? as usize;
-            let pk = r.take(n).ok_or_else(bad)?.to_vec();
-            let len = r.u32().ok_or_else(bad)?;
-            let count = r.u32().ok_or_else(bad)? as usize;
+        let var_u32 = |r: &mut ByteReader<'_>| r.var().and_then(|v| u32::try_from(v).ok()).ok_or_else(bad);
+        let (txn, table, rid, pk) = match kind {
+            OP_ROWS | OP_PATCH => {
+                let txn = r.u64().ok_or_else(bad)?;
+                let table = r.u32().ok_or_else(bad)?;
+                let rid = r.u64().ok_or_else(bad)?;
+                let pk = if kind == OP_PATCH {
+                    let n = r.u32().ok_or_else(bad)? as usize;
+                    Some(r.take(n).ok_or_else(bad)?.to_vec())
+                } else {
+                    None
+                };
+                (txn, table, rid, pk)
+            }
+            OP_ROWS_V | OP_PATCH_V => {
+                let txn = r.var().ok_or_else(bad)?;
+                let table = var_u32(&mut r)?;
+                let rid = r.var().ok_or_else(bad)?.wrapping_sub(1);
+                (txn, table, rid, Some(r.var_bytes().ok_or_else(bad)?.to_vec()))
+            }
+            _ => return Err(bad()),
+        };
+        if kind == OP_PATCH || kind == OP_PATCH_V {
+            let pk = pk.ok_or_else(bad)?;
+            let fixed = kind == OP_PATCH;
+            let len = if fixed { r.u32().ok_or_else(bad)? } else { var_u32(&mut r)? };
+            let count = if fixed { r.u32().ok_or_else(bad)? as usize } else { var_u32(&mut r)? as usize };
             let mut ranges = Vec::with_capacity(count.min(b.len()));
             let mut end = 0u64;
             for _ in 0..count {
-                let off = r.u32().ok_or_else(bad)?;
-                let n = r.u16().ok_or_else(bad)? as usize;
+                let (off, n) = if fixed {
+                    (u64::from(r.u32().ok_or_else(bad)?), r.u16().ok_or_else(bad)? as usize)
+                } else {
+                    let gap = r.var().ok_or_else(bad)?;
+                    (end.checked_add(gap).ok_or_else(bad)?, r.var().ok_or_else(bad)? as usize)
+                };
                 let before = r.take(n).ok_or_else(bad)?.to_vec();
                 let after = r.take(n).ok_or_else(bad)?.to_vec();
                 // Sorted, disjoint ranges inside the row.
-                if u64::from(off) < end || u64::from(off) + n as u64 > u64::from(len) {
+                if off < end || off + n as u64 > u64::from(len) {
                     return Err(bad());
                 }
-                end = u64::from(off) + n as u64;
-                ranges.push((off, before, after));
+                end = off + n as u64;
+                ranges.push((off as u32, before, after));
+            }
+            if !fixed && r.remaining() != 0 {
+                return Err(bad());
             }
             let patch = Some(RowPatch { len, ranges });
             return Ok(Self { txn, table, pk, rid, before: None, after: None, patch });
         }
         let mut parts: Vec<Option<Vec<u8>>> = Vec::new();
-        for _ in 0..3 {
-            if r.u8().ok_or_else(bad)? == 1 {
-                let n = r.u32().ok_or_else(bad)? as usize;
-                parts.push(Some(r.take(n).ok_or_else(bad)?.to_vec()));
-            } else {
-                parts.push(None);
+        if kind == OP_ROWS {
+            for _ in 0..3 {
+                if r.u8().ok_or_else(bad)? == 1 {
+                    let n = r.u32().ok_or_else(bad)? as usize;
+                    parts.push(Some(r.take(n).ok_or_else(bad)?.to_vec()));
+                } else {
+                    parts.push(None);
+                }
             }
+        } else {
+            parts.push(pk);
+            for _ in 0..2 {
+                let n = r.var().ok_or_else(bad)?;
+                parts.push(match n {
+                    0 => None,
+                    n => Some(r.take(usize::try_from(n - 1).map_err(|_| bad())?).ok_or_else(bad)?.to_vec()),
+                });
+            }
+        }
+        if r.remaining() != 0 && kind == OP_ROWS_V {
+            return Err(bad());
         }
         let after = parts.pop().ok_or_else(bad)?;
         let before = parts.pop().ok_or_else(bad)?;
@@ -545,8 +667,10 @@ mod tests {
             micros: 8,
         };
         let recs = [
-            EngineRecord::Pages { tag: TAG_TABLE, mtr: &[1, 2, 3] },
-            EngineRecord::Pages { tag: TAG_INDEX, mtr: &[] },
+            EngineRecord::Pages { tag: TAG_TABLE, format: MtrFormat::Fixed, mtr: &[1, 2, 3] },
+            EngineRecord::Pages { tag: TAG_INDEX, format: MtrFormat::Fixed, mtr: &[] },
+            EngineRecord::Pages { tag: TAG_TABLE, format: MtrFormat::Compact, mtr: &[4] },
+            EngineRecord::Pages { tag: TAG_INDEX, format: MtrFormat::Compact, mtr: &[5, 6] },
             EngineRecord::Commit { txn: 42 },
             EngineRecord::Abort { txn: u64::MAX },
             EngineRecord::Checkpoint { redo: 100, undo: 90 },
@@ -600,10 +724,31 @@ mod tests {
             },
         ];
         for op in ops {
-            assert_eq!(TxnOp::decode(&op.encode()).unwrap(), op);
+            let enc = op.encode();
+            assert_eq!(TxnOp::decode(&enc).unwrap(), op);
+            assert!(enc.len() < fixed_rows(&op).len(), "varints are shorter than fixed fields");
+            // Logs of format 2 hold fixed-width operations: they still decode.
+            assert_eq!(TxnOp::decode(&fixed_rows(&op)).unwrap(), op);
+            for cut in 0..enc.len() {
+                assert!(TxnOp::decode(&enc[..cut]).is_err(), "cut at {cut}");
+            }
         }
         assert!(TxnOp::decode(&[1, 2, 3]).is_err());
-        assert!(TxnOp::decode(&[3; 40]).is_err(), "unknown operation kind");
+        assert!(TxnOp::decode(&[9; 40]).is_err(), "unknown operation kind");
+    }
+
+    /// The fixed-width encoding of whole-row operations that log format 2 wrote.
+    fn fixed_rows(op: &TxnOp) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = ByteWriter::to(&mut out);
+        w.u8(OP_ROWS).u64(op.txn).u32(op.table).u64(op.rid);
+        for part in [Some(&op.pk), op.before.as_ref(), op.after.as_ref()] {
+            match part {
+                Some(b) => w.u8(1).u32(b.len() as u32).bytes(b),
+                None => w.u8(0),
+            };
+        }
+        out
     }
 
     #[test]

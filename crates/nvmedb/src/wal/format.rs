@@ -22,9 +22,9 @@ pub const SEGMENT_HEADER_BYTES: usize = 64;
 /// Magic number at the start of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"NVMEDBWL";
 /// Format version written into every segment header. Version 2 adds lean update records
-/// (transaction operations logged as row patches, see `docs/format-wal.md`); a version-1 log
-/// holds none of them and is read as well.
-pub const FORMAT_VERSION: u32 = 2;
+/// (transaction operations logged as row patches), version 3 compact page-change records with
+/// page operations (see `docs/format-wal.md`); logs of versions 1 and 2 are read as well.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest segment format version this build reads.
 pub const MIN_READ_VERSION: u32 = 1;
 

@@ -27,7 +27,7 @@
 //! crash, and it never goes backwards.
 //!
 //! Files: `format.rs` (record and segment header encoding), `segment.rs` (slots and finding the
-//! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog.rs` (the writer:
+//! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog/` (the writer:
 //! batching, group commit, segment switch), `duplex.rs` (the second copy's writer thread),
 //! `options.rs` (options, counters).
 
@@ -39,6 +39,7 @@ mod options;
 pub(crate) mod prepare;
 mod reader;
 mod segment;
+pub mod volume;
 
 pub use filelog::FileLog;
 pub use format::{
@@ -48,6 +49,7 @@ pub use format::{
 pub use options::{RecoveredLog, WalOptions, WalStats};
 pub use reader::{LogReader, LogRecord};
 pub use segment::{live_segments, SegmentDesc, SEGMENT_PREFIX};
+pub use volume::{log_volume, thread_log_bytes, LogVolume};
 
 use crate::error::Result;
 use crate::io::Storage;

@@ -27,8 +27,17 @@ pub const HEADER_AREA: usize = 4096;
 pub const HEADER_SLOT: [usize; 2] = [0, 512];
 /// Magic of a region header.
 pub const REGION_MAGIC: u64 = 0x5847_4F4C_5245_4731; // "XGOLREG1"
-/// Format version of the region and the conventional pages.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version of the region and the conventional pages. Version 2: the engine records they
+/// carry include the compact page-change kinds of log format 3 (`docs/format-wal.md`), which a
+/// version-1 build would not know; the region's own layout is unchanged.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const MIN_READ_VERSION: u32 = 1;
+
+/// True when this build reads regions and pages of `version`.
+fn readable(version: u32) -> bool {
+    (MIN_READ_VERSION..=FORMAT_VERSION).contains(&version)
+}
 
 /// Alignment and granule of ring frames.
 pub const FRAME_ALIGN: usize = 64;
@@ -112,7 +121,7 @@ impl RegionHeader {
             return None;
         }
         let mut r = ByteReader::new(b);
-        if r.u64()? != REGION_MAGIC || r.u32()? != FORMAT_VERSION {
+        if r.u64()? != REGION_MAGIC || !readable(r.u32()?) {
             return None;
         }
         Some(Self {
@@ -206,7 +215,7 @@ impl PageHeader {
         if page.len() < PAGE_HEADER || u32_at(page, 0) != PAGE_MAGIC {
             return None;
         }
-        if u16::from_le_bytes([page[4], page[5]]) as u32 != FORMAT_VERSION {
+        if !readable(u32::from(u16::from_le_bytes([page[4], page[5]]))) {
             return None;
         }
         let h =

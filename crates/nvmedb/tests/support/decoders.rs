@@ -10,7 +10,10 @@
 //! log's conventional ring and metadata, and replication frames.
 
 use nvmedb::btree::node;
-use nvmedb::buffer::mtr::{apply_page_change, decode_mtr, encode_annotation, encode_page_change, PageChange};
+use nvmedb::buffer::mtr::{
+    apply_page_change, decode_mtr, decode_mtr_compact, encode_compact_annotation, encode_compact_change,
+    encode_compact_start, ChangeRef, MtrRecord,
+};
 use nvmedb::buffer::PageId;
 use nvmedb::io::{AlignedBuf, MemStorage, Storage};
 use nvmedb::page::{slotted, PageHeader, PageType};
@@ -121,15 +124,25 @@ pub fn feed_page(b: &[u8]) {
     }
 }
 
-/// A mini-transaction record (two page changes and a transaction operation), as logged.
+/// A mini-transaction record (page operations, changed ranges, a full image and a transaction
+/// operation), as logged (compact format).
 pub fn valid_mtr(seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
-    let mut out = (PAGE as u32).to_le_bytes().to_vec();
-    out.extend_from_slice(&2u32.to_le_bytes());
-    let ranges =
-        (0..rng.range(1, 5)).map(|i| (40 + i as u32 * 100, vec![rng.below(256) as u8; 20])).collect();
-    encode_page_change(&mut out, PageId::new(1, 2), &PageChange::Ranges(ranges));
-    encode_page_change(&mut out, PageId::new(1, 3), &PageChange::FullImage(vec![7; PAGE - 4]));
+    let mut out = Vec::new();
+    encode_compact_start(&mut out, 3);
+    let mut ops = Vec::new();
+    slotted::op::insert(&mut ops, 0, &[rng.below(256) as u8; 24]);
+    slotted::op::update(&mut ops, 0, &[0; 24], &[rng.below(256) as u8; 24]);
+    slotted::op::delete(&mut ops, 0);
+    node::op::insert(&mut ops, 0, b"key", &[1; 8]);
+    encode_compact_change(&mut out, PageId::new(1, 2), ChangeRef::Ops(&ops));
+    let before = vec![0u8; PAGE];
+    let mut after = before.clone();
+    for i in 0..rng.range(1, 5) as usize {
+        after[40 + i * 100..60 + i * 100].fill(rng.below(256) as u8);
+    }
+    encode_compact_change(&mut out, PageId::new(1, 4), ChangeRef::Diff { before: &before, after: &after });
+    encode_compact_change(&mut out, PageId::new(1, 3), ChangeRef::FullImage(&[7; PAGE - 4]));
     // Every other seed annotates a same-length update, which is logged as a row patch.
     let op = if seed % 2 == 0 {
         TxnOp {
@@ -156,13 +169,19 @@ pub fn valid_mtr(seed: u64) -> Vec<u8> {
             patch: None,
         }
     };
-    encode_annotation(&mut out, Some(&op.encode()));
+    encode_compact_annotation(&mut out, Some(&op.encode()));
     out
 }
 
-/// The page-change decoder, then what redo does with a record for pages of this size.
+/// The page-change decoders (compact and fixed-width), then what redo does with a record for
+/// pages of this size: page operations on an empty heap page and an empty leaf.
 pub fn feed_mtr(b: &[u8]) {
-    let Some(m) = decode_mtr(b) else { return };
+    for m in [decode_mtr_compact(b, PAGE), decode_mtr(b)].into_iter().flatten() {
+        feed_decoded_mtr(&m);
+    }
+}
+
+fn feed_decoded_mtr(m: &MtrRecord) {
     if let Some(a) = &m.annotation {
         // What undo does with a patch: apply it to a row of its length.
         if let Ok(op) = TxnOp::decode(a) {
@@ -173,9 +192,16 @@ pub fn feed_mtr(b: &[u8]) {
         }
     }
     if m.page_size == PAGE {
-        let mut page = vec![0u8; PAGE];
-        for (_, change) in &m.changes {
-            apply_page_change(&mut page, change, 1);
+        let mut heap = vec![0u8; PAGE];
+        PageHeader::init(&mut heap, PageType::Heap, 1, 2);
+        slotted::init(&mut heap);
+        let mut leaf = vec![0u8; PAGE];
+        PageHeader::init(&mut leaf, PageType::BtreeLeaf, 1, 2);
+        node::init(&mut leaf, 0, node::NO_PAGE);
+        for page in [&mut heap, &mut leaf] {
+            for (_, change) in &m.changes {
+                let _ = apply_page_change(page, change, 1, &nvmedb::btree::apply_page_ops);
+            }
         }
     }
 }

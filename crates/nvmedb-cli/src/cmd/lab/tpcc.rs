@@ -84,6 +84,11 @@ pub struct TpccArgs {
     /// the commit is durable (to measure what early release changes).
     #[arg(long = "early-lock-release", default_value = "on", value_parser = ["on", "off"])]
     pub early_lock_release: String,
+    /// Profile each point's measured window with `perf` (only the window: not the load, the
+    /// warm-up or the checks): a flame graph (SVG), the folded stacks and the top functions per
+    /// point, and the top functions in the summary.
+    #[arg(long)]
+    pub profile: bool,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -141,6 +146,7 @@ fn to_config(a: &TpccArgs) -> Result<TpccConfig, CliError> {
     cfg.trace_device = a.trace_device.clone();
     cfg.profile_overrides = a.profile_set.clone();
     cfg.early_lock_release = a.early_lock_release == "on";
+    cfg.profile = a.profile;
     cfg.validate()?;
     Ok(cfg)
 }

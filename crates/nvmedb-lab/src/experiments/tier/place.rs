@@ -241,12 +241,13 @@ pub fn run_point(
             what: "the disk configuration".into(),
             detail: "the disk was not prepared".into(),
         })?;
-        return point::run(tc, t, d, cfg.buffer_pct, rep, seed, false);
+        return point::run(tc, t, d, cfg.buffer_pct, rep, seed, &point::Observe::default());
     }
     let root = cfg.ram_dir.join("point");
     let open = open_placed(cfg, tc, t, placement, &root, seed)?;
     let label = format!("{name} (EMULATED tiers)");
-    let out = point::measure(tc, t, open, (name, &label), cfg.buffer_pct, rep, seed, false)?;
+    let out =
+        point::measure(tc, t, open, (name, &label), cfg.buffer_pct, rep, seed, &point::Observe::default())?;
     setup::remove_dir(&root)?;
     Ok(out)
 }

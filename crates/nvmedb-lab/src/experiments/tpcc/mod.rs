@@ -139,6 +139,10 @@ pub struct TpccConfig {
     /// Early lock release ([`nvmedb::txn::LockOptions::early_release`]; the engine's default,
     /// on): `false` measures the engine holding every lock until its commit is durable.
     pub early_lock_release: bool,
+    /// Profile every point's measured window with `perf` (a flame graph and the top functions
+    /// per point; needs the `perf` command).
+    #[serde(default)]
+    pub profile: bool,
 }
 
 impl Default for TpccConfig {
@@ -180,6 +184,7 @@ impl Default for TpccConfig {
             profile_overrides: Vec::new(),
             case_c: false,
             early_lock_release: o.lock_options.early_release,
+            profile: false,
         }
     }
 }
@@ -305,8 +310,22 @@ pub struct PointResult {
     pub io_us_per_read: f64,
     /// Log bytes written per transaction.
     pub log_bytes_per_txn: f64,
-    /// Client CPU per transaction, µs.
+    /// Client CPU per transaction, µs (the terminals' threads).
     pub cpu_us_per_txn: f64,
+    /// The whole process's CPU per transaction, µs (terminals, log flusher, background writer,
+    /// emulated devices' pacing).
+    #[serde(default)]
+    pub process_cpu_us_per_txn: f64,
+    /// Terminal thread CPU per transaction of each type (New-Order, Payment, Order-Status,
+    /// Delivery, Stock-Level), µs.
+    #[serde(default)]
+    pub cpu_us_per_type: [f64; 5],
+    /// Log bytes each type's transactions appended, per transaction (record headers included).
+    #[serde(default)]
+    pub log_bytes_per_type: [f64; 5],
+    /// Log bytes per transaction by record kind (every record the engine appended in the window).
+    #[serde(default)]
+    pub log_bytes_by_kind: Vec<(String, f64)>,
     /// Lock waits per transaction.
     pub lock_waits_per_txn: f64,
     /// Time waiting for locks per transaction, µs.
@@ -459,6 +478,31 @@ pub struct TpccResults {
     /// The machine's load average (1 min) when the run started and when it ended: other work
     /// on a shared machine takes CPU from the terminals.
     pub load_average: (f64, f64),
+    /// The CPU profiles of the measured windows (`--profile`), one per point.
+    #[serde(default)]
+    pub profiles: Vec<ProfileRun>,
+}
+
+/// The CPU profile of one point's measured window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileRun {
+    /// Device label.
+    pub device_label: String,
+    /// Buffer %.
+    pub buffer_pct: f64,
+    /// Repetition.
+    pub repetition: usize,
+    /// Samples (perf at `measure::profile::SAMPLE_HZ` per CPU, the window only).
+    pub samples: u64,
+    /// The flame graph (SVG) and the folded stacks it was drawn from, file names in the run's
+    /// directory.
+    pub flame_svg: String,
+    /// Folded stacks file.
+    pub folded: String,
+    /// The functions with the most self samples.
+    pub top: Vec<crate::report::FunctionShare>,
+    /// Self samples by engine layer or library, %.
+    pub layers: Vec<(String, f64)>,
 }
 
 /// The 1-minute load average (0 if unknown).
@@ -498,6 +542,7 @@ impl Experiment for Tpcc {
         let total = cfg.repetitions * cfg.devices.len() * cfg.buffer_pcts.len();
         let bar = progress::bar(env.progress, total as u64, "tpcc");
         let mut points = Vec::new();
+        let mut profiles = Vec::new();
         let mut n = 0u64;
         for rep in 0..cfg.repetitions {
             for dev in &devices {
@@ -505,8 +550,19 @@ impl Experiment for Tpcc {
                     n += 1;
                     bar.set_message(format!("{} {pct} % rep {rep}", dev.kind.name()));
                     let part = format!("{} at {pct} % (rep {rep})", dev.kind.name());
-                    let p = point::run(cfg, &template, dev, pct, rep, cfg.seed.wrapping_add(n), false)
-                        .map_err(LabError::in_part(part))?;
+                    let name = format!("profile-{}-{pct}pct-rep{rep}", dev.kind.name());
+                    let observe = point::Observe {
+                        traced: false,
+                        profile: cfg.profile.then(|| env.dir.file(&format!("{name}.perf.data"))),
+                    };
+                    let p = point::run(cfg, &template, dev, pct, rep, cfg.seed.wrapping_add(n), &observe)
+                        .map_err(LabError::in_part(part.clone()))?;
+                    if let Some(folded) = &p.profile {
+                        profiles.push(
+                            report::profile(env, &name, &dev.report.label, pct, rep, &p.result, folded)
+                                .map_err(LabError::in_part(part))?,
+                        );
+                    }
                     bar.suspend(|| {
                         env.note(format!(
                             "tpcc: {:<22} {:>5.1} %  rep {rep}  {:>8.0} txn/s  tpmC {:>9.0}  hit {:.3}  limit: {}",
@@ -536,6 +592,7 @@ impl Experiment for Tpcc {
             case_c,
             checks_passed,
             load_average: (load_before, load_average()),
+            profiles,
         })
     }
 

@@ -12,13 +12,16 @@ use super::report;
 use super::setup::{self, PreparedDevice, Template};
 use super::{PointResult, TpccConfig};
 use crate::error::{LabError, Result};
-use crate::measure::{LatencyHistogram, WindowHooks, Workers};
+use crate::measure::profile::{folded_stacks, Profiler};
+use crate::measure::{thread_cpu_ns, LatencyHistogram, WindowHooks, Workers};
 use crate::workload::tpcc::txn::{execute_with_retries, Context, TxnOutput};
 use crate::workload::tpcc::{check_consistency, NuConstants, Terminal, TpccRng, TxnKind};
 use nvmedb::io::{lateness, Lateness};
 use nvmedb::trace::{self, Trace, TraceConfig, TraceKind};
 use nvmedb::txn::LockStats;
+use nvmedb::wal::{log_volume, thread_log_bytes, LogVolume};
 use nvmedb::{BufferStats, Database, TableAccess};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Attempts a transaction gets before a deadlock or lock-timeout streak fails the point.
@@ -32,12 +35,17 @@ pub struct PointOutcome {
     pub trace: Option<Trace>,
     /// Every table's access statistics in the window (differences across it).
     pub tables: Vec<TableAccess>,
+    /// The window's CPU profile as folded stacks, when profiled.
+    pub profile: Option<Vec<String>>,
 }
 
 /// One terminal's state.
 struct Client {
     terminal: Terminal,
     latency: [LatencyHistogram; 5],
+    /// This terminal's thread CPU and log bytes per transaction type in the window.
+    cpu_ns: [u64; 5],
+    log_bytes: [u64; 5],
     rollbacks: u64,
     deadlocks: u64,
     timeouts: u64,
@@ -55,6 +63,14 @@ struct Counters<'a> {
     delta: Option<(BufferStats, BufferStats, u64, LockStats)>,
     tables_at_open: Vec<TableAccess>,
     tables: Vec<TableAccess>,
+    volume_at_open: LogVolume,
+    volume: LogVolume,
+    /// Where perf writes its data when profiling, the profiler once attached, and the first
+    /// error it met. perf attaches when the window opens, once every thread exists: counters of
+    /// threads created while it was attached but disabled would never be enabled.
+    profile_to: Option<PathBuf>,
+    profiler: Option<Profiler>,
+    profile_error: Option<LabError>,
 }
 
 impl Counters<'_> {
@@ -70,14 +86,29 @@ impl WindowHooks for Counters<'_> {
         self.tables_at_open = self.db.access_stats().unwrap_or_default();
         self.late_at_open = lateness(self.profile);
         self.at_open = Some(self.snapshot());
+        self.volume_at_open = log_volume();
         if self.traced {
             trace::start(TraceConfig { capacity_per_thread: 1 << 18 });
         }
+        if let Some(to) = &self.profile_to {
+            match Profiler::attach(to).and_then(|mut p| p.enable().map(|()| p)) {
+                Ok(p) => self.profiler = Some(p),
+                Err(e) => {
+                    self.profile_error.get_or_insert(e);
+                }
+            }
+        }
     }
     fn closed(&mut self) {
+        if let Some(p) = &mut self.profiler {
+            if let Err(e) = p.disable() {
+                self.profile_error.get_or_insert(e);
+            }
+        }
         if self.traced {
             trace::stop();
         }
+        self.volume = log_volume().since(&self.volume_at_open);
         if let Some((t0, i0, log0, l0)) = self.at_open.take() {
             let (t1, i1, log1, l1) = self.snapshot();
             self.late = lateness(self.profile).since(&self.late_at_open);
@@ -108,8 +139,19 @@ fn home_warehouse(cfg: &TpccConfig, warehouses: u32, client: usize) -> Option<u3
     (cfg.clients >= warehouses as usize).then(|| (client % warehouses as usize) as u32 + 1)
 }
 
+/// How a point is observed besides its counters.
+#[derive(Debug, Clone, Default)]
+pub struct Observe {
+    /// Trace the window (intervals per client).
+    pub traced: bool,
+    /// Profile the window's CPU with perf, writing perf's data to this file (removed once its
+    /// stacks are folded into [`PointOutcome::profile`]).
+    pub profile: Option<PathBuf>,
+}
+
 /// Runs one point: a fresh copy of the database on `dev` at `pct` % buffer, the terminals for
-/// the warm-up and the window (traced when `traced`), the consistency check, close.
+/// the warm-up and the window (traced or profiled as `observe` asks), the consistency check,
+/// close.
 pub fn run(
     cfg: &TpccConfig,
     t: &Template,
@@ -117,17 +159,17 @@ pub fn run(
     pct: f64,
     rep: usize,
     seed: u64,
-    traced: bool,
+    observe: &Observe,
 ) -> Result<PointOutcome> {
     let open = setup::open_point(cfg, t, dev, pct, seed)?;
-    let out = measure(cfg, t, open, (&dev.kind.name(), &dev.report.label), pct, rep, seed, traced)?;
+    let out = measure(cfg, t, open, (&dev.kind.name(), &dev.report.label), pct, rep, seed, observe)?;
     dev.clean_point()?;
     Ok(out)
 }
 
 /// Measures an open point (`device`: short name and label for its row): the terminals for the
-/// warm-up and the window (traced when `traced`), the consistency check; the database is closed
-/// (dropped without a checkpoint) before it returns.
+/// warm-up and the window (traced or profiled as `observe` asks), the consistency check; the
+/// database is closed (dropped without a checkpoint) before it returns.
 #[allow(clippy::too_many_arguments)]
 pub fn measure(
     cfg: &TpccConfig,
@@ -137,8 +179,9 @@ pub fn measure(
     pct: f64,
     rep: usize,
     seed: u64,
-    traced: bool,
+    observe: &Observe,
 ) -> Result<PointOutcome> {
+    let traced = observe.traced;
     let buffer_bytes = open.buffer_bytes;
     let ctx = Context::new(open.db.clone(), open.tables.clone())?;
     let run_constants = NuConstants::for_run(&t.load.constants, &mut TpccRng::new(seed ^ 0xC0));
@@ -153,6 +196,11 @@ pub fn measure(
         delta: None,
         tables_at_open: Vec::new(),
         tables: Vec::new(),
+        volume_at_open: LogVolume::default(),
+        volume: LogVolume::default(),
+        profile_to: observe.profile.clone(),
+        profiler: None,
+        profile_error: None,
     };
     let workers = Workers::new(
         "TPC-C terminals",
@@ -174,6 +222,8 @@ pub fn measure(
                     home_warehouse(cfg, scale.warehouses, c),
                 ),
                 latency: Default::default(),
+                cpu_ns: [0; 5],
+                log_bytes: [0; 5],
                 rollbacks: 0,
                 deadlocks: 0,
                 timeouts: 0,
@@ -181,13 +231,17 @@ pub fn measure(
         },
         |client, measuring| {
             let input = client.terminal.next_input();
+            let (cpu0, log0) = if measuring { (thread_cpu_ns(), thread_log_bytes()) } else { (0, 0) };
             let t0 = Instant::now();
             let span = traced.then(|| trace::span(TraceKind::Cpu));
             let r = execute_with_retries(&ctx, &input, MAX_ATTEMPTS);
             drop(span);
             let (out, retries) = r?;
             if measuring {
-                client.latency[input.kind().index()].record(t0.elapsed());
+                let k = input.kind().index();
+                client.latency[k].record(t0.elapsed());
+                client.cpu_ns[k] += thread_cpu_ns().saturating_sub(cpu0);
+                client.log_bytes[k] += thread_log_bytes().saturating_sub(log0);
                 client.deadlocks += u64::from(retries.deadlocks);
                 client.timeouts += u64::from(retries.lock_timeouts);
                 if let TxnOutput::NewOrder { rolled_back: true, .. } = out {
@@ -206,6 +260,19 @@ pub fn measure(
             detail: "it closed without counters".into(),
         })?;
     let late = counters.late;
+    let volume = std::mem::take(&mut counters.volume);
+    if let Some(e) = counters.profile_error.take() {
+        return Err(e);
+    }
+    let profile = match counters.profiler.take() {
+        Some(p) => {
+            let data = p.finish()?;
+            let folded = folded_stacks(&data)?;
+            let _ = std::fs::remove_file(&data);
+            Some(folded)
+        }
+        None => None,
+    };
     check_consistency(&ctx.tables)?;
     drop(ctx);
     // The copy is discarded: no closing checkpoint (it would write every dirty page through
@@ -217,9 +284,14 @@ pub fn measure(
 
     let mut latency: [LatencyHistogram; 5] = Default::default();
     let (mut rollbacks, mut deadlocks, mut timeouts) = (0, 0, 0);
+    let (mut cpu_ns, mut type_log_bytes) = ([0u64; 5], [0u64; 5]);
     for c in &run.states {
         for (all, mine) in latency.iter_mut().zip(&c.latency) {
             all.add(mine);
+        }
+        for k in 0..5 {
+            cpu_ns[k] += c.cpu_ns[k];
+            type_log_bytes[k] += c.log_bytes[k];
         }
         rollbacks += c.rollbacks;
         deadlocks += c.deadlocks;
@@ -229,6 +301,16 @@ pub fn measure(
     let window_s = run.window.as_secs_f64();
     let per_txn = |x: f64| if txns > 0 { x / txns as f64 } else { 0.0 };
     let per_type = TxnKind::ALL.map(|k| latency[k.index()].len());
+    let of_type = |x: &[u64; 5], scale: f64| {
+        TxnKind::ALL.map(|k| {
+            let n = per_type[k.index()];
+            if n > 0 {
+                x[k.index()] as f64 / scale / n as f64
+            } else {
+                0.0
+            }
+        })
+    };
     let q = |p: f64| TxnKind::ALL.map(|k| latency[k.index()].quantile_us(p));
     let mut result = PointResult {
         device: device.0.to_string(),
@@ -261,6 +343,13 @@ pub fn measure(
         },
         log_bytes_per_txn: per_txn(log_bytes as f64),
         cpu_us_per_txn: per_txn(run.worker_cpu_ns as f64 / 1e3),
+        process_cpu_us_per_txn: per_txn(run.process_cpu_ns as f64 / 1e3),
+        cpu_us_per_type: of_type(&cpu_ns, 1e3),
+        log_bytes_per_type: of_type(&type_log_bytes, 1.0),
+        log_bytes_by_kind: volume
+            .kinds()
+            .map(|(kind, _, bytes)| (nvmedb::wal::engine::kind_name(kind).to_string(), per_txn(bytes as f64)))
+            .collect(),
         lock_waits_per_txn: per_txn(locks.waits as f64),
         lock_wait_us_per_txn: per_txn(locks.wait_ns_total as f64 / 1e3),
         client_us_per_txn: per_txn(cfg.clients as f64 * window_s * 1e6),
@@ -270,5 +359,5 @@ pub fn measure(
         emulator_late_share: late.late_share(),
     };
     result.limit = report::limit(&result, &table_stats);
-    Ok(PointOutcome { result, trace, tables: tables_window })
+    Ok(PointOutcome { result, trace, tables: tables_window, profile })
 }

@@ -154,8 +154,16 @@ pub fn trace_run(
     };
     let pct = cfg.buffer_pcts.iter().copied().fold(f64::INFINITY, f64::min);
     env.note(format!("tpcc: tracing {} at {pct} %", dev.report.label));
-    let out = point::run(cfg, t, dev, pct, 0, cfg.seed.wrapping_add(1_000_000), true)
-        .map_err(crate::LabError::in_part(format!("tracing {} at {pct} %", dev.kind.name())))?;
+    let out = point::run(
+        cfg,
+        t,
+        dev,
+        pct,
+        0,
+        cfg.seed.wrapping_add(1_000_000),
+        &point::Observe { traced: true, profile: None },
+    )
+    .map_err(crate::LabError::in_part(format!("tracing {} at {pct} %", dev.kind.name())))?;
     let trace = out.trace.unwrap_or_default();
     let win = transaction_window(&trace, TraceKind::Cpu, WHOLE_TXNS, (cfg.trace_window_ms * 1e6) as u64);
     let stem = format!("trace_{}", dev.kind.name());
@@ -230,6 +238,7 @@ fn write_points_csv(env: &RunEnv, r: &TpccResults) -> Result<()> {
         "io_us_per_read",
         "log_bytes_per_txn",
         "cpu_us_per_txn",
+        "process_cpu_us_per_txn",
         "lock_waits_per_txn",
         "lock_wait_us_per_txn",
         "client_us_per_txn",
@@ -240,7 +249,7 @@ fn write_points_csv(env: &RunEnv, r: &TpccResults) -> Result<()> {
     .map(|s| s.to_string())
     .collect();
     for k in SHORT {
-        for f in ["count", "p50_us", "p90_us", "p99_us"] {
+        for f in ["count", "p50_us", "p90_us", "p99_us", "cpu_us", "log_bytes"] {
             header.push(format!("{k}_{f}"));
         }
     }
@@ -269,6 +278,7 @@ fn write_points_csv(env: &RunEnv, r: &TpccResults) -> Result<()> {
             format!("{:.1}", p.io_us_per_read),
             format!("{:.0}", p.log_bytes_per_txn),
             format!("{:.1}", p.cpu_us_per_txn),
+            format!("{:.1}", p.process_cpu_us_per_txn),
             format!("{:.3}", p.lock_waits_per_txn),
             format!("{:.1}", p.lock_wait_us_per_txn),
             format!("{:.1}", p.client_us_per_txn),
@@ -277,7 +287,10 @@ fn write_points_csv(env: &RunEnv, r: &TpccResults) -> Result<()> {
         ];
         for k in 0..5 {
             row.push(p.per_type[k].to_string());
-            row.extend([p.p50_us[k], p.p90_us[k], p.p99_us[k]].map(|v| format!("{v:.1}")));
+            row.extend(
+                [p.p50_us[k], p.p90_us[k], p.p99_us[k], p.cpu_us_per_type[k]].map(|v| format!("{v:.1}")),
+            );
+            row.push(format!("{:.0}", p.log_bytes_per_type[k]));
         }
         w.write_record(&row)?;
     }
@@ -480,6 +493,23 @@ pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary>
     text.push_str(&summary_table(cfg, r).to_string());
     text.push('\n');
     text.push_str(&latency_table(r).to_string());
+    text.push('\n');
+    text.push_str(&cost_table(r).to_string());
+    for p in &r.profiles {
+        text.push_str(&format!(
+            "\nCPU profile of the measured window, {} at {} % (rep {}): {} samples; flame graph {}\n",
+            p.device_label, p.buffer_pct, p.repetition, p.samples, p.flame_svg
+        ));
+        let mut t = TextTable::new(["self %", "total %", "function"]).align(2, crate::report::Align::Left);
+        for f in p.top.iter().take(PROFILE_TOP_PRINTED) {
+            t.row([format!("{:.1}", f.self_pct), format!("{:.1}", f.total_pct), f.function.clone()]);
+        }
+        text.push_str(&t.to_string());
+        text.push_str(&format!(
+            "by layer (self): {}\n",
+            p.layers.iter().take(10).map(|(l, v)| format!("{l} {v:.1} %")).collect::<Vec<_>>().join(", ")
+        ));
+    }
     if let Some(c) = &r.case_c {
         text.push_str(&case_c_text(c));
     }
@@ -500,6 +530,99 @@ pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary>
         r.checks_passed
     ));
     Ok(Summary { text, figures: figures(r) })
+}
+
+/// Functions of each profile printed in the summary (the profile's `.txt` file has more).
+const PROFILE_TOP_PRINTED: usize = 15;
+/// Functions kept in the results and written to the profile's `.txt` file.
+const PROFILE_TOP_KEPT: usize = 40;
+
+/// Writes one point's profile (flame graph, folded stacks, top functions) into the run's
+/// directory as `<name>.svg`, `<name>.folded` and `<name>.txt`.
+pub fn profile(
+    env: &RunEnv,
+    name: &str,
+    device_label: &str,
+    pct: f64,
+    rep: usize,
+    point: &super::PointResult,
+    folded: &[String],
+) -> Result<super::ProfileRun> {
+    let svg = format!("{name}.svg");
+    let title = format!("TPC-C measured window, {device_label} at {pct} % buffer (rep {rep})");
+    let subtitle = format!(
+        "{} txn/s, {:.0} µs terminal CPU and {:.0} µs process CPU per transaction, {:.1} KiB of log per transaction; {}",
+        point.tps.round(),
+        point.cpu_us_per_txn,
+        point.process_cpu_us_per_txn,
+        point.log_bytes_per_txn / 1024.0,
+        env.context.one_line()
+    );
+    crate::report::write_flame_graph(&env.dir.file(&svg), &title, &subtitle, folded)?;
+    let folded_file = format!("{name}.folded");
+    env.dir.write_text(&folded_file, &(folded.join("\n") + "\n"))?;
+    env.dir.write_text(
+        &format!("{name}.txt"),
+        &format!("{title}\n{subtitle}\n\n{}", crate::report::profile_tables(folded, PROFILE_TOP_KEPT)),
+    )?;
+    Ok(super::ProfileRun {
+        device_label: device_label.to_string(),
+        buffer_pct: pct,
+        repetition: rep,
+        samples: crate::report::sample_count(folded),
+        flame_svg: svg,
+        folded: folded_file,
+        top: crate::report::top_functions(folded, PROFILE_TOP_KEPT),
+        layers: crate::report::layer_shares(folded),
+    })
+}
+
+/// What a transaction costs: CPU and log per type (medians over repetitions), the process's
+/// CPU, transactions per busy core-second, and the log by record kind.
+fn cost_table(r: &TpccResults) -> TextTable {
+    let mut header: Vec<String> = vec!["device".into(), "buffer %".into()];
+    for k in SHORT {
+        header.push(format!("{k} CPU µs / log B"));
+    }
+    header.extend([
+        "all: terminal / process CPU µs".into(),
+        "txn per busy core-s".into(),
+        "log B by kind".into(),
+    ]);
+    let mut t = TextTable::new(header)
+        .title("Cost per transaction (terminal-thread CPU and log bytes each type appended; medians over repetitions)");
+    for s in &r.summary {
+        let pts: Vec<&super::PointResult> = r
+            .points
+            .iter()
+            .filter(|p| {
+                p.phase == "sweep" && p.device == s.device && p.ha == s.ha && p.buffer_pct == s.buffer_pct
+            })
+            .collect();
+        let med =
+            |f: &dyn Fn(&super::PointResult) -> f64| median(&pts.iter().map(|p| f(p)).collect::<Vec<_>>());
+        let mut row = vec![s.device_label.clone(), format!("{}", s.buffer_pct)];
+        for k in 0..5 {
+            row.push(format!(
+                "{:.0} / {:.0}",
+                med(&|p| p.cpu_us_per_type[k]),
+                med(&|p| p.log_bytes_per_type[k])
+            ));
+        }
+        let process = med(&|p| p.process_cpu_us_per_txn);
+        row.push(format!("{:.0} / {:.0}", med(&|p| p.cpu_us_per_txn), process));
+        row.push(if process > 0.0 { format!("{:.0}", 1e6 / process) } else { "-".into() });
+        let mut kinds: Vec<String> = Vec::new();
+        if let Some(first) = pts.first() {
+            for (name, _) in &first.log_bytes_by_kind {
+                let v = med(&|p| p.log_bytes_by_kind.iter().find(|(n, _)| n == name).map_or(0.0, |x| x.1));
+                kinds.push(format!("{name} {v:.0}"));
+            }
+        }
+        row.push(kinds.join(", "));
+        t.row(row);
+    }
+    t
 }
 
 /// Headline figures: every device's 100 % throughput, its 5 %/100 % share (against the

@@ -1,10 +1,10 @@
 //! Real files: an O_DIRECT file device doing its I/O through io_uring, with a pread/pwrite
 //! fallback, and [`DirStorage`], a directory of such files.
 //!
-//! Owns: [`FileDevice`], [`FileOptions`], [`Backend`], [`SingleOpPath`], [`DirStorage`], the
-//! per-thread io_uring used by synchronous calls and batches, and [`UringQueue`] (one ring per
-//! open queue, for deep asynchronous I/O; a closed queue's ring, idle, is kept by its thread
-//! for the thread's next queue of the same depth).
+//! Owns: [`FileDevice`], [`FileOptions`], [`Backend`], [`SingleOpPath`], and the per-thread
+//! io_uring used by synchronous calls and batches. By seam: `queue.rs` ([`UringQueue`]: one
+//! ring per open queue, for deep asynchronous I/O; a closed queue's ring, idle, is kept by its
+//! thread for the thread's next queue of the same depth), `dir.rs` ([`DirStorage`]).
 //!
 //! Invariants:
 //! - the kernel never holds a pointer into a buffer after the call that lent it returns: a batch
@@ -16,18 +16,21 @@
 //!   really O_DIRECT.
 
 use super::{
-    check_alignment, AlignedBuf, Completion, Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoRequest,
-    IoResult, QueuedOp, QueuedOpKind, Storage, DIRECT_IO_ALIGN,
+    check_alignment, AlignedBuf, Device, DeviceInfo, IoError, IoOpKind, IoQueue, IoRequest, IoResult,
+    DIRECT_IO_ALIGN,
 };
-use crate::util::sync::MutexExt;
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+
+mod dir;
+mod queue;
+
+pub use dir::DirStorage;
+pub use queue::UringQueue;
 
 /// Environment variable that forces the I/O backend of files opened with [`Backend::Auto`]:
 /// `pread` or `io_uring`.
@@ -105,32 +108,24 @@ impl Default for FileOptions {
 /// A file on a real file system, read and written in aligned blocks.
 #[derive(Debug)]
 pub struct FileDevice {
-    name: String,
-    file: File,
-    uring: bool,
-    direct: bool,
-    single_op: SingleOpPath,
-    queue_submit_batch: usize,
+    pub(super) name: String,
+    pub(super) file: File,
+    pub(super) uring: bool,
+    pub(super) direct: bool,
+    pub(super) single_op: SingleOpPath,
+    pub(super) queue_submit_batch: usize,
 }
 
 thread_local! {
     /// The calling thread's ring for synchronous calls and batches (any device, any fd).
     static THREAD_RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
-    /// Idle rings of this thread's closed [`UringQueue`]s, reused by its next queues: a scan
-    /// opens a queue per table, and each ring set up and torn down (the kernel frees it in a
-    /// worker after an RCU grace period) is CPU spent per scan; reusing them cut the CPU per
-    /// page of TPC-H Q3's scans by about a tenth (`docs/tpch.md`).
-    static IDLE_QUEUE_RINGS: RefCell<Vec<IoUring>> = const { RefCell::new(Vec::new()) };
 }
-
-/// Idle queue rings a thread keeps for reuse.
-const IDLE_QUEUE_RINGS_KEPT: usize = 4;
 
 fn uring_available() -> bool {
     IoUring::new(4).is_ok()
 }
 
-fn last_os_error() -> std::io::Error {
+pub(super) fn last_os_error() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
@@ -200,7 +195,7 @@ impl FileDevice {
         self.uring
     }
 
-    fn err(&self, op: IoOpKind, offset: u64, len: usize, e: std::io::Error) -> IoError {
+    pub(super) fn err(&self, op: IoOpKind, offset: u64, len: usize, e: std::io::Error) -> IoError {
         IoError::os(&self.name, op, offset, len, e)
     }
 
@@ -260,7 +255,7 @@ impl FileDevice {
 
     /// Turns one io_uring completion result into the request's outcome, finishing short
     /// transfers synchronously.
-    fn finish(&self, req: &mut IoRequest<'_>, res: i32) -> IoResult<()> {
+    pub(super) fn finish(&self, req: &mut IoRequest<'_>, res: i32) -> IoResult<()> {
         let (offset, len) = (req.offset(), req.len());
         let kind = if matches!(req, IoRequest::Read { .. }) { IoOpKind::Read } else { IoOpKind::Write };
         if res < 0 {
@@ -505,430 +500,5 @@ impl Device for FileDevice {
             return Ok(Box::new(super::SyncQueue { device: self, depth, done: Vec::new() }));
         }
         Ok(Box::new(UringQueue::new(self, depth)?))
-    }
-}
-
-/// An io_uring of its own that keeps up to `depth` operations of one thread in flight.
-pub struct UringQueue<'d> {
-    device: &'d FileDevice,
-    /// Taken out only in `Drop` (to be kept for reuse or freed).
-    ring: std::mem::ManuallyDrop<IoUring>,
-    depth: usize,
-    /// In-flight operations by slot; the slot index is the entry's user data.
-    slots: Vec<Option<QueuedOp>>,
-    free: Vec<usize>,
-    in_flight: usize,
-    /// Scratch space for completions copied out of the ring (reused, no allocation per reap).
-    cqes: Vec<(u64, i32)>,
-}
-
-impl<'d> UringQueue<'d> {
-    fn new(device: &'d FileDevice, depth: usize) -> IoResult<Self> {
-        let depth = depth.max(1);
-        let entries = (depth as u32).next_power_of_two().max(2);
-        let idle = IDLE_QUEUE_RINGS.with(|r| {
-            let mut r = r.borrow_mut();
-            let i = r.iter().position(|ring| ring.params().sq_entries() == entries)?;
-            Some(r.swap_remove(i))
-        });
-        if let Some(ring) = idle {
-            return Ok(Self::with_ring(device, ring, depth));
-        }
-        // Cooperative task running: completions are processed when this thread enters the
-        // kernel anyway (it waits in io_uring_enter), which saves an interrupt per completion.
-        // Older kernels refuse the flag; then the ring is built without it.
-        let ring = match IoUring::builder().setup_cqsize(entries * 2).setup_coop_taskrun().build(entries) {
-            Ok(r) => r,
-            Err(_) => IoUring::builder()
-                .setup_cqsize(entries * 2)
-                .build(entries)
-                .map_err(|e| device.err(IoOpKind::Setup, 0, 0, e))?,
-        };
-        Ok(Self::with_ring(device, ring, depth))
-    }
-
-    fn with_ring(device: &'d FileDevice, ring: IoUring, depth: usize) -> Self {
-        Self {
-            device,
-            ring: std::mem::ManuallyDrop::new(ring),
-            depth,
-            slots: (0..depth).map(|_| None).collect(),
-            free: (0..depth).rev().collect(),
-            in_flight: 0,
-            cqes: Vec::with_capacity(depth),
-        }
-    }
-
-    fn enter(&mut self, want: usize) -> IoResult<()> {
-        loop {
-            let r = if want == 0 { self.ring.submit() } else { self.ring.submit_and_wait(want) };
-            match r {
-                Ok(_) => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                    // Interrupted: submit again; a wait returns to the caller, which loops.
-                    if want == 0 {
-                        continue;
-                    }
-                    return Ok(());
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EAGAIN) => {
-                    // Completion queue is full: the caller must reap first.
-                    return Ok(());
-                }
-                Err(e) => return Err(self.device.err(IoOpKind::Setup, 0, 0, e)),
-            }
-        }
-    }
-
-    fn drain(&mut self, out: &mut Vec<Completion>) -> usize {
-        let mut n = 0;
-        let mut done = std::mem::take(&mut self.cqes);
-        done.extend(self.ring.completion().map(|cqe| (cqe.user_data(), cqe.result())));
-        for (slot, res) in done.drain(..) {
-            let Some(mut op) = self.slots[slot as usize].take() else { continue };
-            self.free.push(slot as usize);
-            self.in_flight -= 1;
-            n += 1;
-            let offset = op.offset;
-            let result = {
-                let mut req = match op.kind {
-                    QueuedOpKind::Read => IoRequest::Read { offset, buf: &mut op.buf },
-                    QueuedOpKind::Write => IoRequest::Write { offset, buf: &op.buf },
-                };
-                self.device.finish(&mut req, res)
-            };
-            out.push(Completion { tag: op.tag, buf: op.buf, result });
-        }
-        self.cqes = done;
-        n
-    }
-}
-
-impl UringQueue<'_> {
-    /// Pushes one operation into the submission ring without entering the kernel.
-    fn push_one(&mut self, op: QueuedOp) {
-        let slot = self.free.pop().unwrap_or_else(|| unreachable!("depth checked by the caller"));
-        let fd = types::Fd(self.device.file.as_raw_fd());
-        let stored = self.slots[slot].insert(op);
-        let len = stored.buf.len() as u32;
-        let e = match stored.kind {
-            QueuedOpKind::Read => {
-                opcode::Read::new(fd, stored.buf.as_mut_ptr(), len).offset(stored.offset).build()
-            }
-            QueuedOpKind::Write => {
-                opcode::Write::new(fd, stored.buf.as_ptr(), len).offset(stored.offset).build()
-            }
-        }
-        .user_data(slot as u64);
-        // SAFETY: the buffer lives in `self.slots` (heap memory that does not move while the
-        // AlignedBuf value is moved) until its completion is reaped, and Drop waits for every
-        // in-flight entry. The ring has at least `depth` entries and at most `depth` are in
-        // flight, so the push cannot overflow.
-        if unsafe { self.ring.submission().push(&e) }.is_err() {
-            unreachable!("submission queue overflow below depth");
-        }
-        self.in_flight += 1;
-    }
-
-    /// Checks every op (nothing is submitted if one is misaligned), then pushes them, entering
-    /// the kernel after every `batch`; the last chunk is left for the caller to
-    /// submit when `keep_last` (it enters right after, submitting and waiting in one call).
-    fn submit_chunks(&mut self, ops: Vec<QueuedOp>, keep_last: bool, batch: usize) -> IoResult<()> {
-        assert!(self.in_flight + ops.len() <= self.depth, "queue depth {} exceeded", self.depth);
-        for op in &ops {
-            check_alignment(
-                &self.device.name,
-                DIRECT_IO_ALIGN,
-                op.offset,
-                op.buf.len(),
-                op.buf.as_ptr() as usize,
-            )?;
-        }
-        let n = ops.len();
-        for (i, op) in ops.into_iter().enumerate() {
-            self.push_one(op);
-            let last = i + 1 == n;
-            if (last && !keep_last) || (!last && (i + 1) % batch == 0) {
-                self.enter(0)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl IoQueue for UringQueue<'_> {
-    fn submit(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
-        self.submit_chunks(ops, false, self.device.queue_submit_batch)
-    }
-
-    fn submit_all(&mut self, ops: Vec<QueuedOp>) -> IoResult<()> {
-        self.submit_chunks(ops, false, usize::MAX)
-    }
-
-    fn submit_and_reap(&mut self, ops: Vec<QueuedOp>, min: usize, out: &mut Vec<Completion>) -> IoResult<()> {
-        self.submit_chunks(ops, true, self.device.queue_submit_batch)?;
-        let mut got = self.drain(out);
-        if got >= min {
-            return self.enter(0);
-        }
-        // One io_uring_enter submits the new entries and waits for the completions still needed.
-        while got < min && self.in_flight > 0 {
-            let want = (min - got).min(self.in_flight);
-            self.enter(want)?;
-            got += self.drain(out);
-        }
-        Ok(())
-    }
-
-    fn reap(&mut self, min: usize, out: &mut Vec<Completion>) -> IoResult<()> {
-        let mut got = self.drain(out);
-        while got < min && self.in_flight > 0 {
-            let want = (min - got).min(self.in_flight);
-            self.enter(want)?;
-            got += self.drain(out);
-        }
-        Ok(())
-    }
-
-    fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-}
-
-impl Drop for UringQueue<'_> {
-    fn drop(&mut self) {
-        let mut sink = Vec::new();
-        while self.in_flight > 0 {
-            if let Err(e) = self.reap(self.in_flight, &mut sink) {
-                eprintln!("io_uring queue on {} could not reap in-flight I/O: {e}", self.device.name);
-                std::process::abort();
-            }
-            sink.clear();
-        }
-        // SAFETY: taken once, here; `self.ring` is not used after this.
-        let mut ring = unsafe { std::mem::ManuallyDrop::take(&mut self.ring) };
-        // Nothing in flight and both queues empty: the next queue of this thread may use it.
-        if ring.submission().is_empty() && ring.completion().is_empty() {
-            // During the thread's exit the cache may be gone: the ring is then freed.
-            let _ = IDLE_QUEUE_RINGS.try_with(|r| {
-                let mut r = r.borrow_mut();
-                if r.len() < IDLE_QUEUE_RINGS_KEPT {
-                    r.push(ring);
-                }
-            });
-        }
-    }
-}
-
-/// A directory of [`FileDevice`]s: the engine's data files and log segments on a real disk.
-#[derive(Debug)]
-pub struct DirStorage {
-    dir: PathBuf,
-    /// The directory is on tmpfs (RAM).
-    tmpfs: bool,
-    opts: FileOptions,
-    open: Mutex<BTreeMap<String, Arc<FileDevice>>>,
-    /// The lock file, flocked, once [`Storage::lock`] took it; closing it releases the lock.
-    lock: Mutex<Option<File>>,
-}
-
-impl DirStorage {
-    /// Uses (and creates if missing) the directory `dir`.
-    pub fn new(dir: impl AsRef<Path>, opts: FileOptions) -> IoResult<Self> {
-        let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| IoError::os(&dir.display().to_string(), IoOpKind::Setup, 0, 0, e))?;
-        let tmpfs = is_tmpfs(&dir);
-        Ok(Self { dir, tmpfs, opts, open: Mutex::new(BTreeMap::new()), lock: Mutex::new(None) })
-    }
-
-    fn path_of(&self, name: &str) -> IoResult<PathBuf> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.contains('\0') {
-            return Err(IoError::os(
-                name,
-                IoOpKind::Setup,
-                0,
-                0,
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "device names are plain file names (no '/', not '.' or '..')",
-                ),
-            ));
-        }
-        Ok(self.dir.join(name))
-    }
-
-    /// Takes the directory's lock: exclusive (a writer: the lock file then names its process)
-    /// or shared (a read-only opener; several may hold it). Held until the storage is dropped.
-    fn flock(&self, shared: bool) -> IoResult<()> {
-        use std::io::{Read, Seek, Write};
-        let mut held = self.lock.locked();
-        if held.is_some() {
-            return Ok(());
-        }
-        let path = self.dir.join(super::LOCK_FILE);
-        let name = path.display().to_string();
-        let setup = |e: std::io::Error| IoError::os(&name, IoOpKind::Setup, 0, 0, e);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(setup)?;
-        let mode = if shared { libc::LOCK_SH } else { libc::LOCK_EX };
-        // SAFETY: flock on a valid descriptor has no memory-safety preconditions.
-        if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(setup(e));
-            }
-            // A writer refused while a shared lock is still free: read-only openers hold it.
-            // SAFETY: as above.
-            if !shared && unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
-                let holder = "read-only openers (Options::read_only)".to_string();
-                return Err(IoError::Locked { path: self.location(), holder });
-            }
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            let pid = text.trim().strip_prefix("pid ").and_then(|p| p.parse::<u32>().ok());
-            let holder = match pid {
-                Some(p) if p == std::process::id() => format!(
-                    "this process (pid {p}): it is already open here; share that Database (it is cheap \
-                     to clone), or drop it and every Table and Transaction of it first"
-                ),
-                Some(p) => format!("process {p}"),
-                None => "another process".to_string(),
-            };
-            return Err(IoError::Locked { path: self.location(), holder });
-        }
-        if !shared {
-            file.set_len(0).map_err(setup)?;
-            file.seek(std::io::SeekFrom::Start(0)).map_err(setup)?;
-            writeln!(file, "pid {}", std::process::id()).map_err(setup)?;
-        }
-        *held = Some(file);
-        Ok(())
-    }
-
-    /// Makes creations and removals in the directory durable (fsync of the directory).
-    pub fn sync_dir(&self) -> IoResult<()> {
-        let name = self.dir.display().to_string();
-        let d = File::open(&self.dir).map_err(|e| IoError::os(&name, IoOpKind::Sync, 0, 0, e))?;
-        d.sync_all().map_err(|e| IoError::os(&name, IoOpKind::Sync, 0, 0, e))
-    }
-}
-
-impl Storage for DirStorage {
-    fn open(&self, name: &str, create: bool) -> IoResult<Arc<dyn Device>> {
-        let path = self.path_of(name)?;
-        let mut map = self.open.locked();
-        if let Some(d) = map.get(name) {
-            return Ok(d.clone());
-        }
-        let opts = FileOptions { create, ..self.opts.clone() };
-        let dev = Arc::new(FileDevice::open_with(&path, &opts)?);
-        map.insert(name.to_string(), dev.clone());
-        Ok(dev)
-    }
-
-    fn exists(&self, name: &str) -> bool {
-        self.path_of(name).map(|p| p.exists()).unwrap_or(false)
-    }
-
-    fn list(&self) -> IoResult<Vec<String>> {
-        let loc = self.location();
-        let rd = std::fs::read_dir(&self.dir).map_err(|e| IoError::os(&loc, IoOpKind::Setup, 0, 0, e))?;
-        let mut names = Vec::new();
-        for entry in rd {
-            let entry = entry.map_err(|e| IoError::os(&loc, IoOpKind::Setup, 0, 0, e))?;
-            if entry.file_type().map(|t| t.is_file()).unwrap_or(false)
-                && entry.file_name() != super::LOCK_FILE
-            {
-                names.push(entry.file_name().to_string_lossy().into_owned());
-            }
-        }
-        names.sort();
-        Ok(names)
-    }
-
-    fn remove(&self, name: &str) -> IoResult<()> {
-        let path = self.path_of(name)?;
-        self.open.locked().remove(name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(IoError::os(&path.display().to_string(), IoOpKind::Setup, 0, 0, e)),
-        }
-    }
-
-    fn lock(&self) -> IoResult<()> {
-        self.flock(false)
-    }
-
-    fn lock_shared(&self) -> IoResult<()> {
-        self.flock(true)
-    }
-
-    fn location(&self) -> String {
-        self.dir.display().to_string()
-    }
-
-    fn in_ram(&self) -> bool {
-        self.tmpfs
-    }
-}
-
-/// True if `dir` is on tmpfs (its files live in RAM).
-fn is_tmpfs(dir: &Path) -> bool {
-    const TMPFS_MAGIC: i64 = 0x0102_1994;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
-    // SAFETY: statfs is a plain C struct of integers, for which all-zero bytes are a value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `st` a statfs we own; statfs writes only into it.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::io::{AlignedBuf, Device, QueuedOp, QueuedOpKind};
-
-    #[test]
-    fn a_closed_queue_lends_its_ring_to_the_threads_next_queue() {
-        let path = std::env::temp_dir().join(format!("nvmedb-ring-reuse-{}.db", std::process::id()));
-        let dev = FileDevice::open(&path).unwrap();
-        if !dev.uring {
-            return; // io_uring refused here: queues are synchronous, there is no ring to keep
-        }
-        let mut page = AlignedBuf::new(4096);
-        page[..5].copy_from_slice(b"hello");
-        dev.write_at(0, &page).unwrap();
-        let p = path.clone();
-        std::thread::spawn(move || {
-            let read_back = |q: &mut UringQueue<'_>| {
-                let op = QueuedOp { tag: 7, kind: QueuedOpKind::Read, offset: 0, buf: AlignedBuf::new(4096) };
-                q.submit(vec![op]).unwrap();
-                let mut done = Vec::new();
-                q.reap(1, &mut done).unwrap();
-                assert_eq!(&done[0].buf[..5], b"hello");
-            };
-            let mut first = UringQueue::new(&dev, 8).unwrap();
-            read_back(&mut first);
-            let fd = first.ring.as_raw_fd();
-            drop(first);
-            // Had the ring been closed, this file would take its descriptor number.
-            let _blocker = File::open(&p).unwrap();
-            let mut second = UringQueue::new(&dev, 8).unwrap();
-            assert_eq!(second.ring.as_raw_fd(), fd, "the second queue set up a ring of its own");
-            read_back(&mut second);
-            // A queue of another depth needs a ring of another size.
-            let third = UringQueue::new(&dev, 64).unwrap();
-            assert_ne!(third.ring.as_raw_fd(), second.ring.as_raw_fd());
-        })
-        .join()
-        .unwrap();
-        let _ = std::fs::remove_file(&path);
     }
 }
