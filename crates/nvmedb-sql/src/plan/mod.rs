@@ -41,7 +41,9 @@ pub enum IsolationLevel {
     ReadCommitted,
     /// REPEATABLE READ: run as SERIALIZABLE (it promises less).
     RepeatableRead,
-    /// SERIALIZABLE: strict two-phase locking with key-range locks.
+    /// SERIALIZABLE: strict two-phase locking on the rows read and written. No key-range
+    /// locks yet: a row inserted into a range another transaction scanned is not waited for
+    /// (a phantom).
     Serializable,
 }
 
