@@ -1185,13 +1185,7 @@ fn copy_row(plan: &CopyPlan, line: &[u8], row: &mut Vec<nvmedb::Value>) -> SqlRe
             }
         };
         if d.is_null() && !c.nullable {
-            return Err(SqlError::new(
-                code::NOT_NULL_VIOLATION,
-                format!(
-                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                    c.name, t.name
-                ),
-            ));
+            return Err(crate::exec::modify::not_null_violation(&t.name, &c.name));
         }
         row[col] = d.to_value(c.ty, &c.name)?;
     }

@@ -21,21 +21,23 @@ fn engine(e: nvmedb::Error, t: &TableInfo) -> SqlError {
     SqlError::from_engine(e, Some(&t.name))
 }
 
+/// PostgreSQL's error for a NULL stored in NOT NULL column `column` of `table` (23502).
+pub(crate) fn not_null_violation(table: &str, column: &str) -> SqlError {
+    SqlError::new(
+        code::NOT_NULL_VIOLATION,
+        format!("null value in column \"{column}\" of relation \"{table}\" violates not-null constraint"),
+    )
+    .with_table(table)
+    .with_column(column)
+}
+
 /// Converts a full row of datums into engine values (checked against the column types).
 pub(crate) fn values_of(t: &TableInfo, row: &[Datum]) -> SqlResult<Vec<Value>> {
     row.iter()
         .zip(&t.columns)
         .map(|(d, c)| {
             if d.is_null() && !c.nullable {
-                return Err(SqlError::new(
-                    code::NOT_NULL_VIOLATION,
-                    format!(
-                        "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                        c.name, t.name
-                    ),
-                )
-                .with_table(&t.name)
-                .with_column(&c.name));
+                return Err(not_null_violation(&t.name, &c.name));
             }
             d.clone().to_value(c.ty, &c.name).map_err(|e| e.with_table(&t.name))
         })
