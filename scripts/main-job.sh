@@ -6,19 +6,7 @@
 # experiment (e.g. --rows 10000 --duration 2 for the documented default run, or --full-scale).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v fio >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null || true
-fi
-if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && [ -z "${NVMEDB_PLOT_FONT:-}" ] && [ "$(id -u)" = 0 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null || true
-fi
-# Building the etcd client of automatic failover (nvmedb node --ha) needs protoc.
-if ! command -v protoc >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null || true
-  fi
-  command -v protoc >/dev/null 2>&1 || { echo "protoc is missing: apt-get install protobuf-compiler" >&2; exit 1; }
-fi
+./scripts/setup.sh main
 cargo build --release -p nvmedb-cli
 ./target/release/nvmedb machine
 exec ./target/release/nvmedb lab primitive \

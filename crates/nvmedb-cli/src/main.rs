@@ -7,7 +7,7 @@
 mod cmd;
 
 use clap::{Parser, Subcommand};
-use cmd::{advise, inspect, iobench, lab, machine, node, replication, serve, CliError};
+use cmd::{advise, backup, inspect, iobench, lab, machine, node, replication, serve, CliError};
 
 /// nvmedb: a storage engine for microsecond-latency NVMe storage, and its laboratory.
 #[derive(Parser, Debug)]
@@ -46,6 +46,12 @@ enum Commands {
     /// Serve the database over the PostgreSQL protocol (psql, pgbench, drivers) until SIGTERM
     /// or Ctrl-C, then checkpoint and exit.
     Serve(serve::ServeArgs),
+    /// Take an online base backup of a database directory (it may be running): data files
+    /// page by page, then its log, with checksums; the manifest is written last.
+    Backup(backup::BackupArgs),
+    /// Rebuild a database from a backup and the log archive, to the end or to an LSN or time
+    /// (--until); the result opens as an ordinary database.
+    Restore(backup::RestoreArgs),
 }
 
 impl Commands {
@@ -61,6 +67,8 @@ impl Commands {
             Commands::Status(_) => "status",
             Commands::Node(_) => "node",
             Commands::Serve(_) => "serve",
+            Commands::Backup(_) => "backup",
+            Commands::Restore(_) => "restore",
         }
     }
 
@@ -76,6 +84,8 @@ impl Commands {
             Commands::Status(a) => replication::status(a),
             Commands::Node(a) => node::run(a),
             Commands::Serve(a) => serve::run(a),
+            Commands::Backup(a) => backup::run_backup(a),
+            Commands::Restore(a) => backup::run_restore(a),
         }
     }
 }

@@ -17,6 +17,9 @@ use support::TmpDir;
 
 #[test]
 fn a_tiny_run_measures_overhead_delay_and_failover_on_emulated_devices() {
+    if !nvmedb_testkit::needs(nvmedb_testkit::ETCD) {
+        return;
+    }
     let tmp = TmpDir::new("lab-ha");
     let ram = PathBuf::from(format!("/dev/shm/nvmedb-lab-ha-test-{}", std::process::id()));
     let cfg = HaConfig {

@@ -4,7 +4,7 @@
 //! transactions on both servers, and the scratch directory is gone afterwards.
 //!
 //! Needs PostgreSQL 15 (`postgresql-15` on Debian). Without it the test says so and passes,
-//! unless `NVMEDB_REQUIRE_POSTGRES` is set (CI sets it, after installing the package).
+//! unless `NVMEDB_REQUIRE_POSTGRES` or `CI` is set (`nvmedb_testkit::needs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,14 +12,8 @@ use std::process::Command;
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
 fn postgres_installed() -> bool {
-    if ["initdb", "postgres", "pgbench"].iter().all(|p| Path::new(PG_BIN).join(p).is_file()) {
-        return true;
-    }
-    if std::env::var_os("NVMEDB_REQUIRE_POSTGRES").is_some() {
-        panic!("NVMEDB_REQUIRE_POSTGRES is set but PostgreSQL 15 is not installed in {PG_BIN}");
-    }
-    eprintln!("SKIPPED: PostgreSQL 15 is not installed (apt-get install postgresql-15); CI installs it and runs this test");
-    false
+    nvmedb_testkit::needs(nvmedb_testkit::POSTGRES)
+        && ["initdb", "postgres", "pgbench"].iter().all(|p| Path::new(PG_BIN).join(p).is_file())
 }
 
 struct Dir(PathBuf);

@@ -1,6 +1,7 @@
 //! `lab engine` end to end at a tiny scale: single and batched in-memory lookups, the 1 %
-//! buffer part on a table so small that its 1 % is under two frames per client (the buffer is
-//! raised, and said so, instead of failing with "no evictable frame"), full scans under each
+//! buffer part (one thread, many threads, `read_many` on one thread) on a table so small that
+//! its 1 % is under two frames per client (the buffer is raised, and said so, instead of
+//! failing with "no evictable frame"), full scans under each
 //! buffer policy, and the lock manager part; the whole-lab page reads the run. Every result
 //! file is written. No timing is asserted.
 
@@ -35,9 +36,13 @@ fn tiny_engine_bench_runs_lookups_a_raised_miss_buffer_and_locks() {
         assert_eq!(m.hit_ratio, 1.0, "batch {}: the whole table is cached", m.batch);
         assert!(m.lookups_per_s.median > 0.0 && m.lookups_per_cpu_s.median > 0.0);
     }
-    let miss = r.miss.as_ref().expect("miss part ran");
-    assert!(miss.buffer_pct > cfg.miss_buffer_pct, "1 % of 3000 rows is under 2 frames per client");
-    assert!(miss.hit_ratio < 1.0 && miss.engine_read_iops.median > 0.0, "{miss:?}");
+    let points: Vec<(usize, usize)> = r.misses.iter().map(|m| (m.threads, m.batch)).collect();
+    assert_eq!(points, [(1, 1), (8, 1), (1, 16)], "one thread, many threads, read_many");
+    for miss in &r.misses {
+        assert!(miss.buffer_pct > cfg.miss_buffer_pct, "1 % of 3000 rows is under 2 frames per client");
+        assert!(miss.hit_ratio < 1.0 && miss.engine_read_iops.median > 0.0, "{miss:?}");
+        assert!(miss.cpu_us_per_miss.median > 0.0, "{miss:?}");
+    }
     let locks = r.locks.as_ref().expect("locks part ran");
     assert_eq!(locks.contended.len(), 4, "four wait settings at one thread count");
     assert!(locks.uncontended_x_release_ns > 0.0 && locks.contended.iter().all(|c| c.txn_per_s > 0.0));
@@ -45,7 +50,8 @@ fn tiny_engine_bench_runs_lookups_a_raised_miss_buffer_and_locks() {
     let latest = latest_runs(dir.join("results")).expect("latest");
     assert_eq!(latest.len(), 1);
     assert_eq!(latest[0].summary.experiment, "engine");
-    assert!(latest[0].summary.figures.iter().any(|f| f.name == "miss/engine_read_iops"));
+    assert!(latest[0].summary.figures.iter().any(|f| f.name == "miss/threads8/batch1/lookups_per_s"));
+    assert!(latest[0].summary.figures.iter().any(|f| f.name == "miss/threads1/batch16/cpu_us_per_miss"));
     // The whole-lab page compares the scan part with seed 004's buffer policies.
     let page = nvmedb_lab::page::build(&dir.join("results")).expect("lab page");
     let row = page.rows.iter().find(|r| r.id == "seed004-scan").expect("row");

@@ -166,17 +166,10 @@ fn a_value_changed_in_a_result_file_is_on_the_page() {
     assert!(matches!(row(&page, "seed000-fig5").status, Status::Differs(_)));
 }
 
-/// Whether the browser test must run (CI sets it, having installed chromium).
-fn chromium_required() -> bool {
-    std::env::var_os("NVMEDB_REQUIRE_CHROMIUM").is_some()
-}
-
 #[test]
 fn the_page_renders_in_headless_chromium_without_errors() {
     let Some(root) = fixture() else { return };
-    if Command::new("chromium").arg("--version").output().is_err() {
-        assert!(!chromium_required(), "NVMEDB_REQUIRE_CHROMIUM is set but `chromium` is not installed");
-        eprintln!("skipping: `chromium` is not installed (apt-get install chromium)");
+    if !nvmedb_testkit::needs(nvmedb_testkit::CHROMIUM) {
         return;
     }
     let dir = scratch("chromium");

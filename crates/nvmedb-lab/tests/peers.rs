@@ -30,10 +30,13 @@ fn tiny_peer_comparison_measures_every_engine_on_every_part() {
         assert!(has(&r.load_s, 1), "{k:?} load");
         assert!(has(&r.memory, 4), "{k:?}: single and batched lookups on both tables");
         assert!(has(&r.commits, 2), "{k:?}: updates at 1 and 3 threads");
-        assert!(has(&r.miss, 1), "{k:?}: lookups through the small cache");
+        assert!(has(&r.miss, 3), "{k:?}: lookups through the small cache: 4 threads, 1 thread, batches");
     }
+    assert!(r.miss.iter().all(|x| x.cpu_us_per_op.is_some_and(|c| c.median > 0.0)), "CPU per lookup");
+    assert_eq!(r.miss_fio.len(), 3, "fio beside each 1 %-cache workload");
+    assert_eq!(r.miss_page_bytes, nvmedb::Options::default().table_page_size);
     let ratios = r.ratios();
-    assert_eq!(ratios.len(), 3 * (1 + 4 + 2 + 1), "one ratio per peer and workload");
+    assert_eq!(ratios.len(), 3 * (1 + 4 + 2 + 3), "one ratio per peer and workload");
     assert!(ratios
         .iter()
         .all(|x| x.nvmedb_over_peer.is_finite() && x.nvmedb_over_peer > 0.0 && x.peer != Kind::Nvmedb));

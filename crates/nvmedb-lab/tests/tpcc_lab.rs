@@ -166,6 +166,14 @@ fn a_profiled_point_writes_a_flame_graph_of_its_window() {
         eprintln!("skipped: perf is not installed (Debian: linux-perf)");
         return;
     }
+    if let Err(why) = nvmedb_lab::measure::profile::perf_can_sample() {
+        assert!(
+            std::env::var_os("NVMEDB_REQUIRE_PERF").is_none(),
+            "perf cannot sample and NVMEDB_REQUIRE_PERF is set: {why}"
+        );
+        eprintln!("skipped: perf cannot sample on this machine: {why}");
+        return;
+    }
     let root = scratch("profile");
     let cfg = TpccConfig {
         warehouses: 1,

@@ -82,6 +82,12 @@ pub mod code {
     pub const SERIALIZATION_FAILURE: &str = "40001";
     /// A temporary file (a spilled sort or hash) could not be written or read.
     pub const DISK_FULL_OR_TEMP: &str = "53100";
+    /// A statement waited too long (a standby that did not apply `nvmedb.min_lsn` in time).
+    pub const QUERY_CANCELED: &str = "57014";
+    /// A change on a read-only server (a standby serving reads).
+    pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+    /// The object is of the wrong kind for the statement (a change to a statistics view).
+    pub const WRONG_OBJECT_TYPE: &str = "42809";
 }
 
 /// An error reported to a SQL client.
@@ -163,6 +169,7 @@ impl SqlError {
                 Self::new(code::STRING_DATA_RIGHT_TRUNCATION, m.clone())
             }
             E::InvalidArgument(m) => Self::new(code::INVALID_PARAMETER_VALUE, m.clone()),
+            E::ReadOnly(m) => Self::new(code::READ_ONLY_SQL_TRANSACTION, m.clone()),
             E::Io(_) => Self::new(code::IO_ERROR, e.to_string()),
             E::Corruption { .. } => Self::new(code::DATA_CORRUPTED, e.to_string()),
             _ => Self::new(code::INTERNAL_ERROR, e.to_string()),

@@ -28,6 +28,8 @@ pub mod parse;
 pub mod plan;
 pub mod server;
 pub mod session;
+pub mod standby;
+pub mod stats;
 pub mod types;
 
 pub use error::{SqlError, SqlResult};

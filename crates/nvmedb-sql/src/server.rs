@@ -75,6 +75,12 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Engine options (buffer sizes, log, lock timeout).
     pub options: nvmedb::Options,
+    /// Address of the Prometheus metrics endpoint (`GET /metrics`), if any (e.g.
+    /// `127.0.0.1:9187`; port 0 picks a free port).
+    pub metrics: Option<String>,
+    /// The log archive: every finished log segment is copied there
+    /// (`nvmedb::backup::archive`).
+    pub archive: Option<PathBuf>,
 }
 
 /// How long a statement waits for a row lock before it fails with 55P03 (the server's
@@ -97,6 +103,8 @@ impl ServerConfig {
             auth: Auth::Trust,
             max_connections: 100,
             options,
+            metrics: None,
+            archive: None,
         }
     }
 }
@@ -204,6 +212,17 @@ struct Portal {
     pending: Option<(VecDeque<Vec<Datum>>, String)>,
 }
 
+/// Settings SHOW reports for a snapshot (its LSN and lag).
+pub type SnapshotSettings = Vec<(&'static str, String)>;
+
+/// Where a server serving reads of a standby gets the engine each statement runs on
+/// ([`crate::standby::StandbyReads`]).
+pub trait ReadSnapshots: Send + Sync {
+    /// The engine of a snapshot holding at least LSN `at_least`, and the settings SHOW then
+    /// reports.
+    fn engine(&self, at_least: u64) -> SqlResult<(Arc<Engine>, SnapshotSettings)>;
+}
+
 /// One connection's state behind its handlers.
 struct ConnState {
     session: Session,
@@ -214,6 +233,8 @@ struct ConnState {
 /// Shared across connections.
 struct Shared {
     engine: Arc<Engine>,
+    /// A standby serving reads: idle sessions move to its latest snapshot before each message.
+    reads: Option<Arc<dyn ReadSnapshots>>,
     active: AtomicUsize,
     max: usize,
     next_pid: AtomicI32,
@@ -238,6 +259,29 @@ impl Conn {
             statements: HashMap::new(),
             portals: HashMap::new(),
         });
+        if let Some(reads) = &self.shared.reads {
+            if st.session.status() == TxStatus::Idle {
+                let min =
+                    st.session.setting("nvmedb.min_lsn").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                match reads.engine(min) {
+                    Ok((engine, settings)) => {
+                        st.session.use_engine(engine, &settings);
+                    }
+                    Err(e) => {
+                        return self.with_error(st, e, f);
+                    }
+                }
+            }
+        }
+        f(st)
+    }
+}
+
+impl Conn {
+    /// Runs `f` after a standby could not give the snapshot the session asked for: its next
+    /// statement fails with that error instead of running.
+    fn with_error<R>(&self, st: &mut ConnState, e: SqlError, f: impl FnOnce(&mut ConnState) -> R) -> R {
+        st.session.fail_next(e);
         f(st)
     }
 }
@@ -460,12 +504,16 @@ impl SimpleQueryHandler for Conn {
                 for n in st.session.take_notices() {
                     msgs.push(notice(n));
                 }
+                self.shared.engine.sql_stats.statement();
                 match r.and_then(|o| {
                     copy |= matches!(o, Outcome::CopyIn(_));
                     outcome_messages(&mut msgs, o, true, &|_| false, 0)
                 }) {
                     Ok(_) => {}
-                    Err(e) => msgs.push(PgWireBackendMessage::ErrorResponse(error_info(e, "ERROR").into())),
+                    Err(e) => {
+                        self.shared.engine.sql_stats.error(e.code);
+                        msgs.push(PgWireBackendMessage::ErrorResponse(error_info(e, "ERROR").into()))
+                    }
                 }
             }
             (msgs, st.session.status(), copy)
@@ -551,7 +599,8 @@ impl Conn {
     ) -> PgWireResult<(R, Vec<String>)> {
         let (r, status, notices) = self.with(client, |st| {
             let r = f(st);
-            if r.is_err() {
+            if let Err(e) = &r {
+                self.shared.engine.sql_stats.error(e.code);
                 st.session.fail_current_block();
             }
             (r, st.session.status(), st.session.take_notices())
@@ -637,7 +686,10 @@ impl ExtendedQueryHandler for Conn {
             let bin = |i| is_binary(&formats, i);
             let outcome = match portal.pending.take() {
                 Some((rows, tag)) => Outcome::Rows(portal.stmt.columns.clone(), rows.into(), tag),
-                None => st.session.execute(&portal.stmt, &portal.params)?,
+                None => {
+                    self.shared.engine.sql_stats.statement();
+                    st.session.execute(&portal.stmt, &portal.params)?
+                }
             };
             let copy = matches!(outcome, Outcome::CopyIn(_));
             let portal = st.portals.get_mut(&name).expect("looked up above");
@@ -818,6 +870,7 @@ impl CopyHandler for Conn {
 /// A running server (see [`Server::start`]).
 pub struct Server {
     addr: SocketAddr,
+    metrics: Option<nvmedb::metrics::MetricsServer>,
     shared: Arc<Shared>,
     acceptor: Option<std::thread::JoinHandle<()>>,
     workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
@@ -832,13 +885,49 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Opens the database and starts accepting connections in the background.
     pub fn start(config: ServerConfig) -> Result<Server, ServeError> {
-        let db = nvmedb::Database::open(&config.data, config.options.clone()).map_err(ServeError::Engine)?;
+        let db = match &config.archive {
+            None => nvmedb::Database::open(&config.data, config.options.clone()),
+            Some(a) => nvmedb::backup::archive::open_archiving(&config.data, config.options.clone(), a),
+        }
+        .map_err(ServeError::Engine)?;
         Self::start_with(db, config)
     }
 
     /// Starts serving an already open database (`config.data` is ignored).
     pub fn start_with(db: nvmedb::Database, config: ServerConfig) -> Result<Server, ServeError> {
-        let engine = Engine::new(db).map_err(ServeError::Sql)?;
+        Self::start_engine(Engine::new(db).map_err(ServeError::Sql)?, config)
+    }
+
+    /// Starts serving an engine (a database wrapped with what else the server reports, such as
+    /// its replication state: [`Engine::with_replication`]).
+    pub fn start_engine(engine: Arc<Engine>, config: ServerConfig) -> Result<Server, ServeError> {
+        Self::start_inner(engine, None, config)
+    }
+
+    /// Starts serving reads of a standby: each statement of an idle session runs on the
+    /// snapshot `reads` gives (see [`crate::standby`]); `config.data` and `config.options` are
+    /// not used.
+    pub fn start_reads(
+        reads: Arc<crate::standby::StandbyReads>,
+        config: ServerConfig,
+    ) -> Result<Server, ServeError> {
+        let engine = reads.fresh().map_err(ServeError::Sql)?;
+        Self::start_inner(engine, Some(reads), config)
+    }
+
+    fn start_inner(
+        engine: Arc<Engine>,
+        reads: Option<Arc<dyn ReadSnapshots>>,
+        config: ServerConfig,
+    ) -> Result<Server, ServeError> {
+        let metrics = match &config.metrics {
+            None => None,
+            Some(a) => {
+                let e = engine.clone();
+                let render: nvmedb::metrics::Render = Arc::new(move || crate::stats::metrics_page(&e));
+                Some(nvmedb::metrics::MetricsServer::start(a, render).map_err(ServeError::Engine)?)
+            }
+        };
         let scram = match &config.auth {
             Auth::Trust => None,
             Auth::Scram { password_file } => Some(Arc::new(ScramSource::load(password_file)?)),
@@ -848,6 +937,7 @@ impl Server {
         let addr = listener.local_addr().map_err(|e| ServeError::Io("local address".into(), e))?;
         let shared = Arc::new(Shared {
             engine,
+            reads,
             active: AtomicUsize::new(0),
             max: config.max_connections.max(1),
             next_pid: AtomicI32::new(std::process::id() as i32 % 100_000 * 1000),
@@ -862,12 +952,17 @@ impl Server {
             .name("nvmedb-accept".into())
             .spawn(move || accept_loop(listener, sh, wk))
             .map_err(|e| ServeError::Io("cannot start the acceptor thread".into(), e))?;
-        Ok(Server { addr, shared, acceptor: Some(acceptor), workers })
+        Ok(Server { addr, metrics, shared, acceptor: Some(acceptor), workers })
     }
 
     /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the metrics endpoint, when [`ServerConfig::metrics`] asked for one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
     }
 
     /// The engine (database and SQL catalog) the server runs on.
@@ -890,6 +985,9 @@ impl Server {
         let workers: Vec<_> = self.workers.locked().drain(..).collect();
         for w in workers {
             let _ = w.join();
+        }
+        if self.shared.reads.is_some() {
+            return Ok(());
         }
         self.shared.engine.db.checkpoint().map_err(ServeError::Engine)
     }
@@ -932,6 +1030,7 @@ fn accept_loop(
             shared.conns.locked().insert(id, c);
         }
         let n = shared.active.fetch_add(1, Ordering::AcqRel) + 1;
+        shared.engine.sql_stats.connected();
         let refuse = (n > shared.max).then(|| {
             SqlError::new(
                 code::TOO_MANY_CONNECTIONS,
@@ -959,6 +1058,7 @@ fn accept_loop(
             }
             sh.conns.locked().remove(&id);
             sh.active.fetch_sub(1, Ordering::AcqRel);
+            sh.engine.sql_stats.disconnected();
         });
         if let Ok(h) = handle {
             let mut w = workers.locked();
@@ -966,6 +1066,7 @@ fn accept_loop(
             w.push(h);
         } else {
             shared.active.fetch_sub(1, Ordering::AcqRel);
+            shared.engine.sql_stats.disconnected();
         }
     }
 }
@@ -974,6 +1075,9 @@ fn accept_loop(
 /// back, a checkpoint is taken).
 pub fn serve(config: ServerConfig) -> Result<(), ServeError> {
     let server = Server::start(config.clone())?;
+    if let Some(m) = server.metrics_addr() {
+        eprintln!("nvmedb: metrics at http://{m}/metrics");
+    }
     eprintln!(
         "nvmedb: serving {} on {} ({}; connect with: psql -h {} -p {} -U $USER nvmedb)",
         config.data.display(),

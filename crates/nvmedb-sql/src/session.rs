@@ -25,13 +25,15 @@ use crate::exec::{self, ExecCtx};
 use crate::expr::EvalCtx;
 use crate::parse::{self, Parsed};
 use crate::plan::{Binder, CopyPlan, IsolationLevel, OutCol, Prepared, Stmt};
+use crate::stats::{names_a_view, SqlStats, StatViews};
 use crate::types::{now_micros, Datum, SqlType};
+use nvmedb::metrics::ReplicationSource;
 use nvmedb::util::sync::{CondvarExt, MutexExt};
 use nvmedb::{Database, Transaction};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Bit of [`Gate`]'s state word: a DDL statement holds or wants the gate.
@@ -123,11 +125,27 @@ pub struct Engine {
     pub ddl_timeout: Duration,
     /// Settings SHOW reports that describe the server (buffer size, durability).
     pub server_settings: Vec<(String, String)>,
+    /// The server's counters (statements, errors, connections).
+    pub sql_stats: SqlStats,
+    /// Reads the node's replication state for the metrics and `nvmedb_stat_replication`
+    /// (`None`: the database does not replicate).
+    pub replication: Option<ReplicationSource>,
+    /// The statistics views, made at their first use (`None` in the views' own engine).
+    stat_views: Option<OnceLock<StatViews>>,
 }
 
 impl Engine {
     /// Wraps an open database.
     pub fn new(db: Database) -> SqlResult<Arc<Self>> {
+        Self::with_replication(db, None)
+    }
+
+    /// Wraps an open database whose replication state `replication` reads.
+    pub fn with_replication(db: Database, replication: Option<ReplicationSource>) -> SqlResult<Arc<Self>> {
+        Self::build(db, replication, true)
+    }
+
+    fn build(db: Database, replication: Option<ReplicationSource>, views: bool) -> SqlResult<Arc<Self>> {
         let catalog = Catalog::load(&db)?;
         let buffer_mb = db.table_pool().memory_bytes() / (1 << 20);
         Ok(Arc::new(Self {
@@ -136,7 +154,29 @@ impl Engine {
             gate: Gate::default(),
             ddl_timeout: Duration::from_secs(30),
             server_settings: vec![("shared_buffers".into(), format!("{buffer_mb}MB"))],
+            sql_stats: SqlStats::default(),
+            replication,
+            stat_views: views.then(OnceLock::new),
         }))
+    }
+
+    /// The engine of the statistics views' own database (which has no views of its own).
+    pub(crate) fn for_views(db: Database) -> SqlResult<Arc<Self>> {
+        Self::build(db, None, false)
+    }
+
+    /// The statistics views, when a statement names one (`Ok(None)`: it names none, or this is
+    /// the views' own engine).
+    fn views_for(&self, sql: &str) -> SqlResult<Option<&StatViews>> {
+        let Some(slot) = &self.stat_views else { return Ok(None) };
+        if !names_a_view(sql) {
+            return Ok(None);
+        }
+        if let Some(v) = slot.get() {
+            return Ok(Some(v));
+        }
+        let v = StatViews::new()?;
+        Ok(Some(slot.get_or_init(|| v)))
     }
 }
 
@@ -290,6 +330,8 @@ pub struct Session {
     /// Tables this session's transaction block created or truncated (a COPY into one of
     /// them, still empty, is a bulk load).
     fresh: HashSet<String>,
+    /// The error the next statement fails with instead of running ([`Session::fail_next`]).
+    pending: Option<SqlError>,
 }
 
 impl std::fmt::Debug for Session {
@@ -341,12 +383,38 @@ impl Session {
             copy: None,
             notices: Vec::new(),
             fresh: HashSet::new(),
+            pending: None,
         }
     }
 
     /// The engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// Makes the next statement fail with `e` instead of running (a standby that could not
+    /// give the snapshot the session asked for).
+    pub fn fail_next(&mut self, e: SqlError) {
+        self.pending = Some(e);
+    }
+
+    /// Moves an idle session (no transaction block, no COPY) to `engine`, with `settings` set
+    /// as SHOW reports them (a standby serving reads gives each statement the latest snapshot
+    /// and its position and lag); its cached plans go. Returns false, changing nothing, when
+    /// the session is not idle.
+    pub fn use_engine(&mut self, engine: Arc<Engine>, settings: &[(&str, String)]) -> bool {
+        if !matches!(self.state, TxnState::Idle) || self.copy.is_some() || self.holds_gate {
+            return false;
+        }
+        if !Arc::ptr_eq(&self.engine, &engine) {
+            self.engine = engine;
+            self.cache.clear();
+            self.fresh.clear();
+        }
+        for (k, v) in settings {
+            self.settings.insert(k.to_string(), v.clone());
+        }
+        true
     }
 
     /// Transaction status.
@@ -388,6 +456,9 @@ impl Session {
 
     /// Plans one statement of text (as [`parse::split`] yields them).
     pub fn prepare(&self, text: &str, param_types: &[Option<SqlType>]) -> SqlResult<Arc<Prepared>> {
+        if let Some(v) = self.engine.views_for(text)? {
+            return v.prepare(text, param_types);
+        }
         let version = self.engine.catalog.version();
         let mk = |stmt: Stmt| Prepared {
             sql: text.to_string(),
@@ -459,6 +530,9 @@ impl Session {
     }
 
     fn simple_one(&mut self, text: &str) -> SqlResult<Outcome> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
         let cached = self.cache.get(text).cloned();
         let p = match cached {
             Some(p) => p,
@@ -549,11 +623,17 @@ impl Session {
 
     /// Runs a prepared statement with bound parameters.
     pub fn execute(&mut self, p: &Arc<Prepared>, params: &[Datum]) -> SqlResult<Outcome> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
         if self.copy.is_some() {
             return Err(SqlError::new(code::PROTOCOL_VIOLATION, "a COPY is in progress"));
         }
         if matches!(self.state, TxnState::Failed) && !matches!(p.stmt, Stmt::Commit | Stmt::Rollback) {
             return Err(failed_block());
+        }
+        if let Some(v) = self.engine.views_for(&p.sql)? {
+            return v.execute(&self.engine, p, params).inspect_err(|_| self.fail_block());
         }
         let p = self.current(p).inspect_err(|_| self.fail_block())?;
         let r = self.run(&p, params);
@@ -1027,6 +1107,11 @@ fn lookup_setting(settings: &HashMap<String, String>, engine: &Engine, name: &st
     let name = name.to_ascii_lowercase();
     if let Some(v) = settings.get(&name) {
         return Some(v.clone());
+    }
+    if name == "nvmedb.durable_lsn" {
+        // The log's durable end: a standby that applied it holds every commit acknowledged
+        // before (read-your-writes on a standby: `SET nvmedb.min_lsn` there).
+        return engine.db.engine_log().map(|l| l.record_log().durable_lsn().to_string());
     }
     if let Some((_, v)) = engine.server_settings.iter().find(|(k, _)| *k == name) {
         return Some(v.clone());

@@ -9,7 +9,10 @@
 //!   [`replay`] is the text a failure prints so it replays, and [`Replay`] prints it for a test
 //!   that panics;
 //! - [`kill`]: a test that re-runs its own binary as a child, reads the acknowledgements it
-//!   prints, and kills it with SIGKILL.
+//!   prints, and kills it with SIGKILL;
+//! - [`needs`]: whether an external program a test runs (etcd, psql, chromium, ...) is
+//!   installed; a missing one skips the test with a message naming the Debian package, or
+//!   fails it under CI (`CI` or the program's `NVMEDB_REQUIRE_*` variable set).
 //!
 //! Invariants: two scratch paths never collide (process id and a counter), and none is left
 //! behind by a passing test.
@@ -78,6 +81,65 @@ impl Drop for Replay {
             eprintln!("{}", replay(self.seed, self.iters));
         }
     }
+}
+
+/// An external program some tests run, and where it comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct Program {
+    /// The command (`etcd`), or an absolute path.
+    pub command: &'static str,
+    /// The Debian package that installs it (`etcd-server`).
+    pub package: &'static str,
+    /// The variable that makes its absence a failure (`NVMEDB_REQUIRE_ETCD`); `.ci/run` sets
+    /// it, and `CI` set to anything but `false` does the same for every program.
+    pub require_env: &'static str,
+}
+
+/// etcd (the automatic-failover tests start members of it).
+pub const ETCD: Program =
+    Program { command: "etcd", package: "etcd-server", require_env: "NVMEDB_REQUIRE_ETCD" };
+/// PostgreSQL 15's server and clients (`lab pgbench` and the SQL server's client tests).
+pub const POSTGRES: Program = Program {
+    command: "/usr/lib/postgresql/15/bin/pgbench",
+    package: "postgresql-15",
+    require_env: "NVMEDB_REQUIRE_POSTGRES",
+};
+/// Headless chromium (the lab page's browser test).
+pub const CHROMIUM: Program =
+    Program { command: "chromium", package: "chromium", require_env: "NVMEDB_REQUIRE_CHROMIUM" };
+/// fio (the lab's device reference).
+pub const FIO: Program = Program { command: "fio", package: "fio", require_env: "NVMEDB_REQUIRE_FIO" };
+
+/// Whether `program` runs (`program --version` starts): true to go on. When it does not, the
+/// test must not pass as if it had run: under CI (`CI`, or `program.require_env`, set) this
+/// panics naming the package; elsewhere it prints `SKIPPED: ...` with the package to install
+/// and returns false (the caller returns).
+pub fn needs(program: Program) -> bool {
+    let runs = std::process::Command::new(program.command)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok();
+    if runs {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    let required = std::env::var_os(program.require_env).is_some();
+    assert!(
+        !(ci || required),
+        "`{}` is not installed but this test must run here ({}): apt-get install {} \
+         (./scripts/test.sh installs it when run as root)",
+        program.command,
+        if required { program.require_env } else { "CI is set" },
+        program.package
+    );
+    eprintln!(
+        "SKIPPED: `{}` is not installed (Debian: apt-get install {}; ./scripts/test.sh installs it \
+         when run as root); {}=1 makes this a failure",
+        program.command, program.package, program.require_env
+    );
+    false
 }
 
 /// The target's temporary directory (`target/tmp`, on the disk the tests build on, where

@@ -35,19 +35,79 @@ impl LockMode {
     }
 }
 
+/// Longest key [`KeyBytes`] holds without a heap allocation.
+pub const INLINE_KEY_BYTES: usize = 38;
+
+/// The bytes of a locked key: inline up to [`INLINE_KEY_BYTES`] (encoded primary keys of a few
+/// columns), on the heap beyond, so taking a lock on a usual key allocates nothing for it.
+/// Compares, orders and hashes as its bytes.
+#[derive(Clone)]
+pub struct KeyBytes(KeyRepr);
+
+#[derive(Clone)]
+enum KeyRepr {
+    Inline { len: u8, bytes: [u8; INLINE_KEY_BYTES] },
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    /// A copy of `key`.
+    pub fn new(key: &[u8]) -> Self {
+        if key.len() <= INLINE_KEY_BYTES {
+            let mut bytes = [0u8; INLINE_KEY_BYTES];
+            bytes[..key.len()].copy_from_slice(key);
+            Self(KeyRepr::Inline { len: key.len() as u8, bytes })
+        } else {
+            Self(KeyRepr::Heap(key.into()))
+        }
+    }
+}
+
+impl std::ops::Deref for KeyBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            KeyRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyRepr::Heap(b) => b,
+        }
+    }
+}
+
+impl PartialEq for KeyBytes {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+impl Eq for KeyBytes {}
+impl std::hash::Hash for KeyBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state)
+    }
+}
+impl PartialOrd for KeyBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for KeyBytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (**self).cmp(&**other)
+    }
+}
+
 /// What is locked: a key of a table.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey {
     /// Table id.
     pub table: u32,
     /// Key bytes (normally the encoded primary key).
-    pub key: Box<[u8]>,
+    pub key: KeyBytes,
 }
 
 impl LockKey {
     /// The key `key` of table `table`.
     pub fn new(table: u32, key: &[u8]) -> Self {
-        Self { table, key: key.into() }
+        Self { table, key: KeyBytes::new(key) }
     }
 
     pub(crate) fn is(&self, table: u32, key: &[u8]) -> bool {

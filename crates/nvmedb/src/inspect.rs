@@ -270,6 +270,9 @@ pub fn describe_log(
                         .iter()
                         .map(|(pid, c)| match c {
                             PageChange::FullImage(_) => format!("{pid} full"),
+                            PageChange::NewPage(r) => {
+                                format!("{pid} new, {} B in {} range(s)", r.iter().map(|x| x.1.len()).sum::<usize>(), r.len())
+                            }
                             PageChange::Ranges(r) => {
                                 format!(
                                     "{pid} {} B in {} range(s)",

@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod btree;
 pub mod buffer;
 pub mod db;
@@ -31,6 +32,7 @@ pub mod error;
 pub mod ids;
 pub mod inspect;
 pub mod io;
+pub mod metrics;
 pub mod page;
 pub mod repl;
 pub mod table;
@@ -43,7 +45,7 @@ pub mod xlog;
 pub use buffer::{BufferPolicy, BufferStats};
 pub use db::{
     convert_row, BufferSize, BulkLoad, Database, FastLogOptions, Isolation, LogKind, Options, TableAccess,
-    TablespaceSpec, Tablespaces, Transaction, LOAD_PROGRESS_EVERY,
+    TablespaceSpec, Tablespaces, TornPageProtection, Transaction, LOAD_PROGRESS_EVERY,
 };
 pub use error::{Error, Result};
 pub use table::{ColumnType, RowView, Schema, Table, Value, READ_BATCH};

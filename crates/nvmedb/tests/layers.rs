@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// Bottom to top: a module may import only modules listed before it.
 const ORDER: &[&str] = &[
     "util", "ids", "io", "error", "page", "trace", "buffer", "btree", "wal", "xlog", "txn", "table", "db",
-    "repl", "inspect",
+    "repl", "inspect", "backup", "metrics",
 ];
 
 fn src() -> PathBuf {

@@ -7,7 +7,7 @@
 
 mod support;
 
-use nvmedb::io::{CrashSimStorage, Device, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage};
+use nvmedb::io::{Device, IoError, IoHook, IoOpKind, IoResult, Storage};
 use nvmedb::txn::LockOptions;
 use nvmedb::util::Rng;
 use nvmedb::wal::WalOptions;
@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::workload::{self, Bounds, ClientModel, Plan, Tables};
+use support::SimDisks;
 
 /// Fails every write, sync and resize once the shared countdown reaches zero (the power is
 /// cut); reads still work.
@@ -49,23 +50,19 @@ fn options() -> Options {
     }
 }
 
-struct Disks {
-    data: Arc<CrashSimStorage>,
-    log_a: Arc<CrashSimStorage>,
-    log_b: Arc<CrashSimStorage>,
-}
+/// The disks with every device behind the power cut.
+struct Disks(SimDisks);
 
 impl Disks {
+    fn new() -> Self {
+        Self(SimDisks::new())
+    }
     fn open(&self, cut: &Arc<PowerCut>, options: Options) -> nvmedb::Result<Database> {
-        let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
-            Arc::new(HookedStorage::new(s.clone(), cut.clone()))
-        };
-        Database::open_with_storages(wrap(&self.data), Some((wrap(&self.log_a), wrap(&self.log_b))), options)
+        let hook: Arc<dyn IoHook> = cut.clone();
+        self.0.open(Some(hook.clone()), Some(hook), options)
     }
     fn crash(&self, rng: &mut Rng) {
-        self.data.crash(rng);
-        self.log_a.crash(rng);
-        self.log_b.crash(rng);
+        self.0.crash(rng);
     }
 }
 
@@ -133,17 +130,15 @@ fn every_acknowledged_change_survives_a_power_cut() {
     let seeds = support::iters(300);
     let first = support::seed(0);
     let mut stats = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // Torn pages restored from the double-write area, and full page images applied.
+    let mut torn = (0u64, 0u64);
     for seed in first..first + seeds {
         let ctx = format!(
             "seed {seed} ({} cargo test -p nvmedb --test recovery_crash -- every_acknowledged)",
             support::replay(seed, 1)
         );
         let mut rng = Rng::new(seed);
-        let disks = Disks {
-            data: Arc::new(CrashSimStorage::new()),
-            log_a: Arc::new(CrashSimStorage::new()),
-            log_b: Arc::new(CrashSimStorage::new()),
-        };
+        let disks = Disks::new();
         let cut = Arc::new(PowerCut { countdown: AtomicI64::new(i64::MAX) });
         let countdown = &cut.countdown;
         {
@@ -217,6 +212,8 @@ fn every_acknowledged_change_survives_a_power_cut() {
             stats.0 += rep.pages_redone;
             stats.1 += rep.losers;
             stats.2 += rep.ops_undone;
+            torn.0 += rep.pages_restored;
+            torn.1 += rep.full_images_applied;
             let bounds: BTreeMap<u64, Bounds> = acked
                 .iter()
                 .map(|(&c, &n)| (c, Bounds { floor: n, ceil: n + u64::from(committing == Some(c)) }))
@@ -233,10 +230,12 @@ fn every_acknowledged_change_survives_a_power_cut() {
     }
     eprintln!(
         "{seeds} seeds: {} commits, {} lock conflicts retried; {} page changes redone, {} unfinished transactions, \
-         {} operations undone",
-        stats.3, stats.4, stats.0, stats.1, stats.2
+         {} operations undone; {} torn pages restored from the double-write area, {} full page images applied",
+        stats.3, stats.4, stats.0, stats.1, stats.2, torn.0, torn.1
     );
     assert!(stats.0 > 0 && stats.1 > 0, "recovery never had work to do: {stats:?}");
+    assert!(seeds < 50 || torn.0 > 0, "no crash tore a page the double-write area had to restore");
+    assert_eq!(torn.1, 0, "the default protection logs no full page images");
 }
 
 #[test]
@@ -244,11 +243,7 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
     for (seed, damage) in [(1u64, "remove"), (2, "corrupt"), (3, "remove-mirror"), (4, "corrupt-mirror")] {
         let ctx = format!("seed {seed}, {damage}");
         let mut rng = Rng::new(seed);
-        let disks = Disks {
-            data: Arc::new(CrashSimStorage::new()),
-            log_a: Arc::new(CrashSimStorage::new()),
-            log_b: Arc::new(CrashSimStorage::new()),
-        };
+        let disks = Disks::new();
         let cut = Arc::new(PowerCut { countdown: AtomicI64::new(i64::MAX) });
         let mut model: BTreeMap<i64, Row> = BTreeMap::new();
         {
@@ -266,7 +261,7 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
             std::mem::forget(db);
         }
         disks.crash(&mut rng);
-        let victim = if damage.ends_with("mirror") { &disks.log_b } else { &disks.log_a };
+        let victim = if damage.ends_with("mirror") { &disks.0.log_b } else { &disks.0.log_a };
         for name in victim.list().unwrap() {
             if damage.starts_with("remove") {
                 victim.remove(&name).unwrap();
@@ -279,6 +274,28 @@ fn losing_one_log_copy_loses_no_acknowledged_change() {
                     dev.write_at(block * 4096, &buf).unwrap();
                 }
                 dev.sync().unwrap();
+            }
+        }
+        if damage == "remove-mirror" {
+            // A log that was duplexed remembers its mirror: with the mirror gone, the open
+            // refuses (naming it) rather than going on with one copy unnoticed.
+            let e = disks
+                .open(&cut, options())
+                .err()
+                .unwrap_or_else(|| panic!("{ctx}: opened without its mirror"));
+            assert!(e.to_string().contains("log_mirror_dir"), "{ctx}: {e}");
+            // The remedy the error names: the mirror restored from the surviving copy.
+            let (a, b) = (&disks.0.log_a, &disks.0.log_b);
+            for name in a.list().unwrap().into_iter().filter(|n| n != "mirror") {
+                let src = a.device(&name).unwrap();
+                let dst = b.open(&name, true).unwrap();
+                dst.ensure_capacity(src.capacity()).unwrap();
+                let mut buf = nvmedb::io::AlignedBuf::new(4096);
+                for block in 0..src.capacity() / 4096 {
+                    src.read_at(block * 4096, &mut buf).unwrap();
+                    dst.write_at(block * 4096, &buf).unwrap();
+                }
+                dst.sync().unwrap();
             }
         }
         let db = disks.open(&cut, options()).unwrap_or_else(|e| panic!("{ctx}: recovery: {e}"));

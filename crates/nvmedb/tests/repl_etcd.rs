@@ -18,6 +18,9 @@ fn store(c: &LocalEtcd) -> EtcdStore {
 
 #[test]
 fn the_etcd_store_passes_the_conformance_suite() {
+    if !nvmedb_testkit::needs(nvmedb_testkit::ETCD) {
+        return;
+    }
     let dir = TmpDir::new("etcd-conf");
     let c = LocalEtcd::start(dir.path(), 3, WAIT).expect("local etcd cluster");
     let (a, b) = (store(&c), store(&c));
@@ -26,6 +29,9 @@ fn the_etcd_store_passes_the_conformance_suite() {
 
 #[test]
 fn the_etcd_store_survives_the_loss_of_the_etcd_leader() {
+    if !nvmedb_testkit::needs(nvmedb_testkit::ETCD) {
+        return;
+    }
     let dir = TmpDir::new("etcd-leader");
     let mut c = LocalEtcd::start(dir.path(), 3, WAIT).expect("local etcd cluster");
     let s = store(&c);
@@ -56,6 +62,9 @@ fn the_etcd_store_survives_the_loss_of_the_etcd_leader() {
 
 #[test]
 fn an_unreachable_etcd_is_unavailable_not_a_lost_lease() {
+    if !nvmedb_testkit::needs(nvmedb_testkit::ETCD) {
+        return;
+    }
     let dir = TmpDir::new("etcd-down");
     let mut c = LocalEtcd::start(dir.path(), 1, WAIT).expect("local etcd");
     let s = EtcdStore::connect(&c.url(), Duration::from_millis(500)).unwrap();

@@ -9,11 +9,14 @@
 //! there). And a checkpoint taken while such a commit is not durable does not let a crash
 //! keep its change; and point reads of other keys are not held up by that flush.
 
-use nvmedb::io::{CrashSimStorage, HookedStorage, IoError, IoHook, IoOpKind, IoResult, Storage, WriteFate};
+mod support;
+
+use nvmedb::io::{IoError, IoHook, IoOpKind, IoResult};
 use nvmedb::{ColumnType, Database, Options, Schema, Table, Value};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use support::SimDisks;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -66,19 +69,12 @@ impl IoHook for LogFlush {
     }
 }
 
-struct Disks {
-    data: Arc<CrashSimStorage>,
-    log_a: Arc<CrashSimStorage>,
-    log_b: Arc<CrashSimStorage>,
-}
+/// The disks (`support::SimDisks`), opened behind the log-flush hook.
+struct Disks(SimDisks);
 
 impl Disks {
     fn new() -> Self {
-        Self {
-            data: Arc::new(CrashSimStorage::new()),
-            log_a: Arc::new(CrashSimStorage::new()),
-            log_b: Arc::new(CrashSimStorage::new()),
-        }
+        Self(SimDisks::new())
     }
     /// Opens with the log's devices behind `hook` (the data's too, so a cut power fails all).
     fn open(&self, hook: &Arc<LogFlush>) -> Database {
@@ -89,27 +85,16 @@ impl Disks {
         self.open_hooked(hook, false)
     }
     fn open_hooked(&self, hook: &Arc<LogFlush>, data_too: bool) -> Database {
-        let wrap = |s: &Arc<CrashSimStorage>| -> Arc<dyn Storage> {
-            Arc::new(HookedStorage::new(s.clone(), hook.clone()))
-        };
-        let data = if data_too { wrap(&self.data) } else { self.data.clone() };
-        Database::open_with_storages(data, Some((wrap(&self.log_a), wrap(&self.log_b))), elr_options())
-            .unwrap()
+        let hook: Arc<dyn IoHook> = hook.clone();
+        self.0.open(data_too.then(|| hook.clone()), Some(hook), elr_options()).unwrap()
     }
     /// Opens what the devices hold (after [`Disks::crash`]: recovery runs).
     fn reopen(&self) -> Database {
-        Database::open_with_storages(
-            self.data.clone(),
-            Some((self.log_a.clone(), self.log_b.clone())),
-            elr_options(),
-        )
-        .unwrap()
+        self.0.open(None, None, elr_options()).unwrap()
     }
     /// The power goes: every write not synced is lost.
     fn crash(&self) {
-        for s in [&self.data, &self.log_a, &self.log_b] {
-            s.crash_with(|_, _, _| WriteFate::Dropped);
-        }
+        self.0.crash_dropping_unsynced();
     }
 }
 

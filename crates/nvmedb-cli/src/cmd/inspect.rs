@@ -47,7 +47,11 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
         return Err(CliError::NotADatabase { dir: a.dir.clone() });
     }
     if a.log {
-        let o = nvmedb::Options { log_mirror_dir: a.log_mirror_dir.clone(), ..Default::default() };
+        let o = nvmedb::Options {
+            log_mirror_dir: a.log_mirror_dir.clone(),
+            read_only: true,
+            ..Default::default()
+        };
         let copies = o.file_log_copies(&a.dir).map_err(CliError::engine("opening the log"))?;
         return nvmedb::inspect::describe_log(copies, a.from, a.limit)
             .map_err(CliError::engine("decoding the log"));
@@ -99,19 +103,21 @@ pub fn describe(a: &InspectArgs) -> Result<String, CliError> {
     .map_err(CliError::engine(format!("decoding a page of `{name}`")))
 }
 
-/// Opens the database in `dir` without its log, with small buffers: nothing changes (no
-/// recovery, no checkpoint), for commands that only read (`inspect`, `advise`).
+/// Opens the database in `dir` read-only and without its log, with small buffers: nothing
+/// changes (no recovery, no checkpoint, no lock file created where it cannot be), for commands
+/// that only read (`inspect`, `advise`); works on a read-only file system or a backup's copy.
 pub fn open_without_log(dir: &std::path::Path) -> Result<nvmedb::Database, CliError> {
     use nvmedb::io::{DirStorage, FileOptions};
     if !dir.join(nvmedb::db::CATALOG_FILE).exists() {
         return Err(CliError::NotADatabase { dir: dir.to_path_buf() });
     }
     let storage = std::sync::Arc::new(
-        DirStorage::new(dir, FileOptions::default())
+        DirStorage::new(dir, FileOptions { read_only: true, ..FileOptions::default() })
             .map_err(CliError::engine(format!("opening {}", dir.display())))?,
     );
     let opts = nvmedb::Options {
         create_if_missing: false,
+        read_only: true,
         table_buffer: nvmedb::BufferSize::Bytes(1 << 20),
         index_buffer: nvmedb::BufferSize::Bytes(1 << 20),
         ..Default::default()

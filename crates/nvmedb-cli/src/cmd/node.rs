@@ -66,6 +66,10 @@ pub struct NodeArgs {
     /// Seconds between status lines.
     #[arg(long, default_value_t = 10.0)]
     pub status_every: f64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9187): the database's
+    /// while this node leads, the replication state in either role.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// Flags of `nvmedb status --ha`.
@@ -109,6 +113,19 @@ fn say(line: &str) {
     let _ = o.flush();
 }
 
+/// The node's metrics page: the replication state in its role, and the database's counters
+/// while it leads.
+fn node_metrics(node: &HaNode) -> String {
+    let mut out = nvmedb::metrics::Exposition::new();
+    if let Some(lead) = node.leading() {
+        nvmedb::metrics::database(&mut out, &lead.db);
+        nvmedb::metrics::primary(&mut out, &lead.log.status());
+    } else if let Some(p) = node.standby_positions() {
+        nvmedb::metrics::standby(&mut out, &p);
+    }
+    out.finish()
+}
+
 /// Runs a node until SIGTERM/SIGINT.
 pub fn run(a: &NodeArgs) -> Result<(), CliError> {
     let secret = nvmedb::repl::read_secret(&a.secret_file).map_err(CliError::engine("reading the secret"))?;
@@ -145,8 +162,21 @@ pub fn run(a: &NodeArgs) -> Result<(), CliError> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
     }
     let name = a.name.clone();
-    let node = HaNode::start(cfg, store, Arc::new(move |e: &NodeEvent| say(&format!("{name}: {e}"))))
-        .map_err(CliError::engine(format!("starting node {}", a.name)))?;
+    let node = Arc::new(
+        HaNode::start(cfg, store, Arc::new(move |e: &NodeEvent| say(&format!("{name}: {e}"))))
+            .map_err(CliError::engine(format!("starting node {}", a.name)))?,
+    );
+    let _metrics = match &a.metrics {
+        None => None,
+        Some(addr) => {
+            let n = node.clone();
+            let render: nvmedb::metrics::Render = Arc::new(move || node_metrics(&n));
+            let m = nvmedb::metrics::MetricsServer::start(addr, render)
+                .map_err(CliError::engine(format!("serving metrics on {addr}")))?;
+            say(&format!("metrics at http://{}/metrics", m.addr()));
+            Some(m)
+        }
+    };
     say(&format!(
         "node {} on {} for {} (cluster {} on {}, lease TTL {} s, margin {} s)",
         a.name,
@@ -159,9 +189,10 @@ pub fn run(a: &NodeArgs) -> Result<(), CliError> {
     ));
     let acked = std::sync::atomic::AtomicU64::new(0);
     let every = Duration::from_secs_f64(a.status_every.max(0.1));
+    let node = &*node;
     std::thread::scope(|s| {
         for c in 0..a.clients {
-            let (node, acked) = (&node, &acked);
+            let (node, acked) = (node, &acked);
             s.spawn(move || failover::client(node, c, a.print_acks, &STOP, acked));
         }
         let mut last = std::time::Instant::now();

@@ -31,6 +31,14 @@ pub struct StandbyArgs {
     /// Seconds between status lines.
     #[arg(long, default_value_t = 10.0)]
     pub status_every: f64,
+    /// Answer read-only SQL on this address (PostgreSQL protocol, trust authentication) from
+    /// snapshots of what the standby has applied; changes are refused with 25006.
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<String>,
+    /// With --serve: how long one snapshot serves new statements before a newer one is taken,
+    /// in milliseconds (each one copies the log from the restartpoint and redoes it in memory).
+    #[arg(long, default_value_t = 200)]
+    pub snapshot_ms: u64,
 }
 
 /// Flags of `nvmedb promote` and `nvmedb status`.
@@ -77,6 +85,8 @@ pub fn standby(a: &StandbyArgs) -> Result<(), CliError> {
     })
     .map_err(CliError::engine("starting the standby"))?;
     println!("standby listening on {} for {}", sb.addr(), a.data.display());
+    let sb = std::sync::Arc::new(sb);
+    let mut server: Option<nvmedb_sql::Server> = None;
     let every = std::time::Duration::from_secs_f64(a.status_every.max(0.1));
     let mut last = std::time::Instant::now();
     loop {
@@ -94,8 +104,23 @@ pub fn standby(a: &StandbyArgs) -> Result<(), CliError> {
             for n in &r.notes {
                 println!("note: {n}");
             }
+            if let Some(s) = server.take() {
+                let _ = s.shutdown();
+            }
             sb.shutdown();
             return Ok(());
+        }
+        if let (Some(addr), None, true) = (&a.serve, &server, sb.is_seeded()) {
+            let reads = nvmedb_sql::standby::StandbyReads::new(
+                sb.clone(),
+                std::time::Duration::from_millis(a.snapshot_ms),
+            );
+            let config =
+                nvmedb_sql::ServerConfig { listen: addr.clone(), ..nvmedb_sql::ServerConfig::new(&a.data) };
+            let s = nvmedb_sql::Server::start_reads(reads, config)
+                .map_err(|e| CliError::Server { data: a.data.clone(), source: Box::new(e) })?;
+            println!("serving reads on {} (snapshots of at most {} ms)", s.addr(), a.snapshot_ms);
+            server = Some(s);
         }
         if last.elapsed() >= every {
             print!("{}", sb.status());
@@ -135,10 +160,20 @@ pub struct StatusArgs {
     /// The cluster's name (with --ha).
     #[arg(long, default_value = "default")]
     pub cluster: String,
+    /// Print the metrics of the `nvmedb serve` or `nvmedb node` whose --metrics listens at
+    /// this address (counters, gauges, and each histogram's count, sum and mean).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// Prints the status of the standby at `a.addr`, or of the cluster with `--ha`.
 pub fn status(a: &StatusArgs) -> Result<(), CliError> {
+    if let Some(m) = &a.metrics {
+        let page = nvmedb::metrics::scrape(m)
+            .map_err(|e| CliError::flag("--metrics", format!("cannot read http://{m}/metrics: {e}")))?;
+        print!("{}", nvmedb::metrics::summary(&page));
+        return Ok(());
+    }
     if let Some(ha) = &a.ha {
         return super::node::status(&super::node::ClusterArgs { ha: ha.clone(), cluster: a.cluster.clone() });
     }

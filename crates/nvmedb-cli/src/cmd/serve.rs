@@ -47,6 +47,13 @@ pub struct ServeArgs {
     /// `LockOptions::early_release`.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub early_lock_release: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9187).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Copy every finished log segment into this directory (with its checksum), and the last
+    /// one at shutdown, for `nvmedb restore --archive`.
+    #[arg(long, value_name = "DIR")]
+    pub archive: Option<PathBuf>,
 }
 
 fn buffer_size(s: &str, flag: &'static str) -> Result<BufferSize, CliError> {
@@ -83,6 +90,8 @@ pub fn config(a: &ServeArgs) -> Result<ServerConfig, CliError> {
             })?;
     }
     c.options.lock_options.early_release = a.early_lock_release == "on";
+    c.metrics = a.metrics.clone();
+    c.archive = a.archive.clone();
     Ok(c)
 }
 

@@ -29,7 +29,34 @@ pub fn randread_iops(
     engine: &str,
     secs: f64,
 ) -> Option<f64> {
-    read_iops(file, &["--rw=randread".into(), format!("--ioengine={engine}")], block_bytes, jobs, depth, secs)
+    randread(file, block_bytes, jobs, depth, engine, secs).map(|r| r.iops)
+}
+
+/// One fio random-read run: its rate and the CPU it took per read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FioReads {
+    /// Reads per second.
+    pub iops: f64,
+    /// CPU time of fio's processes (user + system, every job) per read, µs: what the kernel's
+    /// read path plus fio's own loop cost, the floor an engine's CPU per miss is compared with.
+    pub cpu_us_per_read: f64,
+}
+
+/// [`randread_iops`] with the CPU fio's processes used per read (measured as the CPU of this
+/// process's waited-for children across the run, so nothing else may run fio meanwhile).
+pub fn randread(
+    file: &Path,
+    block_bytes: usize,
+    jobs: usize,
+    depth: usize,
+    engine: &str,
+    secs: f64,
+) -> Option<FioReads> {
+    let cpu0 = super::clock::children_cpu_ns();
+    let shape = ["--rw=randread".into(), format!("--ioengine={engine}")];
+    let (iops, reads) = read_run(file, &shape, block_bytes, jobs, depth, secs)?;
+    let cpu_ns = super::clock::children_cpu_ns().saturating_sub(cpu0);
+    Some(FioReads { iops, cpu_us_per_read: cpu_ns as f64 / 1e3 / reads.max(1) as f64 })
 }
 
 /// fio's sequential read rate of `file` in MiB/s: O_DIRECT, 4 MiB reads, one job, depth 1 (how
@@ -103,6 +130,18 @@ fn read_iops(
     depth: usize,
     secs: f64,
 ) -> Option<f64> {
+    read_run(file, shape, block_bytes, jobs, depth, secs).map(|(iops, _)| iops)
+}
+
+/// [`read_iops`], with the number of reads the run made.
+fn read_run(
+    file: &Path,
+    shape: &[String],
+    block_bytes: usize,
+    jobs: usize,
+    depth: usize,
+    secs: f64,
+) -> Option<(f64, u64)> {
     let mem = huge_page_mem((jobs * depth * block_bytes) as u64).map(|m| format!("--mem={m}"));
     let out = Command::new("fio")
         .args([
@@ -126,7 +165,8 @@ fn read_iops(
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["jobs"][0]["read"]["iops"].as_f64()
+    let read = &v["jobs"][0]["read"];
+    Some((read["iops"].as_f64()?, read["total_ios"].as_u64()?))
 }
 
 /// fio's rate of 4 KiB sequential O_DIRECT writes each followed by fdatasync, one job, in a

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 pub const SAMPLE_HZ: u32 = 499;
 
 /// How long perf may take to start or to acknowledge a command before the profile fails.
-const PERF_TIMEOUT: Duration = Duration::from_secs(20);
+const PERF_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `perf record` attached to this process (see the module comment).
 pub struct Profiler {
@@ -52,6 +52,27 @@ fn io_err(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> L
 /// True when `perf` can be run.
 pub fn perf_installed() -> bool {
     Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Whether perf can sample here: `perf record -e cpu-clock` of `true`. Installed is not enough:
+/// a container or a `kernel.perf_event_paranoid` setting may forbid `perf_event_open`. The
+/// error is perf's own explanation.
+pub fn perf_can_sample() -> std::result::Result<(), String> {
+    let data = std::env::temp_dir().join(format!("nvmedb-perf-probe-{}.data", std::process::id()));
+    let out = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-o"])
+        .arg(&data)
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output();
+    let _ = std::fs::remove_file(&data);
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => {
+            Err(format!("perf record failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim()))
+        }
+        Err(e) => Err(format!("could not run perf: {e}")),
+    }
 }
 
 fn mkfifo(path: &Path) -> Result<()> {
@@ -95,7 +116,19 @@ impl Profiler {
         let log_path = data.with_extension("log");
         let log = File::create(&log_path).map_err(io_err(&log_path, "create perf's log"))?;
         let child = Command::new("perf")
-            .args(["record", "-q", "-F", &SAMPLE_HZ.to_string(), "--call-graph", "dwarf,16384", "-D", "-1"])
+            // cpu-clock, a software event: machines whose virtual CPUs count no cycles (perf's
+            // default event) still sample it.
+            .args([
+                "record",
+                "-e",
+                "cpu-clock",
+                "-F",
+                &SAMPLE_HZ.to_string(),
+                "--call-graph",
+                "dwarf,16384",
+                "-D",
+                "-1",
+            ])
             .arg("--control")
             .arg(format!("fifo:{},{}", fifos[0].display(), fifos[1].display()))
             .args(["-p", &std::process::id().to_string(), "-o"])
@@ -153,8 +186,16 @@ impl Profiler {
             if left.is_zero() || !wait_readable(self.ack.get_ref().as_raw_fd(), left) {
                 return Err(tool_err(format!("perf did not acknowledge `{cmd}`: {}", self.log_tail())));
             }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                return Err(tool_err(format!(
+                    "perf exited ({status}) before acknowledging `{cmd}`: {}",
+                    self.log_tail()
+                )));
+            }
             match self.ack.read_line(&mut line) {
                 Ok(_) if line.ends_with('\n') => break,
+                // End of file: perf closed its end; the exit check above names why.
+                Ok(0) => std::thread::sleep(Duration::from_millis(5)),
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(io_err(&self.fifos[1], "read perf's acknowledgement")(e)),

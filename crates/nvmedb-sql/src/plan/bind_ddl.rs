@@ -45,7 +45,10 @@ impl Binder<'_> {
             S::Rollback { chain: false, savepoint: None } => (Stmt::Rollback, vec![]),
             S::Set(set) => (self.set(set)?, vec![]),
             S::ShowVariable { variable } => {
-                let name = variable.iter().map(ident).collect::<Vec<_>>().join(" ");
+                let parts = variable.iter().map(ident).collect::<Vec<_>>();
+                // `nvmedb.x` (the server's own settings) arrives as two words.
+                let dotted = parts.len() == 2 && parts[0].eq_ignore_ascii_case("nvmedb");
+                let name = parts.join(if dotted { "." } else { " " });
                 let name = match name.as_str() {
                     "transaction isolation level" => "transaction_isolation".to_string(),
                     _ => name,

@@ -2,8 +2,8 @@
 //!
 //! Owns: [`TreeBuilder`]. Entries are packed into leaf nodes left to right; each node is
 //! composed in memory and written once, to a freshly allocated page, in a mini-transaction of
-//! its own (so, with a log, each new page is logged as one full image); a leaf's right-sibling
-//! link is set in the mini-transaction that writes the next leaf. Every finished node hands its
+//! its own (so, with a log, each new page is logged whole, as its bytes over a zeroed page); a
+//! leaf's right-sibling link is set in the mini-transaction that writes the next leaf. Every finished node hands its
 //! first key and page number to the level above, which is built the same way; the one node of
 //! the top level is the root.
 //!

@@ -214,8 +214,12 @@ struct VecLogger {
 }
 
 impl crate::buffer::PageLogger for VecLogger {
-    fn log_page_changes(&self, _tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> crate::error::Result<u64> {
-        let payload = build(0);
+    fn log_page_changes(
+        &self,
+        _tag: u8,
+        build: &mut dyn FnMut(Option<u64>) -> Vec<u8>,
+    ) -> crate::error::Result<u64> {
+        let payload = build(Some(0));
         let payload = &payload;
         if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(crate::error::Error::Io(crate::io::IoError::os(
@@ -406,7 +410,7 @@ fn range_visits_intervals_tile_the_range_and_hold_their_entries() {
             hi,
             |from, upto| Ok((from.map(<[u8]>::to_vec), upto.map(<[u8]>::to_vec))),
             |entries, (from, upto)| {
-                visits.push((from, upto, entries.iter().map(|(k, _)| k.clone()).collect()));
+                visits.push((from, upto, entries.iter().map(|(k, _)| k.to_vec()).collect()));
                 Ok(true)
             },
         )

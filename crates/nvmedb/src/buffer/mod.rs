@@ -21,11 +21,13 @@
 //!   mapped to no page: no other thread sees or waits for it until it is verified and mapped
 //!   (see `pool/readahead.rs`).
 
+pub mod doublewrite;
 mod frames;
 pub mod mtr;
 mod pool;
 mod writer;
 
+pub use doublewrite::{DoubleWrite, DoubleWriteStats, DOUBLEWRITE_FILE};
 pub use mtr::PageLogger;
 pub use pool::{BufferPool, Mtr, PageMut, PageRef, ReadAhead};
 

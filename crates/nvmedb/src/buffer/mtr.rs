@@ -11,9 +11,13 @@
 //!   stamps each page with that record's LSN, and only then releases the latches;
 //! - a mini-transaction that ends without commit (an error returned early, a panic) restores
 //!   every page it changed from its before-image, so the operation leaves no trace;
-//! - the first change of a page whose LSN is below the logger's full-image horizon (the last
-//!   checkpoint's redo start) is logged as a full page image, which is what repairs a page torn
-//!   by a crash during its write-back;
+//! - a new page's first change is logged whole, as its bytes over a zeroed page
+//!   ([`PageChange::NewPage`]); with a full-image horizon (torn-page protection by the log,
+//!   PostgreSQL's full_page_writes), the first change of a page whose LSN is at or below it (the
+//!   last checkpoint's redo start) is logged as a full page image, which is then what repairs
+//!   a page torn by a crash during its write-back. Without one (the default: the double-write
+//!   area repairs torn pages, `buffer/doublewrite.rs`) every other change is a diff or its
+//!   page operations;
 //! - a page changed only through [`PageMut::change_logged`](super::PageMut::change_logged) is
 //!   logged as its page operations ([`PageChange::Ops`]: a heap insert, a B+tree entry
 //!   removal…, which the layer owning the page format encodes and redoes), not as the bytes
@@ -34,10 +38,11 @@ use crate::util::bytes::{ByteReader, ByteWriter};
 /// Receives atomic groups of page changes (the WAL implements it).
 pub trait PageLogger: Send + Sync {
     /// Appends one redo record for the pool tagged `pool_tag`. The logger calls `build` with
-    /// the current full-image horizon (pages whose LSN is below it must be logged whole) and
-    /// appends the payload it returns, both under one lock that a checkpoint's change of the
-    /// horizon excludes. Returns the LSN to stamp on the changed pages.
-    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64>;
+    /// the current full-image horizon (pages whose LSN is at or below it must be logged whole;
+    /// `None`: no page is, torn pages being repaired otherwise) and appends the payload it
+    /// returns, both under one lock that a checkpoint's change of the horizon excludes. Returns
+    /// the LSN to stamp on the changed pages.
+    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(Option<u64>) -> Vec<u8>) -> Result<u64>;
 
     /// Called when a thread opens its outermost mini-transaction, before it latches any page:
     /// a logger whose space only a checkpoint frees waits here while it is nearly full, so
@@ -84,6 +89,17 @@ pub enum PageChange {
     /// Operations of the page's format, in the order they were made (see
     /// [`PageLogger::apply_page_ops`]).
     Ops(Vec<u8>),
+    /// A new page: its bytes are these ranges over a zeroed page (applicable, like a full
+    /// image, to a page that is unreadable or was never written).
+    NewPage(Vec<(u32, Vec<u8>)>),
+}
+
+impl PageChange {
+    /// True when the change gives the whole page (a full image or a new page), so redo can
+    /// apply it to a page that is unreadable.
+    pub fn is_whole(&self) -> bool {
+        matches!(self, PageChange::FullImage(_) | PageChange::NewPage(_))
+    }
 }
 
 /// A page's change as the compact encoder takes it (borrowed: nothing is copied to log it).
@@ -100,12 +116,18 @@ pub enum ChangeRef<'a> {
     },
     /// Encoded page operations.
     Ops(&'a [u8]),
+    /// A new page: the bytes that differ from a zeroed page.
+    NewPage(&'a [u8]),
 }
 
 /// Change types of both payload formats.
 const CHANGE_FULL: u8 = 1;
 const CHANGE_RANGES: u8 = 2;
 const CHANGE_OPS: u8 = 3;
+const CHANGE_NEW: u8 = 4;
+
+/// A zeroed page of the largest size, the before-image of a new page.
+static ZERO_PAGE: [u8; 65536] = [0; 65536];
 
 /// Starts a compact payload of `pages` page changes.
 pub fn encode_compact_start(out: &mut Vec<u8>, pages: usize) {
@@ -114,8 +136,9 @@ pub fn encode_compact_start(out: &mut Vec<u8>, pages: usize) {
 
 /// Appends one page's change in the compact format: file and page number as varints, the
 /// change type, then a full image (varint length, bytes), the changed ranges (each: varint gap
-/// since the previous range's end, varint length > 0, bytes; a zero gap and length end them),
-/// or the operations (varint length, bytes). LSN field and checksum are never logged.
+/// since the previous range's end, varint length > 0, bytes; a zero gap and length end them;
+/// a new page's ranges over a zeroed page likewise), or the operations (varint length, bytes).
+/// LSN field and checksum are never logged.
 pub fn encode_compact_change(out: &mut Vec<u8>, pid: PageId, change: ChangeRef<'_>) {
     let mut w = ByteWriter::to(out);
     w.var(u64::from(pid.file)).var(pid.page);
@@ -126,8 +149,18 @@ pub fn encode_compact_change(out: &mut Vec<u8>, pid: PageId, change: ChangeRef<'
         ChangeRef::Ops(ops) => {
             w.u8(CHANGE_OPS).var_bytes(ops);
         }
-        ChangeRef::Diff { before, after } => {
-            w.u8(CHANGE_RANGES);
+        ChangeRef::Diff { .. } | ChangeRef::NewPage(_) => {
+            let (before, after) = match change {
+                ChangeRef::Diff { before, after } => {
+                    w.u8(CHANGE_RANGES);
+                    (before, after)
+                }
+                ChangeRef::NewPage(after) => {
+                    w.u8(CHANGE_NEW);
+                    (&ZERO_PAGE[..after.len()], after)
+                }
+                _ => unreachable!("matched above"),
+            };
             let mut prev_end = 0usize;
             for_each_diff_range(before, after, |start, end| {
                 ByteWriter::to(out).var((start - prev_end) as u64).var_bytes(&after[start..end]);
@@ -161,7 +194,7 @@ pub fn decode_mtr_compact(payload: &[u8], page_size: usize) -> Option<MtrRecord>
                 }
                 PageChange::FullImage(img.to_vec())
             }
-            CHANGE_RANGES => {
+            kind @ (CHANGE_RANGES | CHANGE_NEW) => {
                 let mut ranges = Vec::new();
                 let mut end = 0usize;
                 loop {
@@ -180,7 +213,11 @@ pub fn decode_mtr_compact(payload: &[u8], page_size: usize) -> Option<MtrRecord>
                     }
                     ranges.push((start as u32, bytes.to_vec()));
                 }
-                PageChange::Ranges(ranges)
+                if kind == CHANGE_NEW {
+                    PageChange::NewPage(ranges)
+                } else {
+                    PageChange::Ranges(ranges)
+                }
             }
             CHANGE_OPS => PageChange::Ops(r.var_bytes()?.to_vec()),
             _ => return None,
@@ -258,8 +295,8 @@ pub fn encode_page_change(out: &mut Vec<u8>, pid: PageId, change: &PageChange) {
             out.extend_from_slice(&(img.len() as u32).to_le_bytes());
             out.extend_from_slice(img);
         }
-        PageChange::Ranges(ranges) => {
-            out.push(CHANGE_RANGES);
+        PageChange::Ranges(ranges) | PageChange::NewPage(ranges) => {
+            out.push(if matches!(change, PageChange::NewPage(_)) { CHANGE_NEW } else { CHANGE_RANGES });
             out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
             for (off, bytes) in ranges {
                 out.extend_from_slice(&off.to_le_bytes());
@@ -331,7 +368,7 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
                 }
                 PageChange::FullImage(r.take(n)?.to_vec())
             }
-            2 => {
+            kind @ (CHANGE_RANGES | CHANGE_NEW) => {
                 let n = r.u32()? as usize;
                 let mut ranges = Vec::with_capacity(n.min(4096));
                 for _ in 0..n {
@@ -342,7 +379,11 @@ fn decode_changes_prefix(payload: &[u8]) -> Option<ChangesPrefix> {
                     }
                     ranges.push((off, r.take(len)?.to_vec()));
                 }
-                PageChange::Ranges(ranges)
+                if kind == CHANGE_NEW {
+                    PageChange::NewPage(ranges)
+                } else {
+                    PageChange::Ranges(ranges)
+                }
             }
             3 => {
                 let n = r.u32()? as usize;
@@ -372,7 +413,11 @@ pub fn apply_page_change(
         PageChange::FullImage(img) => {
             page.get_mut(..img.len()).ok_or("a full image longer than the page")?.copy_from_slice(img)
         }
-        PageChange::Ranges(ranges) => {
+        PageChange::Ranges(ranges) | PageChange::NewPage(ranges) => {
+            if matches!(change, PageChange::NewPage(_)) {
+                let body = page.len() - PAGE_TRAILER_BYTES;
+                page[..body].fill(0);
+            }
             for (off, bytes) in ranges {
                 let o = *off as usize;
                 page.get_mut(o..o + bytes.len())
@@ -395,24 +440,28 @@ pub fn same_but_lsn(a: &[u8], b: &[u8]) -> bool {
         && a[PAGE_LSN_RANGE.end..end] == b[PAGE_LSN_RANGE.end..end]
 }
 
-/// Chooses how to log a page: a full image when it is new or its LSN is at or below the horizon
-/// (its first change since the last checkpoint began); else its page operations when it was
-/// changed only through them (`ops`), else the changed ranges.
+/// Chooses how to log a page: a new page as its bytes over a zeroed page; with a full-image
+/// `horizon`, a full image when the page's LSN is at or below it (its first change since the
+/// last checkpoint began); else its page operations when it was changed only through them
+/// (`ops`), else the changed ranges.
 pub(crate) fn change_for<'a>(
     before: Option<&'a [u8]>,
     after: &'a [u8],
     ops: Option<&'a [u8]>,
-    horizon: u64,
+    horizon: Option<u64>,
 ) -> ChangeRef<'a> {
     match before {
+        None => ChangeRef::NewPage(after),
         // A page whose LSN is at or below the horizon was last changed before the checkpoint
         // began (a record ending exactly at the horizon included), so the checkpoint may be
         // writing it right now: log it whole.
-        Some(b) if PageHeader::lsn_of(b) > horizon => match ops {
+        Some(b) if horizon.is_some_and(|h| PageHeader::lsn_of(b) <= h) => {
+            ChangeRef::FullImage(&after[..after.len() - PAGE_TRAILER_BYTES])
+        }
+        Some(b) => match ops {
             Some(o) => ChangeRef::Ops(o),
             None => ChangeRef::Diff { before: b, after },
         },
-        _ => ChangeRef::FullImage(&after[..after.len() - PAGE_TRAILER_BYTES]),
     }
 }
 
@@ -463,6 +512,41 @@ mod tests {
             }
             assert!(decode_mtr_compact(&out, size * 2).is_none());
         }
+    }
+
+    #[test]
+    fn new_pages_are_ranges_over_zeroes_and_full_images_need_a_horizon() {
+        let mut after = vec![0u8; 4096];
+        PageHeader::init(&mut after, crate::page::PageType::Heap, 3, 9);
+        after[100..140].fill(7);
+        after[4000..4010].fill(1);
+        let mut out = Vec::new();
+        encode_compact_start(&mut out, 1);
+        encode_compact_change(&mut out, PageId::new(3, 9), change_for(None, &after, None, None));
+        encode_compact_annotation(&mut out, None);
+        assert!(out.len() < 128, "a new page is logged in {} bytes", out.len());
+        let m = decode_mtr_compact(&out, 4096).unwrap();
+        let new = &m.changes[0].1;
+        assert!(matches!(new, PageChange::NewPage(_)) && new.is_whole(), "{new:?}");
+        // The fixed-width encoding round-trips it too.
+        let mut fixed = 4096u32.to_le_bytes().to_vec();
+        fixed.extend_from_slice(&1u32.to_le_bytes());
+        encode_page_change(&mut fixed, PageId::new(3, 9), new);
+        assert_eq!(decode_page_changes(&fixed).unwrap().1, m.changes);
+        // It rebuilds the page over whatever an unreadable page held.
+        let mut redo = vec![0xAB; 4096];
+        apply_page_change(&mut redo, new, 50, &no_ops).unwrap();
+        assert!(same_but_lsn(&redo, &after));
+        // A page changed since the horizon is a diff (or its operations); one at or below it
+        // is whole only with a horizon (the full-page-image protection).
+        let mut before = after.clone();
+        PageHeader::set_lsn(&mut before, 10);
+        let mut changed = before.clone();
+        changed[200] = 1;
+        assert!(matches!(change_for(Some(&before), &changed, None, Some(10)), ChangeRef::FullImage(_)));
+        assert!(matches!(change_for(Some(&before), &changed, None, Some(9)), ChangeRef::Diff { .. }));
+        assert!(matches!(change_for(Some(&before), &changed, None, None), ChangeRef::Diff { .. }));
+        assert!(matches!(change_for(Some(&before), &changed, Some(b"x"), None), ChangeRef::Ops(_)));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Fuzzy checkpoints: taken at open, at close, on demand, and when the log asks for one at a
 //! transaction start.
 //!
-//! Owns: [`Database::checkpoint`] and the hook transaction starts call. Invariants: one
+//! Owns: [`Database::checkpoint`], the hook transaction starts call, and the checkpoints'
+//! durations ([`Database::checkpoint_stats`]). Invariants: one
 //! checkpoint at a time; the catalog names a redo/undo start only once every commit appended
 //! before it is durable and every page dirtied before it is written; log segments are released
 //! only below the undo start.
@@ -31,7 +32,8 @@ impl Database {
         self.checkpoint()
     }
 
-    /// A fuzzy checkpoint: raises the full-image horizon, writes every dirty page (while other
+    /// A fuzzy checkpoint: raises the full-image horizon (used only by the full-page-image
+    /// protection), writes every dirty page (through the double-write area; while other
     /// threads keep working), records the new redo start in the catalog, and releases log
     /// segments no longer needed. Without a log it is [`Database::flush`].
     pub fn checkpoint(&self) -> Result<()> {
@@ -55,7 +57,21 @@ impl Database {
         }
     }
 
+    /// How long the checkpoints since open took (nanoseconds; the operational metrics).
+    pub fn checkpoint_stats(&self) -> crate::util::hist::HistogramSnapshot {
+        self.inner.checkpoint_ns.snapshot()
+    }
+
     fn checkpoint_locked(&self) -> Result<()> {
+        let started = std::time::Instant::now();
+        let r = self.checkpoint_steps();
+        if r.is_ok() {
+            self.inner.checkpoint_ns.record(started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64);
+        }
+        r
+    }
+
+    fn checkpoint_steps(&self) -> Result<()> {
         let Some(t) = &self.inner.txn.log else { return self.flush() };
         let redo = t.log().begin_checkpoint();
         let undo = t.oldest_active_lsn().map_or(redo, |a| a.min(redo));

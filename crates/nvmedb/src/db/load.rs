@@ -16,7 +16,7 @@
 //! while the next buffer is composed), then synced before the switch: the data is written
 //! once, and a crash before the switch leaves only a file that no catalog names. When the log
 //! ships to standbys ([`RecordLog::ships_records`](crate::wal::RecordLog::ships_records)),
-//! which rebuild their files from the log alone, every heap page is logged as a full image
+//! which rebuild their files from the log alone, every heap page is logged whole
 //! instead (a new page's first change always is), so a standby receives it. B+tree pages are
 //! always logged as images (they are a few percent of the data). With a log, the load waits
 //! until the log is durable before the switch; without one, both pools are flushed and synced.

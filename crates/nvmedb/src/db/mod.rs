@@ -24,9 +24,12 @@ pub use crate::table::catalog::DEFAULT_TABLESPACE;
 pub use crate::table::files::{heap_name, index_name, CATALOG_FILE};
 pub use ddl::{convert_row, BulkLoad};
 pub use load::LOAD_PROGRESS_EVERY;
-pub use options::{BufferSize, FastLogOptions, LogKind, Options, DEFAULT_LOG_MIRROR_DIR, MIN_PERCENT_FRAMES};
+pub use options::{
+    BufferSize, FastLogOptions, LogKind, Options, TornPageProtection, DEFAULT_LOG_MIRROR_DIR,
+    MIN_PERCENT_FRAMES,
+};
 pub use recovery::RecoveryReport;
-pub(crate) use recovery::{PageFiles, Redo, RedoPages};
+pub(crate) use recovery::{repair_torn_pages, PageFiles, Redo, RedoPages};
 pub use tablespace::{parse_profile, TableAccess, TablespaceSpec, Tablespaces};
 pub use transaction::{Isolation, Transaction};
 
@@ -54,6 +57,8 @@ struct DbInner {
     recovery: RecoveryReport,
     /// One checkpoint at a time.
     checkpoint_lock: Mutex<()>,
+    /// How long each checkpoint took, in nanoseconds (the operational metrics).
+    checkpoint_ns: crate::util::hist::AtomicHistogram,
 }
 
 /// An open database. Cheap to clone; all clones share the same state.
@@ -129,6 +134,12 @@ impl Database {
     /// Counters of the table pool and the index pool.
     pub fn buffer_stats(&self) -> (BufferStats, BufferStats) {
         (self.inner.table_pool.stats(), self.inner.index_pool.stats())
+    }
+
+    /// Counters of the double-write area both pools write through since the open (`None`
+    /// unless [`Options::torn_page_protection`] is the double-write area).
+    pub fn doublewrite_stats(&self) -> Option<crate::buffer::DoubleWriteStats> {
+        self.inner.table_pool.doublewrite().map(|dw| dw.stats())
     }
 
     /// Faults the memory of both buffer pools in now (see [`BufferPool::prefault`]): a server

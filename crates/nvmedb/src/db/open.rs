@@ -2,9 +2,10 @@
 //!
 //! Owns: what a directory must hold to be opened or created, the log kind it keeps, recovery
 //! of a crashed database opened without a log, starting a new log after lost records, and
-//! removing what a failed create made. Invariants: a directory holding files but no catalog is
+//! removing what a failed open made. Invariants: a directory holding files but no catalog is
 //! refused; a database is opened only with the log kind it keeps; a failed create leaves
-//! nothing behind (what existed was empty).
+//! nothing behind (what existed was empty), and a failed open of an existing database leaves
+//! its directory as it found it (no new lock file or log directory).
 
 use super::{Database, FastLogOptions, LogKind, Options, CATALOG_FILE};
 use crate::error::{Error, Result};
@@ -50,7 +51,14 @@ impl Database {
                     path.display()
                 )));
             }
-            return Self::open_dir(path, options);
+            // A failed read-only open leaves no lock file behind either.
+            let lock = path.join(crate::io::LOCK_FILE);
+            let had_lock = lock.exists();
+            let opened = Self::open_dir(path, options);
+            if opened.is_err() && !had_lock {
+                let _ = std::fs::remove_file(&lock);
+            }
+            return opened;
         }
         let has_files = |d: &std::path::Path| std::fs::read_dir(d).is_ok_and(|mut r| r.next().is_some());
         let (file_log, fast_log) = (path.join("wal"), path.join("xlog"));
@@ -102,7 +110,26 @@ impl Database {
                 let _ = std::fs::remove_file(r);
             }
         }
+        // What this open may add to an existing database (the lock file, the log directories,
+        // the fast log's ring): a failed open removes what it added, so the directory is left as
+        // it was found (a database with a damaged catalog gains no LOCK and no wal/).
+        let addable: Vec<std::path::PathBuf> = [
+            Some(path.join(crate::io::LOCK_FILE)),
+            Some(file_log.clone()),
+            Some(fast_log.clone()),
+            mirror.clone(),
+            ring.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.exists())
+        .collect();
         let opened = Self::open_dir(path, options);
+        if opened.is_err() && is_db {
+            for p in &addable {
+                let _ = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+            }
+        }
         if opened.is_err() && !is_db {
             // A failed create leaves nothing behind (what existed was empty).
             let _ = if existed { clear_dir(path) } else { std::fs::remove_dir_all(path) };
@@ -169,7 +196,7 @@ impl Database {
     }
 
     fn open_dir(path: &std::path::Path, options: Options) -> Result<Self> {
-        let fo = crate::io::FileOptions::default();
+        let fo = crate::io::FileOptions { read_only: options.read_only, ..Default::default() };
         let storage = crate::io::DirStorage::new(path, fo.clone())?;
         // Lock before the log directories are touched.
         if options.read_only {

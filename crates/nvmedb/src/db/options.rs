@@ -94,6 +94,33 @@ impl FastLogOptions {
     }
 }
 
+/// How a page torn by a crash during its write-back (some of its sectors new, the rest old) is
+/// repaired. Every page carries a checksum, so a torn page is always detected; this chooses
+/// what restores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TornPageProtection {
+    /// The default: every in-place write of data pages (evictions, the background writer, the
+    /// checkpoint's flush, recovery's write-back) first writes copies of the pages to the
+    /// double-write area (`doublewrite.nvdw` in the data directory, [`Options::doublewrite_bytes`]
+    /// long) and syncs it; an open restores a torn page from its copy before redo. The log
+    /// holds no full page images: a page's first change after a checkpoint is a diff like any
+    /// other (InnoDB's doublewrite buffer). Costs one extra write and sync per batch of
+    /// write-backs, which concurrent writers share.
+    #[default]
+    DoubleWrite,
+    /// The first change of each page after each checkpoint is logged as a full page image,
+    /// which redo applies to a torn page (PostgreSQL's full_page_writes): no extra data writes,
+    /// but a page image in the log per page touched after each checkpoint.
+    FullPageImages,
+    /// No protection: only for devices whose page-sized writes are atomic (a write of a page
+    /// reaches the medium whole or not at all, even at a power loss: some NVMe SSDs with power
+    /// loss protection and atomic write units of at least the page size, ZFS and other
+    /// copy-on-write file systems, battery-backed RAM). On any other device a crash during a
+    /// write-back can leave a torn page that nothing repairs: the database then fails to open
+    /// (redo finds the page unreadable) or reports the page corrupt when it is read.
+    None,
+}
+
 /// Options for opening a database.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -191,6 +218,16 @@ pub struct Options {
     /// doubles as the keys read outgrow it (64 bytes per 4 entries, grown once half are in
     /// use: at most 64 bytes per key read, 21–42 measured), while the tables' maps together stay within this.
     pub row_hint_bytes: usize,
+    /// What repairs pages torn by a crash during their write-back (default: the double-write
+    /// area; see [`TornPageProtection`]).
+    pub torn_page_protection: TornPageProtection,
+    /// Size of the double-write area's ring (default 16 MiB; at least 1 MiB). A region of the
+    /// ring is reused only once the in-place writes it protects are durable, so each time the
+    /// ring wraps the data files written since the last wrap are synced first: a larger area
+    /// makes that rarer (a checkpoint flushing more than this many bytes of dirty pages syncs
+    /// the data files about once per area's worth). Used only with
+    /// [`TornPageProtection::DoubleWrite`]; the file is allocated as it is first filled.
+    pub doublewrite_bytes: u64,
 }
 
 impl Default for Options {
@@ -216,6 +253,8 @@ impl Default for Options {
             tablespaces: Tablespaces::new(),
             read_only: false,
             row_hint_bytes: 64 << 20,
+            torn_page_protection: TornPageProtection::DoubleWrite,
+            doublewrite_bytes: crate::buffer::doublewrite::DEFAULT_AREA_BYTES,
         }
     }
 }
@@ -236,7 +275,7 @@ impl Options {
     /// The copies of the file log of the database in `dir`, as O_DIRECT directory storages:
     /// `<dir>/wal`, and the mirror when the log is duplexed ([`Options::log_mirror`]).
     pub fn file_log_copies(&self, dir: &std::path::Path) -> Result<Vec<Arc<dyn Storage>>> {
-        let fo = crate::io::FileOptions::default();
+        let fo = crate::io::FileOptions { read_only: self.read_only, ..Default::default() };
         let mut copies: Vec<Arc<dyn Storage>> =
             vec![Arc::new(crate::io::DirStorage::new(dir.join("wal"), fo.clone())?)];
         if let Some(m) = self.log_mirror(dir) {

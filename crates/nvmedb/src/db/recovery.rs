@@ -8,21 +8,24 @@
 //! (io_uring where the device has it) before applying them, so redo waits for the disk once per
 //! window rather than once per page, and never for the log unless the reader falls behind. It
 //! reads the log from the checkpoint's undo start, applies every page
-//! change at or after the redo start whose LSN is above the page's LSN (full images repair torn
-//! pages; a diff on a page that is neither valid nor preceded by a full image is corruption),
-//! writes the repaired pages back and syncs them, and returns each unfinished transaction's
+//! change at or after the redo start whose LSN is above the page's LSN (pages torn by the crash
+//! were restored from the double-write area before redo, [`repair_torn_pages`]; full images,
+//! when the log holds them, and new pages' first changes apply to unreadable pages; a diff on a
+//! page that is neither valid nor preceded by one of those is corruption), writes the repaired
+//! pages back (through the double-write area) and syncs them, and returns each unfinished transaction's
 //! logical operations with their LSNs for the undo pass (which runs through the tables once
 //! they are open, over every loser's operations at once in reverse LSN order).
 //! Invariant: redo is idempotent — running it twice, or crashing during it, is harmless.
 
 use super::{heap_name, index_name};
+use crate::buffer::doublewrite::{self, DoubleWrite, DwPage, RepairReport};
 use crate::buffer::mtr::{apply_page_change, MtrRecord, PageChange};
 use crate::buffer::PageId;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Device, Storage, DIRECT_IO_ALIGN};
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogData;
-use crate::wal::engine::{EngineRecord, TxnOp, TAG_TABLE};
+use crate::wal::engine::{EngineRecord, TxnOp, TAG_INDEX, TAG_TABLE};
 use crate::wal::{LogRecord, Lsn, RecordLog, RecordReader};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -102,6 +105,8 @@ pub struct RecoveryReport {
     pub pages_redone: u64,
     /// Full page images applied.
     pub full_images_applied: u64,
+    /// Pages torn by the crash, restored from the double-write area before redo.
+    pub pages_restored: u64,
     /// Transactions that had not committed and were rolled back.
     pub losers: u64,
     /// Their operations undone.
@@ -158,13 +163,20 @@ pub(crate) struct RedoPages<'a> {
     spare: HashMap<usize, Vec<AlignedBuf>>,
     /// Where [`RedoPages::prefetch`] reads runs of pages before copying them out.
     staging: Option<AlignedBuf>,
+    /// The double-write area write-backs go through (none: pages are written in place only).
+    doublewrite: Option<Arc<DoubleWrite>>,
 }
 
 impl<'a> RedoPages<'a> {
     /// Pages of the data files `files` holds, at most `capacity` of them before
     /// [`RedoPages::needs_room`] says so; a page read with an LSN above `lsn_limit` is
-    /// corruption (`u64::MAX` accepts any).
-    pub(crate) fn new(files: PageFiles<'a>, lsn_limit: u64, capacity: usize) -> Self {
+    /// corruption (`u64::MAX` accepts any). Write-backs go through `doublewrite` when given.
+    pub(crate) fn new(
+        files: PageFiles<'a>,
+        lsn_limit: u64,
+        capacity: usize,
+        doublewrite: Option<Arc<DoubleWrite>>,
+    ) -> Self {
         Self {
             files,
             lsn_limit,
@@ -173,6 +185,7 @@ impl<'a> RedoPages<'a> {
             devices: HashMap::new(),
             spare: HashMap::new(),
             staging: None,
+            doublewrite,
         }
     }
 
@@ -324,7 +337,7 @@ impl<'a> RedoPages<'a> {
         if p.valid && PageHeader::lsn_of(&p.buf) >= end_lsn {
             return Ok(Redo::AlreadyThere);
         }
-        if !p.valid && !full {
+        if !p.valid && !change.is_whole() {
             return Ok(Redo::Unappliable);
         }
         apply_page_change(&mut p.buf, change, end_lsn, &crate::btree::apply_page_ops).map_err(|detail| {
@@ -348,7 +361,8 @@ impl<'a> RedoPages<'a> {
     }
 
     /// Writes every changed page back (sealed, in file and page order, in batches of
-    /// [`WRITE_BACK_BATCH_PAGES`] per file), then syncs every data file read.
+    /// [`WRITE_BACK_BATCH_PAGES`] per file, each batch's copies first made durable in the
+    /// double-write area when there is one), then syncs every data file read.
     pub(crate) fn write_back(&mut self) -> Result<()> {
         let mut keys: Vec<(u8, u32, u64)> =
             self.pages.iter().filter(|(_, p)| p.dirty).map(|(k, _)| *k).collect();
@@ -370,15 +384,34 @@ impl<'a> RedoPages<'a> {
                 staging[j * ps..(j + 1) * ps].copy_from_slice(&self.pages[k].buf);
             }
             let pages: Vec<u64> = batch.iter().map(|k| k.2).collect();
-            let mut reqs: Vec<crate::io::IoRequest<'_>> = runs(&pages, RUN_BYTES / ps)
-                .into_iter()
-                .map(|(i, n)| crate::io::IoRequest::Write {
-                    offset: pages[i] * ps as u64,
-                    buf: &staging[i * ps..(i + n) * ps],
-                })
-                .collect();
-            dev.submit_batch(&mut reqs)?;
-            drop(reqs);
+            // Runs of consecutive pages among `pages[range]`, one write request each.
+            let write_runs = |range: std::ops::Range<usize>| -> Result<()> {
+                let base = range.start;
+                let mut reqs: Vec<crate::io::IoRequest<'_>> = runs(&pages[range], RUN_BYTES / ps)
+                    .into_iter()
+                    .map(|(i, n)| crate::io::IoRequest::Write {
+                        offset: pages[base + i] * ps as u64,
+                        buf: &staging[(base + i) * ps..(base + i + n) * ps],
+                    })
+                    .collect();
+                Ok(dev.submit_batch(&mut reqs)?)
+            };
+            match &self.doublewrite {
+                Some(dw) => {
+                    let copies: Vec<DwPage<'_>> = pages
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &page)| DwPage {
+                            tag,
+                            pid: PageId::new(file, page),
+                            bytes: &staging[j * ps..(j + 1) * ps],
+                            device: &dev,
+                        })
+                        .collect();
+                    dw.write(&copies, &mut |r| write_runs(r))?;
+                }
+                None => write_runs(0..pages.len())?,
+            }
             self.staging = Some(staging);
             from += batch.len();
         }
@@ -400,15 +433,46 @@ impl<'a> RedoPages<'a> {
     }
 }
 
+/// Restores the pages of `files` that a crash tore during their write-back from their copies
+/// in the double-write file of `dw_storage` (see [`doublewrite::repair`]), with `write`; only
+/// the files of live tables (those `live` names, or any that exists when `live` is `None`)
+/// with their pool's page size (`table_page`, `index_page`) are considered.
+pub(crate) fn repair_torn_pages(
+    dw_storage: &dyn Storage,
+    files: PageFiles<'_>,
+    live: Option<&std::collections::HashSet<u32>>,
+    (table_page, index_page): (usize, usize),
+    write: bool,
+) -> Result<RepairReport> {
+    let mut locate = |tag: u8, file: u32, ps: usize| -> Result<Option<Arc<dyn Device>>> {
+        let expected = if tag == TAG_TABLE { table_page } else { index_page };
+        if (tag != TAG_TABLE && tag != TAG_INDEX)
+            || ps != expected
+            || live.is_some_and(|l| !l.contains(&file))
+        {
+            return Ok(None);
+        }
+        let name = if tag == TAG_TABLE { heap_name(file) } else { index_name(file) };
+        let storage = match files {
+            PageFiles::One(storage) => storage,
+            PageFiles::Placed(spaces, catalog) => spaces.for_file(catalog, tag, file)?.as_ref(),
+        };
+        Ok(if storage.exists(&name) { Some(storage.open(&name, false)?) } else { None })
+    };
+    doublewrite::repair(dw_storage, &mut locate, write)
+}
+
 /// Redo pass. Returns the unfinished transactions, the largest transaction id seen, and a
 /// report (undo counters filled in by the caller). With `check_only` (a read-only open) it
 /// writes nothing and stops at the first page change it would apply (`pages_redone` 1).
+/// Write-backs go through `doublewrite` when given.
 pub(crate) fn redo(
     spaces: &super::tablespace::Spaces,
     catalog: &CatalogData,
     log: &dyn RecordLog,
     accept_lost_log: bool,
     check_only: bool,
+    doublewrite: Option<Arc<DoubleWrite>>,
 ) -> Result<(Losers, u64, RecoveryReport)> {
     let started = Instant::now();
     let recovered = &log.recovered();
@@ -440,6 +504,7 @@ pub(crate) fn redo(
         PageFiles::Placed(spaces, catalog),
         if accept_lost_log { u64::MAX } else { log_end },
         REDO_CACHE_PAGES,
+        doublewrite,
     );
     let (table_page, index_page) = (catalog.table_page_size as usize, catalog.index_page_size as usize);
     let live: std::collections::HashSet<u32> = catalog.tables.iter().map(|t| t.id).collect();
@@ -543,9 +608,11 @@ fn unappliable(tag: u8, pid: PageId, lsn: Lsn) -> Error {
     Error::Corruption {
         file: format!("{} page {}", if tag == TAG_TABLE { "heap" } else { "index" }, pid),
         offset: lsn,
-        detail:
-            "page is unreadable (torn or missing) and the log holds no full image of it before this change"
-                .into(),
+        detail: format!(
+            "page is unreadable (torn or missing), the double-write file ({}) held no valid copy of it, \
+             and the log holds no full image of it before this change",
+            doublewrite::DOUBLEWRITE_FILE
+        ),
     }
 }
 

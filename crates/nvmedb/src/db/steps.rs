@@ -1,19 +1,22 @@
 //! The steps of [`Database::open_with_log`], in order: lock the directory, read (or create)
-//! the catalog, open the tablespaces, open the log and redo, size the buffer pools and attach
-//! the log to them, open the tables, delete stray files, undo unfinished transactions, record
-//! the recovery in the log, then start checkpointing.
+//! the catalog, open the tablespaces, restore torn pages from the double-write area, open the
+//! log and redo, size the buffer pools and attach the log to them, open the tables, delete
+//! stray files, undo unfinished transactions, record the recovery in the log, then start
+//! checkpointing.
 //!
 //! Owns: each step, and sizing the pools from the options and the data files. Invariants: the
-//! directory is locked before anything is read; a new log for an existing database starts
-//! above every page LSN on disk; a read-only open keeps no log and refuses one that needs
-//! recovery; losers are undone in reverse LSN order before anything else changes.
+//! directory is locked before anything is read; torn pages are restored (and synced) before
+//! redo reads any page, and only then does the double-write area start a new generation; a
+//! new log for an existing database starts above every page LSN on disk; a read-only open
+//! keeps no log and refuses one that needs recovery; losers are undone in reverse LSN order
+//! before anything else changes.
 
 use super::{
     heap_name, index_name, recovery, tablespace, BufferSize, Database, DbInner, Options, RecoveryReport,
-    CATALOG_FILE, MIN_PERCENT_FRAMES,
+    TornPageProtection, CATALOG_FILE, MIN_PERCENT_FRAMES,
 };
 use crate::btree::BTree;
-use crate::buffer::{BufferPool, PoolConfig};
+use crate::buffer::{BufferPool, DoubleWrite, PoolConfig, DOUBLEWRITE_FILE};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::table::catalog::{CatalogData, CatalogStore, TableMeta};
@@ -109,9 +112,15 @@ impl Database {
         let (store, data) = Self::read_catalog(storage.as_ref(), &options)?;
         let spaces = tablespace::Spaces::open(storage.clone(), &data, &options.tablespaces)?;
         let started = std::time::Instant::now();
+        let (doublewrite, restored) = Self::restore_torn_pages(storage.as_ref(), &spaces, &data, &options)?;
         let Redone { log: file_log, losers, max_txn, mut report } =
-            Self::open_log_and_redo(storage.as_ref(), &spaces, &data, log, &options)?;
+            Self::open_log_and_redo(storage.as_ref(), &spaces, &data, log, &options, doublewrite.clone())?;
+        report.pages_restored = restored;
         let (table_pool, index_pool) = Self::buffer_pools(&spaces, &data, &options)?;
+        if let Some(dw) = &doublewrite {
+            table_pool.set_doublewrite(dw.clone(), TAG_TABLE)?;
+            index_pool.set_doublewrite(dw.clone(), TAG_INDEX)?;
+        }
         let txn_log = Self::attach_log(file_log, max_txn, &options, &table_pool, &index_pool)?;
         let txn = Arc::new(TxnShared::new(
             txn_log.clone(),
@@ -143,6 +152,7 @@ impl Database {
                 txn,
                 recovery: report,
                 checkpoint_lock: Mutex::new(()),
+                checkpoint_ns: crate::util::hist::AtomicHistogram::new(&crate::util::hist::NANOS_BOUNDS),
             }),
         };
         db.start_checkpointing()?;
@@ -219,15 +229,48 @@ impl Database {
         Ok((store, data))
     }
 
+    /// Restores the pages a crash tore during their write-back from their copies in the
+    /// double-write file (whatever the protection chosen now: the last opener may have chosen
+    /// the area), then, with [`TornPageProtection::DoubleWrite`], starts the area's new
+    /// generation, which every in-place write goes through from now on; with another
+    /// protection the file is removed (its copies would be older than later writes). Returns
+    /// the area and the number of pages restored. A read-only open restores nothing (such a
+    /// page reads as a checksum failure that names it).
+    fn restore_torn_pages(
+        storage: &dyn Storage,
+        spaces: &tablespace::Spaces,
+        data: &CatalogData,
+        options: &Options,
+    ) -> Result<(Option<Arc<DoubleWrite>>, u64)> {
+        let live: std::collections::HashSet<u32> = data.tables.iter().map(|t| t.id).collect();
+        let sizes = (data.table_page_size as usize, data.index_page_size as usize);
+        let files = recovery::PageFiles::Placed(spaces, data);
+        let rep = recovery::repair_torn_pages(storage, files, Some(&live), sizes, !options.read_only)?;
+        if options.read_only {
+            // Nothing is written: a page the area could restore (torn by a crash, or damaged
+            // since) reads as a checksum failure naming it, which is what `nvmedb inspect` is
+            // for; a read-write open restores it.
+            return Ok((None, 0));
+        }
+        if options.torn_page_protection != TornPageProtection::DoubleWrite {
+            if !rep.missing {
+                storage.remove(DOUBLEWRITE_FILE)?;
+            }
+            return Ok((None, rep.pages_restored));
+        }
+        Ok((Some(DoubleWrite::create(storage, options.doublewrite_bytes)?), rep.pages_restored))
+    }
+
     /// Opens the log (a new log for an existing database starts above every page LSN on disk)
-    /// and redoes it from the catalog's checkpoint. A read-only open keeps no log and refuses
-    /// one that needs recovery.
+    /// and redoes it from the catalog's checkpoint, writing pages back through `doublewrite`.
+    /// A read-only open keeps no log and refuses one that needs recovery.
     fn open_log_and_redo(
         storage: &dyn Storage,
         spaces: &tablespace::Spaces,
         data: &CatalogData,
         log: Option<Box<dyn LogOpener>>,
         options: &Options,
+        doublewrite: Option<Arc<DoubleWrite>>,
     ) -> Result<Redone> {
         let Some(opener) = log else {
             return Ok(Redone {
@@ -245,8 +288,14 @@ impl Database {
             initial_lsn = max_page_lsn(spaces, data)?.max(data.checkpoint_redo_lsn) + 1;
         }
         let file_log = opener.open(initial_lsn)?;
-        let (losers, max_txn, report) =
-            recovery::redo(spaces, data, file_log.as_ref(), options.accept_lost_log, options.read_only)?;
+        let (losers, max_txn, report) = recovery::redo(
+            spaces,
+            data,
+            file_log.as_ref(),
+            options.accept_lost_log,
+            options.read_only,
+            doublewrite,
+        )?;
         if !options.read_only {
             return Ok(Redone { log: Some(file_log), losers, max_txn, report });
         }
@@ -304,9 +353,12 @@ impl Database {
         index_pool: &BufferPool,
     ) -> Result<Option<Arc<TxnLog>>> {
         let Some(fl) = file_log else { return Ok(None) };
-        let end = fl.end_lsn();
-        let log = EngineLog::new(fl, end);
+        let log = EngineLog::new(fl);
         let log = if options.accept_lost_log { log.accept_lost_log() } else { log };
+        let log = match options.torn_page_protection {
+            TornPageProtection::FullPageImages => log.with_full_page_images(),
+            TornPageProtection::DoubleWrite | TornPageProtection::None => log,
+        };
         let t = Arc::new(TxnLog::new(Arc::new(log), max_txn));
         table_pool.set_page_logger(t.log().clone(), TAG_TABLE)?;
         index_pool.set_page_logger(t.log().clone(), TAG_INDEX)?;

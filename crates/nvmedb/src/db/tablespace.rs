@@ -469,6 +469,11 @@ impl Database {
 
     /// Writes [`Database::access_stats_total`] to [`ACCESS_STATS_FILE`] (on a clean close).
     pub(crate) fn save_access_stats(&self) -> Result<()> {
+        if self.inner.txn.read_only {
+            // A read-only opener writes nothing, not even its statistics: its files are open
+            // for reading only (and may be on a read-only mount or a backup copy).
+            return Ok(());
+        }
         let mut text = format!("{STATS_MAGIC}\n");
         for t in self.access_stats_total()? {
             let f: Vec<String> = stats_fields(&t.heap)

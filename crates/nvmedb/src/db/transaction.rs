@@ -95,6 +95,12 @@ impl Database {
             released: false,
         }
     }
+
+    /// Transaction counters since open: commits, aborts, commit latency (the operational
+    /// metrics, `nvmedb::metrics`).
+    pub fn txn_stats(&self) -> crate::txn::TxnStats {
+        self.txn_shared().counters.snapshot()
+    }
 }
 
 impl Transaction {
@@ -382,6 +388,14 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter()?;
         self.done = true;
+        let started = std::time::Instant::now();
+        let wrote = shared.log.is_some() && !self.undo.is_empty();
+        let r = self.commit_inner(&shared);
+        shared.counters.ended(r.is_ok(), wrote.then_some(started));
+        r
+    }
+
+    fn commit_inner(&mut self, shared: &Arc<TxnShared>) -> Result<()> {
         match &shared.log {
             Some(log) if !self.undo.is_empty() => match shared.log_commit(log, self.id) {
                 Ok(lsn) => {
@@ -417,6 +431,7 @@ impl Transaction {
         self.done = true;
         let r = self.roll_back();
         self.finish(0);
+        self.shared.counters.ended(false, None);
         r
     }
 
@@ -461,6 +476,7 @@ impl Drop for Transaction {
                 let _ = self.roll_back();
             }
             self.finish(0);
+            self.shared.counters.ended(false, None);
         }
     }
 }

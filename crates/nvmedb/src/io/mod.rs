@@ -33,7 +33,9 @@ pub use emulated::{
 pub use emulated_storage::EmulatedStorage;
 pub use error::{IoError, IoOpKind, IoResult};
 pub use faulty::{FaultAction, FaultPlan, FaultRule, FaultyDevice, InjectedFault};
-pub use file::{Backend, DirStorage, FileDevice, FileOptions, SingleOpPath, UringQueue, BACKEND_ENV};
+pub use file::{
+    thread_submissions, Backend, DirStorage, FileDevice, FileOptions, SingleOpPath, UringQueue, BACKEND_ENV,
+};
 pub use hooked::{HookedDevice, HookedStorage, IoHook};
 pub use mem::MemDevice;
 pub use profile::{Backing, DeviceProfile, ProfileError, PROFILE_NAMES};

@@ -31,8 +31,9 @@ mod mirror;
 pub mod node;
 mod primary;
 mod promote;
+pub mod reads;
 mod replica_log;
-mod seed;
+pub(crate) mod seed;
 mod standby;
 mod state;
 pub mod wire;
@@ -45,8 +46,9 @@ pub use primary::{
     StandbyStatus,
 };
 pub use promote::{admin_promote, admin_promote_with, PromoteOptions, PromoteReport};
+pub use reads::StandbySnapshot;
 pub use replica_log::{ReplicaLog, ReplicaLogHandle, ReplicaLogOpener, ShippedRecord, TailReader};
-pub use standby::{admin_status, seed_standby, Standby, StandbyConfig, StandbyDevices};
+pub use standby::{admin_status, seed_standby, Standby, StandbyConfig, StandbyDevices, StandbyPositions};
 pub use state::{read_cluster, read_epoch, read_history, ClusterView, History, FIRST_EPOCH};
 
 use crate::util::sync::MutexExt;

@@ -201,6 +201,8 @@ struct Shared {
     stop_mx: Mutex<()>,
     stop_cv: Condvar,
     status: Mutex<String>,
+    /// The standby's positions as of its last tick (`None` while leading).
+    standby_positions: Mutex<Option<super::StandbyPositions>>,
     role_changes: AtomicU64,
     store_error: Mutex<Option<String>>,
 }
@@ -235,6 +237,7 @@ impl HaNode {
             stop_mx: Mutex::new(()),
             stop_cv: Condvar::new(),
             status: Mutex::new("starting".into()),
+            standby_positions: Mutex::new(None),
             role_changes: AtomicU64::new(0),
             store_error: Mutex::new(None),
         });
@@ -280,6 +283,12 @@ impl HaNode {
     /// The node's status (role, epoch, positions) as of its last tick.
     pub fn status(&self) -> String {
         self.sh.status.locked().clone()
+    }
+
+    /// While a standby: its epoch and log positions as of its last tick (the operational
+    /// metrics; while leading, [`HaNode::leading`] gives the replicated log's status).
+    pub fn standby_positions(&self) -> Option<super::StandbyPositions> {
+        *self.sh.standby_positions.locked()
     }
 
     /// Stops the agent: a primary steps down and releases its lease (a standby takes over at
@@ -338,6 +347,9 @@ fn pause(sh: &Shared, d: Duration) {
 }
 
 fn set_leading(sh: &Shared, l: Option<Leadership>) {
+    if l.is_some() {
+        *sh.standby_positions.locked() = None;
+    }
     *sh.leading.locked() = l;
     sh.role_changes.fetch_add(1, Ordering::AcqRel);
     sh.leading_cv.notify_all();
@@ -408,6 +420,7 @@ fn standby_tick(
     let pos = sb.position();
     *sh.status.locked() =
         format!("{} standby epoch {epoch} persisted {pos} applied {}", sh.cfg.name, sb.applied());
+    *sh.standby_positions.locked() = Some(sb.positions());
     if let Err(e) = agent.publish("standby", epoch, pos) {
         note_store_error(sh, &e);
     }

@@ -129,6 +129,9 @@ struct QRec {
     end: Lsn,
     kind: u8,
     payload: Vec<u8>,
+    /// When it was appended (a standby's lag in seconds: how long ago the first record it has
+    /// not acknowledged was appended).
+    at: Instant,
 }
 
 struct Queue {
@@ -272,6 +275,11 @@ pub struct StandbyStatus {
     pub connects: u64,
     /// Its log was given up (`max_retained_bytes`): it needs a base backup.
     pub given_up: bool,
+    /// Bytes of log appended here that it has not acknowledged (appended end − shadow).
+    pub lag_bytes: u64,
+    /// How long ago the first record it has not acknowledged was appended (zero when it has
+    /// everything; at least this long when that record already left the shipping queue).
+    pub lag: Duration,
 }
 
 /// The replication state of a primary.
@@ -448,8 +456,24 @@ impl ReplicatedLog {
 
     /// The replication state (mode in force, links, shadow counters).
     pub fn status(&self) -> ReplStatus {
-        let ms = self.sh.ms.locked();
         let local_durable = self.sh.local.durable_lsn();
+        let appended = self.sh.last_end.load(Ordering::Acquire);
+        let shadows: Vec<Lsn> = self.sh.shadows.iter().map(|s| s.load(Ordering::Acquire)).collect();
+        let lags: Vec<Duration> = {
+            let q = self.sh.q.locked();
+            let now = Instant::now();
+            shadows
+                .iter()
+                .map(|&s| {
+                    if s >= appended {
+                        return Duration::ZERO;
+                    }
+                    let i = q.recs.partition_point(|r| r.end <= s);
+                    q.recs.get(i).or(q.recs.front()).map_or(Duration::ZERO, |r| now.duration_since(r.at))
+                })
+                .collect()
+        };
+        let ms = self.sh.ms.locked();
         ReplStatus {
             configured: self.sh.cfg.mode,
             effective: ms.mode,
@@ -458,7 +482,7 @@ impl ReplicatedLog {
             lease_lost: self.sh.gate.as_ref().is_some_and(|g| !g.is_open()),
             epoch: self.sh.cfg.epoch,
             local_durable,
-            appended: self.sh.last_end.load(Ordering::Acquire),
+            appended,
             durable: self.sh.published.load(Ordering::Acquire),
             standbys: self
                 .sh
@@ -472,9 +496,11 @@ impl ReplicatedLog {
                         addr: a.clone(),
                         link: l.state,
                         detail: l.detail.clone(),
-                        shadow: self.sh.shadows[i].load(Ordering::Acquire),
+                        shadow: shadows[i],
                         connects: l.connects,
                         given_up: l.given_up,
+                        lag_bytes: appended.saturating_sub(shadows[i]),
+                        lag: lags[i],
                     }
                 })
                 .collect(),
@@ -645,7 +671,7 @@ impl RecordLog for ReplicatedLog {
         let (lsn, end) = self.sh.local.append_record(kind, payload)?;
         let mut q = self.sh.q.locked();
         q.bytes += payload.len() + 32;
-        q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec() });
+        q.recs.push_back(QRec { lsn, end, kind, payload: payload.to_vec(), at: Instant::now() });
         self.sh.last_end.store(end, Ordering::Release);
         if self.sh.cfg.record_delays {
             let mut smp = self.sh.samples.locked();

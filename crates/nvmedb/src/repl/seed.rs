@@ -142,7 +142,7 @@ pub(super) fn send_base_backup(
 
 /// Makes `page` a page that passes its checksum (or an all-zero, never written page): a page
 /// torn by a concurrent write-back is read again until the write has finished.
-fn read_whole_page(
+pub(crate) fn read_whole_page(
     dev: &dyn Device,
     name: &str,
     off: u64,
@@ -257,7 +257,9 @@ pub(super) fn wipe(storage: &dyn Storage) -> Result<()> {
         storage.remove(CATALOG_FILE)?;
     }
     for name in storage.list()? {
-        if data_file(&name).is_some() {
+        // The double-write copies are of the dropped copy's pages: they must never be restored
+        // into the next one.
+        if data_file(&name).is_some() || name == crate::buffer::DOUBLEWRITE_FILE {
             storage.remove(&name)?;
         }
     }

@@ -29,6 +29,7 @@ use super::seed;
 use super::state::{self, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use super::ReplError;
+use crate::buffer::doublewrite::{DoubleWrite, DEFAULT_AREA_BYTES};
 use crate::buffer::mtr::MtrRecord;
 use crate::db::{PageFiles, Redo, RedoPages};
 use crate::error::{Error, Result};
@@ -134,6 +135,15 @@ pub(super) struct Shared {
     apply_thread: Mutex<Option<JoinHandle<()>>>,
     table_page: AtomicUsize,
     index_page: AtomicUsize,
+    /// The data storage keeping what live read snapshots would lose ([`Standby::read_snapshot`]).
+    cow: Arc<super::reads::CowStorage>,
+    /// Held by the apply thread while it applies one record or writes pages back; a read
+    /// snapshot registers under it, so it starts between two records.
+    read_step: Mutex<()>,
+    /// Read snapshots copying the replica log: it releases nothing meanwhile.
+    snapshot_copies: AtomicUsize,
+    /// Read snapshots taken (names their scratch logs).
+    snapshots_taken: AtomicU64,
 }
 
 /// Where a standby keeps its data and log when they are not plain files of its directory
@@ -145,6 +155,20 @@ pub struct StandbyDevices {
     /// The emulated device the replica log's writes are charged to (its bytes stay in
     /// `<data>/standby/`, which must then be in RAM); `None`: the file's own `fdatasync`.
     pub log: Option<Arc<EmulatedDevice<MemDevice>>>,
+}
+
+/// A standby's epoch and log positions ([`Standby::positions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StandbyPositions {
+    /// Its epoch.
+    pub epoch: u64,
+    /// The persisted end of the received log (what it acknowledges).
+    pub persisted: Lsn,
+    /// The end of the last record applied to its data files.
+    pub applied: Lsn,
+    /// The primary's acknowledged durable position, as the last frame carried it (the apply
+    /// thread applies up to here).
+    pub primary_acknowledged: Lsn,
 }
 
 /// A running standby. See the module documentation.
@@ -206,7 +230,8 @@ impl Standby {
                 detail: "an empty secret is not allowed".into(),
             });
         }
-        let storage = devices.data;
+        let cow = Arc::new(super::reads::CowStorage::new(devices.data));
+        let storage: Arc<dyn Storage> = cow.clone();
         // Without a catalog the directory holds no complete copy: it waits for a base backup.
         let cat = if storage.exists(crate::db::CATALOG_FILE) {
             let (_, cat) = CatalogStore::load(storage.open(crate::db::CATALOG_FILE, false)?)?;
@@ -279,6 +304,10 @@ impl Standby {
             apply_thread: Mutex::new(None),
             table_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.table_page_size as usize)),
             index_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.index_page_size as usize)),
+            cow,
+            read_step: Mutex::new(()),
+            snapshot_copies: AtomicUsize::new(0),
+            snapshots_taken: AtomicU64::new(0),
             cfg,
         });
         let s2 = sh.clone();
@@ -317,6 +346,16 @@ impl Standby {
         self.sh.applied.load(Ordering::Acquire)
     }
 
+    /// Its epoch and log positions at one moment (the operational metrics).
+    pub fn positions(&self) -> StandbyPositions {
+        StandbyPositions {
+            epoch: self.epoch(),
+            persisted: self.position(),
+            applied: self.applied(),
+            primary_acknowledged: self.sh.safe.load(Ordering::Acquire),
+        }
+    }
+
     /// What promotion did, once it has finished and whoever asked for it has been told (for an
     /// admin `Promote` request: once the reply was sent, so a process may exit when it sees
     /// this).
@@ -344,6 +383,67 @@ impl Standby {
     /// The synchronous set the last primary announced (what promotion fences).
     pub fn cluster(&self) -> Option<ClusterView> {
         self.sh.cluster.locked().clone()
+    }
+
+    /// A read-only database holding exactly the primary's transactions committed at or before
+    /// the position this standby has applied now (a prefix of the primary's commits, never
+    /// part of a transaction), with the lag it was taken at. Read-your-writes: call
+    /// [`Standby::wait_applied`] with the commit's LSN first. Applying goes on meanwhile: it
+    /// waits for the snapshot only to register between two records, and keeps, while the
+    /// snapshot lives, the old contents of the blocks it overwrites. Building it copies the log
+    /// from the standby's restartpoint and redoes it in memory (see `repl::reads`).
+    pub fn read_snapshot(&self) -> Result<super::reads::StandbySnapshot> {
+        let sh = &self.sh;
+        if !sh.seeded.load(Ordering::Acquire) || !sh.cfg.apply {
+            return Err(Error::Config {
+                key: "standby reads".into(),
+                detail: format!(
+                    "the standby in {} {}",
+                    sh.cfg.data_dir.display(),
+                    if sh.cfg.apply {
+                        "holds no copy yet (waiting for a base backup)"
+                    } else {
+                        "does not apply the log (data-page mirroring)"
+                    }
+                ),
+            });
+        }
+        if sh.promoting.load(Ordering::Acquire) {
+            return Err(Error::Config {
+                key: "standby reads".into(),
+                detail: "the standby is being promoted".into(),
+            });
+        }
+        let (pres, lsn, acknowledged) = {
+            let _step = sh.read_step.locked();
+            let pres = sh.cow.register()?;
+            sh.snapshot_copies.fetch_add(1, Ordering::AcqRel);
+            (pres, sh.applied.load(Ordering::Acquire), sh.safe.load(Ordering::Acquire))
+        };
+        let n = sh.snapshots_taken.fetch_add(1, Ordering::Relaxed);
+        let shm = Path::new("/dev/shm");
+        let scratch = if shm.is_dir() {
+            shm.join(format!(
+                "nvmedb-standby-read-{}-{:x}-{n}",
+                std::process::id(),
+                self as *const _ as usize
+            ))
+        } else {
+            sh.cfg.data_dir.join("standby-reads").join(n.to_string())
+        };
+        let release = || {
+            sh.snapshot_copies.fetch_sub(1, Ordering::AcqRel);
+        };
+        super::reads::build(
+            &sh.cow,
+            pres,
+            lsn,
+            acknowledged.max(lsn),
+            &sh.log,
+            scratch,
+            &sh.cfg.options,
+            release,
+        )
     }
 
     /// Blocks until the apply thread has applied everything up to `lsn` or `timeout` passes;
@@ -1212,7 +1312,19 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut tail: TailReader = sh.log.tail()?;
     let mut held: Option<(super::ShippedRecord, u64)> = None;
     let mut gen = sh.apply_gen.load(Ordering::Acquire);
-    let mut pages = RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES);
+    // Pages a crash tore while this standby wrote them back are restored first; write-backs
+    // then go through a new generation of the double-write area, as a primary's do.
+    let sizes = (sh.table_page.load(Ordering::Acquire), sh.index_page.load(Ordering::Acquire));
+    crate::db::repair_torn_pages(
+        sh.storage.as_ref(),
+        PageFiles::One(sh.storage.as_ref()),
+        None,
+        sizes,
+        true,
+    )?;
+    let dw = DoubleWrite::create(sh.storage.as_ref(), DEFAULT_AREA_BYTES)?;
+    let mut pages =
+        RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES, Some(dw));
     let start = sh.log.start_lsn();
     sh.applied.store(start, Ordering::Release);
     let mut last_write_back = std::time::Instant::now();
@@ -1223,6 +1335,8 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     // Applied something since it last waited.
     let mut busy = false;
     loop {
+        // Read snapshots register between two records (see `reads`).
+        let step = sh.read_step.locked();
         if sh.apply_stop.load(Ordering::Acquire) {
             return flush(sh, &mut pages, &mut restart, skipped);
         }
@@ -1251,6 +1365,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     flush(sh, &mut pages, &mut restart, skipped)?;
                     last_write_back = std::time::Instant::now();
                 }
+                drop(step);
                 let g = sh.apply_mx.locked();
                 if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
                     sh.apply_cv.notify_all();
@@ -1353,7 +1468,13 @@ fn flush(
         cat.checkpoint_undo_lsn = cat.checkpoint_undo_lsn.max(undo);
         store.store(&cat)?;
     }
-    let released = sh.log.truncate_before(redo.min(undo))?;
+    // A read snapshot copying the log needs it from the catalog it saw: release nothing then
+    // (the next restartpoint will).
+    let released = if sh.snapshot_copies.load(Ordering::Acquire) > 0 {
+        0
+    } else {
+        sh.log.truncate_before(redo.min(undo))?
+    };
     let mut c = sh.counters.locked();
     c.restartpoints += 1;
     c.log_released += released;

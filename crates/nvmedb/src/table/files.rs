@@ -9,6 +9,10 @@
 /// The catalog's file in a data directory.
 pub const CATALOG_FILE: &str = "catalog.nvdb";
 
+/// The double-write file of a data directory (torn-page protection; named in the buffer layer,
+/// which writes it and lies below this one).
+pub use crate::buffer::DOUBLEWRITE_FILE;
+
 /// The heap file of table `id`.
 pub fn heap_name(id: u32) -> String {
     format!("t{id}.heap")

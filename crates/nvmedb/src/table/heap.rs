@@ -161,10 +161,17 @@ impl HeapFile {
 
     /// Prefetches, without waiting, the cache lines a read of `rid` touches if its page is
     /// resident: frame metadata, page header, the row's slot and (a guess of) the row itself,
-    /// so that in a batch their latencies overlap other rows'.
-    pub fn prefetch_row(&self, rid: RowId) {
+    /// so that in a batch their latencies overlap other rows'. Returns whether the page looked
+    /// resident (`false`: a read of the row would probably miss; see [`HeapFile::read_pages`]).
+    pub fn prefetch_row(&self, rid: RowId) -> bool {
         let (lines, n) = self.row_lines(rid);
-        self.pool.prefetch_lines(self.pid(rid.page), &lines[..n]);
+        self.pool.prefetch_lines(self.pid(rid.page), &lines[..n])
+    }
+
+    /// Reads the non-resident ones among heap pages `pages` into the buffer together, in one
+    /// device submission ([`BufferPool::prefetch_pages`]): the misses of a batch of reads.
+    pub fn read_pages(&self, pages: &[u64]) -> Result<usize> {
+        self.pool.prefetch_pages(self.file, pages, PageClass::Data)
     }
 
     /// Offsets a read of `rid` touches: page header, slot and, once a row length is known, where

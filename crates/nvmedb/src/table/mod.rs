@@ -359,6 +359,108 @@ mod tests {
         }
     }
 
+    /// A database on disk (real O_DIRECT files) with table `t` of `rows` rows of `len`-byte
+    /// values, created with `opts` and closed.
+    fn table_on_disk(dir: &std::path::Path, opts: &Options, rows: i64, len: usize) {
+        let db = Database::open(dir, opts.clone()).unwrap();
+        let t = db
+            .create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Bytes(900))]))
+            .unwrap();
+        // One transaction: a durable commit per row would sync the log thousands of times.
+        let mut tx = db.begin();
+        for id in 0..rows {
+            tx.insert(&t, &row(id, len)).unwrap();
+        }
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
+
+    /// `read_many` of keys whose heap pages all miss reads them together: one batched
+    /// submission for the batch (one `io_uring_enter`, counted by the device layer), not one
+    /// read per key as the same number of single reads costs.
+    #[test]
+    fn read_many_issues_the_misses_of_a_batch_together() {
+        let dir = nvmedb_testkit::TmpDir::new("read-many-misses");
+        let opts = Options {
+            table_page_size: 4096,
+            index_page_size: 4096,
+            table_buffer: BufferSize::Bytes(256 * 4096),
+            index_buffer: BufferSize::Bytes(1024 * 4096),
+            wal: false,
+            ..Options::default()
+        };
+        // 900-byte rows: 4 to a page, so keys 40 apart lie on pages 10 apart.
+        table_on_disk(dir.path(), &opts, 4000, 900);
+        let db = Database::open(dir.path(), opts).unwrap();
+        let t = db.table("t").unwrap();
+        // The index into memory (kept resident), no heap page.
+        t.primary_keys(std::ops::Bound::Unbounded, std::ops::Bound::Unbounded, |_| Ok(true)).unwrap();
+        assert_eq!(db.buffer_stats().0.reads, 0, "no heap page read yet");
+        let uring = crate::io::FileDevice::open(dir.join("probe")).unwrap().uses_io_uring();
+        let check = |keys: &[i64], batched: bool| {
+            let (reads, subs) = (db.buffer_stats().0.reads, crate::io::thread_submissions());
+            if batched {
+                let values: Vec<Value> = keys.iter().map(|&k| Value::Int(k)).collect();
+                let mut got = vec![None; keys.len()];
+                t.read_many(&values, |i, r| got[i] = r.map(|r| r.int(0))).unwrap();
+                assert_eq!(got, keys.iter().map(|&k| Some(k)).collect::<Vec<_>>());
+            } else {
+                for &k in keys {
+                    assert_eq!(t.read(&Value::Int(k), |r| r.int(0)).unwrap(), Some(k));
+                }
+            }
+            (db.buffer_stats().0.reads - reads, crate::io::thread_submissions() - subs)
+        };
+        let batch: Vec<i64> = (0..READ_BATCH as i64).map(|j| j * 40).collect();
+        let (reads, subs) = check(&batch, true);
+        assert_eq!(reads, READ_BATCH as u64, "every key of the batch missed");
+        // Without io_uring (NVMEDB_IO_BACKEND=pread) a batch is one pread per page.
+        assert_eq!(subs, if uring { 1 } else { READ_BATCH as u64 }, "submissions for the batch's misses");
+        // The same number of single reads, of other pages: one submission each.
+        let singles: Vec<i64> = (0..READ_BATCH as i64).map(|j| 2000 + j * 40).collect();
+        assert_eq!(check(&singles, false), (READ_BATCH as u64, READ_BATCH as u64));
+        // A batch that hits reads nothing.
+        assert_eq!(check(&batch, true), (0, 0));
+    }
+
+    /// A database created with the old defaults (16 KiB table pages, 4 KiB index pages) keeps
+    /// them when opened with today's `Options::default()`: the catalog's page sizes win, every
+    /// row reads back, and the table takes new rows.
+    #[test]
+    fn a_database_created_with_the_old_page_sizes_reopens_and_reads_as_before() {
+        let dir = nvmedb_testkit::TmpDir::new("old-page-size");
+        let old = Options { table_page_size: 16384, index_page_size: 4096, ..Options::default() };
+        table_on_disk(dir.path(), &old, 3000, 700);
+        let db = Database::open(dir.path(), Options::default()).unwrap();
+        let c = db.catalog();
+        assert_eq!((c.table_page_size, c.index_page_size), (16384, 4096));
+        let t = db.table("t").unwrap();
+        assert!(t.heap_pages().unwrap() < 3000 / 16, "rows are packed in 16 KiB pages");
+        let len = |r: RowView<'_>| r.bytes(1).len();
+        for id in 0..3000 {
+            assert_eq!(t.read(&Value::Int(id), len).unwrap(), Some(700), "row {id}");
+        }
+        let mut tx = db.begin();
+        for id in 3000..3100 {
+            tx.insert(&t, &row(id, 700)).unwrap();
+        }
+        tx.commit().unwrap();
+        drop(t);
+        db.close().unwrap();
+        let db = Database::open(dir.path(), Options::default()).unwrap();
+        assert_eq!(db.catalog().table_page_size, 16384);
+        let t = db.table("t").unwrap();
+        let mut n = 0;
+        t.scan(|r| {
+            assert_eq!(r.bytes(1).len(), 700);
+            n += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(n, 3100);
+        assert_eq!(t.check_integrity().unwrap(), 3100);
+    }
+
     /// Between a batch's stages, the leaves it located split (new keys around its own) and its
     /// rows move to other heap pages (they grow): every row is still found, and is the right
     /// one.

@@ -2,7 +2,8 @@
 //!
 //! Owns: the lock-free committed read of one key (row-id hint, primary index, heap page,
 //! before-images of writers in flight) and its batched form, which interleaves the lookups of
-//! up to [`READ_BATCH`] keys. Invariants: a row is passed only if, under its page latch, it
+//! up to [`READ_BATCH`] keys and reads the heap pages they miss together (one device
+//! submission for the batch). Invariants: a row is passed only if, under its page latch, it
 //! holds the key asked for and the key's stripe of `PendingWriters` is idle (else the
 //! writer's before-image is passed); an absence counts only when the stripe was idle and
 //! unchanged across the lookup; a row-id hint is checked like any row id and never trusted;
@@ -171,11 +172,13 @@ impl Table {
 
     /// Reads the rows of several primary keys: calls `f(i, row)` for each `keys[i]` in turn,
     /// with `None` for a key that has no row. Each read is exactly a [`Table::read`] (it sees
-    /// only committed data); it is faster when many rows are in memory, because the lookups of
-    /// up to [`READ_BATCH`] keys are interleaved so that their cache misses overlap: the index
-    /// leaves of the keys without a row-id hint (see [`Options::row_hint_bytes`]) are located
-    /// in one descent in key order (each inner node fixed once per batch) and prefetched, then
-    /// every key's row, then the rows are read.
+    /// only committed data); it is faster, because the lookups of up to [`READ_BATCH`] keys are
+    /// interleaved so that their cache misses overlap: the index leaves of the keys without a
+    /// row-id hint (see [`Options::row_hint_bytes`]) are located in one descent in key order
+    /// (each inner node fixed once per batch) and prefetched, then every key's row (its cache
+    /// lines if its page is in the buffer; the pages that are not are read from the device
+    /// together, in one submission, so one thread keeps the batch's misses in flight at once),
+    /// then the rows are read.
     ///
     /// [`Options::row_hint_bytes`]: crate::Options::row_hint_bytes
     ///
@@ -256,8 +259,11 @@ impl Table {
                 self.inner.primary.locate_leaves(&keys[..n], &order[..unhinted], &mut leaves[..n])?;
             }
             between_stages();
-            // 2. The row ids, and a prefetch of every row. A key with a writer in flight is
-            //    left to stage 3's full read.
+            // 2. The row ids, and a prefetch of every row: its cache lines if its page is
+            //    resident, else the page itself, read with the batch's other misses in one
+            //    submission below. A key with a writer in flight is left to stage 3's full read.
+            let mut missing = [0u64; READ_BATCH];
+            let mut misses = 0;
             for (j, (leaf, rid)) in leaves.iter().zip(rids.iter_mut()).take(batch.len()).enumerate() {
                 let v = pending.load(stripes[j]);
                 before[j] = PendingWriters::idle(v).then_some(v);
@@ -267,7 +273,10 @@ impl Table {
                 }
                 if let Some(r) = hinted[j] {
                     *rid = Some(r);
-                    self.inner.heap.prefetch_row(r);
+                    if !self.inner.heap.prefetch_row(r) {
+                        missing[misses] = r.page;
+                        misses += 1;
+                    }
                     continue;
                 }
                 let in_leaf = match *leaf {
@@ -280,8 +289,18 @@ impl Table {
                     _ => self.rid_for(pk(j))?,
                 };
                 if let Some(r) = *rid {
-                    self.inner.heap.prefetch_row(r);
+                    if !self.inner.heap.prefetch_row(r) {
+                        missing[misses] = r.page;
+                        misses += 1;
+                    }
                 }
+            }
+            // The misses together: one thread keeps them all in flight (the device's
+            // queue-depth rate) instead of waiting for each in turn in stage 3. Advice only: a
+            // page it could not read (no free frame, an I/O error, a bad checksum) is read by
+            // the fix that needs it, which reports the error.
+            if misses > 1 {
+                let _ = self.inner.heap.read_pages(&missing[..misses]);
             }
             // 3. The rows, each seen only if committed (see `read_located`).
             for j in 0..batch.len() {
@@ -371,26 +390,60 @@ impl Table {
         })
     }
 
-    /// Follows the primary index to the row and checks it is the row asked for. Readers take
-    /// no key lock, so a writer may move or delete the row between the index lookup and the
-    /// heap read (and the slot may even hold another row by then): look again, a bounded
-    /// number of times.
+    /// Follows the row's hint, else the primary index, to the row and checks it is the row
+    /// asked for. Readers take no key lock, so a writer may move or delete the row between the
+    /// lookup and the heap read (and the slot may even hold another row by then): look again, a
+    /// bounded number of times; a hint that fails is dropped for the index at once.
     pub(super) fn read_pk<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
         let mut f = Some(f);
         let mut last = None;
+        let mut hint = self.inner.hints.get(pk);
         for _ in 0..READ_RETRIES {
-            let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
+            let (rid, hinted) = match hint.take() {
+                Some(rid) => (rid, true),
+                None => match self.rid_for(pk)? {
+                    Some(rid) => (rid, false),
+                    None => return Ok(None),
+                },
+            };
             let got = self.inner.heap.read(rid, |b| {
                 let v = self.view(b);
                 Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(v)))
-            })?;
-            if let Some(Some(r)) = got.transpose()? {
-                return Ok(Some(r));
+            });
+            match got.and_then(|g| g.transpose()) {
+                Ok(Some(Some(r))) => {
+                    if !hinted {
+                        self.inner.hints.put(pk, rid);
+                    }
+                    return Ok(Some(r));
+                }
+                _ if hinted => continue,
+                Err(e) => return Err(e),
+                Ok(_) => {}
             }
             last = Some(rid);
             std::thread::yield_now();
         }
         Err(self.dangling(last.expect("at least one attempt")))
+    }
+
+    /// The row id and a copy of the row of key `pk`, for a writer that holds the key's
+    /// physical lock (no other writer moves it meanwhile): through the row's hint when it
+    /// holds the key, else the primary index. `None` if the key has no entry.
+    pub(super) fn locate_for_change(&self, pk: &[u8]) -> Result<Option<(RowId, Vec<u8>)>> {
+        if let Some(rid) = self.inner.hints.get(pk) {
+            let got = self
+                .inner
+                .heap
+                .read(rid, |b| Ok::<_, Error>(self.has_pk(&self.view(b), pk)?.then(|| b.to_vec())));
+            if let Ok(Some(Ok(Some(row)))) = got {
+                return Ok(Some((rid, row)));
+            }
+        }
+        let Some(rid) = self.rid_for(pk)? else { return Ok(None) };
+        let Some(row) = self.inner.heap.read(rid, |b| b.to_vec())? else { return Err(self.dangling(rid)) };
+        self.inner.hints.put(pk, rid);
+        Ok(Some((rid, row)))
     }
 
     /// The row with primary key `key`, decoded, as last committed (like [`Table::read`]); a

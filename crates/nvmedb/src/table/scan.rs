@@ -201,8 +201,8 @@ impl KeyRange {
             },
             |entries, here| {
                 let mut images = here.images.iter().peekable();
-                for (k, v) in entries {
-                    while let Some((ik, row)) = images.next_if(|(ik, _)| ik.as_slice() < k.as_slice()) {
+                for (k, v) in entries.iter() {
+                    while let Some((ik, row)) = images.next_if(|(ik, _)| ik.as_slice() < k) {
                         if !f(ik, self.primary_key(table, ik)?, Found::Image(row))? {
                             return Ok(false);
                         }

@@ -122,31 +122,26 @@ impl Table {
         bytes: &[u8],
     ) -> Result<bool> {
         let s = &self.inner.schema;
-        let pk = pk.to_vec();
-        let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
-        let Some(old_row) = self.inner.heap.read(rid, |b| b.to_vec())? else {
-            return Err(self.dangling(rid));
-        };
+        let Some((rid, old_row)) = self.locate_for_change(pk)? else { return Ok(false) };
         let old_values: Vec<Value> = {
             let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
         };
         for (n, old) in old_values.iter().enumerate() {
             if *old != row[s.indexes[n].column] {
-                self.check_unique(n, &row[s.indexes[n].column], &pk)?;
+                self.check_unique(n, &row[s.indexes[n].column], pk)?;
             }
         }
         let op = TxnOp {
             txn,
             table: self.inner.id,
-            pk: pk.clone(),
+            pk: pk.to_vec(),
             rid: u64::from_le_bytes(rid.to_bytes()),
             before: Some(old_row),
             after: Some(bytes.to_vec()),
             patch: None,
         };
         Self::record_op(log, rec, op);
-        let bytes = bytes.to_vec();
         // 1. New secondary entries first (pointing at the current row), so a failure later
         //    only has to remove them.
         let mut undo = Vec::new();
@@ -155,7 +150,7 @@ impl Table {
             s.indexes.iter().zip(&self.inner.secondaries).zip(&old_values).enumerate()
         {
             if *old != row[ix.column] {
-                let k = s.secondary_key_bytes(ix.column, &row[ix.column], &pk);
+                let k = s.secondary_key_bytes(ix.column, &row[ix.column], pk);
                 if let Err(e) = tree.insert(&k, &rid.to_bytes()) {
                     return Err(self.roll_back(undo, e));
                 }
@@ -170,16 +165,16 @@ impl Table {
                 let op = TxnOp {
                     txn,
                     table: self.inner.id,
-                    pk: pk.clone(),
+                    pk: pk.to_vec(),
                     rid: u64::from_le_bytes(new.to_bytes()),
                     before: rec.as_ref().and_then(|r| r.before.clone()),
-                    after: Some(bytes.clone()),
+                    after: Some(bytes.to_vec()),
                     patch: None,
                 };
                 annotate_next_commit(op.encode());
             }
         };
-        let new_rid = match self.inner.heap.update(rid, &bytes, &mut moved) {
+        let new_rid = match self.inner.heap.update(rid, bytes, &mut moved) {
             Ok(Some(r)) => r,
             Ok(None) => return Err(self.roll_back(undo, self.dangling(rid))),
             // A move the heap could not reverse: the row is in two slots.
@@ -197,15 +192,15 @@ impl Table {
             Error::Poisoned(format!("table `{}`: {why}", self.inner.name))
         };
         if new_rid != rid {
-            self.inner.primary.upsert(&pk, &new_rid.to_bytes()).map_err(poison)?;
+            self.inner.primary.upsert(pk, &new_rid.to_bytes()).map_err(poison)?;
             for (ix, tree) in s.indexes.iter().zip(&self.inner.secondaries) {
-                let k = s.secondary_key_bytes(ix.column, &row[ix.column], &pk);
+                let k = s.secondary_key_bytes(ix.column, &row[ix.column], pk);
                 tree.upsert(&k, &new_rid.to_bytes()).map_err(poison)?;
             }
         }
         // 4. Old secondary entries go last.
         for &n in &changed {
-            let k = s.secondary_key_bytes(s.indexes[n].column, &old_values[n], &pk);
+            let k = s.secondary_key_bytes(s.indexes[n].column, &old_values[n], pk);
             self.inner.secondaries[n].delete(&k).map_err(poison)?;
         }
         Ok(true)
@@ -236,10 +231,7 @@ impl Table {
     fn delete_locked(&self, txn: u64, log: bool, rec: &mut Option<TxnOp>, pk: &[u8]) -> Result<bool> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
-        let Some(rid) = self.rid_for(&pk)? else { return Ok(false) };
-        let Some(old_row) = self.inner.heap.read(rid, |b| b.to_vec())? else {
-            return Err(self.dangling(rid));
-        };
+        let Some((rid, old_row)) = self.locate_for_change(&pk)? else { return Ok(false) };
         let old_values: Vec<Value> = {
             let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?

@@ -18,6 +18,7 @@ use super::stats::{Counters, LockStats, ShardCounters};
 use super::{key_hash, LockKey, LockMode, TxnId};
 use crate::error::{Error, Result};
 use crate::util::sync::MutexExt;
+use smallvec::SmallVec;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU8, Ordering::*};
@@ -96,14 +97,14 @@ impl Waiter {
 struct Entry {
     key: LockKey,
     /// Granted locks, pairwise compatible, one per transaction.
-    holders: Vec<(TxnId, LockMode)>,
+    holders: SmallVec<[(TxnId, LockMode); 2]>,
     /// Waiters in grant order: upgraders first, then FIFO.
     queue: VecDeque<Arc<Waiter>>,
 }
 
 impl Entry {
     fn new(table: u32, key: &[u8]) -> Self {
-        Self { key: LockKey::new(table, key), holders: Vec::new(), queue: VecDeque::new() }
+        Self { key: LockKey::new(table, key), holders: SmallVec::new(), queue: VecDeque::new() }
     }
 
     fn is_free(&self) -> bool {
@@ -397,7 +398,13 @@ impl LockManager {
     }
 
     fn note_held(&self, txn: TxnId, key: LockKey) {
-        self.txn_shard(txn).map.locked().entry(txn).or_default().held.push(key);
+        let mut m = self.txn_shard(txn).map.locked();
+        let held = &mut m.entry(txn).or_default().held;
+        if held.capacity() == 0 {
+            // A transaction usually takes tens of locks: one allocation for them.
+            held.reserve(16);
+        }
+        held.push(key);
     }
 
     fn set_waiting(&self, txn: TxnId, key: LockKey, w: Arc<Waiter>) {

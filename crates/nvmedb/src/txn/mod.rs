@@ -61,7 +61,8 @@ pub use lock::{LockManager, LockOutcome};
 pub use options::{LockOptions, VictimPolicy};
 pub use pending::PendingWriters;
 pub(crate) use shared::TxnShared;
-pub use stats::{LockStats, WAIT_BUCKETS};
+pub(crate) use stats::TxnCounters;
+pub use stats::{LockStats, TxnStats, WAIT_BUCKETS};
 
 /// 64-bit hash of a lock key (FxHash-style multiply-rotate, finished with a MurmurHash3 mix
 /// so every bit depends on every input bit: the low bits index the shard's table, the high

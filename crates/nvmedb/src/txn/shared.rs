@@ -78,6 +78,8 @@ pub(crate) struct TxnShared {
     /// A log position known durable (raised after each wait for the log): the watermark check
     /// reads it instead of asking the log.
     durable_seen: AtomicU64,
+    /// Commits, aborts and commit latency (the operational metrics).
+    pub(crate) counters: super::TxnCounters,
 }
 
 /// Held while a change runs (see [`TxnShared::enter`]).
@@ -106,6 +108,7 @@ impl TxnShared {
             gate: RwLock::new(()),
             read_only,
             row_hint_budget: Arc::new(std::sync::atomic::AtomicUsize::new(row_hint_bytes)),
+            counters: super::TxnCounters::default(),
         })
     }
 
@@ -278,11 +281,13 @@ impl TxnShared {
             Err(e) => {
                 self.locks.release_all(txn);
                 self.forget(txn);
+                self.counters.ended(false, None);
                 return Err(e);
             }
         };
         self.pending.enter(table, pk, txn, before);
         let mut flush = None;
+        let mut logged_at = None;
         let result = {
             let _k = physical();
             let mut rec = None;
@@ -290,10 +295,13 @@ impl TxnShared {
             // An annotation still pending means the change logged nothing.
             let logged = take_annotation().is_none();
             match (&self.log, r, logged) {
-                (Some(log), Ok(v), true) => self.log_commit(log, txn).map(|lsn| {
-                    flush = Some(lsn);
-                    v
-                }),
+                (Some(log), Ok(v), true) => {
+                    logged_at = Some(std::time::Instant::now());
+                    self.log_commit(log, txn).map(|lsn| {
+                        flush = Some(lsn);
+                        v
+                    })
+                }
                 (Some(log), Err(e), true) => {
                     let _ = log.abort(txn);
                     Err(e)
@@ -307,9 +315,11 @@ impl TxnShared {
         // Committed (its record logged) or reversed: lock-free readers see the pages again.
         self.pending.leave(table, pk, flush.filter(|_| self.early_release).unwrap_or(0));
         self.locks.release_all(txn);
-        match flush {
+        let r = match flush {
             Some(lsn) => self.wait_commit(lsn).and(result),
             None => result,
-        }
+        };
+        self.counters.ended(r.is_ok(), logged_at);
+        r
     }
 }

@@ -1,6 +1,7 @@
-//! Lock manager counters.
+//! Lock manager and transaction counters.
 //!
-//! Owns: the live atomic counters ([`Counters`]) and their snapshot ([`LockStats`]).
+//! Owns: the live atomic counters ([`Counters`], [`TxnCounters`]) and their snapshots
+//! ([`LockStats`], [`TxnStats`]).
 //! Invariant: `waits == spin_grants + parked_waits` once no wait is in progress, and every
 //! finished wait is counted in exactly one histogram bucket.
 
@@ -148,6 +149,60 @@ impl Counters {
             deadlocks: self.deadlocks.load(Relaxed),
             timeouts: self.timeouts.load(Relaxed),
             wait_hist: std::array::from_fn(|i| self.wait_hist[i].load(Relaxed)),
+        }
+    }
+}
+
+/// A snapshot of the transaction counters ([`crate::Database::txn_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxnStats {
+    /// Transactions committed (explicit ones and auto-commit changes; read-only included).
+    pub commits: u64,
+    /// Transactions rolled back (explicitly, dropped uncommitted, failed auto-commit changes,
+    /// deadlock victims and lock timeouts among them).
+    pub aborts: u64,
+    /// Latency of commits that wrote: from the commit call (or, for an auto-commit change, the
+    /// append of its commit record) until it was acknowledged durable, in nanoseconds.
+    pub commit_ns: crate::util::hist::HistogramSnapshot,
+}
+
+/// Live transaction counters (relaxed atomics: one `fetch_add` per commit or abort, next to a
+/// log flush wait).
+pub(crate) struct TxnCounters {
+    pub commits: AtomicU64,
+    pub aborts: AtomicU64,
+    pub commit_ns: crate::util::hist::AtomicHistogram,
+}
+
+impl Default for TxnCounters {
+    fn default() -> Self {
+        Self {
+            commits: AtomicU64::new(0),
+            aborts: AtomicU64::new(0),
+            commit_ns: crate::util::hist::AtomicHistogram::new(&crate::util::hist::NANOS_BOUNDS),
+        }
+    }
+}
+
+impl TxnCounters {
+    /// Counts the end of a transaction: a commit when `committed`, else an abort; `durable_since`
+    /// is when a writing commit started waiting for its acknowledgement.
+    pub fn ended(&self, committed: bool, durable_since: Option<std::time::Instant>) {
+        if committed {
+            self.commits.fetch_add(1, Relaxed);
+            if let Some(t) = durable_since {
+                self.commit_ns.record(t.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64);
+            }
+        } else {
+            self.aborts.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn snapshot(&self) -> TxnStats {
+        TxnStats {
+            commits: self.commits.load(Relaxed),
+            aborts: self.aborts.load(Relaxed),
+            commit_ns: self.commit_ns.snapshot(),
         }
     }
 }

@@ -3,9 +3,12 @@
 //! Owns: [`EngineLog`], which turns mini-transaction commits into records of a [`RecordLog`]
 //! (the duplexed [`FileLog`](super::FileLog) or any other implementation), transaction commits and aborts into their records, and enforces the buffer
 //! rule (a dirty page is written only after the log covers its LSN). It also owns the
-//! full-image horizon: a checkpoint raises it under the same lock under which page changes
-//! decide between a full image and a diff and are appended, so no page change can slip past a
-//! checkpoint with a diff that redo could not apply to a page torn after the checkpoint.
+//! full-image horizon, used only when torn pages are repaired from the log (full page images,
+//! [`EngineLog::with_full_page_images`]; by default the double-write area repairs them and no
+//! page is logged whole after a checkpoint): a checkpoint raises it under the same lock under
+//! which page changes decide between a full image and a diff and are appended, so no page
+//! change can slip past a checkpoint with a diff that redo could not apply to a page torn after
+//! the checkpoint.
 
 use super::{Lsn, RecordLog, KIND_USER_MIN};
 use crate::buffer::mtr::{decode_mtr, decode_mtr_compact, MtrRecord};
@@ -244,6 +247,8 @@ pub struct EngineLog {
     /// Redo start of the last checkpoint; guarded for the page-change decision by `horizon_lock`.
     horizon: AtomicU64,
     horizon_lock: RwLock<()>,
+    /// Whether a page's first change after a checkpoint is logged as a full image.
+    full_page_images: bool,
     /// The end of the log when it was opened: every page on disk then must be at or below it.
     opened_end: Lsn,
     /// Whether pages read later are checked against the log's end (off when the user accepted
@@ -252,16 +257,26 @@ pub struct EngineLog {
 }
 
 impl EngineLog {
-    /// Wraps an open log; pages whose LSN is below `horizon` get full images.
-    pub fn new(log: Arc<dyn RecordLog>, horizon: Lsn) -> Self {
+    /// Wraps an open log. No page change is logged as a full image (torn pages are repaired
+    /// from the double-write area) unless [`EngineLog::with_full_page_images`] says so.
+    pub fn new(log: Arc<dyn RecordLog>) -> Self {
         let opened_end = log.end_lsn();
         Self {
             log,
-            horizon: AtomicU64::new(horizon),
+            horizon: AtomicU64::new(opened_end),
             horizon_lock: RwLock::new(()),
+            full_page_images: false,
             opened_end,
             check_page_lsns: true,
         }
+    }
+
+    /// Logs the first change of a page after each checkpoint as a full image (and after the
+    /// open: pages whose LSN is at or below the end of the log then), which is then what
+    /// repairs a page torn by a crash (PostgreSQL's full_page_writes).
+    pub fn with_full_page_images(mut self) -> Self {
+        self.full_page_images = true;
+        self
     }
 
     /// Stops checking pages read from devices against the end of the log (a database opened
@@ -309,9 +324,9 @@ impl EngineLog {
 }
 
 impl PageLogger for EngineLog {
-    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(u64) -> Vec<u8>) -> Result<u64> {
-        let _r = self.horizon_lock.read_locked();
-        let payload = build(self.horizon.load(Ordering::Acquire));
+    fn log_page_changes(&self, pool_tag: u8, build: &mut dyn FnMut(Option<u64>) -> Vec<u8>) -> Result<u64> {
+        let _r = self.full_page_images.then(|| self.horizon_lock.read_locked());
+        let payload = build(self.full_page_images.then(|| self.horizon.load(Ordering::Acquire)));
         let kind = kind_for_tag(pool_tag);
         let end = self.log.append_record(kind, &payload)?.1;
         super::volume::count(kind, payload.len());

@@ -22,8 +22,10 @@ pub const SEGMENT_HEADER_BYTES: usize = 64;
 /// Magic number at the start of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"NVMEDBWL";
 /// Format version written into every segment header. Version 2 adds lean update records
-/// (transaction operations logged as row patches), version 3 compact page-change records with
-/// page operations (see `docs/format-wal.md`); logs of versions 1 and 2 are read as well.
+/// (transaction operations logged as row patches, see `docs/format-wal.md`); version 3 adds
+/// compact mini-transaction records with page operations, new-page changes (a new page's bytes
+/// as ranges over a zeroed page) and, with the double-write area, no full page images after
+/// checkpoints. Older logs are read as well.
 pub const FORMAT_VERSION: u32 = 3;
 /// The oldest segment format version this build reads.
 pub const MIN_READ_VERSION: u32 = 1;

@@ -43,12 +43,15 @@ pub mod volume;
 
 pub use filelog::FileLog;
 pub use format::{
-    BLOCK_BYTES, FORMAT_VERSION, KIND_DATA, KIND_FILLER, KIND_USER_MIN, RECORD_HEADER_BYTES,
+    SegmentHeader, BLOCK_BYTES, FORMAT_VERSION, KIND_DATA, KIND_FILLER, KIND_USER_MIN, RECORD_HEADER_BYTES,
     SEGMENT_HEADER_BLOCK_BYTES,
 };
 pub use options::{RecoveredLog, WalOptions, WalStats};
 pub use reader::{LogReader, LogRecord};
-pub use segment::{live_segments, SegmentDesc, SEGMENT_PREFIX};
+pub(crate) use segment::read_clamped;
+pub use segment::{
+    cut_at, live_segments, parse_slot, read_segment_header, slot_name, SegmentDesc, SEGMENT_PREFIX,
+};
 pub use volume::{log_volume, thread_log_bytes, LogVolume};
 
 use crate::error::Result;
@@ -139,15 +142,81 @@ pub struct FileLogOpener {
     pub options: WalOptions,
 }
 
+/// The file in a duplexed log's first copy that remembers where the second copy lives, so a
+/// mirror that vanished is an error naming it, never a silent switch to one copy.
+pub const MIRROR_MARKER: &str = "mirror";
+
+fn read_marker(storage: &dyn Storage) -> Result<String> {
+    let dev = storage.open(MIRROR_MARKER, false)?;
+    let mut b = crate::io::AlignedBuf::new(BLOCK_BYTES);
+    segment::read_clamped(dev.as_ref(), 0, &mut b)?;
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    Ok(String::from_utf8_lossy(&b[..end]).trim().to_string())
+}
+
+fn write_marker(storage: &dyn Storage, mirror: &str) -> Result<()> {
+    let dev = storage.open(MIRROR_MARKER, true)?;
+    let mut b = crate::io::AlignedBuf::new(BLOCK_BYTES);
+    let text = mirror.as_bytes();
+    b[..text.len().min(BLOCK_BYTES - 1)].copy_from_slice(&text[..text.len().min(BLOCK_BYTES - 1)]);
+    dev.write_at(0, &b)?;
+    dev.sync()?;
+    Ok(())
+}
+
+impl FileLogOpener {
+    /// A log that was duplexed must still have its second copy: refuses one copy (the mirror
+    /// directory vanished) or an empty second copy beside a first that holds the log.
+    fn check_copies(&self) -> Result<()> {
+        let first = self.copies[0].as_ref();
+        if !first.exists(MIRROR_MARKER) {
+            return Ok(());
+        }
+        let mirror = read_marker(first)?;
+        let here = !live_segments(&self.copies[..1])?.is_empty();
+        let there = self.copies.get(1).map(|c| live_segments(std::slice::from_ref(c))).transpose()?;
+        let lost = match there {
+            None => here,
+            Some(segs) => here && segs.is_empty(),
+        };
+        if lost {
+            return Err(crate::error::Error::Config {
+                key: "log_mirror_dir".into(),
+                detail: format!(
+                    "the log in {} is duplexed onto {mirror}, which is missing or holds no log files: restore                      that directory (a copy of {} will do: both copies hold the same records), or delete                      {}/{MIRROR_MARKER} to go on with one copy",
+                    first.location(),
+                    first.location(),
+                    first.location()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl LogOpener for FileLogOpener {
     fn is_empty(&self) -> Result<bool> {
+        self.check_copies()?;
         Ok(live_segments(&self.copies)?.is_empty())
     }
 
     fn open(self: Box<Self>, initial_lsn: Lsn) -> Result<Arc<dyn RecordLog>> {
+        self.check_copies()?;
         let mut options = self.options;
         options.initial_lsn = options.initial_lsn.max(initial_lsn);
-        Ok(Arc::new(FileLog::open_copies(self.copies, options)?))
+        let mirror = self.copies.get(1).map(|m| m.location());
+        let first = self.copies[0].clone();
+        let log = FileLog::open_copies(self.copies, options)?;
+        if let Some(m) = mirror {
+            if !first.exists(MIRROR_MARKER) {
+                // Remember the second copy (a read-only file system cannot: then nothing
+                // writes this log either).
+                if let Err(e) = write_marker(first.as_ref(), &m) {
+                    eprintln!("nvmedb: cannot record in {} that the log is duplexed: {e}", first.location());
+                }
+            }
+        }
+        Ok(Arc::new(log))
     }
 }
 

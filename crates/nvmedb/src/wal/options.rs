@@ -110,6 +110,36 @@ pub struct WalStats {
     /// Mini-transactions that waited at the log's space gate for a checkpoint to free space
     /// ([`RecordLog::wait_for_space`](crate::wal::RecordLog::wait_for_space); the fast log).
     pub space_gate_waits: u64,
+    /// Group-commit sizes: how many waiting committers each flush released, counted per
+    /// flush that released any, in the buckets of [`COUNT_BOUNDS`](crate::util::hist::COUNT_BOUNDS)
+    /// (1, 2, 4, ... 1024, then more).
+    pub group_commit_sizes: [u64; GROUP_BUCKETS],
+}
+
+/// Buckets of [`WalStats::group_commit_sizes`].
+pub const GROUP_BUCKETS: usize = crate::util::hist::COUNT_BOUNDS.len() + 1;
+
+impl WalStats {
+    /// Counts one flush that released `n` waiting committers (none: not counted).
+    pub(crate) fn count_group(&mut self, n: usize) {
+        if n > 0 {
+            let i = crate::util::hist::COUNT_BOUNDS.partition_point(|&b| b < n as u64);
+            self.group_commit_sizes[i] += 1;
+        }
+    }
+
+    /// [`WalStats::group_commit_sizes`] as a histogram snapshot (the sum is not kept: each
+    /// flush's size counts as its bucket's upper bound, the overflow bucket's as 2048).
+    pub fn group_commit_histogram(&self) -> crate::util::hist::HistogramSnapshot {
+        let bounds = crate::util::hist::COUNT_BOUNDS.to_vec();
+        let sum = self
+            .group_commit_sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| n * bounds.get(i).copied().unwrap_or(2 * bounds[bounds.len() - 1]))
+            .sum();
+        crate::util::hist::HistogramSnapshot { bounds, counts: self.group_commit_sizes.to_vec(), sum }
+    }
 }
 
 /// What open found in the storages.

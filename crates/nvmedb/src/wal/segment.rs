@@ -217,6 +217,61 @@ pub fn live_segments(copies: &[Arc<dyn Storage>]) -> Result<Vec<SegmentDesc>> {
     Ok(d.chain.iter().map(Segment::desc).collect())
 }
 
+/// The header of segment file `name` of `storage` (its first block), checked (magic, version,
+/// CRC).
+pub fn read_segment_header(storage: &dyn Storage, name: &str) -> Result<SegmentHeader> {
+    let dev = storage.open(name, false)?;
+    let mut b = AlignedBuf::new(BLOCK_BYTES);
+    read_clamped(dev.as_ref(), 0, &mut b)?;
+    SegmentHeader::decode(&b).map_err(|detail| Error::Corruption {
+        file: format!("{}/{name}", storage.location()),
+        offset: 0,
+        detail,
+    })
+}
+
+/// Makes the log kept in `copies` end at `lsn`, which must be a record end (a durable position
+/// the log reported, or the end of a record a reader returned): every byte of the segment
+/// holding `lsn` from there on is zeroed (a reader then finds its end there, as after a torn
+/// write) and the segments after it are removed. Used to restore a log to a point in time.
+pub fn cut_at(copies: &[Arc<dyn Storage>], lsn: u64) -> Result<()> {
+    let segs = live_segments(copies)?;
+    for (i, s) in segs.iter().enumerate() {
+        let next_base = segs.get(i + 1).map(|n| n.base_lsn);
+        for st in copies {
+            if !st.exists(&s.name) {
+                continue;
+            }
+            if s.base_lsn > lsn || (s.base_lsn == lsn && i > 0) {
+                st.remove(&s.name)?;
+                continue;
+            }
+            if next_base.is_some_and(|b| b <= lsn) {
+                continue; // wholly before the cut
+            }
+            let dev = st.open(&s.name, false)?;
+            let from = SEGMENT_HEADER_BLOCK_BYTES + (lsn - s.base_lsn);
+            if from >= dev.capacity() {
+                continue;
+            }
+            let block = from / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
+            let mut buf = AlignedBuf::new(BLOCK_BYTES);
+            read_clamped(dev.as_ref(), block, &mut buf)?;
+            buf[(from - block) as usize..].fill(0);
+            dev.write_at(block, &buf)?;
+            let zeros = AlignedBuf::new(1 << 20);
+            let mut at = block + BLOCK_BYTES as u64;
+            while at < dev.capacity() {
+                let n = (zeros.len() as u64).min(dev.capacity() - at) as usize;
+                dev.write_at(at, &zeros[..n])?;
+                at += n as u64;
+            }
+            dev.sync()?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -409,6 +409,7 @@ impl RecordLog for XRecordLog {
             segments_created: 0,
             segments_recycled: 0,
             space_gate_waits: x.gate_waits.load(Ordering::Relaxed),
+            group_commit_sizes: Default::default(),
         }
     }
 

@@ -124,12 +124,12 @@ pub fn feed_page(b: &[u8]) {
     }
 }
 
-/// A mini-transaction record (page operations, changed ranges, a full image and a transaction
-/// operation), as logged (compact format).
+/// A mini-transaction record (page operations, changed ranges, a full image as older logs hold
+/// them, a new page, and a transaction operation), as logged (compact format).
 pub fn valid_mtr(seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
-    encode_compact_start(&mut out, 3);
+    encode_compact_start(&mut out, 4);
     let mut ops = Vec::new();
     slotted::op::insert(&mut ops, 0, &[rng.below(256) as u8; 24]);
     slotted::op::update(&mut ops, 0, &[0; 24], &[rng.below(256) as u8; 24]);
@@ -143,6 +143,7 @@ pub fn valid_mtr(seed: u64) -> Vec<u8> {
     }
     encode_compact_change(&mut out, PageId::new(1, 4), ChangeRef::Diff { before: &before, after: &after });
     encode_compact_change(&mut out, PageId::new(1, 3), ChangeRef::FullImage(&[7; PAGE - 4]));
+    encode_compact_change(&mut out, PageId::new(1, 5), ChangeRef::NewPage(&after));
     // Every other seed annotates a same-length update, which is logged as a row patch.
     let op = if seed % 2 == 0 {
         TxnOp {

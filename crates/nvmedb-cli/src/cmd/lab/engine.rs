@@ -21,15 +21,19 @@ pub struct EngineArgs {
     /// Payload bytes per row.
     #[arg(long, default_value_t = 1000)]
     pub payload: u32,
-    /// Page size of table and index files (bytes or with a K suffix).
-    #[arg(long, default_value = "16k")]
-    pub page_size: String,
+    /// Page size of table and index files (bytes or with a K suffix; default: the engine's
+    /// default table page size).
+    #[arg(long)]
+    pub page_size: Option<String>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5.0)]
     pub duration: f64,
-    /// Threads for the 1 % buffer lookups.
+    /// Threads of the many-client point of the 1 % buffer lookups (one thread is measured too).
     #[arg(long, default_value_t = 32)]
     pub miss_threads: usize,
+    /// Keys per `read_many` of the 1 % buffer lookups' batched point, on one thread (0: none).
+    #[arg(long, default_value_t = nvmedb::READ_BATCH)]
+    pub miss_batch: usize,
     /// Threads for the scans.
     #[arg(long, default_value_t = 2)]
     pub scan_threads: usize,
@@ -79,9 +83,13 @@ impl LabArgs for EngineArgs {
             data_dir: self.data_dir.clone(),
             rows: self.rows,
             payload_bytes: self.payload,
-            page_size: parse_size("--page-size", &self.page_size)? as usize,
+            page_size: match &self.page_size {
+                Some(p) => parse_size("--page-size", p)? as usize,
+                None => nvmedb::Options::default().table_page_size,
+            },
             duration_s: self.duration,
             miss_threads: self.miss_threads,
+            miss_batch: self.miss_batch,
             scan_threads: self.scan_threads,
             reps: self.reps,
             use_fio: !self.no_fio,

@@ -1,7 +1,8 @@
 //! The engine benchmark's table: its schema, the options each part opens it with, and its load.
 //!
 //! Owns: [`schema`], [`options`], [`load`], [`TABLE`]. Invariant: the table in the data directory
-//! holds exactly rows `0..rows`; a directory holding another row count is reloaded.
+//! holds exactly rows `0..rows` in pages of the configured size; a directory holding another row
+//! count or page size is reloaded.
 
 use super::EngineConfig;
 use crate::error::{LabError, Result};
@@ -46,7 +47,10 @@ pub fn load(cfg: &EngineConfig, show_progress: bool) -> Result<()> {
     let open = LabError::engine(format!("opening {}", cfg.data_dir.display()));
     if cfg.data_dir.join(nvmedb::db::CATALOG_FILE).exists() {
         let db = Database::open(&cfg.data_dir, opts.clone()).map_err(open)?;
-        if let Ok(t) = db.table(TABLE) {
+        let c = db.catalog();
+        let same_pages =
+            (c.table_page_size as usize, c.index_page_size as usize) == (cfg.page_size, cfg.page_size);
+        if let (true, Ok(t)) = (same_pages, db.table(TABLE)) {
             let has = |k: u64| -> Result<bool> {
                 Ok(t.read(&Value::Int(k as i64), |_| ())
                     .map_err(LabError::engine("checking the loaded rows"))?

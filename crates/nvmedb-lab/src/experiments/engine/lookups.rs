@@ -19,9 +19,41 @@ use nvmedb::{BufferSize, Database, Value};
 use std::path::Path;
 use std::time::Duration;
 
+/// What one window of [`lookups`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct LookupWindow {
+    /// Lookups per second.
+    pub per_s: f64,
+    /// Lookups per CPU-second of the client threads.
+    pub per_cpu_s: f64,
+    /// Length of the window, seconds.
+    pub window_s: f64,
+    /// CPU time of the whole process in the window, ns.
+    pub process_cpu_ns: u64,
+    /// Table pages read from the device in the window.
+    pub reads: u64,
+    /// The table buffer's hit ratio in the window.
+    pub hit_ratio: f64,
+}
+
+/// Snapshots the table buffer's counters when the window opens and closes.
+struct WindowStats<'a> {
+    db: &'a Database,
+    opened: Option<nvmedb::buffer::BufferStats>,
+    closed: Option<nvmedb::buffer::BufferStats>,
+}
+
+impl crate::measure::WindowHooks for WindowStats<'_> {
+    fn opened(&mut self) {
+        self.opened = Some(self.db.buffer_stats().0);
+    }
+    fn closed(&mut self) {
+        self.closed = Some(self.db.buffer_stats().0);
+    }
+}
+
 /// Random point lookups from `threads` threads for `secs`, `batch` keys per call (1: one
-/// `Table::read` each; more: `Table::read_many`): lookups per second, and lookups per
-/// CPU-second of the client threads.
+/// `Table::read` each; more: `Table::read_many`), with the table buffer's reads in the window.
 pub fn lookups(
     db: &Database,
     rows: u64,
@@ -29,10 +61,11 @@ pub fn lookups(
     batch: usize,
     secs: f64,
     seed: u64,
-) -> Result<(f64, f64)> {
+) -> Result<LookupWindow> {
     let t = db.table(TABLE).map_err(LabError::engine("opening the table"))?;
     let workers = Workers::new("point lookups", threads, Duration::ZERO, Duration::from_secs_f64(secs));
     let missing = |k: &Value| LabError::MissingRow { table: TABLE.into(), key: format!("{k:?}") };
+    let mut stats = WindowStats { db, opened: None, closed: None };
     let run = workers.run(
         |th| Ok((Rng::new(seed.wrapping_mul(1000) + th as u64), Vec::with_capacity(batch))),
         |(rng, keys), _| {
@@ -60,9 +93,20 @@ pub fn lookups(
                 None => Ok(batch as u64),
             }
         },
-        &mut (),
+        &mut stats,
     )?;
-    Ok((run.ops_per_s(), run.ops_per_cpu_s()))
+    let d = match (stats.opened, stats.closed) {
+        (Some(a), Some(b)) => b.since(&a),
+        _ => Default::default(),
+    };
+    Ok(LookupWindow {
+        per_s: run.ops_per_s(),
+        per_cpu_s: run.ops_per_cpu_s(),
+        window_s: run.window.as_secs_f64(),
+        process_cpu_ns: run.process_cpu_ns,
+        reads: d.reads,
+        hit_ratio: d.hit_ratio(),
+    })
 }
 
 /// Part "memory": the whole table cached, each huge-page × lock-free-hit setting in turn, each
@@ -87,10 +131,9 @@ pub fn memory(cfg: &EngineConfig, env: &RunEnv) -> Result<Vec<MemoryLookups>> {
                     let before = db.buffer_stats().0;
                     let (mut v, mut per_cpu) = (Vec::new(), Vec::new());
                     for rep in 0..cfg.reps {
-                        let (rate, cpu_rate) =
-                            lookups(&db, cfg.rows, threads, batch, cfg.duration_s, rep as u64 + 1)?;
-                        v.push(rate);
-                        per_cpu.push(cpu_rate);
+                        let w = lookups(&db, cfg.rows, threads, batch, cfg.duration_s, rep as u64 + 1)?;
+                        v.push(w.per_s);
+                        per_cpu.push(w.per_cpu_s);
                     }
                     let m = MemoryLookups {
                         threads,
@@ -120,21 +163,71 @@ fn iobench_sync_iops(file: &Path, cfg: &EngineConfig, threads: usize, table_byte
     Ok(iobench::measure(&c, false).map_err(LabError::in_part(format!("iobench on {}", file.display())))?.iops)
 }
 
+/// The lookups of one point of the miss part: `threads` clients, `batch` keys per call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MissPoint {
+    /// Client threads.
+    pub threads: usize,
+    /// Keys per call (1: `Table::read`; more: `Table::read_many`).
+    pub batch: usize,
+}
+
+impl MissPoint {
+    /// The points of `cfg`: one thread, `cfg.miss_threads` threads, and `read_many` of
+    /// `cfg.miss_batch` keys on one thread (when above 1).
+    pub fn of(cfg: &EngineConfig) -> Vec<MissPoint> {
+        let mut v = vec![MissPoint { threads: 1, batch: 1 }];
+        if cfg.miss_threads > 1 {
+            v.push(MissPoint { threads: cfg.miss_threads, batch: 1 });
+        }
+        if cfg.miss_batch > 1 {
+            v.push(MissPoint { threads: 1, batch: cfg.miss_batch });
+        }
+        v
+    }
+
+    /// fio's shape of the same I/O: `threads` psync jobs of one read each, or for a batch one
+    /// io_uring job of `batch` reads in flight. (jobs, depth, engine)
+    fn fio_shape(self) -> (usize, usize, &'static str) {
+        if self.batch > 1 {
+            (1, self.batch, "io_uring")
+        } else {
+            (self.threads, 1, "psync")
+        }
+    }
+}
+
+/// Medians and spreads gathered over the repetitions of one point.
+#[derive(Default)]
+struct PointReps {
+    lookups: Vec<f64>,
+    reads: Vec<f64>,
+    cpu_us: Vec<f64>,
+    hit: Vec<f64>,
+    fio: Vec<f64>,
+    fio_cpu_us: Vec<f64>,
+    fio_4k: Vec<f64>,
+    fio_uring: Vec<f64>,
+    iobench: Vec<f64>,
+}
+
 /// Part "miss": lookups with a small buffer (raised to two frames per client when the
-/// configured share is smaller), interleaved with fio (psync and io_uring) and iobench on the
-/// heap file.
-pub fn miss(cfg: &EngineConfig, env: &RunEnv, heap: &Path, table_bytes: u64) -> Result<MissLookups> {
-    let threads = cfg.miss_threads;
-    // Each client pins a page while it reads it, so the buffer needs at least two frames
-    // per client; a small table's 1 % has fewer (20 K rows of 100 B: 8 frames for 32).
+/// configured share is smaller) at each [`MissPoint`], interleaved with fio on the heap file at
+/// the same page size and concurrency (and at 4 KiB, the device's smallest read), and iobench.
+pub fn miss(cfg: &EngineConfig, env: &RunEnv, heap: &Path, table_bytes: u64) -> Result<Vec<MissLookups>> {
+    let points = MissPoint::of(cfg);
+    let clients = points.iter().map(|p| p.threads * p.batch).max().unwrap_or(1);
+    // Each client pins a page while it reads it (a batch pins its pages while they load), so
+    // the buffer needs at least two frames per page in flight; a small table's 1 % has fewer
+    // (20 K rows of 100 B: 8 frames for 32).
     let pct_bytes = table_bytes as f64 * cfg.miss_buffer_pct / 100.0;
-    let floor_bytes = (2 * threads * cfg.page_size) as f64;
+    let floor_bytes = (2 * clients * cfg.page_size) as f64;
     let miss_buffer = if pct_bytes < floor_bytes {
         env.note(format!(
-            "note: {}% of the table is {:.0} KiB, fewer than 2 frames per client; the buffer is raised to {} frames ({:.0} KiB, {:.1}% of the table)",
+            "note: {}% of the table is {:.0} KiB, fewer than 2 frames per page in flight; the buffer is raised to {} frames ({:.0} KiB, {:.1}% of the table)",
             cfg.miss_buffer_pct,
             pct_bytes / 1024.0,
-            2 * threads,
+            2 * clients,
             floor_bytes / 1024.0,
             100.0 * floor_bytes / table_bytes as f64
         ));
@@ -145,39 +238,65 @@ pub fn miss(cfg: &EngineConfig, env: &RunEnv, heap: &Path, table_bytes: u64) -> 
     let buffer_pct = 100.0 * pct_bytes.max(floor_bytes) / table_bytes as f64;
     let db = Database::open(&cfg.data_dir, options(cfg, miss_buffer, BufferPolicy::Shared { stripes: 512 }))
         .map_err(LabError::engine("opening the database"))?;
-    lookups(&db, cfg.rows, threads, 1, 1.0, 0)?;
-    let (mut lk, mut eng, mut fio_p, mut fio_u, mut iob) = (vec![], vec![], vec![], vec![], vec![]);
-    let mut hit = 0.0;
+    // Warm-up: the index into its buffer, the table buffer full.
+    lookups(&db, cfg.rows, cfg.miss_threads.max(1), 1, 1.0, 0)?;
     let fio_ok = cfg.use_fio && fio::installed();
+    let mut reps: Vec<PointReps> = points.iter().map(|_| PointReps::default()).collect();
     for rep in 0..cfg.reps {
-        let before = db.buffer_stats().0;
-        let t0 = std::time::Instant::now();
-        lk.push(lookups(&db, cfg.rows, threads, 1, cfg.duration_s, rep as u64 + 10)?.0);
-        let d = db.buffer_stats().0.since(&before);
-        eng.push(d.reads as f64 / t0.elapsed().as_secs_f64());
-        hit = d.hit_ratio();
-        if fio_ok {
-            fio_p.extend(fio::randread_iops(heap, cfg.page_size, threads, 1, "psync", cfg.duration_s));
-            fio_u.extend(fio::randread_iops(heap, cfg.page_size, 1, threads, "io_uring", cfg.duration_s));
+        for (p, r) in points.iter().zip(reps.iter_mut()) {
+            let w = lookups(&db, cfg.rows, p.threads, p.batch, cfg.duration_s, rep as u64 + 10)?;
+            r.lookups.push(w.per_s);
+            r.reads.push(w.reads as f64 / w.window_s.max(1e-9));
+            r.cpu_us.push(w.process_cpu_ns as f64 / 1e3 / w.reads.max(1) as f64);
+            r.hit.push(w.hit_ratio);
+            if fio_ok {
+                let (jobs, depth, engine) = p.fio_shape();
+                if let Some(f) = fio::randread(heap, cfg.page_size, jobs, depth, engine, cfg.duration_s) {
+                    r.fio.push(f.iops);
+                    r.fio_cpu_us.push(f.cpu_us_per_read);
+                }
+                if cfg.page_size != 4096 {
+                    r.fio_4k.extend(fio::randread_iops(heap, 4096, jobs, depth, engine, cfg.duration_s));
+                }
+                if p.threads > 1 {
+                    r.fio_uring.extend(fio::randread_iops(
+                        heap,
+                        cfg.page_size,
+                        1,
+                        p.threads,
+                        "io_uring",
+                        cfg.duration_s,
+                    ));
+                }
+            }
+            if p.threads > 1 {
+                r.iobench.push(iobench_sync_iops(heap, cfg, p.threads, table_bytes)?);
+            }
         }
-        iob.push(iobench_sync_iops(heap, cfg, threads, table_bytes)?);
     }
-    let eng_s = Spread::of(&eng);
-    let (fp, fu) = (Spread::of_some(&fio_p), Spread::of_some(&fio_u));
-    let m = MissLookups {
-        threads,
-        buffer_pct,
-        lookups_per_s: Spread::of(&lk),
-        engine_read_iops: eng_s,
-        hit_ratio: hit,
-        ratio_vs_fio_psync: fp.map(|f| eng_s.median / f.median),
-        ratio_vs_fio_uring: fu.map(|f| eng_s.median / f.median),
-        fio_psync_iops: fp,
-        fio_uring_iops: fu,
-        iobench_sync_iops: Spread::of(&iob),
-    };
-    for line in m.lines(cfg) {
-        env.note(line);
+    let mut out = Vec::new();
+    for (p, r) in points.iter().zip(&reps) {
+        let lk = Spread::of(&r.lookups);
+        let fio = Spread::of_some(&r.fio);
+        let m = MissLookups {
+            threads: p.threads,
+            batch: p.batch,
+            buffer_pct,
+            lookups_per_s: lk,
+            engine_read_iops: Spread::of(&r.reads),
+            hit_ratio: crate::measure::median(&r.hit),
+            cpu_us_per_miss: Spread::of(&r.cpu_us),
+            fio_iops: fio,
+            fio_cpu_us_per_read: Spread::of_some(&r.fio_cpu_us),
+            fio_4k_iops: if cfg.page_size == 4096 { fio } else { Spread::of_some(&r.fio_4k) },
+            fio_uring_iops: Spread::of_some(&r.fio_uring),
+            iobench_sync_iops: Spread::of_some(&r.iobench),
+            lookups_over_fio: fio.map(|f| lk.median / f.median),
+        };
+        for line in m.lines(cfg) {
+            env.note(line);
+        }
+        out.push(m);
     }
-    Ok(m)
+    Ok(out)
 }

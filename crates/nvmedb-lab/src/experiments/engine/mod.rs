@@ -39,8 +39,12 @@ pub struct EngineConfig {
     pub duration_s: f64,
     /// Threads for the in-memory lookup test.
     pub memory_threads: Vec<usize>,
-    /// Threads (= outstanding reads) for the 1 % buffer lookup test.
+    /// Threads (= outstanding reads) of the many-client point of the 1 % buffer lookups (one
+    /// thread is always measured too).
     pub miss_threads: usize,
+    /// Keys per `read_many` of the 1 % buffer lookups' batched point (one thread; 0 or 1: none).
+    #[serde(default = "default_miss_batch")]
+    pub miss_batch: usize,
     /// Table buffer for the miss test, percent of the table.
     pub miss_buffer_pct: f64,
     /// Threads for the scan test.
@@ -73,6 +77,9 @@ pub struct EngineConfig {
     pub lock_hold_ns: u64,
 }
 
+fn default_miss_batch() -> usize {
+    nvmedb::READ_BATCH
+}
 fn default_lock_threads() -> Vec<usize> {
     vec![2, 4, 20]
 }
@@ -89,10 +96,11 @@ impl Default for EngineConfig {
             data_dir: PathBuf::from("nvmedb-data/enginebench"),
             rows: 1_000_000,
             payload_bytes: 1000,
-            page_size: 16384,
+            page_size: nvmedb::Options::default().table_page_size,
             duration_s: 5.0,
             memory_threads: vec![1, 2],
             miss_threads: 32,
+            miss_batch: default_miss_batch(),
             miss_buffer_pct: 1.0,
             scan_threads: 2,
             scan_buffer_pct: 5.0,
@@ -157,13 +165,16 @@ impl MemoryLookups {
     }
 }
 
-/// 1 % buffer lookup result with its device references.
+/// The 1 % buffer lookups of one point (client threads × keys per call) with its device
+/// references, each measured on the heap file in the same repetitions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MissLookups {
-    /// Client threads (outstanding reads).
+    /// Client threads.
     pub threads: usize,
+    /// Keys per call: 1 = `Table::read`, more = `Table::read_many` (its misses read together).
+    pub batch: usize,
     /// Table buffer, percent of the table (the configured share, or more when that is under
-    /// two frames per client).
+    /// two frames per page in flight).
     pub buffer_pct: f64,
     /// Lookups per second.
     pub lookups_per_s: Spread,
@@ -171,42 +182,76 @@ pub struct MissLookups {
     pub engine_read_iops: Spread,
     /// Table buffer hit ratio achieved.
     pub hit_ratio: f64,
-    /// fio on the heap file: psync with `threads` jobs (same concurrency, blocking reads).
-    pub fio_psync_iops: Option<Spread>,
-    /// fio on the heap file: io_uring with depth `threads` (same number in flight).
+    /// CPU time of the whole process per page read, µs (every thread: clients, background
+    /// writer; user and system, so the kernel's read path is in it as it is in fio's figure).
+    pub cpu_us_per_miss: Spread,
+    /// fio on the heap file at the page size and the same concurrency: `threads` psync jobs, or
+    /// for a batch one io_uring job with `batch` reads in flight.
+    pub fio_iops: Option<Spread>,
+    /// CPU of fio's processes per read in those runs, µs.
+    pub fio_cpu_us_per_read: Option<Spread>,
+    /// The same fio shape with 4 KiB reads (the device's smallest, what a 4 KiB-block engine
+    /// such as RocksDB reads per miss).
+    pub fio_4k_iops: Option<Spread>,
+    /// fio io_uring with `threads` in flight from one job at the page size (threads > 1).
     pub fio_uring_iops: Option<Spread>,
-    /// iobench on the heap file, sync engine with `threads` threads.
-    pub iobench_sync_iops: Spread,
-    /// Engine read IOPS / fio psync IOPS.
-    pub ratio_vs_fio_psync: Option<f64>,
-    /// Engine read IOPS / fio io_uring IOPS.
-    pub ratio_vs_fio_uring: Option<f64>,
+    /// iobench on the heap file, sync engine with `threads` threads (threads > 1).
+    pub iobench_sync_iops: Option<Spread>,
+    /// Lookups per second / fio's IOPS at the page size (median over median).
+    pub lookups_over_fio: Option<f64>,
 }
 
 impl MissLookups {
+    /// What the point runs, in words.
+    pub fn label(&self) -> String {
+        if self.batch > 1 {
+            format!("{} thread(s), read_many of {} keys", self.threads, self.batch)
+        } else {
+            format!("{} thread(s), one read per key", self.threads)
+        }
+    }
+
     fn lines(&self, cfg: &EngineConfig) -> [String; 2] {
-        let threads = self.threads;
         let pct = if self.buffer_pct > cfg.miss_buffer_pct {
             format!("{:.1}", self.buffer_pct)
         } else {
             cfg.miss_buffer_pct.to_string()
         };
-        let ratio = |r: Option<f64>| r.map_or("n/a".into(), |r| format!("{:.1} %", r * 100.0));
         let spread = |s: Option<Spread>| s.map_or("n/a".into(), |s| s.to_string());
+        let us = |s: Option<Spread>| s.map_or("n/a".into(), |s| format!("{:.1}", s.median));
+        let shape = if self.batch > 1 {
+            format!("fio io_uring QD{}", self.batch)
+        } else {
+            format!("fio psync x{}", self.threads)
+        };
+        let mut refs = format!(
+            "  same file: {shape} {} KiB: {} IOPS ({} CPU µs per read; lookups/fio {}), 4 KiB: {} IOPS",
+            cfg.page_size / 1024,
+            spread(self.fio_iops),
+            us(self.fio_cpu_us_per_read),
+            self.lookups_over_fio.map_or("n/a".into(), |r| format!("{r:.2}")),
+            spread(self.fio_4k_iops),
+        );
+        if self.threads > 1 {
+            refs.push_str(&format!(
+                "; fio io_uring QD{} {} KiB: {} IOPS; iobench sync x{}: {} IOPS",
+                self.threads,
+                cfg.page_size / 1024,
+                spread(self.fio_uring_iops),
+                self.threads,
+                spread(self.iobench_sync_iops)
+            ));
+        }
         [
             format!(
-                "{pct}% buffer lookups, {threads} threads: {} lookups/s, engine reads {} IOPS, hit ratio {:.3}",
-                self.lookups_per_s, self.engine_read_iops, self.hit_ratio
+                "{pct}% buffer lookups, {}: {} lookups/s, engine reads {} IOPS, {:.1} CPU µs per miss, hit ratio {:.3}",
+                self.label(),
+                self.lookups_per_s,
+                self.engine_read_iops,
+                self.cpu_us_per_miss.median,
+                self.hit_ratio
             ),
-            format!(
-                "  same file, {} KiB random reads: fio psync x{threads}: {} IOPS (engine/fio {}), fio io_uring QD{threads}: {} IOPS (engine/fio {}), iobench sync x{threads}: {} IOPS",
-                cfg.page_size / 1024,
-                spread(self.fio_psync_iops),
-                ratio(self.ratio_vs_fio_psync),
-                spread(self.fio_uring_iops),
-                ratio(self.ratio_vs_fio_uring),
-                self.iobench_sync_iops
-            ),
+            refs,
         ]
     }
 }
@@ -326,8 +371,9 @@ pub struct EngineResults {
     pub table_bytes: u64,
     /// In-memory lookups.
     pub memory: Vec<MemoryLookups>,
-    /// 1 % buffer lookups.
-    pub miss: Option<MissLookups>,
+    /// 1 % buffer lookups, one entry per point (one thread, many threads, `read_many`).
+    #[serde(default)]
+    pub misses: Vec<MissLookups>,
     /// Device limit for scans: iobench sequential read, page size, depth 32.
     pub device_limit_iops: Option<f64>,
     /// Scans per policy.
@@ -378,7 +424,7 @@ impl Experiment for EngineBench {
         let mut r = EngineResults {
             table_bytes,
             memory: Vec::new(),
-            miss: None,
+            misses: Vec::new(),
             device_limit_iops: None,
             scans: Vec::new(),
             locks: None,
@@ -387,7 +433,7 @@ impl Experiment for EngineBench {
             r.memory = lookups::memory(cfg, env)?;
         }
         if cfg.wants("miss") {
-            r.miss = Some(lookups::miss(cfg, env, &heap, table_bytes)?);
+            r.misses = lookups::miss(cfg, env, &heap, table_bytes)?;
         }
         if cfg.wants("scan") {
             let limit = scan::device_limit(cfg, &heap, table_bytes)?;
@@ -426,25 +472,34 @@ impl Experiment for EngineBench {
                 "lookups/CPU-s",
             ));
         }
-        if let Some(m) = &r.miss {
+        for m in &r.misses {
             for line in m.lines(cfg) {
                 text.push_str(&format!("{line}\n"));
             }
+            let key = format!("miss/threads{}/batch{}", m.threads, m.batch);
             let mut f = Figure::repeated(
-                "miss/engine_read_iops",
-                format!("engine page reads at {:.1} % buffer, {} threads", m.buffer_pct, m.threads),
-                m.engine_read_iops,
-                "IOPS",
+                format!("{key}/lookups_per_s"),
+                format!("lookups at a {:.1} % buffer, {}", m.buffer_pct, m.label()),
+                m.lookups_per_s,
+                "lookups/s",
             );
-            if let Some(fio) = m.fio_psync_iops {
-                f = f.against(format!("fio psync x{} on the heap file", m.threads), fio.median);
+            if let Some(fio) = m.fio_iops {
+                let shape = if m.batch > 1 {
+                    format!("io_uring QD{}", m.batch)
+                } else {
+                    format!("psync x{}", m.threads)
+                };
+                f = f.against(
+                    format!("fio {shape} on the heap file, {} KiB", cfg.page_size / 1024),
+                    fio.median,
+                );
             }
             figures.push(f);
             figures.push(Figure::repeated(
-                "miss/lookups_per_s",
-                "lookups at the small buffer",
-                m.lookups_per_s,
-                "lookups/s",
+                format!("{key}/cpu_us_per_miss"),
+                format!("CPU per miss, {}", m.label()),
+                m.cpu_us_per_miss,
+                "µs",
             ));
         }
         if let Some(limit) = r.device_limit_iops {

@@ -58,11 +58,12 @@ impl Kind {
     pub fn configuration(self) -> &'static str {
         match self {
             Kind::Nvmedb => {
-                "Options::default() (16 KiB table pages, 4 KiB index pages, single file log, \
+                "Options::default() (its default table and index page sizes, single file log, \
                  every commit durable; O_DIRECT data files) except table_buffer/index_buffer: the \
                  whole table in memory, or a table buffer of 1 % of the data for the miss part \
-                 with the primary index cached (its index pages stay resident, as in seed 000; \
-                 RocksDB's and LMDB's 1 % include their index blocks), and row-id hints at their \
+                 with the primary index cached in its own buffer (its index pages stay resident, \
+                 as in seed 000; RocksDB's index and filter blocks likewise stay outside its 1 % \
+                 block cache; LMDB's and SQLite's 1 % include their index pages), and row-id hints at their \
                  default (Options::row_hint_bytes: up to 64 MiB, at most 64 bytes per key read, 21-42 measured, \
                  outside both buffers); loaded with \
                  Database::load_table (pages built directly: heap pages written once around the \
@@ -71,7 +72,8 @@ impl Kind {
             }
             Kind::Rocksdb => {
                 "block-based table, 4 KiB blocks, 10-bit bloom filter, LRU block cache holding the \
-                 whole table (or 1 % of the data, index and filter blocks charged to it), \
+                 whole table (or 1 % of the data; index and filter blocks held outside it, RocksDB's \
+                 default), multi_get for batched lookups, \
                  use_direct_reads and direct flush/compaction I/O, WriteOptions.sync = true for \
                  every write, loaded through synced write batches then flushed and compacted to \
                  one level"
@@ -207,7 +209,10 @@ impl Peer {
                 let mut table = rocksdb::BlockBasedOptions::default();
                 table.set_block_cache(&lru);
                 table.set_bloom_filter(10.0, false);
-                table.set_cache_index_and_filter_blocks(matches!(cache, Cache::Bytes(_)));
+                // Index and filter blocks stay outside the block cache (RocksDB's default,
+                // held by the table readers), as nvmedb's index stays in its own buffer: the
+                // 1 % cache holds data blocks only, for both.
+                table.set_cache_index_and_filter_blocks(false);
                 let mut o = rocksdb::Options::default();
                 o.create_if_missing(true);
                 o.set_block_based_table_factory(&table);
@@ -256,6 +261,14 @@ impl Peer {
             Peer::Lmdb(..) => vec![dir.join("data.mdb")],
             Peer::Sqlite(p, _) => vec![p.clone(), p.with_extension("db-wal")],
             _ => Vec::new(),
+        }
+    }
+
+    /// nvmedb's table page size (what its misses read), for nvmedb only.
+    pub fn data_page_size(&self) -> Option<usize> {
+        match self {
+            Peer::Nvmedb(db, _) => Some(db.catalog().table_page_size as usize),
+            _ => None,
         }
     }
 

@@ -118,6 +118,24 @@ pub struct Rate {
     pub engine: Kind,
     /// Operations per second (for the load: seconds).
     pub per_s: Spread,
+    /// CPU time of the whole process per operation, µs (the 1 %-cache part).
+    #[serde(default)]
+    pub cpu_us_per_op: Option<Spread>,
+}
+
+/// fio's random reads on nvmedb's data file in the shape of one 1 %-cache workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MissFio {
+    /// The workload it stands beside.
+    pub workload: String,
+    /// fio's shape ("32 job(s) × 1 in flight, psync").
+    pub shape: String,
+    /// IOPS at nvmedb's table page size.
+    pub page_iops: Option<Spread>,
+    /// CPU of fio's processes per read at that size, µs.
+    pub page_cpu_us_per_read: Option<Spread>,
+    /// IOPS at 4 KiB (RocksDB's block size).
+    pub iops_4k: Option<Spread>,
 }
 
 /// nvmedb against one peer on one workload.
@@ -143,14 +161,17 @@ pub struct PeersResults {
     pub commits: Vec<Rate>,
     /// fio: 4 KiB sequential write + fdatasync each, one job, IOPS.
     pub fio_fdatasync_iops: Option<Spread>,
-    /// Lookups per second through a 1 % cache from many threads.
+    /// Lookups per second through a 1 % cache: many threads, one thread, and one thread's
+    /// batches (`read_many` and its peers' equivalents).
     pub miss: Vec<Rate>,
     /// The cache of the miss part, bytes.
     pub miss_cache_bytes: u64,
-    /// fio: 4 KiB random reads (psync, one per thread, as many threads) on nvmedb's data file.
-    pub fio_randread_4k_iops: Option<Spread>,
-    /// fio: 16 KiB (nvmedb's page) random reads, likewise.
-    pub fio_randread_16k_iops: Option<Spread>,
+    /// nvmedb's table page size in the miss part, bytes.
+    #[serde(default)]
+    pub miss_page_bytes: usize,
+    /// fio on nvmedb's data file beside each 1 %-cache workload.
+    #[serde(default)]
+    pub miss_fio: Vec<MissFio>,
 }
 
 impl PeersResults {
@@ -264,17 +285,42 @@ impl Experiment for PeersBench {
         let mut text = format!(
             "{}\n\n{table}\nratios: nvmedb's median rate / the peer's (load: the peer's time / nvmedb's); above 1: nvmedb ahead\n\
              fio 4 KiB write + fdatasync, 1 job: {} IOPS\n\
-             fio random reads on nvmedb's data file, {} psync threads: 4 KiB {} IOPS, 16 KiB {} IOPS\n\
-             1 % cache = {:.1} MiB; {} repetitions of {} s windows, engines interleaved in each\n\nconfiguration:\n",
+             1 % cache = {:.1} MiB; {} repetitions of {} s windows, engines interleaved in each\n",
             Self::TITLE,
             spread(&r.fio_fdatasync_iops),
-            cfg.miss_threads,
-            spread(&r.fio_randread_4k_iops),
-            spread(&r.fio_randread_16k_iops),
             r.miss_cache_bytes as f64 / (1 << 20) as f64,
             cfg.reps,
             cfg.duration_s,
         );
+        for f in &r.miss_fio {
+            let nv = r.miss.iter().find(|x| x.workload == f.workload && x.engine == Kind::Nvmedb);
+            let over = |fio: &Option<Spread>| match (nv, fio) {
+                (Some(n), Some(f)) if f.median > 0.0 => format!("{:.2}×", n.per_s.median / f.median),
+                _ => "–".into(),
+            };
+            text.push_str(&format!(
+                "{}: fio on nvmedb's data file ({}): {} KiB {} IOPS ({} CPU µs per read; nvmedb {}), 4 KiB {} IOPS (nvmedb {})\n",
+                f.workload,
+                f.shape,
+                r.miss_page_bytes / 1024,
+                spread(&f.page_iops),
+                f.page_cpu_us_per_read.map_or("–".into(), |c| format!("{:.1}", c.median)),
+                over(&f.page_iops),
+                spread(&f.iops_4k),
+                over(&f.iops_4k),
+            ));
+        }
+        let cpu: Vec<String> = r
+            .miss
+            .iter()
+            .filter_map(|x| {
+                x.cpu_us_per_op.map(|c| format!("{} {}: {:.1}", x.workload, x.engine.name(), c.median))
+            })
+            .collect();
+        if !cpu.is_empty() {
+            text.push_str(&format!("CPU µs per lookup through the 1 % cache: {}\n", cpu.join("; ")));
+        }
+        text.push_str("\nconfiguration:\n");
         for k in &kinds {
             text.push_str(&format!("  {}: {}\n", k.name(), k.configuration()));
         }

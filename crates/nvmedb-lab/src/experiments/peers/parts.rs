@@ -8,7 +8,7 @@
 //! durable when it returns; the data directories are removed at the end unless kept.
 
 use super::engines::{drop_from_page_cache, value, Cache, Kind, Peer, KINDS, MANY};
-use super::{PeersConfig, PeersResults, Rate, Ratio, TableSpec};
+use super::{MissFio, PeersConfig, PeersResults, Rate, Ratio, TableSpec};
 use crate::error::{LabError, Result};
 use crate::experiment::RunEnv;
 use crate::measure::{fio, Spread, Workers};
@@ -30,6 +30,19 @@ enum Op {
 
 /// Runs `threads` clients of `peer` for `secs`: operations per second.
 fn window(peer: &Peer, t: &TableSpec, op: Op, threads: usize, secs: f64, seed: u64) -> Result<f64> {
+    Ok(window_cpu(peer, t, op, threads, secs, seed)?.0)
+}
+
+/// [`window`], with the CPU time of the whole process per operation, µs (every engine runs in
+/// this process; user and system time, so each engine's reads through the kernel count).
+fn window_cpu(
+    peer: &Peer,
+    t: &TableSpec,
+    op: Op,
+    threads: usize,
+    secs: f64,
+    seed: u64,
+) -> Result<(f64, f64)> {
     let what = format!("{} clients of {}", threads, peer.kind().name());
     let workers = Workers::new(what, threads, Duration::from_millis(200), Duration::from_secs_f64(secs));
     let rows = t.rows;
@@ -58,28 +71,60 @@ fn window(peer: &Peer, t: &TableSpec, op: Op, threads: usize, secs: f64, seed: u
         },
         &mut (),
     )?;
-    Ok(run.ops_per_s())
+    Ok((run.ops_per_s(), run.process_cpu_ns as f64 / 1e3 / run.ops.max(1) as f64))
 }
 
 /// Collects per-engine repetitions of one measurement.
-struct Reps(Vec<(Kind, Vec<f64>)>);
+struct Reps(Vec<(Kind, Vec<f64>, Vec<f64>)>);
 
 impl Reps {
     fn new(kinds: &[Kind]) -> Self {
-        Self(kinds.iter().map(|&k| (k, Vec::new())).collect())
+        Self(kinds.iter().map(|&k| (k, Vec::new(), Vec::new())).collect())
     }
     fn push(&mut self, kind: Kind, v: f64) {
-        if let Some((_, vs)) = self.0.iter_mut().find(|(k, _)| *k == kind) {
+        if let Some((_, vs, _)) = self.0.iter_mut().find(|(k, _, _)| *k == kind) {
             vs.push(v);
+        }
+    }
+    /// A rate with the CPU it took per operation, µs.
+    fn push_cpu(&mut self, kind: Kind, (v, cpu_us): (f64, f64)) {
+        if let Some((_, vs, cpu)) = self.0.iter_mut().find(|(k, _, _)| *k == kind) {
+            vs.push(v);
+            cpu.push(cpu_us);
         }
     }
     fn rates(&self, workload: &str) -> Vec<Rate> {
         self.0
             .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| Rate { workload: workload.to_string(), engine: *k, per_s: Spread::of(v) })
+            .filter(|(_, v, _)| !v.is_empty())
+            .map(|(k, v, cpu)| Rate {
+                workload: workload.to_string(),
+                engine: *k,
+                per_s: Spread::of(v),
+                cpu_us_per_op: Spread::of_some(cpu),
+            })
             .collect()
     }
+}
+
+/// One 1 %-cache workload's repetitions: every engine's, and fio's beside them.
+struct ShapeReps {
+    engines: Reps,
+    fio_page: Vec<f64>,
+    fio_cpu: Vec<f64>,
+    fio_4k: Vec<f64>,
+}
+
+impl ShapeReps {
+    fn new(kinds: &[Kind]) -> Self {
+        Self { engines: Reps::new(kinds), fio_page: Vec::new(), fio_cpu: Vec::new(), fio_4k: Vec::new() }
+    }
+}
+
+/// The name of a miss-part workload: "lookup 1% cache 1M×1024B, 32 thr" or "lookup×16 …, 1 thr".
+pub fn miss_workload(t: &TableSpec, threads: usize, keys: usize) -> String {
+    let what = if keys > 1 { format!("lookup×{keys}") } else { "lookup".into() };
+    format!("{what} 1% cache {}, {threads} thr", t.label())
 }
 
 /// Ratios of nvmedb's median to every peer's, per workload.
@@ -186,11 +231,13 @@ pub fn run(cfg: &PeersConfig, env: &RunEnv) -> Result<PeersResults> {
             res.commits.extend(reps.rates(&format!("updates {threads} thr")));
         }
     }
-    // 4. Random lookups through a 1 % cache from many threads, beside fio's random reads.
+    // 4. Random lookups through a 1 % cache, beside fio's random reads on nvmedb's data file at
+    //    its page size and at 4 KiB in the same shape: many threads of one read each, one
+    //    thread, and one thread's batches of MANY keys (fio: one job with MANY reads in flight).
     if cfg.wants("miss") {
         let t = cfg.tables.iter().max_by_key(|t| t.data_bytes()).expect("validated: a table");
         // At least four 16 KiB pages per client (each pins a page while it reads).
-        let floor = (cfg.miss_threads * 4 * 16384) as u64;
+        let floor = (cfg.miss_threads.max(MANY) * 4 * 16384) as u64;
         let cache = ((t.data_bytes() as f64 * cfg.miss_cache_pct / 100.0) as u64).max(floor);
         let dirs: Vec<PathBuf> = kinds.iter().map(|&k| dir_of(cfg, k, t)).collect();
         let peers: Vec<Peer> = kinds
@@ -199,27 +246,54 @@ pub fn run(cfg: &PeersConfig, env: &RunEnv) -> Result<PeersResults> {
             .map(|(&k, d)| Peer::open(k, d, t.data_bytes(), Cache::Bytes(cache)))
             .collect::<Result<_>>()?;
         let heap = peers.iter().zip(&dirs).find_map(|(p, d)| p.data_file(d));
-        let (mut miss, mut fio4, mut fio16) = (Reps::new(&kinds), Vec::new(), Vec::new());
+        let page = peers.iter().find_map(Peer::data_page_size).unwrap_or(4096);
+        res.miss_page_bytes = page;
+        // (threads, keys per call, fio jobs, fio depth, fio engine)
+        let shapes = [
+            (cfg.miss_threads, 1, cfg.miss_threads, 1, "psync"),
+            (1, 1, 1, 1, "psync"),
+            (1, MANY, 1, MANY, "io_uring"),
+        ];
+        let mut by_shape: Vec<ShapeReps> = shapes.iter().map(|_| ShapeReps::new(&kinds)).collect();
         for rep in 0..cfg.reps {
-            if let Some(heap) = &heap {
-                fio4.extend(fio::randread_iops(heap, 4096, cfg.miss_threads, 1, "psync", cfg.duration_s));
-                fio16.extend(fio::randread_iops(heap, 16384, cfg.miss_threads, 1, "psync", cfg.duration_s));
-            }
-            for (p, d) in peers.iter().zip(&dirs) {
-                drop_from_page_cache(&p.cached_files(d))?;
-                let r = window(p, t, Op::Get, cfg.miss_threads, cfg.duration_s, rep as u64 + 300)?;
-                env.note(format!(
-                    "1 % cache, {} threads, {}: {:.0} lookups/s",
-                    cfg.miss_threads,
-                    p.kind().name(),
-                    r
-                ));
-                miss.push(p.kind(), r);
+            for (&(threads, keys, jobs, depth, engine), sr) in shapes.iter().zip(by_shape.iter_mut()) {
+                let ShapeReps { engines: reps, fio_page, fio_cpu, fio_4k } = sr;
+                if let Some(heap) = &heap {
+                    if let Some(f) = fio::randread(heap, page, jobs, depth, engine, cfg.duration_s) {
+                        fio_page.push(f.iops);
+                        fio_cpu.push(f.cpu_us_per_read);
+                    }
+                    if page != 4096 {
+                        fio_4k.extend(fio::randread_iops(heap, 4096, jobs, depth, engine, cfg.duration_s));
+                    }
+                }
+                let op = if keys > 1 { Op::GetMany } else { Op::Get };
+                for (p, d) in peers.iter().zip(&dirs) {
+                    drop_from_page_cache(&p.cached_files(d))?;
+                    let r = window_cpu(p, t, op, threads, cfg.duration_s, rep as u64 + 300)?;
+                    env.note(format!(
+                        "1 % cache, {threads} thread(s), {keys} key(s) per call, {}: {:.0} lookups/s, {:.1} CPU µs per lookup",
+                        p.kind().name(),
+                        r.0,
+                        r.1
+                    ));
+                    reps.push_cpu(p.kind(), r);
+                }
             }
         }
-        res.fio_randread_4k_iops = Spread::of_some(&fio4);
-        res.fio_randread_16k_iops = Spread::of_some(&fio16);
-        res.miss = miss.rates(&format!("lookup 1% cache {}", t.label()));
+        for (&(threads, keys, jobs, depth, engine), sr) in shapes.iter().zip(&by_shape) {
+            let ShapeReps { engines: reps, fio_page, fio_cpu, fio_4k } = sr;
+            let workload = miss_workload(t, threads, keys);
+            res.miss.extend(reps.rates(&workload));
+            let fio_page = Spread::of_some(fio_page);
+            res.miss_fio.push(MissFio {
+                workload,
+                shape: format!("{jobs} job(s) × {depth} in flight, {engine}"),
+                page_iops: fio_page,
+                page_cpu_us_per_read: Spread::of_some(fio_cpu),
+                iops_4k: if page == 4096 { fio_page } else { Spread::of_some(fio_4k) },
+            });
+        }
         res.miss_cache_bytes = cache;
     }
     if !cfg.keep_data {

@@ -290,8 +290,8 @@ pub struct PointResult {
     /// Client thread CPU per transaction, µs (includes any emulator spinning).
     pub cpu_us_per_txn: f64,
     /// Log record bytes written per transaction in the window, KiB (0 without a log): an
-    /// UPDATE's row patch (its changed bytes, before and after), commit and page changes, where
-    /// the first change of a page after a checkpoint logs the whole page (torn-page protection).
+    /// UPDATE's row patch (its changed bytes, before and after), commit and page changes (diffs:
+    /// torn pages are repaired from the double-write area, not from page images in the log).
     #[serde(default)]
     pub log_kib_per_txn: f64,
     /// Log filler per transaction, KiB: what completes the block at the end of each

@@ -63,9 +63,8 @@ fn sweep_table(cfg: &PrimitiveConfig, ctx: &RunContext, r: &PrimitiveResults) ->
     t.note(format!("UPDATE: {WAL_STATUS}; SELECT writes no log."));
     t.note(
         "log KiB/txn: an UPDATE logs the bytes of the row it changed, before and after (a row patch: 2 × 8 B \
-         for C1, not the 4 KiB row twice), its commit, and its page changes: the whole page for the first \
-         change of a page after a checkpoint (each point reopens the database, which checkpoints), diffs \
-         afterwards. pad KiB/txn: the filler that completes the 4 KiB block at the end of each group-commit \
+         for C1, not the 4 KiB row twice), its commit, and its page changes as diffs (torn pages are repaired \
+         from the double-write area, so no page is logged whole after a checkpoint). pad KiB/txn: the filler that completes the 4 KiB block at the end of each group-commit \
          write (the device writes it; it holds no record).",
     );
     t.note("rel. % = median tps / the device's 100 % median tps; the machine is a shared 2-vCPU VM, so spreads are wide.");

@@ -42,15 +42,23 @@ impl BufferPool {
 
     /// A hint that the caller is about to fix `pid` and read the bytes at `offsets` of it: if
     /// the page is resident, its frame metadata and those cache lines are prefetched, so their
-    /// memory latencies overlap instead of adding up. Never blocks, never fails.
+    /// memory latencies overlap instead of adding up. Never blocks, never fails. Returns whether
+    /// the page looked resident (a hint, as the page may come or go at any moment: `false` tells
+    /// a caller that a fix would probably miss, so it may read the page ahead with others,
+    /// [`BufferPool::prefetch_pages`]).
     #[inline]
-    pub fn prefetch_lines(&self, pid: PageId, offsets: &[usize]) {
-        if !self.config.lock_free_hits {
-            return;
-        }
+    pub fn prefetch_lines(&self, pid: PageId, offsets: &[usize]) -> bool {
         let part = self.partition();
-        if let Some(i) = part.xlate.get(pid.key()) {
-            self.prefetch_frame(part, i, offsets);
+        if !self.config.lock_free_hits {
+            // No lock-free table to look in (nor to prefetch through): the page table says.
+            return part.lock_stripe(pid.key()).contains_key(&pid.key());
+        }
+        match part.xlate.get(pid.key()) {
+            Some(i) => {
+                self.prefetch_frame(part, i, offsets);
+                true
+            }
+            None => false,
         }
     }
 

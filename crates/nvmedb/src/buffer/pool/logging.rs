@@ -257,7 +257,7 @@ impl BufferPool {
                 );
             }
         }
-        let mut build = |horizon: u64| {
+        let mut build = |horizon: Option<u64>| {
             let mut payload = Vec::with_capacity(64 + pages.len() * 64);
             mtr::encode_compact_start(&mut payload, pages.len());
             for d in pages {

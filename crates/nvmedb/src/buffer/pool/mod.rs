@@ -58,6 +58,9 @@ pub struct BufferPool {
     logger: std::sync::OnceLock<(Arc<dyn PageLogger>, u8)>,
     /// Set when a page change could not be logged outside a mini-transaction.
     log_failure: Mutex<Option<String>>,
+    /// The double-write area every in-place write goes through first, and this pool's tag in
+    /// it (see `writeback.rs`).
+    doublewrite: std::sync::OnceLock<(Arc<super::DoubleWrite>, u8)>,
 }
 
 impl std::fmt::Debug for BufferPool {
@@ -89,6 +92,7 @@ impl BufferPool {
             writer: Mutex::new(None),
             logger: std::sync::OnceLock::new(),
             log_failure: Mutex::new(None),
+            doublewrite: std::sync::OnceLock::new(),
         });
         if let (Some(bw), Some(signal)) = (pool.config.background_writer, &pool.writer_signal) {
             *pool.writer.locked() = Some(WriterHandle::start(Arc::downgrade(&pool), signal.clone(), bw));

@@ -132,14 +132,37 @@ impl BufferPool {
     ///
     /// Used by scans for read-ahead; under SEP it fills the calling thread's partition.
     pub fn prefetch(&self, file_id: u32, pages: std::ops::Range<u64>, class: PageClass) -> Result<usize> {
+        let end = pages.end.min(self.file(file_id)?.published.load(Acquire));
+        self.read_batched(file_id, pages.start..end, class)
+    }
+
+    /// [`BufferPool::prefetch`] of scattered pages (any order; duplicates are read once): the
+    /// misses of a batch of point reads ([`Table::read_many`](crate::Table::read_many)) go to the
+    /// device together, in one submission, so one thread keeps them all in flight at once
+    /// instead of waiting for each in turn. At most [`BufferPool::read_ahead_limit`] pages are
+    /// read; the rest are left to the fixes that need them.
+    pub fn prefetch_pages(&self, file_id: u32, pages: &[u64], class: PageClass) -> Result<usize> {
+        self.read_batched(file_id, pages.iter().copied(), class)
+    }
+
+    /// The body of [`BufferPool::prefetch`] and [`BufferPool::prefetch_pages`].
+    fn read_batched(
+        &self,
+        file_id: u32,
+        pages: impl IntoIterator<Item = u64>,
+        class: PageClass,
+    ) -> Result<usize> {
         let file = self.file(file_id)?;
-        let end = pages.end.min(file.published.load(Acquire));
+        let end = file.published.load(Acquire);
         let part = self.partition();
         // Claim and map a frame for every missing page; hold each frame's write latch until
         // its read is verified so concurrent fixes of those pages wait for the data.
         let mut claimed: Vec<(usize, PageId, RwLockWriteGuard<'_, ()>)> = Vec::new();
         let mut failure = None;
-        for page in pages.start..end {
+        for page in pages {
+            if page >= end {
+                continue;
+            }
             let pid = PageId::new(file_id, page);
             let key = pid.key();
             if part.lock_stripe(key).contains_key(&key) {

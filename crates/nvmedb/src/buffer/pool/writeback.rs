@@ -10,13 +10,17 @@
 //!   failed write or log wait sets the flag again;
 //! - a frame is written back by at most one thread at a time (`Partition::writing`) and
 //!   stays pinned and mapped until its write is done;
+//! - with a double-write area ([`BufferPool::set_doublewrite`]), every in-place write goes
+//!   through it: the copies of a write (one page, or a batch) are durable in the area before
+//!   the pages are written in place, so a page torn by a crash is restored at the next open;
 //! - a dropped file's pages are not written.
 
 use super::{BufferPool, FileEntry, Partition};
+use crate::buffer::doublewrite::{DoubleWrite, DwPage};
 use crate::buffer::frames::NO_PAGE;
 use crate::buffer::{BackgroundWriter, PageId, WalGate};
-use crate::error::Result;
-use crate::io::{AlignedBuf, IoRequest};
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, Device, IoRequest};
 use crate::page::PageHeader;
 use crate::util::sync::RwLockExt;
 use std::cell::RefCell;
@@ -27,6 +31,9 @@ use std::time::Instant;
 /// Dirty pages per batch of [`BufferPool::flush_all`] (a flush or a checkpoint): one log
 /// wait and one device submission per file for up to this many pages.
 pub const FLUSH_BATCH_PAGES: usize = 64;
+
+/// A page to write in place: its id, its file, the file's device and its sealed bytes.
+type InPlace<'a> = (PageId, &'a Arc<FileEntry>, Arc<dyn Device>, &'a [u8]);
 
 thread_local! {
     /// Private copy buffer for write-back (sealing must not modify a page others may read).
@@ -39,6 +46,20 @@ impl BufferPool {
     /// Installs the WAL rule hook consulted before every write-back.
     pub fn set_wal_gate(&self, gate: Arc<dyn WalGate>) {
         *self.gate.write_locked() = Some(gate);
+    }
+
+    /// Makes every in-place write of this pool go through the double-write area `dw` first
+    /// (torn-page protection); `tag` names this pool's files there (the pool's tag in the
+    /// log). Can be set once.
+    pub fn set_doublewrite(&self, dw: Arc<DoubleWrite>, tag: u8) -> Result<()> {
+        self.doublewrite
+            .set((dw, tag))
+            .map_err(|_| Error::InvalidArgument("the buffer pool already has a double-write area".into()))
+    }
+
+    /// The double-write area in-place writes go through, if any.
+    pub fn doublewrite(&self) -> Option<&Arc<DoubleWrite>> {
+        self.doublewrite.get().map(|(dw, _)| dw)
     }
 
     /// Writes frame `i` (holding `key`) back if it is dirty. Returns whether it wrote.
@@ -97,8 +118,15 @@ impl BufferPool {
             }
             PageHeader::seal(copy);
             let offset = pid.page * page_size as u64;
+            let device = file.device();
             let start = Instant::now();
-            let r = file.device().write_at(offset, copy);
+            let r = match self.doublewrite.get() {
+                Some((dw, tag)) => {
+                    let page = [DwPage { tag: *tag, pid, bytes: copy, device: &device }];
+                    dw.write(&page, &mut |_| Ok(device.write_at(offset, copy)?))
+                }
+                None => device.write_at(offset, copy).map_err(Error::from),
+            };
             let end = Instant::now();
             crate::trace::record(crate::trace::TraceKind::DataWrite, start, end);
             part.io_wait_ns.fetch_add((end - start).as_nanos() as u64, Relaxed);
@@ -115,7 +143,7 @@ impl BufferPool {
                 }
                 Err(e) => {
                     f.dirty.store(true, Release);
-                    Err(e.into())
+                    Err(e)
                 }
             }
         })
@@ -312,7 +340,8 @@ impl BufferPool {
         }
     }
 
-    /// The device half of [`BufferPool::write_batch`]: the WAL rule for the batch, then one
+    /// The device half of [`BufferPool::write_batch`]: the WAL rule for the batch, then (after
+    /// the batch's copies are durable in the double-write area, when there is one) one
     /// submission per file. On error every copy is treated as unwritten.
     fn write_taken(
         &self,
@@ -334,11 +363,47 @@ impl BufferPool {
         for c in chunks.iter_mut() {
             PageHeader::seal(c);
         }
-        let mut by_file: Vec<(u32, Vec<IoRequest<'_>>)> = Vec::new();
+        // The pages to write: a dropped table's pages are not (nothing to keep).
+        let mut pages: Vec<InPlace<'_>> = Vec::with_capacity(taken.len());
         for ((_, pid, file), buf) in taken.iter().zip(chunks) {
-            if file.dropped.load(Acquire) {
-                continue; // a dropped table's page: nothing to keep
+            if !file.dropped.load(Acquire) {
+                pages.push((*pid, file, file.device(), buf));
             }
+        }
+        match self.doublewrite.get() {
+            Some((dw, tag)) => {
+                let dw_pages: Vec<DwPage<'_>> = pages
+                    .iter()
+                    .map(|(pid, _, device, bytes)| DwPage { tag: *tag, pid: *pid, bytes, device })
+                    .collect();
+                // The area's writes and syncs count as this partition's device time too.
+                let (start, mut in_place_ns) = (Instant::now(), 0);
+                let r = dw.write(&dw_pages, &mut |r| {
+                    let t = Instant::now();
+                    let done = self.write_in_place(part, &pages[r], background);
+                    in_place_ns += t.elapsed().as_nanos() as u64;
+                    done
+                });
+                let ns = (start.elapsed().as_nanos() as u64).saturating_sub(in_place_ns);
+                part.io_wait_ns.fetch_add(ns, Relaxed);
+                // Shared among the pages' files by page count, so per-file device time still
+                // adds up to the partition's.
+                let n = pages.len().max(1) as u64;
+                for (i, (_, file, ..)) in pages.iter().enumerate() {
+                    let share = ns / n + u64::from((i as u64) < ns % n);
+                    file.io.io_wait_ns.fetch_add(share, Relaxed);
+                }
+                r
+            }
+            None => self.write_in_place(part, &pages, background),
+        }
+    }
+
+    /// Writes `pages` in place, one device submission per file, and counts the writes.
+    fn write_in_place(&self, part: &Partition, pages: &[InPlace<'_>], background: bool) -> Result<()> {
+        let page_size = self.config.page_size;
+        let mut by_file: Vec<(u32, Vec<IoRequest<'_>>)> = Vec::new();
+        for (pid, _, _, buf) in pages {
             let req = IoRequest::Write { offset: pid.page * page_size as u64, buf };
             match by_file.iter_mut().find(|(id, _)| *id == pid.file) {
                 Some((_, reqs)) => reqs.push(req),
@@ -346,9 +411,9 @@ impl BufferPool {
             }
         }
         for (id, mut reqs) in by_file {
-            let file = &taken.iter().find(|(_, p, _)| p.file == id).expect("file of a request").2;
+            let (_, file, device, _) = pages.iter().find(|(p, ..)| p.file == id).expect("file of a request");
             let start = Instant::now();
-            let r = file.device().submit_batch(&mut reqs);
+            let r = device.submit_batch(&mut reqs);
             let end = Instant::now();
             if !background {
                 crate::trace::record(crate::trace::TraceKind::DataWrite, start, end);

@@ -26,6 +26,11 @@ pub struct DirStorage {
     lock: Mutex<Option<File>>,
 }
 
+/// The error of a write refused because the file system is read-only or the file is not ours.
+fn read_only_fs(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM))
+}
+
 impl DirStorage {
     /// Uses (and creates if missing) the directory `dir`.
     pub fn new(dir: impl AsRef<Path>, opts: FileOptions) -> IoResult<Self> {
@@ -63,13 +68,26 @@ impl DirStorage {
         let path = self.dir.join(crate::io::LOCK_FILE);
         let name = path.display().to_string();
         let setup = |e: std::io::Error| IoError::os(&name, IoOpKind::Setup, 0, 0, e);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(setup)?;
+        let create =
+            || std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
+        let opened = if self.opts.read_only {
+            // A read-only opener opens the lock file for reading (a read-only descriptor holds
+            // a shared flock), creating it only where it may; on a file system it cannot write
+            // (mounted read-only, or a copy it does not own) no writer can run either, and it
+            // goes on without the lock.
+            match std::fs::File::open(&path) {
+                Ok(f) => Ok(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => match create() {
+                    Err(e) if read_only_fs(&e) => return Ok(()),
+                    r => r,
+                },
+                Err(e) if read_only_fs(&e) => return Ok(()),
+                Err(e) => Err(e),
+            }
+        } else {
+            create()
+        };
+        let mut file = opened.map_err(setup)?;
         let mode = if shared { libc::LOCK_SH } else { libc::LOCK_EX };
         // SAFETY: flock on a valid descriptor has no memory-safety preconditions.
         if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {

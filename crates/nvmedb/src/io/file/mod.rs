@@ -80,6 +80,9 @@ pub enum SingleOpPath {
 pub struct FileOptions {
     /// Create the file when missing.
     pub create: bool,
+    /// Open for reading only (a read-only database open, `nvmedb inspect`): works on a
+    /// read-only file system or files the process may not write; writes fail.
+    pub read_only: bool,
     /// Open with O_DIRECT (bypass the page cache). When the file system refuses it (tmpfs), the
     /// file is opened buffered and `info().backend` says so.
     pub direct: bool,
@@ -97,6 +100,7 @@ impl Default for FileOptions {
     fn default() -> Self {
         Self {
             create: true,
+            read_only: false,
             direct: true,
             backend: Backend::Auto,
             single_op: SingleOpPath::Pread,
@@ -119,6 +123,23 @@ pub struct FileDevice {
 thread_local! {
     /// The calling thread's ring for synchronous calls and batches (any device, any fd).
     static THREAD_RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+    /// System calls of this thread that handed I/O to the kernel (see [`thread_submissions`]).
+    static SUBMISSIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many system calls that hand I/O to the kernel the calling thread has made through
+/// [`FileDevice`]s and their queues since it started: one per `pread`/`pwrite`, one per
+/// `io_uring_enter` that submitted entries (however many). A batch of reads issued together
+/// counts once; the same reads issued one at a time count once each. Tests and the lab count
+/// with it (submissions per miss).
+pub fn thread_submissions() -> u64 {
+    SUBMISSIONS.with(|c| c.get())
+}
+
+/// Counts one submitting system call of this thread (see [`thread_submissions`]).
+pub(super) fn count_submission() {
+    // During the thread's exit the counter may be gone: nothing is counted then.
+    let _ = SUBMISSIONS.try_with(|c| c.set(c.get() + 1));
 }
 
 fn uring_available() -> bool {
@@ -161,7 +182,7 @@ impl FileDevice {
         };
         let open = |direct: bool| {
             let mut oo = OpenOptions::new();
-            oo.read(true).write(true).create(opts.create);
+            oo.read(true).write(!opts.read_only).create(opts.create && !opts.read_only);
             if direct {
                 oo.custom_flags(libc::O_DIRECT);
             }
@@ -204,6 +225,7 @@ impl FileDevice {
         let fd = self.file.as_raw_fd();
         while done < buf.len() {
             let rest = &mut buf[done..];
+            count_submission();
             // SAFETY: `rest` is a valid writable region of rest.len() bytes for the whole call.
             let n = unsafe {
                 libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t)
@@ -229,6 +251,7 @@ impl FileDevice {
         let fd = self.file.as_raw_fd();
         while done < buf.len() {
             let rest = &buf[done..];
+            count_submission();
             // SAFETY: `rest` is a valid readable region of rest.len() bytes for the whole call.
             let n = unsafe {
                 libc::pwrite(fd, rest.as_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t)
@@ -320,7 +343,11 @@ impl FileDevice {
             let mut reaped = 0;
             while reaped < chunk.len() {
                 match ring.submit_and_wait(chunk.len() - reaped) {
-                    Ok(_) => {}
+                    Ok(submitted) => {
+                        if submitted > 0 {
+                            count_submission();
+                        }
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
                     Err(e) => {

@@ -81,7 +81,12 @@ impl<'d> UringQueue<'d> {
         loop {
             let r = if want == 0 { self.ring.submit() } else { self.ring.submit_and_wait(want) };
             match r {
-                Ok(_) => return Ok(()),
+                Ok(submitted) => {
+                    if submitted > 0 {
+                        super::count_submission();
+                    }
+                    return Ok(());
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                     // Interrupted: submit again; a wait returns to the caller, which loops.
                     if want == 0 {

@@ -31,6 +31,18 @@ impl Schema {
         }
         out.clear();
         let bitmap = self.bitmap_bytes();
+        // One allocation for the row (at most 8 bytes a fixed-size column; exact for the rest).
+        let need: usize = row
+            .iter()
+            .zip(&self.columns)
+            .map(|(v, c)| match (c.ty, v) {
+                (_, Value::Null) => 0,
+                (ColumnType::Char(n), _) => n as usize,
+                (_, Value::Bytes(b)) => 4 + b.len(),
+                _ => 8,
+            })
+            .sum();
+        out.reserve(bitmap + need);
         out.resize(bitmap, 0);
         for (i, v) in row.iter().enumerate() {
             self.check_value(table, i, v)?;

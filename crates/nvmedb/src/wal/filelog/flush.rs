@@ -97,11 +97,14 @@ impl Inner {
                 st.expected_company = sample.max(st.expected_company.saturating_sub(1)).max(1);
                 let durable = batch.end_lsn();
                 let done: Vec<Lsn> = st.waiters.range(..=durable).map(|(k, _)| *k).collect();
+                let mut released = 0;
                 for k in done {
                     if let Some(c) = st.waiters.remove(&k) {
                         st.waiter_count -= c;
+                        released += c;
                     }
                 }
+                st.stats.count_group(released);
                 st.flush_ewma_ns =
                     if st.flush_ewma_ns == 0 { took_ns } else { (7 * st.flush_ewma_ns + took_ns) / 8 };
                 st.stats.flushes += 1;
