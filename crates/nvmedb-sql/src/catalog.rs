@@ -11,6 +11,7 @@
 //! list skip it).
 
 use crate::error::{code, SqlError, SqlResult};
+use crate::plan::stats::TableStats;
 use crate::types::SqlType;
 use nvmedb::util::sync::RwLockExt;
 use nvmedb::{Database, Table};
@@ -48,13 +49,20 @@ pub struct TableInfo {
     pub pk: usize,
     /// Secondary indexes: (name, engine column, unique).
     pub indexes: Vec<(String, usize, bool)>,
+    /// Statistics for the planner (kept across DDL that rebuilds the table).
+    pub stats: Arc<TableStats>,
     /// Next hidden row id.
     next_rowid: AtomicI64,
 }
 
 impl TableInfo {
-    /// Builds the SQL view of `table`.
+    /// Builds the SQL view of `table` (with fresh statistics).
     pub fn new(table: Table) -> SqlResult<Self> {
+        Self::with_stats(table, Arc::default())
+    }
+
+    /// Builds the SQL view of `table` keeping statistics `stats`.
+    pub fn with_stats(table: Table, stats: Arc<TableStats>) -> SqlResult<Self> {
         let s = table.schema();
         let columns: Vec<ColumnInfo> = s
             .columns
@@ -78,6 +86,7 @@ impl TableInfo {
             indexes: s.indexes.iter().map(|ix| (ix.name.clone(), ix.column, ix.unique)).collect(),
             columns,
             hidden_rowid,
+            stats,
             next_rowid: AtomicI64::new(next),
             table,
         })
@@ -154,9 +163,11 @@ impl Catalog {
         v
     }
 
-    /// Installs (or replaces) the SQL view of `table` and bumps the version.
+    /// Installs (or replaces) the SQL view of `table` and bumps the version (a replaced view's
+    /// statistics carry over).
     pub fn put(&self, table: Table) -> SqlResult<Arc<TableInfo>> {
-        let info = Arc::new(TableInfo::new(table)?);
+        let stats = self.tables.read_locked().get(table.name()).map(|t| t.stats.clone()).unwrap_or_default();
+        let info = Arc::new(TableInfo::with_stats(table, stats)?);
         self.tables.write_locked().insert(info.name.clone(), info.clone());
         self.version.fetch_add(1, Ordering::AcqRel);
         Ok(info)

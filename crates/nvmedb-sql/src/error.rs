@@ -74,6 +74,14 @@ pub mod code {
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     /// A transaction-control statement where it makes no sense.
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    /// A negative LIMIT or OFFSET.
+    pub const INVALID_ROW_COUNT: &str = "2201W";
+    /// A scalar subquery returned more than one row.
+    pub const CARDINALITY_VIOLATION: &str = "21000";
+    /// A serialization failure (retry the transaction).
+    pub const SERIALIZATION_FAILURE: &str = "40001";
+    /// A temporary file (a spilled sort or hash) could not be written or read.
+    pub const DISK_FULL_OR_TEMP: &str = "53100";
     /// A statement waited too long (a standby that did not apply `nvmedb.min_lsn` in time).
     pub const QUERY_CANCELED: &str = "57014";
     /// A change on a read-only server (a standby serving reads).

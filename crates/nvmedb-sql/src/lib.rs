@@ -13,14 +13,14 @@
 //! # Ok::<(), nvmedb_sql::ServeError>(())
 //! ```
 //!
-//! Isolation: see [`exec`]. In short, point reads and writes are serializable (strict
-//! two-phase locking on keys); range reads and scans inside a transaction block are
-//! repeatable for the rows they read but see phantoms; outside a block each row read is the
-//! last committed version.
+//! Isolation: see [`session`]. READ COMMITTED (the default, as in PostgreSQL) reads committed
+//! rows without locks; REPEATABLE READ and SERIALIZABLE run as strict two-phase locking on
+//! the rows read and written; outside a block each row read is the last committed version.
 
 #![warn(missing_docs)]
 
 pub mod catalog;
+pub mod datetime;
 pub mod error;
 pub mod exec;
 pub mod expr;

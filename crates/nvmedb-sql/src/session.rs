@@ -21,10 +21,10 @@
 
 use crate::catalog::{Catalog, ROWID_COLUMN};
 use crate::error::{code, SqlError, SqlResult};
-use crate::exec::{Exec, Reader};
+use crate::exec::{self, ExecCtx};
 use crate::expr::EvalCtx;
 use crate::parse::{self, Parsed};
-use crate::plan::{CopyPlan, OutCol, Planner, Prepared, Stmt};
+use crate::plan::{Binder, CopyPlan, IsolationLevel, OutCol, Prepared, Stmt};
 use crate::stats::{names_a_view, SqlStats, StatViews};
 use crate::types::{now_micros, Datum, SqlType};
 use nvmedb::metrics::ReplicationSource;
@@ -315,6 +315,10 @@ pub struct Session {
     state: TxnState,
     /// The transaction block has changed rows.
     dirty: bool,
+    /// The isolation level of the open transaction block.
+    level: IsolationLevel,
+    /// The transaction block has run a statement (its isolation can no longer change).
+    ran: bool,
     /// This session holds the gate shared for its transaction block.
     holds_gate: bool,
     settings: HashMap<String, String>,
@@ -348,7 +352,8 @@ fn default_setting(name: &str) -> Option<&'static str> {
         "timezone" => "UTC",
         "intervalstyle" => "postgres",
         "standard_conforming_strings" | "integer_datetimes" | "fsync" | "synchronous_commit" => "on",
-        "transaction_isolation" | "default_transaction_isolation" => "repeatable read",
+        "transaction_isolation" | "default_transaction_isolation" => "read committed",
+        "work_mem" => "4MB",
         "transaction_read_only" | "default_transaction_read_only" => "off",
         "search_path" => "\"$user\", public",
         "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => "0",
@@ -368,6 +373,8 @@ impl Session {
             engine,
             state: TxnState::Idle,
             dirty: false,
+            level: IsolationLevel::ReadCommitted,
+            ran: false,
             holds_gate: false,
             settings: HashMap::new(),
             user: user.to_string(),
@@ -426,7 +433,25 @@ impl Session {
 
     /// A setting's value (as SHOW and `current_setting` give it).
     pub fn setting(&self, name: &str) -> Option<String> {
+        if name.eq_ignore_ascii_case("transaction_isolation") {
+            return Some(self.current_level().name().to_string());
+        }
         lookup_setting(&self.settings, &self.engine, name)
+    }
+
+    /// The isolation level new transaction blocks get (`default_transaction_isolation`).
+    fn default_level(&self) -> IsolationLevel {
+        lookup_setting(&self.settings, &self.engine, "default_transaction_isolation")
+            .and_then(|v| IsolationLevel::parse(&v))
+            .unwrap_or(IsolationLevel::ReadCommitted)
+    }
+
+    /// The level of the open block, or the one a block would get.
+    fn current_level(&self) -> IsolationLevel {
+        match self.state {
+            TxnState::Active(_) => self.level,
+            _ => self.default_level(),
+        }
     }
 
     /// Plans one statement of text (as [`parse::split`] yields them).
@@ -441,11 +466,10 @@ impl Session {
             params: param_types.iter().map(|t| t.unwrap_or(SqlType::Text)).collect(),
             columns: Arc::default(),
             version,
-            subqueries: vec![],
         };
         Ok(Arc::new(match parse::parse_one(text)? {
             Parsed::Empty => mk(Stmt::Empty),
-            Parsed::Begin => mk(Stmt::Begin),
+            Parsed::Begin => mk(Stmt::Begin(None)),
             Parsed::Commit => mk(Stmt::Commit),
             Parsed::Rollback => mk(Stmt::Rollback),
             Parsed::Checkpoint => mk(Stmt::Checkpoint),
@@ -464,7 +488,7 @@ impl Session {
                     null: spec.null,
                 })))
             }
-            Parsed::Sql(st) => Planner::new(&self.engine.catalog, param_types).plan(text, &st)?,
+            Parsed::Sql(st) => Binder::new(&self.engine.catalog, param_types).plan(text, &st)?,
         }))
     }
 
@@ -622,17 +646,48 @@ impl Session {
     fn run(&mut self, p: &Prepared, params: &[Datum]) -> SqlResult<Outcome> {
         match &p.stmt {
             Stmt::Empty => Ok(Outcome::Empty),
-            Stmt::Begin => {
+            Stmt::Begin(level) => {
                 if matches!(self.state, TxnState::Active(_)) {
                     self.notices.push("there is already a transaction in progress".into());
                 } else {
                     self.engine.gate.enter_shared();
                     self.holds_gate = true;
-                    self.state = TxnState::Active(Box::new(self.engine.db.begin()));
+                    self.level = level.unwrap_or_else(|| self.default_level());
+                    self.state =
+                        TxnState::Active(Box::new(self.engine.db.begin_with(engine_isolation(self.level))));
                     self.dirty = false;
+                    self.ran = false;
                     self.fresh.clear();
                 }
                 Ok(Outcome::Done("BEGIN".into()))
+            }
+            Stmt::SetTransaction(level) => {
+                match &mut self.state {
+                    TxnState::Active(tx) if !self.ran => {
+                        // Nothing ran in the block yet: its transaction starts over at the level.
+                        let fresh = self.engine.db.begin_with(engine_isolation(*level));
+                        let old = std::mem::replace(tx, Box::new(fresh));
+                        old.abort()?;
+                        self.level = *level;
+                    }
+                    TxnState::Active(_) => {
+                        return Err(SqlError::new(
+                            code::ACTIVE_SQL_TRANSACTION,
+                            "SET TRANSACTION ISOLATION LEVEL must be called before any query",
+                        ))
+                    }
+                    _ => self.notices.push("SET TRANSACTION can only be used in transaction blocks".into()),
+                }
+                Ok(Outcome::Done("SET".into()))
+            }
+            Stmt::Analyze(tables) => {
+                let names = if tables.is_empty() { self.engine.catalog.names() } else { tables.clone() };
+                for n in names {
+                    let info = self.engine.catalog.get(&n)?;
+                    let a = crate::plan::stats::analyze(&info)?;
+                    info.stats.set(a);
+                }
+                Ok(Outcome::Done("ANALYZE".into()))
             }
             Stmt::Commit => match std::mem::replace(&mut self.state, TxnState::Idle) {
                 TxnState::Active(tx) => {
@@ -727,29 +782,38 @@ impl Session {
             | Stmt::Truncate(..)
             | Stmt::CreateIndex { .. }
             | Stmt::AddPrimaryKey(..) => self.ddl(&p.stmt),
-            Stmt::Query(_) | Stmt::Insert(_) | Stmt::Update(_) | Stmt::Delete(_) => self.dml(p, params),
+            Stmt::Query(_) | Stmt::Insert(_) | Stmt::Update(_) | Stmt::Delete(_) | Stmt::Explain(_) => {
+                self.dml(p, params)
+            }
         }
     }
 
     fn dml(&mut self, p: &Prepared, params: &[Datum]) -> SqlResult<Outcome> {
         let engine = self.engine.clone();
+        let level = self.current_level();
+        let work_mem =
+            self.setting("work_mem").and_then(|v| parse_memory(&v)).unwrap_or(exec::DEFAULT_WORK_MEM);
         let (settings, user, database) = (&self.settings, &self.user, &self.database);
-        let lookup = |n: &str| lookup_setting(settings, &engine, n);
-        let now = now_micros();
-        macro_rules! ctx {
-            ($subs:expr) => {
-                EvalCtx { params, settings: &lookup, now, user, database, subs: $subs }
-            };
-        }
+        let lookup = |n: &str| {
+            if n == "transaction_isolation" {
+                return Some(level.name().to_string());
+            }
+            lookup_setting(settings, &engine, n)
+        };
         let in_block = matches!(self.state, TxnState::Active(_));
         if !in_block {
             engine.gate.enter_shared();
         }
-        let read_only = matches!(&p.stmt, Stmt::Query(q) if !q.for_update);
+        let read_only = match &p.stmt {
+            Stmt::Query(q) => !q.for_update,
+            Stmt::Explain(e) => !e.analyze || matches!(e.stmt.as_ref(), Stmt::Query(q) if !q.for_update),
+            _ => false,
+        };
         let dirty = &mut self.dirty;
+        self.ran = true;
         let result = (|| -> SqlResult<Outcome> {
             let mut own = None;
-            let mut tx: Option<&mut Transaction> = match &mut self.state {
+            let tx: Option<&mut Transaction> = match &mut self.state {
                 TxnState::Active(tx) => {
                     *dirty |= !read_only;
                     Some(tx)
@@ -757,43 +821,19 @@ impl Session {
                 _ if read_only => None,
                 _ => Some(own.insert(engine.db.begin())),
             };
-            let mut subs = Vec::with_capacity(p.subqueries.len());
-            for sq in &p.subqueries {
-                let ex = Exec { ctx: ctx!(&subs) };
-                let mut rd = Reader { txn: tx.as_deref_mut(), for_update: false };
-                let mut rows = ex.query(&mut rd, sq)?;
-                if rows.len() > 1 {
-                    return Err(SqlError::new(
-                        "21000",
-                        "more than one row returned by a subquery used as an expression",
-                    ));
-                }
-                let v = rows.pop().and_then(|mut r| r.pop()).unwrap_or(Datum::Null);
-                subs.push(v);
-            }
-            let ex = Exec { ctx: ctx!(&subs) };
-            let (tag, rows) = match &p.stmt {
-                Stmt::Query(q) => {
-                    let mut rd = Reader { txn: tx.as_deref_mut(), for_update: q.for_update };
-                    let rows = ex.query(&mut rd, q)?;
-                    (format!("SELECT {}", rows.len()), rows)
-                }
-                Stmt::Insert(ins) => {
-                    let (n, rows) =
-                        ex.insert(tx.as_deref_mut().expect("changes run in a transaction"), ins)?;
-                    (format!("INSERT 0 {n}"), rows)
-                }
-                Stmt::Update(m) => {
-                    let (n, rows) =
-                        ex.modify(tx.as_deref_mut().expect("changes run in a transaction"), m, false)?;
-                    (format!("UPDATE {n}"), rows)
-                }
-                Stmt::Delete(m) => {
-                    let (n, rows) = ex.modify(tx.expect("changes run in a transaction"), m, true)?;
-                    (format!("DELETE {n}"), rows)
-                }
-                _ => unreachable!("dml() runs queries and changes"),
+            let eval = EvalCtx {
+                params,
+                settings: &lookup,
+                now: now_micros(),
+                user,
+                database,
+                subs: Vec::new(),
+                outer: Vec::new(),
             };
+            let mut cx = ExecCtx::new(eval, tx);
+            cx.work_mem = work_mem;
+            let (tag, rows) = exec::run_statement(&mut cx, &p.stmt)?;
+            drop(cx);
             if let Some(tx) = own {
                 tx.commit()?;
             }
@@ -1079,6 +1119,29 @@ fn lookup_setting(settings: &HashMap<String, String>, engine: &Engine, name: &st
     default_setting(&name).map(str::to_string)
 }
 
+/// The engine isolation a SQL level runs as (REPEATABLE READ runs as SERIALIZABLE).
+fn engine_isolation(level: IsolationLevel) -> nvmedb::Isolation {
+    match level {
+        IsolationLevel::ReadCommitted => nvmedb::Isolation::ReadCommitted,
+        IsolationLevel::RepeatableRead | IsolationLevel::Serializable => nvmedb::Isolation::Serializable,
+    }
+}
+
+/// A memory setting's bytes (`4MB`, `64kB`, `1GB`; a bare number is kB, as in PostgreSQL).
+fn parse_memory(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: usize = v[..split].parse().ok()?;
+    let mult = match v[split..].trim().to_ascii_lowercase().as_str() {
+        "" | "kb" => 1 << 10,
+        "b" => 1,
+        "mb" => 1 << 20,
+        "gb" => 1 << 30,
+        _ => return None,
+    };
+    Some(n.saturating_mul(mult).max(64 << 10))
+}
+
 fn failed_block() -> SqlError {
     SqlError::new(
         code::IN_FAILED_SQL_TRANSACTION,
@@ -1207,13 +1270,7 @@ fn copy_row(plan: &CopyPlan, line: &[u8], row: &mut Vec<nvmedb::Value>) -> SqlRe
             }
         };
         if d.is_null() && !c.nullable {
-            return Err(SqlError::new(
-                code::NOT_NULL_VIOLATION,
-                format!(
-                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                    c.name, t.name
-                ),
-            ));
+            return Err(crate::exec::modify::not_null_violation(&t.name, &c.name));
         }
         row[col] = d.to_value(c.ty, &c.name)?;
     }

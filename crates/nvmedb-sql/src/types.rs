@@ -7,6 +7,7 @@
 //! an engine value has been checked against the column's type (range, length, precision), so
 //! the engine only ever sees values it accepts, and a failure names the column and value.
 
+use crate::datetime::{format_date, format_interval, parse_date, parse_interval, Interval};
 use crate::error::{code, SqlError, SqlResult};
 use nvmedb::table::schema::{format_decimal, parse_decimal};
 use nvmedb::{ColumnType, RowView, Value};
@@ -42,6 +43,10 @@ pub enum SqlType {
     Bytea,
     /// `timestamp` (without time zone)
     Timestamp,
+    /// `date`
+    Date,
+    /// `interval`
+    Interval,
     /// A parameter or literal whose type is not known yet (text until decided).
     Unknown,
 }
@@ -50,6 +55,8 @@ pub enum SqlType {
 pub const DEFAULT_NUMERIC_SCALE: u8 = 6;
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's binary timestamp epoch).
 const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+/// Days between 1970-01-01 and 2000-01-01 (PostgreSQL's binary date epoch).
+const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
 
 impl SqlType {
     /// The SQL type of an engine column.
@@ -66,6 +73,7 @@ impl SqlType {
             ColumnType::Text(n) => SqlType::Varchar(n),
             ColumnType::Char(n) => SqlType::Bpchar(n),
             ColumnType::Bytes(_) => SqlType::Bytea,
+            ColumnType::Date => SqlType::Date,
         }
     }
 
@@ -79,6 +87,9 @@ impl SqlType {
             SqlType::Bool => ColumnType::Bool,
             SqlType::Timestamp => ColumnType::Timestamp,
             SqlType::Numeric { precision, scale } => ColumnType::Numeric { precision, scale },
+            SqlType::Date => ColumnType::Date,
+            // Not stored yet: values only (expressions and results).
+            SqlType::Interval => return None,
             SqlType::Text => ColumnType::Text(u32::MAX),
             SqlType::Varchar(n) => ColumnType::Text(n),
             SqlType::Bpchar(n) => ColumnType::Char(n),
@@ -101,6 +112,8 @@ impl SqlType {
             SqlType::Bpchar(_) => 1042,
             SqlType::Varchar(_) => 1043,
             SqlType::Timestamp => 1114,
+            SqlType::Date => 1082,
+            SqlType::Interval => 1186,
             SqlType::Numeric { .. } => 1700,
             SqlType::Unknown => 705,
         }
@@ -119,6 +132,8 @@ impl SqlType {
             1042 => SqlType::Bpchar(u32::MAX),
             1043 => SqlType::Varchar(u32::MAX),
             1114 | 1184 => SqlType::Timestamp,
+            1082 => SqlType::Date,
+            1186 => SqlType::Interval,
             1700 => SqlType::Numeric { precision: 38, scale: DEFAULT_NUMERIC_SCALE },
             _ => return None,
         })
@@ -129,8 +144,9 @@ impl SqlType {
         match self {
             SqlType::Bool => 1,
             SqlType::Int2 => 2,
-            SqlType::Int4 => 4,
+            SqlType::Int4 | SqlType::Date => 4,
             SqlType::Int8 | SqlType::Float8 | SqlType::Timestamp => 8,
+            SqlType::Interval => 16,
             _ => -1,
         }
     }
@@ -160,6 +176,8 @@ impl SqlType {
             SqlType::Bpchar(n) => format!("character({n})"),
             SqlType::Bytea => "bytea".into(),
             SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::Date => "date".into(),
+            SqlType::Interval => "interval".into(),
             SqlType::Unknown => "unknown".into(),
         }
     }
@@ -199,6 +217,10 @@ pub enum Datum {
     Bytes(Vec<u8>),
     /// Microseconds since 1970-01-01 00:00:00.
     Timestamp(i64),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// An interval.
+    Interval(Interval),
 }
 
 fn invalid(ty: SqlType, text: &str) -> SqlError {
@@ -282,6 +304,13 @@ impl Datum {
                     format!("invalid input syntax for type timestamp: \"{text}\""),
                 )
             })?),
+            SqlType::Date => Datum::Date(parse_date(t).ok_or_else(|| {
+                SqlError::new(
+                    code::INVALID_DATETIME_FORMAT,
+                    format!("invalid input syntax for type date: \"{text}\""),
+                )
+            })?),
+            SqlType::Interval => Datum::Interval(parse_interval(t)?),
             SqlType::Bytea => Datum::Bytes(parse_bytea(text).ok_or_else(|| invalid(ty, text))?),
             SqlType::Text | SqlType::Varchar(_) | SqlType::Bpchar(_) | SqlType::Unknown => {
                 Datum::Text(text.to_string())
@@ -324,6 +353,17 @@ impl Datum {
             },
             SqlType::Timestamp => {
                 Datum::Timestamp(i64::from_be_bytes(arr(8)?.try_into().expect("8")) + PG_EPOCH_OFFSET_US)
+            }
+            SqlType::Date => {
+                Datum::Date(i32::from_be_bytes(arr(4)?.try_into().expect("4")) + PG_EPOCH_OFFSET_DAYS)
+            }
+            SqlType::Interval => {
+                let b = arr(16)?;
+                Datum::Interval(Interval {
+                    micros: i64::from_be_bytes(b[0..8].try_into().expect("8")),
+                    days: i32::from_be_bytes(b[8..12].try_into().expect("4")),
+                    months: i32::from_be_bytes(b[12..16].try_into().expect("4")),
+                })
             }
             SqlType::Numeric { scale, .. } => {
                 let (v, s) = decode_pg_numeric(b).ok_or_else(bad)?;
@@ -369,6 +409,8 @@ impl Datum {
                 }
             }
             Datum::Timestamp(us) => out.extend_from_slice(format_timestamp(*us).as_bytes()),
+            Datum::Date(d) => out.extend_from_slice(format_date(*d).as_bytes()),
+            Datum::Interval(iv) => out.extend_from_slice(format_interval(*iv).as_bytes()),
         }
     }
 
@@ -392,6 +434,14 @@ impl Datum {
                 out.extend_from_slice(&(v - PG_EPOCH_OFFSET_US).to_be_bytes())
             }
             (Datum::Numeric(v, s), SqlType::Numeric { .. }) => encode_pg_numeric(*v, *s, out),
+            (Datum::Date(d), SqlType::Date) => {
+                out.extend_from_slice(&(d - PG_EPOCH_OFFSET_DAYS).to_be_bytes())
+            }
+            (Datum::Interval(iv), SqlType::Interval) => {
+                out.extend_from_slice(&iv.micros.to_be_bytes());
+                out.extend_from_slice(&iv.days.to_be_bytes());
+                out.extend_from_slice(&iv.months.to_be_bytes());
+            }
             (Datum::Text(t), _) if ty.is_text() => {
                 let mut tmp = Vec::new();
                 self.write_text(ty, &mut tmp);
@@ -450,6 +500,12 @@ impl Datum {
             (Datum::Bool(b), SqlType::Bool) => Datum::Bool(b),
             (Datum::Int(v), SqlType::Bool) => Datum::Bool(v != 0),
             (Datum::Timestamp(v), SqlType::Timestamp) => Datum::Timestamp(v),
+            (Datum::Date(d), SqlType::Date) => Datum::Date(d),
+            (Datum::Date(d), SqlType::Timestamp) => Datum::Timestamp(i64::from(d) * crate::datetime::DAY_US),
+            (Datum::Timestamp(v), SqlType::Date) => Datum::Date(
+                i32::try_from(v.div_euclid(crate::datetime::DAY_US)).map_err(|_| out_of_range(ty, v))?,
+            ),
+            (Datum::Interval(iv), SqlType::Interval) => Datum::Interval(iv),
             (Datum::Bytes(b), SqlType::Bytea) => Datum::Bytes(b),
             (Datum::Text(t), SqlType::Bytea) => Datum::Bytes(t.into_bytes()),
             (Datum::Text(t), ty) => {
@@ -492,6 +548,10 @@ impl Datum {
             Datum::Text(t) => Value::Bytes(t.into_bytes()),
             Datum::Bytes(b) => Value::Bytes(b),
             Datum::Timestamp(v) => Value::Timestamp(v),
+            Datum::Date(d) => Value::Int(i64::from(d)),
+            d @ Datum::Interval(_) => {
+                return Err(SqlError::unsupported(format!("storing {d:?} in column \"{column}\"")))
+            }
         })
     }
 
@@ -503,6 +563,7 @@ impl Datum {
         match ty {
             SqlType::Int2 | SqlType::Int4 | SqlType::Int8 => Datum::Int(row.int(col)),
             SqlType::Timestamp => Datum::Timestamp(row.int(col)),
+            SqlType::Date => Datum::Date(row.int(col) as i32),
             SqlType::Float8 => Datum::Float(row.double(col)),
             SqlType::Bool => Datum::Bool(row.boolean(col)),
             SqlType::Numeric { scale, .. } => Datum::Numeric(row.numeric(col), scale),
@@ -533,6 +594,10 @@ impl Datum {
             (Datum::Bytes(a), Datum::Bytes(b)) => a.cmp(b),
             (Datum::Bool(a), Datum::Bool(b)) => a.cmp(b),
             (Datum::Timestamp(a), Datum::Timestamp(b)) => a.cmp(b),
+            (Datum::Date(a), Datum::Date(b)) => a.cmp(b),
+            (Datum::Date(a), Datum::Timestamp(b)) => (i64::from(*a) * crate::datetime::DAY_US).cmp(b),
+            (Datum::Timestamp(a), Datum::Date(b)) => a.cmp(&(i64::from(*b) * crate::datetime::DAY_US)),
+            (Datum::Interval(a), Datum::Interval(b)) => a.sort_key().cmp(&b.sort_key()),
             (a, b) => a.as_f64()?.total_cmp(&b.as_f64()?),
         })
     }
@@ -571,30 +636,7 @@ fn write_float(v: f64, out: &mut Vec<u8>) {
     }
 }
 
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Civil date of days since 1970-01-01.
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
+use crate::datetime::{civil_from_days, days_from_civil};
 
 /// Parses `YYYY-MM-DD[( |T)HH:MM[:SS[.ffffff]]][zone]` (a zone suffix is ignored: timestamps
 /// have no time zone) into microseconds since 1970-01-01.

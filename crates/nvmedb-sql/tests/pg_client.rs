@@ -5,7 +5,8 @@
 //! extended protocol as pgbench `-M prepared` drives it: prepared statements with parameters
 //! run many times, many Bind/Execute/Sync pipelined on one connection before the first answer
 //! is read, errors of a prepared statement that name the SQL object at fault, and a statement
-//! waiting for a row lock that holds up no other connection.
+//! waiting for a row lock that holds up no other connection; and the anomaly histories the
+//! isolation levels prevent (lost update, read skew).
 
 use futures::future::join_all;
 use nvmedb_sql::{Server, ServerConfig};
@@ -178,7 +179,7 @@ async fn simple_and_extended_queries_with_every_type() {
     assert_eq!(r.get::<_, i64>(0), 25);
     assert_eq!(r.get::<_, i64>(1), (0..25).map(|k| (4 * k + 1) * 10).sum::<i64>());
     assert_eq!((r.get::<_, i32>(2), r.get::<_, i32>(3)), (10, 970));
-    assert_eq!(r.get::<_, rust_decimal::Decimal>(4).to_string(), "490.000000");
+    assert_eq!(r.get::<_, rust_decimal::Decimal>(4).to_string(), "490.0000000000000000");
     let g = simple_rows(
         &c,
         "SELECT branch, count(*) AS n FROM acct GROUP BY branch HAVING count(*) > 24 ORDER BY 1",
@@ -652,4 +653,130 @@ async fn a_lock_wait_does_not_hold_up_other_connections() {
     a.batch_execute("COMMIT").await.unwrap();
     waiter.await.unwrap().unwrap();
     assert_eq!(c.query_one(&get, &[&1i32]).await.unwrap().get::<_, i32>(0), 6);
+}
+
+/// Waits until the server's lock manager has parked one more waiter than `before`.
+async fn until_parked(f: &Fixture, before: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while f.server.as_ref().unwrap().engine().db.lock_stats().parked_waits == before {
+        assert!(Instant::now() < deadline, "the statement never waited for a lock");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn parked(f: &Fixture) -> u64 {
+    f.server.as_ref().unwrap().engine().db.lock_stats().parked_waits
+}
+
+/// The anomaly histories the isolation levels promise to prevent. Lost update: two
+/// transactions increment the same counter; at READ COMMITTED (as in PostgreSQL) an `UPDATE
+/// … SET v = v + 1` waits for the other's commit and adds to its result, and at SERIALIZABLE
+/// two read-then-write increments cannot both commit (one is a deadlock victim, 40P01).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_updates_are_prevented() {
+    let f = start(Duration::from_secs(20));
+    let (a, b) = (f.connect().await, f.connect().await);
+    a.batch_execute("CREATE TABLE counter (k int PRIMARY KEY, v int); INSERT INTO counter VALUES (1, 0)")
+        .await
+        .unwrap();
+    let value = |rows: Vec<Vec<Option<String>>>| rows[0][0].clone().unwrap().parse::<i32>().unwrap();
+
+    // READ COMMITTED: the second increment waits, then adds to the first's committed value.
+    a.batch_execute("BEGIN").await.unwrap();
+    a.batch_execute("UPDATE counter SET v = v + 1 WHERE k = 1").await.unwrap();
+    let before = parked(&f);
+    let second = tokio::spawn(async move {
+        b.batch_execute("UPDATE counter SET v = v + 1 WHERE k = 1").await.unwrap();
+        b
+    });
+    until_parked(&f, before).await;
+    a.batch_execute("COMMIT").await.unwrap();
+    let b = second.await.unwrap();
+    assert_eq!(value(simple_rows(&a, "SELECT v FROM counter WHERE k = 1").await), 2);
+
+    // SERIALIZABLE: both read 2 and write 3; only one of them may commit.
+    for c in [&a, &b] {
+        c.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE").await.unwrap();
+        assert_eq!(value(simple_rows(c, "SELECT v FROM counter WHERE k = 1").await), 2);
+    }
+    let before = parked(&f);
+    let first = tokio::spawn(async move {
+        let r = a.batch_execute("UPDATE counter SET v = 3 WHERE k = 1").await;
+        (a, r)
+    });
+    until_parked(&f, before).await;
+    let r_b = b.batch_execute("UPDATE counter SET v = 3 WHERE k = 1").await;
+    let (a, r_a) = first.await.unwrap();
+    let mut commits = 0;
+    for (c, r) in [(&a, r_a), (&b, r_b)] {
+        match r {
+            Ok(()) => {
+                c.batch_execute("COMMIT").await.unwrap();
+                commits += 1;
+            }
+            Err(e) => {
+                assert!(["40P01", "40001"].contains(&code(&e).as_str()), "{e:?}");
+                c.batch_execute("ROLLBACK").await.unwrap();
+            }
+        }
+    }
+    assert_eq!(commits, 1, "both read-then-write increments committed: a lost update");
+    assert_eq!(value(simple_rows(&a, "SELECT v FROM counter WHERE k = 1").await), 3);
+}
+
+/// Read skew: a SERIALIZABLE reader of two accounts never sees half of a transfer between
+/// them. The transfer's second write waits for the reader's lock, and the reader's second read
+/// for the transfer's first write: a deadlock, whose victim (40P01) sees nothing inconsistent;
+/// whatever the reader does see sums to the total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_skew_is_prevented_at_serializable() {
+    let f = start(Duration::from_secs(20));
+    let (a, b) = (f.connect().await, f.connect().await);
+    a.batch_execute("CREATE TABLE acct (k int PRIMARY KEY, v int); INSERT INTO acct VALUES (1, 50), (2, 50)")
+        .await
+        .unwrap();
+    let value = |rows: Vec<Vec<Option<String>>>| rows[0][0].clone().unwrap().parse::<i32>().unwrap();
+    a.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE").await.unwrap();
+    let x = value(simple_rows(&a, "SELECT v FROM acct WHERE k = 1").await);
+    b.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE").await.unwrap();
+    b.batch_execute("UPDATE acct SET v = v + 10 WHERE k = 2").await.unwrap();
+    let before = parked(&f);
+    let transfer = tokio::spawn(async move {
+        let r = b.batch_execute("UPDATE acct SET v = v - 10 WHERE k = 1").await;
+        (b, r)
+    });
+    until_parked(&f, before).await;
+    let y = a.simple_query("SELECT v FROM acct WHERE k = 2").await;
+    let reader_ok = match &y {
+        Ok(_) => true,
+        Err(e) => {
+            assert_eq!(code(e), "40P01", "{e:?}");
+            false
+        }
+    };
+    if reader_ok {
+        let y: Vec<Vec<Option<String>>> = y
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => Some(vec![r.get(0).map(str::to_string)]),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(x + value(y), 100, "the reader saw half of the transfer");
+        a.batch_execute("COMMIT").await.unwrap();
+    } else {
+        a.batch_execute("ROLLBACK").await.unwrap();
+    }
+    let (b, r) = transfer.await.unwrap();
+    match r {
+        Ok(()) => b.batch_execute("COMMIT").await.unwrap(),
+        Err(e) => {
+            assert!(reader_ok, "both transactions were deadlock victims");
+            assert_eq!(code(&e), "40P01", "{e:?}");
+            b.batch_execute("ROLLBACK").await.unwrap();
+        }
+    }
+    let total = simple_rows(&b, "SELECT sum(v) FROM acct").await;
+    assert_eq!(total, vec![vec![Some("100".to_string())]]);
 }

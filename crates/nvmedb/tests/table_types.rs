@@ -173,3 +173,44 @@ fn abort_restores_typed_rows() {
     assert!(t.lookup("by_score", &Value::Null).unwrap().is_empty());
     assert_eq!(t.check_integrity().unwrap(), 1);
 }
+
+/// A date column: days since 1970-01-01 in 4 bytes, negative days included; as a primary key
+/// (key order is date order) and as an indexed column, through a reopen.
+#[test]
+fn dates_are_keys_and_indexed_values_and_survive_reopen() {
+    let disk = Disk::new();
+    let db = disk.open();
+    let s =
+        Schema::new(vec![("day", ColumnType::Date), ("shipped", ColumnType::Date), ("n", ColumnType::Int32)])
+            .with_nullable("shipped")
+            .unwrap()
+            .with_index("by_shipped", "shipped")
+            .unwrap();
+    let t = db.create_table("d", s).unwrap();
+    for day in [-3650i64, -1, 0, 9_000, 10_957, 2_932_896] {
+        let shipped = if day % 2 == 0 { Value::Int(day + 30) } else { Value::Null };
+        t.insert(&[Value::Int(day), shipped, Value::Int(1)]).unwrap();
+    }
+    let e = t.insert(&[Value::Int(i64::from(i32::MAX) + 1), Value::Null, Value::Int(0)]).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(ref m) if m.contains("out of range")), "{e}");
+    let keys = |t: &nvmedb::Table| {
+        let mut v = vec![];
+        t.scan(|r| {
+            v.push(r.int(0));
+            Ok(true)
+        })
+        .unwrap();
+        v
+    };
+    assert_eq!(keys(&t), [-3650, -1, 0, 9_000, 10_957, 2_932_896], "key order is date order");
+    assert_eq!(t.lookup("by_shipped", &Value::Int(9_030)).unwrap().len(), 1);
+    assert_eq!(t.last_key().unwrap(), Some(Value::Int(2_932_896)));
+    drop(t);
+    db.close().unwrap();
+    let db = disk.open();
+    let t = db.table("d").unwrap();
+    assert_eq!(t.schema().columns[0].ty, ColumnType::Date);
+    assert_eq!(keys(&t), [-3650, -1, 0, 9_000, 10_957, 2_932_896]);
+    assert_eq!(t.get(&Value::Int(-3650)).unwrap().unwrap()[1], Value::Int(-3620));
+    assert_eq!(t.check_integrity().unwrap(), 6);
+}

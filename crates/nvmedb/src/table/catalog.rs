@@ -8,7 +8,7 @@
 //! Slot layout: magic `NVCT` u32, format version u16, reserved u16, sequence u64, payload
 //! length u32, CRC32C of the payload u32, reserved 8 bytes, payload (see `encode`). A column is
 //! its name, a type tag byte (1 int, 2 char, 3 bytes, 4 int32, 5 int16, 6 double, 7 bool,
-//! 8 timestamp, 9 numeric, 10 text; high bit: nullable) and a u32 argument (length, or
+//! 8 timestamp, 9 numeric, 10 text, 11 date; high bit: nullable) and a u32 argument (length, or
 //! precision << 8 | scale); an index is its name, its column number (high bit: unique) and
 //! its root page. A catalog whose tables all live in the default tablespace ends there (the
 //! original layout); otherwise a trailer follows: the tablespaces (name, location, profile)
@@ -107,6 +107,7 @@ fn encode(c: &CatalogData) -> Vec<u8> {
                 ColumnType::Timestamp => (8, 0),
                 ColumnType::Numeric { precision, scale } => (9, u32::from(precision) << 8 | u32::from(scale)),
                 ColumnType::Text(n) => (10, n),
+                ColumnType::Date => (11, 0),
             };
             w.u8(tag | if col.nullable { NULLABLE_BIT } else { 0 });
             w.u32(arg);
@@ -170,6 +171,7 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
                 8 => ColumnType::Timestamp,
                 9 => ColumnType::Numeric { precision: (arg >> 8) as u8, scale: arg as u8 },
                 10 => ColumnType::Text(arg),
+                11 => ColumnType::Date,
                 _ => return None,
             };
             columns.push(Column { name: cname, ty, nullable });

@@ -183,7 +183,7 @@ impl Table {
         let s = &self.inner.schema;
         let ty = s.columns[s.primary_key].ty;
         Ok(Some(match ty {
-            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 => {
+            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Date => {
                 Value::Int(crate::btree::key::decode_i64(&k).ok_or_else(|| self.bad_key(&k))?)
             }
             ColumnType::Timestamp => {

@@ -374,9 +374,11 @@ impl Table {
     pub(super) fn has_pk(&self, v: &RowView<'_>, pk: &[u8]) -> Result<bool> {
         let s = &self.inner.schema;
         Ok(match s.columns[s.primary_key].ty {
-            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp => {
-                crate::btree::key::encode_i64(v.try_int(s.primary_key)?) == pk
-            }
+            ColumnType::Int
+            | ColumnType::Int32
+            | ColumnType::Int16
+            | ColumnType::Timestamp
+            | ColumnType::Date => crate::btree::key::encode_i64(v.try_int(s.primary_key)?) == pk,
             ColumnType::Char(_) | ColumnType::Bytes(_) | ColumnType::Text(_) => {
                 v.try_bytes(s.primary_key)? == pk
             }

@@ -115,7 +115,11 @@ impl Schema {
             (0, k)
         };
         let len = match c.ty {
-            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Timestamp => 8,
+            ColumnType::Int
+            | ColumnType::Int32
+            | ColumnType::Int16
+            | ColumnType::Timestamp
+            | ColumnType::Date => 8,
             ColumnType::Double => 8,
             ColumnType::Bool => 1,
             ColumnType::Numeric { .. } => 16,

@@ -190,6 +190,10 @@ impl Schema {
             (ColumnType::Int32, Value::Int(v)) if i32::try_from(*v).is_err() => {
                 wrong(format!("{v} is out of range for a 32-bit integer"))
             }
+            (ColumnType::Date, Value::Int(v)) if i32::try_from(*v).is_err() => {
+                wrong(format!("{v} days is out of range for a date"))
+            }
+            (ColumnType::Date, Value::Int(_)) => Ok(()),
             (ColumnType::Int16, Value::Int(v)) if i16::try_from(*v).is_err() => {
                 wrong(format!("{v} is out of range for a 16-bit integer"))
             }

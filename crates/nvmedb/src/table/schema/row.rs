@@ -4,7 +4,7 @@
 //! Row layout: when any column is nullable, a null bitmap of `ceil(columns / 8)` bytes comes
 //! first (bit `i % 8` of byte `i / 8` set: column `i` is NULL, and takes no bytes); then the
 //! columns in schema order: `Int`, `Timestamp` and `Double` as 8 bytes little-endian (a
-//! `Double` as its IEEE-754 bits), `Int32` as 4, `Int16` as 2, `Bool` as 1 byte (0 or 1),
+//! `Double` as its IEEE-754 bits), `Int32` and `Date` as 4, `Int16` as 2, `Bool` as 1 byte (0 or 1),
 //! `Numeric` as a 16-byte little-endian `i128` holding the value times 10^scale, `Char(n)` as
 //! exactly `n` bytes (shorter values are zero-padded), `Bytes(max)` and `Text(max)` as a u32
 //! length then the bytes. A schema without nullable columns has no bitmap, so rows written
@@ -51,7 +51,9 @@ impl Schema {
                 (ColumnType::Int | ColumnType::Timestamp, Value::Int(x) | Value::Timestamp(x)) => {
                     out.extend_from_slice(&x.to_le_bytes())
                 }
-                (ColumnType::Int32, Value::Int(x)) => out.extend_from_slice(&(*x as i32).to_le_bytes()),
+                (ColumnType::Int32 | ColumnType::Date, Value::Int(x)) => {
+                    out.extend_from_slice(&(*x as i32).to_le_bytes())
+                }
                 (ColumnType::Int16, Value::Int(x)) => out.extend_from_slice(&(*x as i16).to_le_bytes()),
                 (ColumnType::Double, Value::Double(x)) => out.extend_from_slice(&x.to_bits().to_le_bytes()),
                 (ColumnType::Bool, Value::Bool(x)) => out.push(u8::from(*x)),
@@ -104,7 +106,7 @@ impl RowLayout {
             let mut off = 0usize;
             for (c, at) in schema.columns.iter().zip(cols.iter_mut()) {
                 let Some(n) = c.ty.fixed_size() else { break };
-                let int = c.ty.is_integer() || c.ty == ColumnType::Timestamp;
+                let int = c.ty.is_integer() || matches!(c.ty, ColumnType::Timestamp | ColumnType::Date);
                 *at = ColAt { start: off as u32, len: n as u32, int };
                 off += n;
             }
@@ -270,7 +272,11 @@ impl<'a> RowView<'a> {
 
     /// [`RowView::try_int`] for a column not at a constant offset, or in error.
     fn try_int_walk(&self, col: usize) -> Result<i64> {
-        self.expect_type(col, |t| t.is_integer() || t == ColumnType::Timestamp, "an integer or timestamp")?;
+        self.expect_type(
+            col,
+            |t| t.is_integer() || matches!(t, ColumnType::Timestamp | ColumnType::Date),
+            "an integer, timestamp or date",
+        )?;
         let (o, l) = self.span(col)?;
         Ok(int_le(&self.bytes[o..o + l]))
     }
@@ -326,7 +332,9 @@ impl<'a> RowView<'a> {
             return Ok(Value::Null);
         }
         Ok(match c.ty {
-            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 => Value::Int(self.try_int(col)?),
+            ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Date => {
+                Value::Int(self.try_int(col)?)
+            }
             ColumnType::Timestamp => Value::Timestamp(self.try_int(col)?),
             ColumnType::Double => Value::Double(self.try_double(col)?),
             ColumnType::Bool => Value::Bool(self.try_boolean(col)?),

@@ -39,6 +39,9 @@ pub enum ColumnType {
     /// values are [`Value::Bytes`] holding valid UTF-8. Its length is checked against the
     /// page when a row is stored, not when the table is created.
     Text(u32),
+    /// Days since 1970-01-01 (SQL `date`, proleptic Gregorian); values are [`Value::Int`]
+    /// within the 32-bit range, stored in 4 bytes, keyed like integers.
+    Date,
 }
 
 impl ColumnType {
@@ -54,7 +57,7 @@ impl ColumnType {
     pub fn fixed_size(self) -> Option<usize> {
         match self {
             ColumnType::Int | ColumnType::Double | ColumnType::Timestamp => Some(8),
-            ColumnType::Int32 => Some(4),
+            ColumnType::Int32 | ColumnType::Date => Some(4),
             ColumnType::Int16 => Some(2),
             ColumnType::Bool => Some(1),
             ColumnType::Numeric { .. } => Some(16),

@@ -1,0 +1,9 @@
+create index lineitem_orderkey on lineitem (l_orderkey);
+create index lineitem_partkey on lineitem (l_partkey);
+create index lineitem_suppkey on lineitem (l_suppkey);
+create index partsupp_partkey on partsupp (ps_partkey);
+create index partsupp_suppkey on partsupp (ps_suppkey);
+create index orders_custkey on orders (o_custkey);
+create index customer_nationkey on customer (c_nationkey);
+create index supplier_nationkey on supplier (s_nationkey);
+create index nation_regionkey on nation (n_regionkey);

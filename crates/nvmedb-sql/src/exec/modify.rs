@@ -1,0 +1,164 @@
+//! INSERT, UPDATE and DELETE: the row changes of a statement, in its transaction.
+//!
+//! Owns: [`insert`] and [`modify`]. An UPDATE or DELETE first runs its input query in its
+//! transaction with every row it reads locked exclusively (so it sees its own transaction's
+//! rows, and two statements changing the same row never both hold it shared and wait for each
+//! other to upgrade), collecting the candidates before changing any, so a change that moves a
+//! row (a new primary key) cannot make the same statement see it again; then it re-reads each
+//! candidate and re-checks the WHERE conjuncts on it. Invariant: every engine
+//! row written has been converted to the column types (range, length, NOT NULL) first, and
+//! the table's statistics count the rows added and removed.
+
+use super::scan::{read_row, Key};
+use super::{run_initplans, run_query, ExecCtx, Row};
+use crate::catalog::TableInfo;
+use crate::error::{code, SqlError, SqlResult};
+use crate::plan::{InsertPlan, InsertSource, ModifyPlan};
+use crate::types::Datum;
+use nvmedb::{Transaction, Value};
+
+fn engine(e: nvmedb::Error, t: &TableInfo) -> SqlError {
+    SqlError::from_engine(e, Some(&t.name))
+}
+
+/// PostgreSQL's error for a NULL stored in NOT NULL column `column` of `table` (23502).
+pub(crate) fn not_null_violation(table: &str, column: &str) -> SqlError {
+    SqlError::new(
+        code::NOT_NULL_VIOLATION,
+        format!("null value in column \"{column}\" of relation \"{table}\" violates not-null constraint"),
+    )
+    .with_table(table)
+    .with_column(column)
+}
+
+/// Converts a full row of datums into engine values (checked against the column types).
+pub(crate) fn values_of(t: &TableInfo, row: &[Datum]) -> SqlResult<Vec<Value>> {
+    row.iter()
+        .zip(&t.columns)
+        .map(|(d, c)| {
+            if d.is_null() && !c.nullable {
+                return Err(not_null_violation(&t.name, &c.name));
+            }
+            d.clone().to_value(c.ty, &c.name).map_err(|e| e.with_table(&t.name))
+        })
+        .collect()
+}
+
+fn tx<'c>(cx: &'c mut ExecCtx<'_>) -> SqlResult<&'c mut Transaction> {
+    cx.txn.as_deref_mut().ok_or_else(|| SqlError::new(code::INTERNAL_ERROR, "a change outside a transaction"))
+}
+
+/// Runs an INSERT in the context's transaction; the row count and RETURNING rows.
+pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)> {
+    let t = &p.table;
+    let rows: Vec<Row> = match &p.source {
+        InsertSource::Values(rows) => {
+            run_initplans(cx, &p.initplans)?;
+            rows.iter()
+                .map(|r| r.iter().map(|e| e.eval(&[], &cx.eval)).collect::<SqlResult<Row>>())
+                .collect::<SqlResult<_>>()?
+        }
+        InsertSource::Query(q) => run_query(cx, q)?,
+    };
+    let mut n = 0;
+    let mut ret = Vec::new();
+    for vals in rows {
+        let mut row = vec![Datum::Null; t.columns.len()];
+        if t.hidden_rowid {
+            row[0] = Datum::Int(t.next_rowid());
+        }
+        for (&c, v) in p.targets.iter().zip(vals) {
+            row[c] = v;
+        }
+        let values = values_of(t, &row)?;
+        tx(cx)?.insert(&t.table, &values).map_err(|e| engine(e, t))?;
+        n += 1;
+        if !p.returning.is_empty() {
+            let row: Row = values.iter().zip(&t.columns).map(|(v, c)| value_datum(v, c.ty)).collect();
+            ret.push(p.returning.iter().map(|e| e.eval(&row, &cx.eval)).collect::<SqlResult<_>>()?);
+        }
+    }
+    t.stats.note_rows(n as i64);
+    Ok((n, ret))
+}
+
+/// An engine value as a datum of SQL type `ty` (a row just written, for RETURNING).
+fn value_datum(v: &Value, ty: crate::types::SqlType) -> Datum {
+    use crate::types::SqlType as T;
+    match v {
+        Value::Null => Datum::Null,
+        Value::Int(i) if ty == T::Timestamp => Datum::Timestamp(*i),
+        Value::Int(i) if ty == T::Date => Datum::Date(*i as i32),
+        Value::Int(i) => Datum::Int(*i),
+        Value::Double(f) => Datum::Float(*f),
+        Value::Bool(b) => Datum::Bool(*b),
+        Value::Timestamp(t) => Datum::Timestamp(*t),
+        Value::Numeric(n) => match ty {
+            T::Numeric { scale, .. } => Datum::Numeric(*n, scale),
+            _ => Datum::Numeric(*n, 0),
+        },
+        Value::Bytes(b) => match ty {
+            T::Bytea => Datum::Bytes(b.clone()),
+            _ => Datum::Text(String::from_utf8_lossy(b).trim_end_matches('\0').to_string()),
+        },
+        #[allow(unreachable_patterns)]
+        _ => Datum::Null,
+    }
+}
+
+/// Runs an UPDATE (`p.sets` non-empty) or DELETE in the context's transaction; the row count
+/// and RETURNING rows.
+pub fn modify(cx: &mut ExecCtx<'_>, p: &ModifyPlan, delete: bool) -> SqlResult<(u64, Vec<Row>)> {
+    let t = &p.table;
+    // Candidates, read under exclusive locks, all of them before the first change.
+    let candidates = {
+        let saved = cx.for_update;
+        cx.for_update = true;
+        let r = run_query(cx, &p.input);
+        cx.for_update = saved;
+        r?
+    };
+    let all: Vec<usize> = (0..t.columns.len()).collect();
+    let mut n = 0;
+    let mut ret = Vec::new();
+    for cand in candidates {
+        let key = cand[t.pk].clone().to_value(t.columns[t.pk].ty, &t.columns[t.pk].name)?;
+        let saved = cx.for_update;
+        cx.for_update = true;
+        let row = read_row(cx, t, &Key::Value(key.clone()), &all);
+        cx.for_update = saved;
+        let Some(row) = row? else { continue };
+        if let Some(f) = &p.recheck {
+            if !f.test(&row, &cx.eval)? {
+                continue;
+            }
+        }
+        if delete {
+            tx(cx)?.delete(&t.table, &key).map_err(|e| engine(e, t))?;
+            if !p.returning.is_empty() {
+                ret.push(p.returning.iter().map(|e| e.eval(&row, &cx.eval)).collect::<SqlResult<_>>()?);
+            }
+        } else {
+            let mut new = row.clone();
+            for (c, e) in &p.sets {
+                new[*c] = e.eval(&row, &cx.eval)?;
+            }
+            let values = values_of(t, &new)?;
+            if values[t.pk] != key {
+                let tx = tx(cx)?;
+                tx.delete(&t.table, &key).map_err(|e| engine(e, t))?;
+                tx.insert(&t.table, &values).map_err(|e| engine(e, t))?;
+            } else {
+                tx(cx)?.update(&t.table, &values).map_err(|e| engine(e, t))?;
+            }
+            if !p.returning.is_empty() {
+                ret.push(p.returning.iter().map(|e| e.eval(&new, &cx.eval)).collect::<SqlResult<_>>()?);
+            }
+        }
+        n += 1;
+    }
+    if delete {
+        t.stats.note_rows(-(n as i64));
+    }
+    Ok((n, ret))
+}
