@@ -325,7 +325,7 @@ mod tests {
     #[test]
     fn a_slot_deleted_between_listing_and_opening_is_skipped() {
         let other: Arc<dyn Storage> = Arc::new(Vanishing(crate::io::MemStorage::new()));
-        let d = discover(&[other.clone()]).expect("a vanished free slot is not an error");
+        let d = discover(std::slice::from_ref(&other)).expect("a vanished free slot is not an error");
         assert!(d.chain.is_empty());
         assert!(live_segments(&[other]).unwrap().is_empty());
     }
