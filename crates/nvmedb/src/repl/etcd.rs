@@ -53,6 +53,9 @@ pub fn parse_etcd_url(url: &str) -> Result<Vec<String>, CoordError> {
     Ok(eps)
 }
 
+/// Interval of the client's HTTP/2 keep-alive pings (above etcd's 5 s minimum).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
 impl EtcdStore {
     /// Connects to the cluster at `url` (`etcd://host:port,host:port`); every request gives up
     /// after `timeout`. Connecting is lazy: an unreachable cluster shows as
@@ -68,7 +71,12 @@ impl EtcdStore {
         let opts = ConnectOptions::new()
             .with_timeout(timeout)
             .with_connect_timeout(timeout)
-            .with_keep_alive(Duration::from_secs(1), timeout)
+            // HTTP/2 pings only while requests are in flight, and no more often than etcd's
+            // --grpc-keepalive-min-time (5 s): etcd refuses pings on an idle connection and
+            // faster ones, closing the connection ("too_many_pings") under the requests on it.
+            // A dead member is noticed by the requests' own timeout.
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, timeout)
+            .with_keep_alive_while_idle(false)
             .with_require_leader(true);
         let client = rt
             .block_on(async { tokio::time::timeout(timeout, Client::connect(&endpoints, Some(opts))).await })
