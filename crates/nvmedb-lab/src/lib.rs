@@ -6,7 +6,7 @@
 //! fio, progress bars), [`workload`] (tables and transactions shared by experiments),
 //! [`experiments`] (one module per experiment), [`report`] (the only writer of CSV, JSON and
 //! plots), [`page`] (the whole-lab HTML page: every seed figure beside ours), [`model`] (seed
-//! 000 §3), [`machine`] (what ran where) and, with feature `etcd`, `cluster` (an automatically
+//! 000 §3), [`machine`] (what ran where), [`files`] (data directories kept between runs) and, with feature `etcd`, `cluster` (an automatically
 //! failing-over cluster of `nvmedb node` processes on loopback).
 
 #![warn(missing_docs)]
@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod error;
 pub mod experiment;
 pub mod experiments;
+pub mod files;
 pub mod machine;
 pub mod measure;
 pub mod model;

@@ -12,6 +12,7 @@
 
 use super::{HaConfig, HaKind};
 use crate::error::{LabError, Result};
+use crate::files::copy_files;
 use crate::measure::cpus::{self, Pinned};
 use crate::measure::device::{log_opener, storage, LogChoice};
 use crate::measure::{DeviceKind, Workers};
@@ -91,19 +92,6 @@ impl Prepared {
         let _ = std::fs::remove_dir_all(&self.primary);
         let _ = std::fs::remove_dir_all(&self.standby);
     }
-}
-
-/// Copies the files of `from` into a fresh `to`.
-pub fn copy_files(from: &Path, to: &Path) -> Result<()> {
-    let _ = std::fs::remove_dir_all(to);
-    std::fs::create_dir_all(to).map_err(LabError::io(to, "create directory"))?;
-    for e in std::fs::read_dir(from).map_err(LabError::io(from, "list"))? {
-        let e = e.map_err(LabError::io(from, "list"))?;
-        if e.file_type().map_err(LabError::io(e.path(), "stat"))?.is_file() {
-            std::fs::copy(e.path(), to.join(e.file_name())).map_err(LabError::io(e.path(), "copy"))?;
-        }
-    }
-    Ok(())
 }
 
 /// What a point measured.

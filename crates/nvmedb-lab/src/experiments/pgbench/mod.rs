@@ -20,10 +20,11 @@ pub use servers::{PgBins, INSTALL_HINT};
 
 use crate::error::{LabError, Result};
 use crate::experiment::{self, Experiment, RunEnv, Summary};
+use crate::files::dir_bytes;
 use crate::measure::{progress, Spread};
 use client::Pgbench;
 use serde::{Deserialize, Serialize};
-use servers::{dir_bytes, page_cache_bytes, Nvmedb, Postgres, RunAs, Scratch};
+use servers::{page_cache_bytes, Nvmedb, Postgres, RunAs, Scratch};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -511,7 +512,7 @@ fn load(
             idx += len;
         }
     }
-    let pg_bytes = dir_bytes(&pgdata.join("base"));
+    let pg_bytes = dir_bytes(&pgdata.join("base"))?;
     if heap == 0 || idx == 0 || pg_bytes == 0 {
         return Err(LabError::Inconsistent {
             what: "the loaded data".into(),

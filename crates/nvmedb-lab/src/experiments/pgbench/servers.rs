@@ -155,19 +155,6 @@ impl Drop for Scratch {
     }
 }
 
-/// Bytes of the regular files under `dir` (recursively).
-pub fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .filter_map(|e| e.ok())
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
-            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
-            _ => 0,
-        })
-        .sum()
-}
-
 /// Bytes of the regular files under `dir` (recursively) that are resident in the OS page cache,
 /// and their total size (each file mapped and asked with `mincore`; a file that cannot be opened
 /// or mapped counts as not resident). PostgreSQL reads through the page cache, nvmedb with

@@ -10,10 +10,12 @@
 use super::{DeviceKind, DeviceReport, PrimitiveConfig};
 use crate::error::{LabError, Result};
 use crate::experiments::iobench::{self, Engine, IoBenchConfig};
+use crate::files::{dir_storage, read_marker, remove_dir, remove_marker, write_marker};
 use crate::measure::fio;
 use crate::workload::primitive as workload;
-use nvmedb::io::{DirStorage, EmulatedStorage, FileOptions, MemStorage, Storage};
+use nvmedb::io::{EmulatedStorage, MemStorage, Storage};
 use nvmedb::{Database, Table};
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -54,35 +56,31 @@ fn cpu_count() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
 }
 
+/// What the disk database was loaded with (its marker).
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct LoadMarker {
+    tables: usize,
+    rows_per_table: u64,
+}
+
 /// Opens (loading it first if needed) the disk database; returns its storage and load time.
 fn disk_database(cfg: &PrimitiveConfig, show_progress: bool) -> Result<(Arc<dyn Storage>, f64)> {
     let dir = cfg.disk_db_dir();
-    let marker = dir.with_extension("loaded");
+    let expected = LoadMarker { tables: cfg.tables, rows_per_table: cfg.rows_per_table };
     let mut load_s = 0.0;
-    if cfg.reload || !marker.exists() {
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(LabError::io(&dir, "remove"))?;
-        }
-        let _ = std::fs::remove_file(&marker);
+    if cfg.reload || read_marker::<LoadMarker>(&dir).as_ref() != Some(&expected) {
+        remove_marker(&dir)?;
+        remove_dir(&dir)?;
         std::fs::create_dir_all(&dir).map_err(LabError::io(&dir, "create directory"))?;
         let t0 = std::time::Instant::now();
-        let storage: Arc<dyn Storage> = Arc::new(
-            DirStorage::new(&dir, FileOptions::default())
-                .map_err(LabError::engine("opening the data directory"))?,
-        );
-        let db = Database::open_with_storage(storage, cfg.options(256 << 20, 256 << 20)?)
+        let db = Database::open_with_storage(dir_storage(&dir)?, cfg.options(256 << 20, 256 << 20)?)
             .map_err(LabError::engine("creating the disk database"))?;
         workload::load(&db, cfg.tables, cfg.rows_per_table, cpu_count(), show_progress)?;
         db.close().map_err(LabError::engine("closing the loaded disk database"))?;
         load_s = t0.elapsed().as_secs_f64();
-        std::fs::write(&marker, format!("{} tables x {} rows\n", cfg.tables, cfg.rows_per_table))
-            .map_err(LabError::io(&marker, "write"))?;
+        write_marker(&dir, &expected)?;
     }
-    let storage: Arc<dyn Storage> = Arc::new(
-        DirStorage::new(&dir, FileOptions::default())
-            .map_err(LabError::engine("opening the data directory"))?,
-    );
-    Ok((storage, load_s))
+    Ok((dir_storage(&dir)?, load_s))
 }
 
 /// Table and index bytes of the database in `storage`, and the table handles' sanity.
@@ -205,13 +203,7 @@ pub fn prepare(
     let logs = match kind {
         DeviceKind::Disk => {
             let dir = cfg.disk_db_dir();
-            let open = |d: std::path::PathBuf| -> Result<Arc<dyn Storage>> {
-                Ok(Arc::new(
-                    DirStorage::new(&d, FileOptions::default())
-                        .map_err(LabError::engine(format!("opening the log directory {}", d.display())))?,
-                ))
-            };
-            Some((open(dir.join("wal"))?, open(dir.join("wal-mirror"))?))
+            Some((dir_storage(&dir.join("wal"))?, dir_storage(&dir.join("wal-mirror"))?))
         }
         DeviceKind::Memory | DeviceKind::Emulated(_) => None,
     };

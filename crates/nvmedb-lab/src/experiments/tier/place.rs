@@ -21,6 +21,7 @@ use crate::experiment::RunEnv;
 use crate::experiments::tpcc::point::{self, PointOutcome};
 use crate::experiments::tpcc::setup::{self, OpenPoint, PreparedDevice, Template};
 use crate::experiments::tpcc::TpccConfig;
+use crate::files;
 use crate::measure::DeviceKind;
 use crate::workload::tpcc::schema::TABLE_NAMES;
 use nvmedb::io::{EmulatedStorage, Storage};
@@ -166,7 +167,7 @@ pub fn measure_tiers(
 fn emulated(cfg: &TierConfig, dir: &Path, profile: &str, seed: u64) -> Result<Arc<dyn Storage>> {
     let p = crate::measure::device::profile(profile, &cfg.profile_overrides)?;
     Ok(Arc::new(
-        EmulatedStorage::new(setup::dir_storage(dir)?, p, seed)
+        EmulatedStorage::new(files::dir_storage(dir)?, p, seed)
             .map_err(LabError::engine(format!("putting {} behind the {profile} profile", dir.display())))?,
     ))
 }
@@ -184,9 +185,9 @@ fn open_placed(
         what: "the TPC-C template".into(),
         detail: "no RAM copy for the tiers".into(),
     })?;
-    setup::remove_dir(root)?;
+    files::remove_dir(root)?;
     let home = root.join("dram");
-    setup::copy_files(ram, &home)?;
+    files::copy_files(ram, &home)?;
     let log = FileLogOpener {
         copies: vec![
             emulated(cfg, &root.join("wal"), &cfg.log_device, seed ^ 1)?,
@@ -196,7 +197,7 @@ fn open_placed(
     };
     let (buffer_bytes, index_bytes) = setup::buffers(tc, t, cfg.buffer_pct);
     let db = Database::open_with_log(
-        setup::dir_storage(&home)?,
+        files::dir_storage(&home)?,
         Some(Box::new(log)),
         setup::options(tc, buffer_bytes, index_bytes),
     )
@@ -248,7 +249,7 @@ pub fn run_point(
     let label = format!("{name} (EMULATED tiers)");
     let out =
         point::measure(tc, t, open, (name, &label), cfg.buffer_pct, rep, seed, &point::Observe::default())?;
-    setup::remove_dir(&root)?;
+    files::remove_dir(&root)?;
     Ok(out)
 }
 

@@ -15,9 +15,12 @@ use super::{HaMode, TpccConfig};
 use crate::error::{LabError, Result};
 use crate::experiment::RunEnv;
 use crate::experiments::iobench::{self, Engine, IoBenchConfig};
+use crate::files::{
+    copy_files, dir_bytes, dir_storage, free_bytes, read_marker, remove_dir, remove_marker, write_marker,
+};
 use crate::measure::DeviceKind;
 use crate::workload::tpcc::{load, LoadReport, Tables};
-use nvmedb::io::{DirStorage, FileOptions, Storage};
+use nvmedb::io::Storage;
 use nvmedb::repl::{
     open_primary_with, seed_standby, MirrorConfig, ReplConfig, ReplicatedLog, ReplicationMode, Standby,
     StandbyConfig, StandbyPolicy,
@@ -48,53 +51,6 @@ pub struct Template {
     pub index_bytes: u64,
 }
 
-pub(crate) fn dir_storage(dir: &Path) -> Result<Arc<dyn Storage>> {
-    Ok(Arc::new(
-        DirStorage::new(dir, FileOptions::default())
-            .map_err(LabError::engine(format!("opening directory {}", dir.display())))?,
-    ))
-}
-
-/// Copies the files of `from` into a fresh `to`.
-pub(crate) fn copy_files(from: &Path, to: &Path) -> Result<()> {
-    remove_dir(to)?;
-    std::fs::create_dir_all(to).map_err(LabError::io(to, "create directory"))?;
-    for e in std::fs::read_dir(from).map_err(LabError::io(from, "list"))? {
-        let e = e.map_err(LabError::io(from, "list"))?;
-        if e.file_type().map_err(LabError::io(e.path(), "stat"))?.is_file() {
-            std::fs::copy(e.path(), to.join(e.file_name())).map_err(LabError::io(e.path(), "copy"))?;
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn remove_dir(dir: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(LabError::io(dir, "remove")(e)),
-        _ => Ok(()),
-    }
-}
-
-/// Bytes the files of `dir` hold.
-fn dir_bytes(dir: &Path) -> Result<u64> {
-    let mut n = 0;
-    for e in std::fs::read_dir(dir).map_err(LabError::io(dir, "list"))? {
-        let e = e.map_err(LabError::io(dir, "list"))?;
-        n += e.metadata().map_err(LabError::io(e.path(), "stat"))?.len();
-    }
-    Ok(n)
-}
-
-/// Bytes free on the file system of `dir`.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statvfs is a plain C struct of integers, for which all-zero bytes are a value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `st` a statvfs we own; statvfs writes only into it.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
-}
-
 /// Options of the database in every point, and of the load.
 pub fn options(cfg: &TpccConfig, table_buffer: u64, index_buffer: u64) -> Options {
     let mut o = Options {
@@ -120,17 +76,12 @@ pub fn template(cfg: &TpccConfig, env: &RunEnv) -> Result<Template> {
         cfg.table_page_size,
         cfg.index_page_size
     ));
-    let marker = dir.with_extension("load.json");
-    let cached: Option<LoadReport> = if cfg.reload {
-        None
-    } else {
-        std::fs::read(&marker).ok().and_then(|b| serde_json::from_slice(&b).ok())
-    };
+    let cached: Option<LoadReport> = if cfg.reload { None } else { read_marker(&dir) };
     let load = match cached {
         Some(r) if r.scale == scale && r.seed == cfg.seed && dir.join(nvmedb::db::CATALOG_FILE).exists() => r,
         _ => {
+            remove_marker(&dir)?;
             remove_dir(&dir)?;
-            let _ = std::fs::remove_file(&marker);
             let w = u64::from(scale.warehouses);
             let big = options(
                 cfg,
@@ -142,11 +93,7 @@ pub fn template(cfg: &TpccConfig, env: &RunEnv) -> Result<Template> {
             let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
             let r = load(&db, &scale, cfg.seed, threads, env.progress)?;
             db.close().map_err(LabError::engine("closing the loaded TPC-C database"))?;
-            let json = serde_json::to_vec_pretty(&r).map_err(|e| LabError::Inconsistent {
-                what: "the load report".into(),
-                detail: e.to_string(),
-            })?;
-            std::fs::write(&marker, json).map_err(LabError::io(&marker, "write"))?;
+            write_marker(&dir, &r)?;
             r
         }
     };

@@ -15,12 +15,13 @@ use super::probe::{self, ScanFile, ScanPattern};
 use super::TpchConfig;
 use crate::error::{LabError, Result};
 use crate::experiments::iobench::{self, IoBenchConfig};
+use crate::files::{dir_storage, read_marker, remove_dir, remove_marker, write_marker};
 use crate::workload::tpch;
 use nvmedb::buffer::BufferPolicy;
-use nvmedb::io::{DeviceProfile, DirStorage, EmulatedStorage, FileOptions, MemStorage, Storage};
+use nvmedb::io::{DeviceProfile, EmulatedStorage, MemStorage, Storage};
 use nvmedb::{BufferSize, Database, Options};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// A device the query runs on: `disk`, or a built-in profile, optionally `-x<N>` striped.
@@ -136,30 +137,19 @@ pub fn options(cfg: &TpchConfig, table_buffer: u64, policy: BufferPolicy) -> Opt
     }
 }
 
-fn dir_storage(dir: &Path) -> Result<Arc<dyn Storage>> {
-    Ok(Arc::new(
-        DirStorage::new(dir, FileOptions::default())
-            .map_err(LabError::engine(format!("opening {}", dir.display())))?,
-    ))
-}
-
 /// Loads the database on the disk unless `<data_dir>/sf<sf>-p<page>` already holds the same
 /// load (its marker matches and `reload` is off).
 pub fn disk_database(cfg: &TpchConfig, show_progress: bool, note: &dyn Fn(String)) -> Result<LoadInfo> {
     let dir = cfg.data_dir.join(format!("sf{}-p{}k", cfg.sf, cfg.page_size / 1024));
-    let marker_path = dir.with_extension("loaded.json");
     let want_rows = tpch::cardinalities(cfg.sf);
-    let marker: Option<LoadMarker> =
-        std::fs::read(&marker_path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let marker: Option<LoadMarker> = read_marker(&dir);
     let expected = LoadMarker { sf: cfg.sf, page_size: cfg.page_size, rows: want_rows };
     let (reused, load_s) = if !cfg.reload && marker.as_ref() == Some(&expected) && dir.exists() {
         note(format!("reusing the SF {} database in {}", cfg.sf, dir.display()));
         (true, 0.0)
     } else {
-        let _ = std::fs::remove_file(&marker_path);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(LabError::io(&dir, "remove"))?;
-        }
+        remove_marker(&dir)?;
+        remove_dir(&dir)?;
         std::fs::create_dir_all(&dir).map_err(LabError::io(&dir, "create directory"))?;
         let db = Database::open_with_storage(
             dir_storage(&dir)?,
@@ -174,9 +164,7 @@ pub fn disk_database(cfg: &TpchConfig, show_progress: bool, note: &dyn Fn(String
                 detail: format!("loaded {:?} rows, TPC-H SF {} has {want_rows:?}", r.rows, cfg.sf),
             });
         }
-        let text =
-            serde_json::to_vec_pretty(&expected).map_err(|e| LabError::config("marker", e.to_string()))?;
-        std::fs::write(&marker_path, text).map_err(LabError::io(&marker_path, "write"))?;
+        write_marker(&dir, &expected)?;
         note(format!("loaded SF {} ({:?} rows) in {:.1} s", cfg.sf, r.rows, r.seconds));
         (false, r.seconds)
     };
