@@ -1,6 +1,6 @@
 //! Statistics of repeated measurements: the median and min/median/max.
 //!
-//! Owns: [`median`] and [`Spread`], the one place the lab summarises repetitions. Invariants:
+//! Owns: [`median`], [`percentile`] and [`Spread`], the one place the lab summarises repetitions. Invariants:
 //! the median of an even count is the mean of the middle two; NaN inputs sort last (total
 //! order) rather than panicking; an empty input gives zeros, never a panic.
 
@@ -20,6 +20,14 @@ pub fn median(values: &[f64]) -> f64 {
     } else {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
+}
+
+/// Nearest-rank percentile `p` (0..=1) of `values` (values that are not latencies recorded in a
+/// histogram, such as failover times); 0 for an empty slice.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut s = values.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(((s.len() as f64 * p).ceil() as usize).clamp(1, s.len().max(1)) - 1).copied().unwrap_or(0.0)
 }
 
 /// min / median / max of repeated measurements.
@@ -66,6 +74,17 @@ impl std::fmt::Display for Spread {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let v = [5.0, 1.0, 4.0, 2.0, 3.0];
+        assert_eq!(percentile(&v, 0.5), 3.0);
+        assert_eq!(percentile(&v, 0.99), 5.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert_eq!(percentile(&v, 0.2), 1.0);
+        assert_eq!(percentile(&v, 0.21), 2.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {

@@ -17,7 +17,7 @@ mod scan;
 use crate::error::{LabError, Result};
 use crate::experiment::{self, Experiment, RunEnv, Summary};
 use crate::measure::Spread;
-use crate::report::Figure;
+use crate::report::{Figure, TextTable};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -321,7 +321,7 @@ impl LockContention {
     fn line(&self) -> String {
         let q = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} µs"));
         format!(
-            "locks {:<10} {:>2} thr: {:>9.0} txn/s | txn p50 {:>6.1} µs p99 {:>7.1} µs | waits {:>7} (spin-granted {:>5.1}%, parked {:>7}, park calls {:>8}) mean wait {} wait p50 <{} p99 <{} p99.9 <{}",
+            "locks {} {} threads: {:.0} txn/s | txn p50 {:.1} µs p99 {:.1} µs | waits {} (spin-granted {:.1}%, parked {}, park calls {}) mean wait {} wait p50 <{} p99 <{} p99.9 <{}",
             self.setting,
             self.threads,
             self.txn_per_s,
@@ -402,7 +402,7 @@ impl Experiment for EngineBench {
                 "must be at least 1",
             ));
         }
-        if cfg.page_size == 0 || cfg.page_size % 4096 != 0 {
+        if cfg.page_size == 0 || !cfg.page_size.is_multiple_of(4096) {
             return Err(LabError::config(
                 "--page-size",
                 format!("{}: must be a multiple of 4096", cfg.page_size),
@@ -529,14 +529,47 @@ impl Experiment for EngineBench {
                 l.uncontended_x_release_ns,
                 "ns",
             ));
+            let mut t = TextTable::new([
+                "locks: waits by",
+                "threads",
+                "txn/s",
+                "txn p50 µs",
+                "txn p99 µs",
+                "waits",
+                "spin-granted %",
+                "parked",
+                "park calls",
+                "mean wait µs",
+                "wait p50 < µs",
+                "p99 < µs",
+                "p99.9 < µs",
+            ]);
+            let q = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
             for c in &l.contended {
-                text.push_str(&format!("{}\n", c.line()));
+                t.row([
+                    c.setting.clone(),
+                    c.threads.to_string(),
+                    format!("{:.0}", c.txn_per_s),
+                    format!("{:.1}", c.txn_p50_us),
+                    format!("{:.1}", c.txn_p99_us),
+                    c.waits.to_string(),
+                    format!("{:.1}", c.spin_granted_pct),
+                    c.parked_waits.to_string(),
+                    c.park_calls.to_string(),
+                    q(c.mean_wait_us),
+                    q(c.wait_p50_below_us),
+                    q(c.wait_p99_below_us),
+                    q(c.wait_p999_below_us),
+                ]);
                 figures.push(Figure::new(
                     format!("locks/{}/threads{}/txn_per_s", c.setting, c.threads),
                     format!("lock transactions, {} waits, {} threads", c.setting, c.threads),
                     c.txn_per_s,
                     "txn/s",
                 ));
+            }
+            if !t.is_empty() {
+                text.push_str(&t.to_string());
             }
         }
         Ok(Summary { text, figures })

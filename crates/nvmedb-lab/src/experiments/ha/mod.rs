@@ -25,7 +25,7 @@ use crate::experiment::{self, Experiment, RunEnv, Summary};
 use crate::experiments::iobench::{self, Engine, IoBenchConfig};
 use crate::measure::device::LogChoice;
 use crate::measure::{median, DeviceKind, LatencyHistogram};
-use crate::report::{Figure, LineChart, Series};
+use crate::report::{Align, Figure, LineChart, Series, TextTable};
 use crate::workload::primitive::load;
 use nvmedb::{Database, Options};
 use serde::{Deserialize, Serialize};
@@ -333,14 +333,6 @@ fn summarise(cfg: &HaConfig, points: &[HaPoint]) -> Vec<HaSummaryRow> {
     out
 }
 
-/// Nearest-rank percentile `p` (0..1) of `v`.
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-fn percentile(v: &[f64], p: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s.get(((s.len() as f64 * p).ceil() as usize).clamp(1, s.len().max(1)) - 1).copied().unwrap_or(0.0)
-}
-
 fn delay_rows(device: &str, log: LogChoice, samples: &[u64]) -> Vec<DelayRow> {
     if samples.is_empty() {
         return Vec::new();
@@ -446,8 +438,7 @@ impl Experiment for Ha {
         for d in &r.devices {
             text.push_str(&format!("device: {}\n", d.label));
         }
-        text.push_str(&format!(
-            "\n{:<8} {:<10} {:>8} {:>10} {:>10} {:>10} {:>10}  {:<20} {:>12} {:>12} {:>6}\n",
+        let mut points = TextTable::new([
             "device",
             "config",
             "buffer%",
@@ -458,25 +449,26 @@ impl Experiment for Ha {
             "per rep %",
             "CPU µs/commit",
             "in clients",
-            "cores"
-        ));
+            "cores",
+        ])
+        .align(1, Align::Left)
+        .align(7, Align::Left);
         let mut figures = Vec::new();
         for s in &r.summary {
             let reps: Vec<String> = s.rep_overheads_pct.iter().map(|o| format!("{o:.0}")).collect();
-            text.push_str(&format!(
-                "{:<8} {:<10} {:>8.1} {:>10.0} {:>10.0} {:>10.0} {:>10.1}  {:<20} {:>12.1} {:>12.1} {:>6.2}\n",
-                s.device,
-                s.config,
-                s.buffer_pct,
-                s.min_tps,
-                s.median_tps,
-                s.max_tps,
-                s.overhead_pct,
+            points.row([
+                s.device.clone(),
+                s.config.clone(),
+                format!("{:.1}", s.buffer_pct),
+                format!("{:.0}", s.min_tps),
+                format!("{:.0}", s.median_tps),
+                format!("{:.0}", s.max_tps),
+                format!("{:.1}", s.overhead_pct),
                 reps.join(" "),
-                s.cpu_us_per_commit,
-                s.client_cpu_us_per_commit,
-                s.cpu_cores
-            ));
+                format!("{:.1}", s.cpu_us_per_commit),
+                format!("{:.1}", s.client_cpu_us_per_commit),
+                format!("{:.2}", s.cpu_cores),
+            ]);
             let mut f = Figure::new(
                 format!("{}/{}/buffer{}/tps", s.device, s.config, s.buffer_pct),
                 format!("{} on {} at {} % buffer, median", s.config, s.device, s.buffer_pct),
@@ -500,10 +492,14 @@ impl Experiment for Ha {
             }
             figures.push(f);
         }
-        text.push_str(&format!(
-            "\nreplication delay (append on the primary -> the standby's acknowledgement covering it), log shipping at the largest buffer; seed 002 Fig. 13: {}-{} µs\n{:<8} {:<5} {:>9} {:>10} {:>10} {:>10} {:>10}\n",
-            PAPER_DELAY_US.0, PAPER_DELAY_US.1, "device", "log", "samples", "p10 µs", "p50 µs", "p99 µs", "p99.9 µs"
-        ));
+        text.push('\n');
+        text.push_str(&points.to_string());
+        let mut delays = TextTable::new(["device", "log", "samples", "p10 µs", "p50 µs", "p99 µs", "p99.9 µs"])
+            .title(format!(
+                "\nreplication delay (append on the primary -> the standby's acknowledgement covering it), log shipping at the largest buffer; seed 002 Fig. 13: {}-{} µs",
+                PAPER_DELAY_US.0, PAPER_DELAY_US.1
+            ))
+            .align(1, Align::Left);
         let mut groups: Vec<(String, String)> =
             r.delay.iter().map(|d| (d.device.clone(), d.log.clone())).collect();
         groups.dedup();
@@ -515,16 +511,15 @@ impl Experiment for Ha {
         };
         for (dev, log) in &groups {
             let n = r.delay.iter().find(|d| d.device == *dev && d.log == *log).map_or(0, |d| d.samples);
-            text.push_str(&format!(
-                "{:<8} {:<5} {:>9} {:>10.1} {:>10.1} {:>10.1} {:>10.1}\n",
-                dev,
-                log,
-                n,
-                at(dev, log, 10.0),
-                at(dev, log, 50.0),
-                at(dev, log, 99.0),
-                at(dev, log, 99.9)
-            ));
+            delays.row([
+                dev.clone(),
+                log.clone(),
+                n.to_string(),
+                format!("{:.1}", at(dev, log, 10.0)),
+                format!("{:.1}", at(dev, log, 50.0)),
+                format!("{:.1}", at(dev, log, 99.0)),
+                format!("{:.1}", at(dev, log, 99.9)),
+            ]);
             for p in [50.0, 99.0] {
                 figures.push(
                     Figure::new(
@@ -537,6 +532,7 @@ impl Experiment for Ha {
                 );
             }
         }
+        text.push_str(&delays.to_string());
         text.push_str("\nfailover: kill -9 of the primary -> the first commit the new primary acknowledges (three etcd members, three `nvmedb node` processes, quorum 1 of 2, margin 0.4 x TTL)\n");
         if let Some(n) = &r.failover_note {
             text.push_str(&format!("  not measured: {n}\n"));
@@ -632,7 +628,7 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
         } else {
             let ram = cfg.ram_dir.join("template");
             if !ram.exists() {
-                point::copy_files(&template, &ram)?;
+                crate::files::copy_files(&template, &ram)?;
                 use nvmedb::io::Storage as _;
                 if !nvmedb::io::DirStorage::new(&ram, Default::default())
                     .map_err(LabError::engine("opening the RAM template"))?
@@ -759,9 +755,9 @@ mod failover {
     /// Measures failover times per lease TTL, or says why it cannot.
     #[cfg(feature = "etcd")]
     pub fn run(cfg: &HaConfig, env: &RunEnv) -> Result<(Vec<FailoverRow>, Option<String>)> {
-        use super::percentile;
         use crate::cluster::{Cluster, ClusterSpec};
         use crate::error::LabError;
+        use crate::measure::stats::percentile;
         use std::time::Instant;
         let Some(exe) = cfg.failover.node_exe.clone() else {
             return Ok((Vec::new(), Some("no `nvmedb` executable to run the nodes".into())));
