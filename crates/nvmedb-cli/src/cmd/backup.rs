@@ -8,6 +8,7 @@
 use super::CliError;
 use clap::Args;
 use nvmedb::backup::{self, Target};
+use nvmedb::util::calendar::days_from_civil;
 use std::path::{Path, PathBuf};
 
 /// Flags of `nvmedb backup`.
@@ -58,16 +59,6 @@ fn dir_bytes(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
-}
-
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// `--until`: digits are an LSN; `@<seconds>` a Unix time; else `YYYY-MM-DD[ T]HH:MM:SS[.f][Z]`

@@ -4,9 +4,10 @@
 //! Owns: `Rng` (a seeded, reproducible generator, so every randomised test and workload can be
 //! replayed from its printed seed), `crc32c` helpers, an FNV-1a hash, and [`sync`] (taking locks whatever a
 //! panicking holder left), [`bytes`] (the little-endian readers and writer every format
-//! uses), and [`hist`] (the live atomic histograms behind the operational metrics).
+//! uses), [`calendar`] (civil dates and day numbers), and [`hist`] (the live atomic histograms behind the operational metrics).
 
 pub mod bytes;
+pub mod calendar;
 pub mod hist;
 mod rng;
 pub mod sync;
