@@ -96,19 +96,7 @@ fn encode(c: &CatalogData) -> Vec<u8> {
         w.u16(t.schema.columns.len() as u16);
         for col in &t.schema.columns {
             w.str16(&col.name);
-            let (tag, arg) = match col.ty {
-                ColumnType::Int => (1, 0),
-                ColumnType::Char(n) => (2, n),
-                ColumnType::Bytes(n) => (3, n),
-                ColumnType::Int32 => (4, 0),
-                ColumnType::Int16 => (5, 0),
-                ColumnType::Double => (6, 0),
-                ColumnType::Bool => (7, 0),
-                ColumnType::Timestamp => (8, 0),
-                ColumnType::Numeric { precision, scale } => (9, u32::from(precision) << 8 | u32::from(scale)),
-                ColumnType::Text(n) => (10, n),
-                ColumnType::Date => (11, 0),
-            };
+            let (tag, arg) = col.ty.tag();
             w.u8(tag | if col.nullable { NULLABLE_BIT } else { 0 });
             w.u32(arg);
         }
@@ -160,20 +148,7 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
             let tag = r.u8()?;
             let arg = r.u32()?;
             let nullable = tag & NULLABLE_BIT != 0;
-            let ty = match tag & !NULLABLE_BIT {
-                1 => ColumnType::Int,
-                2 => ColumnType::Char(arg),
-                3 => ColumnType::Bytes(arg),
-                4 => ColumnType::Int32,
-                5 => ColumnType::Int16,
-                6 => ColumnType::Double,
-                7 => ColumnType::Bool,
-                8 => ColumnType::Timestamp,
-                9 => ColumnType::Numeric { precision: (arg >> 8) as u8, scale: arg as u8 },
-                10 => ColumnType::Text(arg),
-                11 => ColumnType::Date,
-                _ => return None,
-            };
+            let ty = ColumnType::from_tag(tag & !NULLABLE_BIT, arg)?;
             columns.push(Column { name: cname, ty, nullable });
         }
         let primary_key = r.u16()? as usize;

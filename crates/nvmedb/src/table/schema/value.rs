@@ -45,6 +45,43 @@ pub enum ColumnType {
 }
 
 impl ColumnType {
+    /// The type's tag in the catalog's encoding, with its argument (a length, or for
+    /// `Numeric` the precision in bits 8..16 and the scale in bits 0..8): see docs/format.md.
+    pub fn tag(self) -> (u8, u32) {
+        match self {
+            ColumnType::Int => (1, 0),
+            ColumnType::Char(n) => (2, n),
+            ColumnType::Bytes(n) => (3, n),
+            ColumnType::Int32 => (4, 0),
+            ColumnType::Int16 => (5, 0),
+            ColumnType::Double => (6, 0),
+            ColumnType::Bool => (7, 0),
+            ColumnType::Timestamp => (8, 0),
+            ColumnType::Numeric { precision, scale } => (9, u32::from(precision) << 8 | u32::from(scale)),
+            ColumnType::Text(n) => (10, n),
+            ColumnType::Date => (11, 0),
+        }
+    }
+
+    /// The type of catalog tag `tag` with argument `arg` (the inverse of [`ColumnType::tag`]);
+    /// None for a tag no type has.
+    pub fn from_tag(tag: u8, arg: u32) -> Option<Self> {
+        Some(match tag {
+            1 => ColumnType::Int,
+            2 => ColumnType::Char(arg),
+            3 => ColumnType::Bytes(arg),
+            4 => ColumnType::Int32,
+            5 => ColumnType::Int16,
+            6 => ColumnType::Double,
+            7 => ColumnType::Bool,
+            8 => ColumnType::Timestamp,
+            9 => ColumnType::Numeric { precision: (arg >> 8) as u8, scale: arg as u8 },
+            10 => ColumnType::Text(arg),
+            11 => ColumnType::Date,
+            _ => return None,
+        })
+    }
+
     /// True for the integer types (`Int`, `Int32`, `Int16`): their values are [`Value::Int`]
     /// and their keys are all [`key::encode_i64`].
     ///
