@@ -71,7 +71,7 @@ fn synthetic_trace(clients: u32, seed: u64) -> Trace {
                 let cpu = 80_000 + rng.next_u64() % 60_000;
                 ivs.push(Interval { kind: TraceKind::Cpu, start_ns: t, end_ns: t + cpu });
                 let mut io_at = t + cpu / 3;
-                if rng.next_u64() % 2 == 0 {
+                if rng.next_u64().is_multiple_of(2) {
                     ivs.push(Interval {
                         kind: TraceKind::DataWrite,
                         start_ns: io_at,
@@ -86,7 +86,8 @@ fn synthetic_trace(clients: u32, seed: u64) -> Trace {
                 });
                 t += cpu;
                 let wait = 5_000 + rng.next_u64() % 40_000;
-                let kind = if rng.next_u64() % 5 == 0 { TraceKind::LockWait } else { TraceKind::LogWait };
+                let kind =
+                    if rng.next_u64().is_multiple_of(5) { TraceKind::LockWait } else { TraceKind::LogWait };
                 ivs.push(Interval { kind, start_ns: t, end_ns: t + wait });
                 t += wait + 2_000;
             }

@@ -38,7 +38,7 @@ fn run_seed(seed: u64) {
         keep_free_segments: rng.below(3) as usize,
         initial_lsn: 0,
         // Both wake-up strategies of group commit.
-        targeted_wakeups: seed % 2 == 0,
+        targeted_wakeups: seed.is_multiple_of(2),
         // The log alone: nothing acts on its checkpoint requests here.
         checkpoint_after_bytes: 0,
     };

@@ -22,7 +22,7 @@ fn run(seed: u64) {
         group_commit_wait_us: 0,
         initial_lsn: 0,
         // Both wake-up strategies of group commit.
-        targeted_wakeups: seed % 2 == 0,
+        targeted_wakeups: seed.is_multiple_of(2),
         // The log alone: nothing acts on its checkpoint requests here.
         checkpoint_after_bytes: 0,
     };

@@ -16,7 +16,7 @@ fn tree(page_size: usize, frames: usize) -> BTree {
 fn random_key(rng: &mut Rng, space: u64) -> Vec<u8> {
     let k = rng.below(space);
     // Mix fixed integer keys and variable-length string keys.
-    if k % 3 == 0 {
+    if k.is_multiple_of(3) {
         key::encode_i64(k as i64).to_vec()
     } else {
         format!("key-{k:0width$}", width = (k % 40) as usize).into_bytes()

@@ -279,12 +279,12 @@ impl DoubleWrite {
         let mut to = from;
         while to < pages.len() {
             let len = pages[to].bytes.len();
-            if len == 0 || len % BLOCK != 0 {
+            if len == 0 || !len.is_multiple_of(BLOCK) {
                 return Err(Error::InvalidArgument(format!(
                     "a page of {len} bytes cannot be double-written (whole {BLOCK}-byte blocks only)"
                 )));
             }
-            let need = (len / BLOCK) as u64 + u64::from((to - from) % MAX_BATCH_PAGES == 0);
+            let need = (len / BLOCK) as u64 + u64::from((to - from).is_multiple_of(MAX_BATCH_PAGES));
             if blocks + need > self.max_chunk_blocks {
                 if to == from {
                     return Err(Error::Config {
@@ -645,7 +645,7 @@ fn scan(dev: &dyn Device, name: &str) -> Result<(Vec<Copy>, bool, u64)> {
             for k in 0..count {
                 let e = &b[BATCH_FIXED_BYTES + k * ENTRY_BYTES..][..ENTRY_BYTES];
                 let page_size = u32_at(e, 4) as usize;
-                if page_size == 0 || page_size % BLOCK != 0 || page_size > 1 << 20 {
+                if page_size == 0 || !page_size.is_multiple_of(BLOCK) || page_size > 1 << 20 {
                     return Err(Error::Corruption {
                         file: name.to_string(),
                         offset: at,

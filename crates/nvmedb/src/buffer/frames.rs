@@ -137,7 +137,7 @@ unsafe impl Sync for FrameArena {}
 
 impl FrameArena {
     pub fn new(page_size: usize, count: usize, huge_pages: bool) -> crate::error::Result<Self> {
-        assert!(page_size % 4096 == 0, "frame size {page_size} must be a multiple of 4096");
+        assert!(page_size.is_multiple_of(4096), "frame size {page_size} must be a multiple of 4096");
         let bytes = page_size.checked_mul(count).ok_or_else(|| {
             crate::error::Error::ResourceExhausted(format!(
                 "{count} frames of {page_size} B do not fit the address space"

@@ -209,7 +209,7 @@ impl PoolConfig {
     pub fn validate(&self) -> Result<()> {
         use crate::error::Error;
         let cfg = |key: &str, detail: String| Err(Error::Config { key: key.into(), detail });
-        if self.page_size % 4096 != 0 || !(4096..=65536).contains(&self.page_size) {
+        if !self.page_size.is_multiple_of(4096) || !(4096..=65536).contains(&self.page_size) {
             return cfg(
                 "page_size",
                 format!("{} is not a multiple of 4096 from 4096 to 65536", self.page_size),

@@ -469,7 +469,7 @@ impl Database {
                 }
                 heap.push(&bytes, pk, keys, &mut primary, &mut secondary)?;
                 count += 1;
-                if count % LOAD_PROGRESS_EVERY == 0 {
+                if count.is_multiple_of(LOAD_PROGRESS_EVERY) {
                     progress(count);
                 }
             }

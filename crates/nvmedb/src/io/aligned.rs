@@ -67,7 +67,7 @@ impl AlignedBuf {
     /// `align`, or the allocation fails.
     pub fn with_alignment(len: usize, align: usize) -> Self {
         assert!(align.is_power_of_two() && align >= 512, "alignment {align} must be a power of two >= 512");
-        assert!(len > 0 && len % align == 0, "length {len} must be a non-zero multiple of {align}");
+        assert!(len > 0 && len.is_multiple_of(align), "length {len} must be a non-zero multiple of {align}");
         let layout = Layout::from_size_align(len, align).expect("valid layout");
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
@@ -98,7 +98,7 @@ impl AlignedBuf {
     /// If `len` is zero or not a multiple of [`DIRECT_IO_ALIGN`] (a programming error).
     pub fn large_many(count: usize, len: usize) -> Vec<Self> {
         assert!(
-            len > 0 && len % DIRECT_IO_ALIGN == 0,
+            len > 0 && len.is_multiple_of(DIRECT_IO_ALIGN),
             "length {len} must be a non-zero multiple of {DIRECT_IO_ALIGN}"
         );
         let Some(total) = count.checked_mul(len) else { return (0..count).map(|_| Self::new(len)).collect() };
@@ -150,7 +150,7 @@ impl AlignedBuf {
     /// returned buffer is dropped.
     pub unsafe fn lend(ptr: NonNull<u8>, len: usize, align: usize) -> Self {
         assert!(align.is_power_of_two() && align >= 512, "alignment {align} must be a power of two >= 512");
-        assert!(len > 0 && len % align == 0, "length {len} must be a non-zero multiple of {align}");
+        assert!(len > 0 && len.is_multiple_of(align), "length {len} must be a non-zero multiple of {align}");
         assert_eq!(ptr.as_ptr() as usize % align, 0, "lent buffer address is not {align}-aligned");
         Self { ptr, len, align, backing: Backing::Lent }
     }

@@ -217,13 +217,13 @@ pub trait Device: Send + Sync {
 pub fn check_alignment(device: &str, align: usize, offset: u64, len: usize, addr: usize) -> IoResult<()> {
     let mis =
         |what, value: u64| IoError::Misaligned { device: device.to_string(), what, value, required: align };
-    if offset % align as u64 != 0 {
+    if !offset.is_multiple_of(align as u64) {
         return Err(mis("offset", offset));
     }
-    if len == 0 || len % align != 0 {
+    if len == 0 || !len.is_multiple_of(align) {
         return Err(mis("length", len as u64));
     }
-    if addr % align != 0 {
+    if !addr.is_multiple_of(align) {
         return Err(mis("buffer address", addr as u64));
     }
     Ok(())

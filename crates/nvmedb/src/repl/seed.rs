@@ -334,7 +334,7 @@ pub(super) fn adopt_primary_log(
     while let Some(rec) = rd.next_record()? {
         rl.append_at(rec.lsn, rec.end_lsn, rec.kind, &rec.payload)?;
         n += 1;
-        if n % 4096 == 0 {
+        if n.is_multiple_of(4096) {
             rl.sync()?;
         }
     }

@@ -444,11 +444,11 @@ impl LockManager {
             while st == WAITING {
                 std::hint::spin_loop();
                 i = i.wrapping_add(1);
-                if i % 16 == 0 {
+                if i.is_multiple_of(16) {
                     if start.elapsed() >= self.opts.spin {
                         break;
                     }
-                    if self.opts.spin_yield && i % 64 == 0 {
+                    if self.opts.spin_yield && i.is_multiple_of(64) {
                         thread::yield_now();
                     }
                 }

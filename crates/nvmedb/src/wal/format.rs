@@ -225,7 +225,9 @@ impl SegmentHeader {
             base_lsn: u64_at(block, 32),
             segment_bytes: u64_at(block, 40),
         };
-        if h.segment_bytes % BLOCK_BYTES as u64 != 0 || h.segment_bytes < 2 * SEGMENT_HEADER_BLOCK_BYTES {
+        if !h.segment_bytes.is_multiple_of(BLOCK_BYTES as u64)
+            || h.segment_bytes < 2 * SEGMENT_HEADER_BLOCK_BYTES
+        {
             return Err(format!("impossible segment size {}", h.segment_bytes));
         }
         Ok(h)

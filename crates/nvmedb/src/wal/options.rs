@@ -60,7 +60,7 @@ impl WalOptions {
     /// Checks every option; the error names the offending key.
     pub fn validate(&self) -> Result<()> {
         let cfg = |key: &str, detail: String| Err(Error::Config { key: format!("wal.{key}"), detail });
-        if self.segment_bytes % BLOCK_BYTES as u64 != 0 || self.segment_bytes < 64 * 1024 {
+        if !self.segment_bytes.is_multiple_of(BLOCK_BYTES as u64) || self.segment_bytes < 64 * 1024 {
             return cfg(
                 "segment_bytes",
                 format!("{} must be a multiple of 4096 and >= 65536", self.segment_bytes),

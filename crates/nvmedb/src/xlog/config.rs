@@ -82,19 +82,19 @@ impl XLogConfig {
         if self.queue_bytes < 256 {
             return bad("queue_bytes", format!("{} is below 256 bytes", self.queue_bytes));
         }
-        if self.ring_bytes % 4096 != 0 || self.ring_bytes < 4 * self.queue_bytes {
+        if !self.ring_bytes.is_multiple_of(4096) || self.ring_bytes < 4 * self.queue_bytes {
             return bad(
                 "ring_bytes",
                 format!("{} must be a multiple of 4096 and at least 4 × queue_bytes", self.ring_bytes),
             );
         }
-        if self.page_bytes <= format::PAGE_HEADER || self.page_bytes % align != 0 {
+        if self.page_bytes <= format::PAGE_HEADER || !self.page_bytes.is_multiple_of(align) {
             return bad(
                 "page_bytes",
                 format!("{} must be a multiple of the device alignment {align}", self.page_bytes),
             );
         }
-        if self.conv_offset % align as u64 != 0 {
+        if !self.conv_offset.is_multiple_of(align as u64) {
             return bad("conv_offset", format!("{} is not a multiple of {align}", self.conv_offset));
         }
         if self.conv_pages < 2 {

@@ -145,7 +145,7 @@ pub fn valid_mtr(seed: u64) -> Vec<u8> {
     encode_compact_change(&mut out, PageId::new(1, 3), ChangeRef::FullImage(&[7; PAGE - 4]));
     encode_compact_change(&mut out, PageId::new(1, 5), ChangeRef::NewPage(&after));
     // Every other seed annotates a same-length update, which is logged as a row patch.
-    let op = if seed % 2 == 0 {
+    let op = if seed.is_multiple_of(2) {
         TxnOp {
             txn: 9,
             table: 1,

@@ -184,7 +184,7 @@ impl IoBenchConfig {
 
     /// Checks the values; errors name the flag.
     pub fn validate(&self) -> Result<()> {
-        if self.block_bytes == 0 || self.block_bytes % 4096 != 0 {
+        if self.block_bytes == 0 || !self.block_bytes.is_multiple_of(4096) {
             return Err(LabError::config(
                 "--bs",
                 format!("{}: must be a non-zero multiple of 4096", self.block_bytes),

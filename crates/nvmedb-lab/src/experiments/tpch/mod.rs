@@ -234,7 +234,7 @@ impl Experiment for TpchBench {
         if !(cfg.sf > 0.0 && cfg.sf <= 100.0) {
             return Err(LabError::config("--sf", format!("{}: must be in (0, 100]", cfg.sf)));
         }
-        if cfg.page_size % 4096 != 0 || !(4096..=65536).contains(&cfg.page_size) {
+        if !cfg.page_size.is_multiple_of(4096) || !(4096..=65536).contains(&cfg.page_size) {
             return Err(LabError::config(
                 "--page-size",
                 format!("{}: a multiple of 4 KiB up to 64 KiB", cfg.page_size),

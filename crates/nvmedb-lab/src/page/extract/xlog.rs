@@ -17,7 +17,7 @@ fn durability(doc: &Doc) -> Vec<String> {
 }
 
 fn kib(bytes: usize) -> String {
-    if bytes >= 1024 && bytes % 1024 == 0 {
+    if bytes >= 1024 && bytes.is_multiple_of(1024) {
         format!("{} KiB", bytes / 1024)
     } else {
         format!("{bytes} B")

@@ -250,7 +250,7 @@ impl BufferPool {
         pages: &mut [u8],
     ) -> Result<()> {
         let page_size = self.page_size();
-        if pages.is_empty() || pages.len() % page_size != 0 {
+        if pages.is_empty() || !pages.len().is_multiple_of(page_size) {
             return Err(Error::InvalidArgument(format!(
                 "{} bytes of new pages is not a whole number of {page_size}-byte pages",
                 pages.len()
