@@ -15,11 +15,8 @@ use std::time::Instant;
 
 /// Seeds that fail with a cause not yet fixed (docs/ha.md, "What it found"): the sweep skips
 /// them and says so; `NVMEDB_SIM_SEED=<seed>` still replays each (and fails).
-const KNOWN_OPEN: &[(u64, &str)] = &[
-    (415, "mirrored pair: a node's heap page is torn with no copy in the double-write area after crashes during mirroring"),
-    (475, "mirrored pair: a node's heap page is torn with no copy in the double-write area after a power cut and a full disk"),
-    (1538, "lazy mode, 3 nodes: the cluster does not converge within 60 s after healing"),
-];
+const KNOWN_OPEN: &[(u64, &str)] =
+    &[(1538, "lazy mode, 3 nodes: the cluster does not converge within 60 s after healing")];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name)

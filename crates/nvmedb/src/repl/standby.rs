@@ -28,8 +28,8 @@ use super::disk::{DirDisk, Disk};
 use super::env::Env;
 use super::forward;
 use super::link::{
-    ack_payload, adopt_epoch, append_records, stop_apply, sync_and_store_catalogs, Counters, PromoteOptions,
-    PromoteReport, Shared, StandbyConfig,
+    ack_payload, adopt_epoch, append_records, repair_torn_pages, stop_apply, sync_and_store_catalogs,
+    Counters, PromoteOptions, PromoteReport, Shared, StandbyConfig,
 };
 use super::mode::mode_name;
 use super::net::{Conn, Listener};
@@ -235,6 +235,11 @@ impl Standby {
             snapshots_taken: AtomicU64::new(0),
             cfg,
         });
+        if sh.seeded.load(Ordering::Acquire) && !sh.cfg.apply {
+            // Pages arrive written by a primary (mirroring): a crash here may have torn one
+            // mid-write, and only this node's double-write area can restore it.
+            repair_torn_pages(&sh)?;
+        }
         let (s2, l2) = (sh.clone(), listener.clone());
         let accept = clock
             .spawn("nvmedb-standby-accept", move || accept_loop(s2, l2))
@@ -960,6 +965,16 @@ fn serve_mirror(
                 let rest = &f.payload[2 + nl..];
                 let offset = u64::from_le_bytes(rest.get(..8).ok_or_else(bad)?.try_into().expect("8 bytes"));
                 let bytes = &rest[8..];
+                if name == crate::buffer::DOUBLEWRITE_FILE && offset == 0 {
+                    // A primary opened and starts a new generation of the double-write area,
+                    // which makes the copies in it unusable: first they restore the pages a
+                    // crash or a cut-off mirrored write tore here (the primary's own images are
+                    // intact, so it never sends those pages again).
+                    repair_torn_pages(sh).map_err(|e| ReplError::Protocol {
+                        peer: peer.into(),
+                        detail: format!("repairing torn pages before a new double-write generation: {e}"),
+                    })?;
+                }
                 let mut buf = AlignedBuf::new(bytes.len());
                 buf.copy_from_slice(bytes);
                 dev.write_at(offset, &buf).map_err(io)?;
