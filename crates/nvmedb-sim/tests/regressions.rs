@@ -198,3 +198,30 @@ fn seed_475_a_mirrored_standby_repairs_a_page_torn_by_a_cut_off_write() {
         )
     });
 }
+
+/// Lazy mode, three nodes: the primary of epoch 3 took over while both other nodes were down,
+/// then lost power; after the heal no node could ever lead again — the two others never
+/// followed that primary (so they might lack its commits) and it was not a member of its own
+/// synchronous set. The primary that recorded the set is now eligible itself (it holds every
+/// commit it acknowledged). Direct test: `repl::ha::tests::one_node_takes_over_at_a_time_and_epochs_only_grow`.
+#[test]
+fn seed_1538_the_primary_that_recorded_the_set_may_lead_again() {
+    replay(schedule(
+        1538,
+        3,
+        ReplicationMode::Lazy,
+        1,
+        4361,
+        1000,
+        1418,
+        vec![
+            (1920, Fault::PowerCut { node: 2, restart_after: ms(1490) }),
+            (2292, Fault::Slow { from: 0, to: 1, extra: ms(351), duration: ms(1231) }),
+            (2375, Fault::Slow { from: 2, to: 0, extra: ms(384), duration: ms(812) }),
+            (3354, Fault::PowerCut { node: 0, restart_after: ms(517) }),
+            (3603, Fault::CrashAtIo { node: 1, after_ops: 20, restart_after: ms(2279) }),
+            (4205, Fault::Partition { side: vec![0, 2], store_on_side: true, heal_after: ms(2540) }),
+            (4221, Fault::Pause { node: 1, duration: ms(2388) }),
+        ],
+    ));
+}

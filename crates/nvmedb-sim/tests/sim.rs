@@ -15,8 +15,7 @@ use std::time::Instant;
 
 /// Seeds that fail with a cause not yet fixed (docs/ha.md, "What it found"): the sweep skips
 /// them and says so; `NVMEDB_SIM_SEED=<seed>` still replays each (and fails).
-const KNOWN_OPEN: &[(u64, &str)] =
-    &[(1538, "lazy mode, 3 nodes: the cluster does not converge within 60 s after healing")];
+const KNOWN_OPEN: &[(u64, &str)] = &[];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name)

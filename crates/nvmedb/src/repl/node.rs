@@ -375,7 +375,12 @@ fn mirror_config(sh: &Shared, epoch: u64) -> Option<MirrorConfig> {
 }
 
 fn sync_set(sh: &Shared, epoch: u64) -> SyncSet {
-    SyncSet { epoch, mode: sh.cfg.mode, members: sh.cfg.peers.iter().map(|(n, _)| n.clone()).collect() }
+    SyncSet {
+        epoch,
+        mode: sh.cfg.mode,
+        members: sh.cfg.peers.iter().map(|(n, _)| n.clone()).collect(),
+        primary: Some(sh.cfg.name.clone()),
+    }
 }
 
 /// Sleeps one tick (or less when stopping).
