@@ -225,3 +225,25 @@ fn seed_1538_the_primary_that_recorded_the_set_may_lead_again() {
         ],
     ));
 }
+
+/// Chain mode, four nodes: a standby learned the new primary's chain while its forwarder of the
+/// superseded epoch was still winding down; the forwarder's target was the same, so no new one
+/// was started, and the old one then stopped: the rest of the chain got nothing more and no
+/// commit went through again. A forwarder of another epoch now counts as finished.
+#[test]
+fn seed_3189_a_chain_member_forwards_again_under_a_new_primary() {
+    replay(schedule(
+        3189,
+        4,
+        ReplicationMode::Chain,
+        1,
+        3570,
+        1500,
+        1694,
+        vec![
+            (1646, Fault::Pause { node: 0, duration: ms(3624) }),
+            (2242, Fault::Slow { from: 1, to: 3, extra: ms(92), duration: ms(522) }),
+            (3010, Fault::Partition { side: vec![1, 2], store_on_side: false, heal_after: ms(888) }),
+        ],
+    ));
+}

@@ -92,7 +92,10 @@ fn simulated_schedules_keep_every_acknowledged_commit() {
                         lost.fetch_add(o.lazy_lost as u64, Ordering::Relaxed);
                     }
                     Err(f) => {
-                        if !keep_going {
+                        if keep_going {
+                            // One line as it happens (a long soak may be stopped before its list).
+                            eprintln!("seed {seed} FAILED: {}", f.why);
+                        } else {
                             eprintln!("{f}");
                         }
                         failures.lock().unwrap().push(format!("seed {seed}: {}", f.why));

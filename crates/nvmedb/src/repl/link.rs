@@ -202,15 +202,19 @@ pub struct PromoteReport {
 pub(super) struct Forwarder {
     /// The next standby's address.
     pub(super) target: String,
+    /// The epoch it ships at (it ends once the standby's epoch moves on).
+    pub(super) epoch: u64,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) conn: Arc<Mutex<Option<Box<dyn Conn>>>>,
     pub(super) thread: Option<Task<()>>,
 }
 
 impl Forwarder {
-    /// True once its thread has ended (its epoch moved on).
-    pub(super) fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    /// True once its thread has ended, or is about to: its epoch is not `epoch`, the
+    /// standby's (a forwarder of an epoch that moved on stops on its own, perhaps only after a
+    /// new primary's synchronous set arrived: that set must start a new one).
+    pub(super) fn finished(&self, epoch: u64) -> bool {
+        self.epoch != epoch || self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stops the thread and closes its connection.

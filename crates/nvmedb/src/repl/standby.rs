@@ -906,7 +906,8 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
     };
     let mut fw = sh.forwarder.locked();
     let target = next.as_ref().map(|n| n.members[m_of(n)].clone());
-    if fw.as_ref().map(|f| &f.target) != target.as_ref() || fw.as_ref().is_some_and(|f| f.finished()) {
+    let epoch = sh.epoch.load(Ordering::Acquire);
+    if fw.as_ref().map(|f| &f.target) != target.as_ref() || fw.as_ref().is_some_and(|f| f.finished(epoch)) {
         if let Some(old) = fw.take() {
             old.stop();
         }
