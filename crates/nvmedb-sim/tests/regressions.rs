@@ -148,6 +148,7 @@ fn seed_752_a_connection_attempt_goes_through_once_the_partition_heals() {
 /// wrote a new generation of the area through the mirror (or overwritten as the ring wrapped):
 /// the page failed recovery later. A standby without an apply thread never repaired its own
 /// pages; it now does when it starts and before a mirrored write starts a new generation.
+/// Direct test: `repl_basic::a_mirroring_standby_restores_a_torn_page_from_its_double_write_area_when_it_starts`.
 #[test]
 fn seed_415_a_mirrored_standby_repairs_a_page_torn_by_a_crash() {
     replay(Schedule {
