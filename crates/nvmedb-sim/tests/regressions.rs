@@ -301,3 +301,22 @@ fn seed_9848_two_mirrored_nodes_promoting_at_once_after_partitions() {
         )
     });
 }
+
+/// Found with a first version of the rule of seed 1538, which let the primary that recorded
+/// the set lead again whatever happened since: quorum 3 of 3, four nodes; after the recorder
+/// lost power, others took the key at epochs 4 to 6 and failed to promote, having fenced peers
+/// and written records of those epochs; the recorder then led with its older log, and a
+/// standby's pages held a change its log no longer had (recovery failed on it). The recorder
+/// may now lead again only while no later epoch was handed out.
+#[test]
+fn seed_10847_the_recorder_does_not_lead_again_after_a_later_epoch_was_handed_out() {
+    replay(Schedule::from_seed(10847));
+}
+
+/// The same first version of that rule in a mirrored pair: the peer's failed promotion had
+/// mirrored its pages into the recorder's files, which then led with its older log; the two
+/// nodes ended with different tables.
+#[test]
+fn seed_21913_a_mirrored_recorder_does_not_lead_again_after_its_peer_promoted() {
+    replay(Schedule::from_seed(21913));
+}

@@ -223,15 +223,23 @@ impl Agent {
     /// (nothing was ever acknowledged in this cluster) any node may; otherwise only a member of
     /// the set that learned that very set from the primary that recorded it (`view_epoch`, the
     /// epoch of the cluster view its primary sent it, equals the set's epoch), or that primary
-    /// itself, restarted as a standby. Such a standby holds every acknowledged commit (eager),
-    /// or its promotion fences n−k+1 of the set and takes their records (quorum); a member that
-    /// never followed that primary might lack commits that primary acknowledged. The primary
-    /// that recorded the set acknowledged every commit of its epoch from its own durable log,
-    /// and held every earlier one when it took over: without it, a cluster whose members all
-    /// missed its epoch (down or cut off while it led) could never elect anyone again.
-    pub fn eligible(&self, set: Option<&SyncSet>, view_epoch: Option<u64>) -> Result<(), String> {
+    /// itself, restarted as a standby, as long as no epoch was handed out after the set's
+    /// (`last_epoch`, the store's epoch counter). Such a standby holds every acknowledged commit
+    /// (eager), or its promotion fences n−k+1 of the set and takes their records (quorum); a
+    /// member that never followed that primary might lack commits that primary acknowledged.
+    /// The primary that recorded the set acknowledged every commit of its epoch from its own
+    /// durable log, and held every earlier one when it took over: without it, a cluster whose
+    /// members all missed its epoch (down or cut off while it led) could never elect anyone
+    /// again. Once a later epoch was handed out, a member may have promoted (and fenced, and
+    /// written records of that epoch) meanwhile: then only the members that followed it may.
+    pub fn eligible(
+        &self,
+        set: Option<&SyncSet>,
+        view_epoch: Option<u64>,
+        last_epoch: Option<u64>,
+    ) -> Result<(), String> {
         let Some(set) = set else { return Ok(()) };
-        if set.primary.as_deref() == Some(self.name.as_str()) {
+        if set.primary.as_deref() == Some(self.name.as_str()) && last_epoch.is_none_or(|e| e <= set.epoch) {
             return Ok(());
         }
         if !set.members.iter().any(|m| m == &self.name) {
@@ -265,16 +273,18 @@ impl Agent {
         if self.leader()?.is_some() {
             return Ok(None);
         }
-        if self.eligible(self.sync_set()?.as_ref(), view_epoch).is_err() {
+        // The epoch counter, read once: eligibility depends on it, and the compare-and-swap
+        // below fails if another node moved it since.
+        let (rev, last) = match self.store.get(&self.key("epoch"))? {
+            Some(v) => (Some(v.revision), String::from_utf8_lossy(&v.value).parse::<u64>().unwrap_or(0)),
+            None => (None, 0),
+        };
+        if self.eligible(self.sync_set()?.as_ref(), view_epoch, rev.map(|_| last)).is_err() {
             return Ok(None);
         }
         let sent = self.clock.now();
         let lease = self.store.grant(self.timing.ttl)?;
         // Reserve the next epoch first (compare-and-swap on the counter), then the key.
-        let (rev, last) = match self.store.get(&self.key("epoch"))? {
-            Some(v) => (Some(v.revision), String::from_utf8_lossy(&v.value).parse::<u64>().unwrap_or(0)),
-            None => (None, 0),
-        };
         let epoch = last.max(my_epoch) + 1;
         let value = epoch.to_string();
         let won_epoch = match rev {
@@ -460,7 +470,14 @@ mod tests {
         // The leader stops renewing: the key vanishes after the TTL; only the set's member that
         // followed it (or the leader itself) may take over, at a larger epoch.
         clock.advance(timing.ttl + Duration::from_millis(1));
-        assert!(a[0].eligible(Some(&set), None).is_ok(), "n0 recorded the set: it has every commit");
+        assert!(
+            a[0].eligible(Some(&set), None, Some(e1)).is_ok(),
+            "n0 recorded the set: it has every commit"
+        );
+        assert!(
+            a[0].eligible(Some(&set), None, Some(e1 + 1)).is_err(),
+            "a later epoch was handed out: a member may have promoted and written past n0's log"
+        );
         assert_eq!(
             a[2].try_take_over(1, Some(e1 - 1)).unwrap(),
             None,
@@ -479,7 +496,7 @@ mod tests {
         assert!(!a[0].record_sync_set(&set).unwrap(), "a stale set never replaces a newer one");
         assert_eq!(a[0].sync_set().unwrap().unwrap(), set2);
         assert!(
-            a[0].eligible(Some(&set2), Some(e1)).is_err(),
+            a[0].eligible(Some(&set2), Some(e1), Some(e2)).is_err(),
             "n0 led the epoch before, not the one recorded, and never followed n1"
         );
         assert!(!a[0].renew().unwrap(), "the old leader learns it lost the lease");

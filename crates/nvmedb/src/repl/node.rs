@@ -488,7 +488,7 @@ fn standby_tick(
         }
         return Role::Standby { sb, deferred, why_not: w, retry_at };
     }
-    if let Err(w) = agent.eligible(cluster.sync.as_ref(), view_epoch) {
+    if let Err(w) = agent.eligible(cluster.sync.as_ref(), view_epoch, cluster.epoch) {
         let w = format!("no leader, but this node may not take over: it {w}");
         if w != why_not {
             (sh.events)(&NodeEvent::Note(w.clone()));
