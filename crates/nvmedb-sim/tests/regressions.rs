@@ -249,59 +249,6 @@ fn seed_3189_a_chain_member_forwards_again_under_a_new_primary() {
     ));
 }
 
-/// A mirrored pair: both nodes promoted at once (the store's clock jumped, so the first one's
-/// lease ran out while it promoted). Each held its own mirror lock while opening its files and
-/// mirrored its writes to the other, whose mirror connection waited for that lock: a deadlock
-/// across the two nodes, which real TCP ends only when the mirror's 30 s timeout fails a
-/// promotion, and which stopped the simulator. A mirrored write that arrives while this node
-/// promotes is now refused at once (the sender's promotion fails and is retried).
-#[test]
-fn seed_9050_two_mirrored_nodes_promoting_at_once_do_not_wait_for_each_other() {
-    replay(Schedule {
-        mirror: true,
-        ..schedule(
-            9050,
-            2,
-            ReplicationMode::Eager,
-            2,
-            3632,
-            1000,
-            2015,
-            vec![
-                (1725, Fault::PowerCut { node: 1, restart_after: ms(1049) }),
-                (2058, Fault::Slow { from: 1, to: 0, extra: ms(33), duration: ms(113) }),
-                (2284, Fault::ClockJump { node: None, by: ms(1573) }),
-                (2495, Fault::Pause { node: 0, duration: ms(2154) }),
-                (3138, Fault::PowerCut { node: 0, restart_after: ms(2471) }),
-                (3221, Fault::Slow { from: 1, to: 0, extra: ms(10), duration: ms(1158) }),
-            ],
-        )
-    });
-}
-
-/// The same deadlock after partitions and a power cut at a storage operation.
-#[test]
-fn seed_9848_two_mirrored_nodes_promoting_at_once_after_partitions() {
-    replay(Schedule {
-        mirror: true,
-        ..schedule(
-            9848,
-            2,
-            ReplicationMode::Eager,
-            2,
-            4352,
-            1000,
-            2217,
-            vec![
-                (1507, Fault::Partition { side: vec![0], store_on_side: true, heal_after: ms(360) }),
-                (1913, Fault::Reset { node: 1, pick: 4714510421493876072 }),
-                (3083, Fault::CrashAtIo { node: 0, after_ops: 3, restart_after: ms(941) }),
-                (3529, Fault::Partition { side: vec![0], store_on_side: false, heal_after: ms(1673) }),
-            ],
-        )
-    });
-}
-
 /// Found with a first version of the rule of seed 1538, which let the primary that recorded
 /// the set lead again whatever happened since: quorum 3 of 3, four nodes; after the recorder
 /// lost power, others took the key at epochs 4 to 6 and failed to promote, having fenced peers

@@ -223,8 +223,8 @@ impl Agent {
     /// (nothing was ever acknowledged in this cluster) any node may; otherwise only a member of
     /// the set that learned that very set from the primary that recorded it (`view_epoch`, the
     /// epoch of the cluster view its primary sent it, equals the set's epoch), or that primary
-    /// itself, restarted as a standby, as long as no epoch was handed out after the set's
-    /// (`last_epoch`, the store's epoch counter). Such a standby holds every acknowledged commit
+    /// itself, restarted as a standby, in lazy mode, as long as no epoch was handed out after
+    /// the set's (`last_epoch`, the store's epoch counter). Such a standby holds every acknowledged commit
     /// (eager), or its promotion fences n−k+1 of the set and takes their records (quorum); a
     /// member that never followed that primary might lack commits that primary acknowledged.
     /// The primary that recorded the set acknowledged every commit of its epoch from its own
@@ -239,7 +239,10 @@ impl Agent {
         last_epoch: Option<u64>,
     ) -> Result<(), String> {
         let Some(set) = set else { return Ok(()) };
-        if set.primary.as_deref() == Some(self.name.as_str()) && last_epoch.is_none_or(|e| e <= set.epoch) {
+        if set.mode == ReplicationMode::Lazy
+            && set.primary.as_deref() == Some(self.name.as_str())
+            && last_epoch.is_none_or(|e| e <= set.epoch)
+        {
             return Ok(());
         }
         if !set.members.iter().any(|m| m == &self.name) {
@@ -470,12 +473,14 @@ mod tests {
         // The leader stops renewing: the key vanishes after the TTL; only the set's member that
         // followed it (or the leader itself) may take over, at a larger epoch.
         clock.advance(timing.ttl + Duration::from_millis(1));
+        assert!(a[0].eligible(Some(&set), None, Some(e1)).is_err(), "n0 is not in the synchronous set");
+        let lazy = SyncSet { mode: ReplicationMode::Lazy, ..set.clone() };
         assert!(
-            a[0].eligible(Some(&set), None, Some(e1)).is_ok(),
-            "n0 recorded the set: it has every commit"
+            a[0].eligible(Some(&lazy), None, Some(e1)).is_ok(),
+            "lazy: n0 recorded the set, it has every commit"
         );
         assert!(
-            a[0].eligible(Some(&set), None, Some(e1 + 1)).is_err(),
+            a[0].eligible(Some(&lazy), None, Some(e1 + 1)).is_err(),
             "a later epoch was handed out: a member may have promoted and written past n0's log"
         );
         assert_eq!(
