@@ -267,3 +267,20 @@ fn seed_10847_the_recorder_does_not_lead_again_after_a_later_epoch_was_handed_ou
 fn seed_21913_a_mirrored_recorder_does_not_lead_again_after_its_peer_promoted() {
     replay(Schedule::from_seed(21913));
 }
+
+/// A mirrored pair: both nodes promoted at once (the store's clock jumped, so the first one's
+/// lease ran out while it promoted). Each held its own mirror lock while opening its files and
+/// mirrored its writes to the other, whose mirror connection waited for that lock: a deadlock
+/// across the two nodes, which real TCP ends only when the mirror's 30 s timeout fails a
+/// promotion, and which stopped the simulator. A mirrored write that arrives while the node
+/// promotes is now refused at once.
+#[test]
+fn seed_9050_two_mirrored_nodes_promoting_at_once_do_not_wait_for_each_other() {
+    replay(Schedule::from_seed(9050));
+}
+
+/// The same deadlock after partitions and a power cut at a storage operation.
+#[test]
+fn seed_9848_two_mirrored_nodes_promoting_at_once_after_partitions() {
+    replay(Schedule::from_seed(9848));
+}

@@ -15,11 +15,7 @@ use std::time::Instant;
 
 /// Seeds that fail with a cause not yet fixed (docs/ha.md, "What it found"): the sweep skips
 /// them and says so; `NVMEDB_SIM_SEED=<seed>` still replays each (and fails).
-const KNOWN_OPEN: &[(u64, &str)] = &[
-    (9050, "mirrored pair, both nodes promoting at once: each waits for the other's mirror lock"),
-    (9848, "mirrored pair, both nodes promoting at once: each waits for the other's mirror lock"),
-    (20941, "mirrored pair, both nodes promoting at once: each waits for the other's mirror lock"),
-];
+const KNOWN_OPEN: &[(u64, &str)] = &[];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name)

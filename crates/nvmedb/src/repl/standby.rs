@@ -44,7 +44,7 @@ use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, Mem
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
 use crate::util::bytes::u64_at;
-use crate::util::sync::{MutexExt, RwLockExt};
+use crate::util::sync::MutexExt;
 use crate::wal::engine::TAG_TABLE;
 use crate::wal::Lsn;
 use crate::xlog::ReplicationMode;
@@ -54,7 +54,7 @@ use std::io::{BufReader, BufWriter, Write};
 use std::net::Shutdown;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::time::Duration;
 
 /// Where a standby keeps its data and log when they are not plain files of its directory
@@ -936,7 +936,23 @@ fn serve_mirror(
     let mut devs: HashMap<String, Arc<dyn Device>> = HashMap::new();
     loop {
         let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
-        let _m = sh.mirror_lock.read_locked();
+        // Held exclusively while this node's promotion opens its files. Not waited for while
+        // that promotion runs: it may be mirroring to the sender, which may be promoting too and
+        // waiting in turn for this node's answer. It is refused instead (the promotion set
+        // `promoting` before it took the lock).
+        let _m = loop {
+            match sh.mirror_lock.try_read() {
+                Ok(g) => break g,
+                Err(TryLockError::Poisoned(e)) => break e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
+                        return Err(e);
+                    }
+                    // A promotion that failed is letting go of it.
+                    sh.env.clock.sleep(Duration::from_millis(1));
+                }
+            }
+        };
         if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
             return Err(e);
         }
