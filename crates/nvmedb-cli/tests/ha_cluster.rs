@@ -14,13 +14,11 @@
 //! `NVMEDB_HA_KINDS` limits them (e.g. `kill-primary,stop-primary` for a failover soak);
 //! `NVMEDB_HA_TTL` lease TTL seconds (default 2). Needs `etcd` (Debian's etcd-server).
 
+mod ha_check;
 #[path = "../../nvmedb/tests/support/mod.rs"]
 mod support;
 
-use nvmedb::repl::{open_primary, ReplConfig, ReplicationMode};
-use nvmedb::Value;
-use nvmedb_lab::cluster::{Cluster, ClusterSpec, NodeEvent};
-use std::collections::{BTreeMap, BTreeSet};
+use nvmedb_lab::cluster::{Cluster, ClusterSpec};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -145,77 +143,22 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
     }
     c.stop(leader).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let events = c.events();
-    // Leaders: one node per epoch, epochs growing in the order they were announced.
-    let mut by_epoch: BTreeMap<u64, BTreeSet<usize>> = BTreeMap::new();
-    let mut acked = BTreeSet::new();
-    let mut last_leader_epoch = 0;
-    let mut final_leader = None;
-    for ev in &events {
-        let (node, line) = (&ev.node, &ev.line);
-        match &ev.ev {
-            NodeEvent::Ack { epoch, id, .. } => {
-                by_epoch.entry(*epoch).or_default().insert(*node);
-                assert!(acked.insert(*id), "id {id} acknowledged twice ({line})");
-            }
-            NodeEvent::Leader { epoch, .. } => {
-                assert!(
-                    *epoch > last_leader_epoch,
-                    "leader epochs must grow: {line} after epoch {last_leader_epoch}"
-                );
-                last_leader_epoch = *epoch;
-                final_leader = Some(*node);
-            }
-            _ => {}
-        }
-    }
-    for (e, nodes) in &by_epoch {
-        assert_eq!(nodes.len(), 1, "epoch {e}: commits acknowledged by nodes {nodes:?}");
-    }
-    // No acknowledgement of an epoch after a later epoch's leader took over, except the
-    // in-flight ones of a stopped primary (counted above).
-    let takeovers: BTreeMap<u64, u128> = events
-        .iter()
-        .filter_map(|e| match e.ev {
-            NodeEvent::Leader { epoch, ns } => Some((epoch, ns)),
-            _ => None,
-        })
-        .collect();
-    let late = events
-        .iter()
-        .filter(|e| match e.ev {
-            NodeEvent::Ack { epoch, ns, .. } => takeovers.range(epoch + 1..).any(|(_, t)| ns > *t),
-            _ => false,
-        })
-        .count();
-    assert!(late <= stop_late_acks, "{late} acknowledgements after a newer leader took over ({stop_late_acks} in-flight ones of stopped primaries)");
+    // One node per epoch, epochs growing; no acknowledgement of an epoch after a later epoch's
+    // leader took over, except the in-flight ones of a stopped primary (counted above).
+    let ha_check::Acks { acked, epochs, final_leader, late } = ha_check::acks(&c.events());
+    assert!(
+        late.len() <= stop_late_acks,
+        "{} acknowledgements after a newer leader took over ({stop_late_acks} in-flight ones of stopped primaries)",
+        late.len()
+    );
     // The last leader's directory holds every acknowledged commit.
-    let fl = final_leader.expect("a leader");
-    let dir: PathBuf = c.node_dir(fl);
-    let cfg = ReplConfig { mode: ReplicationMode::Lazy, secret: b"check".to_vec(), ..ReplConfig::default() };
-    let (db, _log) =
-        open_primary(&dir, nvmedb::Options::default(), cfg, None).expect("open the last primary");
-    let t = db.table("t").unwrap();
-    let acks = db.table("acks").unwrap();
-    t.check_integrity().unwrap();
-    acks.check_integrity().unwrap();
-    let mut present = BTreeSet::new();
-    acks.scan(|r| {
-        present.insert(r.int(0));
-        Ok(true)
-    })
-    .unwrap();
-    for k in 0..100 {
-        let v = t.read(&Value::Int(k), |r| r.int(1)).unwrap().expect("row");
-        assert!(v == -1 || present.contains(&v), "row {k} holds id {v} whose transaction is missing");
-    }
-    let lost: Vec<&i64> = acked.difference(&present).collect();
+    let lost = ha_check::lost_commits(&c.node_dir(final_leader), &acked);
     let mut ft = failover_times.clone();
     println!(
         "{trials} faults ({} failovers), {} acknowledged commits over {} epochs, {} lost; SIGSTOP: {stop_late_acks} in-flight acknowledgements after resuming; failover (fault -> first commit of the new leader) p50 {:?} p99 {:?} max {:?}, lease TTL {ttl} s",
         failover_times.len(),
         acked.len(),
-        by_epoch.len(),
+        epochs,
         lost.len(),
         if ft.is_empty() { Duration::ZERO } else { pct(&mut ft, 0.5) },
         if ft.is_empty() { Duration::ZERO } else { pct(&mut ft, 0.99) },
@@ -227,5 +170,4 @@ fn automatic_failover_on_etcd_loses_no_acknowledged_commit() {
         lost.len(),
         &lost[..lost.len().min(5)]
     );
-    drop(db);
 }

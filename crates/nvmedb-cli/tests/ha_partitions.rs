@@ -17,14 +17,13 @@
 //! and passes, unless it runs under CI (`CI` set) or `NVMEDB_REQUIRE_NETNS` is set: then it fails.
 //! (`.ci/run` runs as root and installs etcd, so there it runs.)
 
+mod ha_check;
 #[path = "../../nvmedb/tests/support/mod.rs"]
 mod support;
 
-use nvmedb::repl::{open_primary, ReplConfig, ReplicationMode};
 use nvmedb::util::Rng;
-use nvmedb::Value;
-use nvmedb_lab::cluster::{Cluster, ClusterHosts, ClusterSpec, NodeEvent};
-use std::collections::{BTreeMap, BTreeSet};
+use nvmedb_lab::cluster::{Cluster, ClusterHosts, ClusterSpec};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -234,75 +233,17 @@ fn network_partitions_lose_no_acknowledged_commit_and_never_make_two_primaries()
     }
     c.stop(leader).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let events = c.events();
-    let mut by_epoch: BTreeMap<u64, BTreeSet<usize>> = BTreeMap::new();
-    let mut acked = BTreeSet::new();
-    let mut last_leader_epoch = 0;
-    let mut final_leader = None;
-    for ev in &events {
-        match &ev.ev {
-            NodeEvent::Ack { epoch, id, .. } => {
-                by_epoch.entry(*epoch).or_default().insert(ev.node);
-                assert!(acked.insert(*id), "id {id} acknowledged twice ({})", ev.line);
-            }
-            NodeEvent::Leader { epoch, .. } => {
-                assert!(
-                    *epoch > last_leader_epoch,
-                    "leader epochs must grow: {} after {last_leader_epoch}",
-                    ev.line
-                );
-                last_leader_epoch = *epoch;
-                final_leader = Some(ev.node);
-            }
-            _ => {}
-        }
-    }
-    for (e, nodes) in &by_epoch {
-        assert_eq!(nodes.len(), 1, "epoch {e}: commits acknowledged by nodes {nodes:?}");
-    }
-    let takeovers: BTreeMap<u64, u128> = events
-        .iter()
-        .filter_map(|e| match e.ev {
-            NodeEvent::Leader { epoch, ns } => Some((epoch, ns)),
-            _ => None,
-        })
-        .collect();
-    let late: Vec<&str> = events
-        .iter()
-        .filter(|e| match e.ev {
-            NodeEvent::Ack { epoch, ns, .. } => takeovers.range(epoch + 1..).any(|(_, t)| ns > *t),
-            _ => false,
-        })
-        .map(|e| e.line.as_str())
-        .collect();
+    let ha_check::Acks { acked, epochs, final_leader, late } = ha_check::acks(&c.events());
     assert!(
         late.is_empty(),
         "acknowledged after a newer leader took over (two acknowledging primaries): {late:?}"
     );
-    let fl = final_leader.expect("a leader");
-    let cfg = ReplConfig { mode: ReplicationMode::Lazy, secret: b"check".to_vec(), ..ReplConfig::default() };
-    let (db, _log) =
-        open_primary(&c.node_dir(fl), nvmedb::Options::default(), cfg, None).expect("open the last primary");
-    let t = db.table("t").unwrap();
-    let acks = db.table("acks").unwrap();
-    t.check_integrity().unwrap();
-    acks.check_integrity().unwrap();
-    let mut present = BTreeSet::new();
-    acks.scan(|r| {
-        present.insert(r.int(0));
-        Ok(true)
-    })
-    .unwrap();
-    for k in 0..100 {
-        let v = t.read(&Value::Int(k), |r| r.int(1)).unwrap().expect("row");
-        assert!(v == -1 || present.contains(&v), "row {k} holds id {v} whose transaction is missing");
-    }
-    let lost: Vec<&i64> = acked.difference(&present).collect();
+    let lost = ha_check::lost_commits(&c.node_dir(final_leader), &acked);
     println!(
         "{partitions} real network partitions in {:.0} s (lease TTL {ttl} s, seed {seed}): {} acknowledged commits over {} epochs ({failovers} leader changes seen at settles), {} lost, {} acknowledged after a newer leader took over",
         elapsed.as_secs_f64(),
         acked.len(),
-        by_epoch.len(),
+        epochs,
         lost.len(),
         late.len()
     );
@@ -312,7 +253,6 @@ fn network_partitions_lose_no_acknowledged_commit_and_never_make_two_primaries()
         lost.len(),
         &lost[..lost.len().min(5)]
     );
-    drop(db);
     drop(c);
     drop(net);
 }

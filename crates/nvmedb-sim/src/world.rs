@@ -657,19 +657,27 @@ impl World {
         self.note("converged".into());
         // One more transaction through the converged cluster.
         let deadline = clock.now() + Duration::from_secs(30);
+        let mut last = "no single node led".to_string();
         loop {
             if let Some((i, lead)) = self.leader() {
                 let id = self.next_id.fetch_add(1, Ordering::AcqRel);
                 let group = lock(&self.nodes)[i].inc.as_ref().map(|n| n.group).unwrap_or(0);
                 let r = insert_tx(&lead.db, id, 0, i);
-                let ok = r.is_ok();
+                match &r {
+                    Ok(()) => last.clear(),
+                    Err((e, _)) => last = format!("n{i} at epoch {}: {e}", lead.epoch),
+                }
                 self.record(Who { node: i, group, epoch: lead.epoch }, id, 0, AckKind::Insert, r);
-                if ok {
+                if last.is_empty() {
                     break;
                 }
+            } else {
+                last = "no single node led".to_string();
             }
             if clock.now() >= deadline {
-                return Err("no transaction went through in 30 s after the cluster converged".into());
+                return Err(format!(
+                    "no transaction went through in 30 s after the cluster converged (the last attempt: {last})"
+                ));
             }
             clock.sleep(Duration::from_millis(100));
         }

@@ -12,7 +12,7 @@
 //!   never made durable, never finds them applied here.
 //! - No restartpoint is taken after a change could not be applied (promotion's redo must see it).
 
-use super::link::Shared;
+use super::link::{repair_torn_pages, Shared};
 use super::replica_log::{ShippedRecord, TailReader};
 use crate::buffer::doublewrite::{DoubleWrite, DEFAULT_AREA_BYTES};
 use crate::buffer::mtr::MtrRecord;
@@ -65,14 +65,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut gen = sh.apply_gen.load(Ordering::Acquire);
     // Pages a crash tore while this standby wrote them back are restored first; write-backs
     // then go through a new generation of the double-write area, as a primary's do.
-    let sizes = (sh.table_page.load(Ordering::Acquire), sh.index_page.load(Ordering::Acquire));
-    crate::db::repair_torn_pages(
-        sh.storage.as_ref(),
-        PageFiles::One(sh.storage.as_ref()),
-        None,
-        sizes,
-        true,
-    )?;
+    repair_torn_pages(sh)?;
     let dw = DoubleWrite::create(sh.storage.as_ref(), DEFAULT_AREA_BYTES)?;
     let mut pages =
         RedoPages::new(PageFiles::One(sh.storage.as_ref()), u64::MAX, APPLY_CACHE_PAGES, Some(dw));

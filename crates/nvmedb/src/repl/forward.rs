@@ -53,7 +53,7 @@ pub(super) fn start(sh: &Arc<Shared>, view: ClusterView) -> Option<Forwarder> {
             }
         })
         .ok()?;
-    Some(Forwarder { target, stop, conn, thread: Some(thread) })
+    Some(Forwarder { target, epoch, stop, conn, thread: Some(thread) })
 }
 
 /// Sends an acknowledgement upstream on the current log connection (after the next standby

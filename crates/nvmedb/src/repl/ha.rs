@@ -36,20 +36,29 @@ pub struct SyncSet {
     pub mode: ReplicationMode,
     /// Names of the standbys in the set.
     pub members: Vec<String>,
+    /// The primary that recorded it (`None` in a set stored without its name).
+    pub primary: Option<String>,
 }
 
 impl SyncSet {
+    /// `epoch mode member,member,… [primary]`.
     fn encode(&self) -> String {
-        format!("{} {} {}", self.epoch, mode_name(self.mode), self.members.join(","))
+        let mut s = format!("{} {} {}", self.epoch, mode_name(self.mode), self.members.join(","));
+        if let Some(p) = &self.primary {
+            s.push(' ');
+            s.push_str(p);
+        }
+        s
     }
 
     fn decode(s: &str) -> Option<Self> {
-        let mut it = s.splitn(3, ' ');
+        let mut it = s.splitn(4, ' ');
         let epoch = it.next()?.parse().ok()?;
         let mode = parse_mode(it.next()?)?;
         let members =
             it.next().unwrap_or("").split(',').filter(|m| !m.is_empty()).map(String::from).collect();
-        Some(Self { epoch, mode, members })
+        let primary = it.next().filter(|p| !p.is_empty()).map(String::from);
+        Some(Self { epoch, mode, members, primary })
     }
 }
 
@@ -213,12 +222,29 @@ impl Agent {
     /// Whether a standby may take over under the recorded synchronous set `set`: with no set
     /// (nothing was ever acknowledged in this cluster) any node may; otherwise only a member of
     /// the set that learned that very set from the primary that recorded it (`view_epoch`, the
-    /// epoch of the cluster view its primary sent it, equals the set's epoch). Such a standby
-    /// holds every acknowledged commit (eager), or its promotion fences n−k+1 of the set and
-    /// takes their records (quorum); a member that never followed that primary might lack
-    /// commits that primary acknowledged.
-    pub fn eligible(&self, set: Option<&SyncSet>, view_epoch: Option<u64>) -> Result<(), String> {
+    /// epoch of the cluster view its primary sent it, equals the set's epoch), or that primary
+    /// itself, restarted as a standby, in lazy mode, as long as no epoch was handed out after
+    /// the set's (`last_epoch`, the store's epoch counter). Such a standby holds every acknowledged commit
+    /// (eager), or its promotion fences n−k+1 of the set and takes their records (quorum); a
+    /// member that never followed that primary might lack commits that primary acknowledged.
+    /// The primary that recorded the set acknowledged every commit of its epoch from its own
+    /// durable log, and held every earlier one when it took over: without it, a cluster whose
+    /// members all missed its epoch (down or cut off while it led) could never elect anyone
+    /// again. Once a later epoch was handed out, a member may have promoted (and fenced, and
+    /// written records of that epoch) meanwhile: then only the members that followed it may.
+    pub fn eligible(
+        &self,
+        set: Option<&SyncSet>,
+        view_epoch: Option<u64>,
+        last_epoch: Option<u64>,
+    ) -> Result<(), String> {
         let Some(set) = set else { return Ok(()) };
+        if set.mode == ReplicationMode::Lazy
+            && set.primary.as_deref() == Some(self.name.as_str())
+            && last_epoch.is_none_or(|e| e <= set.epoch)
+        {
+            return Ok(());
+        }
         if !set.members.iter().any(|m| m == &self.name) {
             return Err(format!(
                 "not in the synchronous set of epoch {} ({})",
@@ -250,16 +276,18 @@ impl Agent {
         if self.leader()?.is_some() {
             return Ok(None);
         }
-        if self.eligible(self.sync_set()?.as_ref(), view_epoch).is_err() {
+        // The epoch counter, read once: eligibility depends on it, and the compare-and-swap
+        // below fails if another node moved it since.
+        let (rev, last) = match self.store.get(&self.key("epoch"))? {
+            Some(v) => (Some(v.revision), String::from_utf8_lossy(&v.value).parse::<u64>().unwrap_or(0)),
+            None => (None, 0),
+        };
+        if self.eligible(self.sync_set()?.as_ref(), view_epoch, rev.map(|_| last)).is_err() {
             return Ok(None);
         }
         let sent = self.clock.now();
         let lease = self.store.grant(self.timing.ttl)?;
         // Reserve the next epoch first (compare-and-swap on the counter), then the key.
-        let (rev, last) = match self.store.get(&self.key("epoch"))? {
-            Some(v) => (Some(v.revision), String::from_utf8_lossy(&v.value).parse::<u64>().unwrap_or(0)),
-            None => (None, 0),
-        };
         let epoch = last.max(my_epoch) + 1;
         let value = epoch.to_string();
         let won_epoch = match rev {
@@ -379,9 +407,10 @@ impl std::fmt::Display for ClusterStatus {
         match &self.sync {
             Some(s) => writeln!(
                 f,
-                "synchronous set (epoch {}, {}): {}",
+                "synchronous set (epoch {}, {}, recorded by {}): {}",
                 s.epoch,
                 mode_name(s.mode),
+                s.primary.as_deref().unwrap_or("-"),
                 if s.members.is_empty() { "-".to_string() } else { s.members.join(", ") }
             )?,
             None => writeln!(f, "synchronous set: none recorded")?,
@@ -433,14 +462,27 @@ mod tests {
         assert_eq!(e1, 2);
         assert!(a[0].gate().is_open());
         assert_eq!(a[1].try_take_over(1, None).unwrap(), None, "the key is held");
-        let set =
-            SyncSet { epoch: e1, mode: ReplicationMode::Eager, members: vec!["n1".into(), "n2".into()] };
+        let set = SyncSet {
+            epoch: e1,
+            mode: ReplicationMode::Eager,
+            members: vec!["n1".into(), "n2".into()],
+            primary: Some("n0".into()),
+        };
         assert!(a[0].record_sync_set(&set).unwrap());
         assert_eq!(a[0].leader().unwrap(), Some(("n0".into(), e1)));
-        // The leader stops renewing: the key vanishes after the TTL; only the set's member may
-        // take over, at a larger epoch.
+        // The leader stops renewing: the key vanishes after the TTL; only the set's member that
+        // followed it (or the leader itself) may take over, at a larger epoch.
         clock.advance(timing.ttl + Duration::from_millis(1));
-        assert_eq!(a[0].try_take_over(1, Some(e1)).unwrap(), None, "n0 is not in the synchronous set");
+        assert!(a[0].eligible(Some(&set), None, Some(e1)).is_err(), "n0 is not in the synchronous set");
+        let lazy = SyncSet { mode: ReplicationMode::Lazy, ..set.clone() };
+        assert!(
+            a[0].eligible(Some(&lazy), None, Some(e1)).is_ok(),
+            "lazy: n0 recorded the set, it has every commit"
+        );
+        assert!(
+            a[0].eligible(Some(&lazy), None, Some(e1 + 1)).is_err(),
+            "a later epoch was handed out: a member may have promoted and written past n0's log"
+        );
         assert_eq!(
             a[2].try_take_over(1, Some(e1 - 1)).unwrap(),
             None,
@@ -449,9 +491,19 @@ mod tests {
         let e2 = a[1].try_take_over(1, Some(e1)).unwrap().expect("n1 is, and followed it");
         assert!(e2 > e1);
         // The old leader, resuming, cannot put back a set older than its successor's.
-        assert!(a[1].record_sync_set(&SyncSet { epoch: e2, ..set.clone() }).unwrap());
+        let set2 = SyncSet {
+            epoch: e2,
+            members: vec!["n0".into(), "n2".into()],
+            primary: Some("n1".into()),
+            ..set.clone()
+        };
+        assert!(a[1].record_sync_set(&set2).unwrap());
         assert!(!a[0].record_sync_set(&set).unwrap(), "a stale set never replaces a newer one");
-        assert_eq!(a[0].sync_set().unwrap().unwrap().epoch, e2);
+        assert_eq!(a[0].sync_set().unwrap().unwrap(), set2);
+        assert!(
+            a[0].eligible(Some(&set2), Some(e1), Some(e2)).is_err(),
+            "n0 led the epoch before, not the one recorded, and never followed n1"
+        );
         assert!(!a[0].renew().unwrap(), "the old leader learns it lost the lease");
         assert!(!a[0].gate().is_open());
         assert!(a[1].renew().unwrap());
@@ -499,9 +551,18 @@ mod tests {
 
     #[test]
     fn sync_sets_round_trip() {
-        let s = SyncSet { epoch: 4, mode: ReplicationMode::Quorum(2), members: vec!["a".into(), "b".into()] };
+        let s = SyncSet {
+            epoch: 4,
+            mode: ReplicationMode::Quorum(2),
+            members: vec!["a".into(), "b".into()],
+            primary: Some("c".into()),
+        };
         assert_eq!(SyncSet::decode(&s.encode()), Some(s));
-        let e = SyncSet { epoch: 1, mode: ReplicationMode::Eager, members: vec![] };
+        let e =
+            SyncSet { epoch: 1, mode: ReplicationMode::Eager, members: vec![], primary: Some("a".into()) };
         assert_eq!(SyncSet::decode(&e.encode()), Some(e));
+        let old = SyncSet { epoch: 3, mode: ReplicationMode::Lazy, members: vec!["b".into()], primary: None };
+        assert_eq!(old.encode(), "3 lazy b", "a set without its primary's name reads as before");
+        assert_eq!(SyncSet::decode(&old.encode()), Some(old));
     }
 }

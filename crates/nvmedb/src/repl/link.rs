@@ -23,7 +23,7 @@ use super::mirror::MirrorConfig;
 use super::net::Conn;
 use super::replica_log::{decode_record_ref, ReplicaLog, TailReader};
 use super::state::{self, ClusterView, History};
-use crate::db::RecoveryReport;
+use crate::db::{PageFiles, RecoveryReport};
 use crate::error::{Error, ReplError, Result};
 use crate::io::Storage;
 use crate::table::catalog::CatalogStore;
@@ -202,15 +202,19 @@ pub struct PromoteReport {
 pub(super) struct Forwarder {
     /// The next standby's address.
     pub(super) target: String,
+    /// The epoch it ships at (it ends once the standby's epoch moves on).
+    pub(super) epoch: u64,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) conn: Arc<Mutex<Option<Box<dyn Conn>>>>,
     pub(super) thread: Option<Task<()>>,
 }
 
 impl Forwarder {
-    /// True once its thread has ended (its epoch moved on).
-    pub(super) fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    /// True once its thread has ended, or is about to: its epoch is not `epoch`, the
+    /// standby's (a forwarder of an epoch that moved on stops on its own, perhaps only after a
+    /// new primary's synchronous set arrived: that set must start a new one).
+    pub(super) fn finished(&self, epoch: u64) -> bool {
+        self.epoch != epoch || self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stops the thread and closes its connection.
@@ -235,6 +239,39 @@ pub(super) fn stop_apply(sh: &Shared) {
     if let Some(t) = t {
         t.join();
     }
+}
+
+/// Restores this node's data pages that a crash (or a write cut off half-way) tore from their
+/// copies in its double-write area, as an open does before redo. The apply thread runs it
+/// before its first write-back; a standby without one (data-page mirroring) runs it when it
+/// starts and before a primary's new double-write generation replaces the old copies: they are
+/// the only intact images of the pages torn here, which the primary, whose own images are
+/// intact, never sends again. Page sizes come from the catalog; a node without one has nothing
+/// to repair.
+pub(super) fn repair_torn_pages(sh: &Shared) -> Result<crate::buffer::doublewrite::RepairReport> {
+    let mut sizes = (sh.table_page.load(Ordering::Acquire), sh.index_page.load(Ordering::Acquire));
+    if (sizes.0 == 0 || sizes.1 == 0) && sh.storage.exists(crate::db::CATALOG_FILE) {
+        // A mirrored catalog arrived without a base backup: its page sizes are the pools'.
+        if let (_, Some(cat)) = CatalogStore::load(sh.storage.open(crate::db::CATALOG_FILE, false)?)? {
+            sizes = (cat.table_page_size as usize, cat.index_page_size as usize);
+        }
+    }
+    let rep = crate::db::repair_torn_pages(
+        sh.storage.as_ref(),
+        PageFiles::One(sh.storage.as_ref()),
+        None,
+        sizes,
+        true,
+    )?;
+    if rep.pages_restored > 0 || rep.pages_without_copy > 0 {
+        eprintln!(
+            "nvmedb standby: {} torn page(s) restored from the double-write area of {}, {} torn without a copy",
+            rep.pages_restored,
+            sh.storage.location(),
+            rep.pages_without_copy
+        );
+    }
+    Ok(rep)
 }
 
 /// Raises the node's epoch to `e` (persisted first); no-op when it is not newer.

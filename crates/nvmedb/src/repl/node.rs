@@ -375,7 +375,12 @@ fn mirror_config(sh: &Shared, epoch: u64) -> Option<MirrorConfig> {
 }
 
 fn sync_set(sh: &Shared, epoch: u64) -> SyncSet {
-    SyncSet { epoch, mode: sh.cfg.mode, members: sh.cfg.peers.iter().map(|(n, _)| n.clone()).collect() }
+    SyncSet {
+        epoch,
+        mode: sh.cfg.mode,
+        members: sh.cfg.peers.iter().map(|(n, _)| n.clone()).collect(),
+        primary: Some(sh.cfg.name.clone()),
+    }
 }
 
 /// Sleeps one tick (or less when stopping).
@@ -483,7 +488,7 @@ fn standby_tick(
         }
         return Role::Standby { sb, deferred, why_not: w, retry_at };
     }
-    if let Err(w) = agent.eligible(cluster.sync.as_ref(), view_epoch) {
+    if let Err(w) = agent.eligible(cluster.sync.as_ref(), view_epoch, cluster.epoch) {
         let w = format!("no leader, but this node may not take over: it {w}");
         if w != why_not {
             (sh.events)(&NodeEvent::Note(w.clone()));

@@ -28,8 +28,8 @@ use super::disk::{DirDisk, Disk};
 use super::env::Env;
 use super::forward;
 use super::link::{
-    ack_payload, adopt_epoch, append_records, stop_apply, sync_and_store_catalogs, Counters, PromoteOptions,
-    PromoteReport, Shared, StandbyConfig,
+    ack_payload, adopt_epoch, append_records, repair_torn_pages, stop_apply, sync_and_store_catalogs,
+    Counters, PromoteOptions, PromoteReport, Shared, StandbyConfig,
 };
 use super::mode::mode_name;
 use super::net::{Conn, Listener};
@@ -44,7 +44,7 @@ use crate::io::{AlignedBuf, Device, DirStorage, EmulatedDevice, FileOptions, Mem
 use crate::page::PageHeader;
 use crate::table::catalog::CatalogStore;
 use crate::util::bytes::u64_at;
-use crate::util::sync::{MutexExt, RwLockExt};
+use crate::util::sync::MutexExt;
 use crate::wal::engine::TAG_TABLE;
 use crate::wal::Lsn;
 use crate::xlog::ReplicationMode;
@@ -54,7 +54,7 @@ use std::io::{BufReader, BufWriter, Write};
 use std::net::Shutdown;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::time::Duration;
 
 /// Where a standby keeps its data and log when they are not plain files of its directory
@@ -235,6 +235,11 @@ impl Standby {
             snapshots_taken: AtomicU64::new(0),
             cfg,
         });
+        if sh.seeded.load(Ordering::Acquire) && !sh.cfg.apply {
+            // Pages arrive written by a primary (mirroring): a crash here may have torn one
+            // mid-write, and only this node's double-write area can restore it.
+            repair_torn_pages(&sh)?;
+        }
         let (s2, l2) = (sh.clone(), listener.clone());
         let accept = clock
             .spawn("nvmedb-standby-accept", move || accept_loop(s2, l2))
@@ -901,7 +906,8 @@ fn learn_cluster(sh: &Arc<Shared>, f: &wire::Frame, peer: &str) -> std::result::
     };
     let mut fw = sh.forwarder.locked();
     let target = next.as_ref().map(|n| n.members[m_of(n)].clone());
-    if fw.as_ref().map(|f| &f.target) != target.as_ref() || fw.as_ref().is_some_and(|f| f.finished()) {
+    let epoch = sh.epoch.load(Ordering::Acquire);
+    if fw.as_ref().map(|f| &f.target) != target.as_ref() || fw.as_ref().is_some_and(|f| f.finished(epoch)) {
         if let Some(old) = fw.take() {
             old.stop();
         }
@@ -930,7 +936,23 @@ fn serve_mirror(
     let mut devs: HashMap<String, Arc<dyn Device>> = HashMap::new();
     loop {
         let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
-        let _m = sh.mirror_lock.read_locked();
+        // Held exclusively while this node's promotion opens its files. Not waited for while
+        // that promotion runs: it may be mirroring to the sender, which may be promoting too and
+        // waiting in turn for this node's answer. It is refused instead (the promotion set
+        // `promoting` before it took the lock).
+        let _m = loop {
+            match sh.mirror_lock.try_read() {
+                Ok(g) => break g,
+                Err(TryLockError::Poisoned(e)) => break e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
+                        return Err(e);
+                    }
+                    // A promotion that failed is letting go of it.
+                    sh.env.clock.sleep(Duration::from_millis(1));
+                }
+            }
+        };
         if let Some(e) = fenced_frame(sh, &f, &mut w, peer) {
             return Err(e);
         }
@@ -960,6 +982,16 @@ fn serve_mirror(
                 let rest = &f.payload[2 + nl..];
                 let offset = u64::from_le_bytes(rest.get(..8).ok_or_else(bad)?.try_into().expect("8 bytes"));
                 let bytes = &rest[8..];
+                if name == crate::buffer::DOUBLEWRITE_FILE && offset == 0 {
+                    // A primary opened and starts a new generation of the double-write area,
+                    // which makes the copies in it unusable: first they restore the pages a
+                    // crash or a cut-off mirrored write tore here (the primary's own images are
+                    // intact, so it never sends those pages again).
+                    repair_torn_pages(sh).map_err(|e| ReplError::Protocol {
+                        peer: peer.into(),
+                        detail: format!("repairing torn pages before a new double-write generation: {e}"),
+                    })?;
+                }
                 let mut buf = AlignedBuf::new(bytes.len());
                 buf.copy_from_slice(bytes);
                 dev.write_at(offset, &buf).map_err(io)?;
