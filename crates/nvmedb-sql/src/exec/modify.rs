@@ -43,11 +43,12 @@ fn change_error(e: nvmedb::Error, t: &TableInfo, row: &[Datum]) -> SqlError {
     };
     let names: Vec<&str> = cols.iter().map(|&c| t.columns[c].name.as_str()).collect();
     let vals: Vec<String> = cols.iter().map(|&c| row[c].to_text(t.columns[c].ty)).collect();
+    let key = format!("({})=({})", names.join(", "), vals.join(", "));
     SqlError::new(
         code::UNIQUE_VIOLATION,
-        format!("duplicate key value violates unique constraint \"{name}\""),
+        format!("duplicate key value violates unique constraint \"{name}\": key {key} already exists"),
     )
-    .with_detail(format!("Key ({})=({}) already exists.", names.join(", "), vals.join(", ")))
+    .with_detail(format!("Key {key} already exists."))
     .with_table(&t.name)
 }
 
