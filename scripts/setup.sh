@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs the README's commands use, on Debian, when they are missing:
 # `setup.sh main` what the main job needs (fio, the plots' font), `setup.sh test` what the tests
-# run (also etcd, PostgreSQL 15's server and clients, chromium, perf). As root it installs them with
+# run (also etcd, PostgreSQL 15's server and clients, chromium, perf, sysbench). As root it installs them with
 # apt-get; otherwise it names the packages to install and goes on (the tests that need a missing
 # program say SKIPPED, or fail under CI: nvmedb_testkit::needs). The build itself needs no
 # system tool: protoc comes from a crate (scripts/protoc). Rust (cargo) must be installed.
@@ -24,6 +24,7 @@ if [ "$what" = test ]; then
   need postgresql-client-15 "[ -x /usr/lib/postgresql/15/bin/psql ]"
   need chromium "command -v chromium"
   need linux-perf "command -v perf"
+  need sysbench "command -v sysbench"
 fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

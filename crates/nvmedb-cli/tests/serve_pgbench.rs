@@ -5,6 +5,13 @@
 //! restart, that the history table holds every transaction pgbench saw acknowledged (its
 //! per-transaction log) and that the balances still agree.
 //!
+//! Two more tests: a client takes sequence values (nextval, SERIAL ids) until the server is
+//! killed with SIGKILL, and after the restart no value comes again; sysbench's OLTP scripts
+//! (`oltp_read_write prepare`, then point_select, read_only, read_write and write_only runs of
+//! `NVMEDB_SYSBENCH_SECS`, default 3 s) run with no error, and its tables still hold every id
+//! once (sysbench from Debian's `sysbench`; skipped without it, unless `CI` or
+//! `NVMEDB_REQUIRE_SYSBENCH` is set).
+//!
 //! The clients come from PostgreSQL 15 (`postgresql-15` on Debian, which CI installs); without
 //! them the tests say so and pass without running, unless `CI` or `NVMEDB_REQUIRE_POSTGRES` is
 //! set. `NVMEDB_PGBENCH_SECS` sets the length of
@@ -89,10 +96,7 @@ impl Serve {
     }
 
     fn client(&self, bin: &Path) -> Command {
-        let mut c = Command::new(bin);
-        c.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "tester", "-d", "bench"]);
-        c.env("PGCONNECT_TIMEOUT", "10");
-        c
+        client_at(self.port, bin)
     }
 
     fn pgbench(&self, pgbench: &Path, args: &[&str]) -> Output {
@@ -139,6 +143,14 @@ impl Drop for Serve {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A PostgreSQL client program `bin` pointed at the server on `port`.
+fn client_at(port: u16, bin: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "tester", "-d", "bench"]);
+    c.env("PGCONNECT_TIMEOUT", "10");
+    c
 }
 
 fn assert_ok(out: &Output, what: &str) {
@@ -285,5 +297,151 @@ fn kill_9_during_pgbench_loses_no_acknowledged_transaction() {
     );
     assert_eq!((a, t, b), (d, d, d), "all-or-nothing: balances agree with the history");
     assert_eq!(s.psql(&psql, "SELECT count(*) FROM pgbench_accounts"), "100000");
+    s.stop();
+}
+
+/// Runs psql with one `-c` per statement: every line it printed (a row of a result the server
+/// sent) and whether it exited successfully.
+fn psql_lines(port: u16, psql: &Path, stmts: &[&str]) -> (Vec<String>, bool) {
+    let mut c = client_at(port, psql);
+    c.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]);
+    for q in stmts {
+        c.args(["-c", q]);
+    }
+    let out = c.output().unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    (lines, out.status.success())
+}
+
+#[test]
+fn kill_9_never_hands_out_a_sequence_value_twice() {
+    let Some((psql, _)) = clients() else { return };
+    let dir = temp_dir("seq");
+    let data = dir.join("data");
+    let mut s = Serve::start(&data);
+    s.psql(&psql, "CREATE SEQUENCE s");
+    s.psql(&psql, "CREATE TABLE ser (id serial PRIMARY KEY, v int)");
+    let port = s.port;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new((Vec::<i64>::new(), Vec::<i64>::new())));
+    // A client takes values (nextval, and SERIAL ids through INSERT … RETURNING) until the
+    // server dies under it; every value it printed was acknowledged.
+    let worker = {
+        let (seen, psql) = (seen.clone(), psql.clone());
+        std::thread::spawn(move || {
+            let mut stmts = vec!["SELECT nextval('s')"; 20];
+            stmts.push("INSERT INTO ser (v) VALUES (1) RETURNING id");
+            loop {
+                let (lines, ok) = psql_lines(port, &psql, &stmts);
+                let mut g = seen.lock().unwrap();
+                for (i, l) in lines.iter().enumerate() {
+                    let v: i64 = l.trim().parse().unwrap_or_else(|_| panic!("a value, not {l:?}"));
+                    if i < 20 {
+                        g.0.push(v);
+                    } else {
+                        g.1.push(v);
+                    }
+                }
+                if !ok {
+                    return;
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    while seen.lock().unwrap().0.len() < 500 {
+        assert!(started.elapsed() < Duration::from_secs(120), "nextval makes no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.child.kill().unwrap(); // SIGKILL, while the client is taking values
+    s.child.wait().unwrap();
+    worker.join().unwrap();
+    let (vals, ids) = seen.lock().unwrap().clone();
+    let s = Serve::start(&data);
+    let (after, ok) = psql_lines(s.port, &psql, &["SELECT nextval('s')"; 40]);
+    assert!(ok, "nextval after the restart");
+    let after: Vec<i64> = after.iter().map(|l| l.trim().parse().unwrap()).collect();
+    let max_before = *vals.iter().max().unwrap();
+    eprintln!("{} values before the kill (max {max_before}), after: {:?}…", vals.len(), &after[..3]);
+    let mut all: Vec<i64> = vals.iter().chain(&after).copied().collect();
+    all.sort_unstable();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(all.len(), n, "a value was handed out twice");
+    assert!(after[0] > max_before, "after the restart nextval gave {} ≤ {max_before}", after[0]);
+    // The SERIAL column: every acknowledged insert is there, and new ids are new.
+    let (new_ids, ok) = psql_lines(s.port, &psql, &["INSERT INTO ser (v) VALUES (2) RETURNING id"; 5]);
+    assert!(ok, "inserts after the restart");
+    let max_id = *ids.iter().max().unwrap();
+    for l in &new_ids {
+        let id: i64 = l.trim().parse().unwrap();
+        assert!(id > max_id, "SERIAL id {id} after the restart is not above {max_id}");
+    }
+    let count: usize = s.psql(&psql, "SELECT count(*) FROM ser WHERE v = 1").parse().unwrap();
+    assert!(count >= ids.len(), "{} inserts acknowledged, {count} rows", ids.len());
+    s.stop();
+}
+
+/// The number after `label` in sysbench's report (`errors:`, `ignored errors:`).
+fn sysbench_count(text: &str, label: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(label))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `{label}` line in sysbench's report:\n{text}"))
+}
+
+#[test]
+fn sysbench_oltp_scripts_run_without_errors() {
+    if !nvmedb_testkit::needs(nvmedb_testkit::SYSBENCH) {
+        return;
+    }
+    let Some((psql, _)) = clients() else { return };
+    let dir = temp_dir("sysbench");
+    let s = Serve::start(&dir);
+    let (tables, size) = (2, 5000);
+    let secs = std::env::var("NVMEDB_SYSBENCH_SECS").unwrap_or_else(|_| "3".into());
+    let port = s.port.to_string();
+    let sysbench = |script: &str, cmd: &str| {
+        let out = Command::new("sysbench")
+            .args([
+                "--db-driver=pgsql",
+                "--pgsql-host=127.0.0.1",
+                &format!("--pgsql-port={port}"),
+                "--pgsql-user=tester",
+                "--pgsql-db=bench",
+                &format!("--tables={tables}"),
+                &format!("--table-size={size}"),
+                "--threads=4",
+                &format!("--time={secs}"),
+                "--db-ps-mode=auto",
+                script,
+                cmd,
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        eprintln!("sysbench {script} {cmd}:\n{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "sysbench {script} {cmd} failed");
+        text
+    };
+    sysbench("oltp_read_write", "prepare");
+    for script in ["oltp_point_select", "oltp_read_only", "oltp_read_write", "oltp_write_only"] {
+        // Any error but a deadlock (which sysbench retries and counts as ignored) stops sysbench
+        // with a failure status, which `sysbench` above asserts against.
+        let text = sysbench(script, "run");
+        let tx = sysbench_count(&text, "transactions:");
+        let retried = sysbench_count(&text, "ignored errors:");
+        eprintln!("{script}: {tx} transactions, {retried} deadlocks retried");
+        assert!(tx > 0, "{script} ran no transaction");
+    }
+    // The scripts delete and re-insert rows by id and change k: every table still holds the
+    // ids 1..=size, once each.
+    for t in 1..=tables {
+        let got = s.psql(&psql, &format!("SELECT count(*), sum(id), count(DISTINCT id) FROM sbtest{t}"));
+        let want = format!("{size}|{}|{size}", size * (size + 1) / 2);
+        assert_eq!(got, want, "sbtest{t}: rows, Σ id, distinct ids");
+        let k = s.psql(&psql, &format!("SELECT count(*) FROM sbtest{t} WHERE k >= 1"));
+        assert_eq!(k, size.to_string(), "sbtest{t}: every k is a positive value sysbench wrote");
+    }
     s.stop();
 }

@@ -9,9 +9,16 @@
 //! 8-byte integer key filled from a per-table counter (continued after a restart from the
 //! largest key present); clients never see it (`SELECT *`, COPY and INSERT without a column
 //! list skip it).
+//!
+//! Beside the tables, the catalog holds the database's sequences ([`Sequences`]) and what SQL
+//! keeps about tables beyond the engine's schema ([`MetaStore`]: DEFAULTs, multi-column
+//! keys), both in hidden engine tables whose names start with `$` and which no statement
+//! sees as tables.
 
 use crate::error::{code, SqlError, SqlResult};
+use crate::meta::{MetaStore, TableMeta};
 use crate::plan::stats::TableStats;
+use crate::sequence::Sequences;
 use crate::types::SqlType;
 use nvmedb::util::sync::RwLockExt;
 use nvmedb::{Database, Table};
@@ -23,6 +30,12 @@ use std::sync::{Arc, RwLock};
 /// client column may take).
 pub const ROWID_COLUMN: &str = "$rowid";
 
+/// True for the engine tables the SQL layer keeps for itself (sequences, metadata), which are
+/// never shown or reachable as tables.
+pub fn is_hidden_table(name: &str) -> bool {
+    name.starts_with('$')
+}
+
 /// A column as SQL sees it.
 #[derive(Debug, Clone)]
 pub struct ColumnInfo {
@@ -32,6 +45,17 @@ pub struct ColumnInfo {
     pub ty: SqlType,
     /// Whether NULL is allowed.
     pub nullable: bool,
+}
+
+/// A multi-column key of a table, resolved to engine positions.
+#[derive(Debug, Clone)]
+pub struct CompositeKey {
+    /// Its definition.
+    pub def: crate::meta::KeyDef,
+    /// Engine position of the hidden column holding the encoded key.
+    pub column: usize,
+    /// Engine positions of the key's columns, in key order.
+    pub columns: Vec<usize>,
 }
 
 /// A table as SQL sees it.
@@ -51,6 +75,11 @@ pub struct TableInfo {
     pub indexes: Vec<(String, usize, bool)>,
     /// Statistics for the planner (kept across DDL that rebuilds the table).
     pub stats: Arc<TableStats>,
+    /// DEFAULTs and multi-column keys.
+    pub meta: TableMeta,
+    /// The multi-column keys, each kept in a hidden column at the end of the row (the
+    /// order-preserving encoding of its columns' values; NULL when one of them is NULL).
+    pub composite: Vec<CompositeKey>,
     /// Next hidden row id.
     next_rowid: AtomicI64,
 }
@@ -63,6 +92,11 @@ impl TableInfo {
 
     /// Builds the SQL view of `table` keeping statistics `stats`.
     pub fn with_stats(table: Table, stats: Arc<TableStats>) -> SqlResult<Self> {
+        Self::with_meta(table, stats, TableMeta::default())
+    }
+
+    /// Builds the SQL view of `table` keeping statistics `stats`, with metadata `meta`.
+    pub fn with_meta(table: Table, stats: Arc<TableStats>, meta: TableMeta) -> SqlResult<Self> {
         let s = table.schema();
         let columns: Vec<ColumnInfo> = s
             .columns
@@ -70,6 +104,24 @@ impl TableInfo {
             .map(|c| ColumnInfo { name: c.name.clone(), ty: SqlType::of_column(c.ty), nullable: c.nullable })
             .collect();
         let hidden_rowid = s.primary_key == 0 && s.columns[0].name == ROWID_COLUMN;
+        let pos = |n: &str| s.columns.iter().position(|c| c.name == n);
+        let mut composite = Vec::new();
+        for k in &meta.keys {
+            let broken = || {
+                SqlError::new(
+                    code::DATA_CORRUPTED,
+                    format!(
+                        "table \"{}\": key \"{}\" names a column that does not exist",
+                        table.name(),
+                        k.name
+                    ),
+                )
+            };
+            let column = pos(&k.column).ok_or_else(broken)?;
+            let columns =
+                k.columns.iter().map(|c| pos(c).ok_or_else(broken)).collect::<SqlResult<Vec<_>>>()?;
+            composite.push(CompositeKey { def: k.clone(), column, columns });
+        }
         let next = if hidden_rowid {
             table
                 .last_key()
@@ -87,6 +139,8 @@ impl TableInfo {
             columns,
             hidden_rowid,
             stats,
+            meta,
+            composite,
             next_rowid: AtomicI64::new(next),
             table,
         })
@@ -94,7 +148,12 @@ impl TableInfo {
 
     /// Engine positions of the columns a client sees, in order.
     pub fn visible(&self) -> std::ops::Range<usize> {
-        usize::from(self.hidden_rowid)..self.columns.len()
+        usize::from(self.hidden_rowid)..self.columns.len() - self.composite.len()
+    }
+
+    /// True for engine column `i` when no client sees it (the row id, a key column).
+    pub fn is_hidden(&self, i: usize) -> bool {
+        !self.visible().contains(&i)
     }
 
     /// Engine position of the visible column `name`.
@@ -125,17 +184,31 @@ impl TableInfo {
 pub struct Catalog {
     tables: RwLock<HashMap<String, Arc<TableInfo>>>,
     version: AtomicU64,
+    /// The database's sequences.
+    pub sequences: Sequences,
+    /// Per-table SQL metadata (DEFAULTs, multi-column keys).
+    pub meta: MetaStore,
 }
 
 impl Catalog {
     /// Reads every table of `db`.
     pub fn load(db: &Database) -> SqlResult<Self> {
         let mut tables = HashMap::new();
+        let meta = MetaStore::load(db)?;
         for name in db.table_names() {
+            if is_hidden_table(&name) {
+                continue;
+            }
             let t = db.table(&name)?;
-            tables.insert(name, Arc::new(TableInfo::new(t)?));
+            let m = meta.get(&name);
+            tables.insert(name, Arc::new(TableInfo::with_meta(t, Arc::default(), m)?));
         }
-        Ok(Self { tables: RwLock::new(tables), version: AtomicU64::new(1) })
+        Ok(Self {
+            tables: RwLock::new(tables),
+            version: AtomicU64::new(1),
+            sequences: Sequences::load(db)?,
+            meta,
+        })
     }
 
     /// The current version (plans made at an older one are re-made).
@@ -167,10 +240,44 @@ impl Catalog {
     /// statistics carry over).
     pub fn put(&self, table: Table) -> SqlResult<Arc<TableInfo>> {
         let stats = self.tables.read_locked().get(table.name()).map(|t| t.stats.clone()).unwrap_or_default();
-        let info = Arc::new(TableInfo::with_stats(table, stats)?);
+        let meta = self.meta.get(table.name());
+        let info = Arc::new(TableInfo::with_meta(table, stats, meta)?);
         self.tables.write_locked().insert(info.name.clone(), info.clone());
         self.version.fetch_add(1, Ordering::AcqRel);
         Ok(info)
+    }
+
+    /// Before a CREATE TABLE makes the engine table: stores its metadata and creates the
+    /// sequences it owns (replacing leftovers a crash left of an earlier CREATE TABLE of the
+    /// same name; 42P07 if another relation holds one of their names).
+    pub fn create_table_parts(&self, ct: &crate::plan::CreateTablePlan) -> SqlResult<()> {
+        let stale = |seq: &str| self.sequences.def(seq).map(|d| d.owner.as_deref() == Some(ct.name.as_str()));
+        for (seq, _) in &ct.sequences {
+            if stale(seq) == Some(false) || self.exists(seq) {
+                return Err(SqlError::new(
+                    code::DUPLICATE_TABLE,
+                    format!("relation \"{seq}\" already exists"),
+                ));
+            }
+        }
+        self.meta.set(&ct.name, ct.meta.clone())?;
+        for (seq, def) in &ct.sequences {
+            if stale(seq) == Some(true) {
+                self.sequences.drop_sequence(seq)?;
+            }
+            self.sequences.create(seq, def.clone())?;
+        }
+        Ok(())
+    }
+
+    /// After a DROP TABLE removed the engine table: deletes its metadata and the sequences it
+    /// owned.
+    pub fn drop_table_parts(&self, name: &str) -> SqlResult<()> {
+        self.meta.set(name, TableMeta::default())?;
+        for seq in self.sequences.owned_by(name) {
+            self.sequences.drop_sequence(&seq)?;
+        }
+        Ok(())
     }
 
     /// Forgets table `name` and bumps the version.

@@ -88,6 +88,16 @@ pub mod code {
     pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     /// The object is of the wrong kind for the statement (a change to a statistics view).
     pub const WRONG_OBJECT_TYPE: &str = "42809";
+    /// A sequence reached its MAXVALUE or MINVALUE (without CYCLE).
+    pub const SEQUENCE_GENERATOR_LIMIT_EXCEEDED: &str = "2200H";
+    /// The object is not in the state the call needs (currval before any nextval).
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+    /// A relation (sequence, index) of that name already exists.
+    pub const DUPLICATE_OBJECT: &str = "42710";
+    /// A column named twice in a key or index.
+    pub const DUPLICATE_COLUMN: &str = "42701";
+    /// An invalid table or sequence definition (a bad sequence option, a second primary key).
+    pub const INVALID_TABLE_DEFINITION: &str = "42P16";
 }
 
 /// An error reported to a SQL client.

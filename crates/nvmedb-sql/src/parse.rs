@@ -356,6 +356,14 @@ pub fn parse_one(text: &str) -> SqlResult<Parsed> {
     }
 }
 
+/// Parses one SQL expression (a stored DEFAULT).
+pub fn parse_expr(text: &str) -> SqlResult<sqlparser::ast::Expr> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| SqlError::new(code::SYNTAX_ERROR, format!("syntax error in `{text}`: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,7 @@ use crate::exec::{self, ExecCtx};
 use crate::expr::EvalCtx;
 use crate::parse::{self, Parsed};
 use crate::plan::{Binder, CopyPlan, IsolationLevel, OutCol, Prepared, Stmt};
+use crate::sequence::SessionSequences;
 use crate::stats::{names_a_view, SqlStats, StatViews};
 use crate::types::{now_micros, Datum, SqlType};
 use nvmedb::metrics::ReplicationSource;
@@ -332,6 +333,8 @@ pub struct Session {
     fresh: HashSet<String>,
     /// The error the next statement fails with instead of running ([`Session::fail_next`]).
     pending: Option<SqlError>,
+    /// The last value `nextval` gave this session, per sequence (`currval`).
+    currvals: std::cell::RefCell<HashMap<String, i64>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -384,6 +387,7 @@ impl Session {
             notices: Vec::new(),
             fresh: HashSet::new(),
             pending: None,
+            currvals: Default::default(),
         }
     }
 
@@ -476,6 +480,12 @@ impl Session {
             Parsed::Vacuum => mk(Stmt::NoOp("VACUUM")),
             Parsed::Copy(spec) => {
                 let info = self.engine.catalog.get(&spec.table)?;
+                if !info.composite.is_empty() {
+                    return Err(SqlError::unsupported(format!(
+                        "COPY into \"{}\", a table with a key or index of more than one column (use INSERT)",
+                        info.name
+                    )));
+                }
                 let targets = if spec.columns.is_empty() {
                     info.visible().collect()
                 } else {
@@ -778,6 +788,8 @@ impl Session {
                 Ok(Outcome::CopyIn(n))
             }
             Stmt::CreateTable(..)
+            | Stmt::CreateSequence(..)
+            | Stmt::DropSequence(..)
             | Stmt::DropTable(..)
             | Stmt::Truncate(..)
             | Stmt::CreateIndex { .. }
@@ -811,6 +823,7 @@ impl Session {
         };
         let dirty = &mut self.dirty;
         self.ran = true;
+        let seqs = SessionSequences { all: &engine.catalog.sequences, current: &self.currvals };
         let result = (|| -> SqlResult<Outcome> {
             let mut own = None;
             let tx: Option<&mut Transaction> = match &mut self.state {
@@ -829,6 +842,7 @@ impl Session {
                 database,
                 subs: Vec::new(),
                 outer: Vec::new(),
+                seqs: Some(&seqs),
             };
             let mut cx = ExecCtx::new(eval, tx);
             cx.work_mem = work_mem;
@@ -878,7 +892,8 @@ impl Session {
         let e = &self.engine;
         let eng = |err: nvmedb::Error, t: &str| SqlError::from_engine(err, Some(t));
         match stmt {
-            Stmt::CreateTable(name, schema, if_not_exists) => {
+            Stmt::CreateTable(ct) => {
+                let (name, if_not_exists) = (&ct.name, &ct.if_not_exists);
                 if e.catalog.exists(name) {
                     if *if_not_exists {
                         self.notices.push(format!("relation \"{name}\" already exists, skipping"));
@@ -890,7 +905,8 @@ impl Session {
                     )
                     .with_table(name));
                 }
-                let t = e.db.create_table(name, schema.clone()).map_err(|err| eng(err, name))?;
+                e.catalog.create_table_parts(ct)?;
+                let t = e.db.create_table(name, ct.schema.clone()).map_err(|err| eng(err, name))?;
                 e.catalog.put(t)?;
                 if matches!(self.state, TxnState::Active(_)) {
                     self.fresh.insert(name.clone());
@@ -914,8 +930,41 @@ impl Session {
                     }
                     e.db.drop_table(n).map_err(|err| eng(err, n))?;
                     e.catalog.remove(n);
+                    e.catalog.drop_table_parts(n)?;
                 }
                 Ok(Outcome::Done("DROP TABLE".into()))
+            }
+            Stmt::CreateSequence(name, def, if_not_exists) => {
+                if e.catalog.sequences.exists(name) || e.catalog.exists(name) {
+                    if *if_not_exists {
+                        self.notices.push(format!("relation \"{name}\" already exists, skipping"));
+                        return Ok(Outcome::Done("CREATE SEQUENCE".into()));
+                    }
+                    return Err(SqlError::new(
+                        code::DUPLICATE_TABLE,
+                        format!("relation \"{name}\" already exists"),
+                    ));
+                }
+                e.catalog.sequences.create(name, def.clone())?;
+                Ok(Outcome::Done("CREATE SEQUENCE".into()))
+            }
+            Stmt::DropSequence(names, if_exists) => {
+                for n in names {
+                    if !e.catalog.sequences.exists(n) && !*if_exists {
+                        return Err(SqlError::new(
+                            code::UNDEFINED_TABLE,
+                            format!("sequence \"{n}\" does not exist"),
+                        ));
+                    }
+                }
+                for n in names {
+                    if !e.catalog.sequences.exists(n) {
+                        self.notices.push(format!("sequence \"{n}\" does not exist, skipping"));
+                        continue;
+                    }
+                    e.catalog.sequences.drop_sequence(n)?;
+                }
+                Ok(Outcome::Done("DROP SEQUENCE".into()))
             }
             Stmt::Truncate(names) => {
                 for n in names {
@@ -930,9 +979,11 @@ impl Session {
                 }
                 Ok(Outcome::Done("TRUNCATE TABLE".into()))
             }
-            Stmt::CreateIndex { name, table, column, unique, if_not_exists } => {
+            Stmt::CreateIndex { name, table, columns, unique, if_not_exists } => {
                 let info = e.catalog.get(table)?;
-                if info.indexes.iter().any(|(n, _, _)| n == name) {
+                if info.indexes.iter().any(|(n, _, _)| n == name)
+                    || info.composite.iter().any(|k| k.def.name == *name)
+                {
                     if *if_not_exists {
                         self.notices.push(format!("relation \"{name}\" already exists, skipping"));
                         return Ok(Outcome::Done("CREATE INDEX".into()));
@@ -943,9 +994,35 @@ impl Session {
                     ));
                 }
                 let s = info.table.schema().clone();
-                let s = if *unique { s.with_unique_index(name, column) } else { s.with_index(name, column) }
-                    .map_err(|err| eng(err, table))?;
-                let t = rebuild_copy(&e.db, table, s)?;
+                let t = if let [column] = columns.as_slice() {
+                    let s =
+                        if *unique { s.with_unique_index(name, column) } else { s.with_index(name, column) }
+                            .map_err(|err| eng(err, table))?;
+                    rebuild_copy(&e.db, table, s, None)?
+                } else {
+                    // A hidden column holding the encoded key, filled from each row as the table
+                    // is copied, with an index on it.
+                    let (s, def) = crate::meta::add_key_column(s, name, columns, *unique)
+                        .map_err(|err| eng(err, table))?;
+                    let mut meta = info.meta.clone();
+                    meta.keys.push(def.clone());
+                    let key_cols: Vec<usize> =
+                        columns.iter().map(|c| s.column_index(c).expect("bound")).collect();
+                    let hidden = s.column_index(&def.column).expect("just added");
+                    let schema = s.clone();
+                    let fill = move |row: &mut [nvmedb::Value]| {
+                        row[hidden] = crate::meta::encode_key(&schema, &key_cols, row)
+                            .map_or(nvmedb::Value::Null, nvmedb::Value::Bytes);
+                    };
+                    e.catalog.meta.set(table, meta)?;
+                    match rebuild_copy(&e.db, table, s, Some(Box::new(fill))) {
+                        Ok(t) => t,
+                        Err(err) => {
+                            e.catalog.meta.set(table, info.meta.clone())?;
+                            return Err(err);
+                        }
+                    }
+                };
                 e.catalog.put(t)?;
                 Ok(Outcome::Done("CREATE INDEX".into()))
             }
@@ -969,7 +1046,7 @@ impl Session {
                 let s = nvmedb::Schema { columns, primary_key: pk, indexes };
                 debug_assert_ne!(old.columns[0].name, column.as_str());
                 debug_assert_eq!(old.columns[0].name, ROWID_COLUMN);
-                let t = rebuild_copy(&e.db, table, s)?;
+                let t = rebuild_copy(&e.db, table, s, None)?;
                 e.catalog.put(t)?;
                 Ok(Outcome::Done("ALTER TABLE".into()))
             }
@@ -1152,7 +1229,15 @@ fn failed_block() -> SqlError {
 /// Rebuilds `table` under `schema`, copying its rows (by column name) into a bulk load
 /// ([`Database::load_table_replacing`]) fed by a thread that scans the old table; progress on
 /// stderr for big tables.
-fn rebuild_copy(db: &Database, table: &str, schema: nvmedb::Schema) -> SqlResult<nvmedb::Table> {
+/// Fills a row's new columns as a table is copied ([`rebuild_copy`]).
+type RowFill = Box<dyn Fn(&mut [nvmedb::Value]) + Send>;
+
+fn rebuild_copy(
+    db: &Database,
+    table: &str,
+    schema: nvmedb::Schema,
+    fill: Option<RowFill>,
+) -> SqlResult<nvmedb::Table> {
     let started = Instant::now();
     let engine_err = |e| SqlError::from_engine(e, Some(table));
     let old = db.table(table).map_err(engine_err)?;
@@ -1163,7 +1248,12 @@ fn rebuild_copy(db: &Database, table: &str, schema: nvmedb::Schema) -> SqlResult
     let reader = std::thread::spawn(move || {
         let mut batch = Vec::with_capacity(LOAD_BATCH);
         let r = old.scan(|row| {
-            batch.push(Ok(from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))).collect()));
+            let mut r: Vec<nvmedb::Value> =
+                from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))).collect();
+            if let Some(fill) = &fill {
+                fill(&mut r);
+            }
+            batch.push(Ok(r));
             if batch.len() >= LOAD_BATCH {
                 let b = std::mem::replace(&mut batch, Vec::with_capacity(LOAD_BATCH));
                 // The load stopped (it failed): stop reading.

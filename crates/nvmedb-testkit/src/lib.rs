@@ -107,6 +107,9 @@ pub const POSTGRES: Program = Program {
 /// Headless chromium (the lab page's browser test).
 pub const CHROMIUM: Program =
     Program { command: "chromium", package: "chromium", require_env: "NVMEDB_REQUIRE_CHROMIUM" };
+/// sysbench (its OLTP scripts drive `nvmedb serve` through its pgsql driver).
+pub const SYSBENCH: Program =
+    Program { command: "sysbench", package: "sysbench", require_env: "NVMEDB_REQUIRE_SYSBENCH" };
 /// fio (the lab's device reference).
 pub const FIO: Program = Program { command: "fio", package: "fio", require_env: "NVMEDB_REQUIRE_FIO" };
 

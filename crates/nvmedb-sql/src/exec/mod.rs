@@ -373,6 +373,7 @@ pub(crate) mod testing {
             database: "t",
             subs: Vec::new(),
             outer: Vec::new(),
+            seqs: None,
         };
         let mut cx = ExecCtx::new(eval, None);
         cx.work_mem = work_mem;

@@ -21,6 +21,68 @@ fn engine(e: nvmedb::Error, t: &TableInfo) -> SqlError {
     SqlError::from_engine(e, Some(&t.name))
 }
 
+/// The engine's error for a change of row `row`, with a duplicate key reported as PostgreSQL
+/// does: the constraint's name, and its columns' values in the detail.
+fn change_error(e: nvmedb::Error, t: &TableInfo, row: &[Datum]) -> SqlError {
+    let msg = e.to_string();
+    let err = engine(e, t);
+    if err.code != code::UNIQUE_VIOLATION {
+        return err;
+    }
+    // The engine names a unique index (`unique index `name``) or the primary key.
+    let index = msg.split("unique index `").nth(1).and_then(|r| r.split('`').next());
+    let (name, cols): (String, Vec<usize>) = match index {
+        Some(ix) => match t.composite.iter().find(|k| k.def.name == ix) {
+            Some(k) => (ix.to_string(), k.columns.clone()),
+            None => (ix.to_string(), t.indexes.iter().filter(|i| i.0 == ix).map(|i| i.1).collect()),
+        },
+        None => match t.composite.iter().find(|k| k.def.primary) {
+            Some(k) => (k.def.name.clone(), k.columns.clone()),
+            None => (format!("{}_pkey", t.name), vec![t.pk]),
+        },
+    };
+    let names: Vec<&str> = cols.iter().map(|&c| t.columns[c].name.as_str()).collect();
+    let vals: Vec<String> = cols.iter().map(|&c| row[c].to_text(t.columns[c].ty)).collect();
+    let key = format!("({})=({})", names.join(", "), vals.join(", "));
+    SqlError::new(
+        code::UNIQUE_VIOLATION,
+        format!("duplicate key value violates unique constraint \"{name}\": key {key} already exists"),
+    )
+    .with_detail(format!("Key {key} already exists."))
+    .with_table(&t.name)
+}
+
+/// Fills the hidden columns of the table's multi-column keys in `row` from its key columns
+/// (see [`TableInfo::composite`]).
+pub(crate) fn fill_keys(t: &TableInfo, row: &mut [Datum]) -> SqlResult<()> {
+    if t.composite.is_empty() {
+        return Ok(());
+    }
+    let schema = t.table.schema();
+    let mut vals = vec![Value::Null; row.len()];
+    for k in &t.composite {
+        for &c in &k.columns {
+            let col = &t.columns[c];
+            vals[c] = row[c].clone().to_value(col.ty, &col.name).map_err(|e| e.with_table(&t.name))?;
+        }
+        let key = crate::meta::encode_key(schema, &k.columns, &vals);
+        if let Some(b) = key.as_ref().filter(|b| b.len() > crate::meta::KEY_BYTES as usize) {
+            return Err(SqlError::new(
+                code::STRING_DATA_RIGHT_TRUNCATION,
+                format!(
+                    "the key \"{}\" of relation \"{}\" takes {} bytes, more than {}",
+                    k.def.name,
+                    t.name,
+                    b.len(),
+                    crate::meta::KEY_BYTES
+                ),
+            ));
+        }
+        row[k.column] = key.map_or(Datum::Null, Datum::Bytes);
+    }
+    Ok(())
+}
+
 /// PostgreSQL's error for a NULL stored in NOT NULL column `column` of `table` (23502).
 pub(crate) fn not_null_violation(table: &str, column: &str) -> SqlError {
     SqlError::new(
@@ -70,8 +132,12 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
         for (&c, v) in p.targets.iter().zip(vals) {
             row[c] = v;
         }
+        for (c, e) in &p.defaults {
+            row[*c] = e.eval(&[], &cx.eval)?;
+        }
+        fill_keys(t, &mut row)?;
         let values = values_of(t, &row)?;
-        tx(cx)?.insert(&t.table, &values).map_err(|e| engine(e, t))?;
+        tx(cx)?.insert(&t.table, &values).map_err(|e| change_error(e, t, &row))?;
         n += 1;
         if !p.returning.is_empty() {
             let row: Row = values.iter().zip(&t.columns).map(|(v, c)| value_datum(v, c.ty)).collect();
@@ -143,13 +209,14 @@ pub fn modify(cx: &mut ExecCtx<'_>, p: &ModifyPlan, delete: bool) -> SqlResult<(
             for (c, e) in &p.sets {
                 new[*c] = e.eval(&row, &cx.eval)?;
             }
+            fill_keys(t, &mut new)?;
             let values = values_of(t, &new)?;
             if values[t.pk] != key {
                 let tx = tx(cx)?;
                 tx.delete(&t.table, &key).map_err(|e| engine(e, t))?;
-                tx.insert(&t.table, &values).map_err(|e| engine(e, t))?;
+                tx.insert(&t.table, &values).map_err(|e| change_error(e, t, &new))?;
             } else {
-                tx(cx)?.update(&t.table, &values).map_err(|e| engine(e, t))?;
+                tx(cx)?.update(&t.table, &values).map_err(|e| change_error(e, t, &new))?;
             }
             if !p.returning.is_empty() {
                 ret.push(p.returning.iter().map(|e| e.eval(&new, &cx.eval)).collect::<SqlResult<_>>()?);

@@ -104,6 +104,66 @@ pub(crate) fn key_point(d: Datum, t: &TableInfo, col: usize) -> Option<Value> {
     }
 }
 
+/// The smallest byte string greater than every string starting with `p` (`None`: there is
+/// none, every byte is 0xFF).
+fn successor(mut p: Vec<u8>) -> Option<Vec<u8>> {
+    while let Some(last) = p.pop() {
+        if last < 0xFF {
+            p.push(last + 1);
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// The range of hidden-column values of key `k` whose first columns equal `eq` and whose next
+/// column is within `lo`..`hi` (`None`: no row can match, a value is NULL or out of the
+/// column's range).
+fn composite_bounds(
+    t: &TableInfo,
+    k: &crate::catalog::CompositeKey,
+    eq: Vec<Datum>,
+    lo: Option<(Datum, bool)>,
+    hi: Option<(Datum, bool)>,
+) -> Option<(Bound<Value>, Bound<Value>)> {
+    let schema = t.table.schema();
+    let next = k.columns.get(eq.len()).copied();
+    let mut prefix = Vec::new();
+    for (d, &c) in eq.into_iter().zip(&k.columns) {
+        let v = key_point(d, t, c)?;
+        schema.secondary_prefix(c, &v, &mut prefix);
+    }
+    let with = |c: usize, v: &Value| {
+        let mut p = prefix.clone();
+        schema.secondary_prefix(c, v, &mut p);
+        p
+    };
+    let bytes = |b: Vec<u8>| Bound::Included(Value::Bytes(b));
+    // Every key starting with `p` is below this.
+    let past = |p: Vec<u8>| successor(p).map_or(Bound::Unbounded, |s| Bound::Excluded(Value::Bytes(s)));
+    let lower = match (lo, next) {
+        (Some((d, incl)), Some(c)) => match key_bound(d, incl, true, t, c).ok()? {
+            Bound::Included(v) => bytes(with(c, &v)),
+            Bound::Excluded(v) => bytes(successor(with(c, &v))?),
+            Bound::Unbounded => bytes(prefix.clone()),
+        },
+        _ => bytes(prefix.clone()),
+    };
+    let upper = match (hi, next) {
+        (Some((d, incl)), Some(c)) => match key_bound(d, incl, false, t, c).ok()? {
+            Bound::Included(v) => past(with(c, &v)),
+            Bound::Excluded(v) => Bound::Excluded(Value::Bytes(with(c, &v))),
+            Bound::Unbounded => past(prefix.clone()),
+        },
+        _ => past(prefix.clone()),
+    };
+    let lower = match lower {
+        Bound::Included(Value::Bytes(b)) if b.is_empty() => Bound::Unbounded,
+        other => other,
+    };
+    Some((lower, upper))
+}
+
 enum State {
     Start,
     /// A key range walked in batches: the next walk's bounds.
@@ -167,6 +227,29 @@ impl<'p> Scan<'p> {
                 match key_point(self.eval(e, cx)?, t, col) {
                     Some(v) => State::Keys(self.index_keys(*ix, Bound::Included(&v), Bound::Included(&v))?),
                     None => State::Done,
+                }
+            }
+            Path::Composite { key, eq, lo, hi } => {
+                let k = &t.composite[*key];
+                let mut vals = Vec::with_capacity(eq.len());
+                for e in eq {
+                    vals.push(self.eval(e, cx)?);
+                }
+                let lo = match lo {
+                    Some((e, incl)) => Some((self.eval(e, cx)?, *incl)),
+                    None => None,
+                };
+                let hi = match hi {
+                    Some((e, incl)) => Some((self.eval(e, cx)?, *incl)),
+                    None => None,
+                };
+                match composite_bounds(t, k, vals, lo, hi) {
+                    None => State::Done,
+                    Some((lo, hi)) if k.def.primary => State::Range(lo, hi),
+                    Some((lo, hi)) => {
+                        let ix = t.index_on(k.column).expect("a multi-column key has an index");
+                        State::Keys(self.index_keys(ix, lo.as_ref(), hi.as_ref())?)
+                    }
                 }
             }
             Path::IndexRange(ix, lo, hi) => {

@@ -63,6 +63,12 @@ pub enum Func {
     Extract,
     /// `date_trunc(field, x)`
     DateTrunc,
+    /// `nextval(sequence)`
+    Nextval,
+    /// `currval(sequence)`
+    Currval,
+    /// `setval(sequence, value [, is_called])`
+    Setval,
 }
 
 fn undefined(name: &str, args: &[SqlType]) -> SqlError {
@@ -135,6 +141,16 @@ impl Func {
                 want(0)?;
                 (Func::Now, T::Timestamp, vec![])
             }
+            "nextval" => {
+                want(1)?;
+                (Func::Nextval, T::Int8, vec![text])
+            }
+            "currval" => {
+                want(1)?;
+                (Func::Currval, T::Int8, vec![text])
+            }
+            "setval" if n == 2 => (Func::Setval, T::Int8, vec![text, T::Int8]),
+            "setval" if n == 3 => (Func::Setval, T::Int8, vec![text, T::Int8, T::Bool]),
             "current_date" => {
                 want(0)?;
                 (Func::CurrentDate, T::Date, vec![])
@@ -300,7 +316,7 @@ impl Func {
 
     /// True for functions whose value changes from call to call.
     pub fn is_volatile(self) -> bool {
-        matches!(self, Func::Random)
+        matches!(self, Func::Random | Func::Nextval | Func::Currval | Func::Setval)
     }
 
     /// The name EXPLAIN shows.
@@ -403,6 +419,16 @@ impl Func {
             }
         };
         Ok(match self {
+            Func::Nextval | Func::Currval | Func::Setval => {
+                let seqs = ctx.seqs.ok_or_else(|| {
+                    SqlError::new(code::FEATURE_NOT_SUPPORTED, format!("{}() here", self.name()))
+                })?;
+                Datum::Int(match self {
+                    Func::Nextval => seqs.nextval(text(0))?,
+                    Func::Currval => seqs.currval(text(0))?,
+                    _ => seqs.setval(text(0), int(1), !matches!(vals.get(2), Some(Datum::Bool(false))))?,
+                })
+            }
             Func::Now => Datum::Timestamp(ctx.now),
             Func::CurrentDate => Datum::Date(ctx.now.div_euclid(DAY_US) as i32),
             Func::Version => Datum::Text(super::version_string()),
@@ -671,6 +697,7 @@ mod tests {
             database: "d",
             subs: vec![],
             outer: vec![],
+            seqs: None,
         }
     }
 

@@ -126,6 +126,8 @@ pub struct EvalCtx<'a> {
     pub subs: Vec<Datum>,
     /// Correlation values of the subquery being run per row ([`Expr::Outer`]).
     pub outer: Vec<Datum>,
+    /// The sequences `nextval`, `currval` and `setval` call (`None`: they fail).
+    pub seqs: Option<&'a dyn crate::sequence::SequenceCalls>,
 }
 
 /// The `version()` string.

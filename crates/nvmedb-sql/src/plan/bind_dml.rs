@@ -25,7 +25,7 @@ impl Binder<'_> {
         for (i, c) in info.columns.iter().enumerate() {
             let id = self.new_col(&c.name, Some(alias), c.ty);
             ids.push(id);
-            cols.push(ScopeCol { name: c.name.clone(), id, ty: c.ty, hidden: info.hidden_rowid && i == 0 });
+            cols.push(ScopeCol { name: c.name.clone(), id, ty: c.ty, hidden: info.is_hidden(i) });
         }
         self.scopes.push(Scope { items: vec![ScopeItem { alias: alias.to_string(), cols }], merged: vec![] });
         ids
@@ -105,6 +105,20 @@ impl Binder<'_> {
         Ok((exprs, cols))
     }
 
+    /// The DEFAULT of engine column `col` of `info`, bound (`None`: it has none, NULL).
+    fn column_default(&mut self, info: &TableInfo, col: usize) -> SqlResult<Option<Expr>> {
+        let cname = &info.columns[col].name;
+        let Some(text) = info.meta.default_of(cname) else { return Ok(None) };
+        let ast = crate::parse::parse_expr(text)?;
+        self.scopes.push(Scope::default());
+        let mut cx = BindCx::row("DEFAULT");
+        let r = self.bind(&ast, &mut cx);
+        self.scopes.pop();
+        let (x, t) = r?;
+        let (x, _) = self.assign_type(x, t, info.columns[col].ty)?;
+        Ok(Some(x))
+    }
+
     /// The statement's init plans, planned (for statements that are not queries).
     fn initplans_physical(&mut self) -> SqlResult<Vec<super::PhysNode>> {
         if self.initplans.is_empty() {
@@ -142,6 +156,17 @@ impl Binder<'_> {
                     }
                     let mut row = Vec::new();
                     for (e, &col) in r.content.iter().zip(&targets) {
+                        if is_default_keyword(e) {
+                            let d = self.column_default(&info, col);
+                            match d {
+                                Ok(d) => row.push(d.unwrap_or(Expr::Const(crate::types::Datum::Null))),
+                                Err(err) => {
+                                    self.scopes.pop();
+                                    return Err(err);
+                                }
+                            }
+                            continue;
+                        }
                         let cty = info.columns[col].ty;
                         let mut cx = BindCx::row("VALUES");
                         let bound = self.bind(e, &mut cx);
@@ -176,6 +201,14 @@ impl Binder<'_> {
                 InsertSource::Query(Box::new(plan))
             }
         };
+        let mut defaults = Vec::new();
+        for col in info.visible() {
+            if !targets.contains(&col) {
+                if let Some(d) = self.column_default(&info, col)? {
+                    defaults.push((col, d));
+                }
+            }
+        }
         let ids = self.table_scope(&info, &tname);
         let r = self.returning(&ins.returning, &info, &ids);
         self.scopes.pop();
@@ -184,7 +217,17 @@ impl Binder<'_> {
             InsertSource::Values(_) => self.initplans_physical()?,
             InsertSource::Query(_) => vec![],
         };
-        Ok((Stmt::Insert(Box::new(InsertPlan { table: info, targets, source, returning, initplans })), cols))
+        Ok((
+            Stmt::Insert(Box::new(InsertPlan {
+                table: info,
+                targets,
+                source,
+                returning,
+                defaults,
+                initplans,
+            })),
+            cols,
+        ))
     }
 
     /// The table of an UPDATE or DELETE.
@@ -255,6 +298,11 @@ impl Binder<'_> {
                     other => return Err(SqlError::unsupported(format!("assignment target `{other}`"))),
                 };
                 let col = info.column(&name)?;
+                if is_default_keyword(&a.value) {
+                    let d = self.column_default(&info, col)?;
+                    sets.push((col, d.unwrap_or(Expr::Const(crate::types::Datum::Null))));
+                    continue;
+                }
                 let mut cx = BindCx::row("UPDATE");
                 let (x, t) = self.bind(&a.value, &mut cx)?;
                 if !cx.applies.is_empty() {
@@ -299,4 +347,9 @@ impl Binder<'_> {
             cols,
         ))
     }
+}
+
+/// True for the keyword DEFAULT standing for a column's default in VALUES or SET.
+fn is_default_keyword(e: &AstExpr) -> bool {
+    matches!(e, AstExpr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
 }

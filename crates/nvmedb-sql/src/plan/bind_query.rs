@@ -720,7 +720,7 @@ impl Binder<'_> {
                 let mut scope_cols = Vec::new();
                 let mut visible_i = 0;
                 for (i, c) in info.columns.iter().enumerate() {
-                    let hidden = info.hidden_rowid && i == 0;
+                    let hidden = info.is_hidden(i);
                     let name = if hidden {
                         c.name.clone()
                     } else {

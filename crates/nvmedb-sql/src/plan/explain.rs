@@ -82,6 +82,7 @@ fn scan_title(s: &ScanSpec) -> String {
         Path::IndexPoint(ix, _) | Path::IndexRange(ix, ..) => {
             format!("Index Scan using {} on {on}", t.indexes[*ix].0)
         }
+        Path::Composite { key, .. } => format!("Index Scan using {} on {on}", t.composite[*key].def.name),
     }
 }
 
@@ -98,6 +99,20 @@ fn index_cond(s: &ScanSpec, seed: &[ColId], cols: &Cols, scan_ids: &[ColId]) -> 
         Path::Full => return None,
         Path::Point(e) => format!("({} = {})", key_name(t.pk), k(e)),
         Path::IndexPoint(ix, e) => format!("({} = {})", key_name(t.indexes[*ix].1), k(e)),
+        Path::Composite { key, eq, lo, hi } => {
+            let cols = &t.composite[*key].columns;
+            let mut parts: Vec<String> =
+                eq.iter().zip(cols).map(|(e, &c)| format!("({} = {})", key_name(c), k(e))).collect();
+            if let Some(&c) = cols.get(eq.len()) {
+                if let Some((e, incl)) = lo {
+                    parts.push(format!("({} {} {})", key_name(c), if *incl { ">=" } else { ">" }, k(e)));
+                }
+                if let Some((e, incl)) = hi {
+                    parts.push(format!("({} {} {})", key_name(c), if *incl { "<=" } else { "<" }, k(e)));
+                }
+            }
+            format!("({})", parts.join(" AND "))
+        }
         Path::Range(lo, hi) | Path::IndexRange(_, lo, hi) => {
             let col = match &s.path {
                 Path::IndexRange(ix, ..) => t.indexes[*ix].1,

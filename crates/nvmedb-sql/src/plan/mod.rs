@@ -116,6 +116,9 @@ pub struct InsertPlan {
     pub source: InsertSource,
     /// RETURNING expressions over the new row (engine positions).
     pub returning: Vec<Expr>,
+    /// The DEFAULTs of the columns not among the targets: (engine position, expression),
+    /// evaluated for each row.
+    pub defaults: Vec<(usize, Expr)>,
     /// Uncorrelated scalar subqueries of the VALUES rows and RETURNING.
     pub initplans: Vec<PhysNode>,
 }
@@ -147,6 +150,21 @@ pub struct CopyPlan {
     pub delimiter: u8,
     /// The NULL marker.
     pub null: String,
+}
+
+/// A CREATE TABLE.
+#[derive(Debug, Clone)]
+pub struct CreateTablePlan {
+    /// Table name.
+    pub name: String,
+    /// The engine schema.
+    pub schema: nvmedb::Schema,
+    /// IF NOT EXISTS.
+    pub if_not_exists: bool,
+    /// DEFAULTs and multi-column keys.
+    pub meta: crate::meta::TableMeta,
+    /// The sequences of its SERIAL and identity columns (owned by the table).
+    pub sequences: Vec<(String, crate::sequence::SeqDef)>,
 }
 
 /// What EXPLAIN shows.
@@ -188,19 +206,23 @@ pub enum Stmt {
     /// SHOW name.
     Show(String),
     /// CREATE TABLE.
-    CreateTable(String, nvmedb::Schema, bool),
+    CreateTable(Box<CreateTablePlan>),
+    /// CREATE SEQUENCE name, IF NOT EXISTS.
+    CreateSequence(String, crate::sequence::SeqDef, bool),
+    /// DROP SEQUENCE names, IF EXISTS.
+    DropSequence(Vec<String>, bool),
     /// DROP TABLE names, IF EXISTS.
     DropTable(Vec<String>, bool),
     /// TRUNCATE names.
     Truncate(Vec<String>),
-    /// CREATE [UNIQUE] INDEX name ON table (column), IF NOT EXISTS.
+    /// CREATE [UNIQUE] INDEX name ON table (columns), IF NOT EXISTS.
     CreateIndex {
         /// Index name.
         name: String,
         /// Table.
         table: String,
-        /// Indexed column.
-        column: String,
+        /// Indexed columns, in key order.
+        columns: Vec<String>,
         /// UNIQUE.
         unique: bool,
         /// IF NOT EXISTS.

@@ -33,6 +33,18 @@ pub enum Path {
     IndexPoint(usize, Expr),
     /// Secondary index `ix` within bounds, in index order (NULLs last).
     IndexRange(usize, Option<(Expr, bool)>, Option<(Expr, bool)>),
+    /// Multi-column key `key` ([`TableInfo::composite`]): its first columns equal `eq`, the
+    /// next one (if any bound is given) within bounds; in key order.
+    Composite {
+        /// Position in [`TableInfo::composite`].
+        key: usize,
+        /// Values of the key's first `eq.len()` columns.
+        eq: Vec<Expr>,
+        /// Lower bound of the next column (inclusive when true).
+        lo: Option<(Expr, bool)>,
+        /// Upper bound of the next column (inclusive when true).
+        hi: Option<(Expr, bool)>,
+    },
 }
 
 /// A table access.
@@ -738,6 +750,14 @@ impl<'c> Planner<'c> {
             Path::IndexPoint(ix, _) | Path::IndexRange(ix, ..) => {
                 vec![ids[table.indexes[*ix].1], ids[table.pk]]
             }
+            Path::Composite { key, .. } => {
+                let k = &table.composite[*key];
+                let mut o: Vec<ColId> = k.columns.iter().map(|&c| ids[c]).collect();
+                if !k.def.primary {
+                    o.push(ids[table.pk]);
+                }
+                o
+            }
         };
         let order: Vec<ColId> = order.into_iter().take_while(|c| layout.contains(c)).collect();
         let spec = ScanSpec { table: table.clone(), alias: alias.to_string(), path, cols: out, filter };
@@ -819,6 +839,30 @@ impl<'c> Planner<'c> {
                     if *unique { 1.0 } else { total / self.est.ndv(ids[*col]).unwrap_or(200.0).max(1.0) };
                 consider(Path::IndexPoint(ix, v), cost::LOOKUP + matches * cost::RANDOM_ROW, &mut best);
             }
+        }
+        // Multi-column keys: equality on a prefix of the key's columns, a range on the next.
+        for (k, key) in table.composite.iter().enumerate() {
+            let eqs: Vec<Expr> = key.columns.iter().map_while(|&c| eq(c)).collect();
+            let next = key.columns.get(eqs.len()).copied();
+            let (lo, hi) = next.map_or((None, None), range);
+            if eqs.is_empty() && lo.is_none() && hi.is_none() {
+                continue;
+            }
+            let mut s = 1.0;
+            for &c in &key.columns[..eqs.len()] {
+                s /= self.est.ndv(ids[c]).unwrap_or(200.0).max(1.0);
+            }
+            if let Some(c) = next {
+                s *= range_sel(c, &lo, &hi);
+            }
+            let full = eqs.len() == key.columns.len();
+            let rows = if full && key.def.unique { 1.0 } else { (total * s).max(1.0) };
+            let per = if key.def.primary { cost::SEQ_ROW } else { cost::RANDOM_ROW };
+            let path = Path::Composite { key: k, eq: eqs, lo, hi };
+            if full && key.def.primary {
+                return Ok((path, cost::LOOKUP + cost::RANDOM_ROW));
+            }
+            consider(path, cost::LOOKUP + rows * per, &mut best);
         }
         let (lo, hi) = range(table.pk);
         if lo.is_some() || hi.is_some() {
