@@ -114,6 +114,18 @@ impl TableInfo {
         self.next_rowid.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Engine positions of the primary-key columns, in key order (what the system catalogs
+    /// show).
+    pub fn primary_key_columns(&self) -> Vec<usize> {
+        vec![self.pk]
+    }
+
+    /// Secondary indexes as the system catalogs show them: name, engine positions of the
+    /// indexed columns in key order, unique.
+    pub fn index_columns(&self) -> Vec<(String, Vec<usize>, bool)> {
+        self.indexes.iter().map(|(name, col, unique)| (name.clone(), vec![*col], *unique)).collect()
+    }
+
     /// The secondary index (position) on engine column `col`, if any.
     pub fn index_on(&self, col: usize) -> Option<usize> {
         self.indexes.iter().position(|(_, c, _)| *c == col)

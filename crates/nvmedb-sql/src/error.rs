@@ -88,6 +88,14 @@ pub mod code {
     pub const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     /// The object is of the wrong kind for the statement (a change to a statistics view).
     pub const WRONG_OBJECT_TYPE: &str = "42809";
+    /// invalid_regular_expression
+    pub const INVALID_REGULAR_EXPRESSION: &str = "2201B";
+    /// cant_change_runtime_param (a setting that cannot be changed now)
+    pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+    /// invalid_savepoint_specification (no savepoint of that name)
+    pub const INVALID_SAVEPOINT: &str = "3B001";
+    /// no_active_sql_transaction (a statement that needs a transaction block outside one)
+    pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
 }
 
 /// An error reported to a SQL client.

@@ -25,6 +25,7 @@ pub mod error;
 pub mod exec;
 pub mod expr;
 pub mod parse;
+pub mod pgcatalog;
 pub mod plan;
 pub mod server;
 pub mod session;
