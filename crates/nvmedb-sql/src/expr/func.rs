@@ -382,7 +382,7 @@ impl Func {
                 (Func::BackendPid, T::Int4, vec![])
             }
             "regexp_like" if n == 2 || n == 3 => (Func::RegexMatch, T::Bool, vec![text; n]),
-            "json_build_object" if n % 2 == 0 => (
+            "json_build_object" if n.is_multiple_of(2) => (
                 Func::JsonBuildObject,
                 text,
                 args.iter()
