@@ -26,6 +26,25 @@ if [ "$what" = test ]; then
   need linux-perf "command -v perf"
   need sysbench "command -v sysbench"
 fi
+
+# The Python PostgreSQL drivers and ORM the client tests drive (PyPI: psycopg2, psycopg 3 and
+# SQLAlchemy 2 are newer there than in Debian 12). pip needs python3-pip, installed above.
+pydrivers_missing() { ! python3 -c 'import psycopg2, psycopg, sqlalchemy' >/dev/null 2>&1; }
+if [ "$what" = test ] && pydrivers_missing; then
+  need python3-pip "command -v pip3"
+fi
+install_pydrivers() {
+  if [ "$what" = test ] && pydrivers_missing; then
+    if [ "$(id -u)" = 0 ] && command -v pip3 >/dev/null 2>&1; then
+      echo "installing psycopg2-binary, psycopg[binary], sqlalchemy (pip3)" >&2
+      pip3 install --quiet --break-system-packages psycopg2-binary 'psycopg[binary]' 'sqlalchemy>=2'
+    else
+      echo "not installed: the Python drivers (pip3 install --break-system-packages psycopg2-binary 'psycopg[binary]' sqlalchemy); the tests that need them say SKIPPED" >&2
+    fi
+  fi
+}
+trap install_pydrivers EXIT
+
 [ "${#missing[@]}" -eq 0 ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -173,6 +173,30 @@ impl TableInfo {
         self.next_rowid.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Engine positions of the primary-key columns, in key order (what the system catalogs
+    /// show).
+    pub fn primary_key_columns(&self) -> Vec<usize> {
+        match self.composite.iter().find(|k| k.def.primary) {
+            Some(k) => k.columns.clone(),
+            None => vec![self.pk],
+        }
+    }
+
+    /// Secondary indexes as the system catalogs show them: name, engine positions of the
+    /// indexed columns in key order, unique.
+    /// A multi-column key shows as the index on its columns (its hidden column is internal).
+    pub fn index_columns(&self) -> Vec<(String, Vec<usize>, bool)> {
+        self.indexes
+            .iter()
+            .map(|(name, col, unique)| {
+                match self.composite.iter().find(|k| !k.def.primary && k.column == *col) {
+                    Some(k) => (k.def.name.clone(), k.columns.clone(), k.def.unique),
+                    None => (name.clone(), vec![*col], *unique),
+                }
+            })
+            .collect()
+    }
+
     /// The secondary index (position) on engine column `col`, if any.
     pub fn index_on(&self, col: usize) -> Option<usize> {
         self.indexes.iter().position(|(_, c, _)| *c == col)

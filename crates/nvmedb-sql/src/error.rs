@@ -98,6 +98,14 @@ pub mod code {
     pub const DUPLICATE_COLUMN: &str = "42701";
     /// An invalid table or sequence definition (a bad sequence option, a second primary key).
     pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+    /// invalid_regular_expression
+    pub const INVALID_REGULAR_EXPRESSION: &str = "2201B";
+    /// cant_change_runtime_param (a setting that cannot be changed now)
+    pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+    /// invalid_savepoint_specification (no savepoint of that name)
+    pub const INVALID_SAVEPOINT: &str = "3B001";
+    /// no_active_sql_transaction (a statement that needs a transaction block outside one)
+    pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
 }
 
 /// An error reported to a SQL client.

@@ -26,6 +26,7 @@ pub mod exec;
 pub mod expr;
 pub mod meta;
 pub mod parse;
+pub mod pgcatalog;
 pub mod plan;
 pub mod sequence;
 pub mod server;

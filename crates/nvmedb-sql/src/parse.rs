@@ -41,8 +41,45 @@ pub enum Parsed {
     Checkpoint,
     /// VACUUM [ANALYZE] … (accepted; nvmedb reclaims space as it goes).
     Vacuum,
+    /// SAVEPOINT, RELEASE [SAVEPOINT] or ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT].
+    Savepoint(SavepointOp),
     /// Only whitespace and comments.
     Empty,
+}
+
+/// A savepoint statement and the savepoint it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SavepointOp {
+    /// SAVEPOINT name.
+    Set(String),
+    /// RELEASE [SAVEPOINT] name.
+    Release(String),
+    /// ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name.
+    RollbackTo(String),
+}
+
+/// The savepoint statement `w` (its words, as [`words`] gives them), if it is one.
+fn savepoint(w: &[String]) -> Option<SavepointOp> {
+    let skip = |w: &[String], i: usize, opt: &[&str]| {
+        if w.get(i).is_some_and(|x| opt.contains(&x.as_str())) {
+            i + 1
+        } else {
+            i
+        }
+    };
+    let name = |w: &[String], i: usize| (w.len() == i + 1).then(|| name_of(&w[i]));
+    match w.first()?.as_str() {
+        "savepoint" => name(w, 1).map(SavepointOp::Set),
+        "release" => name(w, skip(w, 1, &["savepoint"])).map(SavepointOp::Release),
+        "rollback" | "abort" => {
+            let i = skip(w, 1, &["work", "transaction"]);
+            if w.get(i).map(String::as_str) != Some("to") {
+                return None;
+            }
+            name(w, skip(w, i + 1, &["savepoint"])).map(SavepointOp::RollbackTo)
+        }
+        _ => None,
+    }
 }
 
 /// Splits `sql` into statements (each without its `;`), skipping empty ones.
@@ -342,6 +379,11 @@ pub fn parse_one(text: &str) -> SqlResult<Parsed> {
         "checkpoint" if rest_words.is_empty() => return Ok(Parsed::Checkpoint),
         "vacuum" => return Ok(Parsed::Vacuum),
         "copy" => return parse_copy(t).map(Parsed::Copy),
+        "savepoint" | "release" | "rollback" | "abort" => {
+            if let Some(op) = savepoint(&words(t)?) {
+                return Ok(Parsed::Savepoint(op));
+            }
+        }
         _ => {}
     }
     let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, text).map_err(|e| {
@@ -413,5 +455,13 @@ mod tests {
         let e = parse_one("selec 1").unwrap_err();
         assert_eq!(e.code, code::SYNTAX_ERROR);
         assert!(matches!(parse_one("  -- nothing\n").unwrap(), Parsed::Empty));
+        let sp = |s: &str| match parse_one(s).unwrap() {
+            Parsed::Savepoint(op) => op,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(sp("SAVEPOINT \"_pg3_1\""), SavepointOp::Set("_pg3_1".into()));
+        assert_eq!(sp("release savepoint a"), SavepointOp::Release("a".into()));
+        assert_eq!(sp("ROLLBACK TO SAVEPOINT a"), SavepointOp::RollbackTo("a".into()));
+        assert_eq!(sp("rollback work to a"), SavepointOp::RollbackTo("a".into()));
     }
 }

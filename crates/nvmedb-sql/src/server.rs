@@ -255,7 +255,8 @@ impl Conn {
     fn with<R>(&self, client: &dyn ClientInfoLike, f: impl FnOnce(&mut ConnState) -> R) -> R {
         let mut g = self.state.locked();
         let st = g.get_or_insert_with(|| ConnState {
-            session: Session::new(self.shared.engine.clone(), &client.user(), &client.database()),
+            session: Session::new(self.shared.engine.clone(), &client.user(), &client.database())
+                .with_backend_pid(client.pid()),
             statements: HashMap::new(),
             portals: HashMap::new(),
         });
@@ -290,6 +291,7 @@ impl Conn {
 trait ClientInfoLike {
     fn user(&self) -> String;
     fn database(&self) -> String;
+    fn pid(&self) -> i32;
 }
 
 impl<C: ClientInfo> ClientInfoLike for C {
@@ -299,6 +301,9 @@ impl<C: ClientInfo> ClientInfoLike for C {
     fn database(&self) -> String {
         let u = self.user();
         self.metadata().get(pgwire::api::METADATA_DATABASE).cloned().unwrap_or(u)
+    }
+    fn pid(&self) -> i32 {
+        self.pid_and_secret_key().0
     }
 }
 

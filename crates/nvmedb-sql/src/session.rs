@@ -170,7 +170,7 @@ impl Engine {
     /// the views' own engine).
     fn views_for(&self, sql: &str) -> SqlResult<Option<&StatViews>> {
         let Some(slot) = &self.stat_views else { return Ok(None) };
-        if !names_a_view(sql) {
+        if !names_a_view(sql) && !crate::pgcatalog::names_catalog(sql) {
             return Ok(None);
         }
         if let Some(v) = slot.get() {
@@ -335,6 +335,12 @@ pub struct Session {
     pending: Option<SqlError>,
     /// The last value `nextval` gave this session, per sequence (`currval`).
     currvals: std::cell::RefCell<HashMap<String, i64>>,
+    /// The server process id the client was given (`pg_backend_pid()`).
+    backend_pid: i32,
+    /// Statements of the transaction block that changed (or may have changed) rows.
+    changes: u64,
+    /// The block's savepoints, oldest first, with `changes` when each was set.
+    savepoints: Vec<(String, u64)>,
 }
 
 impl std::fmt::Debug for Session {
@@ -346,27 +352,114 @@ impl std::fmt::Debug for Session {
 /// Plans kept per session for repeated simple-query texts.
 const PLAN_CACHE: usize = 256;
 
+/// Whether SET may change a setting, and to what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settable {
+    /// Any value (it only changes what SHOW reports, or nvmedb reads it: `work_mem`).
+    Any,
+    /// Only the listed values (case-insensitive); others are 0A000: nvmedb cannot honour them.
+    Only(&'static [&'static str]),
+    /// Never (55P02): it describes the server.
+    Fixed,
+}
+
+/// Every setting SHOW knows: name, default, and whether SET may change it. Values nvmedb
+/// cannot honour are refused rather than recorded and ignored.
+const SETTINGS: &[(&str, &str, Settable)] = &[
+    ("application_name", "", Settable::Any),
+    ("block_size", "16384", Settable::Fixed),
+    ("bytea_output", "hex", Settable::Only(&["hex"])),
+    ("client_encoding", "UTF8", Settable::Only(&["utf8", "utf-8", "unicode"])),
+    ("client_min_messages", "notice", Settable::Any),
+    ("datestyle", "ISO, MDY", Settable::Only(&["iso, mdy", "iso", "iso,mdy", "mdy, iso"])),
+    ("default_transaction_isolation", "read committed", Settable::Any),
+    ("default_transaction_read_only", "off", Settable::Only(&["off", "false", "0"])),
+    ("extra_float_digits", "1", Settable::Any),
+    ("fsync", "on", Settable::Fixed),
+    ("idle_in_transaction_session_timeout", "0", Settable::Only(&["0"])),
+    ("in_hot_standby", "off", Settable::Fixed),
+    ("integer_datetimes", "on", Settable::Fixed),
+    ("intervalstyle", "postgres", Settable::Only(&["postgres"])),
+    ("is_superuser", "on", Settable::Fixed),
+    ("lc_messages", "C", Settable::Any),
+    ("lc_monetary", "C", Settable::Any),
+    ("lc_numeric", "C", Settable::Any),
+    ("lc_time", "C", Settable::Any),
+    ("lock_timeout", "0", Settable::Only(&["0"])),
+    ("max_identifier_length", "63", Settable::Fixed),
+    (
+        "search_path",
+        "\"$user\", public",
+        Settable::Only(&["\"$user\", public", "$user, public", "public", "\"$user\",public", "$user,public"]),
+    ),
+    ("server_encoding", "UTF8", Settable::Fixed),
+    ("server_version", "15.0", Settable::Fixed),
+    ("server_version_num", "150000", Settable::Fixed),
+    ("standard_conforming_strings", "on", Settable::Only(&["on", "true", "1"])),
+    ("statement_timeout", "0", Settable::Only(&["0"])),
+    (
+        "synchronous_commit",
+        "on",
+        Settable::Only(&["on", "local", "remote_write", "remote_apply", "true", "1"]),
+    ),
+    ("timezone", "UTC", Settable::Any),
+    ("transaction_isolation", "read committed", Settable::Any),
+    ("transaction_read_only", "off", Settable::Only(&["off", "false", "0"])),
+    ("work_mem", "4MB", Settable::Any),
+];
+
 fn default_setting(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "server_version" => "15.0",
-        "server_version_num" => "150000",
-        "server_encoding" | "client_encoding" => "UTF8",
-        "datestyle" => "ISO, MDY",
-        "timezone" => "UTC",
-        "intervalstyle" => "postgres",
-        "standard_conforming_strings" | "integer_datetimes" | "fsync" | "synchronous_commit" => "on",
-        "transaction_isolation" | "default_transaction_isolation" => "read committed",
-        "work_mem" => "4MB",
-        "transaction_read_only" | "default_transaction_read_only" => "off",
-        "search_path" => "\"$user\", public",
-        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => "0",
-        "extra_float_digits" => "1",
-        "application_name" => "",
-        "max_identifier_length" => "63",
-        "block_size" => "16384",
-        "is_superuser" => "on",
-        _ => return None,
-    })
+    SETTINGS.iter().find(|(n, _, _)| *n == name).map(|(_, v, _)| *v)
+}
+
+/// Whether SET may change setting `name` at all (what `pg_settings.context` reports).
+pub fn is_settable(name: &str) -> bool {
+    SETTINGS.iter().find(|(n, _, _)| *n == name).is_none_or(|(_, _, s)| *s != Settable::Fixed)
+}
+
+/// Checks `SET name = value` (`None`: back to the default): a setting nvmedb does not know is
+/// 42704 (names with a dot are custom settings, always accepted), one that describes the
+/// server 55P02, a value nvmedb cannot honour 0A000, a malformed `work_mem` 22023.
+fn check_set(name: &str, value: Option<&str>) -> SqlResult<()> {
+    let Some((_, _, settable)) = SETTINGS.iter().find(|(n, _, _)| *n == name) else {
+        if name.contains('.') {
+            return Ok(());
+        }
+        return Err(SqlError::new(
+            code::UNDEFINED_OBJECT,
+            format!("unrecognized configuration parameter \"{name}\""),
+        ));
+    };
+    let Some(v) = value else { return Ok(()) };
+    let v = v.trim().trim_matches('\'');
+    match settable {
+        Settable::Fixed => Err(SqlError::new(
+            code::CANT_CHANGE_RUNTIME_PARAM,
+            format!("parameter \"{name}\" cannot be changed"),
+        )),
+        Settable::Only(allowed) if !allowed.iter().any(|a| a.eq_ignore_ascii_case(v)) => {
+            let why = match name {
+                "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
+                    "nvmedb does not enforce this timeout yet; only 0 (off) is accepted"
+                }
+                "synchronous_commit" => "every commit in nvmedb is durable before it is acknowledged",
+                "default_transaction_read_only" | "transaction_read_only" => {
+                    "read-only transactions are not supported"
+                }
+                "search_path" => "nvmedb has one schema, public",
+                _ => "nvmedb supports only the values listed in pg_settings",
+            };
+            Err(SqlError::new(
+                code::FEATURE_NOT_SUPPORTED,
+                format!("invalid value for parameter \"{name}\": \"{v}\" ({why})"),
+            ))
+        }
+        _ if name == "work_mem" && parse_memory(v).is_none() => Err(SqlError::new(
+            code::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"work_mem\": \"{v}\""),
+        )),
+        _ => Ok(()),
+    }
 }
 
 impl Session {
@@ -388,7 +481,40 @@ impl Session {
             fresh: HashSet::new(),
             pending: None,
             currvals: Default::default(),
+            backend_pid: 0,
+            changes: 0,
+            savepoints: Vec::new(),
         }
+    }
+
+    /// The session with `pid` as its server process id (what `pg_backend_pid()` returns: the
+    /// id the protocol's BackendKeyData gave the client).
+    pub fn with_backend_pid(mut self, pid: i32) -> Self {
+        self.backend_pid = pid;
+        self
+    }
+
+    /// What the system catalogs show this session: its user, database and settings.
+    fn asker(&self) -> crate::pgcatalog::Asker {
+        let mut settings: Vec<(String, String, &'static str)> = SETTINGS
+            .iter()
+            .map(|(name, _, _)| {
+                let source = if self.settings.contains_key(*name) { "session" } else { "default" };
+                (name.to_string(), self.setting(name).unwrap_or_default(), source)
+            })
+            .collect();
+        for (k, v) in &self.settings {
+            if !SETTINGS.iter().any(|(n, _, _)| *n == k.as_str()) {
+                settings.push((k.clone(), v.clone(), "session"));
+            }
+        }
+        for (k, v) in &self.engine.server_settings {
+            if !settings.iter().any(|(n, _, _)| n == k) {
+                settings.push((k.clone(), v.clone(), "configuration file"));
+            }
+        }
+        settings.sort();
+        crate::pgcatalog::Asker { user: self.user.clone(), database: self.database.clone(), settings }
     }
 
     /// The engine.
@@ -478,6 +604,7 @@ impl Session {
             Parsed::Rollback => mk(Stmt::Rollback),
             Parsed::Checkpoint => mk(Stmt::Checkpoint),
             Parsed::Vacuum => mk(Stmt::NoOp("VACUUM")),
+            Parsed::Savepoint(op) => mk(Stmt::Savepoint(op)),
             Parsed::Copy(spec) => {
                 let info = self.engine.catalog.get(&spec.table)?;
                 if !info.composite.is_empty() {
@@ -549,7 +676,12 @@ impl Session {
             None => {
                 if matches!(self.state, TxnState::Failed) {
                     // Parse only what can end the block.
-                    if let Ok(Parsed::Commit | Parsed::Rollback) = parse::parse_one(text) {
+                    if let Ok(
+                        Parsed::Commit
+                        | Parsed::Rollback
+                        | Parsed::Savepoint(parse::SavepointOp::RollbackTo(_)),
+                    ) = parse::parse_one(text)
+                    {
                     } else {
                         return Err(failed_block());
                     }
@@ -639,11 +771,17 @@ impl Session {
         if self.copy.is_some() {
             return Err(SqlError::new(code::PROTOCOL_VIOLATION, "a COPY is in progress"));
         }
-        if matches!(self.state, TxnState::Failed) && !matches!(p.stmt, Stmt::Commit | Stmt::Rollback) {
+        if matches!(self.state, TxnState::Failed)
+            && !matches!(
+                p.stmt,
+                Stmt::Commit | Stmt::Rollback | Stmt::Savepoint(parse::SavepointOp::RollbackTo(_))
+            )
+        {
             return Err(failed_block());
         }
         if let Some(v) = self.engine.views_for(&p.sql)? {
-            return v.execute(&self.engine, p, params).inspect_err(|_| self.fail_block());
+            let asker = self.asker();
+            return v.execute(&self.engine, &asker, p, params).inspect_err(|_| self.fail_block());
         }
         let p = self.current(p).inspect_err(|_| self.fail_block())?;
         let r = self.run(&p, params);
@@ -668,6 +806,8 @@ impl Session {
                     self.dirty = false;
                     self.ran = false;
                     self.fresh.clear();
+                    self.changes = 0;
+                    self.savepoints.clear();
                 }
                 Ok(Outcome::Done("BEGIN".into()))
             }
@@ -726,6 +866,7 @@ impl Session {
                 }
             },
             Stmt::Set(name, value) => {
+                check_set(name, value.as_deref())?;
                 match value {
                     Some(v) => self.settings.insert(name.clone(), v.clone()),
                     None => self.settings.remove(name),
@@ -741,6 +882,7 @@ impl Session {
                 })?;
                 Ok(Outcome::Rows(p.columns.clone(), vec![vec![Datum::Text(v)]], "SHOW".into()))
             }
+            Stmt::Savepoint(op) => self.savepoint(op),
             Stmt::Checkpoint => {
                 self.engine.db.checkpoint()?;
                 Ok(Outcome::Done("CHECKPOINT".into()))
@@ -800,6 +942,68 @@ impl Session {
         }
     }
 
+    /// SAVEPOINT, RELEASE, ROLLBACK TO. nvmedb's transactions cannot undo part of their
+    /// changes, so ROLLBACK TO is done only when it is exact: no statement changed rows since
+    /// the savepoint (then there is nothing to undo), or, in a block an error failed, when the
+    /// block changed nothing at all and reads without locks (READ COMMITTED): its transaction
+    /// starts over, which is all the block was. Otherwise it is refused (0A000) and the block
+    /// is as before (a failed block still needs ROLLBACK).
+    fn savepoint(&mut self, op: &parse::SavepointOp) -> SqlResult<Outcome> {
+        use parse::SavepointOp as Op;
+        if matches!(self.state, TxnState::Idle) {
+            let what = match op {
+                Op::Set(_) => "SAVEPOINT",
+                Op::Release(_) => "RELEASE SAVEPOINT",
+                Op::RollbackTo(_) => "ROLLBACK TO SAVEPOINT",
+            };
+            return Err(SqlError::new(
+                code::NO_ACTIVE_SQL_TRANSACTION,
+                format!("{what} can only be used in transaction blocks"),
+            ));
+        }
+        let find = |name: &str, sp: &[(String, u64)]| {
+            sp.iter().rposition(|(n, _)| n == name).ok_or_else(|| {
+                SqlError::new(code::INVALID_SAVEPOINT, format!("savepoint \"{name}\" does not exist"))
+            })
+        };
+        match op {
+            Op::Set(name) => {
+                self.savepoints.push((name.clone(), self.changes));
+                Ok(Outcome::Done("SAVEPOINT".into()))
+            }
+            Op::Release(name) => {
+                let i = find(name, &self.savepoints)?;
+                self.savepoints.truncate(i);
+                Ok(Outcome::Done("RELEASE".into()))
+            }
+            Op::RollbackTo(name) => {
+                let i = find(name, &self.savepoints)?;
+                let at = self.savepoints[i].1;
+                match self.state {
+                    TxnState::Active(_) if self.changes == at => {}
+                    TxnState::Failed if self.changes == 0 && self.level == IsolationLevel::ReadCommitted => {
+                        self.engine.gate.enter_shared();
+                        self.holds_gate = true;
+                        self.state =
+                            TxnState::Active(Box::new(self.engine.db.begin_with(engine_isolation(self.level))));
+                    }
+                    _ => {
+                        return Err(SqlError::new(
+                            code::FEATURE_NOT_SUPPORTED,
+                            format!(
+                                "ROLLBACK TO SAVEPOINT \"{name}\" after rows were changed since it (or, in a failed \
+                                 block, at all) is not supported: nvmedb cannot undo part of a transaction; \
+                                 ROLLBACK the whole block"
+                            ),
+                        ))
+                    }
+                }
+                self.savepoints.truncate(i + 1);
+                Ok(Outcome::Done("ROLLBACK".into()))
+            }
+        }
+    }
+
     fn dml(&mut self, p: &Prepared, params: &[Datum]) -> SqlResult<Outcome> {
         let engine = self.engine.clone();
         let level = self.current_level();
@@ -822,6 +1026,7 @@ impl Session {
             _ => false,
         };
         let dirty = &mut self.dirty;
+        let changes = &mut self.changes;
         self.ran = true;
         let seqs = SessionSequences { all: &engine.catalog.sequences, current: &self.currvals };
         let result = (|| -> SqlResult<Outcome> {
@@ -829,6 +1034,7 @@ impl Session {
             let tx: Option<&mut Transaction> = match &mut self.state {
                 TxnState::Active(tx) => {
                     *dirty |= !read_only;
+                    *changes += u64::from(!read_only);
                     Some(tx)
                 }
                 _ if read_only => None,
@@ -840,6 +1046,7 @@ impl Session {
                 now: now_micros(),
                 user,
                 database,
+                backend_pid: self.backend_pid,
                 subs: Vec::new(),
                 outer: Vec::new(),
                 seqs: Some(&seqs),

@@ -1,5 +1,6 @@
 //! The SQL server's own counters and the statistics views (`nvmedb_stat_database`,
-//! `nvmedb_stat_replication`, in the spirit of PostgreSQL's `pg_stat_*`).
+//! `nvmedb_stat_replication`, in the spirit of PostgreSQL's `pg_stat_*`), whose database also
+//! holds the system catalogs clients read ([`pgcatalog`]).
 //!
 //! Owns: [`SqlStats`] (statements, errors by SQLSTATE, connections), [`StatViews`] and the
 //! server's metrics page ([`metrics_page`]). The views are tables of a small in-memory
@@ -11,8 +12,10 @@
 //! Invariants: a view's rows are a snapshot taken when its statement started; the counters
 //! only grow while the server runs.
 
-use crate::error::{code, SqlError, SqlResult};
-use crate::plan::Prepared;
+use crate::error::{SqlError, SqlResult};
+use crate::parse::{self, Parsed};
+use crate::pgcatalog;
+use crate::plan::{Binder, Prepared};
 use crate::session::{Engine, Outcome, Session};
 use crate::types::Datum;
 use nvmedb::metrics::{Exposition, Replication};
@@ -182,29 +185,61 @@ impl StatViews {
             db.create_table(name, schema).map_err(engine_err)?;
         }
         let engine = Engine::for_views(db)?;
-        let session = Mutex::new(Session::new(engine.clone(), "nvmedb", "nvmedb"));
-        Ok(Self { engine, session })
+        let mut session = Session::new(engine.clone(), "nvmedb", "nvmedb");
+        pgcatalog::create_views(&mut session)?;
+        Ok(Self { engine, session: Mutex::new(session) })
     }
 
-    /// Plans `text` (which names a view) against the views.
+    /// Plans `text` (which names a view) against the views; a statement naming a system
+    /// catalog is rewritten first ([`pgcatalog::rewrite`]).
     pub fn prepare(
         &self,
         text: &str,
         param_types: &[Option<crate::types::SqlType>],
     ) -> SqlResult<Arc<Prepared>> {
-        self.session.locked().prepare(text, param_types)
+        let s = self.session.locked();
+        if !pgcatalog::names_catalog(text) {
+            return s.prepare(text, param_types);
+        }
+        let Parsed::Sql(mut st) = parse::parse_one(text)? else { return s.prepare(text, param_types) };
+        pgcatalog::rewrite(&mut st);
+        let catalog = &self.engine.catalog;
+        match Binder::new(catalog, param_types).plan(text, &st) {
+            Ok(p) => Ok(Arc::new(p)),
+            Err(e) => {
+                let sqlparser::ast::Statement::Query(q) = st.as_ref() else { return Err(e) };
+                let Some(empty) = pgcatalog::empty_answer(q) else { return Err(e) };
+                let Parsed::Sql(alt) = parse::parse_one(&empty)? else { return Err(e) };
+                let mut p = Binder::new(catalog, &[]).plan(text, &alt)?;
+                // The client binds the original's parameters.
+                let n = param_types.len().max(pgcatalog::placeholders(&st));
+                p.params = (0..n)
+                    .map(|i| param_types.get(i).copied().flatten().unwrap_or(crate::types::SqlType::Text))
+                    .collect();
+                Ok(Arc::new(p))
+            }
+        }
     }
 
-    /// Refills the views from `of` and runs `p` on them; any statement but a query is refused.
-    pub fn execute(&self, of: &Engine, p: &Arc<Prepared>, params: &[Datum]) -> SqlResult<Outcome> {
+    /// Refills the views from `of` (as `asker` sees them) and runs `p` on them; any statement
+    /// but a query is refused.
+    pub fn execute(
+        &self,
+        of: &Engine,
+        asker: &pgcatalog::Asker,
+        p: &Arc<Prepared>,
+        params: &[Datum],
+    ) -> SqlResult<Outcome> {
         if !matches!(p.stmt, crate::plan::Stmt::Query(_)) {
-            return Err(SqlError::new(
-                code::WRONG_OBJECT_TYPE,
-                "the nvmedb_stat_* views are read-only: only SELECT reads them".to_string(),
-            ));
+            return Err(pgcatalog::read_only());
         }
         let mut s = self.session.locked();
-        self.refill(of).map_err(engine_err)?;
+        if names_a_view(&p.sql) {
+            self.refill(of).map_err(engine_err)?;
+        }
+        if pgcatalog::names_catalog(&p.sql) {
+            pgcatalog::refill(&self.engine, of, asker)?;
+        }
         s.execute(p, params)
     }
 

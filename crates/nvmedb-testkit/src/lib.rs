@@ -124,6 +124,32 @@ pub fn needs(program: Program) -> bool {
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok();
+    present_or_skip(program, runs)
+}
+
+/// The Python database drivers the client tests run (psycopg2, psycopg 3, SQLAlchemy 2;
+/// `scripts/setup.sh` installs them with pip).
+pub const PYTHON_DRIVERS: Program = Program {
+    command: "python3",
+    package:
+        "python3-pip, then: pip3 install --break-system-packages psycopg2-binary 'psycopg[binary]' sqlalchemy",
+    require_env: "NVMEDB_REQUIRE_PYDRIVERS",
+};
+
+/// Whether `python3` imports every module of `modules`: true to go on; otherwise as [`needs`]
+/// (skip with a message naming [`PYTHON_DRIVERS`]' install, or fail under CI).
+pub fn needs_python(modules: &[&str]) -> bool {
+    let runs = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!("import {}", modules.join(", ")))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    present_or_skip(PYTHON_DRIVERS, runs)
+}
+
+fn present_or_skip(program: Program, runs: bool) -> bool {
     if runs {
         return true;
     }

@@ -371,6 +371,7 @@ pub(crate) mod testing {
             now: 0,
             user: "t",
             database: "t",
+            backend_pid: 0,
             subs: Vec::new(),
             outer: Vec::new(),
             seqs: None,

@@ -69,6 +69,14 @@ pub enum Func {
     Currval,
     /// `setval(sequence, value [, is_called])`
     Setval,
+    /// `format_type(type oid, typmod)`: a type's SQL name (not strict in its modifier).
+    FormatType,
+    /// `pg_backend_pid()`: the id of the server process (connection) serving the session.
+    BackendPid,
+    /// `x ~ pattern` (POSIX regular expression match); the third argument is true for `~*`.
+    RegexMatch,
+    /// `json_build_object(key, value, …)`: a JSON object as text (not strict: NULL is `null`).
+    JsonBuildObject,
 }
 
 fn undefined(name: &str, args: &[SqlType]) -> SqlError {
@@ -104,6 +112,77 @@ pub fn common_type(a: SqlType, b: SqlType) -> Option<SqlType> {
 }
 
 impl Func {
+    /// The names [`Func::resolve`] knows (what `pg_proc` lists).
+    pub const NAMES: &[&str] = &[
+        "now",
+        "current_timestamp",
+        "localtimestamp",
+        "statement_timestamp",
+        "transaction_timestamp",
+        "clock_timestamp",
+        "current_date",
+        "version",
+        "current_setting",
+        "current_database",
+        "current_catalog",
+        "current_user",
+        "session_user",
+        "user",
+        "current_role",
+        "current_schema",
+        "random",
+        "coalesce",
+        "greatest",
+        "least",
+        "nullif",
+        "abs",
+        "sign",
+        "floor",
+        "ceil",
+        "ceiling",
+        "round",
+        "trunc",
+        "mod",
+        "power",
+        "pow",
+        "sqrt",
+        "ln",
+        "log",
+        "log10",
+        "exp",
+        "lower",
+        "upper",
+        "initcap",
+        "reverse",
+        "length",
+        "char_length",
+        "character_length",
+        "octet_length",
+        "substring",
+        "substr",
+        "position",
+        "strpos",
+        "replace",
+        "btrim",
+        "trim",
+        "ltrim",
+        "rtrim",
+        "concat",
+        "left",
+        "right",
+        "lpad",
+        "rpad",
+        "repeat",
+        "split_part",
+        "date_part",
+        "extract",
+        "date_trunc",
+        "format_type",
+        "pg_backend_pid",
+        "regexp_like",
+        "json_build_object",
+    ];
+
     /// The function called `name` with arguments of types `args`: the function, its result
     /// type, and the type each argument is given (untyped literals and parameters take it).
     pub fn resolve(name: &str, args: &[SqlType]) -> SqlResult<(Func, SqlType, Vec<SqlType>)> {
@@ -310,6 +389,23 @@ impl Func {
                 let t = if t == T::Date { T::Timestamp } else { t };
                 (Func::DateTrunc, t, vec![text, t])
             }
+            "format_type" => {
+                want(2)?;
+                (Func::FormatType, text, vec![T::Int8, T::Int8])
+            }
+            "pg_backend_pid" => {
+                want(0)?;
+                (Func::BackendPid, T::Int4, vec![])
+            }
+            "regexp_like" if n == 2 || n == 3 => (Func::RegexMatch, T::Bool, vec![text; n]),
+            "json_build_object" if n.is_multiple_of(2) => (
+                Func::JsonBuildObject,
+                text,
+                args.iter()
+                    .enumerate()
+                    .map(|(i, t)| if i % 2 == 0 || *t == T::Unknown { text } else { *t })
+                    .collect(),
+            ),
             _ => return Err(undefined(name, args)),
         })
     }
@@ -377,6 +473,44 @@ impl Func {
                     }
                 }
                 return best.map_or(Ok(Datum::Null), |b| b.coerce(ty, "greatest"));
+            }
+            Func::JsonBuildObject => {
+                let mut out = String::from("{");
+                for (i, pair) in args.chunks(2).enumerate() {
+                    let (k, v) = (pair[0].eval(row, ctx)?, pair[1].eval(row, ctx)?);
+                    if k.is_null() {
+                        return Err(SqlError::new(
+                            code::INVALID_PARAMETER_VALUE,
+                            "null value not allowed for object key",
+                        ));
+                    }
+                    let value = match &v {
+                        Datum::Null => "null".to_string(),
+                        Datum::Bool(b) => b.to_string(),
+                        Datum::Int(x) => x.to_string(),
+                        Datum::Float(x) => x.to_string(),
+                        Datum::Numeric(_, scale) => {
+                            v.to_text(SqlType::Numeric { precision: 38, scale: *scale })
+                        }
+                        Datum::Text(t) => json_string(t),
+                        Datum::Timestamp(_) => json_string(&v.to_text(SqlType::Timestamp)),
+                        Datum::Date(_) => json_string(&v.to_text(SqlType::Date)),
+                        other => json_string(&other.to_text(SqlType::Text)),
+                    };
+                    out.push_str(if i == 0 { "" } else { ", " });
+                    out.push_str(&format!("{} : {value}", json_string(&k.to_text(SqlType::Text))));
+                }
+                out.push('}');
+                return Ok(Datum::Text(out));
+            }
+            Func::FormatType => {
+                let oid = args[0].eval(row, ctx)?;
+                let typmod = args[1].eval(row, ctx)?;
+                let Datum::Int(oid) = oid else { return Ok(Datum::Null) };
+                let typmod = if let Datum::Int(m) = typmod { Some(m) } else { None };
+                return Ok(Datum::Text(
+                    crate::pgcatalog::format_type(oid, typmod).unwrap_or_else(|| "???".into()),
+                ));
             }
             Func::Concat => {
                 let mut s = String::new();
@@ -448,6 +582,11 @@ impl Func {
             Func::CurrentDatabase => Datum::Text(ctx.database.to_string()),
             Func::CurrentUser => Datum::Text(ctx.user.to_string()),
             Func::CurrentSchema => Datum::Text("public".into()),
+            Func::BackendPid => Datum::Int(i64::from(ctx.backend_pid)),
+            Func::RegexMatch => {
+                let flags = if vals.len() > 2 { text(2) } else { "" };
+                Datum::Bool(regex_match(text(0), text(1), flags.contains('i') || flags == "true")?)
+            }
             Func::Random => {
                 // A per-thread xorshift seeded from the clock: good enough for SQL's random().
                 thread_local!(static STATE: std::cell::Cell<u64> = std::cell::Cell::new(now_micros() as u64 | 1));
@@ -672,7 +811,7 @@ impl Func {
                 let field = text(0).to_ascii_lowercase();
                 Datum::Timestamp(date_trunc(&field, ts(1))?)
             }
-            Func::Coalesce | Func::Nullif | Func::Greatest | Func::Least | Func::Concat => {
+            Func::Coalesce | Func::Nullif | Func::Greatest | Func::Least | Func::Concat | Func::FormatType | Func::JsonBuildObject => {
                 unreachable!("handled above")
             }
         })
@@ -682,6 +821,45 @@ impl Func {
             d => d,
         })
     }
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Whether `s` matches the POSIX regular expression `pattern` (compiled regular expressions
+/// are kept per thread for the pattern last used, so a scan compiles its pattern once).
+fn regex_match(s: &str, pattern: &str, case_insensitive: bool) -> SqlResult<bool> {
+    type Cached = Option<(String, bool, regex::Regex)>;
+    thread_local!(static LAST: std::cell::RefCell<Cached> = const { std::cell::RefCell::new(None) });
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        let fresh = !matches!(&*last, Some((p, ci, _)) if p == pattern && *ci == case_insensitive);
+        if fresh {
+            let re = regex::RegexBuilder::new(pattern).case_insensitive(case_insensitive).build().map_err(
+                |e| {
+                    SqlError::new(
+                        code::INVALID_REGULAR_EXPRESSION,
+                        format!("invalid regular expression \"{pattern}\": {e}"),
+                    )
+                },
+            )?;
+            *last = Some((pattern.to_string(), case_insensitive, re));
+        }
+        Ok(last.as_ref().is_some_and(|(_, _, re)| re.is_match(s)))
+    })
 }
 
 #[cfg(test)]
@@ -695,6 +873,7 @@ mod tests {
             now: 0,
             user: "u",
             database: "d",
+            backend_pid: 0,
             subs: vec![],
             outer: vec![],
             seqs: None,

@@ -122,6 +122,9 @@ pub struct EvalCtx<'a> {
     pub user: &'a str,
     /// The database name the client connected to.
     pub database: &'a str,
+    /// The id of the server process serving the session (`pg_backend_pid()`; the pid the
+    /// protocol's BackendKeyData gave the client).
+    pub backend_pid: i32,
     /// Values of the statement's uncorrelated scalar subqueries.
     pub subs: Vec<Datum>,
     /// Correlation values of the subquery being run per row ([`Expr::Outer`]).

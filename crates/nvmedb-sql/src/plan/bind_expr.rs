@@ -430,6 +430,29 @@ impl Binder<'_> {
                     other => Err(SqlError::unsupported(format!("operator {other}"))),
                 }
             }
+            AstExpr::BinaryOp {
+                left,
+                op:
+                    op @ (ast::BinaryOperator::PGRegexMatch
+                    | ast::BinaryOperator::PGRegexIMatch
+                    | ast::BinaryOperator::PGRegexNotMatch
+                    | ast::BinaryOperator::PGRegexNotIMatch),
+                right,
+            } => {
+                use ast::BinaryOperator as B;
+                let (a, at) = self.bind(left, cx)?;
+                let (a, _) = self.assign_type(a, at, SqlType::Text)?;
+                let (p, pt) = self.bind(right, cx)?;
+                let (p, _) = self.assign_type(p, pt, SqlType::Text)?;
+                let flags = if matches!(op, B::PGRegexIMatch | B::PGRegexNotIMatch) { "i" } else { "" };
+                let m = Expr::Func(
+                    crate::expr::func::Func::RegexMatch,
+                    vec![a, p, Expr::Const(Datum::Text(flags.into()))],
+                    SqlType::Bool,
+                );
+                let negated = matches!(op, B::PGRegexNotMatch | B::PGRegexNotIMatch);
+                Ok((if negated { Expr::Not(Box::new(m)) } else { m }, SqlType::Bool))
+            }
             AstExpr::BinaryOp { left, op, right } => {
                 let a = self.bind(left, cx)?;
                 let b = self.bind(right, cx)?;
@@ -474,25 +497,7 @@ impl Binder<'_> {
                 Ok((if *negated { Expr::Not(Box::new(both)) } else { both }, SqlType::Bool))
             }
             AstExpr::In { expr, target: ast::InTarget::List(list), negated, .. } => {
-                let (x, xt) = self.bind(expr, cx)?;
-                let mut bound = Vec::new();
-                let mut ty = xt;
-                for item in list {
-                    let (i, it) = self.bind(item, cx)?;
-                    ty = common_type(ty, it).ok_or_else(|| {
-                        SqlError::new(
-                            code::DATATYPE_MISMATCH,
-                            format!("IN types {} and {} cannot be matched", ty.name(), it.name()),
-                        )
-                    })?;
-                    bound.push((i, it));
-                }
-                let x = self.convert(x, xt, ty)?;
-                let mut items = Vec::new();
-                for (i, it) in bound {
-                    items.push(self.convert(i, it, ty)?);
-                }
-                Ok((Expr::InList(Box::new(x), items, *negated), SqlType::Bool))
+                self.in_list(expr, list, *negated, cx)
             }
             AstExpr::In { expr, target: ast::InTarget::Subquery(q), negated, .. } => {
                 let r = self.in_subquery(expr, q, cx)?;
@@ -500,7 +505,9 @@ impl Binder<'_> {
             }
             AstExpr::AnyOp { left, compare_op: ast::BinaryOperator::Eq, right, .. } => match right.as_ref() {
                 AstExpr::Subquery(q) => Ok((self.in_subquery(left, q, cx)?, SqlType::Bool)),
-                _ => Err(SqlError::unsupported("= ANY over something other than a subquery")),
+                // `x = ANY (ARRAY[a, b])` is `x IN (a, b)`.
+                AstExpr::Array(a) => self.in_list(left, &a.elem, false, cx),
+                _ => Err(SqlError::unsupported("= ANY over something other than a subquery or an ARRAY[…]")),
             },
             AstExpr::AllOp { left, compare_op: ast::BinaryOperator::NotEq, right } => match right.as_ref() {
                 AstExpr::Subquery(q) => {
@@ -780,6 +787,35 @@ impl Binder<'_> {
             exprs.push(e);
         }
         Ok((Expr::Func(func, exprs, ty), ty))
+    }
+
+    /// `x [NOT] IN (a, b, …)`.
+    fn in_list(
+        &mut self,
+        expr: &AstExpr,
+        list: &[AstExpr],
+        negated: bool,
+        cx: &mut BindCx,
+    ) -> SqlResult<(Expr, SqlType)> {
+        let (x, xt) = self.bind(expr, cx)?;
+        let mut bound = Vec::new();
+        let mut ty = xt;
+        for item in list {
+            let (i, it) = self.bind(item, cx)?;
+            ty = common_type(ty, it).ok_or_else(|| {
+                SqlError::new(
+                    code::DATATYPE_MISMATCH,
+                    format!("IN types {} and {} cannot be matched", ty.name(), it.name()),
+                )
+            })?;
+            bound.push((i, it));
+        }
+        let x = self.convert(x, xt, ty)?;
+        let mut items = Vec::new();
+        for (i, it) in bound {
+            items.push(self.convert(i, it, ty)?);
+        }
+        Ok((Expr::InList(Box::new(x), items, negated), SqlType::Bool))
     }
 
     fn function(&mut self, f: &ast::Function, cx: &mut BindCx) -> SqlResult<(Expr, SqlType)> {

@@ -234,6 +234,8 @@ pub enum Stmt {
     Analyze(Vec<String>),
     /// CHECKPOINT.
     Checkpoint,
+    /// SAVEPOINT, RELEASE or ROLLBACK TO a savepoint.
+    Savepoint(crate::parse::SavepointOp),
     /// A statement accepted and done without effect, with its command tag (VACUUM,
     /// DISCARD ...).
     NoOp(&'static str),
