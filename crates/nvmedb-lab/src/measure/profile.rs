@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 /// enough that unwinding them stays a small share of the machine.
 pub const SAMPLE_HZ: u32 = 499;
 
+/// How many times a perf that exits before the first window is started ([`Profiler::enable`]).
+pub const ATTACH_ATTEMPTS: u32 = 3;
+
 /// How long perf may take to start or to acknowledge a command before the profile fails.
 const PERF_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -210,10 +213,49 @@ impl Profiler {
     }
 
     /// Starts sampling; returns once perf has acknowledged.
+    ///
+    /// perf attaches to each thread this process has when it starts, and a thread that exits
+    /// meanwhile can make it give up ("Ignored open failure for pid …", then exit 255). A perf
+    /// that exited before the first window is attached again (nothing was sampled yet, so
+    /// nothing is lost), up to [`ATTACH_ATTEMPTS`] times in all.
     pub fn enable(&mut self) -> Result<()> {
-        self.command("enable")?;
+        let mut attempts = 1;
+        loop {
+            match self.command("enable") {
+                Ok(()) => break,
+                Err(_) if attempts < ATTACH_ATTEMPTS && self.never_enabled() && self.perf_exited() => {
+                    attempts += 1;
+                    let data = self.data.clone();
+                    self.release();
+                    *self = Self::attach(&data)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         self.enabled_at = Some(Instant::now());
         Ok(())
+    }
+
+    fn never_enabled(&self) -> bool {
+        self.enabled_at.is_none() && self.enabled_for.is_zero()
+    }
+
+    fn perf_exited(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some())
+    }
+
+    /// Stops perf and removes the FIFOs (their paths are forgotten, so a profiler attached
+    /// again at the same paths keeps its own).
+    fn release(&mut self) {
+        self.ctl = None;
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for f in &mut self.fifos {
+            let _ = std::fs::remove_file(&*f);
+            *f = PathBuf::new();
+        }
     }
 
     /// Stops sampling; returns once perf has acknowledged.
@@ -250,13 +292,7 @@ impl Profiler {
 
 impl Drop for Profiler {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for f in &self.fifos {
-            let _ = std::fs::remove_file(f);
-        }
+        self.release();
     }
 }
 
