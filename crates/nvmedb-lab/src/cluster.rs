@@ -359,10 +359,33 @@ impl Cluster {
                 }
             }
             if Instant::now() > deadline {
-                return Err(failed(
-                    ctx,
-                    format!("the cluster did not settle: {:?}\n{}", self.status(), self.tails()),
-                ));
+                // The short diagnosis first, on its own (a CI log may keep only the start of a
+                // long panic message), then the nodes' output.
+                let status = match ClusterStatus::read(&self.store, &format!("/nvmedb/{}", self.spec.name)) {
+                    Ok(st) => st.to_string(),
+                    Err(e) => format!("the store could not be read: {e}"),
+                };
+                let acks: Vec<String> = (0..self.spec.nodes)
+                    .map(|i| {
+                        format!(
+                            "n{i}: {} acks since",
+                            self.log
+                                .locked()
+                                .iter()
+                                .filter(|e| e.node == i
+                                    && e.at >= since
+                                    && matches!(e.ev, NodeEvent::Ack { .. }))
+                                .count()
+                        )
+                    })
+                    .collect();
+                let short = format!(
+                    "the cluster did not settle within {:?} ({}):\n{status}",
+                    deadline.saturating_duration_since(since),
+                    acks.join(", ")
+                );
+                eprintln!("{ctx}: {short}");
+                return Err(failed(ctx, format!("{short}\n{}", self.tails())));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
