@@ -2,7 +2,9 @@
 //! from a primary that keeps committing (fuzzy copy plus the log from its start) and, once
 //! promoted, holds every acknowledged commit; a failed primary restarts as a standby of its
 //! successor and drops what it wrote after the fork point (eager: its pages hold nothing past
-//! it, the log is cut); a lazy primary whose pages went past the fork takes a base backup.
+//! it, the log is cut); a lazy primary whose pages went past the fork takes a base backup; a
+//! candidate promotes past an old primary that rejoined without following and holds a long
+//! tail of records no one acknowledged.
 
 mod repl_common;
 
@@ -211,4 +213,94 @@ fn a_lazy_primary_whose_pages_passed_the_fork_takes_a_base_backup() {
     assert!(ack_ids(&db4).is_empty(), "the old primary's lazy inserts were never on its successor");
     db4.table("t").unwrap().check_integrity().unwrap();
     db4.close().unwrap();
+}
+
+/// Quorum 1 of 2: P leads epoch 1 with s0 and s1; both go away and P writes a long
+/// transaction that no one acknowledges (its records stay in P's log only); P stops, s0 and s1
+/// return and s0 promotes (epoch 2, its set s1 and P's address); s1 follows it and s0
+/// acknowledges more commits; s0 stops, and P comes back as a standby without ever following
+/// s0. P's log now ends far past s1's, but forks from it where epoch 2 began: s1 must still
+/// promote (fencing P, taking none of P's tail) and hold every acknowledged commit. (Found on
+/// real network partitions: the candidate took the old primary's longer log for one it had to
+/// copy, was refused because the logs diverge, and no node could ever lead again.)
+#[test]
+fn a_candidate_promotes_past_an_old_primary_whose_longer_log_forked() {
+    let (p, dirs) = setup_n("forked-tail", 2);
+    let (s0_addr, s1_addr, p_addr) = (dead_addr(), dead_addr(), dead_addr());
+    let s0 = standby_at(&dirs[0], &s0_addr, true);
+    let s1 = standby_at(&dirs[1], &s1_addr, true);
+    let cfg = ReplConfig {
+        reconnect_delay: Duration::from_millis(20),
+        ..config(vec![s0_addr.clone(), s1_addr.clone()], ReplicationMode::Quorum(1), fail_after(300))
+    };
+    let (db, log) = open_primary(&p, options(), cfg, None).unwrap();
+    let t = db.table("t").unwrap();
+    for k in 0..50 {
+        t.update_int(&Value::Int(k), 1, 1000 + k).unwrap();
+    }
+    assert!(wait_for(|| s0.position() >= log.status().durable && s1.position() >= log.status().durable));
+    drop(s0);
+    drop(s1);
+    // The standbys are gone: P's long transaction reaches only its own log.
+    let acks = db.table("acks").unwrap();
+    let mut tx = db.begin();
+    let mut failed = false;
+    for i in 0..1000 {
+        // A page split's own commit may wait for the standbys and fail first: its records,
+        // and the transaction's, are in P's log all the same.
+        if tx.insert(&acks, &[Value::Int(-1 - i), Value::Int(i % ROWS)]).is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed || tx.commit().is_err(), "no standby confirmed it: not acknowledged");
+    drop((t, acks));
+    drop(db);
+    drop(log);
+    let s0 = standby_at(&dirs[0], &s0_addr, true);
+    let s1 = standby_at(&dirs[1], &s1_addr, true);
+    let cfg2 = ReplConfig {
+        reconnect_delay: Duration::from_millis(20),
+        ..config(vec![s1_addr.clone(), p_addr.clone()], ReplicationMode::Quorum(1), fail_after(5_000))
+    };
+    let (db2, log2, rep) = s0.promote_to_primary(&PromoteOptions::default(), cfg2).unwrap();
+    assert_eq!(rep.epoch, 2);
+    // s1 follows s0 (epoch 2), which acknowledges more commits.
+    let t2 = db2.table("t").unwrap();
+    for k in 50..100 {
+        t2.update_int(&Value::Int(k), 1, 2000 + k).unwrap();
+    }
+    assert!(wait_for(|| s1.position() >= log2.status().durable), "{}", s1.status());
+    drop(t2);
+    drop(db2);
+    drop(log2);
+    drop(s0);
+    // P returns as a standby, never followed by anyone.
+    let psb = standby_at(&p, &p_addr, true);
+    assert!(
+        psb.position() > s1.position(),
+        "the test needs P's log to end past s1's: P {} s1 {}",
+        psb.position(),
+        s1.position()
+    );
+    let (db3, rep3) = s1
+        .promote_with(&PromoteOptions { peer_timeout: Duration::from_secs(5), ..Default::default() })
+        .unwrap();
+    assert_eq!(rep3.epoch, 3);
+    assert!(rep3.fenced.iter().any(|(a, _)| *a == p_addr), "P must be fenced: {:?}", rep3.fenced);
+    assert!(rep3.taken.is_empty(), "nothing of P's forked tail may be taken: {:?}", rep3.taken);
+    assert!(rep3.notes.iter().any(|n| n.contains("forks")), "{:?}", rep3.notes);
+    for k in 0..ROWS {
+        let want = match k {
+            0..50 => 1000 + k,
+            50..100 => 2000 + k,
+            _ => 0,
+        };
+        assert_eq!(c1(&db3, k), want, "row {k}");
+    }
+    assert!(ack_ids(&db3).is_empty(), "P's unacknowledged transaction must not appear");
+    db3.table("t").unwrap().check_integrity().unwrap();
+    db3.table("acks").unwrap().check_integrity().unwrap();
+    db3.close().unwrap();
+    drop(psb);
 }

@@ -29,7 +29,7 @@ use super::mode::mode_name;
 use super::net::{Conn, Transport};
 use super::primary::{ReplConfig, ReplicatedLog, ReplicatedLogOpener, StandbyPolicy};
 use super::replica_log::{encode_record, ReplicaLogOpener};
-use super::state::{write_history, ClusterView};
+use super::state::{write_history, ClusterView, History};
 use super::wire::{self, FrameType, RefuseCode, Role};
 use crate::error::ReplError;
 use crate::error::{Error, Result};
@@ -203,7 +203,7 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
             (i, t)
         })
         .collect();
-    let results: Vec<(usize, std::result::Result<Lsn, ReplError>)> = tasks
+    let results: Vec<(usize, std::result::Result<Fenced, ReplError>)> = tasks
         .into_iter()
         .map(|(i, t)| {
             let failed =
@@ -218,10 +218,30 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
     let mut positions = Vec::new();
     for (i, r) in results {
         match r {
-            Ok(pos) => {
+            Ok((pos, history)) => {
                 fenced[i] = true;
                 out.fenced.push((view.members[i].clone(), pos));
-                positions.push((pos, i));
+                // What of the peer's log continues this one's history: past the point where the
+                // two histories fork, its records were written by a primary of an older epoch
+                // after it was superseded (never acknowledged: the primaries since took every
+                // acknowledged commit when they promoted), so they are neither needed nor
+                // wanted, and a peer that holds only such records past this log's end has
+                // nothing to give.
+                let usable = match &history {
+                    Some(h) => {
+                        let fork = sh.history.locked().fork_point(h);
+                        if fork < pos {
+                            out.notes.push(format!(
+                                "{}: its log forks from this one's at LSN {fork} (its history {}); its records from there to {pos} were never acknowledged",
+                                view.members[i],
+                                h.0.iter().map(|(e, l)| format!("{e}@{l}")).collect::<Vec<_>>().join(",")
+                            ));
+                        }
+                        pos.min(fork)
+                    }
+                    None => pos,
+                };
+                positions.push((usable, i));
             }
             Err(e) => out.unreachable.push(format!("{}: {e}", view.members[i])),
         }
@@ -256,7 +276,7 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
             continue;
         }
         let addr = &view.members[i];
-        match fetch_from(sh, addr, epoch, opts.peer_timeout) {
+        match fetch_from(sh, addr, epoch, opts.peer_timeout, pos) {
             Ok(end) => out.taken.push((addr.clone(), ours, end)),
             Err(e) => out.unreachable.push(format!("{addr}: taking its records: {e}")),
         }
@@ -310,19 +330,31 @@ pub(super) fn admin_connect(
     Ok(s)
 }
 
-/// Fences the standby at `addr` at `epoch`; returns its position.
+/// A fenced peer's persisted position and its log's epoch history (unknown from older peers).
+type Fenced = (Lsn, Option<History>);
+
+/// Fences the standby at `addr` at `epoch`; returns its position and its log's epoch history.
 fn fence_one(
     net: &dyn Transport,
     addr: &str,
     secret: &[u8],
     epoch: u64,
     timeout: Duration,
-) -> std::result::Result<Lsn, ReplError> {
+) -> std::result::Result<Fenced, ReplError> {
     let mut s = admin_connect(net, addr, secret, timeout)?;
     wire::write_frame(&mut s, addr, epoch, FrameType::Fence, &[])?;
     let f = wire::expect_frame(&mut s, addr)?;
     match f.kind {
-        FrameType::FenceAck if f.payload.len() == 8 => Ok(u64_at(&f.payload, 0)),
+        // Position, then the peer's epoch history (a peer of an older version sends only the
+        // position).
+        FrameType::FenceAck if f.payload.len() == 8 => Ok((u64_at(&f.payload, 0), None)),
+        FrameType::FenceAck if f.payload.len() > 8 => match History::decode(&f.payload[8..]) {
+            Some(h) => Ok((u64_at(&f.payload, 0), Some(h))),
+            None => Err(ReplError::Protocol {
+                peer: addr.into(),
+                detail: "a fence acknowledgement with a malformed epoch history".into(),
+            }),
+        },
         FrameType::Refused => Err(wire::refused_error(addr, &f, epoch)),
         k => Err(ReplError::Protocol {
             peer: addr.into(),
@@ -332,13 +364,21 @@ fn fence_one(
 }
 
 /// Takes the records the (fenced) standby at `addr` holds beyond this log; returns the new end.
-fn fetch_from(sh: &Shared, addr: &str, epoch: u64, timeout: Duration) -> std::result::Result<Lsn, ReplError> {
+/// Takes the records of the standby at `addr` from this log's end up to LSN `until`.
+fn fetch_from(
+    sh: &Shared,
+    addr: &str,
+    epoch: u64,
+    timeout: Duration,
+    until: Lsn,
+) -> std::result::Result<Lsn, ReplError> {
     let mut s = admin_connect(sh.env.net.as_ref(), addr, &sh.cfg.secret, timeout)?;
     let from = sh.log.end_lsn();
     let (last_lsn, last_crc) = sh.log.last_record().unwrap_or((u64::MAX, 0));
     let mut p = from.to_le_bytes().to_vec();
     p.extend_from_slice(&last_lsn.to_le_bytes());
     p.extend_from_slice(&last_crc.to_le_bytes());
+    p.extend_from_slice(&until.to_le_bytes());
     wire::write_frame(&mut s, addr, epoch, FrameType::Fetch, &p)?;
     let mut r = BufReader::with_capacity(1 << 20, s);
     let mut catalogs = Vec::new();
@@ -398,7 +438,9 @@ pub(super) fn serve_fence(
         .log
         .sync()
         .map_err(|e| ReplError::Protocol { peer: peer.into(), detail: format!("standby log: {e}") })?;
-    wire::write_frame(w, peer, f.epoch, FrameType::FenceAck, &pos.to_le_bytes())
+    let mut p = pos.to_le_bytes().to_vec();
+    p.extend_from_slice(&sh.history.locked().encode());
+    wire::write_frame(w, peer, f.epoch, FrameType::FenceAck, &p)
 }
 
 /// A promoting peer takes this standby's records from an LSN on (after checking the logs agree).
@@ -414,12 +456,14 @@ pub(super) fn serve_fetch(
         refuse(w, peer, ours, RefuseCode::Fenced, &format!("epoch {} is older than {ours}", f.epoch));
         return Err(ReplError::Fenced { peer: peer.into(), our_epoch: ours, their_epoch: f.epoch });
     }
-    if f.payload.len() != 20 {
+    if f.payload.len() != 20 && f.payload.len() != 28 {
         return Err(ReplError::Protocol { peer: peer.into(), detail: "malformed fetch".into() });
     }
     let from = u64_at(&f.payload, 0);
     let last_lsn = u64_at(&f.payload, 8);
     let last_crc = u32_at(&f.payload, 16);
+    // The caller's limit (an older caller sends none: everything).
+    let until = if f.payload.len() == 28 { u64_at(&f.payload, 20) } else { u64::MAX };
     if last_lsn != u64::MAX && !sh.log.holds(last_lsn, last_crc).map_err(local)? {
         let msg = format!("this log does not hold the record at LSN {last_lsn} the caller's log ends with");
         refuse(w, peer, ours, RefuseCode::Diverged, &msg);
@@ -443,6 +487,9 @@ pub(super) fn serve_fetch(
     while let Some(rec) = t.next_record().map_err(local)? {
         if rec.lsn < from {
             continue;
+        }
+        if rec.lsn >= until {
+            break;
         }
         encode_record(&mut frame, rec.lsn, rec.end, rec.kind, &rec.payload);
         count += 1;

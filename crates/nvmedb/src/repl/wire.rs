@@ -77,11 +77,13 @@ pub enum FrameType {
     Cluster = 15,
     /// Admin (a promoting standby) → standby: adopt the frame's epoch and drop the old primary.
     Fence = 16,
-    /// Standby → admin: fenced; persisted log position u64.
+    /// Standby → admin: fenced; persisted log position u64, then the log's epoch history
+    /// ([`History::encode`](super::state::History::encode); absent from older senders).
     FenceAck = 17,
     /// Admin (a promoting standby) → standby: send your records from LSN u64 on; the caller's
     /// last record is at LSN u64 with CRC u32 (`u64::MAX` when it has none), which this log
-    /// must hold too. Answered by `Records` frames, the last with no records.
+    /// must hold too; then (absent from older senders) the LSN u64 at which to stop. Answered
+    /// by `Records` frames, the last with no records.
     Fetch = 18,
     /// Primary → standby, base backup: name_len u16, name, offset u64, bytes of a data file.
     BaseFile = 19,
