@@ -9,11 +9,13 @@
 //! uncommitted data. A second test checks that the lock-free path is the one taken: reads of
 //! keys nobody writes make no lock request even while a transaction is open. A third holds a
 //! transaction's inserts, updates and deletes in flight while every read kind runs: none
-//! waits or takes a lock, and each sees the committed rows (the before-images).
+//! waits or takes a lock, and each sees the committed rows (the before-images); a
+//! read-committed transaction's range scans lock nothing and see its own changes.
 
 mod support;
 
 use nvmedb::io::MemStorage;
+use nvmedb::txn::LockMode;
 use nvmedb::util::Rng;
 use nvmedb::{ColumnType, Database, Isolation, Schema, Table, Value};
 use std::ops::Bound;
@@ -256,8 +258,16 @@ fn seen_rows(db: &Database, t: &Table) -> Vec<(i64, i64, usize)> {
     for k in &keys {
         rc_rows.extend(rc.read(t, k, |r| (r.int(0), r.int(1), r.bytes(2).len())).unwrap());
     }
+    // Its range scans too (shared mode takes no lock in a read-committed transaction).
+    let mut rc_ranged = Vec::new();
+    rc.range(t, Bound::Unbounded, Bound::Unbounded, LockMode::Shared, |r| {
+        rc_ranged.push((r.int(0), r.int(1), r.bytes(2).len()));
+        Ok(true)
+    })
+    .unwrap();
     rc.commit().unwrap();
     assert_eq!(by_key, many, "read_many agrees with read");
+    assert_eq!(by_key, rc_ranged, "a read-committed transaction's range scan agrees with read");
     assert_eq!(by_key, rc_rows, "a read-committed transaction agrees with read");
     // Scans and ranges see exactly the committed rows, each once (a row whose delete is in
     // flight, off its page and the index, as its before-image).
@@ -315,10 +325,20 @@ fn reads_and_scans_see_committed_rows_without_waiting_for_a_transaction_in_fligh
     tx.delete(&t, &Value::Int(2)).unwrap();
     tx.insert(&t, &row(ghost(1), CLEAN, 10)).unwrap();
     assert_eq!(seen_rows(&db, &t), committed);
-    tx.commit().unwrap();
     let mut now: Vec<_> = committed.iter().copied().filter(|r| r.0 != 2).collect();
     now[1] = (1, CLEAN, 400);
     now.push((ghost(1), CLEAN, 10));
+    // The transaction's own range scan sees its changes, and locks nothing more.
+    let requests = db.lock_stats().requests;
+    let mut own = Vec::new();
+    tx.range(&t, Bound::Unbounded, Bound::Unbounded, LockMode::Shared, |r| {
+        own.push((r.int(0), r.int(1), r.bytes(2).len()));
+        Ok(true)
+    })
+    .unwrap();
+    assert_eq!(own, now, "a read-committed range scan sees its own transaction's changes");
+    assert_eq!(db.lock_stats().requests, requests, "a read-committed range scan took locks");
+    tx.commit().unwrap();
     assert_eq!(seen_rows(&db, &t), now);
     assert_eq!(t.check_integrity().unwrap(), STABLE as u64);
 }

@@ -10,10 +10,10 @@
 //!
 //! Isolation: [`Isolation::Serializable`] (the default, [`Database::begin`]) is the strict
 //! 2PL above. [`Isolation::ReadCommitted`] ([`Database::begin_with`]) locks only what it
-//! writes (and what it reads `for_update`); its plain reads, like auto-commit reads, take no
-//! lock and never wait: they see each row as last committed (a row another transaction is
-//! changing, as it was before that change), and the transaction's own changes; a row read
-//! twice may differ.
+//! writes (and what it reads `for_update` or scans in exclusive mode); its plain reads and
+//! shared scans, like auto-commit reads, take no lock and never wait: they see each row as
+//! last committed (a row another transaction is changing, as it was before that change), and
+//! the transaction's own changes; a row read twice may differ.
 //!
 //! A transaction's first change of a key, under the key's exclusive lock and before any page
 //! changes, publishes the key's committed row (its before-image) in the pending writers
@@ -298,7 +298,22 @@ impl Transaction {
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         let keys = table.primary_range(lo, hi)?;
-        self.locked_scan(table, keys, mode, |pk| Ok(table.txn_read(pk, &mut f)?.transpose()?.unwrap_or(true)))
+        let me = self.id;
+        match self.scan_lock(mode) {
+            Some(mode) => self.locked_scan(table, keys, Some(mode), |pk| {
+                Ok(table.txn_read(pk, &mut f)?.transpose()?.unwrap_or(true))
+            }),
+            None => self.locked_scan(table, keys, None, |pk| {
+                Ok(table.txn_read_committed(me, pk, &mut f)?.transpose()?.unwrap_or(true))
+            }),
+        }
+    }
+
+    /// The lock a scan takes on each row it visits in `mode`: none for a read-committed
+    /// transaction's shared reads, which read each row as last committed (its own changes
+    /// included), as its point reads do, and so never wait for a writer nor make one wait.
+    fn scan_lock(&self, mode: LockMode) -> Option<LockMode> {
+        (self.isolation == Isolation::Serializable || mode != LockMode::Shared).then_some(mode)
     }
 
     /// Visits the rows whose value in the column of secondary index `index` lies within
@@ -343,25 +358,30 @@ impl Transaction {
     ) -> Result<()> {
         let pos = table.index_position(index)?;
         let keys = table.secondary_range(pos, lo, hi)?;
-        self.locked_scan(table, keys, mode, |pk| {
-            let seen = table.txn_read(pk, |row| {
+        let (me, lock) = (self.id, self.scan_lock(mode));
+        self.locked_scan(table, keys, lock, |pk| {
+            let visit = |row: RowView<'_>| {
                 if table.row_in_index_range(pos, &row, lo, hi) {
                     f(row).map(Some)
                 } else {
                     Ok(None)
                 }
-            })?;
+            };
+            let seen = match lock {
+                Some(_) => table.txn_read(pk, visit)?,
+                None => table.txn_read_committed(me, pk, visit)?,
+            };
             Ok(seen.transpose()?.flatten().unwrap_or(true))
         })
     }
 
     /// Walks `keys` a batch at a time (no latch held between batches), locks each primary key
-    /// in `mode`, and calls `visit` with it until it returns `Ok(false)`.
+    /// in `mode` (if any), and calls `visit` with it until it returns `Ok(false)`.
     fn locked_scan(
         &mut self,
         table: &Table,
         mut keys: crate::table::KeyRange,
-        mode: LockMode,
+        mode: Option<LockMode>,
         mut visit: impl FnMut(&[u8]) -> Result<bool>,
     ) -> Result<()> {
         loop {
@@ -370,7 +390,9 @@ impl Transaction {
                 return Ok(());
             }
             for pk in &batch {
-                self.shared.locks.lock(self.id, table.id(), pk, mode)?;
+                if let Some(mode) = mode {
+                    self.shared.locks.lock(self.id, table.id(), pk, mode)?;
+                }
                 if !visit(pk)? {
                     return Ok(());
                 }
