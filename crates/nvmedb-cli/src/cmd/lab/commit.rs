@@ -4,7 +4,7 @@
 //! counts are a flag.
 
 use super::LabArgs;
-use crate::cmd::args::{parse_size, CommonArgs};
+use crate::cmd::args::{parse_size, with_default, CommonArgs, DurationArg, RepsArg};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::commit::{CommitBench, CommitConfig, LogSetup};
@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 /// Flags of `nvmedb lab commit`.
 #[derive(Args, Debug)]
+#[command(mut_arg("duration", |a| with_default(a, CommitConfig::default().duration_s)))]
+#[command(mut_arg("reps", |a| with_default(a, CommitConfig::default().reps)))]
 pub struct CommitArgs {
     /// Database directory on the disk under test (recreated).
     #[arg(long, default_value = "nvmedb-data/commitbench")]
@@ -19,12 +21,10 @@ pub struct CommitArgs {
     /// Rows in the table.
     #[arg(long, default_value_t = 100_000)]
     pub rows: u64,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
-    /// Repetitions.
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
+    #[command(flatten)]
+    pub duration: DurationArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Log size for the recovery measurement (e.g. 1G; 0 skips it).
     #[arg(long, default_value = "1G")]
     pub recovery_log: String,
@@ -57,12 +57,16 @@ impl LabArgs for CommitArgs {
     }
 
     fn config(&self) -> Result<CommitConfig, CliError> {
+        let d = CommitConfig::default();
+        let (mut duration_s, mut reps) = (d.duration_s, d.reps);
+        self.duration.apply(&mut duration_s);
+        self.reps.apply(&mut reps);
         Ok(CommitConfig {
             data_dir: self.data_dir.clone(),
             rows: self.rows,
-            duration_s: self.duration,
+            duration_s,
             threads: self.threads.clone(),
-            reps: self.reps,
+            reps,
             recovery_log_bytes: parse_size("--recovery-log", &self.recovery_log)?,
             logs: self.logs.iter().map(|s| LogSetup::parse(s)).collect::<Result<_, _>>()?,
             parts: self.parts.clone(),

@@ -3,7 +3,7 @@
 //! Owns: [`EngineArgs`] and its translation into an [`EngineConfig`].
 
 use super::LabArgs;
-use crate::cmd::args::{parse_size, CommonArgs};
+use crate::cmd::args::{parse_size, with_default, CommonArgs, DurationArg, RepsArg};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::engine::{EngineBench, EngineConfig};
@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 /// Flags of `nvmedb lab engine`.
 #[derive(Args, Debug)]
+#[command(mut_arg("duration", |a| with_default(a, EngineConfig::default().duration_s)))]
+#[command(mut_arg("reps", |a| with_default(a, EngineConfig::default().reps)))]
 pub struct EngineArgs {
     /// Database directory on the disk under test (reused across runs when it matches).
     #[arg(long, default_value = "nvmedb-data/enginebench")]
@@ -25,9 +27,8 @@ pub struct EngineArgs {
     /// default table page size).
     #[arg(long)]
     pub page_size: Option<String>,
-    /// Seconds per measurement.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
+    #[command(flatten)]
+    pub duration: DurationArg,
     /// Threads of the many-client point of the 1 % buffer lookups (one thread is measured too).
     #[arg(long, default_value_t = 32)]
     pub miss_threads: usize,
@@ -37,9 +38,8 @@ pub struct EngineArgs {
     /// Threads for the scans.
     #[arg(long, default_value_t = 2)]
     pub scan_threads: usize,
-    /// Repetitions of each measurement.
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Skip the fio reference runs.
     #[arg(long)]
     pub no_fio: bool,
@@ -79,6 +79,10 @@ impl LabArgs for EngineArgs {
     }
 
     fn config(&self) -> Result<EngineConfig, CliError> {
+        let d = EngineConfig::default();
+        let (mut duration_s, mut reps) = (d.duration_s, d.reps);
+        self.duration.apply(&mut duration_s);
+        self.reps.apply(&mut reps);
         Ok(EngineConfig {
             data_dir: self.data_dir.clone(),
             rows: self.rows,
@@ -87,11 +91,11 @@ impl LabArgs for EngineArgs {
                 Some(p) => parse_size("--page-size", p)? as usize,
                 None => nvmedb::Options::default().table_page_size,
             },
-            duration_s: self.duration,
+            duration_s,
             miss_threads: self.miss_threads,
             miss_batch: self.miss_batch,
             scan_threads: self.scan_threads,
-            reps: self.reps,
+            reps,
             use_fio: !self.no_fio,
             parts: self.parts.clone(),
             memory_huge_pages: self.memory_huge_pages.clone(),

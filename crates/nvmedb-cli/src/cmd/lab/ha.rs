@@ -4,24 +4,28 @@
 //! flags that override it).
 
 use super::LabArgs;
-use crate::cmd::args::{parse_devices, CommonArgs};
+use crate::cmd::args::{device_list, with_default, CommonArgs, DevicesArg, DurationArg, RepsArg};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::ha::{Ha, HaConfig};
 use nvmedb_lab::measure::device::LogChoice;
 use std::path::PathBuf;
 
-/// Flags of `nvmedb lab ha`.
+/// Flags of `nvmedb lab ha`. The defaults shown are the default scale's; `--full` chooses its
+/// own, which the other flags then override.
 #[derive(Args, Debug)]
+#[command(mut_arg("devices", |a| with_default(
+    a.help("Devices, comma-separated: each point puts the primary on one and the standby on another of the same kind (`optane`, `nand`, `san`, ... emulated over tmpfs; `disk`: the real disk, both nodes on it; `memory`)"),
+    device_list(&HaConfig::default_scale(PathBuf::new()).devices)
+)))]
+#[command(mut_arg("duration", |a| with_default(a, HaConfig::default_scale(PathBuf::new()).duration_s)))]
+#[command(mut_arg("reps", |a| with_default(a, HaConfig::default_scale(PathBuf::new()).reps)))]
 pub struct HaArgs {
     /// Scratch directory on the disk under test (recreated, removed at the end).
     #[arg(long, default_value = "nvmedb-data/ha")]
     pub data_dir: PathBuf,
-    /// Devices, comma-separated: each point puts the primary on one and the standby on another
-    /// of the same kind (`optane` (default), `nand`, `san`, ... emulated over tmpfs; `disk`: the
-    /// real disk, both nodes on it; `memory`).
-    #[arg(long, value_delimiter = ',')]
-    pub devices: Option<Vec<String>>,
+    #[command(flatten)]
+    pub devices: DevicesArg,
     /// Directory on tmpfs for the emulated devices' copies.
     #[arg(long)]
     pub ram_dir: Option<PathBuf>,
@@ -44,12 +48,10 @@ pub struct HaArgs {
     /// per TTL at 1, 2 and 4 s).
     #[arg(long)]
     pub full: bool,
-    /// Seconds per measured point (overrides the scale's value).
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Repetitions (overrides the scale's value).
-    #[arg(long)]
-    pub reps: Option<usize>,
+    #[command(flatten)]
+    pub duration: DurationArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -68,16 +70,12 @@ impl LabArgs for HaArgs {
         } else {
             HaConfig::default_scale(self.data_dir.clone())
         };
-        if let Some(d) = self.duration {
+        if let Some(d) = self.duration.duration {
             cfg.duration_s = d;
             cfg.delay_s = d;
         }
-        if let Some(r) = self.reps {
-            cfg.reps = r;
-        }
-        if let Some(d) = &self.devices {
-            cfg.devices = parse_devices("--devices", d)?;
-        }
+        self.reps.apply(&mut cfg.reps);
+        self.devices.apply(&mut cfg.devices)?;
         if let Some(r) = &self.ram_dir {
             cfg.ram_dir = r.clone();
         }

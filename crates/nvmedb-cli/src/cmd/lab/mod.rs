@@ -236,4 +236,51 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
     }
+
+    /// The measuring flags the experiments share are declared once (`cmd/args.rs`): no
+    /// experiment's flags declare one again (each flattens the shared group), and every
+    /// experiment that has one shows its own default in the help.
+    #[test]
+    fn shared_flags_are_declared_once_and_show_the_experiments_defaults() {
+        let shared = ["reps", "duration", "warmup", "devices", "buffers"];
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd/lab");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let src = std::fs::read_to_string(&path).unwrap();
+            for (i, line) in src.lines().enumerate() {
+                let l = line.trim();
+                for flag in shared {
+                    let field = l.strip_prefix(&format!("pub {flag}: "));
+                    // pgbench's `--buffers` are configurations of two servers (`memory`,
+                    // `5%`), not the engine's list of percentages: its own flag.
+                    let own = path.ends_with("pgbench.rs") && flag == "buffers";
+                    let ok = own || field.is_none_or(|ty| ty.ends_with("Arg,"));
+                    let named = l.contains(&format!("long = \"{flag}\""));
+                    assert!(
+                        ok && !named,
+                        "{}:{}: `--{flag}` is declared here; flatten the shared `{}Arg` of cmd/args.rs instead",
+                        path.display(),
+                        i + 1,
+                        flag[..1].to_uppercase() + &flag[1..]
+                    );
+                }
+            }
+        }
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let mut seen = 0;
+        // Without the `peers` feature there is no peers configuration to take defaults from.
+        for sub in cmd.get_subcommands().filter(|s| cfg!(feature = "peers") || s.get_name() != "peers") {
+            for arg in sub.get_arguments().filter(|a| shared.contains(&a.get_id().as_str())) {
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                assert!(
+                    help.contains("[default: "),
+                    "lab {} --{}: the help shows no default: {help}",
+                    sub.get_name(),
+                    arg.get_id()
+                );
+                seen += 1;
+            }
+        }
+        assert!(seen >= 20, "only {seen} shared flags found");
+    }
 }

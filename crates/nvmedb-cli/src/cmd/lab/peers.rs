@@ -5,13 +5,27 @@
 //! exists but fails with how to build it. Invariant: table sizes, thread counts and engines are
 //! flags.
 
-use crate::cmd::args::CommonArgs;
+use crate::cmd::args::{CommonArgs, DurationArg, RepsArg};
 use crate::cmd::CliError;
 use clap::Args;
 use std::path::PathBuf;
 
 /// Flags of `nvmedb lab peers`.
 #[derive(Args, Debug)]
+#[cfg_attr(
+    feature = "peers",
+    command(mut_arg("duration", |a| crate::cmd::args::with_default(
+        a,
+        nvmedb_lab::experiments::peers::PeersConfig::default().duration_s
+    )))
+)]
+#[cfg_attr(
+    feature = "peers",
+    command(mut_arg("reps", |a| crate::cmd::args::with_default(
+        a,
+        nvmedb_lab::experiments::peers::PeersConfig::default().reps
+    )))
+)]
 pub struct PeersArgs {
     /// Directory for the engines' data (on the disk under test; removed afterwards unless --keep).
     #[arg(long, default_value = "nvmedb-data/peers")]
@@ -26,12 +40,10 @@ pub struct PeersArgs {
     /// Parts (comma-separated): memory, commits, miss (the load always runs).
     #[arg(long, value_delimiter = ',', default_value = "memory,commits,miss")]
     pub parts: Vec<String>,
-    /// Seconds per measured window.
-    #[arg(long, default_value_t = 2.0)]
-    pub duration: f64,
-    /// Repetitions (engines interleaved in each).
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
+    #[command(flatten)]
+    pub duration: DurationArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Client threads of the durable updates (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,20")]
     pub commit_threads: Vec<usize>,
@@ -102,13 +114,17 @@ mod config {
         }
 
         fn config(&self) -> Result<PeersConfig, CliError> {
+            let d = PeersConfig::default();
+            let (mut duration_s, mut reps) = (d.duration_s, d.reps);
+            self.duration.apply(&mut duration_s);
+            self.reps.apply(&mut reps);
             Ok(PeersConfig {
                 data_dir: self.data_dir.clone(),
                 tables: self.tables.iter().map(|s| table(s)).collect::<Result<_, _>>()?,
                 engines: self.engines.iter().map(|s| engine(s)).collect::<Result<_, _>>()?,
                 parts: self.parts.clone(),
-                duration_s: self.duration,
-                reps: self.reps,
+                duration_s,
+                reps,
                 commit_threads: self.commit_threads.clone(),
                 miss_threads: self.miss_threads,
                 miss_cache_pct: self.miss_cache_pct,

@@ -3,7 +3,7 @@
 //! Owns: [`PgbenchArgs`] and its translation into a [`PgbenchConfig`].
 
 use super::LabArgs;
-use crate::cmd::args::CommonArgs;
+use crate::cmd::args::{with_default, CommonArgs, RepsArg};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::pgbench::{PgbenchBench, PgbenchConfig};
@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 /// Flags of `nvmedb lab pgbench`.
 #[derive(Args, Debug)]
+#[command(mut_arg("reps", |a| with_default(a, PgbenchConfig::default().reps)))]
+#[command(mut_arg("buffers", |a| with_default(a, PgbenchConfig::default().buffers.join(","))))]
 pub struct PgbenchArgs {
     /// pgbench scale factor (100 000 accounts each). The default runs in a few minutes; the
     /// comparison the documentation reports uses 10.
@@ -22,9 +24,8 @@ pub struct PgbenchArgs {
     /// Seconds of a select-only warm-up on each server after it starts (0: none).
     #[arg(long, default_value_t = 2)]
     pub warmup_secs: u32,
-    /// Repetitions of every run (interleaved between the servers).
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// pgbench clients.
     #[arg(long, default_value_t = 20)]
     pub clients: usize,
@@ -33,8 +34,8 @@ pub struct PgbenchArgs {
     pub threads: usize,
     /// Buffer configurations (comma-separated): memory, or nvmedb's table buffer as a
     /// percentage of its table data (PostgreSQL's shared_buffers gets the same memory).
-    #[arg(long, value_delimiter = ',', default_value = "memory,5%")]
-    pub buffers: Vec<String>,
+    #[arg(long, value_delimiter = ',')]
+    pub buffers: Option<Vec<String>>,
     /// Workloads (comma-separated): select-only (-S), tpcb-like.
     #[arg(long, value_delimiter = ',', default_value = "select-only,tpcb-like")]
     pub workloads: Vec<String>,
@@ -76,8 +77,8 @@ impl LabArgs for PgbenchArgs {
             threads: self.threads,
             secs: self.secs,
             warmup_secs: self.warmup_secs,
-            reps: self.reps,
-            buffers: self.buffers.clone(),
+            reps: self.reps.reps.unwrap_or(PgbenchConfig::default().reps),
+            buffers: self.buffers.clone().unwrap_or_else(|| PgbenchConfig::default().buffers),
             workloads: self.workloads.clone(),
             modes: self.modes.clone(),
             max_tries: self.max_tries,

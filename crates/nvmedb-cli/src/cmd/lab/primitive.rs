@@ -4,7 +4,10 @@
 //! given twice takes its last value, so the main job's defaults can be overridden.
 
 use super::LabArgs;
-use crate::cmd::args::{parse_devices, parse_size, CommonArgs};
+use crate::cmd::args::{
+    device_list, list, parse_size, with_default, BuffersArg, CommonArgs, DevicesArg, DurationArg, RepsArg,
+    WarmupArg,
+};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::primitive::{
@@ -14,6 +17,11 @@ use std::path::PathBuf;
 
 /// Flags of `nvmedb lab primitive`.
 #[derive(Args, Debug)]
+#[command(mut_arg("buffers", |a| with_default(a, list(&PrimitiveConfig::default().buffer_pcts))))]
+#[command(mut_arg("devices", |a| with_default(a, device_list(&PrimitiveConfig::default().devices))))]
+#[command(mut_arg("warmup", |a| with_default(a, PrimitiveConfig::default().warmup_s)))]
+#[command(mut_arg("duration", |a| with_default(a, PrimitiveConfig::default().duration_s)))]
+#[command(mut_arg("reps", |a| with_default(a, PrimitiveConfig::default().repetitions)))]
 pub struct PrimitiveArgs {
     /// Rows per table (default 10000: ~480 MiB of tables per device).
     #[arg(long)]
@@ -27,24 +35,19 @@ pub struct PrimitiveArgs {
     /// Concurrent clients.
     #[arg(long, default_value_t = 20)]
     pub clients: usize,
-    /// Table buffer sizes, % of table size (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,5,10,25,50,100")]
-    pub buffers: Vec<f64>,
-    /// Devices: disk (O_DIRECT files in --data-dir), memory, or emulated profiles (optane, nand, san, hdd, dram).
-    #[arg(long, value_delimiter = ',', default_value = "disk,optane,nand,san")]
-    pub devices: Vec<String>,
+    #[command(flatten)]
+    pub buffers: BuffersArg,
+    #[command(flatten)]
+    pub devices: DevicesArg,
     /// Workloads (comma-separated): select, update.
     #[arg(long, value_delimiter = ',', default_value = "select,update")]
     pub workloads: Vec<String>,
-    /// Warm-up seconds per point.
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
-    /// Measured seconds per point.
-    #[arg(long, default_value_t = 2.0)]
-    pub duration: f64,
-    /// Repetitions per point (interleaved; min/median/max are reported).
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
+    #[command(flatten)]
+    pub warmup: WarmupArg,
+    #[command(flatten)]
+    pub duration: DurationArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Table page size (bytes or K suffix).
     #[arg(long = "table-page", default_value = "24k")]
     pub table_page: String,
@@ -96,7 +99,6 @@ fn to_config(a: &PrimitiveArgs) -> Result<PrimitiveConfig, CliError> {
         (None, true) => FULL_SCALE_ROWS,
         (None, false) => DEFAULT_ROWS,
     };
-    let devices = parse_devices("--devices", &a.devices)?;
     let workloads = a
         .workloads
         .iter()
@@ -105,18 +107,26 @@ fn to_config(a: &PrimitiveArgs) -> Result<PrimitiveConfig, CliError> {
                 .ok_or_else(|| CliError::flag("--workloads", format!("`{w}` is not select or update")))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let d = PrimitiveConfig::default();
+    let (mut buffer_pcts, mut devices) = (d.buffer_pcts.clone(), d.devices.clone());
+    let (mut warmup_s, mut duration_s, mut repetitions) = (d.warmup_s, d.duration_s, d.repetitions);
+    a.buffers.apply(&mut buffer_pcts);
+    a.devices.apply(&mut devices)?;
+    a.warmup.apply(&mut warmup_s);
+    a.duration.apply(&mut duration_s);
+    a.reps.apply(&mut repetitions);
     let cfg = PrimitiveConfig {
         tables: a.tables,
         rows_per_table: rows,
         table_page_size: parse_size("--table-page", &a.table_page)? as usize,
         index_page_size: parse_size("--index-page", &a.index_page)? as usize,
         clients: a.clients,
-        buffer_pcts: a.buffers.clone(),
+        buffer_pcts,
         workloads,
         devices,
-        warmup_s: a.warmup,
-        duration_s: a.duration,
-        repetitions: a.reps,
+        warmup_s,
+        duration_s,
+        repetitions,
         policy: a.policy.clone(),
         data_dir: a.data_dir.clone(),
         reload: a.reload,
@@ -127,7 +137,7 @@ fn to_config(a: &PrimitiveArgs) -> Result<PrimitiveConfig, CliError> {
         fio: !a.no_fio,
         profile_overrides: a.profile_set.clone(),
         app_cpu_us: a.app_cpu_us,
-        ..PrimitiveConfig::default()
+        ..d
     };
     cfg.validate()?;
     Ok(cfg)

@@ -5,7 +5,7 @@
 //! advise`). Invariant: a flag given twice takes its last value.
 
 use super::LabArgs;
-use crate::cmd::args::{parse_size, CommonArgs};
+use crate::cmd::args::{parse_size, with_default, CommonArgs, DurationArg, RepsArg, WarmupArg};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::tier::{Tier, TierConfig};
@@ -14,6 +14,9 @@ use std::path::PathBuf;
 /// Flags of `nvmedb lab tier`.
 #[derive(Args, Debug)]
 #[command(args_override_self = true)]
+#[command(mut_arg("warmup", |a| with_default(a, TierConfig::default().warmup_s)))]
+#[command(mut_arg("duration", |a| with_default(a, TierConfig::default().duration_s)))]
+#[command(mut_arg("reps", |a| with_default(a, TierConfig::default().repetitions)))]
 pub struct TierArgs {
     /// Seed 003's scale: TPC-C scale factor 50 (about 5 GB), 10 terminals, 5 s warm-up, 60 s
     /// measured, 3 repetitions (needs about 12 GB free on tmpfs).
@@ -42,15 +45,12 @@ pub struct TierArgs {
     /// The advisor's budget for the database's cost.
     #[arg(long)]
     pub budget: Option<f64>,
-    /// Warm-up seconds per point.
-    #[arg(long)]
-    pub warmup: Option<f64>,
-    /// Measured seconds per point.
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Repetitions per configuration (interleaved).
-    #[arg(long)]
-    pub reps: Option<usize>,
+    #[command(flatten)]
+    pub warmup: WarmupArg,
+    #[command(flatten)]
+    pub duration: DurationArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Table page size (bytes or K suffix; default 4 KiB).
     #[arg(long = "table-page")]
     pub table_page: Option<String>,
@@ -116,15 +116,9 @@ fn to_config(a: &TierArgs) -> Result<TierConfig, CliError> {
     }
     c.prices.extend(parse_prices("--price", &a.prices)?);
     c.budget = a.budget;
-    if let Some(w) = a.warmup {
-        c.warmup_s = w;
-    }
-    if let Some(d) = a.duration {
-        c.duration_s = d;
-    }
-    if let Some(r) = a.reps {
-        c.repetitions = r;
-    }
+    a.warmup.apply(&mut c.warmup_s);
+    a.duration.apply(&mut c.duration_s);
+    a.reps.apply(&mut c.repetitions);
     if let Some(p) = &a.table_page {
         c.table_page_size = parse_size("--table-page", p)? as usize;
     }

@@ -5,14 +5,23 @@
 //! takes its last value.
 
 use super::LabArgs;
-use crate::cmd::args::{parse_devices, parse_size, CommonArgs};
+use crate::cmd::args::{
+    device_list, list, parse_size, with_default, BuffersArg, CommonArgs, DevicesArg, DurationArg, RepsArg,
+    WarmupArg,
+};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::tpcc::{check_dir, HaMode, LogChoice, Tpcc, TpccConfig};
 use std::path::PathBuf;
 
-/// Flags of `nvmedb lab tpcc`.
+/// Flags of `nvmedb lab tpcc`. The defaults shown are the default scale's; `--full-scale` and
+/// `--case-c` choose their own, which the other flags then override.
 #[derive(Args, Debug)]
+#[command(mut_arg("buffers", |a| with_default(a, list(&TpccConfig::default().buffer_pcts))))]
+#[command(mut_arg("devices", |a| with_default(a, device_list(&TpccConfig::default().devices))))]
+#[command(mut_arg("warmup", |a| with_default(a, TpccConfig::default().warmup_s)))]
+#[command(mut_arg("duration", |a| with_default(a, TpccConfig::default().duration_s)))]
+#[command(mut_arg("reps", |a| with_default(a, TpccConfig::default().repetitions)))]
 pub struct TpccArgs {
     /// Check the TPC-C database in DIR (consistency conditions 1-4 of §3.3.2 and every index)
     /// instead of running the experiment.
@@ -31,27 +40,22 @@ pub struct TpccArgs {
     /// with the paper's ratios next to the measured ones.
     #[arg(long = "case-c")]
     pub case_c: bool,
-    /// Table buffer sizes, % of the table data (comma-separated; indexes are cached).
-    #[arg(long, value_delimiter = ',')]
-    pub buffers: Option<Vec<f64>>,
-    /// Devices: disk (in --data-dir), memory (tmpfs), or emulated profiles (optane, nand, san, hdd, dram).
-    #[arg(long, value_delimiter = ',')]
-    pub devices: Option<Vec<String>>,
+    #[command(flatten)]
+    pub buffers: BuffersArg,
+    #[command(flatten)]
+    pub devices: DevicesArg,
     /// The log: duplexed (two copies on the device under test) or fast (the software X-SSD).
     #[arg(long)]
     pub log: Option<String>,
     /// HA: off, log (eager log shipping) or on (eager log shipping and data-page mirroring).
     #[arg(long)]
     pub ha: Option<String>,
-    /// Warm-up seconds per point.
-    #[arg(long)]
-    pub warmup: Option<f64>,
-    /// Measured seconds per point.
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Repetitions per point (interleaved; min/median/max are reported).
-    #[arg(long)]
-    pub reps: Option<usize>,
+    #[command(flatten)]
+    pub warmup: WarmupArg,
+    #[command(flatten)]
+    pub duration: DurationArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Table page size (bytes or K suffix; default 4 KiB, see the summary).
     #[arg(long = "table-page")]
     pub table_page: Option<String>,
@@ -109,12 +113,8 @@ fn to_config(a: &TpccArgs) -> Result<TpccConfig, CliError> {
     if let Some(c) = a.clients {
         cfg.clients = c;
     }
-    if let Some(b) = &a.buffers {
-        cfg.buffer_pcts = b.clone();
-    }
-    if let Some(d) = &a.devices {
-        cfg.devices = parse_devices("--devices", d)?;
-    }
+    a.buffers.apply(&mut cfg.buffer_pcts);
+    a.devices.apply(&mut cfg.devices)?;
     if let Some(l) = &a.log {
         cfg.log = LogChoice::parse(l)
             .ok_or_else(|| CliError::flag("--log", format!("`{l}` is not duplexed or fast")))?;
@@ -123,15 +123,9 @@ fn to_config(a: &TpccArgs) -> Result<TpccConfig, CliError> {
         cfg.ha =
             HaMode::parse(h).ok_or_else(|| CliError::flag("--ha", format!("`{h}` is not off, log or on")))?;
     }
-    if let Some(w) = a.warmup {
-        cfg.warmup_s = w;
-    }
-    if let Some(d) = a.duration {
-        cfg.duration_s = d;
-    }
-    if let Some(r) = a.reps {
-        cfg.repetitions = r;
-    }
+    a.warmup.apply(&mut cfg.warmup_s);
+    a.duration.apply(&mut cfg.duration_s);
+    a.reps.apply(&mut cfg.repetitions);
     if let Some(p) = &a.table_page {
         cfg.table_page_size = parse_size("--table-page", p)? as usize;
     }

@@ -3,7 +3,7 @@
 //! Owns: [`TpchArgs`] and its translation into a [`TpchConfig`].
 
 use super::LabArgs;
-use crate::cmd::args::{parse_size, CommonArgs};
+use crate::cmd::args::{list, parse_size, with_default, CommonArgs, DevicesArg, RepsArg};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::tpch::{TpchBench, TpchConfig};
@@ -12,6 +12,11 @@ use std::path::PathBuf;
 
 /// Flags of `nvmedb lab tpch`.
 #[derive(Args, Debug)]
+#[command(mut_arg("devices", |a| with_default(
+    a.help("Devices (comma-separated): disk, a profile (optane, nand, ...), or <profile>-x<N> for N emulated devices striped together (seed 004: ten P4800X)"),
+    list(&TpchConfig::default().devices)
+)))]
+#[command(mut_arg("reps", |a| with_default(a, TpchConfig::default().reps)))]
 pub struct TpchArgs {
     /// Directory of the loaded databases on the disk under test (one per scale factor and page
     /// size, reused across runs when it matches).
@@ -45,13 +50,10 @@ pub struct TpchArgs {
     /// Table buffer as a percentage of the three tables.
     #[arg(long)]
     pub buffer_pct: Option<f64>,
-    /// Devices (comma-separated): disk, a profile (optane, nand, ...), or <profile>-x<N> for N
-    /// emulated devices striped together (seed 004: ten P4800X).
-    #[arg(long, value_delimiter = ',', default_value = "disk,optane,optane-x10")]
-    pub devices: Vec<String>,
-    /// Repetitions of every point (interleaved).
-    #[arg(long, default_value_t = 3)]
-    pub reps: usize,
+    #[command(flatten)]
+    pub devices: DevicesArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Q3's market segment.
     #[arg(long, default_value = "BUILDING")]
     pub segment: String,
@@ -100,8 +102,8 @@ impl LabArgs for TpchArgs {
             policies: self.policies.clone(),
             buffer_bytes: self.buffer.as_deref().map(|b| parse_size("--buffer", b)).transpose()?,
             buffer_pct: self.buffer_pct,
-            devices: self.devices.clone(),
-            reps: self.reps,
+            devices: self.devices.devices.clone().unwrap_or_else(|| d.devices.clone()),
+            reps: self.reps.reps.unwrap_or(d.reps),
             params: Q3Params { segment: self.segment.clone(), date: self.date.clone() },
             probe_passes: self.probe_passes,
             use_fio: !self.no_fio,
