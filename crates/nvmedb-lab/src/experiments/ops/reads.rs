@@ -17,7 +17,7 @@ use crate::measure::cpus::{self, Pinned};
 use crate::measure::pgbench::Pgbench;
 use crate::measure::process::{free_port, ChildProcess};
 use crate::measure::{median, pid_cpu_ns, Workers};
-use crate::workload::primitive::{run_update, table_name};
+use crate::workload::primitive::{random_update, table_name};
 use nvmedb::repl::{admin_status, open_primary, ReplConfig, ReplicatedLog, ReplicationMode, StandbyPolicy};
 use nvmedb::util::Rng;
 use nvmedb::wal::RecordLog;
@@ -321,15 +321,7 @@ fn point(
         )
         .run(
             |c| Ok(Rng::new(((rep as u64) << 32) ^ (c as u64 + 1) ^ u64::from(with_reads) << 20)),
-            |rng, _| {
-                let t = &tables[rng.below(tables.len() as u64) as usize];
-                let sid = rng.below(cfg.rows) as i64;
-                match run_update(t, sid, rng.next_u64() as i64 >> 1) {
-                    Ok(_) => Ok(1),
-                    Err(e) if e.is_retryable() => Ok(0),
-                    Err(e) => Err(LabError::engine("a writer's UPDATE")(e)),
-                }
-            },
+            |rng, _| random_update(tables, cfg.rows, rng),
             &mut (),
         );
         // The readers end on their own (-T); the sampler runs until they have.
