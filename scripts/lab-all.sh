@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-results}
 # The experiments in the order they run (the cheap ones first). A new experiment is one line.
-ALL=(engine commit xlog ha tpcc primitive tier pgbench)
+ALL=(engine commit xlog ha tpcc primitive tier pgbench ops)
 if [ "$#" -gt 0 ]; then EXPS=("$@"); else EXPS=("${ALL[@]}"); fi
 
 cargo build --release -p nvmedb-cli || exit 1

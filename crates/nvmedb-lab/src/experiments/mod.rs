@@ -6,7 +6,8 @@
 //! workload), [`xlog`] (seed 002 §6), [`ha`] (seed 000 Case B, seed 002 Fig. 13), [`tpch`]
 //! (seed 004: TPC-H Q3 under SHR-k and SEP), [`tier`] (seed 003: TPC-C on storage tiers, the
 //! placement advisor), [`cost`] (seed 000 §5.4: cost performance of the HA servers) and
-//! [`pgbench`] (pgbench against `nvmedb serve` and PostgreSQL 15), `peers` (RocksDB, LMDB,
+//! [`pgbench`] (pgbench against `nvmedb serve` and PostgreSQL 15), [`ops`] (standby reads,
+//! backup and restore rates), `peers` (RocksDB, LMDB,
 //! SQLite in the same run; cargo feature `peers`).
 //! Invariant: an experiment imports shared pieces from `measure/`, `workload/` and `report/`,
 //! never from another experiment, with two exceptions: iobench's [`iobench::measure`] is the
@@ -18,6 +19,7 @@ pub mod cost;
 pub mod engine;
 pub mod ha;
 pub mod iobench;
+pub mod ops;
 #[cfg(feature = "peers")]
 pub mod peers;
 pub mod pgbench;

@@ -67,6 +67,35 @@ pub fn seqread_mib_s(file: &Path, secs: f64) -> Option<f64> {
         .map(|iops| iops * block as f64 / (1 << 20) as f64)
 }
 
+/// fio's sequential write rate in MiB/s into a scratch file of `size_bytes` under `dir`
+/// (removed afterwards): O_DIRECT, 4 MiB writes, one job, depth 1, one fsync at the end (how a
+/// copy is written), or `None` when fio is missing or fails.
+pub fn seqwrite_mib_s(dir: &Path, size_bytes: u64, secs: f64) -> Option<f64> {
+    let file = dir.join(format!("fio-seqwrite-{}.tmp", std::process::id()));
+    let out = Command::new("fio")
+        .args([
+            "--name=seqwrite".to_string(),
+            format!("--filename={}", file.display()),
+            "--rw=write".into(),
+            "--bs=4m".into(),
+            "--direct=1".into(),
+            "--ioengine=psync".into(),
+            format!("--size={}", size_bytes.max(4 << 20)),
+            "--end_fsync=1".into(),
+            "--time_based".into(),
+            format!("--runtime={}", secs.ceil().max(1.0) as u64),
+            "--output-format=json".into(),
+        ])
+        .output();
+    let _ = std::fs::remove_file(&file);
+    let out = out.ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["jobs"][0]["write"]["bw_bytes"].as_f64().map(|b| b / (1 << 20) as f64)
+}
+
 /// fio's `mem` setting that puts its I/O buffers (`bytes` in all) in huge pages:
 /// `mmaphuge:<hugetlbfs mount>/nvmedb-fio-<pid>` when a hugetlbfs is mounted and has at least
 /// `bytes` (plus one huge page per 64 MiB of slack) free; else `None` (fio's default, 4 KiB

@@ -4,7 +4,8 @@
 //! clocks), [`cpus`] (which CPUs a node's threads run on), [`device`] (where an experiment's data lives, and its label), [`stats`] (median
 //! and min/median/max of repetitions), [`workers`] (worker threads with a warm-up and a
 //! measured window), [`fio`] (fio as the device reference), [`profile`] (`perf` CPU profiles of a measured
-//! window) and [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
+//! window), [`pgbench`] (pgbench as a client), [`process`] (server child
+//! processes) and [`progress`] (progress bars). Invariant: an experiment measures with these and writes no
 //! second copy of them.
 
 pub mod clock;
@@ -12,6 +13,8 @@ pub mod cpus;
 pub mod device;
 pub mod fio;
 pub mod hist;
+pub mod pgbench;
+pub mod process;
 pub mod profile;
 pub mod progress;
 pub mod stats;

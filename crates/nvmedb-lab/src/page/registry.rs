@@ -224,6 +224,16 @@ pub static SECTIONS: &[Section] = &[
         command: "nvmedb lab pgbench   (the documented comparison: --scale 10 --secs 15)",
         extract: None,
     },
+    Section {
+        id: "ops",
+        seed: "Operations",
+        figure: "(no seed figure)",
+        title: "Standby reads (the primary's commits with and without them, the standby's apply lag), backup beside fio, restore per GiB of log",
+        paper: "— (the goal: with 8 readers on the standby the primary commits at most 5 % less)",
+        experiment: "ops",
+        command: "nvmedb lab ops   (larger scale: --full)",
+        extract: None,
+    },
 ];
 
 #[cfg(test)]

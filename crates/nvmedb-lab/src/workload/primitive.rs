@@ -1,13 +1,15 @@
 //! The primitive workload of seed 000 §4.3 (and seed 001 §3.3): the table, its bulk load, the
 //! buffer pre-warm and the two transactions.
 //!
-//! Owns: [`schema`], [`table_name`], [`load`], [`prewarm`], [`run_select`] and [`run_update`].
+//! Owns: [`schema`], [`table_name`], [`load`], [`prewarm`], [`run_select`], [`run_update`] and
+//! [`random_update`].
 //! Every transaction goes through one of those two functions. Invariants: SIDs are
 //! `0..rows_per_table` in every table; a loaded row's C1 equals its SID.
 
 use crate::error::{LabError, Result};
 use crate::measure::progress;
 use nvmedb::util::sync::MutexExt;
+use nvmedb::util::Rng;
 use nvmedb::{ColumnType, Database, Schema, Table, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -125,4 +127,17 @@ pub fn run_select(table: &Table, sid: i64) -> Result<bool, nvmedb::Error> {
 /// (group commit), holding the row's lock until then. Returns false if the row is missing.
 pub fn run_update(table: &Table, sid: i64, value: i64) -> Result<bool, nvmedb::Error> {
     table.update_int(&Value::Int(sid), COL_C1, value)
+}
+
+/// A closed-loop client's step: [`run_update`] of a random row of a random one of `tables` (rows
+/// `0..rows`) to a random value. Returns 1 when it committed, 0 when it failed in a way to retry
+/// (a deadlock victim, a lock timeout), which counts as no operation.
+pub fn random_update(tables: &[Table], rows: u64, rng: &mut Rng) -> Result<u64> {
+    let t = &tables[rng.below(tables.len() as u64) as usize];
+    let sid = rng.below(rows) as i64;
+    match run_update(t, sid, rng.next_u64() as i64 >> 1) {
+        Ok(_) => Ok(1),
+        Err(e) if e.is_retryable() => Ok(0),
+        Err(e) => Err(LabError::engine(format!("an UPDATE of row {sid} of {}", t.name()))(e)),
+    }
 }

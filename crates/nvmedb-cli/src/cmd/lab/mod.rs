@@ -12,6 +12,7 @@ mod commit;
 mod cost;
 mod engine;
 mod ha;
+mod ops;
 mod peers;
 mod pgbench;
 mod primitive;
@@ -112,6 +113,11 @@ pub enum LabCommand {
     /// 1 %-cache lookups from 32 threads beside fio's random reads. Needs the `peers` cargo
     /// feature (see the README).
     Peers(Box<peers::PeersArgs>),
+    /// Operations: the primary's commit throughput with and without 8 pgbench clients reading
+    /// from `nvmedb standby --serve`, the standby's read throughput and apply lag; base backups
+    /// beside fio's sequential rates on the same disk; restore time per GiB of archived log.
+    /// Default: a few minutes; `--full` for 1 GiB of data and a 2 GiB log.
+    Ops(Box<ops::OpsArgs>),
 }
 
 /// Runs a lab subcommand.
@@ -129,13 +135,16 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Cost(a) => run(a),
         LabCommand::Pgbench(a) => run(a.as_ref()),
         LabCommand::Peers(a) => peers::run(a),
+        LabCommand::Ops(a) => run(a.as_ref()),
         LabCommand::Report { results, out } => report(results, out.as_deref()),
     }
 }
 
 /// Redraws the report of the run in `dir`, whichever experiment it is.
 fn replot(dir: &Path) -> Result<(), CliError> {
-    use nvmedb_lab::experiments::{commit, cost, engine, ha, iobench, pgbench, primitive, tier, tpch, xlog};
+    use nvmedb_lab::experiments::{
+        commit, cost, engine, ha, iobench, ops, pgbench, primitive, tier, tpch, xlog,
+    };
     let name = experiment::recorded_experiment(dir)?;
     let summary = match name.as_str() {
         n if n == primitive::Primitive::NAME => experiment::replot::<primitive::Primitive>(dir)?,
@@ -148,6 +157,7 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == tier::Tier::NAME => experiment::replot::<tier::Tier>(dir)?,
         n if n == cost::Cost::NAME => experiment::replot::<cost::Cost>(dir)?,
         n if n == pgbench::PgbenchBench::NAME => experiment::replot::<pgbench::PgbenchBench>(dir)?,
+        n if n == ops::Ops::NAME => experiment::replot::<ops::Ops>(dir)?,
         #[cfg(feature = "peers")]
         n if n == nvmedb_lab::experiments::peers::PeersBench::NAME => {
             experiment::replot::<nvmedb_lab::experiments::peers::PeersBench>(dir)?
@@ -190,6 +200,7 @@ impl LabCommand {
             LabCommand::Cost(_) => "lab cost",
             LabCommand::Pgbench(_) => "lab pgbench",
             LabCommand::Peers(_) => "lab peers",
+            LabCommand::Ops(_) => "lab ops",
             LabCommand::Report { .. } => "lab report",
         }
     }

@@ -16,7 +16,7 @@ use crate::files::copy_files;
 use crate::measure::cpus::{self, Pinned};
 use crate::measure::device::{log_opener, storage, LogChoice};
 use crate::measure::{DeviceKind, Workers};
-use crate::workload::primitive::{prewarm, run_update, table_name};
+use crate::workload::primitive::{prewarm, random_update, table_name};
 use nvmedb::io::{EmulatedDevice, MemDevice};
 use nvmedb::repl::{
     open_primary_with, seed_standby, MirrorConfig, ReplConfig, ReplicationMode, Standby, StandbyConfig,
@@ -121,15 +121,7 @@ fn clients(cfg: &HaConfig, tables: &[Table], seed: u64) -> Result<PointRun> {
     );
     let run = workers.run(
         |c| Ok(Rng::new(seed * 1000 + c as u64)),
-        |rng, _| {
-            let t = &tables[rng.below(tables.len() as u64) as usize];
-            let sid = rng.below(cfg.rows) as i64;
-            match run_update(t, sid, rng.next_u64() as i64 >> 1) {
-                Ok(_) => Ok(1),
-                Err(e) if e.is_retryable() => Ok(0),
-                Err(e) => Err(LabError::engine("a client's UPDATE")(e)),
-            }
-        },
+        |rng, _| random_update(tables, cfg.rows, rng),
         &mut (),
     )?;
     Ok(PointRun {

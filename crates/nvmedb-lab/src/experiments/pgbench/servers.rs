@@ -6,29 +6,21 @@
 //! ([`Postgres`], [`Nvmedb`]), their CPU clocks, how much of their files the OS page cache
 //! holds ([`page_cache_bytes`]), and [`Scratch`], the directory that holds both
 //! data directories. Invariants: a server is reported started only once it has said it accepts
-//! connections; its output is drained continuously (a full pipe would stall it) and its last
-//! lines are kept for error messages; a server dropped without a clean stop is shut down
+//! connections (`measure::process`: its output is drained, its last lines kept for error
+//! messages); a server dropped without a clean stop is shut down
 //! immediately (PostgreSQL) or killed (nvmedb), and [`Scratch`] deletes its directory when
 //! dropped, so a failed run leaves no process and no data behind.
 
 use crate::error::{LabError, Result};
+use crate::measure::process::{free_port, ChildProcess};
 use crate::measure::{pid_cpu_ns, tree_cpu_ns};
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 /// How to install what is missing (Debian 12 packages).
 pub const INSTALL_HINT: &str =
     "install PostgreSQL 15 (Debian 12: apt-get install postgresql-15 postgresql-client-15) or point --pg-bin at its bin directory";
-
-/// How long a server may take to start or stop.
-const START_TIMEOUT: Duration = Duration::from_secs(120);
-const STOP_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// PostgreSQL's programs in one directory, and their version.
 #[derive(Debug, Clone)]
@@ -203,142 +195,6 @@ fn file_page_cache_bytes(path: &Path) -> (u64, u64) {
     (resident.min(len), len)
 }
 
-/// A free TCP port on loopback (bound and released: another process could take it first, in
-/// which case the server fails to start with an error saying so).
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(LabError::io("127.0.0.1:0", "bind a free port on"))?;
-    l.local_addr().map(|a| a.port()).map_err(LabError::io("127.0.0.1:0", "read the port of"))
-}
-
-/// A server child process whose stderr is drained by a thread.
-#[derive(Debug)]
-struct Process {
-    name: &'static str,
-    child: Child,
-    tail: Arc<Mutex<VecDeque<String>>>,
-    /// Signal sent when dropped without a clean stop.
-    drop_signal: i32,
-}
-
-impl Process {
-    /// Spawns `cmd` and waits until a line of its stderr gives `ready` a value (the address
-    /// or port it listens on).
-    fn spawn(
-        name: &'static str,
-        mut cmd: Command,
-        ready: fn(&str) -> Option<String>,
-        drop_signal: i32,
-    ) -> Result<(Self, String)> {
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| LabError::tool(name, format!("cannot start: {e}")))?;
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let (tx, rx) = channel();
-        let t = tail.clone();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
-                if !sent {
-                    if let Some(v) = ready(&line) {
-                        sent = tx.send(v).is_ok();
-                    }
-                }
-                let mut q = t.lock().unwrap_or_else(|p| p.into_inner());
-                if q.len() == 20 {
-                    q.pop_front();
-                }
-                q.push_back(line);
-            }
-        });
-        let mut p = Process { name, child, tail, drop_signal };
-        let v = p.wait_ready(&rx)?;
-        Ok((p, v))
-    }
-
-    fn wait_ready(&mut self, rx: &Receiver<String>) -> Result<String> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(v) => return Ok(v),
-                Err(_) if Instant::now() > deadline => {
-                    return Err(LabError::tool(
-                        self.name,
-                        format!(
-                            "not ready after {} s; its last output:\n{}",
-                            START_TIMEOUT.as_secs(),
-                            self.tail()
-                        ),
-                    ))
-                }
-                Err(_) => {
-                    if let Ok(Some(status)) = self.child.try_wait() {
-                        // Let the reader thread take the last lines.
-                        std::thread::sleep(Duration::from_millis(100));
-                        return Err(LabError::tool(
-                            self.name,
-                            format!("exited with {status} while starting; its last output:\n{}", self.tail()),
-                        ));
-                    }
-                }
-            }
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn tail(&self) -> String {
-        let q = self.tail.lock().unwrap_or_else(|p| p.into_inner());
-        q.iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
-    }
-
-    /// Sends `signal` and waits for the exit; an exit status other than success is an error.
-    fn stop(mut self, signal: i32) -> Result<()> {
-        // SAFETY: kill with a pid this value owns (its child has not been waited for yet).
-        unsafe { libc::kill(self.child.id() as i32, signal) };
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) if status.success() => return Ok(()),
-                Ok(Some(status)) => {
-                    return Err(LabError::tool(
-                        self.name,
-                        format!("exited with {status} when asked to stop; its last output:\n{}", self.tail()),
-                    ))
-                }
-                Ok(None) if Instant::now() > deadline => {
-                    return Err(LabError::tool(
-                        self.name,
-                        format!("still running {} s after it was asked to stop", STOP_TIMEOUT.as_secs()),
-                    ))
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => return Err(LabError::tool(self.name, format!("cannot wait for it: {e}"))),
-            }
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: as in `stop`.
-            unsafe { libc::kill(self.child.id() as i32, self.drop_signal) };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Runs a PostgreSQL program to completion; an error carries its output.
 fn run_tool(what: String, mut cmd: Command) -> Result<()> {
     let out = cmd.output().map_err(|e| LabError::tool(&what, format!("cannot start: {e}")))?;
@@ -356,15 +212,12 @@ fn run_tool(what: String, mut cmd: Command) -> Result<()> {
     ))
 }
 
-/// The role both servers are reached as.
-pub const USER: &str = "bench";
-/// The database both servers are reached in (the one `initdb` makes).
-pub const DATABASE: &str = "postgres";
+use crate::measure::pgbench::USER;
 
 /// A private PostgreSQL cluster.
 #[derive(Debug)]
 pub struct Postgres {
-    process: Process,
+    process: ChildProcess,
     /// The TCP port on loopback.
     pub port: u16,
 }
@@ -413,7 +266,7 @@ impl Postgres {
             r.apply(&mut cmd);
         }
         let ready = |l: &str| l.contains("ready to accept connections").then(String::new);
-        let (process, _) = Process::spawn("postgres", cmd, ready, libc::SIGQUIT)?;
+        let (process, _) = ChildProcess::spawn("postgres", cmd, ready, libc::SIGQUIT)?;
         Ok(Self { process, port })
     }
 
@@ -437,7 +290,7 @@ impl Postgres {
 /// An `nvmedb serve` child process.
 #[derive(Debug)]
 pub struct Nvmedb {
-    process: Process,
+    process: ChildProcess,
     /// The TCP port on loopback.
     pub port: u16,
 }
@@ -456,7 +309,7 @@ impl Nvmedb {
             let rest = l.split(" on 127.0.0.1:").nth(1)?;
             Some(rest.split(|c: char| !c.is_ascii_digit()).next()?.to_string())
         };
-        let (process, port) = Process::spawn("nvmedb serve", cmd, ready, libc::SIGKILL)?;
+        let (process, port) = ChildProcess::spawn("nvmedb serve", cmd, ready, libc::SIGKILL)?;
         let port = port
             .parse()
             .map_err(|_| LabError::tool("nvmedb serve", format!("reported port `{port}` is not a number")))?;
