@@ -4,14 +4,18 @@
 //! flags that override it).
 
 use super::LabArgs;
-use crate::cmd::args::CommonArgs;
+use crate::cmd::args::{with_default, CommonArgs, DurationArg, RepsArg, WarmupArg};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::ops::{Ops, OpsConfig};
 use std::path::PathBuf;
 
-/// Flags of `nvmedb lab ops`.
+/// Flags of `nvmedb lab ops`. The defaults shown are the default scale's; `--full` chooses its
+/// own, which the other flags then override.
 #[derive(Args, Debug)]
+#[command(mut_arg("warmup", |a| with_default(a, OpsConfig::default_scale(PathBuf::new()).warmup_s)))]
+#[command(mut_arg("duration", |a| with_default(a, OpsConfig::default_scale(PathBuf::new()).duration_s)))]
+#[command(mut_arg("reps", |a| with_default(a, OpsConfig::default_scale(PathBuf::new()).reps)))]
 pub struct OpsArgs {
     /// Scratch directory on the disk under test (recreated, removed at the end).
     #[arg(long, default_value = "nvmedb-data/ops")]
@@ -38,15 +42,12 @@ pub struct OpsArgs {
     /// pgbench threads.
     #[arg(long)]
     pub reader_threads: Option<usize>,
-    /// Seconds of warm-up per point.
-    #[arg(long)]
-    pub warmup: Option<f64>,
-    /// Seconds per measured point.
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Repetitions.
-    #[arg(long)]
-    pub reps: Option<usize>,
+    #[command(flatten)]
+    pub warmup: WarmupArg,
+    #[command(flatten)]
+    pub duration: DurationArg,
+    #[command(flatten)]
+    pub reps: RepsArg,
     /// Seconds of each fio run.
     #[arg(long)]
     pub fio_secs: Option<f64>,
@@ -94,16 +95,12 @@ impl LabArgs for OpsArgs {
         set(self.writers, &mut cfg.writers);
         set(self.readers, &mut cfg.readers);
         set(self.reader_threads, &mut cfg.reader_threads);
-        set(self.reps, &mut cfg.reps);
+        self.reps.apply(&mut cfg.reps);
         if let Some(v) = self.rows {
             cfg.rows = v;
         }
-        if let Some(v) = self.warmup {
-            cfg.warmup_s = v;
-        }
-        if let Some(v) = self.duration {
-            cfg.duration_s = v;
-        }
+        self.warmup.apply(&mut cfg.warmup_s);
+        self.duration.apply(&mut cfg.duration_s);
         if let Some(v) = self.fio_secs {
             cfg.fio_s = v;
         }
