@@ -332,14 +332,7 @@ impl Binder<'_> {
         let r = (|| {
             let mut sets = Vec::new();
             for a in &du.assignments {
-                let name = match &a.target {
-                    ast::AssignmentTarget::ColumnName(n) => match n.0.as_slice() {
-                        [ast::ObjectNamePart::Identifier(i)] => ident(i),
-                        _ => return Err(SqlError::unsupported(format!("assignment target `{n}`"))),
-                    },
-                    other => return Err(SqlError::unsupported(format!("assignment target `{other}`"))),
-                };
-                let col = info.column(&name)?;
+                let col = assigned_column(info, a)?;
                 let mut cx = BindCx::row("ON CONFLICT DO UPDATE");
                 let (x, t) = self.bind(&a.value, &mut cx)?;
                 let (mut x, _) = self.assign_type(x, t, info.columns[col].ty)?;
@@ -422,15 +415,7 @@ impl Binder<'_> {
         let r = (|| {
             let mut sets = Vec::new();
             for a in &u.assignments {
-                let name = match &a.target {
-                    ast::AssignmentTarget::ColumnName(n) => match n.0.as_slice() {
-                        [ast::ObjectNamePart::Identifier(i)] => ident(i),
-                        [_, ast::ObjectNamePart::Identifier(i)] => ident(i),
-                        _ => return Err(SqlError::unsupported(format!("assignment target `{n}`"))),
-                    },
-                    other => return Err(SqlError::unsupported(format!("assignment target `{other}`"))),
-                };
-                let col = info.column(&name)?;
+                let col = assigned_column(&info, a)?;
                 if is_default_keyword(&a.value) {
                     let d = self.column_default(&info, col)?;
                     sets.push((col, d.unwrap_or(Expr::Const(crate::types::Datum::Null))));
@@ -480,6 +465,18 @@ impl Binder<'_> {
             cols,
         ))
     }
+}
+
+/// The engine column a SET assignment names (`col` or `t.col`).
+fn assigned_column(info: &TableInfo, a: &ast::Assignment) -> SqlResult<usize> {
+    let name = match &a.target {
+        ast::AssignmentTarget::ColumnName(n) => match n.0.as_slice() {
+            [ast::ObjectNamePart::Identifier(i)] | [_, ast::ObjectNamePart::Identifier(i)] => ident(i),
+            _ => return Err(SqlError::unsupported(format!("assignment target `{n}`"))),
+        },
+        other => return Err(SqlError::unsupported(format!("assignment target `{other}`"))),
+    };
+    info.column(&name)
 }
 
 /// True for the keyword DEFAULT standing for a column's default in VALUES or SET.
