@@ -106,6 +106,10 @@ pub mod code {
     pub const INVALID_SAVEPOINT: &str = "3B001";
     /// no_active_sql_transaction (a statement that needs a transaction block outside one)
     pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
+    /// invalid_column_reference (an ON CONFLICT target no unique constraint matches)
+    pub const INVALID_COLUMN_REFERENCE: &str = "42P10";
+    /// duplicate_prepared_statement (PREPARE of a name already prepared)
+    pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
 }
 
 /// An error reported to a SQL client.

@@ -4,7 +4,8 @@
 //! dialect, plus the utility statements it lacks) → [`plan`] (bound to the catalog, cached per
 //! prepared statement) → [`exec`] (the same [`nvmedb::Transaction`] API an embedded user
 //! calls) → rows encoded back ([`types`]). [`session`] keeps a client's transaction state and
-//! runs DDL; [`server`] speaks the protocol, one thread per connection.
+//! runs DDL; [`server`] speaks the protocol, one thread per connection ([`tls`] when the
+//! client asks for it).
 //!
 //! ```no_run
 //! let mut config = nvmedb_sql::ServerConfig::new("/tmp/nvmedb-data");
@@ -33,6 +34,7 @@ pub mod server;
 pub mod session;
 pub mod standby;
 pub mod stats;
+pub mod tls;
 pub mod types;
 
 pub use error::{SqlError, SqlResult};

@@ -43,6 +43,8 @@ pub enum Parsed {
     Vacuum,
     /// SAVEPOINT, RELEASE [SAVEPOINT] or ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT].
     Savepoint(SavepointOp),
+    /// DEALLOCATE [PREPARE] name (`None`: ALL).
+    Deallocate(Option<String>),
     /// Only whitespace and comments.
     Empty,
 }
@@ -379,6 +381,19 @@ pub fn parse_one(text: &str) -> SqlResult<Parsed> {
         "checkpoint" if rest_words.is_empty() => return Ok(Parsed::Checkpoint),
         "vacuum" => return Ok(Parsed::Vacuum),
         "copy" => return parse_copy(t).map(Parsed::Copy),
+        "deallocate" => {
+            let w = words(t)?;
+            let i = if w.get(1).map(String::as_str) == Some("prepare") { 2 } else { 1 };
+            return match &w[i.min(w.len())..] {
+                [all] if all == "all" => Ok(Parsed::Deallocate(None)),
+                [name] if !name.starts_with('\'') && !["(", ")", ",", "="].contains(&name.as_str()) => {
+                    Ok(Parsed::Deallocate(Some(name_of(name))))
+                }
+                _ => Err(SqlError::syntax(format!(
+                    "syntax error in `{t}`: expected DEALLOCATE [PREPARE] {{name | ALL}}"
+                ))),
+            };
+        }
         "savepoint" | "release" | "rollback" | "abort" => {
             if let Some(op) = savepoint(&words(t)?) {
                 return Ok(Parsed::Savepoint(op));
@@ -396,6 +411,78 @@ pub fn parse_one(text: &str) -> SqlResult<Parsed> {
         0 => Ok(Parsed::Empty),
         _ => Err(SqlError::syntax("cannot insert multiple commands into a prepared statement")),
     }
+}
+
+/// The statement of `PREPARE name [(types)] AS statement`, as written (`None`: `text` is not
+/// such a statement).
+pub fn prepare_body(text: &str) -> Option<&str> {
+    let t = text.trim_start();
+    let b = t.as_bytes();
+    if b.len() < 7 || !t[..7].eq_ignore_ascii_case("prepare") {
+        return None;
+    }
+    let skip_ws = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut i = skip_ws(7);
+    if i == 7 {
+        return None;
+    }
+    // The name: an identifier or a quoted one.
+    if b.get(i) == Some(&b'"') {
+        i += 1;
+        loop {
+            match b.get(i) {
+                None => return None,
+                Some(b'"') if b.get(i + 1) == Some(&b'"') => i += 2,
+                Some(b'"') => break,
+                Some(_) => i += 1,
+            }
+        }
+        i += 1;
+    } else {
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] >= 0x80) {
+            i += 1;
+        }
+    }
+    i = skip_ws(i);
+    // The parameter types, in balanced parentheses.
+    if b.get(i) == Some(&b'(') {
+        let mut depth = 0;
+        while i < b.len() {
+            match b[i] {
+                b'(' => depth += 1,
+                b')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        i = skip_ws(i + 1);
+    }
+    let rest = t.get(i..)?;
+    let after = rest.get(2..)?;
+    (rest[..2].eq_ignore_ascii_case("as") && after.starts_with(|c: char| c.is_whitespace()))
+        .then_some(after.trim())
+}
+
+/// True if `text` starts with PREPARE, EXECUTE or DEALLOCATE (statements about named
+/// statements, which the session plans itself).
+pub fn names_statement(text: &str) -> bool {
+    let t = text.trim_start().as_bytes();
+    ["prepare", "execute", "deallocate"].iter().any(|w| {
+        t.len() > w.len()
+            && t[..w.len()].eq_ignore_ascii_case(w.as_bytes())
+            && !t[w.len()].is_ascii_alphanumeric()
+            && t[w.len()] != b'_'
+    })
 }
 
 /// Parses one SQL expression (a stored DEFAULT).
@@ -463,5 +550,25 @@ mod tests {
         assert_eq!(sp("release savepoint a"), SavepointOp::Release("a".into()));
         assert_eq!(sp("ROLLBACK TO SAVEPOINT a"), SavepointOp::RollbackTo("a".into()));
         assert_eq!(sp("rollback work to a"), SavepointOp::RollbackTo("a".into()));
+        assert!(matches!(parse_one("DEALLOCATE ALL").unwrap(), Parsed::Deallocate(None)));
+        assert!(
+            matches!(parse_one("deallocate prepare \"_pg3_0\"").unwrap(), Parsed::Deallocate(Some(n)) if n == "_pg3_0")
+        );
+        assert!(matches!(parse_one("deallocate Q1").unwrap(), Parsed::Deallocate(Some(n)) if n == "q1"));
+        assert_eq!(parse_one("deallocate").unwrap_err().code, code::SYNTAX_ERROR);
+        assert_eq!(parse_one("deallocate a b").unwrap_err().code, code::SYNTAX_ERROR);
+    }
+
+    #[test]
+    fn prepare_bodies() {
+        assert_eq!(prepare_body("PREPARE q AS SELECT 1"), Some("SELECT 1"));
+        assert_eq!(
+            prepare_body(" prepare \"a b\" (int, numeric(10, 2))\n as\tinsert into t values ($1, $2)"),
+            Some("insert into t values ($1, $2)")
+        );
+        assert_eq!(prepare_body("prepare q(int)as select $1"), Some("select $1"));
+        assert_eq!(prepare_body("prepare q select 1"), None);
+        assert_eq!(prepare_body("prepared q as select 1"), None);
+        assert_eq!(prepare_body("select 1"), None);
     }
 }

@@ -17,11 +17,11 @@ use crate::types::{Datum, SqlType};
 use async_trait::async_trait;
 use futures::sink::{Sink, SinkExt};
 use nvmedb::util::sync::MutexExt;
-use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth};
+use pgwire::api::auth::sasl::scram::ScramAuth;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource, LoginInfo,
-    Password, ServerParameterProvider, StartupHandler,
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    ServerParameterProvider, StartupHandler,
 };
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::Format;
@@ -48,6 +48,10 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+mod cancel;
+mod scram;
+use scram::ScramSource;
 
 /// How clients authenticate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +85,8 @@ pub struct ServerConfig {
     /// The log archive: every finished log segment is copied there
     /// (`nvmedb::backup::archive`).
     pub archive: Option<PathBuf>,
+    /// The server certificate and key: clients may then ask for TLS (`sslmode=require`).
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// How long a statement waits for a row lock before it fails with 55P03 (the server's
@@ -105,6 +111,7 @@ impl ServerConfig {
             options,
             metrics: None,
             archive: None,
+            tls: None,
         }
     }
 }
@@ -226,7 +233,6 @@ pub trait ReadSnapshots: Send + Sync {
 /// One connection's state behind its handlers.
 struct ConnState {
     session: Session,
-    statements: HashMap<String, Arc<Prepared>>,
     portals: HashMap<String, Portal>,
 }
 
@@ -242,6 +248,8 @@ struct Shared {
     shutting_down: AtomicBool,
     conns: Mutex<HashMap<u64, TcpStream>>,
     next_conn: AtomicU64,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+    cancels: cancel::Cancels,
 }
 
 /// The per-connection handler (every pgwire role).
@@ -249,16 +257,22 @@ struct Conn {
     shared: Arc<Shared>,
     state: Mutex<Option<ConnState>>,
     refuse: Option<SqlError>,
+    /// The session's cancel flag ([`cancel`]).
+    cancel: Arc<AtomicBool>,
 }
 
 impl Conn {
     fn with<R>(&self, client: &dyn ClientInfoLike, f: impl FnOnce(&mut ConnState) -> R) -> R {
         let mut g = self.state.locked();
-        let st = g.get_or_insert_with(|| ConnState {
-            session: Session::new(self.shared.engine.clone(), &client.user(), &client.database())
-                .with_backend_pid(client.pid()),
-            statements: HashMap::new(),
-            portals: HashMap::new(),
+        let st = g.get_or_insert_with(|| {
+            let (pid, key) = client.key();
+            self.shared.cancels.register(pid, key, self.cancel.clone());
+            ConnState {
+                session: Session::new(self.shared.engine.clone(), &client.user(), &client.database())
+                    .with_backend_pid(pid)
+                    .with_cancel(self.cancel.clone()),
+                portals: HashMap::new(),
+            }
         });
         if let Some(reads) = &self.shared.reads {
             if st.session.status() == TxStatus::Idle {
@@ -291,7 +305,7 @@ impl Conn {
 trait ClientInfoLike {
     fn user(&self) -> String;
     fn database(&self) -> String;
-    fn pid(&self) -> i32;
+    fn key(&self) -> (i32, SecretKey);
 }
 
 impl<C: ClientInfo> ClientInfoLike for C {
@@ -302,8 +316,8 @@ impl<C: ClientInfo> ClientInfoLike for C {
         let u = self.user();
         self.metadata().get(pgwire::api::METADATA_DATABASE).cloned().unwrap_or(u)
     }
-    fn pid(&self) -> i32 {
-        self.pid_and_secret_key().0
+    fn key(&self) -> (i32, SecretKey) {
+        self.pid_and_secret_key()
     }
 }
 
@@ -343,52 +357,6 @@ impl ServerParameterProvider for Params {
     }
 }
 
-/// Passwords for SCRAM, salted once at start.
-#[derive(Debug)]
-struct ScramSource {
-    salt: Vec<u8>,
-    iterations: usize,
-    /// user → salted password; `None` key (empty user) = any user.
-    salted: HashMap<String, Vec<u8>>,
-}
-
-impl ScramSource {
-    fn load(path: &PathBuf) -> Result<Self, ServeError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ServeError::Config(format!("cannot read password file {}: {e}", path.display())))?;
-        let salt: Vec<u8> =
-            (0..16).map(|i| (crate::types::now_micros() >> (i % 8 * 8)) as u8 ^ (i as u8 * 37)).collect();
-        let iterations = 4096;
-        let mut salted = HashMap::new();
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
-            let (user, pw) = match line.split_once(':') {
-                Some((u, p)) => (u.to_string(), p),
-                None => (String::new(), line),
-            };
-            salted.insert(user, gen_salted_password(pw, &salt, iterations));
-        }
-        if salted.is_empty() {
-            return Err(ServeError::Config(format!("password file {} holds no password", path.display())));
-        }
-        Ok(Self { salt, iterations, salted })
-    }
-}
-
-#[async_trait]
-impl AuthSource for ScramSource {
-    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
-        let user = login.user().unwrap_or("");
-        let salted = self.salted.get(user).or_else(|| self.salted.get("")).ok_or_else(|| {
-            PgWireError::UserError(Box::new(ErrorInfo::new(
-                "FATAL".into(),
-                code::INVALID_PASSWORD.into(),
-                format!("password authentication failed for user \"{user}\""),
-            )))
-        })?;
-        Ok(Password::new(Some(self.salt.clone()), salted.clone()))
-    }
-}
-
 /// Startup: connection limit, then trust or SCRAM.
 struct Startup {
     conn: Arc<Conn>,
@@ -414,7 +382,7 @@ impl StartupHandler for Startup {
             protocol_negotiation(client, startup).await?;
             save_startup_parameters_to_metadata(client, startup);
             let pid = self.conn.shared.next_pid.fetch_add(1, Ordering::Relaxed);
-            client.set_pid_and_secret_key(pid, SecretKey::I32(pid.wrapping_mul(0x2545_F491)));
+            client.set_pid_and_secret_key(pid, cancel::secret_key(pid));
             finish_authentication(client, self.params.as_ref()).await?;
         }
         Ok(())
@@ -439,6 +407,9 @@ impl PgWireServerHandlers for Handlers {
     }
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
         self.conn.clone()
+    }
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(cancel::Canceller(self.conn.shared.clone()))
     }
 }
 
@@ -639,7 +610,7 @@ impl ExtendedQueryHandler for Conn {
                 return Err(SqlError::syntax("cannot insert multiple commands into a prepared statement"));
             }
             let p = st.session.prepare(parts.first().copied().unwrap_or(""), &types)?;
-            st.statements.insert(name, p);
+            st.session.define_statement(&name, p);
             Ok(())
         })?;
         client.feed(PgWireBackendMessage::ParseComplete(ParseComplete::new())).await?;
@@ -656,12 +627,7 @@ impl ExtendedQueryHandler for Conn {
         let stmt_name = message.statement_name.clone().unwrap_or_default();
         let portal_name = message.portal_name.clone().unwrap_or_default();
         self.extended(client, |st| {
-            let stmt = st.statements.get(&stmt_name).cloned().ok_or_else(|| {
-                SqlError::new(
-                    code::INVALID_SQL_STATEMENT_NAME,
-                    format!("prepared statement \"{stmt_name}\" does not exist"),
-                )
-            })?;
+            let stmt = st.session.statement(&stmt_name)?;
             let pf = format_of(&message.parameter_format_codes);
             let raw: Vec<Option<&[u8]>> = message.parameters.iter().map(|p| p.as_deref()).collect();
             let params = Session::decode_params(&stmt, &raw, |i| is_binary(&pf, i))?;
@@ -722,12 +688,7 @@ impl ExtendedQueryHandler for Conn {
             let mut msgs = Vec::new();
             match message.target_type {
                 TARGET_TYPE_BYTE_STATEMENT => {
-                    let s = st.statements.get(&name).ok_or_else(|| {
-                        SqlError::new(
-                            code::INVALID_SQL_STATEMENT_NAME,
-                            format!("prepared statement \"{name}\" does not exist"),
-                        )
-                    })?;
+                    let s = st.session.statement(&name)?;
                     msgs.push(PgWireBackendMessage::ParameterDescription(ParameterDescription::new(
                         s.params.iter().map(|t| t.oid()).collect(),
                     )));
@@ -803,7 +764,7 @@ impl ExtendedQueryHandler for Conn {
         let name = message.name.clone().unwrap_or_default();
         self.with(client, |st| match message.target_type {
             TARGET_TYPE_BYTE_STATEMENT => {
-                st.statements.remove(&name);
+                st.session.close_statement(&name);
             }
             TARGET_TYPE_BYTE_PORTAL => {
                 st.portals.remove(&name);
@@ -937,6 +898,7 @@ impl Server {
             Auth::Trust => None,
             Auth::Scram { password_file } => Some(Arc::new(ScramSource::load(password_file)?)),
         };
+        let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
         let listener = TcpListener::bind(&config.listen)
             .map_err(|e| ServeError::Io(format!("cannot listen on {}", config.listen), e))?;
         let addr = listener.local_addr().map_err(|e| ServeError::Io("local address".into(), e))?;
@@ -950,6 +912,8 @@ impl Server {
             shutting_down: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
+            tls,
+            cancels: cancel::Cancels::default(),
         });
         let workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>> = Arc::default();
         let (sh, wk) = (shared.clone(), workers.clone());
@@ -1042,26 +1006,33 @@ fn accept_loop(
                 format!("sorry, too many clients already (max_connections is {})", shared.max),
             )
         });
-        let conn = Arc::new(Conn { shared: shared.clone(), state: Mutex::new(None), refuse });
+        let conn = Arc::new(Conn {
+            shared: shared.clone(),
+            state: Mutex::new(None),
+            refuse,
+            cancel: Arc::default(),
+        });
+        let flag = conn.cancel.clone();
         let scram = shared.scram.as_ref().map(|s| {
             let mut auth = ScramAuth::new(s.clone());
             auth.set_iterations(s.iterations);
             SASLAuthStartupHandler::new(params.clone()).with_scram(auth)
         });
         let startup = Arc::new(Startup { conn: conn.clone(), params: params.clone(), scram });
-        let sh = shared.clone();
+        let (sh, tls) = (shared.clone(), shared.tls.clone());
         let handle = std::thread::Builder::new().name(format!("nvmedb-conn-{id}")).spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             if let Ok(rt) = rt {
                 rt.block_on(async move {
                     if stream.set_nonblocking(true).is_ok() {
                         if let Ok(s) = tokio::net::TcpStream::from_std(stream) {
-                            let _ = pgwire::tokio::process_socket(s, None, Handlers { conn, startup }).await;
+                            let _ = pgwire::tokio::process_socket(s, tls, Handlers { conn, startup }).await;
                         }
                     }
                 });
             }
             sh.conns.locked().remove(&id);
+            sh.cancels.forget(&flag);
             sh.active.fetch_sub(1, Ordering::AcqRel);
             sh.engine.sql_stats.disconnected();
         });

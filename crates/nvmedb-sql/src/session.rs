@@ -37,6 +37,11 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+mod named;
+mod settings;
+pub use settings::is_settable;
+use settings::{lookup_setting, parse_memory, SETTINGS};
+
 /// Bit of [`Gate`]'s state word: a DDL statement holds or wants the gate.
 const EXCLUSIVE: u64 = 1 << 63;
 
@@ -326,6 +331,8 @@ pub struct Session {
     user: String,
     database: String,
     cache: HashMap<String, Arc<Prepared>>,
+    /// Named prepared statements, SQL's and the protocol's ([`named`]).
+    named: HashMap<String, Arc<Prepared>>,
     copy: Option<CopyIn>,
     notices: Vec<Notice>,
     /// Tables this session's transaction block created or truncated (a COPY into one of
@@ -339,6 +346,12 @@ pub struct Session {
     backend_pid: i32,
     /// Statements of the transaction block that changed (or may have changed) rows.
     changes: u64,
+    /// Set by a CancelRequest naming this session; cleared when a statement starts.
+    cancel: Arc<std::sync::atomic::AtomicBool>,
+    /// `statement_timeout` (`None`: off).
+    statement_timeout: Option<Duration>,
+    /// When the running statement's `statement_timeout` ends it.
+    deadline: Option<Instant>,
     /// The block's savepoints, oldest first, with `changes` when each was set.
     savepoints: Vec<(String, u64)>,
 }
@@ -351,116 +364,6 @@ impl std::fmt::Debug for Session {
 
 /// Plans kept per session for repeated simple-query texts.
 const PLAN_CACHE: usize = 256;
-
-/// Whether SET may change a setting, and to what.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Settable {
-    /// Any value (it only changes what SHOW reports, or nvmedb reads it: `work_mem`).
-    Any,
-    /// Only the listed values (case-insensitive); others are 0A000: nvmedb cannot honour them.
-    Only(&'static [&'static str]),
-    /// Never (55P02): it describes the server.
-    Fixed,
-}
-
-/// Every setting SHOW knows: name, default, and whether SET may change it. Values nvmedb
-/// cannot honour are refused rather than recorded and ignored.
-const SETTINGS: &[(&str, &str, Settable)] = &[
-    ("application_name", "", Settable::Any),
-    ("block_size", "16384", Settable::Fixed),
-    ("bytea_output", "hex", Settable::Only(&["hex"])),
-    ("client_encoding", "UTF8", Settable::Only(&["utf8", "utf-8", "unicode"])),
-    ("client_min_messages", "notice", Settable::Any),
-    ("datestyle", "ISO, MDY", Settable::Only(&["iso, mdy", "iso", "iso,mdy", "mdy, iso"])),
-    ("default_transaction_isolation", "read committed", Settable::Any),
-    ("default_transaction_read_only", "off", Settable::Only(&["off", "false", "0"])),
-    ("extra_float_digits", "1", Settable::Any),
-    ("fsync", "on", Settable::Fixed),
-    ("idle_in_transaction_session_timeout", "0", Settable::Only(&["0"])),
-    ("in_hot_standby", "off", Settable::Fixed),
-    ("integer_datetimes", "on", Settable::Fixed),
-    ("intervalstyle", "postgres", Settable::Only(&["postgres"])),
-    ("is_superuser", "on", Settable::Fixed),
-    ("lc_messages", "C", Settable::Any),
-    ("lc_monetary", "C", Settable::Any),
-    ("lc_numeric", "C", Settable::Any),
-    ("lc_time", "C", Settable::Any),
-    ("lock_timeout", "0", Settable::Only(&["0"])),
-    ("max_identifier_length", "63", Settable::Fixed),
-    (
-        "search_path",
-        "\"$user\", public",
-        Settable::Only(&["\"$user\", public", "$user, public", "public", "\"$user\",public", "$user,public"]),
-    ),
-    ("server_encoding", "UTF8", Settable::Fixed),
-    ("server_version", "15.0", Settable::Fixed),
-    ("server_version_num", "150000", Settable::Fixed),
-    ("standard_conforming_strings", "on", Settable::Only(&["on", "true", "1"])),
-    ("statement_timeout", "0", Settable::Only(&["0"])),
-    (
-        "synchronous_commit",
-        "on",
-        Settable::Only(&["on", "local", "remote_write", "remote_apply", "true", "1"]),
-    ),
-    ("timezone", "UTC", Settable::Any),
-    ("transaction_isolation", "read committed", Settable::Any),
-    ("transaction_read_only", "off", Settable::Only(&["off", "false", "0"])),
-    ("work_mem", "4MB", Settable::Any),
-];
-
-fn default_setting(name: &str) -> Option<&'static str> {
-    SETTINGS.iter().find(|(n, _, _)| *n == name).map(|(_, v, _)| *v)
-}
-
-/// Whether SET may change setting `name` at all (what `pg_settings.context` reports).
-pub fn is_settable(name: &str) -> bool {
-    SETTINGS.iter().find(|(n, _, _)| *n == name).is_none_or(|(_, _, s)| *s != Settable::Fixed)
-}
-
-/// Checks `SET name = value` (`None`: back to the default): a setting nvmedb does not know is
-/// 42704 (names with a dot are custom settings, always accepted), one that describes the
-/// server 55P02, a value nvmedb cannot honour 0A000, a malformed `work_mem` 22023.
-fn check_set(name: &str, value: Option<&str>) -> SqlResult<()> {
-    let Some((_, _, settable)) = SETTINGS.iter().find(|(n, _, _)| *n == name) else {
-        if name.contains('.') {
-            return Ok(());
-        }
-        return Err(SqlError::new(
-            code::UNDEFINED_OBJECT,
-            format!("unrecognized configuration parameter \"{name}\""),
-        ));
-    };
-    let Some(v) = value else { return Ok(()) };
-    let v = v.trim().trim_matches('\'');
-    match settable {
-        Settable::Fixed => Err(SqlError::new(
-            code::CANT_CHANGE_RUNTIME_PARAM,
-            format!("parameter \"{name}\" cannot be changed"),
-        )),
-        Settable::Only(allowed) if !allowed.iter().any(|a| a.eq_ignore_ascii_case(v)) => {
-            let why = match name {
-                "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
-                    "nvmedb does not enforce this timeout yet; only 0 (off) is accepted"
-                }
-                "synchronous_commit" => "every commit in nvmedb is durable before it is acknowledged",
-                "default_transaction_read_only" | "transaction_read_only" => {
-                    "read-only transactions are not supported"
-                }
-                "search_path" => "nvmedb has one schema, public",
-                _ => "nvmedb supports only the values listed in pg_settings",
-            };
-            Err(SqlError::new(
-                code::FEATURE_NOT_SUPPORTED,
-                format!("invalid value for parameter \"{name}\": \"{v}\" ({why})"),
-            ))
-        }
-        _ if name == "work_mem" && parse_memory(v).is_none() => Err(SqlError::new(
-            code::INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"work_mem\": \"{v}\""),
-        )),
-        _ => Ok(()),
-    }
-}
 
 impl Session {
     /// A new session for `user` on `database`.
@@ -476,6 +379,7 @@ impl Session {
             user: user.to_string(),
             database: database.to_string(),
             cache: HashMap::new(),
+            named: HashMap::new(),
             copy: None,
             notices: Vec::new(),
             fresh: HashSet::new(),
@@ -484,6 +388,9 @@ impl Session {
             backend_pid: 0,
             changes: 0,
             savepoints: Vec::new(),
+            cancel: Arc::default(),
+            statement_timeout: None,
+            deadline: None,
         }
     }
 
@@ -586,8 +493,10 @@ impl Session {
 
     /// Plans one statement of text (as [`parse::split`] yields them).
     pub fn prepare(&self, text: &str, param_types: &[Option<SqlType>]) -> SqlResult<Arc<Prepared>> {
-        if let Some(v) = self.engine.views_for(text)? {
-            return v.prepare(text, param_types);
+        if !parse::names_statement(text) {
+            if let Some(v) = self.engine.views_for(text)? {
+                return v.prepare(text, param_types);
+            }
         }
         let version = self.engine.catalog.version();
         let mk = |stmt: Stmt| Prepared {
@@ -605,6 +514,7 @@ impl Session {
             Parsed::Checkpoint => mk(Stmt::Checkpoint),
             Parsed::Vacuum => mk(Stmt::NoOp("VACUUM")),
             Parsed::Savepoint(op) => mk(Stmt::Savepoint(op)),
+            Parsed::Deallocate(name) => mk(Stmt::Deallocate(name)),
             Parsed::Copy(spec) => {
                 let info = self.engine.catalog.get(&spec.table)?;
                 if !info.composite.is_empty() {
@@ -625,7 +535,10 @@ impl Session {
                     null: spec.null,
                 })))
             }
-            Parsed::Sql(st) => Binder::new(&self.engine.catalog, param_types).plan(text, &st)?,
+            Parsed::Sql(st) => match self.plan_named(text, &st, param_types) {
+                Some(p) => p?,
+                None => Binder::new(&self.engine.catalog, param_types).plan(text, &st)?,
+            },
         }))
     }
 
@@ -768,6 +681,8 @@ impl Session {
         if let Some(e) = self.pending.take() {
             return Err(e);
         }
+        self.cancel.store(false, Ordering::Relaxed);
+        self.deadline = self.statement_timeout.map(|t| Instant::now() + t);
         if self.copy.is_some() {
             return Err(SqlError::new(code::PROTOCOL_VIOLATION, "a COPY is in progress"));
         }
@@ -779,7 +694,7 @@ impl Session {
         {
             return Err(failed_block());
         }
-        if let Some(v) = self.engine.views_for(&p.sql)? {
+        if let Some(v) = self.engine.views_for(&p.sql)?.filter(|_| !parse::names_statement(&p.sql)) {
             let asker = self.asker();
             return v.execute(&self.engine, &asker, p, params).inspect_err(|_| self.fail_block());
         }
@@ -865,14 +780,7 @@ impl Session {
                     Ok(Outcome::Done("ROLLBACK".into()))
                 }
             },
-            Stmt::Set(name, value) => {
-                check_set(name, value.as_deref())?;
-                match value {
-                    Some(v) => self.settings.insert(name.clone(), v.clone()),
-                    None => self.settings.remove(name),
-                };
-                Ok(Outcome::Done("SET".into()))
-            }
+            Stmt::Set(name, value) => self.set(name, value.as_deref()),
             Stmt::Show(name) => {
                 let v = self.setting(name).ok_or_else(|| {
                     SqlError::new(
@@ -888,46 +796,9 @@ impl Session {
                 Ok(Outcome::Done("CHECKPOINT".into()))
             }
             Stmt::NoOp(tag) => Ok(Outcome::Done((*tag).into())),
-            Stmt::Copy(plan) => {
-                let in_block = matches!(self.state, TxnState::Active(_));
-                let load = if !in_block || self.fresh.contains(&plan.table.name) {
-                    // The load takes the gate exclusively: this block's shared hold goes first.
-                    let held = self.holds_gate;
-                    self.release_gate();
-                    let load = CopyLoad::start(&self.engine, &plan.table.name);
-                    if held && load.is_none() {
-                        self.engine.gate.enter_shared();
-                        self.holds_gate = true;
-                    }
-                    load
-                } else {
-                    None
-                };
-                let own = match (&load, in_block) {
-                    (_, true) => {
-                        self.dirty = true;
-                        None
-                    }
-                    (Some(_), false) => None,
-                    (None, false) => Some(Box::new(self.engine.db.begin())),
-                };
-                if own.is_some() {
-                    self.engine.gate.enter_shared();
-                }
-                let n = plan.targets.len();
-                self.copy = Some(CopyIn {
-                    plan: (**plan).clone(),
-                    own,
-                    buf: Vec::new(),
-                    rows: 0,
-                    line: 0,
-                    err: None,
-                    done: false,
-                    started: Instant::now(),
-                    row: Vec::new(),
-                    load,
-                });
-                Ok(Outcome::CopyIn(n))
+            Stmt::Copy(plan) => self.start_copy(plan),
+            Stmt::PrepareNamed(..) | Stmt::ExecuteNamed(..) | Stmt::Deallocate(_) => {
+                self.run_named(&p.stmt, params)
             }
             Stmt::CreateTable(..)
             | Stmt::CreateSequence(..)
@@ -940,6 +811,50 @@ impl Session {
                 self.dml(p, params)
             }
         }
+    }
+
+    /// Starts COPY FROM STDIN: a bulk load into an empty table (see the module documentation)
+    /// or inserts in the transaction.
+    fn start_copy(&mut self, plan: &CopyPlan) -> SqlResult<Outcome> {
+        let in_block = matches!(self.state, TxnState::Active(_));
+        let load = if !in_block || self.fresh.contains(&plan.table.name) {
+            // The load takes the gate exclusively: this block's shared hold goes first.
+            let held = self.holds_gate;
+            self.release_gate();
+            let load = CopyLoad::start(&self.engine, &plan.table.name);
+            if held && load.is_none() {
+                self.engine.gate.enter_shared();
+                self.holds_gate = true;
+            }
+            load
+        } else {
+            None
+        };
+        let own = match (&load, in_block) {
+            (_, true) => {
+                self.dirty = true;
+                None
+            }
+            (Some(_), false) => None,
+            (None, false) => Some(Box::new(self.engine.db.begin())),
+        };
+        if own.is_some() {
+            self.engine.gate.enter_shared();
+        }
+        let n = plan.targets.len();
+        self.copy = Some(CopyIn {
+            plan: plan.clone(),
+            own,
+            buf: Vec::new(),
+            rows: 0,
+            line: 0,
+            err: None,
+            done: false,
+            started: Instant::now(),
+            row: Vec::new(),
+            load,
+        });
+        Ok(Outcome::CopyIn(n))
     }
 
     /// SAVEPOINT, RELEASE, ROLLBACK TO. nvmedb's transactions cannot undo part of their
@@ -1027,6 +942,7 @@ impl Session {
         };
         let dirty = &mut self.dirty;
         let changes = &mut self.changes;
+        let (cancel, deadline) = (self.cancel.clone(), self.deadline);
         self.ran = true;
         let seqs = SessionSequences { all: &engine.catalog.sequences, current: &self.currvals };
         let result = (|| -> SqlResult<Outcome> {
@@ -1053,6 +969,7 @@ impl Session {
             };
             let mut cx = ExecCtx::new(eval, tx);
             cx.work_mem = work_mem;
+            cx.interrupt = exec::Interrupt { cancel: Some(cancel), deadline };
             let (tag, rows) = exec::run_statement(&mut cx, &p.stmt)?;
             drop(cx);
             if let Some(tx) = own {
@@ -1387,43 +1304,12 @@ impl Drop for Session {
     }
 }
 
-fn lookup_setting(settings: &HashMap<String, String>, engine: &Engine, name: &str) -> Option<String> {
-    let name = name.to_ascii_lowercase();
-    if let Some(v) = settings.get(&name) {
-        return Some(v.clone());
-    }
-    if name == "nvmedb.durable_lsn" {
-        // The log's durable end: a standby that applied it holds every commit acknowledged
-        // before (read-your-writes on a standby: `SET nvmedb.min_lsn` there).
-        return engine.db.engine_log().map(|l| l.record_log().durable_lsn().to_string());
-    }
-    if let Some((_, v)) = engine.server_settings.iter().find(|(k, _)| *k == name) {
-        return Some(v.clone());
-    }
-    default_setting(&name).map(str::to_string)
-}
-
 /// The engine isolation a SQL level runs as (REPEATABLE READ runs as SERIALIZABLE).
 fn engine_isolation(level: IsolationLevel) -> nvmedb::Isolation {
     match level {
         IsolationLevel::ReadCommitted => nvmedb::Isolation::ReadCommitted,
         IsolationLevel::RepeatableRead | IsolationLevel::Serializable => nvmedb::Isolation::Serializable,
     }
-}
-
-/// A memory setting's bytes (`4MB`, `64kB`, `1GB`; a bare number is kB, as in PostgreSQL).
-fn parse_memory(v: &str) -> Option<usize> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let n: usize = v[..split].parse().ok()?;
-    let mult = match v[split..].trim().to_ascii_lowercase().as_str() {
-        "" | "kb" => 1 << 10,
-        "b" => 1,
-        "mb" => 1 << 20,
-        "gb" => 1 << 30,
-        _ => return None,
-    };
-    Some(n.saturating_mul(mult).max(64 << 10))
 }
 
 fn failed_block() -> SqlError {

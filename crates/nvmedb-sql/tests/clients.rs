@@ -1,7 +1,8 @@
 //! Real PostgreSQL clients against the server, unchanged: psql's describe commands (`\d`,
 //! `\dt`, `\di`, `\d t`, `\l`), whose queries read the system catalogs, with their output
-//! checked line by line; and SQLAlchemy 2 over psycopg2 (a Python script,
-//! `tests/clients/orm.py`: create_all, inserts, queries, update, delete, reflection).
+//! checked line by line; SQLAlchemy 2 over psycopg2 (a Python script,
+//! `tests/clients/orm.py`: create_all, inserts, queries, update, delete, reflection); and
+//! psycopg 3's server-side prepared statements and `executemany` (`tests/clients/psycopg3.py`).
 //!
 //! psql comes from PostgreSQL 15 (`postgresql-15`), the Python drivers from pip
 //! (`scripts/setup.sh`); without them the tests say SKIPPED and pass without running, unless
@@ -166,11 +167,87 @@ fn sqlalchemy_over_psycopg2() {
     }
     let f = start();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/orm.py");
-    // psycopg 3 is not in the list yet: it ends a transaction with `DEALLOCATE` of its
-    // protocol-level prepared statements, which nvmedb does not run yet.
+    // psycopg 3 has its own test (psycopg3_prepared_statements_and_executemany).
     let driver = "psycopg2";
     let url = format!("postgresql+{driver}://tester@127.0.0.1:{}/shop", f.port());
     let out = Command::new("python3").arg(&script).arg(&url).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "{driver}:\n{stdout}\n{stderr}");
+}
+
+#[test]
+fn psycopg3_prepared_statements_and_executemany() {
+    if !nvmedb_testkit::needs_python(&["psycopg"]) {
+        return;
+    }
+    let f = start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/psycopg3.py");
+    let conninfo = format!("host=127.0.0.1 port={} user=tester dbname=shop sslmode=disable", f.port());
+    let out = Command::new("python3").arg(&script).arg(&conninfo).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "psycopg 3:\n{stdout}\n{stderr}");
+}
+
+/// A self-signed certificate for localhost and its key (openssl), in `dir`.
+fn self_signed(dir: &Path) -> nvmedb_sql::tls::TlsFiles {
+    let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-days", "2", "-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+    nvmedb_sql::tls::TlsFiles { cert, key }
+}
+
+#[test]
+fn psql_connects_with_tls_when_required() {
+    let Some(psql) = find_psql() else { return };
+    let keys = TmpDir::new("tls-keys");
+    let files = self_signed(keys.path());
+    let f = start_with(|c| c.tls = Some(files));
+    // sslmode=require: the SSLRequest is answered 'S' and the session runs over TLS.
+    let info = f.psql_with(&psql, "sslmode=require", &["\\conninfo"]);
+    assert!(info.contains("SSL connection (protocol: TLSv1.3"), "{info}");
+    let out = f.psql_with(
+        &psql,
+        "sslmode=require",
+        &[
+            "CREATE TABLE secret (id int PRIMARY KEY, v text)",
+            "INSERT INTO secret VALUES (1, 'tls')",
+            "SELECT v FROM secret",
+        ],
+    );
+    assert!(out.contains("tls"), "{out}");
+    // A client that does not ask for TLS is still served.
+    let out = f.psql(&psql, &["SELECT count(*) FROM secret"]);
+    assert!(out.contains(" 1"), "{out}");
+    // A server without a certificate refuses TLS; `require` then fails, `prefer` goes on without.
+    let plain = start();
+    let e = plain.try_psql(&psql, "sslmode=require", &["SELECT 1"]).unwrap_err();
+    assert!(e.contains("does not support SSL"), "{e}");
+    let info = plain.psql_with(&psql, "sslmode=prefer", &["\\conninfo"]);
+    assert!(!info.contains("SSL connection"), "{info}");
+}
+
+#[test]
+fn a_bad_certificate_stops_the_server_from_starting() {
+    let keys = TmpDir::new("tls-bad");
+    std::fs::write(keys.path().join("server.crt"), "not a certificate").unwrap();
+    std::fs::write(keys.path().join("server.key"), "not a key").unwrap();
+    let dir = TmpDir::path_only("clients-bad-tls");
+    let mut config = ServerConfig::new(dir.path());
+    config.listen = "127.0.0.1:0".into();
+    config.tls = Some(nvmedb_sql::tls::TlsFiles {
+        cert: keys.path().join("server.crt"),
+        key: keys.path().join("missing.key"),
+    });
+    let e = Server::start(config.clone()).unwrap_err().to_string();
+    assert!(e.contains("server.crt"), "{e}");
+    config.tls.as_mut().unwrap().cert = keys.path().join("missing.crt");
+    let e = Server::start(config).unwrap_err().to_string();
+    assert!(e.contains("missing.crt"), "{e}");
 }

@@ -780,3 +780,77 @@ async fn read_skew_is_prevented_at_serializable() {
     let total = simple_rows(&b, "SELECT sum(v) FROM acct").await;
     assert_eq!(total, vec![vec![Some("100".to_string())]]);
 }
+
+/// A table of `n` rows whose three-way cross join no test waits for.
+async fn big_table(c: &Client, n: i32) {
+    c.batch_execute("CREATE TABLE big (id int PRIMARY KEY, v int)").await.unwrap();
+    let values: Vec<String> = (0..n).map(|i| format!("({i}, {})", i % 7)).collect();
+    c.batch_execute(&format!("INSERT INTO big VALUES {}", values.join(", "))).await.unwrap();
+}
+
+const ENDLESS: &str = "SELECT count(*) FROM big a, big b, big c WHERE a.v + b.v + c.v >= 0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_ends_the_running_statement() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    big_table(&c, 1000).await;
+    // A safety net: were the cancel lost, the statement would end by its timeout, and say so.
+    c.batch_execute("SET statement_timeout = '120s'").await.unwrap();
+    let token = c.cancel_token();
+    let started = Instant::now();
+    let q = tokio::spawn(async move {
+        let r = c.simple_query(ENDLESS).await;
+        (c, r)
+    });
+    // A cancel that arrives before the statement starts cancels nothing (as in PostgreSQL), so
+    // cancels go until the statement has ended.
+    while !q.is_finished() {
+        token.cancel_query(NoTls).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (c, r) = q.await.unwrap();
+    let e = r.expect_err("the endless statement was cancelled");
+    assert_eq!(code(&e), "57014", "{e}");
+    assert!(message(&e).contains("user request"), "{}", message(&e));
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+    // The session goes on; the next statement is not cancelled by the old request.
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM big").await, vec![vec![Some("1000".to_string())]]);
+    // The extended protocol too.
+    let token = c.cancel_token();
+    let q = tokio::spawn(async move {
+        let r = c.query(ENDLESS, &[]).await.map(|_| ());
+        (c, r)
+    });
+    while !q.is_finished() {
+        token.cancel_query(NoTls).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (c, r) = q.await.unwrap();
+    assert_eq!(code(&r.unwrap_err()), "57014");
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM big WHERE v = 0").await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_ends_a_long_scan() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    big_table(&c, 1000).await;
+    c.batch_execute("SET statement_timeout = 300").await.unwrap();
+    assert_eq!(simple_rows(&c, "SHOW statement_timeout").await, vec![vec![Some("300".to_string())]]);
+    let started = Instant::now();
+    let e = c.simple_query(ENDLESS).await.expect_err("the statement timed out");
+    assert_eq!(code(&e), "57014", "{e}");
+    assert!(message(&e).contains("statement timeout"), "{}", message(&e));
+    assert!(started.elapsed() >= Duration::from_millis(300), "ended after {:?}", started.elapsed());
+    // The extended protocol too.
+    let e = c.query(ENDLESS, &[]).await.expect_err("the prepared statement timed out");
+    assert_eq!(code(&e), "57014", "{e}");
+    // The timeout is per statement: short ones run.
+    for _ in 0..3 {
+        assert_eq!(simple_rows(&c, "SELECT count(*) FROM big WHERE v = 3").await.len(), 1);
+    }
+    c.batch_execute("SET statement_timeout = '1min'; SET statement_timeout = 0").await.unwrap();
+    let e = c.batch_execute("SET statement_timeout = 'soon'").await.unwrap_err();
+    assert_eq!(code(&e), "22023", "{e}");
+}

@@ -54,6 +54,13 @@ pub struct ServeArgs {
     /// one at shutdown, for `nvmedb restore --archive`.
     #[arg(long, value_name = "DIR")]
     pub archive: Option<PathBuf>,
+    /// TLS server certificate chain (PEM): clients may then connect with TLS
+    /// (`sslmode=require`); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 fn buffer_size(s: &str, flag: &'static str) -> Result<BufferSize, CliError> {
@@ -92,6 +99,9 @@ pub fn config(a: &ServeArgs) -> Result<ServerConfig, CliError> {
     c.options.lock_options.early_release = a.early_lock_release == "on";
     c.metrics = a.metrics.clone();
     c.archive = a.archive.clone();
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        c.tls = Some(nvmedb_sql::tls::TlsFiles { cert: cert.clone(), key: key.clone() });
+    }
     Ok(c)
 }
 

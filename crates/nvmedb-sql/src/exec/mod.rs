@@ -37,6 +37,8 @@ use crate::plan::explain::NodeStats;
 use crate::plan::{ExplainPlan, PhysNode, PhysOp, QueryPlan, Stmt};
 use crate::types::Datum;
 use nvmedb::Transaction;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A row flowing between operators.
@@ -54,6 +56,30 @@ pub type BoxOp<'p> = Box<dyn Operator + 'p>;
 /// Default memory an operator may hold before it spills (PostgreSQL's default `work_mem`).
 pub const DEFAULT_WORK_MEM: usize = 4 << 20;
 
+/// Why a running statement stops early: the client's CancelRequest or `statement_timeout`.
+/// Scans and joins check it once per batch of rows, so a statement ends within a batch's
+/// time (a wait for a row lock ends at the lock timeout instead).
+#[derive(Debug, Clone, Default)]
+pub struct Interrupt {
+    /// Set when a CancelRequest names the session.
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// When `statement_timeout` ends the statement.
+    pub deadline: Option<Instant>,
+}
+
+impl Interrupt {
+    /// 57014 when the statement was cancelled or ran out of time.
+    pub fn check(&self) -> SqlResult<()> {
+        if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Err(SqlError::new(code::QUERY_CANCELED, "canceling statement due to user request"));
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(SqlError::new(code::QUERY_CANCELED, "canceling statement due to statement timeout"));
+        }
+        Ok(())
+    }
+}
+
 /// What operators read while they run.
 pub struct ExecCtx<'a> {
     /// Expression context (parameters, settings, init plan values, correlation values).
@@ -66,12 +92,21 @@ pub struct ExecCtx<'a> {
     pub work_mem: usize,
     /// Per-node counters (EXPLAIN ANALYZE), indexed by node id.
     pub stats: Option<Vec<NodeStats>>,
+    /// Whether to stop early (cancel, timeout).
+    pub interrupt: Interrupt,
 }
 
 impl<'a> ExecCtx<'a> {
     /// A context over `eval` reading through `txn`.
     pub fn new(eval: EvalCtx<'a>, txn: Option<&'a mut Transaction>) -> Self {
-        Self { eval, txn, for_update: false, work_mem: DEFAULT_WORK_MEM, stats: None }
+        Self {
+            eval,
+            txn,
+            for_update: false,
+            work_mem: DEFAULT_WORK_MEM,
+            stats: None,
+            interrupt: Interrupt::default(),
+        }
     }
 
     /// Evaluates a row-independent count (LIMIT, OFFSET): None for NULL.

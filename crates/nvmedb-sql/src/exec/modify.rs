@@ -1,6 +1,6 @@
 //! INSERT, UPDATE and DELETE: the row changes of a statement, in its transaction.
 //!
-//! Owns: [`insert`] and [`modify`]. An UPDATE or DELETE first runs its input query in its
+//! Owns: [`insert`] (with ON CONFLICT on the primary key) and [`modify`]. An UPDATE or DELETE first runs its input query in its
 //! transaction with every row it reads locked exclusively (so it sees its own transaction's
 //! rows, and two statements changing the same row never both hold it shared and wait for each
 //! other to upgrade), collecting the candidates before changing any, so a change that moves a
@@ -122,7 +122,7 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
         }
         InsertSource::Query(q) => run_query(cx, q)?,
     };
-    let mut n = 0;
+    let (mut n, mut inserted) = (0, 0);
     let mut ret = Vec::new();
     for vals in rows {
         let mut row = vec![Datum::Null; t.columns.len()];
@@ -136,16 +136,76 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
             row[*c] = e.eval(&[], &cx.eval)?;
         }
         fill_keys(t, &mut row)?;
-        let values = values_of(t, &row)?;
-        tx(cx)?.insert(&t.table, &values).map_err(|e| change_error(e, t, &row))?;
+        let mut values = values_of(t, &row)?;
+        let action = match &p.on_conflict {
+            None => Upsert::Insert,
+            Some(oc) => upsert(cx, t, oc, &row, &values)?,
+        };
+        match action {
+            Upsert::Insert => {
+                tx(cx)?.insert(&t.table, &values).map_err(|e| change_error(e, t, &row))?;
+                inserted += 1;
+            }
+            Upsert::Skip => continue,
+            Upsert::Updated(v) => values = v,
+        }
         n += 1;
         if !p.returning.is_empty() {
             let row: Row = values.iter().zip(&t.columns).map(|(v, c)| value_datum(v, c.ty)).collect();
             ret.push(p.returning.iter().map(|e| e.eval(&row, &cx.eval)).collect::<SqlResult<_>>()?);
         }
     }
-    t.stats.note_rows(n as i64);
+    t.stats.note_rows(inserted);
     Ok((n, ret))
+}
+
+/// What ON CONFLICT made of a proposed row.
+enum Upsert {
+    /// No row has its primary key: insert it (its key is locked).
+    Insert,
+    /// DO NOTHING, or DO UPDATE whose WHERE was false.
+    Skip,
+    /// The existing row was updated to these values.
+    Updated(Vec<Value>),
+}
+
+/// ON CONFLICT for the proposed `row` (`values` as the engine stores it): the primary key is
+/// locked exclusively first, so two sessions upserting one key take turns.
+fn upsert(
+    cx: &mut ExecCtx<'_>,
+    t: &TableInfo,
+    oc: &crate::plan::OnConflict,
+    row: &[Datum],
+    values: &[Value],
+) -> SqlResult<Upsert> {
+    let Some(old) = tx(cx)?.get_for_update(&t.table, &values[t.pk]).map_err(|e| engine(e, t))? else {
+        return Ok(Upsert::Insert);
+    };
+    if !oc.update {
+        return Ok(Upsert::Skip);
+    }
+    // The existing row, then EXCLUDED.
+    let mut pair: Row = old.iter().zip(&t.columns).map(|(v, c)| value_datum(v, c.ty)).collect();
+    pair.extend_from_slice(row);
+    if let Some(f) = &oc.filter {
+        if !f.test(&pair, &cx.eval)? {
+            return Ok(Upsert::Skip);
+        }
+    }
+    let mut new = pair[..t.columns.len()].to_vec();
+    for (c, e) in &oc.sets {
+        new[*c] = e.eval(&pair, &cx.eval)?;
+    }
+    fill_keys(t, &mut new)?;
+    let v = values_of(t, &new)?;
+    let tx = tx(cx)?;
+    if v[t.pk] != values[t.pk] {
+        tx.delete(&t.table, &values[t.pk]).map_err(|e| engine(e, t))?;
+        tx.insert(&t.table, &v).map_err(|e| change_error(e, t, &new))?;
+    } else {
+        tx.update(&t.table, &v).map_err(|e| change_error(e, t, &new))?;
+    }
+    Ok(Upsert::Updated(v))
 }
 
 /// An engine value as a datum of SQL type `ty` (a row just written, for RETURNING).

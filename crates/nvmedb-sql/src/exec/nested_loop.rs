@@ -99,6 +99,7 @@ impl Operator for NestedLoop<'_> {
                     _ => {}
                 }
             }
+            cx.interrupt.check()?;
             match self.left.next(cx)? {
                 Some(l) => self.cur = Some((l, 0, false)),
                 None if matches!(self.kind, JoinKind::Full | JoinKind::Right) => self.unmatched = Some(0),

@@ -341,6 +341,7 @@ impl<'p> Operator for Scan<'p> {
             if let Some(r) = self.buf.pop_front() {
                 return Ok(Some(r));
             }
+            cx.interrupt.check()?;
             match std::mem::replace(&mut self.state, State::Done) {
                 State::Start => self.start(cx)?,
                 State::Range(lo, hi) => {

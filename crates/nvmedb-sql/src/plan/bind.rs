@@ -198,8 +198,7 @@ impl<'a> Binder<'a> {
     pub fn plan(mut self, sql: &str, st: &ast::Statement) -> SqlResult<Prepared> {
         let version = self.catalog.version();
         let (stmt, columns) = self.statement(st)?;
-        let params =
-            self.params.iter().map(|t| if *t == SqlType::Unknown { SqlType::Text } else { *t }).collect();
+        let params = self.param_types();
         Ok(Prepared { sql: sql.to_string(), stmt, params, columns: Arc::new(columns), version })
     }
 
@@ -309,6 +308,31 @@ impl<'a> Binder<'a> {
             e if from.is_text() && to.is_text() => e,
             e => Expr::Cast(Box::new(e), to),
         })
+    }
+
+    /// The arguments of `EXECUTE name (args)`, each a constant expression converted to its
+    /// parameter's type in `types` (a column or subquery is refused).
+    pub(crate) fn execute_args(&mut self, args: &[ast::Expr], types: &[SqlType]) -> SqlResult<Vec<Expr>> {
+        self.scopes.push(Default::default());
+        let r = args
+            .iter()
+            .zip(types)
+            .map(|(a, &ty)| {
+                let mut cx = super::bind_expr::BindCx::row("EXECUTE");
+                let (e, t) = self.bind(a, &mut cx)?;
+                if !cx.applies.is_empty() || !self.initplans.is_empty() {
+                    return Err(SqlError::unsupported("a subquery as an EXECUTE argument"));
+                }
+                self.convert(e, t, ty)
+            })
+            .collect();
+        self.scopes.pop();
+        r
+    }
+
+    /// The types of the statement's own parameters so far (unknown ones as text).
+    pub fn param_types(&self) -> Vec<SqlType> {
+        self.params.iter().map(|t| if *t == SqlType::Unknown { SqlType::Text } else { *t }).collect()
     }
 
     /// A new column id.

@@ -3,7 +3,8 @@
 //! Owns: their plans: an INSERT's rows (VALUES or a query) and target columns; an UPDATE's or
 //! DELETE's input query (the table's rows that pass WHERE, found through the best access
 //! path like any query) with the WHERE conjuncts re-checked on each row once it is locked, and
-//! its SET and RETURNING expressions over the table row. Invariant: expressions a change
+//! its SET and RETURNING expressions over the table row; an INSERT's ON CONFLICT on the
+//! primary key (DO UPDATE's expressions over the existing row and `EXCLUDED`). Invariant: expressions a change
 //! evaluates over a row use engine column positions, as the row is read and written.
 
 use super::bind::{ident, object_name, Binder, Scope, ScopeCol, ScopeItem};
@@ -132,11 +133,13 @@ impl Binder<'_> {
         let ast::TableObject::TableName(name) = &ins.table else {
             return Err(SqlError::unsupported("INSERT into a table function"));
         };
-        if ins.on.is_some() {
-            return Err(SqlError::unsupported("INSERT … ON CONFLICT"));
-        }
         let tname = object_name(name)?;
         let info = self.catalog.get(&tname)?;
+        let on_conflict = match &ins.on {
+            None => None,
+            Some(ast::OnInsert::OnConflict(oc)) => Some(self.on_conflict(&info, oc)?),
+            Some(other) => return Err(SqlError::unsupported(format!("`{other}`"))),
+        };
         let targets = self.target_columns(&info, &ins.columns)?;
         let Some(src) = &ins.source else {
             return Err(SqlError::unsupported("INSERT … DEFAULT VALUES"));
@@ -225,9 +228,132 @@ impl Binder<'_> {
                 returning,
                 defaults,
                 initplans,
+                on_conflict,
             })),
             cols,
         ))
+    }
+
+    /// The columns of the table's primary key (`None`: it has none, only a hidden row id).
+    fn pk_columns(info: &TableInfo) -> Option<Vec<usize>> {
+        if info.hidden_rowid {
+            return None;
+        }
+        Some(info.composite.iter().find(|k| k.column == info.pk).map_or(vec![info.pk], |k| k.columns.clone()))
+    }
+
+    /// Binds ON CONFLICT: its target must be the primary key (by its columns or its
+    /// constraint's name); DO UPDATE's SET and WHERE see the existing row by the table's name
+    /// (and unqualified) and the proposed one as `EXCLUDED`.
+    fn on_conflict(&mut self, info: &Arc<TableInfo>, oc: &ast::OnConflict) -> SqlResult<super::OnConflict> {
+        let Some(pk) = Self::pk_columns(info) else {
+            return Err(SqlError::unsupported(format!(
+                "INSERT … ON CONFLICT into \"{}\", a table without a primary key",
+                info.name
+            )));
+        };
+        let no_match = || {
+            SqlError::new(
+                code::INVALID_COLUMN_REFERENCE,
+                "there is no unique or exclusion constraint matching the ON CONFLICT specification",
+            )
+        };
+        let other_unique =
+            || SqlError::unsupported("ON CONFLICT on a unique constraint other than the primary key");
+        match &oc.conflict_target {
+            None if matches!(oc.action, ast::OnConflictAction::DoUpdate(_)) => {
+                return Err(SqlError::syntax(
+                    "ON CONFLICT DO UPDATE requires inference specification or constraint name",
+                ))
+            }
+            None => {}
+            Some(ast::ConflictTarget::Columns { columns, predicate }) => {
+                if predicate.is_some() {
+                    return Err(SqlError::unsupported("ON CONFLICT (…) WHERE (partial unique indexes)"));
+                }
+                let mut cols =
+                    columns.iter().map(|c| info.column(&ident(c))).collect::<SqlResult<Vec<_>>>()?;
+                cols.sort_unstable();
+                cols.dedup();
+                let mut want = pk.clone();
+                want.sort_unstable();
+                if cols != want {
+                    let unique = (cols.len() == 1 && info.indexes.iter().any(|i| i.2 && i.1 == cols[0]))
+                        || info.composite.iter().any(|k| {
+                            k.def.unique && {
+                                let mut kc = k.columns.clone();
+                                kc.sort_unstable();
+                                kc == cols
+                            }
+                        });
+                    return Err(if unique { other_unique() } else { no_match() });
+                }
+            }
+            Some(ast::ConflictTarget::OnConstraint(name)) => {
+                let n = object_name(name)?;
+                let pk_name = info
+                    .composite
+                    .iter()
+                    .find(|k| k.def.primary)
+                    .map_or_else(|| format!("{}_pkey", info.name), |k| k.def.name.clone());
+                if n != pk_name {
+                    if info.indexes.iter().any(|i| i.0 == n) || info.composite.iter().any(|k| k.def.name == n)
+                    {
+                        return Err(other_unique());
+                    }
+                    return Err(SqlError::new(
+                        code::UNDEFINED_OBJECT,
+                        format!("constraint \"{n}\" for table \"{}\" does not exist", info.name),
+                    ));
+                }
+            }
+        }
+        let ast::OnConflictAction::DoUpdate(du) = &oc.action else {
+            return Ok(super::OnConflict { update: false, sets: vec![], filter: None });
+        };
+        // One scope: the existing row (also unqualified, as `merged` names) and EXCLUDED.
+        let mut ids = Vec::new();
+        let mut items = Vec::new();
+        let mut merged = Vec::new();
+        for alias in [info.name.as_str(), "excluded"] {
+            let mut cols = Vec::new();
+            for (i, c) in info.columns.iter().enumerate() {
+                let id = self.new_col(&c.name, Some(alias), c.ty);
+                ids.push(id);
+                if alias != "excluded" && !info.is_hidden(i) {
+                    merged.push((c.name.clone(), id, c.ty));
+                }
+                cols.push(ScopeCol { name: c.name.clone(), id, ty: c.ty, hidden: info.is_hidden(i) });
+            }
+            items.push(ScopeItem { alias: alias.to_string(), cols });
+        }
+        self.scopes.push(Scope { items, merged });
+        let initplans = self.initplans.len();
+        let r = (|| {
+            let mut sets = Vec::new();
+            for a in &du.assignments {
+                let col = assigned_column(info, a)?;
+                let mut cx = BindCx::row("ON CONFLICT DO UPDATE");
+                let (x, t) = self.bind(&a.value, &mut cx)?;
+                let (mut x, _) = self.assign_type(x, t, info.columns[col].ty)?;
+                Self::to_positions(&mut x, &ids)?;
+                sets.push((col, x));
+            }
+            let filter = match &du.selection {
+                None => None,
+                Some(w) => {
+                    let mut x = self.bind_predicate(w, &mut BindCx::row("ON CONFLICT DO UPDATE WHERE"))?;
+                    Self::to_positions(&mut x, &ids)?;
+                    Some(x)
+                }
+            };
+            Ok(super::OnConflict { update: true, sets, filter })
+        })();
+        self.scopes.pop();
+        if self.initplans.len() != initplans {
+            return Err(SqlError::unsupported("a subquery in ON CONFLICT DO UPDATE"));
+        }
+        r
     }
 
     /// The table of an UPDATE or DELETE.
@@ -289,15 +415,7 @@ impl Binder<'_> {
         let r = (|| {
             let mut sets = Vec::new();
             for a in &u.assignments {
-                let name = match &a.target {
-                    ast::AssignmentTarget::ColumnName(n) => match n.0.as_slice() {
-                        [ast::ObjectNamePart::Identifier(i)] => ident(i),
-                        [_, ast::ObjectNamePart::Identifier(i)] => ident(i),
-                        _ => return Err(SqlError::unsupported(format!("assignment target `{n}`"))),
-                    },
-                    other => return Err(SqlError::unsupported(format!("assignment target `{other}`"))),
-                };
-                let col = info.column(&name)?;
+                let col = assigned_column(&info, a)?;
                 if is_default_keyword(&a.value) {
                     let d = self.column_default(&info, col)?;
                     sets.push((col, d.unwrap_or(Expr::Const(crate::types::Datum::Null))));
@@ -347,6 +465,18 @@ impl Binder<'_> {
             cols,
         ))
     }
+}
+
+/// The engine column a SET assignment names (`col` or `t.col`).
+fn assigned_column(info: &TableInfo, a: &ast::Assignment) -> SqlResult<usize> {
+    let name = match &a.target {
+        ast::AssignmentTarget::ColumnName(n) => match n.0.as_slice() {
+            [ast::ObjectNamePart::Identifier(i)] | [_, ast::ObjectNamePart::Identifier(i)] => ident(i),
+            _ => return Err(SqlError::unsupported(format!("assignment target `{n}`"))),
+        },
+        other => return Err(SqlError::unsupported(format!("assignment target `{other}`"))),
+    };
+    info.column(&name)
 }
 
 /// True for the keyword DEFAULT standing for a column's default in VALUES or SET.

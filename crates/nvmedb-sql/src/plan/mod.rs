@@ -121,6 +121,21 @@ pub struct InsertPlan {
     pub defaults: Vec<(usize, Expr)>,
     /// Uncorrelated scalar subqueries of the VALUES rows and RETURNING.
     pub initplans: Vec<PhysNode>,
+    /// ON CONFLICT on the primary key.
+    pub on_conflict: Option<OnConflict>,
+}
+
+/// `INSERT … ON CONFLICT (primary key) DO NOTHING | DO UPDATE SET … [WHERE …]`: a proposed row
+/// whose primary key exists is skipped, or the existing row is updated.
+#[derive(Debug, Clone)]
+pub struct OnConflict {
+    /// DO UPDATE (false: DO NOTHING).
+    pub update: bool,
+    /// DO UPDATE's SET: (engine column, value over the existing row followed by the proposed
+    /// one, `EXCLUDED`, both in engine order).
+    pub sets: Vec<(usize, Expr)>,
+    /// DO UPDATE's WHERE over the same pair of rows (the row is left as it is when false).
+    pub filter: Option<Expr>,
 }
 
 /// An UPDATE or DELETE: a query that finds the rows (whole table rows, engine order), then a
@@ -236,6 +251,13 @@ pub enum Stmt {
     Checkpoint,
     /// SAVEPOINT, RELEASE or ROLLBACK TO a savepoint.
     Savepoint(crate::parse::SavepointOp),
+    /// PREPARE name AS statement: the statement, planned.
+    PrepareNamed(String, Arc<Prepared>),
+    /// EXECUTE name (arguments): the arguments, bound to the statement's parameter types
+    /// (constants; evaluated when it runs).
+    ExecuteNamed(String, Vec<Expr>),
+    /// DEALLOCATE [PREPARE] name (`None`: ALL).
+    Deallocate(Option<String>),
     /// A statement accepted and done without effect, with its command tag (VACUUM,
     /// DISCARD ...).
     NoOp(&'static str),
