@@ -179,3 +179,38 @@ fn a_backup_killed_part_way_is_refused_by_restore() {
     drop(t);
     db.close().unwrap();
 }
+
+/// Commits acknowledged after the backup in the very segment the backup ended in, and then the
+/// database closed before that segment filled: the archive holds the segment only as the
+/// partial copy left at close, and a restore to the end holds those commits too (it used to
+/// keep the backup's shorter copy of the segment and lose them).
+#[test]
+fn commits_after_the_backup_in_its_last_segment_are_restored_from_the_partial_copy() {
+    use nvmedb::{ColumnType, Schema, Value};
+    let tmp = TmpDir::new("backup-partial");
+    let (src, arch, bk, end) = (tmp.join("db"), tmp.join("archive"), tmp.join("backup"), tmp.join("end"));
+    let mut o = support::small_page_options();
+    o.wal_options.segment_bytes = 64 << 20; // never fills here
+    let db = open_archiving(&src, o.clone(), &arch).unwrap();
+    let t = db.create_table("t", Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Int)])).unwrap();
+    for i in 0..100 {
+        t.insert(&[Value::Int(i), Value::Int(i)]).unwrap();
+    }
+    let r = backup(&src, &bk, &mut |_, _| {}).expect("online backup");
+    for i in 100..300 {
+        t.insert(&[Value::Int(i), Value::Int(i)]).unwrap();
+    }
+    t.update_int(&Value::Int(7), 1, 700).unwrap();
+    drop(t);
+    db.close().unwrap();
+    let segs = Archive::new(&arch).segments(r.manifest.log_id).unwrap();
+    let last = &segs[&r.manifest.last_seq];
+    assert!(last.partial && last.end.is_some_and(|e| e > r.manifest.end_lsn), "{last:?}");
+    restore(&bk, Some(&arch), &end, Target::End, &mut |_, _| {}).unwrap();
+    let db = Database::open(&end, o).unwrap();
+    let t = db.table("t").unwrap();
+    assert_eq!(t.check_integrity().unwrap(), 300, "every acknowledged insert is restored");
+    assert_eq!(t.read(&Value::Int(7), |r| r.int(1)).unwrap(), Some(700));
+    drop(t);
+    db.close().unwrap();
+}

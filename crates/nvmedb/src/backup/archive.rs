@@ -118,6 +118,9 @@ pub struct ArchivedSegment {
     pub partial: bool,
     /// The CRC32C and length its `.sum` records (`None`: no `.sum`, the copy never finished).
     pub sum: Option<(u32, u64)>,
+    /// A partial copy's durable end: the log position it holds every record up to (recorded
+    /// in its `.sum`; `None` for full segments and for partial copies of older archives).
+    pub end: Option<Lsn>,
 }
 
 /// An archive directory, read back.
@@ -153,8 +156,11 @@ impl Archive {
                 continue;
             }
             let path = e.path();
-            let sum = read_sum(&path);
-            out.insert(seq, ArchivedSegment { seq, path, partial, sum });
+            let (sum, end) = match read_sum(&path) {
+                Some((crc, len, end)) => (Some((crc, len)), end),
+                None => (None, None),
+            };
+            out.insert(seq, ArchivedSegment { seq, path, partial, sum, end });
         }
         Ok(out)
     }
@@ -179,12 +185,17 @@ impl Archive {
     }
 }
 
-fn read_sum(segment: &Path) -> Option<(u32, u64)> {
+/// A `.sum`: `crc32c <hex> bytes <n>`, and for a partial copy ` end <lsn>`.
+fn read_sum(segment: &Path) -> Option<(u32, u64, Option<Lsn>)> {
     let text = std::fs::read_to_string(format!("{}.sum", segment.display())).ok()?;
     let mut it = text.split_whitespace();
     let (k1, crc, k2, len) = (it.next()?, it.next()?, it.next()?, it.next()?);
     (k1 == "crc32c" && k2 == "bytes").then_some(())?;
-    Some((u32::from_str_radix(crc, 16).ok()?, len.parse().ok()?))
+    let end = match (it.next(), it.next()) {
+        (Some("end"), Some(e)) => Some(e.parse().ok()?),
+        _ => None,
+    };
+    Some((u32::from_str_radix(crc, 16).ok()?, len.parse().ok()?, end))
 }
 
 /// Opens (or creates) the database in `dir` with its file log archived into `archive`
@@ -328,11 +339,11 @@ fn archive_finished(sh: &Shared, below: Lsn) -> Result<()> {
             continue;
         }
         let done = sh.dir.join(segment_name(log_id, s.seq));
-        if read_sum(&done).is_some_and(|(_, len)| len == s.segment_bytes) {
+        if read_sum(&done).is_some_and(|(_, len, _)| len == s.segment_bytes) {
             st.archived = s.seq; // archived by an earlier run
             continue;
         }
-        archive_segment(sh, log_id, s, s.segment_bytes, false)?;
+        archive_segment(sh, log_id, s, s.segment_bytes, None)?;
         st.archived = s.seq;
     }
     flush_marks(sh, &mut st, log_id)
@@ -361,7 +372,10 @@ pub(crate) fn read_log_id(storage: &dyn Storage, s: &SegmentDesc) -> Result<u64>
     Ok(crate::wal::read_segment_header(storage, &s.name)?.log_id)
 }
 
-fn archive_segment(sh: &Shared, log_id: u64, s: &SegmentDesc, len: u64, partial: bool) -> Result<()> {
+/// Copies segment `s` (its first `len` bytes) into the archive with its `.sum`; `end`, for a
+/// partial copy, is the durable position it holds the log up to.
+fn archive_segment(sh: &Shared, log_id: u64, s: &SegmentDesc, len: u64, end: Option<Lsn>) -> Result<()> {
+    let partial = end.is_some();
     let name = if partial { partial_name(log_id, s.seq) } else { segment_name(log_id, s.seq) };
     let dev = sh.copies[0].open(&s.name, false)?;
     let crc = copy_device(dev.as_ref(), len, &sh.dir, &name)?;
@@ -375,7 +389,8 @@ fn archive_segment(sh: &Shared, log_id: u64, s: &SegmentDesc, len: u64, partial:
             detail: format!("segment {} was recycled while it was archived", s.seq),
         });
     }
-    write_durably(&sh.dir, &format!("{name}.sum"), format!("crc32c {crc:08x} bytes {len}\n").as_bytes())
+    let end = end.map_or(String::new(), |e| format!(" end {e}"));
+    write_durably(&sh.dir, &format!("{name}.sum"), format!("crc32c {crc:08x} bytes {len}{end}\n").as_bytes())
 }
 
 impl Drop for ArchivingLog {
@@ -396,7 +411,7 @@ impl Drop for ArchivingLog {
                 let len = (crate::wal::SEGMENT_HEADER_BLOCK_BYTES + (durable - last.base_lsn))
                     .div_ceil(crate::wal::BLOCK_BYTES as u64)
                     * crate::wal::BLOCK_BYTES as u64;
-                archive_segment(sh, log_id, last, len.min(last.segment_bytes), true)?;
+                archive_segment(sh, log_id, last, len.min(last.segment_bytes), Some(durable))?;
             }
             let mut st = sh.state.locked();
             st.marks.push((unix_micros(), durable));

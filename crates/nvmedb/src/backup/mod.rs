@@ -396,8 +396,12 @@ pub fn restore(
         let mut next = m.last_seq + 1;
         let wal = DirStorage::new(&wal_dir, FileOptions::default())?;
         let mut slot = wal.list()?.iter().filter_map(|n| crate::wal::parse_slot(n)).max().unwrap_or(0) + 1;
-        // The backup's last segment may be in the archive whole where the backup has a prefix.
-        let mut replace_last = segs.get(&m.last_seq).filter(|s| !s.partial).cloned();
+        // The backup's last segment may be in the archive whole where the backup has a prefix,
+        // or as the partial copy the database left when it closed before the segment filled,
+        // if that copy reaches past the backup's end (an older one, from a close before the
+        // backup, holds less than the backup's own copy).
+        let mut replace_last =
+            segs.get(&m.last_seq).filter(|s| !s.partial || s.end.is_some_and(|e| e > m.end_lsn)).cloned();
         loop {
             let seg = match replace_last.take() {
                 Some(s) => s,
