@@ -40,9 +40,6 @@ use std::sync::Arc;
 /// Keys a range scan collects from an index before it locks and reads their rows.
 const SCAN_BATCH: usize = 32;
 
-/// Changes a transaction's undo list has room for when its first change is made.
-const UNDO_CAPACITY: usize = 32;
-
 /// How a transaction's plain reads are isolated; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolation {
@@ -121,15 +118,6 @@ impl Transaction {
         let k = table.lock_key(key)?;
         self.shared.locks.lock(self.id, table.id(), &k, mode)?;
         Ok(k)
-    }
-
-    /// Keeps `op` for the rollback; the list is allocated once for a few dozen changes (a
-    /// TPC-C New-Order makes about 23) instead of growing one change at a time.
-    fn push_undo(&mut self, table: &Table, op: TxnOp) {
-        if self.undo.capacity() == 0 {
-            self.undo.reserve(UNDO_CAPACITY);
-        }
-        self.undo.push((table.clone(), op));
     }
 
     /// Locks `key` exclusively for a change and, on the transaction's first change of it,
@@ -231,7 +219,7 @@ impl Transaction {
             // Undoing an insert finds the row through its key: keep only the key in memory
             // (the log record keeps the whole row for recovery), so a large load stays small.
             op.after = None;
-            self.push_undo(table, op);
+            self.undo.push((table.clone(), op));
         }
         Ok(())
     }
@@ -244,7 +232,7 @@ impl Transaction {
         self.lock_for_change(table, pk)?;
         let (changed, op) = table.txn_update(self.id, row)?;
         if let Some(op) = op {
-            self.push_undo(table, op);
+            self.undo.push((table.clone(), op));
         }
         Ok(changed)
     }
@@ -269,7 +257,7 @@ impl Transaction {
         self.lock_for_change(table, key)?;
         let (changed, op) = table.txn_delete(self.id, key)?;
         if let Some(op) = op {
-            self.push_undo(table, op);
+            self.undo.push((table.clone(), op));
         }
         Ok(changed)
     }

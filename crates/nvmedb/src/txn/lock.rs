@@ -401,9 +401,8 @@ impl LockManager {
         let mut m = self.txn_shard(txn).map.locked();
         let held = &mut m.entry(txn).or_default().held;
         if held.capacity() == 0 {
-            // A transaction usually takes tens of locks (a TPC-C New-Order about 35): one
-            // allocation for them.
-            held.reserve(64);
+            // A transaction usually takes tens of locks: one allocation for them.
+            held.reserve(16);
         }
         held.push(key);
     }
