@@ -122,15 +122,19 @@ impl Transaction {
 
     /// Locks `key` exclusively for a change and, on the transaction's first change of it,
     /// publishes its committed row for lock-free readers (before the change touches a page).
-    fn lock_for_change(&mut self, table: &Table, key: &Value) -> Result<()> {
+    /// Returns true when it found the key without a row just now (its first change: nobody
+    /// else can give it one while the lock is held).
+    fn lock_for_change(&mut self, table: &Table, key: &Value) -> Result<bool> {
         let k = self.lock(table, key, LockMode::Exclusive)?;
         let id = (table.id(), k);
         if !self.entered.contains(&id) {
             let before = table.before_image(&id.1)?;
+            let absent = before.is_none();
             self.shared.pending.enter(id.0, &id.1, self.id, before);
             self.entered.insert(id);
+            return Ok(absent);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// A plain read of encoded key `k`: under a shared lock (serializable), or committed
@@ -210,8 +214,8 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter_change("an insert")?;
         let pk = table.pk_of(row)?;
-        self.lock_for_change(table, pk)?;
-        if let Some(mut op) = table.txn_insert(self.id, row)? {
+        let absent = self.lock_for_change(table, pk)?;
+        if let Some(mut op) = table.txn_insert(self.id, row, absent)? {
             // Undoing an insert finds the row through its key: keep only the key in memory
             // (the log record keeps the whole row for recovery), so a large load stays small.
             op.after = None;

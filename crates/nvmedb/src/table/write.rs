@@ -51,9 +51,14 @@ impl Table {
     /// the steps already done are reversed, so the table is as before.
     pub fn insert(&self, row: &[Value]) -> Result<()> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, Some(row), |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))
+        self.auto_commit(&pk, Some(row), |txn, log, rec| {
+            self.insert_locked(txn, log, rec, row, &pk, &bytes, false)
+        })
     }
 
+    /// `absent`: the caller found the key without a row under its exclusive lock (so the
+    /// primary index is not searched for it again).
+    #[allow(clippy::too_many_arguments)]
     fn insert_locked(
         &self,
         txn: u64,
@@ -62,10 +67,11 @@ impl Table {
         row: &[Value],
         pk: &[u8],
         bytes: &[u8],
+        absent: bool,
     ) -> Result<()> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
-        if self.rid_for(&pk)?.is_some() {
+        if !absent && self.rid_for(&pk)?.is_some() {
             return Err(Error::AlreadyExists(format!(
                 "table `{}`: primary key {:?}",
                 self.inner.name, row[s.primary_key]
@@ -270,15 +276,18 @@ impl Table {
     /// no undo list; the change is logged as part of `txn`, which the caller commits once.
     pub(crate) fn bulk_insert(&self, txn: u64, row: &[Value]) -> Result<()> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))?;
+        self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes, false))?;
         Ok(())
     }
 
-    /// Explicit-transaction insert (the caller holds the key's exclusive lock).
-    pub(crate) fn txn_insert(&self, txn: u64, row: &[Value]) -> Result<Option<TxnOp>> {
+    /// Explicit-transaction insert (the caller holds the key's exclusive lock; `absent`: it
+    /// found the key without a row under that lock).
+    pub(crate) fn txn_insert(&self, txn: u64, row: &[Value], absent: bool) -> Result<Option<TxnOp>> {
         let (bytes, pk) = self.prepare_row(row)?;
         self.lock_unique_values(txn, row)?;
-        Ok(self.in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes))?.1)
+        Ok(self
+            .in_txn(txn, &pk, |txn, log, rec| self.insert_locked(txn, log, rec, row, &pk, &bytes, absent))?
+            .1)
     }
 
     /// Explicit-transaction update.

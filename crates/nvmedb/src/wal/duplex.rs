@@ -13,6 +13,8 @@ pub(crate) struct Job {
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) offset: u64,
     pub(crate) buf: Arc<AlignedBuf>,
+    /// Bytes of `buf` to write.
+    pub(crate) len: usize,
 }
 
 enum HelperState {
@@ -53,17 +55,19 @@ impl Helper {
             };
             // A panicking device must not leave the flush leader waiting forever.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                job.dev.write_at(job.offset, &job.buf).and_then(|()| job.dev.sync())
+                job.dev.write_at(job.offset, &job.buf[..job.len]).and_then(|()| job.dev.sync())
             }))
             .unwrap_or_else(|_| {
                 Err(IoError::os(
                     &job.dev.info().name,
                     IoOpKind::Write,
                     job.offset,
-                    job.buf.len(),
+                    job.len,
                     std::io::Error::other("device panicked while writing the log's second copy"),
                 ))
             });
+            // The buffer's reference goes before the answer, so the leader can reuse it.
+            drop(job);
             *self.lock() = HelperState::Done(r);
             self.cv.notify_all();
         }

@@ -39,6 +39,7 @@ mod options;
 pub(crate) mod prepare;
 mod reader;
 mod segment;
+mod txnop;
 pub mod volume;
 
 pub use filelog::FileLog;

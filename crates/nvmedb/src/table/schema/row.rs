@@ -347,7 +347,13 @@ impl<'a> RowView<'a> {
 
     /// All columns as values; an error if the row bytes do not match the schema.
     pub fn try_values(&self) -> Result<Vec<Value>> {
-        (0..self.schema.columns.len()).map(|i| self.try_value(i)).collect()
+        // Allocated once at its final size (collecting through `Result` would grow it step by
+        // step, not knowing the length).
+        let mut values = Vec::with_capacity(self.schema.columns.len());
+        for i in 0..self.schema.columns.len() {
+            values.push(self.try_value(i)?);
+        }
+        Ok(values)
     }
 
     /// Integer value of column `col` (0 for NULL).

@@ -8,7 +8,7 @@
 //! `durable >= lsn`, or with the error that poisoned the log; a waiter is counted in `waiters`
 //! exactly while it waits.
 
-use super::{Batch, Inner, Layout, Sleeper, State};
+use super::{Batch, Inner, Layout, Sleeper, State, BATCH, FLUSHED, SPACE};
 use crate::error::{Error, Result};
 use crate::util::sync::{CondvarExt, MutexExt};
 use crate::wal::format::{
@@ -17,11 +17,54 @@ use crate::wal::format::{
 };
 use crate::wal::Lsn;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, Condvar, MutexGuard};
+use std::time::Duration;
 
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.st.locked()
+    }
+
+    fn cv(&self, which: usize) -> &Condvar {
+        match which {
+            FLUSHED => &self.flushed_cv,
+            SPACE => &self.space_cv,
+            _ => &self.batch_cv,
+        }
+    }
+
+    /// Wakes the threads waiting on condition `which` ([`FLUSHED`], [`SPACE`] or [`BATCH`]),
+    /// if any: a signal costs a system call even when nobody waits. The caller holds the
+    /// state lock (`st`), under which waiters count themselves in before they wait.
+    pub(super) fn signal(&self, st: &State, which: usize) {
+        if st.cv_waiting[which] > 0 {
+            self.cv(which).notify_all();
+        }
+    }
+
+    /// Waits on condition `which`, counted as its waiter meanwhile (see [`Inner::signal`]).
+    pub(super) fn wait_on<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        which: usize,
+    ) -> MutexGuard<'a, State> {
+        st.cv_waiting[which] += 1;
+        let mut st = self.cv(which).wait_locked(st);
+        st.cv_waiting[which] -= 1;
+        st
+    }
+
+    /// [`Inner::wait_on`] for at most `timeout`.
+    pub(super) fn wait_on_for<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        which: usize,
+        timeout: Duration,
+    ) -> MutexGuard<'a, State> {
+        st.cv_waiting[which] += 1;
+        let mut st = self.cv(which).wait_timeout_locked(st, timeout).0;
+        st.cv_waiting[which] -= 1;
+        st
     }
 
     /// Seals the open batch (pads it to a block boundary) into the queue. Returns false when the
@@ -55,15 +98,17 @@ impl Inner {
             filler: 0,
         };
         let sealed = std::mem::replace(&mut st.open, next);
+        // The next batch fills the buffer the last flush emptied (no reallocation as it grows).
+        st.open.buf = std::mem::take(&mut st.spare_buf);
         st.sealed.push_back(sealed);
-        self.batch_cv.notify_all();
+        self.signal(st, BATCH);
         true
     }
 
     /// Waits for queue space: leads a flush when none runs, else waits for the running one.
     fn make_space<'a>(&'a self, st: MutexGuard<'a, State>) -> Result<MutexGuard<'a, State>> {
         if st.flushing {
-            return Ok(self.space_cv.wait_locked(st));
+            return Ok(self.wait_on(st, SPACE));
         }
         let (st, r) = self.flush_one(st, false);
         r.map(|()| st)
@@ -97,7 +142,7 @@ impl Inner {
                     new_segment: Some(SegmentHeader { log_id: self.log_id, seq, base_lsn, segment_bytes }),
                     file_off: SEGMENT_HEADER_BLOCK_BYTES,
                     start_lsn: base_lsn,
-                    buf: Vec::new(),
+                    buf: std::mem::take(&mut st.open.buf),
                     records: 0,
                     filler: 0,
                 };
@@ -119,7 +164,7 @@ impl Inner {
         st.stats.records_appended += 1;
         assert_eq!(st.open.end_lsn(), st.next_lsn, "batch and stream disagree on the end LSN");
         if st.open.buf.len() >= self.opts.max_batch_bytes {
-            self.batch_cv.notify_all();
+            self.signal(&st, BATCH);
         }
         Ok((lsn, lsn + rec))
     }
@@ -146,7 +191,7 @@ impl Inner {
                 registered = true;
                 *st.waiters.entry(lsn).or_insert(0) += 1;
                 st.waiter_count += 1;
-                self.batch_cv.notify_all();
+                self.signal(&st, BATCH);
             }
             if st.flushing {
                 if self.opts.targeted_wakeups {
@@ -184,7 +229,7 @@ impl Inner {
                         drop(st);
                     }
                 } else {
-                    st = self.flushed_cv.wait_locked(st);
+                    st = self.wait_on(st, FLUSHED);
                 }
                 continue;
             }

@@ -7,10 +7,9 @@
 //! a time, started only after the previous one is durable on every copy; `durable` advances
 //! only after every copy synced and never goes backwards; a failed write poisons the log.
 
-use super::{Batch, Inner, State};
+use super::{Batch, Inner, State, BATCH, FLUSHED, SPACE};
 use crate::error::Result;
 use crate::io::{AlignedBuf, Device};
-use crate::util::sync::CondvarExt;
 use crate::wal::duplex::Job;
 use crate::wal::format::{BLOCK_BYTES, SEGMENT_HEADER_BLOCK_BYTES};
 use crate::wal::segment::{slot_name, Segment};
@@ -48,7 +47,7 @@ impl Inner {
                 if now >= deadline {
                     break;
                 }
-                st = self.batch_cv.wait_timeout_locked(st, deadline - now).0;
+                st = self.wait_on_for(st, BATCH, deadline - now);
             }
         }
         if st.sealed.is_empty() {
@@ -58,7 +57,8 @@ impl Inner {
         let Some(batch) = st.sealed.pop_front() else {
             unreachable!("flush_one called with nothing pending");
         };
-        self.space_cv.notify_all();
+        self.signal(&st, SPACE);
+        let aligned = st.spare_aligned.take();
         let target = match batch.new_segment {
             Some(_) => {
                 let name = match st.free_slots.pop() {
@@ -77,7 +77,7 @@ impl Inner {
         };
         drop(st);
         let started = Instant::now();
-        let result = self.write_batch(&batch, target);
+        let (result, aligned) = self.write_batch(&batch, target, aligned);
         let took_ns = started.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
         let mut st = self.lock();
         st.flushing = false;
@@ -119,9 +119,18 @@ impl Inner {
                 Err(e)
             }
         };
+        // The batch's buffers serve the next ones.
+        if st.spare_buf.capacity() < batch.buf.capacity() {
+            let mut buf = batch.buf;
+            buf.clear();
+            st.spare_buf = buf;
+        }
+        if aligned.is_some() {
+            st.spare_aligned = aligned;
+        }
         let wake = self.wake_after_flush(&mut st);
-        self.flushed_cv.notify_all();
-        self.space_cv.notify_all();
+        self.signal(&st, FLUSHED);
+        self.signal(&st, SPACE);
         if !wake.is_empty() {
             // Unpark outside the lock: each unpark is a system call, and the woken committers
             // need the lock at once.
@@ -171,11 +180,33 @@ impl Inner {
     /// Writes one batch to every copy (two in parallel: copy B on the helper thread) and syncs
     /// them; a batch that starts a segment writes and syncs the segment's header first, on its
     /// own. Returns the new segment when the batch started one.
-    fn write_batch(&self, batch: &Batch, target: Target) -> Result<Option<Segment>> {
+    /// `spare`: an aligned buffer an earlier flush wrote from, reused when large enough; the
+    /// buffer this flush wrote from is returned with the result, for the next one.
+    fn write_batch(
+        &self,
+        batch: &Batch,
+        target: Target,
+        spare: Option<AlignedBuf>,
+    ) -> (Result<Option<Segment>>, Option<AlignedBuf>) {
         assert_eq!(batch.buf.len() % BLOCK_BYTES, 0, "flush of a partial block");
         assert_eq!(batch.file_off % BLOCK_BYTES as u64, 0, "flush at an unaligned offset");
-        let mut buf = AlignedBuf::new(batch.buf.len());
-        buf.copy_from_slice(&batch.buf);
+        let len = batch.buf.len();
+        let mut buf = AlignedBuf::reuse_or_new(spare, len);
+        buf[..len].copy_from_slice(&batch.buf);
+        let mut buf = Some(buf);
+        let r = self.write_batch_from(batch, target, &mut buf);
+        (r, buf)
+    }
+
+    /// [`Inner::write_batch`] from `buf` (its first `batch.buf.len()` bytes hold the batch);
+    /// leaves the buffer in `buf` unless a copy's writer still holds it.
+    fn write_batch_from(
+        &self,
+        batch: &Batch,
+        target: Target,
+        buf: &mut Option<AlignedBuf>,
+    ) -> Result<Option<Segment>> {
+        let len = batch.buf.len();
         let offset = batch.file_off;
         let (devs, new_seg, segment_bytes): (Vec<Arc<dyn Device>>, Option<Segment>, u64) = match target {
             Target::Existing(seg) => {
@@ -211,7 +242,7 @@ impl Inner {
                 (devs, Some(seg), header.segment_bytes)
             }
         };
-        self.prepare.before_write(batch.seq, &devs, offset + buf.len() as u64, segment_bytes)?;
+        self.prepare.before_write(batch.seq, &devs, offset + len as u64, segment_bytes)?;
         if let Some(h) = &batch.new_segment {
             // The header is durable before any record of the segment is written. A recycled
             // slot may hold records of an earlier segment; had a crash kept records of this
@@ -220,24 +251,38 @@ impl Inner {
             // lost records as its own. With the header first, a slot holds records only of the
             // segment its header names (or of older ones, at other LSNs).
             assert_eq!(batch.file_off, SEGMENT_HEADER_BLOCK_BYTES);
-            let mut block = AlignedBuf::new(BLOCK_BYTES);
-            h.encode(&mut block);
-            self.write_synced(&devs, 0, block)?;
+            let mut block = Some(AlignedBuf::new(BLOCK_BYTES));
+            h.encode(block.as_mut().expect("just made"));
+            self.write_synced(&devs, 0, &mut block, BLOCK_BYTES)?;
         }
-        self.write_synced(&devs, offset, buf)?;
+        self.write_synced(&devs, offset, buf, len)?;
         Ok(new_seg)
     }
 
-    /// Writes `buf` at `offset` of every copy's device and syncs them (two copies in parallel:
-    /// copy B on the helper thread).
-    fn write_synced(&self, devs: &[Arc<dyn Device>], offset: u64, buf: AlignedBuf) -> Result<()> {
+    /// Writes the first `len` bytes of `buf` at `offset` of every copy's device and syncs them
+    /// (two copies in parallel: copy B on the helper thread). The buffer is put back in `buf`
+    /// for reuse once no writer holds it.
+    fn write_synced(
+        &self,
+        devs: &[Arc<dyn Device>],
+        offset: u64,
+        buf: &mut Option<AlignedBuf>,
+        len: usize,
+    ) -> Result<()> {
+        let Some(owned) = buf.take() else { unreachable!("a buffer to write from") };
         match (&self.helper, devs) {
-            (None, [a]) => a.write_at(offset, &buf).and_then(|()| a.sync())?,
+            (None, [a]) => {
+                let r = a.write_at(offset, &owned[..len]).and_then(|()| a.sync());
+                *buf = Some(owned);
+                r?
+            }
             (Some(helper), [a, b]) => {
-                let buf = Arc::new(buf);
-                helper.submit(Job { dev: b.clone(), offset, buf: buf.clone() });
-                let r0 = a.write_at(offset, &buf).and_then(|()| a.sync());
+                let shared = Arc::new(owned);
+                helper.submit(Job { dev: b.clone(), offset, buf: shared.clone(), len });
+                let r0 = a.write_at(offset, &shared[..len]).and_then(|()| a.sync());
                 let r1 = helper.wait();
+                // The helper dropped its reference before it answered.
+                *buf = Arc::try_unwrap(shared).ok();
                 r0?;
                 r1?;
             }

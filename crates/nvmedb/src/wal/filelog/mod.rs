@@ -31,7 +31,7 @@
 //! segment switch, acknowledging the committers it covered).
 
 use crate::error::{Error, Result};
-use crate::io::{IoError, Storage};
+use crate::io::{AlignedBuf, IoError, Storage};
 use crate::util::Rng;
 use crate::wal::duplex::Helper;
 use crate::wal::format::{log_tag, SegmentHeader, KIND_DATA, KIND_USER_MIN, SEGMENT_HEADER_BLOCK_BYTES};
@@ -97,7 +97,20 @@ struct State {
     flush_ewma_ns: u64,
     /// Committers parked until a flush covers their LSN (with `targeted_wakeups`).
     sleepers: Vec<Sleeper>,
+    /// Threads waiting on `flushed_cv`, `space_cv` and `batch_cv`: each is signalled only
+    /// while some thread waits on it (a signal is a system call even with nobody to wake).
+    /// Counted under this state's lock, which every wait and every signal holds.
+    cv_waiting: [usize; 3],
+    /// The buffer of the last batch flushed, emptied, for the next open batch (no reallocation
+    /// as a batch fills), and the aligned buffer its flush wrote from.
+    spare_buf: Vec<u8>,
+    spare_aligned: Option<AlignedBuf>,
 }
+
+/// Indexes of [`State::cv_waiting`].
+const FLUSHED: usize = 0;
+const SPACE: usize = 1;
+const BATCH: usize = 2;
 
 /// A committer parked in `wait_durable`. The thread that finishes the flush covering `lsn`
 /// acknowledges it (sets `acked` to the durable position, under the state lock, and counts
@@ -232,6 +245,9 @@ impl FileLog {
             waiters: BTreeMap::new(),
             waiter_count: 0,
             sleepers: Vec::new(),
+            cv_waiting: [0; 3],
+            spare_buf: Vec::new(),
+            spare_aligned: None,
             expected_company: 1,
             flush_ewma_ns: 0,
         };
