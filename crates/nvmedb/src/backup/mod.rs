@@ -330,6 +330,17 @@ fn check_file(path: &Path, len: u64, crc: u32) -> Result<()> {
     Ok(())
 }
 
+/// The archive's copy of the backup's last segment, if it holds more than the backup's: the
+/// whole segment, or the partial copy the database left when it closed before the segment
+/// filled if that copy reaches past the backup's end (an older one, from a close before the
+/// backup, holds less than the backup's own copy).
+fn longer_copy_of_last(
+    segs: &std::collections::BTreeMap<u64, archive::ArchivedSegment>,
+    m: &Manifest,
+) -> Option<archive::ArchivedSegment> {
+    segs.get(&m.last_seq).filter(|s| !s.partial || s.end.is_some_and(|e| e > m.end_lsn)).cloned()
+}
+
 /// Rebuilds a database in the new directory `to` from the backup in `backup_dir`, the log
 /// archive in `archive_dir` (optional: without it, the backup's own log only) up to `target`.
 /// The result opens as an ordinary database.
@@ -396,12 +407,7 @@ pub fn restore(
         let mut next = m.last_seq + 1;
         let wal = DirStorage::new(&wal_dir, FileOptions::default())?;
         let mut slot = wal.list()?.iter().filter_map(|n| crate::wal::parse_slot(n)).max().unwrap_or(0) + 1;
-        // The backup's last segment may be in the archive whole where the backup has a prefix,
-        // or as the partial copy the database left when it closed before the segment filled,
-        // if that copy reaches past the backup's end (an older one, from a close before the
-        // backup, holds less than the backup's own copy).
-        let mut replace_last =
-            segs.get(&m.last_seq).filter(|s| !s.partial || s.end.is_some_and(|e| e > m.end_lsn)).cloned();
+        let mut replace_last = longer_copy_of_last(&segs, &m);
         loop {
             let seg = match replace_last.take() {
                 Some(s) => s,

@@ -221,26 +221,7 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
             Ok((pos, history)) => {
                 fenced[i] = true;
                 out.fenced.push((view.members[i].clone(), pos));
-                // What of the peer's log continues this one's history: past the point where the
-                // two histories fork, its records were written by a primary of an older epoch
-                // after it was superseded (never acknowledged: the primaries since took every
-                // acknowledged commit when they promoted), so they are neither needed nor
-                // wanted, and a peer that holds only such records past this log's end has
-                // nothing to give.
-                let usable = match &history {
-                    Some(h) => {
-                        let fork = sh.history.locked().fork_point(h);
-                        if fork < pos {
-                            out.notes.push(format!(
-                                "{}: its log forks from this one's at LSN {fork} (its history {}); its records from there to {pos} were never acknowledged",
-                                view.members[i],
-                                h.0.iter().map(|(e, l)| format!("{e}@{l}")).collect::<Vec<_>>().join(",")
-                            ));
-                        }
-                        pos.min(fork)
-                    }
-                    None => pos,
-                };
+                let usable = usable_end(sh, &view.members[i], pos, history.as_ref(), &mut out.notes);
                 positions.push((usable, i));
             }
             Err(e) => out.unreachable.push(format!("{}: {e}", view.members[i])),
@@ -300,6 +281,24 @@ fn fence_and_catch_up(sh: &Arc<Shared>, epoch: u64, opts: &PromoteOptions) -> Re
         }
     }
     Ok(out)
+}
+
+/// How far the log of fenced peer `peer` (at `pos`, of epoch history `history`) continues
+/// this one's history. Past the point where the two histories fork, its records were written
+/// by a primary of an older epoch after it was superseded (never acknowledged: the primaries
+/// since took every acknowledged commit when they promoted), so they are neither needed nor
+/// wanted, and a peer that holds only such records past this log's end has nothing to give.
+fn usable_end(sh: &Shared, peer: &str, pos: Lsn, history: Option<&History>, notes: &mut Vec<String>) -> Lsn {
+    let Some(h) = history else { return pos };
+    let fork = sh.history.locked().fork_point(h);
+    if fork < pos {
+        let epochs: Vec<String> = h.0.iter().map(|(e, l)| format!("{e}@{l}")).collect();
+        notes.push(format!(
+            "{peer}: its log forks from this one's at LSN {fork} (its history {}); its records from there to {pos} were never acknowledged",
+            epochs.join(",")
+        ));
+    }
+    pos.min(fork)
 }
 
 /// How many standbys of `view` must be fenced, in words.

@@ -68,7 +68,7 @@ pub struct OpsConfig {
     /// Seconds of each fio run.
     pub fio_s: f64,
     /// MiB of log written after the backup, which each restore replays from the archive (in
-    /// whole 64 MiB segments: a restore uses no partial copy of the backup's last segment).
+    /// whole 64 MiB segments).
     pub restore_log_mib: u64,
 }
 
