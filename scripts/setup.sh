@@ -25,6 +25,7 @@ if [ "$what" = test ]; then
   need chromium "command -v chromium"
   need linux-perf "command -v perf"
   need sysbench "command -v sysbench"
+  need openssl "command -v openssl"
 fi
 
 # The Python PostgreSQL drivers and ORM the client tests drive (PyPI: psycopg2, psycopg 3 and
