@@ -2,8 +2,8 @@
 //! command has, and the measuring flags the lab's experiments share.
 //!
 //! Owns: [`parse_size`], [`parse_devices`], [`CommonArgs`], and the one definition of each
-//! shared experiment flag ([`RepsArg`], [`DurationArg`], [`WarmupArg`], [`DevicesArg`],
-//! [`BuffersArg`]) with [`with_default`]. Invariants: a bad value is an error naming the flag;
+//! shared experiment flag ([`RepsArg`], [`DurationArg`], [`WarmupArg`], together
+//! [`WindowArgs`], [`DevicesArg`], [`BuffersArg`]) with [`with_default`]. Invariants: a bad value is an error naming the flag;
 //! a shared flag is declared only here (a test of `lab` checks the experiments' sources), it
 //! is optional, and a flag left out keeps the experiment's own value (its configuration's
 //! `Default`, or the preset a scale flag chose), so no default is written twice.
@@ -109,6 +109,30 @@ impl WarmupArg {
         if let Some(w) = self.warmup {
             *seconds = w;
         }
+    }
+}
+
+/// `--warmup`, `--duration` and `--reps` together: the measuring window of the experiments
+/// that have all three.
+#[derive(Args, Debug, Clone, Default)]
+pub struct WindowArgs {
+    /// Warm-up.
+    #[command(flatten)]
+    pub warmup: WarmupArg,
+    /// Measured window.
+    #[command(flatten)]
+    pub duration: DurationArg,
+    /// Repetitions.
+    #[command(flatten)]
+    pub reps: RepsArg,
+}
+
+impl WindowArgs {
+    /// Sets each value whose flag was given.
+    pub fn apply(&self, warmup_s: &mut f64, duration_s: &mut f64, reps: &mut usize) {
+        self.warmup.apply(warmup_s);
+        self.duration.apply(duration_s);
+        self.reps.apply(reps);
     }
 }
 

@@ -4,7 +4,7 @@
 //! flags that override it).
 
 use super::LabArgs;
-use crate::cmd::args::{with_default, CommonArgs, DurationArg, RepsArg, WarmupArg};
+use crate::cmd::args::{with_default, CommonArgs, WindowArgs};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::ops::{Ops, OpsConfig};
@@ -43,11 +43,7 @@ pub struct OpsArgs {
     #[arg(long)]
     pub reader_threads: Option<usize>,
     #[command(flatten)]
-    pub warmup: WarmupArg,
-    #[command(flatten)]
-    pub duration: DurationArg,
-    #[command(flatten)]
-    pub reps: RepsArg,
+    pub window: WindowArgs,
     /// Seconds of each fio run.
     #[arg(long)]
     pub fio_secs: Option<f64>,
@@ -95,12 +91,10 @@ impl LabArgs for OpsArgs {
         set(self.writers, &mut cfg.writers);
         set(self.readers, &mut cfg.readers);
         set(self.reader_threads, &mut cfg.reader_threads);
-        self.reps.apply(&mut cfg.reps);
         if let Some(v) = self.rows {
             cfg.rows = v;
         }
-        self.warmup.apply(&mut cfg.warmup_s);
-        self.duration.apply(&mut cfg.duration_s);
+        self.window.apply(&mut cfg.warmup_s, &mut cfg.duration_s, &mut cfg.reps);
         if let Some(v) = self.fio_secs {
             cfg.fio_s = v;
         }

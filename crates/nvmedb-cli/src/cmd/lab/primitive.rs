@@ -5,8 +5,7 @@
 
 use super::LabArgs;
 use crate::cmd::args::{
-    device_list, list, parse_size, with_default, BuffersArg, CommonArgs, DevicesArg, DurationArg, RepsArg,
-    WarmupArg,
+    device_list, list, parse_size, with_default, BuffersArg, CommonArgs, DevicesArg, WindowArgs,
 };
 use crate::cmd::CliError;
 use clap::Args;
@@ -43,11 +42,7 @@ pub struct PrimitiveArgs {
     #[arg(long, value_delimiter = ',', default_value = "select,update")]
     pub workloads: Vec<String>,
     #[command(flatten)]
-    pub warmup: WarmupArg,
-    #[command(flatten)]
-    pub duration: DurationArg,
-    #[command(flatten)]
-    pub reps: RepsArg,
+    pub window: WindowArgs,
     /// Table page size (bytes or K suffix).
     #[arg(long = "table-page", default_value = "24k")]
     pub table_page: String,
@@ -112,9 +107,7 @@ fn to_config(a: &PrimitiveArgs) -> Result<PrimitiveConfig, CliError> {
     let (mut warmup_s, mut duration_s, mut repetitions) = (d.warmup_s, d.duration_s, d.repetitions);
     a.buffers.apply(&mut buffer_pcts);
     a.devices.apply(&mut devices)?;
-    a.warmup.apply(&mut warmup_s);
-    a.duration.apply(&mut duration_s);
-    a.reps.apply(&mut repetitions);
+    a.window.apply(&mut warmup_s, &mut duration_s, &mut repetitions);
     let cfg = PrimitiveConfig {
         tables: a.tables,
         rows_per_table: rows,

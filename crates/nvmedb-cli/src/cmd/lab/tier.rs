@@ -5,7 +5,7 @@
 //! advise`). Invariant: a flag given twice takes its last value.
 
 use super::LabArgs;
-use crate::cmd::args::{parse_size, with_default, CommonArgs, DurationArg, RepsArg, WarmupArg};
+use crate::cmd::args::{parse_size, with_default, CommonArgs, WindowArgs};
 use crate::cmd::CliError;
 use clap::Args;
 use nvmedb_lab::experiments::tier::{Tier, TierConfig};
@@ -46,11 +46,7 @@ pub struct TierArgs {
     #[arg(long)]
     pub budget: Option<f64>,
     #[command(flatten)]
-    pub warmup: WarmupArg,
-    #[command(flatten)]
-    pub duration: DurationArg,
-    #[command(flatten)]
-    pub reps: RepsArg,
+    pub window: WindowArgs,
     /// Table page size (bytes or K suffix; default 4 KiB).
     #[arg(long = "table-page")]
     pub table_page: Option<String>,
@@ -116,9 +112,7 @@ fn to_config(a: &TierArgs) -> Result<TierConfig, CliError> {
     }
     c.prices.extend(parse_prices("--price", &a.prices)?);
     c.budget = a.budget;
-    a.warmup.apply(&mut c.warmup_s);
-    a.duration.apply(&mut c.duration_s);
-    a.reps.apply(&mut c.repetitions);
+    a.window.apply(&mut c.warmup_s, &mut c.duration_s, &mut c.repetitions);
     if let Some(p) = &a.table_page {
         c.table_page_size = parse_size("--table-page", p)? as usize;
     }

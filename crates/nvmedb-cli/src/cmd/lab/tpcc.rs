@@ -6,8 +6,7 @@
 
 use super::LabArgs;
 use crate::cmd::args::{
-    device_list, list, parse_size, with_default, BuffersArg, CommonArgs, DevicesArg, DurationArg, RepsArg,
-    WarmupArg,
+    device_list, list, parse_size, with_default, BuffersArg, CommonArgs, DevicesArg, WindowArgs,
 };
 use crate::cmd::CliError;
 use clap::Args;
@@ -51,11 +50,7 @@ pub struct TpccArgs {
     #[arg(long)]
     pub ha: Option<String>,
     #[command(flatten)]
-    pub warmup: WarmupArg,
-    #[command(flatten)]
-    pub duration: DurationArg,
-    #[command(flatten)]
-    pub reps: RepsArg,
+    pub window: WindowArgs,
     /// Table page size (bytes or K suffix; default 4 KiB, see the summary).
     #[arg(long = "table-page")]
     pub table_page: Option<String>,
@@ -123,9 +118,7 @@ fn to_config(a: &TpccArgs) -> Result<TpccConfig, CliError> {
         cfg.ha =
             HaMode::parse(h).ok_or_else(|| CliError::flag("--ha", format!("`{h}` is not off, log or on")))?;
     }
-    a.warmup.apply(&mut cfg.warmup_s);
-    a.duration.apply(&mut cfg.duration_s);
-    a.reps.apply(&mut cfg.repetitions);
+    a.window.apply(&mut cfg.warmup_s, &mut cfg.duration_s, &mut cfg.repetitions);
     if let Some(p) = &a.table_page {
         cfg.table_page_size = parse_size("--table-page", p)? as usize;
     }
