@@ -251,36 +251,8 @@ pub const VIEW_DDL: &[(&str, &str)] = &[
     ("views", "table_catalog text, table_schema text, table_name text, view_definition text"),
 ];
 
-/// Words that route a statement to the catalog views: the schema names and every view name.
-fn routing_words() -> impl Iterator<Item = &'static str> {
-    // (The nvmedb_* helper tables are reached only through the rewrite.)
-    ["pg_catalog", "information_schema"]
-        .into_iter()
-        .chain(VIEW_DDL.iter().map(|(n, _)| *n).filter(|n| n.starts_with("pg_")))
-        .chain(ALWAYS_EMPTY.iter().copied())
-        .chain([
-            "to_regclass",
-            "to_regtype",
-            "to_regnamespace",
-            "pg_get_indexdef",
-            "pg_get_constraintdef",
-            "regclass",
-        ])
-}
-
-/// Whether statement text names a catalog view (what routes it to the views' database):
-/// `pg_catalog.` or `information_schema.` anywhere, or a `pg_*` view name as a whole word.
-pub fn names_catalog(sql: &str) -> bool {
-    let lower = sql.to_ascii_lowercase();
-    let b = lower.as_bytes();
-    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
-    routing_words().any(|w| {
-        lower.match_indices(w).any(|(i, _)| {
-            let end = i + w.len();
-            (i == 0 || !word(b[i - 1])) && (end == b.len() || !word(b[end]))
-        })
-    })
-}
+mod routing;
+pub use routing::names_catalog;
 
 /// A session's part of the views: who asks, in which database, with which settings.
 #[derive(Debug, Clone)]
@@ -1199,15 +1171,6 @@ pub fn read_only() -> SqlError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routing_finds_catalog_names_as_words() {
-        assert!(names_catalog("select * from pg_catalog.pg_class"));
-        assert!(names_catalog("SELECT t.oid FROM pg_type t"));
-        assert!(names_catalog("select * from information_schema.tables"));
-        assert!(!names_catalog("select pg_backend_pid()"));
-        assert!(!names_catalog("select * from my_pg_class_copy"));
-    }
 
     #[test]
     fn format_type_names_types_with_modifiers() {
