@@ -322,13 +322,18 @@ impl Cluster {
 
     /// Acknowledgements node `node` printed at `epoch` since `since`.
     pub fn acks_since(&self, node: usize, epoch: u64, since: Instant) -> usize {
+        self.count_acks(node, Some(epoch), since)
+    }
+
+    /// Acknowledgements node `node` printed since `since`, at `epoch` or (`None`) at any.
+    fn count_acks(&self, node: usize, epoch: Option<u64>, since: Instant) -> usize {
         self.log
             .locked()
             .iter()
             .filter(|e| {
                 e.node == node
                     && e.at >= since
-                    && matches!(e.ev, NodeEvent::Ack { epoch: x, .. } if x == epoch)
+                    && matches!(e.ev, NodeEvent::Ack { epoch: x, .. } if epoch.is_none_or(|y| x == y))
             })
             .count()
     }
@@ -366,18 +371,7 @@ impl Cluster {
                     Err(e) => format!("the store could not be read: {e}"),
                 };
                 let acks: Vec<String> = (0..self.spec.nodes)
-                    .map(|i| {
-                        format!(
-                            "n{i}: {} acks since",
-                            self.log
-                                .locked()
-                                .iter()
-                                .filter(|e| e.node == i
-                                    && e.at >= since
-                                    && matches!(e.ev, NodeEvent::Ack { .. }))
-                                .count()
-                        )
-                    })
+                    .map(|i| format!("n{i}: {} acks since", self.count_acks(i, None, since)))
                     .collect();
                 let short = format!(
                     "the cluster did not settle within {:?} ({}):\n{status}",

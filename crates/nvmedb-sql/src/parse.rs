@@ -473,6 +473,12 @@ pub fn prepare_body(text: &str) -> Option<&str> {
         .then_some(after.trim())
 }
 
+/// Whether `text` holds `needle`, ASCII case ignored (no allocation).
+pub fn holds_ignoring_case(text: &str, needle: &str) -> bool {
+    text.len() >= needle.len()
+        && text.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 /// True if `text` starts with PREPARE, EXECUTE or DEALLOCATE (statements about named
 /// statements, which the session plans itself).
 pub fn names_statement(text: &str) -> bool {

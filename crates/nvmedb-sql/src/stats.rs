@@ -109,8 +109,7 @@ pub fn metrics_page(engine: &Engine) -> String {
 
 /// Whether statement text names a statistics view (what routes it to [`StatViews`]).
 pub fn names_a_view(sql: &str) -> bool {
-    sql.len() >= VIEW_PREFIX.len()
-        && sql.as_bytes().windows(VIEW_PREFIX.len()).any(|w| w.eq_ignore_ascii_case(VIEW_PREFIX.as_bytes()))
+    crate::parse::holds_ignoring_case(sql, VIEW_PREFIX)
 }
 
 /// The statistics views: an in-memory database holding them, and one session on it.

@@ -31,8 +31,7 @@ const ROUTING_MARKS: [&str; 3] = ["pg_", "information_schema", "reg"];
 pub fn names_catalog(sql: &str) -> bool {
     // Every routing word holds one of these (a test checks it): most statements hold none, and
     // are answered without lower-casing the text or searching it for every word.
-    let holds = |needle: &[u8]| sql.as_bytes().windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle));
-    if !ROUTING_MARKS.iter().any(|m| holds(m.as_bytes())) {
+    if !ROUTING_MARKS.iter().any(|m| crate::parse::holds_ignoring_case(sql, m)) {
         return false;
     }
     let lower = sql.to_ascii_lowercase();

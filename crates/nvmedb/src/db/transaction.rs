@@ -302,15 +302,14 @@ impl Transaction {
         mut f: impl FnMut(RowView<'_>) -> Result<bool>,
     ) -> Result<()> {
         let keys = table.primary_range(lo, hi)?;
-        let me = self.id;
-        match self.scan_lock(mode) {
-            Some(mode) => self.locked_scan(table, keys, Some(mode), |pk| {
-                Ok(table.txn_read(pk, &mut f)?.transpose()?.unwrap_or(true))
-            }),
-            None => self.locked_scan(table, keys, None, |pk| {
-                Ok(table.txn_read_committed(me, pk, &mut f)?.transpose()?.unwrap_or(true))
-            }),
-        }
+        let (me, lock) = (self.id, self.scan_lock(mode));
+        self.locked_scan(table, keys, lock, |pk| {
+            let seen = match lock {
+                Some(_) => table.txn_read(pk, &mut f)?,
+                None => table.txn_read_committed(me, pk, &mut f)?,
+            };
+            Ok(seen.transpose()?.unwrap_or(true))
+        })
     }
 
     /// The lock a scan takes on each row it visits in `mode`: none for a read-committed

@@ -362,8 +362,8 @@ fn fence_one(
     }
 }
 
-/// Takes the records the (fenced) standby at `addr` holds beyond this log; returns the new end.
-/// Takes the records of the standby at `addr` from this log's end up to LSN `until`.
+/// Takes the records the (fenced) standby at `addr` holds beyond this log, up to LSN `until`;
+/// returns the new end.
 fn fetch_from(
     sh: &Shared,
     addr: &str,
