@@ -483,165 +483,209 @@ pub struct Q3Outcome {
 /// shard and the top 10 taken.
 pub fn q3(db: &Database, params: &Q3Params, workers: usize, read_ahead: u64) -> Result<Q3Outcome> {
     let n = workers.max(1);
-    let date = params.date_days()?;
-    let segment = params.segment_bytes()?;
     let open = |name: &str| db.table(name).map_err(LabError::engine(format!("opening table {name}")));
-    let (cust, ord, line) = (open(CUSTOMER)?, open(ORDERS)?, open(LINEITEM)?);
-    let barrier = Barrier::new(n);
-    let scanned: [AtomicU64; 3] = Default::default();
-    let phase_end: [Mutex<Option<(Instant, u64)>>; 3] = Default::default();
-    let first_error: Mutex<Option<LabError>> = Mutex::new(None);
-    let failed = AtomicBool::new(false);
-    let cust_x: Exchange<i64> = Exchange::new(n);
-    let cust_sets: Vec<std::sync::OnceLock<KeySet>> = (0..n).map(|_| Default::default()).collect();
-    let ord_x: Exchange<(i64, i64, i64)> = Exchange::new(n);
-    let ord_maps: Vec<std::sync::OnceLock<KeyMap<(i64, i64)>>> = (0..n).map(|_| Default::default()).collect();
-    let rev_x: Exchange<(i64, i64)> = Exchange::new(n);
-    let answers: Mutex<Vec<Q3Row>> = Mutex::new(Vec::new());
+    let run = Q3Run {
+        n,
+        read_ahead,
+        date: params.date_days()?,
+        segment: params.segment_bytes()?,
+        tables: [open(CUSTOMER)?, open(ORDERS)?, open(LINEITEM)?],
+        barrier: Barrier::new(n),
+        scanned: Default::default(),
+        phase_end: Default::default(),
+        first_error: Mutex::new(None),
+        failed: AtomicBool::new(false),
+        cust_x: Exchange::new(n),
+        cust_sets: (0..n).map(|_| Default::default()).collect(),
+        ord_x: Exchange::new(n),
+        ord_maps: (0..n).map(|_| Default::default()).collect(),
+        rev_x: Exchange::new(n),
+        answers: Mutex::new(Vec::new()),
+    };
     let (t0, cpu0) = (Instant::now(), process_cpu_ns());
-    let fail = |e: LabError| {
-        failed.store(true, Ordering::Relaxed);
-        first_error.locked().get_or_insert(e);
-    };
-    // `before` runs once the scan's first reads are in flight (see `Table::scan_partition_after`):
-    // the workers meet and build the previous phase's table while the device works.
-    let scan =
-        |t: &Table, w: usize, before: &mut dyn FnMut(), f: &mut dyn FnMut(RowView<'_>)| -> Result<u64> {
-            let mut rows = 0u64;
-            t.scan_partition_after(w, n, read_ahead, before, |r| {
-                rows += 1;
-                f(r);
-                Ok(true)
-            })
-            .map_err(LabError::engine(format!("scanning part {w} of {n} of table {}", t.name())))?;
-            Ok(rows)
-        };
-    let end_phase = |p: usize| {
-        if barrier.wait().is_leader() {
-            *phase_end[p].locked() = Some((Instant::now(), process_cpu_ns()));
-        }
-    };
     std::thread::scope(|s| {
         for w in 0..n {
-            let (cust, ord, line, scan, fail, failed) = (&cust, &ord, &line, &scan, &fail, &failed);
-            let (cust_x, cust_sets, ord_x, ord_maps, rev_x) =
-                (&cust_x, &cust_sets, &ord_x, &ord_maps, &rev_x);
-            let (barrier, scanned, answers, segment, end_phase) =
-                (&barrier, &scanned, &answers, &segment, &end_phase);
-            s.spawn(move || {
-                // Phase 1: customer → set of customer keys in the segment.
-                let mut out = buckets(n);
-                if !failed.load(Ordering::Relaxed) {
-                    match scan(cust, w, &mut || (), &mut |r| {
-                        if r.bytes(C_MKTSEGMENT) == segment.as_slice() {
-                            let k = r.int(C_CUSTKEY);
-                            out[shard(k, n)].push(k);
-                        }
-                    }) {
-                        Ok(rows) => {
-                            scanned[0].fetch_add(rows, Ordering::Relaxed);
-                        }
-                        Err(e) => fail(e),
-                    }
-                }
-                cust_x.give(out);
-                let mut meet = || {
-                    barrier.wait();
-                    let _ = cust_sets[w].set(key_set(cust_x.take(w)));
-                    end_phase(0);
-                };
-                // Phase 2: orders before the date of those customers → order key → (date, priority).
-                let mut out = buckets(n);
-                if failed.load(Ordering::Relaxed) {
-                    meet();
-                } else {
-                    match scan(ord, w, &mut meet, &mut |r| {
-                        let d = r.int(O_ORDERDATE);
-                        let c = r.int(O_CUSTKEY);
-                        if d < date && cust_sets[shard(c, n)].get().is_some_and(|s| s.contains(&c)) {
-                            let k = r.int(O_ORDERKEY);
-                            out[shard(k, n)].push((k, d, r.int(O_SHIPPRIORITY)));
-                        }
-                    }) {
-                        Ok(rows) => {
-                            scanned[1].fetch_add(rows, Ordering::Relaxed);
-                        }
-                        Err(e) => fail(e),
-                    }
-                }
-                ord_x.give(out);
-                let mut meet = || {
-                    barrier.wait();
-                    let (rows, len) = ord_x.take(w);
-                    let mut map = KeyMap::with_capacity_and_hasher(len, KeyBuild::default());
-                    map.extend(rows.map(|(k, d, p)| (k, (d, p))));
-                    let _ = ord_maps[w].set(map);
-                    end_phase(1);
-                };
-                // Phase 3: lineitems shipped after the date of those orders → revenue per order.
-                let mut sums: KeyMap<i64> = KeyMap::default();
-                // Lineitems are generated and loaded order by order, so an order's lines lie together:
-                // the run asks the join table once (order keys are positive, MIN matches none).
-                let mut last = (i64::MIN, false);
-                if failed.load(Ordering::Relaxed) {
-                    meet();
-                } else {
-                    match scan(line, w, &mut meet, &mut |r| {
-                        if r.int(L_SHIPDATE) > date {
-                            let k = r.int(L_ORDERKEY);
-                            if k != last.0 {
-                                last = (k, ord_maps[shard(k, n)].get().is_some_and(|m| m.contains_key(&k)));
-                            }
-                            if last.1 {
-                                *sums.entry(k).or_default() +=
-                                    line_revenue(r.int(L_EXTENDEDPRICE), r.int(L_DISCOUNT));
-                            }
-                        }
-                    }) {
-                        Ok(rows) => {
-                            scanned[2].fetch_add(rows, Ordering::Relaxed);
-                        }
-                        Err(e) => fail(e),
-                    }
-                }
-                let mut out = buckets(n);
-                for (k, r) in sums {
-                    out[shard(k, n)].push((k, r));
-                }
-                rev_x.give(out);
-                barrier.wait();
-                let mut merged: KeyMap<i64> = KeyMap::default();
-                for (k, r) in rev_x.take(w).0 {
-                    *merged.entry(k).or_default() += r;
-                }
-                let orders = ord_maps[w].get();
-                let rows = merged
-                    .into_iter()
-                    .filter_map(|(k, r)| {
-                        let &(d, p) = orders?.get(&k)?;
-                        Some(Q3Row { orderkey: k, revenue_e4: r, orderdate: d, shippriority: p })
-                    })
-                    .collect();
-                answers.locked().extend(top10(rows));
-                end_phase(2);
-            });
+            let run = &run;
+            s.spawn(move || run.worker(w));
         }
     });
-    if let Some(e) = first_error.into_value() {
+    if let Some(e) = run.first_error.into_value() {
         return Err(e);
     }
-    let ends = phase_end.map(|m| m.into_value().unwrap_or((t0, cpu0)));
+    let ends = run.phase_end.map(|m| m.into_value().unwrap_or((t0, cpu0)));
     let seconds = t0.elapsed().as_secs_f64();
     let starts = [(t0, cpu0), ends[0], ends[1]];
     let phase_s = std::array::from_fn(|i| (ends[i].0 - starts[i].0).as_secs_f64());
     let phase_cpu_s = std::array::from_fn(|i| ends[i].1.saturating_sub(starts[i].1) as f64 / 1e9);
     Ok(Q3Outcome {
-        top: top10(answers.into_value()),
-        rows_scanned: [0, 1, 2].map(|i| scanned[i].load(Ordering::Relaxed)),
+        top: top10(run.answers.into_value()),
+        rows_scanned: [0, 1, 2].map(|i| run.scanned[i].load(Ordering::Relaxed)),
         phase_s,
         phase_cpu_s,
         seconds,
     })
+}
+
+/// What Q3's workers share: the tables, the meeting point between phases, and per shard the
+/// exchanges and the tables built from them.
+struct Q3Run {
+    n: usize,
+    read_ahead: u64,
+    date: i64,
+    segment: Vec<u8>,
+    /// customer, orders, lineitem.
+    tables: [Table; 3],
+    barrier: Barrier,
+    scanned: [AtomicU64; 3],
+    /// When (and at what process CPU time) each phase ended.
+    phase_end: [Mutex<Option<(Instant, u64)>>; 3],
+    first_error: Mutex<Option<LabError>>,
+    failed: AtomicBool,
+    cust_x: Exchange<i64>,
+    cust_sets: Vec<std::sync::OnceLock<KeySet>>,
+    ord_x: Exchange<(i64, i64, i64)>,
+    ord_maps: Vec<std::sync::OnceLock<KeyMap<(i64, i64)>>>,
+    rev_x: Exchange<(i64, i64)>,
+    answers: Mutex<Vec<Q3Row>>,
+}
+
+impl Q3Run {
+    /// Worker `w`: its share of each phase, meeting the others between phases (a failed
+    /// worker still meets them, so none waits forever).
+    fn worker(&self, w: usize) {
+        let n = self.n;
+        // Phase 1: customer → set of customer keys in the segment.
+        let mut out = buckets(n);
+        if !self.failed.load(Ordering::Relaxed) {
+            let r = self.scan(0, w, &mut || (), &mut |r| {
+                if r.bytes(C_MKTSEGMENT) == self.segment.as_slice() {
+                    let k = r.int(C_CUSTKEY);
+                    out[shard(k, n)].push(k);
+                }
+            });
+            self.count(0, r);
+        }
+        self.cust_x.give(out);
+        let mut meet = || {
+            self.barrier.wait();
+            let _ = self.cust_sets[w].set(key_set(self.cust_x.take(w)));
+            self.end_phase(0);
+        };
+        // Phase 2: orders before the date of those customers → order key → (date, priority).
+        let mut out = buckets(n);
+        if self.failed.load(Ordering::Relaxed) {
+            meet();
+        } else {
+            let r = self.scan(1, w, &mut meet, &mut |r| {
+                let d = r.int(O_ORDERDATE);
+                let c = r.int(O_CUSTKEY);
+                if d < self.date && self.cust_sets[shard(c, n)].get().is_some_and(|s| s.contains(&c)) {
+                    let k = r.int(O_ORDERKEY);
+                    out[shard(k, n)].push((k, d, r.int(O_SHIPPRIORITY)));
+                }
+            });
+            self.count(1, r);
+        }
+        self.ord_x.give(out);
+        self.lineitems(w);
+    }
+
+    /// Phase 3 of worker `w`: lineitems shipped after the date of the joined orders → revenue
+    /// per order, merged per shard; its shard's top 10 joins the answers.
+    fn lineitems(&self, w: usize) {
+        let n = self.n;
+        let mut meet = || {
+            self.barrier.wait();
+            let (rows, len) = self.ord_x.take(w);
+            let mut map = KeyMap::with_capacity_and_hasher(len, KeyBuild::default());
+            map.extend(rows.map(|(k, d, p)| (k, (d, p))));
+            let _ = self.ord_maps[w].set(map);
+            self.end_phase(1);
+        };
+        let mut sums: KeyMap<i64> = KeyMap::default();
+        // Lineitems are generated and loaded order by order, so an order's lines lie together:
+        // the run asks the join table once (order keys are positive, MIN matches none).
+        let mut last = (i64::MIN, false);
+        if self.failed.load(Ordering::Relaxed) {
+            meet();
+        } else {
+            let r = self.scan(2, w, &mut meet, &mut |r| {
+                if r.int(L_SHIPDATE) > self.date {
+                    let k = r.int(L_ORDERKEY);
+                    if k != last.0 {
+                        last = (k, self.ord_maps[shard(k, n)].get().is_some_and(|m| m.contains_key(&k)));
+                    }
+                    if last.1 {
+                        *sums.entry(k).or_default() +=
+                            line_revenue(r.int(L_EXTENDEDPRICE), r.int(L_DISCOUNT));
+                    }
+                }
+            });
+            self.count(2, r);
+        }
+        let mut out = buckets(n);
+        for (k, r) in sums {
+            out[shard(k, n)].push((k, r));
+        }
+        self.rev_x.give(out);
+        self.barrier.wait();
+        let mut merged: KeyMap<i64> = KeyMap::default();
+        for (k, r) in self.rev_x.take(w).0 {
+            *merged.entry(k).or_default() += r;
+        }
+        let orders = self.ord_maps[w].get();
+        let rows = merged
+            .into_iter()
+            .filter_map(|(k, r)| {
+                let &(d, p) = orders?.get(&k)?;
+                Some(Q3Row { orderkey: k, revenue_e4: r, orderdate: d, shippriority: p })
+            })
+            .collect();
+        self.answers.locked().extend(top10(rows));
+        self.end_phase(2);
+    }
+
+    /// Scans worker `w`'s part of table `t`; `before` runs once the scan's first reads are in
+    /// flight (see `Table::scan_partition_after`): the workers meet and build the previous
+    /// phase's table while the device works. Returns the rows scanned.
+    fn scan(
+        &self,
+        t: usize,
+        w: usize,
+        before: &mut dyn FnMut(),
+        f: &mut dyn FnMut(RowView<'_>),
+    ) -> Result<u64> {
+        let (table, n) = (&self.tables[t], self.n);
+        let mut rows = 0u64;
+        table
+            .scan_partition_after(w, n, self.read_ahead, before, |r| {
+                rows += 1;
+                f(r);
+                Ok(true)
+            })
+            .map_err(LabError::engine(format!("scanning part {w} of {n} of table {}", table.name())))?;
+        Ok(rows)
+    }
+
+    /// Counts a scan's rows for table `t`, or records its error (the first one is returned).
+    fn count(&self, t: usize, r: Result<u64>) {
+        match r {
+            Ok(rows) => {
+                self.scanned[t].fetch_add(rows, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.failed.store(true, Ordering::Relaxed);
+                self.first_error.locked().get_or_insert(e);
+            }
+        }
+    }
+
+    /// Every worker meets; one of them notes when phase `p` ended.
+    fn end_phase(&self, p: usize) {
+        if self.barrier.wait().is_leader() {
+            *self.phase_end[p].locked() = Some((Instant::now(), process_cpu_ns()));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -118,7 +118,14 @@ pub fn write(cfg: &TierConfig, r: &TierResults, env: &RunEnv) -> Result<Summary>
         .collect();
     env.dir.write_csv("configs", &rows)?;
     env.dir.write_csv("workload", &r.workload.tables)?;
+    charts(cfg, r, &ordered, env)?;
+    let mut text = tables_text(cfg, r, &ordered, env);
+    let figures = against_paper(r, &mut text);
+    Ok(Summary { text, figures })
+}
 
+/// The two plots: throughput against the database's cost, and measured against predicted.
+fn charts(cfg: &TierConfig, r: &TierResults, ordered: &[&ConfigResult], env: &RunEnv) -> Result<()> {
     let sub = format!(
         "TPC-C {} warehouses, {} terminals, table buffer {} %, log on {}",
         r.load.scale.warehouses, cfg.clients, cfg.buffer_pct, cfg.log_device
@@ -167,7 +174,12 @@ pub fn write(cfg: &TierConfig, r: &TierResults, env: &RunEnv) -> Result<Summary>
         );
     }
     pred_chart.write(env.dir.path(), "predicted")?;
+    Ok(())
+}
 
+/// The summary's header and its three tables: the tiers, the advisor's workload and the
+/// placements.
+fn tables_text(cfg: &TierConfig, r: &TierResults, ordered: &[&ConfigResult], env: &RunEnv) -> String {
     let mut text = crate::experiments::tpcc::report::header(
         "tier",
         <super::Tier as crate::experiment::Experiment>::TITLE,
@@ -239,7 +251,7 @@ pub fn write(cfg: &TierConfig, r: &TierResults, env: &RunEnv) -> Result<Summary>
         "limited by",
     ])
     .title("TPC-C per placement (seed 003 Figs. 4 and 6)");
-    for c in &ordered {
+    for c in ordered {
         t.row([
             c.name.clone(),
             placement_text(c),
@@ -255,7 +267,12 @@ pub fn write(cfg: &TierConfig, r: &TierResults, env: &RunEnv) -> Result<Summary>
     t.note("cost: the database's bytes at seed 003's prices per GB (R$; nand's 8.00 is our assumption, the disk is priced as nand); the log and the buffer are not counted");
     text.push('\n');
     text.push_str(&t.to_string());
+    text
+}
 
+/// Seed 003's ratios next to this run's, and the advisor's standing, appended to `text`;
+/// returns them as figures.
+fn against_paper(r: &TierResults, text: &mut String) -> Vec<Figure> {
     let mut figures = Vec::new();
     text.push_str("\nSeed 003 next to this run:\n");
     let fmt = |v: Option<f64>| v.map_or("not measured".to_string(), |x| format!("{x:.1}x"));
@@ -324,5 +341,5 @@ pub fn write(cfg: &TierConfig, r: &TierResults, env: &RunEnv) -> Result<Summary>
         "consistency conditions 1-4 of TPC-C §3.3.2 held after every one of the {} points\n",
         r.checks_passed
     ));
-    Ok(Summary { text, figures })
+    figures
 }

@@ -139,8 +139,43 @@ fn stem(device: &str) -> String {
 
 /// Writes points.csv, ratios.csv, limits.csv, the plots, and returns the summary.
 pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary> {
-    let rows: Vec<Row<'_>> = r
-        .points
+    env.dir.write_csv("points", &point_rows(r))?;
+    let ratios = ratios(r);
+    env.dir.write_csv("ratios", &ratios)?;
+    env.dir.write_csv("limits", &r.limits)?;
+    let mut text = header_text(cfg, r, env);
+    let mut figures = Vec::new();
+    for (dev, label) in &r.device_labels {
+        let pts: Vec<&Point> = r.points.iter().filter(|p| &p.device == dev).collect();
+        text.push_str(&format!("\n{}", points_table(label, &pts)));
+        if pts.iter().any(|p| p.buffer_raised) {
+            text.push_str(&format!(
+                "* buffer raised from the configured size to 8 read-ahead batches per worker ({} pages each)\n",
+                cfg.read_ahead
+            ));
+        }
+        text.push_str(&format!("\n{}", limits_table(cfg, r, dev, label)));
+        let rs: Vec<&Ratio> = ratios.iter().filter(|x| &x.device == dev).collect();
+        if !rs.is_empty() {
+            text.push_str(&format!("\n{}", ratios_table(label, &rs)));
+        }
+        headline(dev, label, &pts, &mut text, &mut figures);
+        for x in &rs {
+            figures.push(Figure::new(
+                format!("{}/workers{}/sep_over_{}", stem(dev), x.workers, x.shared.to_lowercase()),
+                format!("SEP speed-up over {} at {} workers, {label}", x.shared, x.workers),
+                x.speedup,
+                "x",
+            ));
+        }
+        plots(cfg, env, dev, label, &pts, &rs)?;
+    }
+    Ok(Summary { text, figures })
+}
+
+/// One CSV row per measured point.
+fn point_rows(r: &TpchResults) -> Vec<Row<'_>> {
+    r.points
         .iter()
         .map(|p| Row {
             device: &p.device,
@@ -175,12 +210,11 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             orders_cpu_cores: p.phase_cpu_cores[1],
             lineitem_cpu_cores: p.phase_cpu_cores[2],
         })
-        .collect();
-    env.dir.write_csv("points", &rows)?;
-    let ratios = ratios(r);
-    env.dir.write_csv("ratios", &ratios)?;
-    env.dir.write_csv("limits", &r.limits)?;
+        .collect()
+}
 
+/// The summary's opening lines: the data, the query, how the limit was measured, the answer.
+fn header_text(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> String {
     let load = &r.load;
     let mut text = format!(
         "# nvmedb lab tpch — {}\nTPC-H SF {} ({} customers, {} orders, {} lineitems; {:.0} MiB in {} KiB pages; {}), Q3 segment {} date {}, read-ahead {} pages per worker ({}), lock-free hits {}\n",
@@ -210,62 +244,62 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
         "answer (equal to the independent evaluation over the generator's rows in every query):\n{}\n",
         r.answer.iter().map(|a| format!("  {}", a.line())).collect::<Vec<_>>().join("\n")
     ));
-    let mut figures = Vec::new();
-    for (dev, label) in &r.device_labels {
-        let pts: Vec<&Point> = r.points.iter().filter(|p| &p.device == dev).collect();
-        let mut t = TextTable::new([
-            "policy",
-            "workers",
-            "buffer MiB",
-            "query s",
-            "pages/s",
-            "MiB/s",
-            "hit ratio",
-            "reads/page",
-            "overlapped",
-            "latch waits",
-            "latch ms",
-            "CPU cores",
-            "pages/CPU-s",
-            "limit pages/s",
-            "% of limit",
-        ])
-        .title(label.clone());
-        for p in &pts {
-            t.row([
-                p.policy.clone(),
-                p.workers.to_string(),
-                format!(
-                    "{:.0}{}",
-                    p.buffer_bytes as f64 / (1 << 20) as f64,
-                    if p.buffer_raised { "*" } else { "" }
-                ),
-                format!("{:.3} [{:.3}..{:.3}]", p.seconds.median, p.seconds.min, p.seconds.max),
-                format!("{:.0}", p.pages_per_s.median),
-                format!("{:.0}", p.mib_per_s),
-                format!("{:.3}", p.hit_ratio),
-                format!("{:.3}", p.reads_per_page),
-                format!("{:.2}", p.overlapped),
-                format!("{:.0}", p.latch_waits),
-                format!("{:.2}", p.latch_wait_ms),
-                format!("{:.2}", p.cpu_cores),
-                match p.pages_per_engine_cpu_s {
-                    Some(v) => format!("{:.0} ({v:.0} net)", p.pages_per_cpu_s),
-                    None => format!("{:.0}", p.pages_per_cpu_s),
-                },
-                format!("{:.0}", p.limit_iops),
-                format!("{:.1}", p.share_of_limit * 100.0),
-            ]);
-        }
-        text.push_str(&format!("\n{t}"));
-        if pts.iter().any(|p| p.buffer_raised) {
-            text.push_str(&format!(
-                "* buffer raised from the configured size to 8 read-ahead batches per worker ({} pages each)\n",
-                cfg.read_ahead
-            ));
-        }
-        let lims: Vec<_> = r.limits.iter().filter(|l| &l.device == dev).collect();
-        let mut lt = TextTable::new([
+    text
+}
+
+/// One device's points.
+fn points_table(label: &str, pts: &[&Point]) -> TextTable {
+    let mut t = TextTable::new([
+        "policy",
+        "workers",
+        "buffer MiB",
+        "query s",
+        "pages/s",
+        "MiB/s",
+        "hit ratio",
+        "reads/page",
+        "overlapped",
+        "latch waits",
+        "latch ms",
+        "CPU cores",
+        "pages/CPU-s",
+        "limit pages/s",
+        "% of limit",
+    ])
+    .title(label);
+    for p in pts {
+        t.row([
+            p.policy.clone(),
+            p.workers.to_string(),
+            format!(
+                "{:.0}{}",
+                p.buffer_bytes as f64 / (1 << 20) as f64,
+                if p.buffer_raised { "*" } else { "" }
+            ),
+            format!("{:.3} [{:.3}..{:.3}]", p.seconds.median, p.seconds.min, p.seconds.max),
+            format!("{:.0}", p.pages_per_s.median),
+            format!("{:.0}", p.mib_per_s),
+            format!("{:.3}", p.hit_ratio),
+            format!("{:.3}", p.reads_per_page),
+            format!("{:.2}", p.overlapped),
+            format!("{:.0}", p.latch_waits),
+            format!("{:.2}", p.latch_wait_ms),
+            format!("{:.2}", p.cpu_cores),
+            match p.pages_per_engine_cpu_s {
+                Some(v) => format!("{:.0} ({v:.0} net)", p.pages_per_cpu_s),
+                None => format!("{:.0}", p.pages_per_cpu_s),
+            },
+            format!("{:.0}", p.limit_iops),
+            format!("{:.1}", p.share_of_limit * 100.0),
+        ]);
+    }
+    t
+}
+
+/// One device's limit probes.
+fn limits_table(cfg: &TpchConfig, r: &TpchResults, dev: &str, label: &str) -> TextTable {
+    let lims: Vec<_> = r.limits.iter().filter(|l| l.device == dev).collect();
+    let mut lt = TextTable::new([
             "workers",
             "rep",
             "probe",
@@ -279,45 +313,49 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
             "{label}: device limit, Q3's reads replayed ({} KiB pages, each worker its partition of every file, synchronous batches of the read-ahead or half of it, the better)",
             cfg.page_size / 1024
         ));
-        for l in &lims {
-            lt.row([
-                l.workers.to_string(),
-                l.rep.to_string(),
-                if l.probe_first { "before queries".into() } else { "after queries".to_string() },
-                format!("{:.0}", l.engine_iops),
-                l.engine_batch.to_string(),
-                format!("{:.2}", l.engine_cpu_us_per_read),
-                opt(l.fio_iops),
-                if l.fio_batch > 0 { l.fio_batch.to_string() } else { "-".into() },
-            ]);
-        }
-        text.push_str(&format!("\n{lt}"));
-        let rs: Vec<&Ratio> = ratios.iter().filter(|x| &x.device == dev).collect();
-        if !rs.is_empty() {
-            let mut rt = TextTable::new([
-                "workers",
-                "vs",
-                "SEP speed-up (time)",
-                "SEP/SHR pages/s",
-                "SHR latch ms",
-                "SEP latch ms",
-            ])
-            .title(format!("{label}: SEP vs SHR-k"));
-            for x in &rs {
-                rt.row([
-                    x.workers.to_string(),
-                    x.shared.clone(),
-                    format!("{:.2}x", x.speedup),
-                    format!("{:.2}", x.iops_ratio),
-                    format!("{:.2}", x.shared_latch_wait_ms),
-                    format!("{:.2}", x.sep_latch_wait_ms),
-                ]);
-            }
-            text.push_str(&format!("\n{rt}"));
-        }
-        // Headline: the best point's share of the limit on this device.
-        if let Some(best) = pts.iter().max_by(|a, b| a.pages_per_s.median.total_cmp(&b.pages_per_s.median)) {
-            let line = format!(
+    for l in &lims {
+        lt.row([
+            l.workers.to_string(),
+            l.rep.to_string(),
+            if l.probe_first { "before queries".into() } else { "after queries".to_string() },
+            format!("{:.0}", l.engine_iops),
+            l.engine_batch.to_string(),
+            format!("{:.2}", l.engine_cpu_us_per_read),
+            opt(l.fio_iops),
+            if l.fio_batch > 0 { l.fio_batch.to_string() } else { "-".into() },
+        ]);
+    }
+    lt
+}
+
+/// One device's SEP against SHR-k ratios.
+fn ratios_table(label: &str, rs: &[&Ratio]) -> TextTable {
+    let mut rt = TextTable::new([
+        "workers",
+        "vs",
+        "SEP speed-up (time)",
+        "SEP/SHR pages/s",
+        "SHR latch ms",
+        "SEP latch ms",
+    ])
+    .title(format!("{label}: SEP vs SHR-k"));
+    for x in rs {
+        rt.row([
+            x.workers.to_string(),
+            x.shared.clone(),
+            format!("{:.2}x", x.speedup),
+            format!("{:.2}", x.iops_ratio),
+            format!("{:.2}", x.shared_latch_wait_ms),
+            format!("{:.2}", x.sep_latch_wait_ms),
+        ]);
+    }
+    rt
+}
+
+/// The headline: the best point's share of the limit on this device, as text and figure.
+fn headline(dev: &str, label: &str, pts: &[&Point], text: &mut String, figures: &mut Vec<Figure>) {
+    if let Some(best) = pts.iter().max_by(|a, b| a.pages_per_s.median.total_cmp(&b.pages_per_s.median)) {
+        let line = format!(
                 "{label}: best {} x{}: {:.0} pages/s = {:.1} % of the device limit {:.0} pages/s (the scans' own reads at the same workers and depth; probe before the queries {}, after {})\n",
                 best.policy,
                 best.workers,
@@ -327,29 +365,18 @@ pub fn report(cfg: &TpchConfig, r: &TpchResults, env: &RunEnv) -> Result<Summary
                 opt(best.limit_probe_first_iops),
                 opt(best.limit_probe_after_iops),
             );
-            text.push_str(&format!("\n{line}"));
-            text.push_str(&format!("{}\n", phase_line(best)));
-            figures.push(
-                Figure::repeated(
-                    format!("{}/best/pages_per_s", stem(dev)),
-                    format!("Q3 pages read per second, {label}, {} x{}", best.policy, best.workers),
-                    best.pages_per_s,
-                    "pages/s",
-                )
-                .against("device limit (Q3's reads replayed by fio and the engine)", best.limit_iops),
-            );
-        }
-        for x in &rs {
-            figures.push(Figure::new(
-                format!("{}/workers{}/sep_over_{}", stem(dev), x.workers, x.shared.to_lowercase()),
-                format!("SEP speed-up over {} at {} workers, {label}", x.shared, x.workers),
-                x.speedup,
-                "x",
-            ));
-        }
-        plots(cfg, env, dev, label, &pts, &rs)?;
+        text.push_str(&format!("\n{line}"));
+        text.push_str(&format!("{}\n", phase_line(best)));
+        figures.push(
+            Figure::repeated(
+                format!("{}/best/pages_per_s", stem(dev)),
+                format!("Q3 pages read per second, {label}, {} x{}", best.policy, best.workers),
+                best.pages_per_s,
+                "pages/s",
+            )
+            .against("device limit (Q3's reads replayed by fio and the engine)", best.limit_iops),
+        );
     }
-    Ok(Summary { text, figures })
 }
 
 fn plots(

@@ -116,163 +116,174 @@ impl Loader<'_> {
 
     fn run(&self, unit: Unit, seed: u64) -> Result<()> {
         let mut r = TpccRng::new(unit.seed(seed));
-        let s = self.scale;
         match unit {
-            Unit::Items { first, last } => {
-                for i in first..=last {
-                    let row = [
-                        Value::Int(i64::from(i)),
-                        Value::Int(r.uniform_i64(1, 10_000)),
-                        Value::Bytes(r.astring(14, 24)),
-                        Value::Int(r.uniform_i64(100, 10_000)),
-                        Value::Bytes(r.data_with_original()),
-                    ];
-                    self.insert(&self.t.item, 7, &row)?;
-                }
+            Unit::Items { first, last } => self.items(&mut r, first, last),
+            Unit::Warehouse(w) => self.warehouse(&mut r, w),
+            Unit::Stock { w, first, last } => self.stock(&mut r, w, first, last),
+            Unit::Customers { w, d } => self.customers(&mut r, w, d),
+            Unit::Orders { w, d } => self.orders(&mut r, w, d),
+        }
+    }
+
+    /// The item table's rows `first..=last` (§4.3.3.1).
+    fn items(&self, r: &mut TpccRng, first: u32, last: u32) -> Result<()> {
+        for i in first..=last {
+            let row = [
+                Value::Int(i64::from(i)),
+                Value::Int(r.uniform_i64(1, 10_000)),
+                Value::Bytes(r.astring(14, 24)),
+                Value::Int(r.uniform_i64(100, 10_000)),
+                Value::Bytes(r.data_with_original()),
+            ];
+            self.insert(&self.t.item, 7, &row)?;
+        }
+        Ok(())
+    }
+
+    /// Warehouse `w` and its districts.
+    fn warehouse(&self, r: &mut TpccRng, w: u32) -> Result<()> {
+        let s = self.scale;
+        let mut row = vec![Value::Int(i64::from(w)), Value::Bytes(r.astring(6, 10))];
+        row.extend(address(r));
+        // W_YTD = Σ D_YTD (300 000.00 with the standard ten districts).
+        row.extend([Value::Int(r.uniform_i64(0, 2000)), Value::Int(3_000_000 * i64::from(s.districts))]);
+        self.insert(&self.t.warehouse, 0, &row)?;
+        for d in 1..=s.districts {
+            let mut row = vec![
+                Value::Int(schema::district_key(w, d)),
+                Value::Int(i64::from(d)),
+                Value::Int(i64::from(w)),
+                Value::Bytes(r.astring(6, 10)),
+            ];
+            row.extend(address(r));
+            row.extend([
+                Value::Int(r.uniform_i64(0, 2000)),
+                Value::Int(3_000_000),
+                Value::Int(i64::from(s.customers) + 1),
+            ]);
+            self.insert(&self.t.district, 1, &row)?;
+        }
+        Ok(())
+    }
+
+    /// Warehouse `w`'s stock of items `first..=last`.
+    fn stock(&self, r: &mut TpccRng, w: u32, first: u32, last: u32) -> Result<()> {
+        for i in first..=last {
+            let mut row = vec![
+                Value::Int(schema::stock_key(w, i)),
+                Value::Int(i64::from(i)),
+                Value::Int(i64::from(w)),
+                Value::Int(r.uniform_i64(10, 100)),
+            ];
+            row.extend((0..10).map(|_| Value::Bytes(r.astring(24, 24))));
+            row.extend([Value::Int(0), Value::Int(0), Value::Int(0), Value::Bytes(r.data_with_original())]);
+            self.insert(&self.t.stock, 8, &row)?;
+        }
+        Ok(())
+    }
+
+    /// District (`w`, `d`)'s customers, each with one history row.
+    fn customers(&self, r: &mut TpccRng, w: u32, d: u32) -> Result<()> {
+        let s = self.scale;
+        for c in 1..=s.customers {
+            let last = if c <= s.last_names() {
+                last_name(c - 1)
+            } else {
+                last_name(r.nurand(255, self.constants.c_last, 0, u64::from(s.last_names() - 1)) as u32)
+            };
+            let first = r.astring(8, 16);
+            let name_key = schema::customer_name_key(w, d, &last, &first);
+            let mut row = vec![
+                Value::Int(schema::customer_key(w, d, c)),
+                Value::Int(i64::from(c)),
+                Value::Int(i64::from(d)),
+                Value::Int(i64::from(w)),
+                Value::Bytes(first),
+                Value::from("OE"),
+                Value::Bytes(last),
+            ];
+            row.extend(address(r));
+            let credit = if r.percent(10) { "BC" } else { "GC" };
+            row.extend([
+                Value::Bytes(r.nstring(16, 16)),
+                Value::Int(self.now),
+                Value::from(credit),
+                Value::Int(5_000_000),
+                Value::Int(r.uniform_i64(0, 5000)),
+                Value::Int(-1000),
+                Value::Int(1000),
+                Value::Int(1),
+                Value::Int(0),
+                Value::Bytes(r.astring(300, 500)),
+                Value::Bytes(name_key),
+            ]);
+            self.insert(&self.t.customer, 2, &row)?;
+            let h = [
+                Value::Int(schema::customer_key(w, d, c)),
+                Value::Int(i64::from(c)),
+                Value::Int(i64::from(d)),
+                Value::Int(i64::from(w)),
+                Value::Int(i64::from(d)),
+                Value::Int(i64::from(w)),
+                Value::Int(self.now),
+                Value::Int(1000),
+                Value::Bytes(r.astring(12, 24)),
+            ];
+            self.insert(&self.t.history, 3, &h)?;
+        }
+        Ok(())
+    }
+
+    /// District (`w`, `d`)'s orders (customers in a random permutation), their lines, and the undelivered ones' new-order rows.
+    fn orders(&self, r: &mut TpccRng, w: u32, d: u32) -> Result<()> {
+        let s = self.scale;
+        // O_C_ID: a random permutation of the customer ids.
+        let mut perm: Vec<u32> = (1..=s.customers).collect();
+        for i in (1..perm.len()).rev() {
+            perm.swap(i, r.below(i as u64 + 1) as usize);
+        }
+        let first_new = s.first_new_order();
+        for (idx, &c) in perm.iter().enumerate() {
+            let o = idx as i64 + 1;
+            let delivered = o < first_new;
+            let ol_cnt = r.uniform_i64(5, 15);
+            let row = [
+                Value::Int(schema::order_key(w, d, o)),
+                Value::Int(o),
+                Value::Int(i64::from(d)),
+                Value::Int(i64::from(w)),
+                Value::Int(i64::from(c)),
+                Value::Int(self.now),
+                Value::Int(if delivered { r.uniform_i64(1, 10) } else { 0 }),
+                Value::Int(ol_cnt),
+                Value::Int(1),
+                Value::Int(schema::order_customer_key(w, d, c, o)),
+            ];
+            self.insert(&self.t.orders, 5, &row)?;
+            for n in 1..=ol_cnt as u32 {
+                let row = [
+                    Value::Int(schema::order_line_key(w, d, o, n)),
+                    Value::Int(o),
+                    Value::Int(i64::from(d)),
+                    Value::Int(i64::from(w)),
+                    Value::Int(i64::from(n)),
+                    Value::Int(r.uniform_i64(1, i64::from(s.items))),
+                    Value::Int(i64::from(w)),
+                    Value::Int(if delivered { self.now } else { 0 }),
+                    Value::Int(5),
+                    Value::Int(if delivered { 0 } else { r.uniform_i64(1, 999_999) }),
+                    Value::Bytes(r.astring(24, 24)),
+                ];
+                self.insert(&self.t.order_line, 6, &row)?;
             }
-            Unit::Warehouse(w) => {
-                let mut row = vec![Value::Int(i64::from(w)), Value::Bytes(r.astring(6, 10))];
-                row.extend(address(&mut r));
-                // W_YTD = Σ D_YTD (300 000.00 with the standard ten districts).
-                row.extend([
-                    Value::Int(r.uniform_i64(0, 2000)),
-                    Value::Int(3_000_000 * i64::from(s.districts)),
-                ]);
-                self.insert(&self.t.warehouse, 0, &row)?;
-                for d in 1..=s.districts {
-                    let mut row = vec![
-                        Value::Int(schema::district_key(w, d)),
-                        Value::Int(i64::from(d)),
-                        Value::Int(i64::from(w)),
-                        Value::Bytes(r.astring(6, 10)),
-                    ];
-                    row.extend(address(&mut r));
-                    row.extend([
-                        Value::Int(r.uniform_i64(0, 2000)),
-                        Value::Int(3_000_000),
-                        Value::Int(i64::from(s.customers) + 1),
-                    ]);
-                    self.insert(&self.t.district, 1, &row)?;
-                }
-            }
-            Unit::Stock { w, first, last } => {
-                for i in first..=last {
-                    let mut row = vec![
-                        Value::Int(schema::stock_key(w, i)),
-                        Value::Int(i64::from(i)),
-                        Value::Int(i64::from(w)),
-                        Value::Int(r.uniform_i64(10, 100)),
-                    ];
-                    row.extend((0..10).map(|_| Value::Bytes(r.astring(24, 24))));
-                    row.extend([
-                        Value::Int(0),
-                        Value::Int(0),
-                        Value::Int(0),
-                        Value::Bytes(r.data_with_original()),
-                    ]);
-                    self.insert(&self.t.stock, 8, &row)?;
-                }
-            }
-            Unit::Customers { w, d } => {
-                for c in 1..=s.customers {
-                    let last = if c <= s.last_names() {
-                        last_name(c - 1)
-                    } else {
-                        last_name(
-                            r.nurand(255, self.constants.c_last, 0, u64::from(s.last_names() - 1)) as u32
-                        )
-                    };
-                    let first = r.astring(8, 16);
-                    let name_key = schema::customer_name_key(w, d, &last, &first);
-                    let mut row = vec![
-                        Value::Int(schema::customer_key(w, d, c)),
-                        Value::Int(i64::from(c)),
-                        Value::Int(i64::from(d)),
-                        Value::Int(i64::from(w)),
-                        Value::Bytes(first),
-                        Value::from("OE"),
-                        Value::Bytes(last),
-                    ];
-                    row.extend(address(&mut r));
-                    let credit = if r.percent(10) { "BC" } else { "GC" };
-                    row.extend([
-                        Value::Bytes(r.nstring(16, 16)),
-                        Value::Int(self.now),
-                        Value::from(credit),
-                        Value::Int(5_000_000),
-                        Value::Int(r.uniform_i64(0, 5000)),
-                        Value::Int(-1000),
-                        Value::Int(1000),
-                        Value::Int(1),
-                        Value::Int(0),
-                        Value::Bytes(r.astring(300, 500)),
-                        Value::Bytes(name_key),
-                    ]);
-                    self.insert(&self.t.customer, 2, &row)?;
-                    let h = [
-                        Value::Int(schema::customer_key(w, d, c)),
-                        Value::Int(i64::from(c)),
-                        Value::Int(i64::from(d)),
-                        Value::Int(i64::from(w)),
-                        Value::Int(i64::from(d)),
-                        Value::Int(i64::from(w)),
-                        Value::Int(self.now),
-                        Value::Int(1000),
-                        Value::Bytes(r.astring(12, 24)),
-                    ];
-                    self.insert(&self.t.history, 3, &h)?;
-                }
-            }
-            Unit::Orders { w, d } => {
-                // O_C_ID: a random permutation of the customer ids.
-                let mut perm: Vec<u32> = (1..=s.customers).collect();
-                for i in (1..perm.len()).rev() {
-                    perm.swap(i, r.below(i as u64 + 1) as usize);
-                }
-                let first_new = s.first_new_order();
-                for (idx, &c) in perm.iter().enumerate() {
-                    let o = idx as i64 + 1;
-                    let delivered = o < first_new;
-                    let ol_cnt = r.uniform_i64(5, 15);
-                    let row = [
-                        Value::Int(schema::order_key(w, d, o)),
-                        Value::Int(o),
-                        Value::Int(i64::from(d)),
-                        Value::Int(i64::from(w)),
-                        Value::Int(i64::from(c)),
-                        Value::Int(self.now),
-                        Value::Int(if delivered { r.uniform_i64(1, 10) } else { 0 }),
-                        Value::Int(ol_cnt),
-                        Value::Int(1),
-                        Value::Int(schema::order_customer_key(w, d, c, o)),
-                    ];
-                    self.insert(&self.t.orders, 5, &row)?;
-                    for n in 1..=ol_cnt as u32 {
-                        let row = [
-                            Value::Int(schema::order_line_key(w, d, o, n)),
-                            Value::Int(o),
-                            Value::Int(i64::from(d)),
-                            Value::Int(i64::from(w)),
-                            Value::Int(i64::from(n)),
-                            Value::Int(r.uniform_i64(1, i64::from(s.items))),
-                            Value::Int(i64::from(w)),
-                            Value::Int(if delivered { self.now } else { 0 }),
-                            Value::Int(5),
-                            Value::Int(if delivered { 0 } else { r.uniform_i64(1, 999_999) }),
-                            Value::Bytes(r.astring(24, 24)),
-                        ];
-                        self.insert(&self.t.order_line, 6, &row)?;
-                    }
-                    if !delivered {
-                        let row = [
-                            Value::Int(schema::order_key(w, d, o)),
-                            Value::Int(o),
-                            Value::Int(i64::from(d)),
-                            Value::Int(i64::from(w)),
-                        ];
-                        self.insert(&self.t.new_order, 4, &row)?;
-                    }
-                }
+            if !delivered {
+                let row = [
+                    Value::Int(schema::order_key(w, d, o)),
+                    Value::Int(o),
+                    Value::Int(i64::from(d)),
+                    Value::Int(i64::from(w)),
+                ];
+                self.insert(&self.t.new_order, 4, &row)?;
             }
         }
         Ok(())
