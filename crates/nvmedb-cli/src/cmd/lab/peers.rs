@@ -56,6 +56,10 @@ pub struct PeersArgs {
     /// Keep the data directories afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// nvmedb's table page size (bytes or K suffix; default: `Options::default()`'s), to
+    /// compare page sizes.
+    #[arg(long)]
+    pub table_page: Option<String>,
     /// Results root and progress.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -129,6 +133,10 @@ mod config {
                 miss_threads: self.miss_threads,
                 miss_cache_pct: self.miss_cache_pct,
                 keep_data: self.keep,
+                table_page_size: match &self.table_page {
+                    Some(p) => Some(crate::cmd::args::parse_size("--table-page", p)? as usize),
+                    None => None,
+                },
             })
         }
     }

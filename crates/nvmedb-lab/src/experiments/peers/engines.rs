@@ -8,6 +8,7 @@
 //! every lookup checks it found the right row. Invariants: every write path is durable when it
 //! returns (sync on commit); a lookup that finds no row, or the wrong one, is an error.
 
+use super::TableSpec;
 use crate::error::{LabError, Result};
 use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Table, Value};
 use std::path::{Path, PathBuf};
@@ -170,9 +171,18 @@ impl Peer {
         }
     }
 
-    /// Opens (creating if needed) `kind` in directory `dir` for a table of `data_bytes`,
-    /// caching as `cache` says.
-    pub fn open(kind: Kind, dir: &Path, data_bytes: u64, cache: Cache) -> Result<Peer> {
+    /// Opens (creating if needed) `kind` in directory `dir` for table `t`, caching as `cache`
+    /// says. `table_page`: nvmedb's table page size when not `Options::default()`'s (a
+    /// database that exists keeps the page size it was created with); nvmedb's value column is
+    /// declared at the table's value size, so any page size that holds a row can be compared.
+    pub fn open(
+        kind: Kind,
+        dir: &Path,
+        t: &TableSpec,
+        cache: Cache,
+        table_page: Option<usize>,
+    ) -> Result<Peer> {
+        let data_bytes = t.data_bytes();
         std::fs::create_dir_all(dir).map_err(LabError::io(dir, "create directory"))?;
         // Room for the data with its page and index overheads.
         let whole = data_bytes * 2 + (64 << 20);
@@ -182,7 +192,7 @@ impl Peer {
         };
         Ok(match kind {
             Kind::Nvmedb => {
-                let opts = Options {
+                let mut opts = Options {
                     table_buffer: BufferSize::Bytes(bytes),
                     // The whole index cached, also when the table buffer is 1 % of the data
                     // (seed 000's "indexes cached"; a smaller index pool would evict index
@@ -190,6 +200,9 @@ impl Peer {
                     index_buffer: BufferSize::Bytes(whole / 4),
                     ..Options::default()
                 };
+                if let Some(p) = table_page {
+                    opts.table_page_size = p;
+                }
                 let db = Database::open(dir, opts)
                     .map_err(LabError::engine(format!("opening {}", dir.display())))?;
                 let t = match db.table(TABLE) {
@@ -197,7 +210,10 @@ impl Peer {
                     Err(_) => db
                         .create_table(
                             TABLE,
-                            Schema::new(vec![("id", ColumnType::Int), ("v", ColumnType::Bytes(4096))]),
+                            Schema::new(vec![
+                                ("id", ColumnType::Int),
+                                ("v", ColumnType::Bytes(t.value_bytes as u32)),
+                            ]),
                         )
                         .map_err(LabError::engine("creating the table"))?,
                 };

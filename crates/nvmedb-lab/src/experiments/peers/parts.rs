@@ -141,19 +141,44 @@ pub fn ratios(rates: &[Rate], lower_is_better: bool) -> Vec<Ratio> {
     out
 }
 
+/// Runs the parts `cfg` asks for, after loading every table into every engine.
 pub fn run(cfg: &PeersConfig, env: &RunEnv) -> Result<PeersResults> {
     let kinds: Vec<Kind> = KINDS.iter().copied().filter(|k| cfg.engines.contains(k)).collect();
     let mut res = PeersResults::default();
     std::fs::create_dir_all(&cfg.data_dir).map_err(LabError::io(&cfg.data_dir, "create directory"))?;
-    // 1. Load every table into every engine (interleaved by table), timed.
-    let mut load = Reps::new(&kinds);
+    load_all(cfg, env, &kinds, &mut res)?;
+    if cfg.wants("memory") {
+        memory(cfg, env, &kinds, &mut res)?;
+    }
+    if cfg.wants("commits") {
+        commits(cfg, env, &kinds, &mut res)?;
+    }
+    if cfg.wants("miss") {
+        misses(cfg, env, &kinds, &mut res)?;
+    }
+    if !cfg.keep_data {
+        for t in &cfg.tables {
+            for &k in &kinds {
+                let d = dir_of(cfg, k, t);
+                if d.exists() {
+                    std::fs::remove_dir_all(&d).map_err(LabError::io(&d, "remove"))?;
+                }
+            }
+        }
+    }
+    Ok(res)
+}
+
+/// 1. Loads every table into every engine (interleaved by table), timed.
+fn load_all(cfg: &PeersConfig, env: &RunEnv, kinds: &[Kind], res: &mut PeersResults) -> Result<()> {
+    let mut load = Reps::new(kinds);
     for t in &cfg.tables {
-        for &k in &kinds {
+        for &k in kinds {
             let dir = dir_of(cfg, k, t);
             if dir.exists() {
                 std::fs::remove_dir_all(&dir).map_err(LabError::io(&dir, "remove"))?;
             }
-            let mut p = Peer::open(k, &dir, t.data_bytes(), Cache::Whole)?;
+            let mut p = Peer::open(k, &dir, t, Cache::Whole, cfg.table_page_size)?;
             let bar = crate::measure::progress::bar(
                 env.progress,
                 t.rows,
@@ -172,139 +197,135 @@ pub fn run(cfg: &PeersConfig, env: &RunEnv) -> Result<PeersResults> {
     if let Some(t) = cfg.tables.iter().find(|t| t.is_load_table(cfg)) {
         res.load_s = load.rates(&format!("bulk load {}", t.label()));
     }
-    // 2. In-memory point lookups, one thread (per core), single and batched.
-    if cfg.wants("memory") {
-        for t in &cfg.tables {
-            let peers: Vec<Peer> = kinds
-                .iter()
-                .map(|&k| Peer::open(k, &dir_of(cfg, k, t), t.data_bytes(), Cache::Whole))
-                .collect::<Result<_>>()?;
-            // Warm every cache with one pass over the keys.
+    Ok(())
+}
+
+/// 2. In-memory point lookups, one thread (per core), single and batched.
+fn memory(cfg: &PeersConfig, env: &RunEnv, kinds: &[Kind], res: &mut PeersResults) -> Result<()> {
+    for t in &cfg.tables {
+        let peers: Vec<Peer> = kinds
+            .iter()
+            .map(|&k| Peer::open(k, &dir_of(cfg, k, t), t, Cache::Whole, cfg.table_page_size))
+            .collect::<Result<_>>()?;
+        // Warm every cache with one pass over the keys.
+        for p in &peers {
+            let mut c = p.client()?;
+            for key in 0..t.rows {
+                c.get(key)?;
+            }
+        }
+        let (mut one, mut many) = (Reps::new(kinds), Reps::new(kinds));
+        for rep in 0..cfg.reps {
             for p in &peers {
-                let mut c = p.client()?;
-                for key in 0..t.rows {
-                    c.get(key)?;
-                }
+                let r1 = window(p, t, Op::Get, 1, cfg.duration_s, rep as u64)?;
+                let rm = window(p, t, Op::GetMany, 1, cfg.duration_s, rep as u64 + 100)?;
+                env.note(format!(
+                    "{} {}: {:.0} lookups/s, read_many {:.0}/s",
+                    t.label(),
+                    p.kind().name(),
+                    r1,
+                    rm
+                ));
+                one.push(p.kind(), r1);
+                many.push(p.kind(), rm);
             }
-            let (mut one, mut many) = (Reps::new(&kinds), Reps::new(&kinds));
-            for rep in 0..cfg.reps {
-                for p in &peers {
-                    let r1 = window(p, t, Op::Get, 1, cfg.duration_s, rep as u64)?;
-                    let rm = window(p, t, Op::GetMany, 1, cfg.duration_s, rep as u64 + 100)?;
-                    env.note(format!(
-                        "{} {}: {:.0} lookups/s, read_many {:.0}/s",
-                        t.label(),
-                        p.kind().name(),
-                        r1,
-                        rm
-                    ));
-                    one.push(p.kind(), r1);
-                    many.push(p.kind(), rm);
-                }
+        }
+        res.memory.extend(one.rates(&format!("lookup {}", t.label())));
+        res.memory.extend(many.rates(&format!("lookup×{MANY} {}", t.label())));
+    }
+    Ok(())
+}
+
+/// 3. Durable single-row updates beside fio's fdatasync rate, on the smallest table.
+fn commits(cfg: &PeersConfig, env: &RunEnv, kinds: &[Kind], res: &mut PeersResults) -> Result<()> {
+    let t = cfg.tables.iter().min_by_key(|t| t.data_bytes()).expect("validated: a table");
+    let peers: Vec<Peer> = kinds
+        .iter()
+        .map(|&k| Peer::open(k, &dir_of(cfg, k, t), t, Cache::Whole, cfg.table_page_size))
+        .collect::<Result<_>>()?;
+    let mut fio_v = Vec::new();
+    let mut by_threads: Vec<(usize, Reps)> =
+        cfg.commit_threads.iter().map(|&n| (n, Reps::new(kinds))).collect();
+    for rep in 0..cfg.reps {
+        fio_v.extend(fio::fdatasync_iops(&cfg.data_dir, cfg.duration_s));
+        for (threads, reps) in by_threads.iter_mut() {
+            for p in &peers {
+                let r = window(p, t, Op::Update, *threads, cfg.duration_s, rep as u64 + 200)?;
+                env.note(format!("{} threads, {}: {:.0} durable updates/s", threads, p.kind().name(), r));
+                reps.push(p.kind(), r);
             }
-            res.memory.extend(one.rates(&format!("lookup {}", t.label())));
-            res.memory.extend(many.rates(&format!("lookup×{MANY} {}", t.label())));
         }
     }
-    // 3. Durable single-row updates beside fio's fdatasync rate, on the smallest table.
-    if cfg.wants("commits") {
-        let t = cfg.tables.iter().min_by_key(|t| t.data_bytes()).expect("validated: a table");
-        let peers: Vec<Peer> = kinds
-            .iter()
-            .map(|&k| Peer::open(k, &dir_of(cfg, k, t), t.data_bytes(), Cache::Whole))
-            .collect::<Result<_>>()?;
-        let mut fio_v = Vec::new();
-        let mut by_threads: Vec<(usize, Reps)> =
-            cfg.commit_threads.iter().map(|&n| (n, Reps::new(&kinds))).collect();
-        for rep in 0..cfg.reps {
-            fio_v.extend(fio::fdatasync_iops(&cfg.data_dir, cfg.duration_s));
-            for (threads, reps) in by_threads.iter_mut() {
-                for p in &peers {
-                    let r = window(p, t, Op::Update, *threads, cfg.duration_s, rep as u64 + 200)?;
-                    env.note(format!("{} threads, {}: {:.0} durable updates/s", threads, p.kind().name(), r));
-                    reps.push(p.kind(), r);
-                }
-            }
-        }
-        res.fio_fdatasync_iops = Spread::of_some(&fio_v);
-        for (threads, reps) in &by_threads {
-            res.commits.extend(reps.rates(&format!("updates {threads} thr")));
-        }
+    res.fio_fdatasync_iops = Spread::of_some(&fio_v);
+    for (threads, reps) in &by_threads {
+        res.commits.extend(reps.rates(&format!("updates {threads} thr")));
     }
-    // 4. Random lookups through a 1 % cache, beside fio's random reads on nvmedb's data file at
-    //    its page size and at 4 KiB in the same shape: many threads of one read each, one
-    //    thread, and one thread's batches of MANY keys (fio: one job with MANY reads in flight).
-    if cfg.wants("miss") {
-        let t = cfg.tables.iter().max_by_key(|t| t.data_bytes()).expect("validated: a table");
-        // At least four 16 KiB pages per client (each pins a page while it reads).
-        let floor = (cfg.miss_threads.max(MANY) * 4 * 16384) as u64;
-        let cache = ((t.data_bytes() as f64 * cfg.miss_cache_pct / 100.0) as u64).max(floor);
-        let dirs: Vec<PathBuf> = kinds.iter().map(|&k| dir_of(cfg, k, t)).collect();
-        let peers: Vec<Peer> = kinds
-            .iter()
-            .zip(&dirs)
-            .map(|(&k, d)| Peer::open(k, d, t.data_bytes(), Cache::Bytes(cache)))
-            .collect::<Result<_>>()?;
-        let heap = peers.iter().zip(&dirs).find_map(|(p, d)| p.data_file(d));
-        let page = peers.iter().find_map(Peer::data_page_size).unwrap_or(4096);
-        res.miss_page_bytes = page;
-        // (threads, keys per call, fio jobs, fio depth, fio engine)
-        let shapes = [
-            (cfg.miss_threads, 1, cfg.miss_threads, 1, "psync"),
-            (1, 1, 1, 1, "psync"),
-            (1, MANY, 1, MANY, "io_uring"),
-        ];
-        let mut by_shape: Vec<ShapeReps> = shapes.iter().map(|_| ShapeReps::new(&kinds)).collect();
-        for rep in 0..cfg.reps {
-            for (&(threads, keys, jobs, depth, engine), sr) in shapes.iter().zip(by_shape.iter_mut()) {
-                let ShapeReps { engines: reps, fio_page, fio_cpu, fio_4k } = sr;
-                if let Some(heap) = &heap {
-                    if let Some(f) = fio::randread(heap, page, jobs, depth, engine, cfg.duration_s) {
-                        fio_page.push(f.iops);
-                        fio_cpu.push(f.cpu_us_per_read);
-                    }
-                    if page != 4096 {
-                        fio_4k.extend(fio::randread_iops(heap, 4096, jobs, depth, engine, cfg.duration_s));
-                    }
-                }
-                let op = if keys > 1 { Op::GetMany } else { Op::Get };
-                for (p, d) in peers.iter().zip(&dirs) {
-                    drop_from_page_cache(&p.cached_files(d))?;
-                    let r = window_cpu(p, t, op, threads, cfg.duration_s, rep as u64 + 300)?;
-                    env.note(format!(
-                        "1 % cache, {threads} thread(s), {keys} key(s) per call, {}: {:.0} lookups/s, {:.1} CPU µs per lookup",
-                        p.kind().name(),
-                        r.0,
-                        r.1
-                    ));
-                    reps.push_cpu(p.kind(), r);
-                }
-            }
-        }
-        for (&(threads, keys, jobs, depth, engine), sr) in shapes.iter().zip(&by_shape) {
+    Ok(())
+}
+
+/// Random lookups through a 1 % cache (part 4), beside fio's random reads on nvmedb's data
+/// file at its page size and at 4 KiB in the same shape: many threads of one read each, one
+/// thread, and one thread's batches of MANY keys (fio: one job with MANY reads in flight).
+fn misses(cfg: &PeersConfig, env: &RunEnv, kinds: &[Kind], res: &mut PeersResults) -> Result<()> {
+    let t = cfg.tables.iter().max_by_key(|t| t.data_bytes()).expect("validated: a table");
+    // At least four 16 KiB pages per client (each pins a page while it reads).
+    let floor = (cfg.miss_threads.max(MANY) * 4 * 16384) as u64;
+    let cache = ((t.data_bytes() as f64 * cfg.miss_cache_pct / 100.0) as u64).max(floor);
+    let dirs: Vec<PathBuf> = kinds.iter().map(|&k| dir_of(cfg, k, t)).collect();
+    let peers: Vec<Peer> = kinds
+        .iter()
+        .zip(&dirs)
+        .map(|(&k, d)| Peer::open(k, d, t, Cache::Bytes(cache), cfg.table_page_size))
+        .collect::<Result<_>>()?;
+    let heap = peers.iter().zip(&dirs).find_map(|(p, d)| p.data_file(d));
+    let page = peers.iter().find_map(Peer::data_page_size).unwrap_or(4096);
+    res.miss_page_bytes = page;
+    // (threads, keys per call, fio jobs, fio depth, fio engine)
+    let shapes = [
+        (cfg.miss_threads, 1, cfg.miss_threads, 1, "psync"),
+        (1, 1, 1, 1, "psync"),
+        (1, MANY, 1, MANY, "io_uring"),
+    ];
+    let mut by_shape: Vec<ShapeReps> = shapes.iter().map(|_| ShapeReps::new(kinds)).collect();
+    for rep in 0..cfg.reps {
+        for (&(threads, keys, jobs, depth, engine), sr) in shapes.iter().zip(by_shape.iter_mut()) {
             let ShapeReps { engines: reps, fio_page, fio_cpu, fio_4k } = sr;
-            let workload = miss_workload(t, threads, keys);
-            res.miss.extend(reps.rates(&workload));
-            let fio_page = Spread::of_some(fio_page);
-            res.miss_fio.push(MissFio {
-                workload,
-                shape: format!("{jobs} job(s) × {depth} in flight, {engine}"),
-                page_iops: fio_page,
-                page_cpu_us_per_read: Spread::of_some(fio_cpu),
-                iops_4k: if page == 4096 { fio_page } else { Spread::of_some(fio_4k) },
-            });
-        }
-        res.miss_cache_bytes = cache;
-    }
-    if !cfg.keep_data {
-        for t in &cfg.tables {
-            for &k in &kinds {
-                let d = dir_of(cfg, k, t);
-                if d.exists() {
-                    std::fs::remove_dir_all(&d).map_err(LabError::io(&d, "remove"))?;
+            if let Some(heap) = &heap {
+                if let Some(f) = fio::randread(heap, page, jobs, depth, engine, cfg.duration_s) {
+                    fio_page.push(f.iops);
+                    fio_cpu.push(f.cpu_us_per_read);
                 }
+                if page != 4096 {
+                    fio_4k.extend(fio::randread_iops(heap, 4096, jobs, depth, engine, cfg.duration_s));
+                }
+            }
+            let op = if keys > 1 { Op::GetMany } else { Op::Get };
+            for (p, d) in peers.iter().zip(&dirs) {
+                drop_from_page_cache(&p.cached_files(d))?;
+                let r = window_cpu(p, t, op, threads, cfg.duration_s, rep as u64 + 300)?;
+                env.note(format!(
+                    "1 % cache, {threads} thread(s), {keys} key(s) per call, {}: {:.0} lookups/s, {:.1} CPU µs per lookup",
+                    p.kind().name(),
+                    r.0,
+                    r.1
+                ));
+                reps.push_cpu(p.kind(), r);
             }
         }
     }
-    Ok(res)
+    for (&(threads, keys, jobs, depth, engine), sr) in shapes.iter().zip(&by_shape) {
+        let ShapeReps { engines: reps, fio_page, fio_cpu, fio_4k } = sr;
+        let workload = miss_workload(t, threads, keys);
+        res.miss.extend(reps.rates(&workload));
+        let fio_page = Spread::of_some(fio_page);
+        res.miss_fio.push(MissFio {
+            workload,
+            shape: format!("{jobs} job(s) × {depth} in flight, {engine}"),
+            page_iops: fio_page,
+            page_cpu_us_per_read: Spread::of_some(fio_cpu),
+            iops_4k: if page == 4096 { fio_page } else { Spread::of_some(fio_4k) },
+        });
+    }
+    res.miss_cache_bytes = cache;
+    Ok(())
 }
