@@ -80,6 +80,8 @@ pub struct TableInfo {
     /// The multi-column keys, each kept in a hidden column at the end of the row (the
     /// order-preserving encoding of its columns' values; NULL when one of them is NULL).
     pub composite: Vec<CompositeKey>,
+    /// Engine positions of the columns of each foreign key of `meta.fks`, in key order.
+    pub fk_columns: Vec<Vec<usize>>,
     /// Next hidden row id.
     next_rowid: AtomicI64,
 }
@@ -122,6 +124,20 @@ impl TableInfo {
                 k.columns.iter().map(|c| pos(c).ok_or_else(broken)).collect::<SqlResult<Vec<_>>>()?;
             composite.push(CompositeKey { def: k.clone(), column, columns });
         }
+        let mut fk_columns = Vec::new();
+        for fk in &meta.fks {
+            let cols = fk.columns.iter().map(|c| pos(c)).collect::<Option<Vec<_>>>().ok_or_else(|| {
+                SqlError::new(
+                    code::DATA_CORRUPTED,
+                    format!(
+                        "table \"{}\": foreign key \"{}\" names a column that does not exist",
+                        table.name(),
+                        fk.name
+                    ),
+                )
+            })?;
+            fk_columns.push(cols);
+        }
         let next = if hidden_rowid {
             table
                 .last_key()
@@ -141,6 +157,7 @@ impl TableInfo {
             stats,
             meta,
             composite,
+            fk_columns,
             next_rowid: AtomicI64::new(next),
             table,
         })
@@ -207,6 +224,9 @@ impl TableInfo {
 #[derive(Debug)]
 pub struct Catalog {
     tables: RwLock<HashMap<String, Arc<TableInfo>>>,
+    /// Parent table → (child table, index of its foreign key in `meta.fks`), rebuilt by every
+    /// change of the tables.
+    referenced: RwLock<HashMap<String, Vec<(String, usize)>>>,
     version: AtomicU64,
     /// The database's sequences.
     pub sequences: Sequences,
@@ -227,12 +247,35 @@ impl Catalog {
             let m = meta.get(&name);
             tables.insert(name, Arc::new(TableInfo::with_meta(t, Arc::default(), m)?));
         }
-        Ok(Self {
+        let c = Self {
             tables: RwLock::new(tables),
+            referenced: RwLock::default(),
             version: AtomicU64::new(1),
             sequences: Sequences::load(db)?,
             meta,
-        })
+        };
+        c.index_references();
+        Ok(c)
+    }
+
+    /// Rebuilds the map from parents to the foreign keys that reference them.
+    fn index_references(&self) {
+        let mut map: HashMap<String, Vec<(String, usize)>> = HashMap::new();
+        for (name, t) in self.tables.read_locked().iter() {
+            for (i, fk) in t.meta.fks.iter().enumerate() {
+                map.entry(fk.parent.clone()).or_default().push((name.clone(), i));
+            }
+        }
+        *self.referenced.write_locked() = map;
+    }
+
+    /// The tables with a foreign key referencing table `parent`, each with the index of that
+    /// key in its `meta.fks` (empty for most tables, at the cost of one map look-up).
+    pub fn referencing(&self, parent: &str) -> Vec<(Arc<TableInfo>, usize)> {
+        let refs = self.referenced.read_locked();
+        let Some(list) = refs.get(parent) else { return vec![] };
+        let tables = self.tables.read_locked();
+        list.iter().filter_map(|(c, i)| tables.get(c).map(|t| (t.clone(), *i))).collect()
     }
 
     /// The current version (plans made at an older one are re-made).
@@ -267,6 +310,7 @@ impl Catalog {
         let meta = self.meta.get(table.name());
         let info = Arc::new(TableInfo::with_meta(table, stats, meta)?);
         self.tables.write_locked().insert(info.name.clone(), info.clone());
+        self.index_references();
         self.version.fetch_add(1, Ordering::AcqRel);
         Ok(info)
     }
@@ -307,6 +351,7 @@ impl Catalog {
     /// Forgets table `name` and bumps the version.
     pub fn remove(&self, name: &str) {
         self.tables.write_locked().remove(name);
+        self.index_references();
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -110,6 +110,14 @@ pub mod code {
     pub const INVALID_COLUMN_REFERENCE: &str = "42P10";
     /// duplicate_prepared_statement (PREPARE of a name already prepared)
     pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+    /// foreign_key_violation (a row whose parent key does not exist, or a parent still referenced)
+    pub const FOREIGN_KEY_VIOLATION: &str = "23503";
+    /// check_violation (a row a CHECK constraint is false for)
+    pub const CHECK_VIOLATION: &str = "23514";
+    /// invalid_foreign_key (the referenced columns have no unique constraint)
+    pub const INVALID_FOREIGN_KEY: &str = "42830";
+    /// dependent_objects_still_exist (DROP of a table another one references)
+    pub const DEPENDENT_OBJECTS_STILL_EXIST: &str = "2BP01";
 }
 
 /// An error reported to a SQL client.

@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod catalog;
+pub mod constraint;
 pub mod datetime;
 pub mod error;
 pub mod exec;

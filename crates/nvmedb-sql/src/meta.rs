@@ -1,5 +1,5 @@
-//! What SQL knows about a table beyond the engine's schema: column DEFAULT expressions and
-//! multi-column keys.
+//! What SQL knows about a table beyond the engine's schema: column DEFAULT expressions,
+//! multi-column keys, FOREIGN KEY and CHECK constraints.
 //!
 //! Owns: [`TableMeta`] (and its text form) and [`MetaStore`], the hidden engine table
 //! [`META_TABLE`] holding one row per table that has any (key: the table name). The row is
@@ -47,6 +47,10 @@ pub struct TableMeta {
     pub defaults: Vec<(String, String)>,
     /// Multi-column keys.
     pub keys: Vec<KeyDef>,
+    /// FOREIGN KEYs of this table (the child).
+    pub fks: Vec<crate::constraint::ForeignKey>,
+    /// CHECK constraints.
+    pub checks: Vec<crate::constraint::Check>,
 }
 
 fn escape(s: &str) -> String {
@@ -74,7 +78,7 @@ fn unescape(s: &str) -> String {
 impl TableMeta {
     /// True when there is nothing to keep.
     pub fn is_empty(&self) -> bool {
-        self.defaults.is_empty() && self.keys.is_empty()
+        self.defaults.is_empty() && self.keys.is_empty() && self.fks.is_empty() && self.checks.is_empty()
     }
 
     /// The DEFAULT of column `col`.
@@ -99,6 +103,12 @@ impl TableMeta {
                 cols.join("\t")
             ));
         }
+        for fk in &self.fks {
+            out.push_str(&crate::constraint::fk_line(fk, &escape));
+        }
+        for c in &self.checks {
+            out.push_str(&format!("check\t{}\t{}\n", escape(&c.name), escape(&c.expr)));
+        }
         out
     }
 
@@ -116,6 +126,12 @@ impl TableMeta {
                     unique: f[4] == "1",
                     columns: f[5..].to_vec(),
                 }),
+                Some("check") if f.len() == 3 => {
+                    m.checks.push(crate::constraint::Check { name: f[1].clone(), expr: f[2].clone() })
+                }
+                Some("fk") if crate::constraint::parse_fk(&f[1..]).is_some() => {
+                    m.fks.push(crate::constraint::parse_fk(&f[1..]).expect("checked"))
+                }
                 _ => {
                     return Err(SqlError::new(
                         crate::error::code::DATA_CORRUPTED,

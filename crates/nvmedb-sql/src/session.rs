@@ -6,7 +6,7 @@
 //! changes commit durably before the command completes. A session dropped in the middle of
 //! a block (the client went away) rolls it back.
 //!
-//! DDL (CREATE/DROP/TRUNCATE/CREATE INDEX/ALTER TABLE ADD PRIMARY KEY) takes effect at once
+//! DDL (CREATE/DROP/TRUNCATE/CREATE INDEX/ALTER TABLE, see `alter`) takes effect at once
 //! and is not undone by ROLLBACK; it waits, through the gate, until no other statement or
 //! transaction block is running, and is refused inside a block that has already changed
 //! rows.
@@ -19,7 +19,7 @@
 //! DDL before it in the block it takes effect at once: a later ROLLBACK of the block does not
 //! undo it. Any other COPY inserts its rows in the transaction.
 
-use crate::catalog::{Catalog, ROWID_COLUMN};
+use crate::catalog::Catalog;
 use crate::error::{code, SqlError, SqlResult};
 use crate::exec::{self, ExecCtx};
 use crate::expr::EvalCtx;
@@ -37,6 +37,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+mod alter;
 mod named;
 mod settings;
 pub use settings::is_settable;
@@ -806,7 +807,7 @@ impl Session {
             | Stmt::DropTable(..)
             | Stmt::Truncate(..)
             | Stmt::CreateIndex { .. }
-            | Stmt::AddPrimaryKey(..) => self.ddl(&p.stmt),
+            | Stmt::Alter(..) => self.ddl(&p.stmt),
             Stmt::Query(_) | Stmt::Insert(_) | Stmt::Update(_) | Stmt::Delete(_) | Stmt::Explain(_) => {
                 self.dml(p, params)
             }
@@ -816,6 +817,12 @@ impl Session {
     /// Starts COPY FROM STDIN: a bulk load into an empty table (see the module documentation)
     /// or inserts in the transaction.
     fn start_copy(&mut self, plan: &CopyPlan) -> SqlResult<Outcome> {
+        if !plan.table.meta.fks.is_empty() || !plan.table.meta.checks.is_empty() {
+            return Err(SqlError::unsupported(format!(
+                "COPY into \"{}\", a table with FOREIGN KEY or CHECK constraints (use INSERT)",
+                plan.table.name
+            )));
+        }
         let in_block = matches!(self.state, TxnState::Active(_));
         let load = if !in_block || self.fresh.contains(&plan.table.name) {
             // The load takes the gate exclusively: this block's shared hold goes first.
@@ -970,6 +977,7 @@ impl Session {
             let mut cx = ExecCtx::new(eval, tx);
             cx.work_mem = work_mem;
             cx.interrupt = exec::Interrupt { cancel: Some(cancel), deadline };
+            cx.catalog = Some(&engine.catalog);
             let (tag, rows) = exec::run_statement(&mut cx, &p.stmt)?;
             drop(cx);
             if let Some(tx) = own {
@@ -1047,6 +1055,7 @@ impl Session {
                         .with_table(n));
                     }
                 }
+                alter::refuse_if_referenced(&e.catalog, names, false)?;
                 for n in names {
                     if !e.catalog.exists(n) {
                         self.notices.push(format!("table \"{n}\" does not exist, skipping"));
@@ -1091,6 +1100,7 @@ impl Session {
                 Ok(Outcome::Done("DROP SEQUENCE".into()))
             }
             Stmt::Truncate(names) => {
+                alter::refuse_if_referenced(&e.catalog, names, true)?;
                 for n in names {
                     let info = e.catalog.get(n)?;
                     let t =
@@ -1150,30 +1160,7 @@ impl Session {
                 e.catalog.put(t)?;
                 Ok(Outcome::Done("CREATE INDEX".into()))
             }
-            Stmt::AddPrimaryKey(table, column) => {
-                let info = e.catalog.get(table)?;
-                if !info.hidden_rowid {
-                    return Err(SqlError::new(
-                        "42P16",
-                        format!("multiple primary keys for table \"{table}\" are not allowed"),
-                    ));
-                }
-                let old = info.table.schema();
-                let mut columns = old.columns[1..].to_vec();
-                let pk = columns.iter().position(|c| c.name == *column).expect("planner checked the column");
-                columns[pk].nullable = false;
-                let indexes = old
-                    .indexes
-                    .iter()
-                    .map(|ix| nvmedb::table::IndexDef { column: ix.column - 1, ..ix.clone() })
-                    .collect();
-                let s = nvmedb::Schema { columns, primary_key: pk, indexes };
-                debug_assert_ne!(old.columns[0].name, column.as_str());
-                debug_assert_eq!(old.columns[0].name, ROWID_COLUMN);
-                let t = rebuild_copy(&e.db, table, s, None)?;
-                e.catalog.put(t)?;
-                Ok(Outcome::Done("ALTER TABLE".into()))
-            }
+            Stmt::Alter(table, op) => self.alter(table, op),
             _ => unreachable!("ddl() runs DDL statements"),
         }
     }

@@ -16,6 +16,7 @@
 pub mod apply;
 pub mod distinct;
 pub mod filter;
+pub mod fk;
 pub mod hash_agg;
 pub mod hash_join;
 pub mod hashkey;
@@ -94,6 +95,8 @@ pub struct ExecCtx<'a> {
     pub stats: Option<Vec<NodeStats>>,
     /// Whether to stop early (cancel, timeout).
     pub interrupt: Interrupt,
+    /// The catalog, for changes that reach other tables (foreign keys).
+    pub catalog: Option<&'a crate::catalog::Catalog>,
 }
 
 impl<'a> ExecCtx<'a> {
@@ -106,6 +109,7 @@ impl<'a> ExecCtx<'a> {
             work_mem: DEFAULT_WORK_MEM,
             stats: None,
             interrupt: Interrupt::default(),
+            catalog: None,
         }
     }
 

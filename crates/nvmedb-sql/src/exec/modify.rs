@@ -110,6 +110,22 @@ fn tx<'c>(cx: &'c mut ExecCtx<'_>) -> SqlResult<&'c mut Transaction> {
     cx.txn.as_deref_mut().ok_or_else(|| SqlError::new(code::INTERNAL_ERROR, "a change outside a transaction"))
 }
 
+/// 23514 when a CHECK constraint of `t` (bound over its engine row) is false for `row`
+/// (NULL passes, as in PostgreSQL).
+fn check_row(
+    cx: &ExecCtx<'_>,
+    t: &TableInfo,
+    checks: &[(String, crate::expr::Expr)],
+    row: &[Datum],
+) -> SqlResult<()> {
+    for (name, e) in checks {
+        if matches!(e.eval(row, &cx.eval)?, Datum::Bool(false)) {
+            return Err(crate::constraint::check_failed(&t.name, name));
+        }
+    }
+    Ok(())
+}
+
 /// Runs an INSERT in the context's transaction; the row count and RETURNING rows.
 pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)> {
     let t = &p.table;
@@ -137,12 +153,14 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
         }
         fill_keys(t, &mut row)?;
         let mut values = values_of(t, &row)?;
+        check_row(cx, t, &p.checks, &row)?;
         let action = match &p.on_conflict {
             None => Upsert::Insert,
-            Some(oc) => upsert(cx, t, oc, &row, &values)?,
+            Some(oc) => upsert(cx, t, oc, &p.checks, &row, &values)?,
         };
         match action {
             Upsert::Insert => {
+                super::fk::check_parents(cx, t, &row, None)?;
                 tx(cx)?.insert(&t.table, &values).map_err(|e| change_error(e, t, &row))?;
                 inserted += 1;
             }
@@ -175,6 +193,7 @@ fn upsert(
     cx: &mut ExecCtx<'_>,
     t: &TableInfo,
     oc: &crate::plan::OnConflict,
+    checks: &[(String, crate::expr::Expr)],
     row: &[Datum],
     values: &[Value],
 ) -> SqlResult<Upsert> {
@@ -198,6 +217,9 @@ fn upsert(
     }
     fill_keys(t, &mut new)?;
     let v = values_of(t, &new)?;
+    check_row(cx, t, checks, &new)?;
+    let old = &pair[..t.columns.len()];
+    super::fk::check_parents(cx, t, &new, Some(old))?;
     let tx = tx(cx)?;
     if v[t.pk] != values[t.pk] {
         tx.delete(&t.table, &values[t.pk]).map_err(|e| engine(e, t))?;
@@ -205,6 +227,7 @@ fn upsert(
     } else {
         tx.update(&t.table, &v).map_err(|e| change_error(e, t, &new))?;
     }
+    super::fk::parent_changed(cx, t, old, Some(&new))?;
     Ok(Upsert::Updated(v))
 }
 
@@ -261,6 +284,7 @@ pub fn modify(cx: &mut ExecCtx<'_>, p: &ModifyPlan, delete: bool) -> SqlResult<(
         }
         if delete {
             tx(cx)?.delete(&t.table, &key).map_err(|e| engine(e, t))?;
+            super::fk::parent_changed(cx, t, &row, None)?;
             if !p.returning.is_empty() {
                 ret.push(p.returning.iter().map(|e| e.eval(&row, &cx.eval)).collect::<SqlResult<_>>()?);
             }
@@ -271,6 +295,8 @@ pub fn modify(cx: &mut ExecCtx<'_>, p: &ModifyPlan, delete: bool) -> SqlResult<(
             }
             fill_keys(t, &mut new)?;
             let values = values_of(t, &new)?;
+            check_row(cx, t, &p.checks, &new)?;
+            super::fk::check_parents(cx, t, &new, Some(&row))?;
             if values[t.pk] != key {
                 let tx = tx(cx)?;
                 tx.delete(&t.table, &key).map_err(|e| engine(e, t))?;
@@ -278,6 +304,7 @@ pub fn modify(cx: &mut ExecCtx<'_>, p: &ModifyPlan, delete: bool) -> SqlResult<(
             } else {
                 tx(cx)?.update(&t.table, &values).map_err(|e| change_error(e, t, &new))?;
             }
+            super::fk::parent_changed(cx, t, &row, Some(&new))?;
             if !p.returning.is_empty() {
                 ret.push(p.returning.iter().map(|e| e.eval(&new, &cx.eval)).collect::<SqlResult<_>>()?);
             }

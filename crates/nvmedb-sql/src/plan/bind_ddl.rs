@@ -106,25 +106,7 @@ impl Binder<'_> {
                     vec![],
                 )
             }
-            S::AlterTable(at) => {
-                let table = object_name(&at.name)?;
-                let info = self.catalog.get(&table)?;
-                match at.operations.as_slice() {
-                    [ast::AlterTableOperation::AddConstraint {
-                        constraint: ast::TableConstraint::PrimaryKey(pk),
-                        ..
-                    }] => {
-                        let col = single_column(&pk.columns)?;
-                        info.column(&col)?;
-                        (Stmt::AddPrimaryKey(table, col), vec![])
-                    }
-                    _ => {
-                        return Err(SqlError::unsupported(format!(
-                            "ALTER TABLE other than ADD PRIMARY KEY (`{st}`)"
-                        )))
-                    }
-                }
-            }
+            S::AlterTable(at) => (self.alter_table(at)?, vec![]),
             S::Analyze(a) => {
                 let tables = match &a.table_name {
                     Some(n) => {
@@ -266,6 +248,7 @@ impl Binder<'_> {
                         nullable = false;
                     }
                     ast::ColumnOption::Unique(_) => uniques.push((None, vec![cname.clone()])),
+                    ast::ColumnOption::ForeignKey(_) | ast::ColumnOption::Check(_) => {}
                     other => {
                         return Err(SqlError::unsupported(format!("column option `{other}` on \"{cname}\"")))
                     }
@@ -312,6 +295,7 @@ impl Binder<'_> {
                 ast::TableConstraint::Unique(u) => {
                     uniques.push((u.name.as_ref().map(ident), key_columns(&u.columns)?))
                 }
+                ast::TableConstraint::ForeignKey(_) | ast::TableConstraint::Check(_) => {}
                 other => return Err(SqlError::unsupported(format!("table constraint `{other}`"))),
             }
         }
@@ -327,77 +311,100 @@ impl Binder<'_> {
                 .with_column(c));
             }
         }
-        let single_pk = match pk.as_deref() {
-            Some([c]) => Some(c.clone()),
-            _ => None,
-        };
-        let mut engine_cols: Vec<(String, nvmedb::ColumnType, bool)> = Vec::new();
-        if pk.is_none() {
-            engine_cols.push((ROWID_COLUMN.to_string(), nvmedb::ColumnType::Int, false));
-        }
-        for (n, ty, nullable) in &cols {
-            let in_pk = pk.as_ref().is_some_and(|p| p.contains(n));
-            engine_cols.push((n.clone(), ty.column_type().expect("checked above"), *nullable && !in_pk));
-        }
-        // Multi-column keys: a hidden column each, at the end of the row.
-        let mut hidden_keys: Vec<(String, bool)> = Vec::new();
-        if let Some(p) = pk.as_ref().filter(|p| p.len() > 1) {
-            meta.keys.push(KeyDef {
-                name: pk_name.clone().unwrap_or_else(|| format!("{name}_pkey")),
-                column: PK_COLUMN.into(),
-                columns: p.clone(),
-                primary: true,
-                unique: true,
-            });
-            engine_cols.push((PK_COLUMN.into(), nvmedb::ColumnType::Bytes(KEY_BYTES), false));
-        }
-        let mut single_uniques = Vec::new();
-        for (cname, u) in uniques {
-            if Some(&u) == pk.as_ref() {
-                continue;
-            }
-            let con = cname.unwrap_or_else(|| format!("{name}_{}_key", u.join("_")));
-            if let [c] = u.as_slice() {
-                single_uniques.push((con, c.clone()));
-                continue;
-            }
-            let column = format!("$key{}", hidden_keys.len() + 1);
-            meta.keys.push(KeyDef {
-                name: con.clone(),
-                column: column.clone(),
-                columns: u,
-                primary: false,
-                unique: true,
-            });
-            engine_cols.push((column.clone(), nvmedb::ColumnType::Bytes(KEY_BYTES), true));
-            hidden_keys.push((con, true));
-        }
-        let mut schema = nvmedb::Schema::new(engine_cols.iter().map(|(n, t, _)| (n.as_str(), *t)).collect());
-        for (i, (_, _, nullable)) in engine_cols.iter().enumerate() {
-            schema.columns[i].nullable = *nullable;
-        }
-        let pk_col = match (&single_pk, &pk) {
-            (Some(p), _) => Some(p.as_str()),
-            (None, Some(_)) => Some(PK_COLUMN),
-            (None, None) => None,
-        };
-        if let Some(p) = pk_col {
-            schema.primary_key = schema.column_index(p).expect("checked above");
-        }
-        for (con, c) in single_uniques {
-            schema = schema.with_unique_index(&con, &c).expect("checked above");
-        }
-        for (i, (con, _)) in hidden_keys.iter().enumerate() {
-            schema = schema.with_unique_index(con, &format!("$key{}", i + 1)).expect("the column was added");
-        }
-        Ok(Stmt::CreateTable(Box::new(CreateTablePlan {
+        self.constraints(ct, &name, &cols, &pk, &uniques, &mut meta)?;
+        finish_table(TableParts {
             name,
-            schema,
-            if_not_exists: ct.if_not_exists,
+            cols,
+            pk,
+            pk_name,
+            uniques,
             meta,
             sequences,
-        })))
+            if_not_exists: ct.if_not_exists,
+        })
     }
+}
+
+/// What CREATE TABLE found, to become the engine schema.
+struct TableParts {
+    name: String,
+    cols: Vec<(String, SqlType, bool)>,
+    pk: Option<Vec<String>>,
+    pk_name: Option<String>,
+    uniques: Vec<(Option<String>, Vec<String>)>,
+    meta: TableMeta,
+    sequences: Vec<(String, SeqDef)>,
+    if_not_exists: bool,
+}
+
+/// The engine schema of a new table: its columns, the hidden row id when it has no primary
+/// key, and a hidden column for each multi-column key.
+fn finish_table(parts: TableParts) -> SqlResult<Stmt> {
+    let TableParts { name, cols, pk, pk_name, uniques, mut meta, sequences, if_not_exists } = parts;
+    let single_pk = match pk.as_deref() {
+        Some([c]) => Some(c.clone()),
+        _ => None,
+    };
+    let mut engine_cols: Vec<(String, nvmedb::ColumnType, bool)> = Vec::new();
+    if pk.is_none() {
+        engine_cols.push((ROWID_COLUMN.to_string(), nvmedb::ColumnType::Int, false));
+    }
+    for (n, ty, nullable) in &cols {
+        let in_pk = pk.as_ref().is_some_and(|p| p.contains(n));
+        engine_cols.push((n.clone(), ty.column_type().expect("checked above"), *nullable && !in_pk));
+    }
+    // Multi-column keys: a hidden column each, at the end of the row.
+    let mut hidden_keys: Vec<(String, bool)> = Vec::new();
+    if let Some(p) = pk.as_ref().filter(|p| p.len() > 1) {
+        meta.keys.push(KeyDef {
+            name: pk_name.clone().unwrap_or_else(|| format!("{name}_pkey")),
+            column: PK_COLUMN.into(),
+            columns: p.clone(),
+            primary: true,
+            unique: true,
+        });
+        engine_cols.push((PK_COLUMN.into(), nvmedb::ColumnType::Bytes(KEY_BYTES), false));
+    }
+    let mut single_uniques = Vec::new();
+    for (cname, u) in uniques {
+        if Some(&u) == pk.as_ref() {
+            continue;
+        }
+        let con = cname.unwrap_or_else(|| format!("{name}_{}_key", u.join("_")));
+        if let [c] = u.as_slice() {
+            single_uniques.push((con, c.clone()));
+            continue;
+        }
+        let column = format!("$key{}", hidden_keys.len() + 1);
+        meta.keys.push(KeyDef {
+            name: con.clone(),
+            column: column.clone(),
+            columns: u,
+            primary: false,
+            unique: true,
+        });
+        engine_cols.push((column.clone(), nvmedb::ColumnType::Bytes(KEY_BYTES), true));
+        hidden_keys.push((con, true));
+    }
+    let mut schema = nvmedb::Schema::new(engine_cols.iter().map(|(n, t, _)| (n.as_str(), *t)).collect());
+    for (i, (_, _, nullable)) in engine_cols.iter().enumerate() {
+        schema.columns[i].nullable = *nullable;
+    }
+    let pk_col = match (&single_pk, &pk) {
+        (Some(p), _) => Some(p.as_str()),
+        (None, Some(_)) => Some(PK_COLUMN),
+        (None, None) => None,
+    };
+    if let Some(p) = pk_col {
+        schema.primary_key = schema.column_index(p).expect("checked above");
+    }
+    for (con, c) in single_uniques {
+        schema = schema.with_unique_index(&con, &c).expect("checked above");
+    }
+    for (i, (con, _)) in hidden_keys.iter().enumerate() {
+        schema = schema.with_unique_index(con, &format!("$key{}", i + 1)).expect("the column was added");
+    }
+    Ok(Stmt::CreateTable(Box::new(CreateTablePlan { name, schema, if_not_exists, meta, sequences })))
 }
 
 impl Binder<'_> {
@@ -486,13 +493,6 @@ fn seq_def(opts: &[ast::SequenceOptions], max_of_type: i64) -> SqlResult<SeqDef>
     let mut d = SeqDef::with_defaults(inc, start, min, max, tmax)?;
     d.cycle = cycle;
     Ok(d)
-}
-
-fn single_column(cols: &[ast::IndexColumn]) -> SqlResult<String> {
-    match key_columns(cols)?.as_slice() {
-        [c] => Ok(c.clone()),
-        _ => Err(SqlError::unsupported("ALTER TABLE … ADD PRIMARY KEY of more than one column")),
-    }
 }
 
 /// The column names of a key or index (each once).

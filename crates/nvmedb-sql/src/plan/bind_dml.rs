@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 impl Binder<'_> {
     /// Pushes a scope holding table `info` under `alias`; the ids of its engine columns.
-    fn table_scope(&mut self, info: &Arc<TableInfo>, alias: &str) -> Vec<ColId> {
+    pub(super) fn table_scope(&mut self, info: &Arc<TableInfo>, alias: &str) -> Vec<ColId> {
         let mut ids = Vec::new();
         let mut cols = Vec::new();
         for (i, c) in info.columns.iter().enumerate() {
@@ -34,7 +34,7 @@ impl Binder<'_> {
 
     /// Rewrites column ids of the table's columns to engine positions; fails on any other
     /// column (a correlated reference where none is allowed).
-    fn to_positions(e: &mut Expr, ids: &[ColId]) -> SqlResult<()> {
+    pub(super) fn to_positions(e: &mut Expr, ids: &[ColId]) -> SqlResult<()> {
         let mut bad = false;
         e.map_columns(&mut |c| match ids.iter().position(|&i| i == c) {
             Some(p) => Expr::Column(p),
@@ -220,6 +220,7 @@ impl Binder<'_> {
             InsertSource::Values(_) => self.initplans_physical()?,
             InsertSource::Query(_) => vec![],
         };
+        let checks = self.table_checks(&info)?;
         Ok((
             Stmt::Insert(Box::new(InsertPlan {
                 table: info,
@@ -229,6 +230,7 @@ impl Binder<'_> {
                 defaults,
                 initplans,
                 on_conflict,
+                checks,
             })),
             cols,
         ))
@@ -437,7 +439,11 @@ impl Binder<'_> {
         self.scopes.pop();
         let (sets, input, recheck, returning, cols) = r?;
         let input = self.finish(input, false)?;
-        Ok((Stmt::Update(Box::new(ModifyPlan { table: info, input, recheck, sets, returning })), cols))
+        let checks = self.table_checks(&info)?;
+        Ok((
+            Stmt::Update(Box::new(ModifyPlan { table: info, input, recheck, sets, returning, checks })),
+            cols,
+        ))
     }
 
     pub(crate) fn delete(&mut self, d: &ast::Delete) -> SqlResult<(Stmt, Vec<OutCol>)> {
@@ -461,7 +467,14 @@ impl Binder<'_> {
         let (input, recheck, returning, cols) = r?;
         let input = self.finish(input, false)?;
         Ok((
-            Stmt::Delete(Box::new(ModifyPlan { table: info, input, recheck, sets: vec![], returning })),
+            Stmt::Delete(Box::new(ModifyPlan {
+                table: info,
+                input,
+                recheck,
+                sets: vec![],
+                returning,
+                checks: vec![],
+            })),
             cols,
         ))
     }

@@ -13,6 +13,8 @@
 //! only binds parameter values.
 
 pub mod bind;
+pub mod bind_alter;
+pub mod bind_constraint;
 pub mod bind_ddl;
 pub mod bind_dml;
 pub mod bind_expr;
@@ -123,6 +125,8 @@ pub struct InsertPlan {
     pub initplans: Vec<PhysNode>,
     /// ON CONFLICT on the primary key.
     pub on_conflict: Option<OnConflict>,
+    /// The table's CHECK constraints: (name, expression over the engine row).
+    pub checks: Vec<(String, Expr)>,
 }
 
 /// `INSERT … ON CONFLICT (primary key) DO NOTHING | DO UPDATE SET … [WHERE …]`: a proposed row
@@ -152,6 +156,8 @@ pub struct ModifyPlan {
     pub sets: Vec<(usize, Expr)>,
     /// RETURNING over the new (UPDATE) or old (DELETE) row.
     pub returning: Vec<Expr>,
+    /// UPDATE: the table's CHECK constraints (name, expression over the engine row).
+    pub checks: Vec<(String, Expr)>,
 }
 
 /// `COPY table [(cols)] FROM STDIN` in text format.
@@ -243,8 +249,8 @@ pub enum Stmt {
         /// IF NOT EXISTS.
         if_not_exists: bool,
     },
-    /// ALTER TABLE t ADD PRIMARY KEY (column).
-    AddPrimaryKey(String, String),
+    /// ALTER TABLE t: one change.
+    Alter(String, Box<bind_alter::AlterOp>),
     /// ANALYZE [tables] (empty: all).
     Analyze(Vec<String>),
     /// CHECKPOINT.
