@@ -28,8 +28,7 @@
 //!
 //! Files: `format.rs` (record and segment header encoding), `segment.rs` (slots and finding the
 //! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog/` (the writer:
-//! batching, group commit, segment switch), `duplex.rs` (the second copy's writer thread, for
-//! copies on devices whose writes do not overlap in one thread, such as real files),
+//! batching, group commit, segment switch), `duplex.rs` (the second copy's writer thread),
 //! `options.rs` (options, counters).
 
 mod duplex;
