@@ -253,3 +253,32 @@ fn wal_both_copies_are_written_and_synced_in_parallel() {
     assert!(parallel, "copy B was not written while copy A's sync was in progress");
     assert_eq!(log.stats().flushes, 1);
 }
+
+/// Flushes are not padded to the block boundary: a run of small commits, one flush each, grows
+/// the log by its records' bytes only, and each flush writes just the blocks its records touch
+/// (the first of them re-written: the end of the flush before).
+#[test]
+fn small_flushes_grow_the_log_by_their_record_bytes_only() {
+    let (a, b): (Arc<dyn Storage>, Arc<dyn Storage>) =
+        (Arc::new(MemStorage::new()), Arc::new(MemStorage::new()));
+    let log = FileLog::open(a.clone(), b.clone(), WalOptions::default()).unwrap();
+    let n = 200u64;
+    let (mut record_bytes, mut device_bytes) = (0u64, 4096u64);
+    for i in 0..n {
+        let (s, e) = log.append(&payload(3, i, 100 + (i as usize % 7) * 40)).unwrap();
+        log.wait_durable(e).unwrap();
+        record_bytes += e - s;
+        device_bytes += ((4096 + s) % 4096 + (e - s)).div_ceil(4096) * 4096;
+    }
+    let st = log.stats();
+    assert_eq!(st.flushes, n, "one flush per commit");
+    assert_eq!(log.end_lsn(), record_bytes, "no padding between the flushes");
+    assert_eq!((st.durable_bytes, st.filler_bytes), (record_bytes, 0));
+    assert_eq!(st.bytes_written, device_bytes, "each flush writes the blocks its records touch");
+    assert!(st.bytes_written <= st.durable_bytes + (n + 1) * 8192);
+    let recs: Vec<_> = LogReader::open(a, b, 0).unwrap().collect::<Result<_, _>>().unwrap();
+    assert_eq!(recs.len() as u64, n);
+    for (i, r) in recs.iter().enumerate() {
+        assert!(r.payload == payload(3, i as u64, 100 + (i % 7) * 40), "record {i} read back wrong");
+    }
+}

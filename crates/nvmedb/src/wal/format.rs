@@ -25,12 +25,15 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"NVMEDBWL";
 /// (transaction operations logged as row patches, see `docs/format-wal.md`); version 3 adds
 /// compact mini-transaction records with page operations, new-page changes (a new page's bytes
 /// as ranges over a zeroed page) and, with the double-write area, no full page images after
-/// checkpoints. Older logs are read as well.
-pub const FORMAT_VERSION: u32 = 3;
+/// checkpoints; version 4 stops padding flushes with fillers (a flush starts right after the
+/// previous one's last record and re-writes the start of that block). Older logs are read as
+/// well.
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest segment format version this build reads.
 pub const MIN_READ_VERSION: u32 = 1;
 
-/// Kind of a filler record that pads a flush to the block boundary; readers skip it.
+/// Kind of a filler record that padded a flush to the block boundary (format versions 1–3;
+/// version 4 writes none); readers skip it.
 pub const KIND_FILLER: u8 = 1;
 /// Kind [`LogSink::append`](crate::wal::LogSink::append) gives its payloads.
 pub const KIND_DATA: u8 = 2;
@@ -51,7 +54,8 @@ pub struct RecordHeader {
     pub payload_len: u32,
     /// Position of the record's first byte in the log stream.
     pub lsn: Lsn,
-    /// LSN at which the flush that wrote this record began (a block-aligned file offset).
+    /// LSN at which the flush that wrote this record began (its first record; block-aligned in
+    /// format versions 1–3).
     pub flush_lsn: Lsn,
     /// Record kind: [`KIND_FILLER`], [`KIND_DATA`] or a caller kind >= [`KIND_USER_MIN`].
     pub kind: u8,
@@ -75,7 +79,9 @@ pub fn encode_record(out: &mut Vec<u8>, h: &RecordHeader, payload: &[u8]) {
     seal_crc(out, start);
 }
 
-/// Appends a filler record of exactly `bytes` bytes (at least a header) at `lsn`.
+/// Appends a filler record of exactly `bytes` bytes (at least a header) at `lsn`. (Format
+/// versions 1–3 padded each flush with one; kept for the tests of reading them.)
+#[cfg(test)]
 pub fn encode_filler(out: &mut Vec<u8>, bytes: usize, lsn: Lsn, flush_lsn: Lsn, log_tag: u32) {
     assert!(bytes >= RECORD_HEADER_BYTES, "filler of {bytes} bytes cannot hold a header");
     let payload_len = (bytes - RECORD_HEADER_BYTES) as u32;
@@ -102,7 +108,8 @@ fn seal_crc(out: &mut [u8], start: usize) {
 }
 
 /// Bytes of filler needed after a record ending at file offset `end_off` so the flush ends on a
-/// block boundary (0 when already aligned).
+/// block boundary (0 when already aligned; format versions 1–3).
+#[cfg(test)]
 pub fn filler_bytes_for(end_off: u64) -> usize {
     let r = (BLOCK_BYTES as u64 - end_off % BLOCK_BYTES as u64) as usize % BLOCK_BYTES;
     if r == 0 || r >= RECORD_HEADER_BYTES {

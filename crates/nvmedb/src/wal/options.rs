@@ -99,9 +99,14 @@ pub struct WalStats {
     pub flushes: u64,
     /// Records made durable by those flushes (fillers excluded).
     pub records_flushed: u64,
-    /// Bytes written per copy (segment header blocks included).
+    /// Bytes written to the device per copy (segment header blocks included, and each flush's
+    /// whole blocks: the re-written start of its first block and the zeroes after its end).
     pub bytes_written: u64,
-    /// Bytes of filler records written per copy.
+    /// Bytes of the log stream the flushes made durable (the records; the LSN advance): the
+    /// log's volume, which it keeps, ships to standbys and recovery reads.
+    pub durable_bytes: u64,
+    /// Bytes of filler records written per copy (the file log no longer pads its flushes; the
+    /// fast log pads its pages).
     pub filler_bytes: u64,
     /// Segments started in a new slot file.
     pub segments_created: u64,

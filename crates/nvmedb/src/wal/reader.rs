@@ -11,14 +11,15 @@
 //!   was found (stale bytes of a recycled segment never match);
 //! - when no copy holds a valid record at position `p`, the reader ends cleanly only if no
 //!   evidence shows that a later flush completed: the next segment must start exactly at `p`
-//!   (segment switch), or, in the last segment, no block boundary after `p` may hold a valid
-//!   record whose flush began after `p`. Because the writer starts a flush only after the
+//!   (segment switch), or, in the last segment, no position after `p` may hold a valid record
+//!   whose flush began after `p`. Because the writer starts a flush only after the
 //!   previous one is durable on every copy, such a record proves that `p` was once durable, so
 //!   the reader reports [`Error::Corruption`] naming the file and offset instead of truncating.
 
 use crate::error::{Error, Result};
 use crate::io::AlignedBuf;
 use crate::io::Storage;
+use crate::util::bytes::u64_at;
 use crate::wal::format::{
     check_crc, check_header, log_tag, RecordFault, RecordHeader, BLOCK_BYTES, KIND_FILLER,
     RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES,
@@ -26,6 +27,9 @@ use crate::wal::format::{
 use crate::wal::segment::{discover, file_label, read_clamped, Segment};
 use crate::wal::Lsn;
 use std::sync::Arc;
+
+/// Candidate record starts checked per step when looking for a later flush.
+const SCAN_BYTES: usize = 256 << 10;
 
 /// Bytes read from a copy at a time.
 const WINDOW_BYTES: usize = 4 << 20;
@@ -377,33 +381,55 @@ impl LogReader {
         Ok(Ok((head, payload)))
     }
 
-    /// Looks, in the current (last) segment, for a valid record at a block boundary after `pos`
+    /// Looks, in the current (last) segment, for a valid record at any position after `pos`
     /// written by a flush that began after `pos`. Returns `(copy, offset, lsn)` of the first.
+    /// Flushes start anywhere (format version 4 does not pad them to block boundaries), so
+    /// every byte position is a candidate; the LSN field, which must name the position it is
+    /// found at, rules out all but a few before any CRC is computed.
     fn find_later_flush(&mut self, pos: Lsn) -> Result<Option<(usize, u64, Lsn)>> {
         let seg = self.idx;
         let h = self.chain[seg].header;
-        let off = SEGMENT_HEADER_BLOCK_BYTES + (pos - h.base_lsn);
+        let first = SEGMENT_HEADER_BLOCK_BYTES + (pos - h.base_lsn) + 1;
         let tag = self.tag;
-        let mut b = (off / BLOCK_BYTES as u64 + 1) * BLOCK_BYTES as u64;
-        while b + RECORD_HEADER_BYTES as u64 <= h.segment_bytes {
-            let lsn = h.base_lsn + (b - SEGMENT_HEADER_BLOCK_BYTES);
-            for copy in 0..self.storages.len() {
-                let head = match self.bytes(copy, seg, b, RECORD_HEADER_BYTES)? {
-                    None => continue,
-                    Some(bytes) => check_header(bytes, lsn, h.segment_bytes - b, tag),
-                };
-                let Ok(head) = head else { continue };
-                if head.flush_lsn <= pos {
-                    continue;
-                }
-                let total = head.record_bytes() as usize;
-                if let Some(rec) = self.bytes(copy, seg, b, total)? {
-                    if check_crc(rec).is_ok() {
-                        return Ok(Some((copy, b, lsn)));
+        // Offset `o` of the segment file holds LSN `o + delta` (wrapping: `base_lsn` may be
+        // below the header block's size).
+        let delta = h.base_lsn.wrapping_sub(SEGMENT_HEADER_BLOCK_BYTES);
+        for copy in 0..self.storages.len() {
+            let mut from = first;
+            while from + RECORD_HEADER_BYTES as u64 <= h.segment_bytes {
+                // A chunk of candidate starts, read with the header bytes of its last one.
+                let n = SCAN_BYTES.min((h.segment_bytes - from) as usize - RECORD_HEADER_BYTES + 1);
+                let mut hits = Vec::new();
+                match self.bytes(copy, seg, from, n + RECORD_HEADER_BYTES - 1)? {
+                    None => break,
+                    Some(b) => {
+                        for i in 0..n {
+                            let at = from + i as u64;
+                            if u64_at(b, i + 8) == at.wrapping_add(delta) {
+                                hits.push(at);
+                            }
+                        }
                     }
                 }
+                for at in hits {
+                    let lsn = at.wrapping_add(delta);
+                    let head = match self.bytes(copy, seg, at, RECORD_HEADER_BYTES)? {
+                        None => continue,
+                        Some(bytes) => check_header(bytes, lsn, h.segment_bytes - at, tag),
+                    };
+                    let Ok(head) = head else { continue };
+                    if head.flush_lsn <= pos {
+                        continue;
+                    }
+                    let total = head.record_bytes() as usize;
+                    if let Some(rec) = self.bytes(copy, seg, at, total)? {
+                        if check_crc(rec).is_ok() {
+                            return Ok(Some((copy, at, lsn)));
+                        }
+                    }
+                }
+                from += n as u64;
             }
-            b += BLOCK_BYTES as u64;
         }
         Ok(None)
     }

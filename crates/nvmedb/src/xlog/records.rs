@@ -405,6 +405,8 @@ impl RecordLog for XRecordLog {
             flushes: x.destage_batches.load(Ordering::Relaxed),
             records_flushed: 0,
             bytes_written: x.destage_pages.load(Ordering::Relaxed) * self.log.page_bytes() as u64,
+            durable_bytes: (x.destage_pages.load(Ordering::Relaxed) * self.log.page_bytes() as u64)
+                .saturating_sub(x.filler_bytes.load(Ordering::Relaxed)),
             filler_bytes: x.filler_bytes.load(Ordering::Relaxed),
             segments_created: 0,
             segments_recycled: 0,

@@ -294,8 +294,9 @@ pub struct PointResult {
     /// torn pages are repaired from the double-write area, not from page images in the log).
     #[serde(default)]
     pub log_kib_per_txn: f64,
-    /// Log filler per transaction, KiB: what completes the block at the end of each
-    /// group-commit write (the device writes it; it carries no record).
+    /// Log device bytes beyond the records per transaction, KiB: each group-commit write covers
+    /// whole blocks (it re-writes the start of its first block, the end of the write before,
+    /// and zeroes the rest of its last one).
     #[serde(default)]
     pub log_pad_kib_per_txn: f64,
     /// Process CPU during the window, cores.
@@ -373,7 +374,7 @@ pub struct SummaryRow {
     /// Median log record KiB per transaction.
     #[serde(default)]
     pub log_kib_per_txn: f64,
-    /// Median log filler KiB per transaction (block padding of group-commit writes).
+    /// Median log device KiB beyond the records per transaction (whole-block writes).
     #[serde(default)]
     pub log_pad_kib_per_txn: f64,
     /// Median p99 latency, µs.

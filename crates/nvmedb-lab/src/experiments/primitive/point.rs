@@ -86,11 +86,13 @@ struct Counters<'a> {
 }
 
 impl Counters<'_> {
-    /// Log bytes written so far: records, and filler.
+    /// Log bytes so far: the records (the stream's growth), and what the device was written
+    /// beyond them (whole blocks: the re-written start of each flush's first block, the zeroes
+    /// after its end, segment headers; the fast log's page filler).
     fn log_written(&self) -> (u64, u64) {
         self.db.engine_log().map_or((0, 0), |l| {
             let st = l.record_log().stats();
-            (st.bytes_written.saturating_sub(st.filler_bytes), st.filler_bytes)
+            (st.durable_bytes, st.bytes_written.saturating_sub(st.durable_bytes))
         })
     }
 }

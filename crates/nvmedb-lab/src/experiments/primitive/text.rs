@@ -64,8 +64,9 @@ fn sweep_table(cfg: &PrimitiveConfig, ctx: &RunContext, r: &PrimitiveResults) ->
     t.note(
         "log KiB/txn: an UPDATE logs the bytes of the row it changed, before and after (a row patch: 2 × 8 B \
          for C1, not the 4 KiB row twice), its commit, and its page changes as diffs (torn pages are repaired \
-         from the double-write area, so no page is logged whole after a checkpoint). pad KiB/txn: the filler that completes the 4 KiB block at the end of each group-commit \
-         write (the device writes it; it holds no record).",
+         from the double-write area, so no page is logged whole after a checkpoint). pad KiB/txn: what the device is written beyond the records: each group-commit write \
+         covers whole 4 KiB blocks, re-writing the start of its first block (the end of the write before) \
+         and zeroing the rest of its last one.",
     );
     t.note("rel. % = median tps / the device's 100 % median tps; the machine is a shared 2-vCPU VM, so spreads are wide.");
     t.note(format!("machine: {}", ctx.one_line()));

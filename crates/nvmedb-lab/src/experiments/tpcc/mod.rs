@@ -308,8 +308,13 @@ pub struct PointResult {
     pub eviction_writes_per_txn: f64,
     /// Device wait per table-page read (read and write-back), µs: the latency the engine saw.
     pub io_us_per_read: f64,
-    /// Log bytes written per transaction.
+    /// Log bytes per transaction: the log stream's growth (its records; what it keeps, ships
+    /// and recovers).
     pub log_bytes_per_txn: f64,
+    /// Log bytes written to the device per transaction and copy: the whole blocks each flush
+    /// writes (the re-written start of its first block, zeroes after its end).
+    #[serde(default)]
+    pub log_device_bytes_per_txn: f64,
     /// Client CPU per transaction, µs (the terminals' threads).
     pub cpu_us_per_txn: f64,
     /// The whole process's CPU per transaction, µs (terminals, log flusher, background writer,

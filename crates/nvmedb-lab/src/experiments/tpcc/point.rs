@@ -59,8 +59,9 @@ struct Counters<'a> {
     late_at_open: Lateness,
     late: Lateness,
     traced: bool,
-    at_open: Option<(BufferStats, BufferStats, u64, LockStats)>,
-    delta: Option<(BufferStats, BufferStats, u64, LockStats)>,
+    /// Buffer pools, log (`[durable stream bytes, device bytes written]`), locks.
+    at_open: Option<(BufferStats, BufferStats, [u64; 2], LockStats)>,
+    delta: Option<(BufferStats, BufferStats, [u64; 2], LockStats)>,
     tables_at_open: Vec<TableAccess>,
     tables: Vec<TableAccess>,
     volume_at_open: LogVolume,
@@ -74,9 +75,12 @@ struct Counters<'a> {
 }
 
 impl Counters<'_> {
-    fn snapshot(&self) -> (BufferStats, BufferStats, u64, LockStats) {
+    fn snapshot(&self) -> (BufferStats, BufferStats, [u64; 2], LockStats) {
         let (t, i) = self.db.buffer_stats();
-        let log = self.db.engine_log().map_or(0, |l| l.record_log().stats().bytes_written);
+        let log = self.db.engine_log().map_or([0, 0], |l| {
+            let s = l.record_log().stats();
+            [s.durable_bytes, s.bytes_written]
+        });
         (t, i, log, self.db.lock_stats())
     }
 }
@@ -119,7 +123,12 @@ impl WindowHooks for Counters<'_> {
                 timeouts: l1.timeouts - l0.timeouts,
                 ..l1
             };
-            self.delta = Some((t1.since(&t0), i1.since(&i0), log1.saturating_sub(log0), locks));
+            self.delta = Some((
+                t1.since(&t0),
+                i1.since(&i0),
+                [log1[0].saturating_sub(log0[0]), log1[1].saturating_sub(log0[1])],
+                locks,
+            ));
             let now = self.db.access_stats().unwrap_or_default();
             self.tables = now
                 .iter()
@@ -259,8 +268,7 @@ pub fn measure(
             what: "the point's window".into(),
             detail: "it closed without counters".into(),
         })?;
-    let late = counters.late;
-    let volume = std::mem::take(&mut counters.volume);
+    let (late, volume) = (counters.late, std::mem::take(&mut counters.volume));
     if let Some(e) = counters.profile_error.take() {
         return Err(e);
     }
@@ -341,7 +349,8 @@ pub fn measure(
         } else {
             0.0
         },
-        log_bytes_per_txn: per_txn(log_bytes as f64),
+        log_bytes_per_txn: per_txn(log_bytes[0] as f64),
+        log_device_bytes_per_txn: per_txn(log_bytes[1] as f64),
         cpu_us_per_txn: per_txn(run.worker_cpu_ns as f64 / 1e3),
         process_cpu_us_per_txn: per_txn(run.process_cpu_ns as f64 / 1e3),
         cpu_us_per_type: of_type(&cpu_ns, 1e3),

@@ -1,5 +1,5 @@
 //! Appending and committing: records go into the open batch at the next LSN, batches are
-//! sealed (padded with a filler to the block boundary) and queued, and committers wait in
+//! sealed (not padded: the next batch continues in the same block) and queued, and committers wait in
 //! `wait_durable` until a flush covers them, one of them leading each flush (group commit).
 //!
 //! Owns: `Inner::append`, `Inner::wait_durable`, sealing and the bounded queue of sealed
@@ -12,8 +12,7 @@ use super::{Batch, Inner, Layout, Sleeper, State, BATCH, FLUSHED, SPACE};
 use crate::error::{Error, Result};
 use crate::util::sync::{CondvarExt, MutexExt};
 use crate::wal::format::{
-    encode_filler, encode_record, filler_bytes_for, RecordHeader, SegmentHeader, BLOCK_BYTES,
-    MAX_FILLER_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES,
+    encode_record, RecordHeader, SegmentHeader, RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES,
 };
 use crate::wal::Lsn;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,8 +66,9 @@ impl Inner {
         st
     }
 
-    /// Seals the open batch (pads it to a block boundary) into the queue. Returns false when the
-    /// queue is full.
+    /// Seals the open batch into the queue. The batch is not padded: the next one starts right
+    /// after its last record, in the same block, and its flush re-writes that block's first part
+    /// (the bytes already durable, unchanged). Returns false when the queue is full.
     pub(super) fn seal_open(&self, st: &mut State) -> bool {
         if st.open.buf.is_empty() {
             return true;
@@ -76,16 +76,7 @@ impl Inner {
         if st.sealed.len() >= self.opts.max_queued_batches {
             return false;
         }
-        let end_off = st.open.file_off + st.open.buf.len() as u64;
-        let fill = filler_bytes_for(end_off);
-        if fill > 0 {
-            let lsn = st.next_lsn;
-            encode_filler(&mut st.open.buf, fill, lsn, st.open.start_lsn, self.tag);
-            st.next_lsn += fill as u64;
-            st.open.filler += fill as u64;
-        }
         let next_off = st.open.file_off + st.open.buf.len() as u64;
-        assert_eq!(next_off % BLOCK_BYTES as u64, 0, "sealed batch does not end on a block boundary");
         assert!(next_off <= st.layout.segment_bytes, "sealed batch overruns its segment");
         assert_eq!(st.open.end_lsn(), st.next_lsn, "batch and stream disagree on the end LSN");
         let next = Batch {
@@ -95,7 +86,6 @@ impl Inner {
             start_lsn: st.next_lsn,
             buf: Vec::new(),
             records: 0,
-            filler: 0,
         };
         let sealed = std::mem::replace(&mut st.open, next);
         // The next batch fills the buffer the last flush emptied (no reallocation as it grows).
@@ -127,7 +117,7 @@ impl Inner {
                 continue;
             }
             let end_off = st.open.file_off + st.open.buf.len() as u64 + rec;
-            if end_off + MAX_FILLER_BYTES as u64 > st.layout.segment_bytes {
+            if end_off > st.layout.segment_bytes {
                 if !self.seal_open(&mut st) {
                     st = self.make_space(st)?;
                     continue;
@@ -144,7 +134,6 @@ impl Inner {
                     start_lsn: base_lsn,
                     buf: std::mem::take(&mut st.open.buf),
                     records: 0,
-                    filler: 0,
                 };
                 continue;
             }

@@ -59,6 +59,7 @@ impl Inner {
         };
         self.signal(&st, SPACE);
         let aligned = st.spare_aligned.take();
+        let mut tail = std::mem::take(&mut st.tail);
         let target = match batch.new_segment {
             Some(_) => {
                 let name = match st.free_slots.pop() {
@@ -77,10 +78,11 @@ impl Inner {
         };
         drop(st);
         let started = Instant::now();
-        let (result, aligned) = self.write_batch(&batch, target, aligned);
+        let (result, aligned, device_bytes) = self.write_batch(&batch, target, aligned, &mut tail);
         let took_ns = started.elapsed().as_nanos().min(u128::from(u32::MAX)) as u64;
         let mut st = self.lock();
         st.flushing = false;
+        st.tail = tail;
         let r = match result {
             Ok(new_seg) => {
                 if let Some(seg) = new_seg {
@@ -109,9 +111,9 @@ impl Inner {
                     if st.flush_ewma_ns == 0 { took_ns } else { (7 * st.flush_ewma_ns + took_ns) / 8 };
                 st.stats.flushes += 1;
                 st.stats.records_flushed += batch.records;
-                st.stats.filler_bytes += batch.filler;
-                st.stats.bytes_written += batch.buf.len() as u64
-                    + if batch.new_segment.is_some() { SEGMENT_HEADER_BLOCK_BYTES } else { 0 };
+                st.stats.durable_bytes += batch.buf.len() as u64;
+                st.stats.bytes_written +=
+                    device_bytes + if batch.new_segment.is_some() { SEGMENT_HEADER_BLOCK_BYTES } else { 0 };
                 Ok(())
             }
             Err(e) => {
@@ -179,7 +181,10 @@ impl Inner {
 
     /// Writes one batch to every copy (two in parallel: copy B on the helper thread) and syncs
     /// them; a batch that starts a segment writes and syncs the segment's header first, on its
-    /// own. Returns the new segment when the batch started one.
+    /// own. The write covers whole blocks: from the block holding the batch's first byte, whose
+    /// first part is `tail` (the end of the previous flush, re-written unchanged), to the block
+    /// holding its last byte, zero after it; `tail` becomes the new end's partial block.
+    /// Returns the new segment when the batch started one, and the bytes written per copy.
     /// `spare`: an aligned buffer an earlier flush wrote from, reused when large enough; the
     /// buffer this flush wrote from is returned with the result, for the next one.
     fn write_batch(
@@ -187,27 +192,37 @@ impl Inner {
         batch: &Batch,
         target: Target,
         spare: Option<AlignedBuf>,
-    ) -> (Result<Option<Segment>>, Option<AlignedBuf>) {
-        assert_eq!(batch.buf.len() % BLOCK_BYTES, 0, "flush of a partial block");
-        assert_eq!(batch.file_off % BLOCK_BYTES as u64, 0, "flush at an unaligned offset");
-        let len = batch.buf.len();
+        tail: &mut Vec<u8>,
+    ) -> (Result<Option<Segment>>, Option<AlignedBuf>, u64) {
+        let prefix = (batch.file_off % BLOCK_BYTES as u64) as usize;
+        if batch.new_segment.is_some() {
+            assert_eq!(prefix, 0, "a segment's first flush starts on a block boundary");
+            tail.clear();
+        }
+        assert_eq!(prefix, tail.len(), "the re-written start of a block must be the last flush's tail");
+        let used = prefix + batch.buf.len();
+        let len = used.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
         let mut buf = AlignedBuf::reuse_or_new(spare, len);
-        buf[..len].copy_from_slice(&batch.buf);
+        buf[..prefix].copy_from_slice(tail);
+        buf[prefix..used].copy_from_slice(&batch.buf);
+        buf[used..len].fill(0);
+        tail.clear();
+        tail.extend_from_slice(&buf[used - used % BLOCK_BYTES..used]);
         let mut buf = Some(buf);
-        let r = self.write_batch_from(batch, target, &mut buf);
-        (r, buf)
+        let r = self.write_batch_from(batch, target, &mut buf, batch.file_off - prefix as u64, len);
+        (r, buf, len as u64)
     }
 
-    /// [`Inner::write_batch`] from `buf` (its first `batch.buf.len()` bytes hold the batch);
-    /// leaves the buffer in `buf` unless a copy's writer still holds it.
+    /// [`Inner::write_batch`] from `buf`, whose first `len` bytes go to the block-aligned file
+    /// `offset`; leaves the buffer in `buf` unless a copy's writer still holds it.
     fn write_batch_from(
         &self,
         batch: &Batch,
         target: Target,
         buf: &mut Option<AlignedBuf>,
+        offset: u64,
+        len: usize,
     ) -> Result<Option<Segment>> {
-        let len = batch.buf.len();
-        let offset = batch.file_off;
         let (devs, new_seg, segment_bytes): (Vec<Arc<dyn Device>>, Option<Segment>, u64) = match target {
             Target::Existing(seg) => {
                 let mut devs = Vec::with_capacity(self.storages.len());

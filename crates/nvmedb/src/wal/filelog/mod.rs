@@ -8,10 +8,12 @@
 //! position. Invariants:
 //! - LSNs are byte positions of one continuous stream: record `n + 1` starts where record `n`
 //!   ends; a segment's base LSN is exactly where the previous segment's records end.
-//! - Every flush writes whole, fresh 4 KiB blocks: a batch is padded with a filler record to
-//!   the block boundary when it is sealed, so no flush ever rewrites a block that holds records
-//!   of an earlier flush, and a torn write can only damage records of the flush being written,
-//!   none of which has been acknowledged.
+//! - Batches are not padded: a flush writes whole 4 KiB blocks from the block holding its first
+//!   record, whose first part (the end of the previous flush, already durable) it re-writes with
+//!   the same bytes, kept in `State::tail`; the rest of its last block is zero. So the log
+//!   grows by its records' bytes only, and a torn write (whole 512-byte sectors, old or new)
+//!   leaves every earlier record as it was, in each copy: only records of the flush being
+//!   written, none of them acknowledged, can be damaged.
 //! - At most one flush runs at a time, and a flush starts only after the previous one is
 //!   durable on every copy; `durable_lsn` advances only after every copy synced, and never
 //!   goes backwards. Records carry the LSN at which their flush began, which lets the reader
@@ -57,7 +59,6 @@ struct Batch {
     start_lsn: Lsn,
     buf: Vec<u8>,
     records: u64,
-    filler: u64,
 }
 
 impl Batch {
@@ -105,6 +106,10 @@ struct State {
     /// as a batch fills), and the aligned buffer its flush wrote from.
     spare_buf: Vec<u8>,
     spare_aligned: Option<AlignedBuf>,
+    /// The bytes of the last flushed block up to the end of the stream (shorter than a block;
+    /// empty when the stream ends on a block boundary or a new segment begins): the next flush
+    /// re-writes them in front of its records.
+    tail: Vec<u8>,
 }
 
 /// Indexes of [`State::cv_waiting`].
@@ -229,7 +234,6 @@ impl FileLog {
             start_lsn: end_lsn,
             buf: Vec::new(),
             records: 0,
-            filler: 0,
         };
         let state = State {
             next_lsn: end_lsn,
@@ -248,6 +252,7 @@ impl FileLog {
             cv_waiting: [0; 3],
             spare_buf: Vec::new(),
             spare_aligned: None,
+            tail: Vec::new(),
             expected_company: 1,
             flush_ewma_ns: 0,
         };
