@@ -5,13 +5,13 @@
 
 mod repl_common;
 
-use nvmedb::repl::{open_primary, seed_standby, ReplicationMode, StandbySnapshot};
+use nvmedb::repl::{open_primary, seed_standby, ReplicatedLog, ReplicationMode, Standby, StandbySnapshot};
 use nvmedb::{ColumnType, Database, Error, Schema, Value};
 use nvmedb_testkit::seed;
 use repl_common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const ACCOUNTS: i64 = 40;
@@ -114,22 +114,32 @@ fn transfer(
     Ok(())
 }
 
-#[test]
-fn standby_snapshots_hold_a_prefix_of_the_commits_and_read_your_writes() {
-    let p = tmp("reads-p");
-    let s = tmp("reads-s");
-    create(&p);
-    seed_standby(&p, &s).unwrap();
-    let sb = standby(&s, true);
-    // Pages written back (and restartpoints taken) often, while snapshots live.
-    sb.set_write_back_interval(Duration::from_millis(20));
+/// A primary (in `p`) with the accounts, replicating eagerly to a standby (in `s`) that writes
+/// its pages back every `write_back`.
+fn cluster(
+    p: &std::path::Path,
+    s: &std::path::Path,
+    write_back: Duration,
+) -> (Standby, Database, Arc<ReplicatedLog>) {
+    create(p);
+    seed_standby(p, s).unwrap();
+    let sb = standby(s, true);
+    sb.set_write_back_interval(write_back);
     let (db, log) = open_primary(
-        &p,
+        p,
         options(),
         config(vec![sb.addr().to_string()], ReplicationMode::Eager, fail_after(30_000)),
         None,
     )
     .unwrap();
+    (sb, db, log)
+}
+
+#[test]
+fn standby_snapshots_hold_a_prefix_of_the_commits_and_read_your_writes() {
+    let (p, s) = (tmp("reads-p"), tmp("reads-s"));
+    // Pages written back (and restartpoints taken) often, while snapshots live.
+    let (sb, db, log) = cluster(&p, &s, Duration::from_millis(20));
     let stop = AtomicBool::new(false);
     let acks = Mutex::new(Acks::default());
     let base = seed(42);
@@ -270,19 +280,8 @@ fn standby_snapshots_hold_a_prefix_of_the_commits_and_read_your_writes() {
 /// earlier snapshot, whose pages the apply thread changed since, still shows the state before.
 #[test]
 fn a_transaction_in_flight_is_undone_in_a_snapshot_and_whole_in_the_next() {
-    let p = tmp("reads-inflight-p");
-    let s = tmp("reads-inflight-s");
-    create(&p);
-    seed_standby(&p, &s).unwrap();
-    let sb = standby(&s, true);
-    sb.set_write_back_interval(Duration::from_secs(600));
-    let (db, log) = open_primary(
-        &p,
-        options(),
-        config(vec![sb.addr().to_string()], ReplicationMode::Eager, fail_after(30_000)),
-        None,
-    )
-    .unwrap();
+    let (p, s) = (tmp("reads-inflight-p"), tmp("reads-inflight-s"));
+    let (sb, db, log) = cluster(&p, &s, Duration::from_secs(600));
     let commit = |id: i64, a: i64, b: i64| {
         let mut tx = db.begin();
         transfer(&db, &mut tx, id, a, b, 7).unwrap();
