@@ -5,13 +5,13 @@
 
 mod repl_common;
 
-use nvmedb::repl::{open_primary, seed_standby, ReplicationMode, StandbySnapshot};
+use nvmedb::repl::{open_primary, seed_standby, ReplicatedLog, ReplicationMode, Standby, StandbySnapshot};
 use nvmedb::{ColumnType, Database, Error, Schema, Value};
 use nvmedb_testkit::seed;
 use repl_common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const ACCOUNTS: i64 = 40;
@@ -69,12 +69,10 @@ struct Acks {
     aborted: BTreeSet<i64>,
 }
 
-#[test]
-fn standby_snapshots_hold_a_prefix_of_the_commits_and_read_your_writes() {
-    let p = tmp("reads-p");
-    let s = tmp("reads-s");
+/// Creates the accounts (`acct`) and their history (`hist`) in a new database at `p`.
+fn create(p: &std::path::Path) {
     {
-        let db = Database::open(&p, options()).unwrap();
+        let db = Database::open(p, options()).unwrap();
         let acct = db
             .create_table(
                 "acct",
@@ -95,17 +93,53 @@ fn standby_snapshots_hold_a_prefix_of_the_commits_and_read_your_writes() {
         db.create_table("hist", hist).unwrap();
         db.close().unwrap();
     }
-    seed_standby(&p, &s).unwrap();
-    let sb = standby(&s, true);
-    // Pages written back (and restartpoints taken) often, while snapshots live.
-    sb.set_write_back_interval(Duration::from_millis(20));
+}
+
+/// Moves `amt` from account `a` to `b` in `tx` and adds history row `id` for it.
+fn transfer(
+    db: &Database,
+    tx: &mut nvmedb::Transaction,
+    id: i64,
+    a: i64,
+    b: i64,
+    amt: i64,
+) -> nvmedb::Result<()> {
+    let (acct, hist) = (db.table("acct")?, db.table("hist")?);
+    for (k, dbal, dcnt) in [(a, -amt, 1), (b, amt, 0)] {
+        let row = tx.get_for_update(&acct, &Value::Int(k))?.expect("account");
+        let (bal, cnt) = (row[1].as_int().unwrap(), row[2].as_int().unwrap());
+        tx.update(&acct, &[Value::Int(k), Value::Int(bal + dbal), Value::Int(cnt + dcnt)])?;
+    }
+    tx.insert(&hist, &[Value::Int(id), Value::Int(a), Value::Int(amt)])?;
+    Ok(())
+}
+
+/// A primary (in `p`) with the accounts, replicating eagerly to a standby (in `s`) that writes
+/// its pages back every `write_back`.
+fn cluster(
+    p: &std::path::Path,
+    s: &std::path::Path,
+    write_back: Duration,
+) -> (Standby, Database, Arc<ReplicatedLog>) {
+    create(p);
+    seed_standby(p, s).unwrap();
+    let sb = standby(s, true);
+    sb.set_write_back_interval(write_back);
     let (db, log) = open_primary(
-        &p,
+        p,
         options(),
         config(vec![sb.addr().to_string()], ReplicationMode::Eager, fail_after(30_000)),
         None,
     )
     .unwrap();
+    (sb, db, log)
+}
+
+#[test]
+fn standby_snapshots_hold_a_prefix_of_the_commits_and_read_your_writes() {
+    let (p, s) = (tmp("reads-p"), tmp("reads-s"));
+    // Pages written back (and restartpoints taken) often, while snapshots live.
+    let (sb, db, log) = cluster(&p, &s, Duration::from_millis(20));
     let stop = AtomicBool::new(false);
     let acks = Mutex::new(Acks::default());
     let base = seed(42);
@@ -235,6 +269,51 @@ fn standby_snapshots_hold_a_prefix_of_the_commits_and_read_your_writes() {
         k.inserted.len()
     );
     drop(k);
+    db.close().unwrap();
+    drop(log);
+    drop(sb);
+}
+
+/// A transaction whose changes the standby has applied but whose commit it has not seen is
+/// undone in a snapshot (the snapshot's pages come from the apply thread's memory: nothing is
+/// written back meanwhile); once committed it is in the next snapshot, all of it, while the
+/// earlier snapshot, whose pages the apply thread changed since, still shows the state before.
+#[test]
+fn a_transaction_in_flight_is_undone_in_a_snapshot_and_whole_in_the_next() {
+    let (p, s) = (tmp("reads-inflight-p"), tmp("reads-inflight-s"));
+    let (sb, db, log) = cluster(&p, &s, Duration::from_secs(600));
+    let commit = |id: i64, a: i64, b: i64| {
+        let mut tx = db.begin();
+        transfer(&db, &mut tx, id, a, b, 7).unwrap();
+        tx.commit().unwrap();
+        assert!(sb.wait_applied(log.status().durable, Duration::from_secs(60)), "{}", sb.status());
+    };
+    commit(1, 5, 6);
+    // In flight: account 0 pays 300 to account 1; then a commit of another transaction makes
+    // the log durable (and shipped) past the unfinished one's changes.
+    let mut open = db.begin();
+    transfer(&db, &mut open, 2, 0, 1, 300).unwrap();
+    commit(3, 7, 8);
+    let before = sb.read_snapshot().unwrap();
+    let seen = look(before.db());
+    check(&seen, "the snapshot with a transaction in flight");
+    assert!(before.undone() >= 1, "nothing in flight was undone in {before:?}");
+    assert!(seen.hist.contains_key(&1) && seen.hist.contains_key(&3), "{seen:?}");
+    assert!(!seen.hist.contains_key(&2), "the unfinished transaction's row is visible: {seen:?}");
+    assert_eq!((seen.cnt[&0], seen.cnt[&1]), (0, 0), "{seen:?}");
+    // It commits, and another changes the same pages.
+    open.commit().unwrap();
+    commit(4, 0, 1);
+    let after = sb.read_snapshot().unwrap();
+    let now = look(after.db());
+    check(&now, "the snapshot after the commit");
+    assert!(after.lsn() > before.lsn());
+    assert!(now.hist.contains_key(&2) && now.hist.contains_key(&4), "{now:?}");
+    assert_eq!((now.cnt[&0], now.cnt[&1]), (2, 0), "{now:?}");
+    assert_eq!(look(after.db()), look(&db), "the caught-up snapshot vs the primary");
+    // The first snapshot did not move.
+    assert_eq!(look(before.db()), seen, "the snapshot at LSN {} changed", before.lsn());
+    drop((before, after));
     db.close().unwrap();
     drop(log);
     drop(sb);

@@ -119,7 +119,9 @@ pub struct RecoveryReport {
 pub(crate) type Losers = BTreeMap<u64, Vec<(Lsn, TxnOp)>>;
 
 struct CachedPage {
-    buf: AlignedBuf,
+    /// Shared with a standby's read snapshots ([`RedoPages::dirty_pages`]): copied before it
+    /// changes while one holds it.
+    buf: Arc<AlignedBuf>,
     valid: bool,
     dirty: bool,
 }
@@ -267,7 +269,7 @@ impl<'a> RedoPages<'a> {
                 });
             }
         }
-        self.pages.insert((tag, file, page), CachedPage { buf, valid, dirty: false });
+        self.pages.insert((tag, file, page), CachedPage { buf: Arc::new(buf), valid, dirty: false });
         Ok(())
     }
 
@@ -340,19 +342,30 @@ impl<'a> RedoPages<'a> {
         if !p.valid && !change.is_whole() {
             return Ok(Redo::Unappliable);
         }
-        apply_page_change(&mut p.buf, change, end_lsn, &crate::btree::apply_page_ops).map_err(|detail| {
-            Error::Corruption {
-                file: if tag == TAG_TABLE { heap_name(pid.file) } else { index_name(pid.file) },
-                offset: pid.page * page_size as u64,
-                detail: format!(
-                    "page {}: the logged change ending at LSN {end_lsn} does not apply: {detail}",
-                    pid.page
-                ),
-            }
+        apply_page_change(
+            &mut Arc::<AlignedBuf>::make_mut(&mut p.buf)[..],
+            change,
+            end_lsn,
+            &crate::btree::apply_page_ops,
+        )
+        .map_err(|detail| Error::Corruption {
+            file: if tag == TAG_TABLE { heap_name(pid.file) } else { index_name(pid.file) },
+            offset: pid.page * page_size as u64,
+            detail: format!(
+                "page {}: the logged change ending at LSN {end_lsn} does not apply: {detail}",
+                pid.page
+            ),
         })?;
         p.valid = true;
         p.dirty = true;
         Ok(Redo::Applied { full })
+    }
+
+    /// The pages changed since their last write-back, keyed by (pool tag, file, page), unsealed
+    /// and shared: a standby's read snapshot holds them as they are now while redo goes on (a
+    /// held page is copied before its next change).
+    pub(crate) fn dirty_pages(&self) -> Vec<((u8, u32, u64), Arc<AlignedBuf>)> {
+        self.pages.iter().filter(|(_, p)| p.dirty).map(|(k, p)| (*k, p.buf.clone())).collect()
     }
 
     /// True when some page changed since the last write-back.
@@ -368,7 +381,9 @@ impl<'a> RedoPages<'a> {
             self.pages.iter().filter(|(_, p)| p.dirty).map(|(k, _)| *k).collect();
         keys.sort_unstable();
         for k in &keys {
-            PageHeader::seal(&mut self.pages.get_mut(k).expect("listed").buf);
+            PageHeader::seal(
+                &mut Arc::<AlignedBuf>::make_mut(&mut self.pages.get_mut(k).expect("listed").buf)[..],
+            );
         }
         let mut from = 0;
         while from < keys.len() {
@@ -381,7 +396,7 @@ impl<'a> RedoPages<'a> {
             // one request each.
             let mut staging = self.staging(batch.len() * ps);
             for (j, k) in batch.iter().enumerate() {
-                staging[j * ps..(j + 1) * ps].copy_from_slice(&self.pages[k].buf);
+                staging[j * ps..(j + 1) * ps].copy_from_slice(&self.pages[k].buf[..]);
             }
             let pages: Vec<u64> = batch.iter().map(|k| k.2).collect();
             // Runs of consecutive pages among `pages[range]`, one write request each.
@@ -428,7 +443,9 @@ impl<'a> RedoPages<'a> {
     pub(crate) fn clear(&mut self) {
         debug_assert!(!self.has_dirty(), "dirty pages dropped before their write-back");
         for (_, p) in self.pages.drain() {
-            self.spare.entry(p.buf.len()).or_default().push(p.buf);
+            if let Ok(buf) = Arc::try_unwrap(p.buf) {
+                self.spare.entry(buf.len()).or_default().push(buf);
+            }
         }
     }
 }

@@ -13,6 +13,7 @@
 //! - No restartpoint is taken after a change could not be applied (promotion's redo must see it).
 
 use super::link::{repair_torn_pages, Shared};
+use super::reads::{Role, SnapSource, Unfinished};
 use super::replica_log::{ShippedRecord, TailReader};
 use crate::buffer::doublewrite::{DoubleWrite, DEFAULT_AREA_BYTES};
 use crate::buffer::mtr::MtrRecord;
@@ -20,7 +21,7 @@ use crate::db::{PageFiles, Redo, RedoPages};
 use crate::error::{Error, Result};
 use crate::table::catalog::CatalogStore;
 use crate::util::sync::MutexExt;
-use crate::wal::engine::{EngineRecord, TAG_TABLE};
+use crate::wal::engine::{EngineRecord, TxnOp, TAG_TABLE};
 use crate::wal::Lsn;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -79,9 +80,16 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
     let mut skipped = false;
     // Applied something since it last waited.
     let mut busy = false;
+    // The transactions in flight, for read snapshots; they are served once the pages are no
+    // newer than the applied position (the files may hold pages up to the log's end, written
+    // back before this thread last stopped).
+    let mut unfinished = Unfinished::default();
+    let serve_from = sh.log.durable_lsn();
     loop {
-        // Read snapshots register between two records (see `reads`).
-        let step = sh.read_step.locked();
+        // Read snapshots start between two records (see `reads`).
+        if sh.snap_pending.load(Ordering::Acquire) > 0 && sh.applied.load(Ordering::Acquire) >= serve_from {
+            serve_snapshots(sh, &pages, &unfinished);
+        }
         if sh.apply_stop.load(Ordering::Acquire) {
             return flush(sh, &mut pages, &mut restart, skipped);
         }
@@ -110,7 +118,6 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     flush(sh, &mut pages, &mut restart, skipped)?;
                     last_write_back = clock.now();
                 }
-                drop(step);
                 let g = sh.apply_mx.locked();
                 if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
                     sh.apply_cv.notify_all();
@@ -139,7 +146,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                 continue;
             }
         };
-        if let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? {
+        let role = if let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? {
             for (pid, change) in &m.changes {
                 if pages.needs_room(tag, pid.file, pid.page) {
                     flush(sh, &mut pages, &mut restart, skipped)?;
@@ -152,13 +159,89 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     skipped = true;
                 }
             }
-        } else if let Ok(Some(EngineRecord::Checkpoint { redo, undo })) =
-            EngineRecord::decode(rec.kind, &rec.payload)
-        {
-            restart = Some((redo, undo));
-        }
+            match &m.annotation {
+                Some(a) => Role::Change(TxnOp::decode(a)?.txn),
+                None => Role::Other,
+            }
+        } else {
+            match EngineRecord::decode(rec.kind, &rec.payload) {
+                Ok(Some(EngineRecord::Checkpoint { redo, undo })) => {
+                    restart = Some((redo, undo));
+                    Role::Other
+                }
+                Ok(Some(EngineRecord::Commit { txn } | EngineRecord::Abort { txn })) => Role::End(txn),
+                _ => Role::Other,
+            }
+        };
         sh.applied.store(rec.end, Ordering::Release);
+        unfinished.applied(rec, role);
         busy = true;
+    }
+}
+
+/// How long [`request_snapshot`] waits for the apply thread to hand a snapshot its start.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(30);
+
+/// Asks the apply thread for a read snapshot's start and waits for it (at most
+/// [`SNAPSHOT_WAIT`]).
+pub(super) fn request_snapshot(sh: &Shared) -> Result<SnapSource> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let mut q = sh.snap_requests.locked();
+        q.push(tx);
+        sh.snap_pending.fetch_add(1, Ordering::AcqRel);
+    }
+    {
+        // An idle apply thread waits on this for records: wake it to serve the request.
+        let _g = sh.apply_mx.locked();
+        sh.apply_cv.notify_all();
+    }
+    sh.snapshots_taken.fetch_add(1, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + SNAPSHOT_WAIT;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(src) => return src,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    if std::time::Instant::now() < deadline && !sh.promoting.load(Ordering::Acquire) => {}
+                Err(_) => {
+                    return Err(Error::Config {
+                        key: "standby reads".into(),
+                        detail: format!(
+                            "the standby in {} did not start a snapshot within {} s (its apply thread is stopped, catching up after a restart, or the standby is being promoted)",
+                            sh.cfg.data_dir.display(),
+                            SNAPSHOT_WAIT.as_secs()
+                        ),
+                    })
+                }
+            }
+    }
+}
+
+/// Hands every read snapshot asked for its start at the applied position (see `reads`): its
+/// registration with the storage, the pages not yet written back and the records of the
+/// transactions in flight.
+fn serve_snapshots(sh: &Shared, pages: &RedoPages<'_>, unfinished: &Unfinished) {
+    let waiting = std::mem::take(&mut *sh.snap_requests.locked());
+    sh.snap_pending.fetch_sub(waiting.len(), Ordering::AcqRel);
+    let lsn = sh.applied.load(Ordering::Acquire);
+    let acknowledged = sh.safe.load(Ordering::Acquire).max(lsn);
+    let src = sh.cow.register().map(|pres| (pres, pages.dirty_pages(), unfinished.records()));
+    for tx in waiting {
+        let one = match &src {
+            Ok((pres, pages, records)) => Ok(SnapSource {
+                pres: pres.clone(),
+                lsn,
+                acknowledged,
+                pages: pages.clone(),
+                records: records.clone(),
+            }),
+            Err(e) => Err(Error::Config {
+                key: "standby reads".into(),
+                detail: format!("registering a snapshot with {}: {e}", sh.storage.location()),
+            }),
+        };
+        // A reader that gave up has dropped its receiver.
+        let _ = tx.send(one);
     }
 }
 
@@ -218,13 +301,7 @@ fn flush(
         cat.checkpoint_undo_lsn = cat.checkpoint_undo_lsn.max(undo);
         store.store(&cat)?;
     }
-    // A read snapshot copying the log needs it from the catalog it saw: release nothing then
-    // (the next restartpoint will).
-    let released = if sh.snapshot_copies.load(Ordering::Acquire) > 0 {
-        0
-    } else {
-        sh.log.truncate_before(redo.min(undo))?
-    };
+    let released = sh.log.truncate_before(redo.min(undo))?;
     let mut c = sh.counters.locked();
     c.restartpoints += 1;
     c.log_released += released;

@@ -129,11 +129,10 @@ pub(super) struct Shared {
     pub(super) index_page: AtomicUsize,
     /// The data storage keeping what live read snapshots would lose ([`Standby::read_snapshot`](super::Standby::read_snapshot)).
     pub(super) cow: Arc<super::reads::CowStorage>,
-    /// Held by the apply thread while it applies one record or writes pages back; a read
-    /// snapshot registers under it, so it starts between two records.
-    pub(super) read_step: Mutex<()>,
-    /// Read snapshots copying the replica log: it releases nothing meanwhile.
-    pub(super) snapshot_copies: AtomicUsize,
+    /// Read snapshots asked for: the apply thread hands each its start between two records.
+    pub(super) snap_requests: Mutex<Vec<std::sync::mpsc::Sender<Result<super::reads::SnapSource>>>>,
+    /// `snap_requests.len()`, read by the apply thread without the lock.
+    pub(super) snap_pending: AtomicUsize,
     /// Read snapshots taken (names their scratch logs).
     pub(super) snapshots_taken: AtomicU64,
 }

@@ -6,30 +6,38 @@
 //! snapshot's view of the data files (`SnapView`: the files as they were when the snapshot
 //! was registered, plus its own writes in memory); and the building of a snapshot.
 //!
-//! How a snapshot is built: between two applied records (the apply thread holds its step lock
-//! while it applies one and while it writes pages back) the snapshot is registered with the
-//! storage and takes the applied position P. Every page in the data files then is at most as
-//! new as P, and from then on the apply thread's writes leave the snapshot's view unchanged.
-//! The records from the view's catalog's checkpoint start up to P are copied into a scratch
-//! replica log (the replica log keeps them meanwhile: its release waits while a snapshot is
-//! copying), and the database is opened on the view with that log: redo up to P, undo of every
-//! transaction unfinished at P, a checkpoint, all into the view's memory. It is closed and
-//! opened again read-only, without a log. So it holds exactly the transactions committed at
-//! or before P, never part of one, and every change is refused (`Error::ReadOnly`).
+//! How a snapshot is built: the apply thread, between two applied records, registers it with
+//! the storage (from then on its writes leave the snapshot's view of the files unchanged) and
+//! hands it what the files do not hold yet at the applied position P: the pages it changed
+//! since their last write-back (shared, not copied: the apply thread copies a held page before
+//! it changes it again) and the page-change records of the transactions unfinished at P, with
+//! the record ending at P. The view (the files as registered, those pages over them, its own
+//! writes in memory) then holds every change up to P: nothing is left to redo. The database
+//! is opened on it with a scratch log in memory holding just those records and a catalog whose
+//! checkpoint says so (redo from P, undo from the oldest unfinished transaction's first
+//! record): the open undoes the unfinished transactions and checkpoints, all into the view's
+//! memory. It is closed and opened again read-only, without a log. So it holds exactly the
+//! transactions committed at or before P, never part of one, and every change is refused
+//! (`Error::ReadOnly`). Its cost is opening the database twice and undoing what was in flight,
+//! whatever the log since the last restartpoint.
 //!
-//! Invariants: the apply thread waits for a snapshot only while one is registered (a lock
-//! held for microseconds between two records); a live snapshot costs the apply thread one
-//! extra block read per block it overwrites for the first time; a snapshot never reads a
-//! block written after its registration.
+//! Invariants: the apply thread waits for no reader: it serves the snapshots asked for between
+//! two records (registering is a listing of the directory; the pages and records are shared);
+//! a live snapshot costs it one extra block read per block it overwrites for the first time
+//! and one page copy per held page it changes; a snapshot never reads a block written after
+//! its registration nor a page changed after P.
 
-use super::replica_log::{ReplicaLog, ReplicaLogOpener};
+use super::replica_log::{ReplicaLog, ReplicaLogOpener, ShippedRecord};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Device, DeviceInfo, IoError, IoOpKind, IoRequest, IoResult, MemDevice, Storage};
+use crate::io::{
+    AlignedBuf, Device, DeviceInfo, IoError, IoOpKind, IoRequest, IoResult, MemDevice, MemStorage, Storage,
+};
+use crate::page::PageHeader;
 use crate::util::sync::{MutexExt, RwLockExt};
+use crate::wal::engine::TAG_TABLE;
 use crate::wal::Lsn;
 use crate::{Database, Options};
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// The granularity of the copy-on-write bookkeeping.
@@ -225,6 +233,9 @@ struct SnapView {
     files: Mutex<HashMap<String, Arc<SnapDevice>>>,
     removed: Mutex<HashSet<String>>,
     location: String,
+    /// The apply thread's pages not yet written back at the snapshot's position, by file name
+    /// and page number (unsealed).
+    overlay: HashMap<String, HashMap<u64, Arc<AlignedBuf>>>,
 }
 
 impl SnapView {
@@ -244,7 +255,7 @@ impl Storage for SnapView {
             let _w = self.cow.write.locked();
             let len = self.pres.lengths.locked().get(name).copied().unwrap_or_else(|| base.capacity());
             (base, len)
-        } else if create {
+        } else if create || self.overlay.contains_key(name) {
             self.removed.locked().remove(name);
             (Arc::new(MemDevice::new(name)), 0)
         } else {
@@ -256,22 +267,29 @@ impl Storage for SnapView {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "not in the standby snapshot"),
             ));
         };
+        let overlay = self.overlay.get(name).cloned().unwrap_or_default();
+        let len = overlay.iter().map(|(p, b)| (p + 1) * b.len() as u64).fold(len, u64::max);
         let d = Arc::new(SnapDevice {
             name: name.to_string(),
             base,
             pres: self.pres.clone(),
             len: Mutex::new(len),
             own: RwLock::new(HashMap::new()),
+            overlay,
         });
         files.insert(name.to_string(), d.clone());
         Ok(d)
     }
     fn exists(&self, name: &str) -> bool {
-        self.files.locked().contains_key(name) || self.visible_in_base(name)
+        self.files.locked().contains_key(name)
+            || self.visible_in_base(name)
+            || (self.overlay.contains_key(name) && !self.removed.locked().contains(name))
     }
     fn list(&self) -> IoResult<Vec<String>> {
         let mut v: HashSet<String> = self.files.locked().keys().cloned().collect();
         v.extend(self.pres.names.iter().filter(|n| self.visible_in_base(n)).cloned());
+        let removed = self.removed.locked();
+        v.extend(self.overlay.keys().filter(|n| !removed.contains(*n)).cloned());
         Ok(v.into_iter().collect())
     }
     fn remove(&self, name: &str) -> IoResult<()> {
@@ -296,6 +314,8 @@ struct SnapDevice {
     len: Mutex<u64>,
     /// Blocks the snapshot wrote.
     own: RwLock<HashMap<u64, Box<[u8]>>>,
+    /// The apply thread's unsealed pages at the snapshot's position, by page number.
+    overlay: HashMap<u64, Arc<AlignedBuf>>,
 }
 
 impl SnapDevice {
@@ -319,27 +339,43 @@ impl SnapDevice {
             buf[aligned..from_base].copy_from_slice(&tmp[..from_base - aligned]);
         }
         buf[from_base..].fill(0);
+        // Newer over older: what the apply thread kept, its pages at the snapshot's position
+        // (sealed as a write-back would), the snapshot's own blocks.
         let kept = self.pres.blocks.locked();
+        for b in offset / BLOCK..end.div_ceil(BLOCK) {
+            match kept.get(&(self.name.clone(), b)) {
+                Some(Some(old)) => copy_part(buf, offset, b * BLOCK, old),
+                Some(None) => copy_part(buf, offset, b * BLOCK, &ZEROS),
+                None => {}
+            }
+        }
+        drop(kept);
+        if let Some(ps) = self.overlay.values().next().map(|p| p.len() as u64) {
+            for p in offset / ps..end.div_ceil(ps) {
+                if let Some(page) = self.overlay.get(&p) {
+                    let mut sealed = page.to_vec();
+                    PageHeader::seal(&mut sealed);
+                    copy_part(buf, offset, p * ps, &sealed);
+                }
+            }
+        }
         let own = self.own.read_locked();
         for b in offset / BLOCK..end.div_ceil(BLOCK) {
-            let bs = b * BLOCK;
-            let src: Option<&[u8]> = if let Some(o) = own.get(&b) {
-                Some(o)
-            } else {
-                match kept.get(&(self.name.clone(), b)) {
-                    Some(Some(old)) => Some(old),
-                    Some(None) => Some(&ZEROS[..]),
-                    None => None,
-                }
-            };
-            if let Some(src) = src {
-                let lo = bs.max(offset);
-                let hi = (bs + BLOCK).min(end);
-                buf[(lo - offset) as usize..(hi - offset) as usize]
-                    .copy_from_slice(&src[(lo - bs) as usize..(hi - bs) as usize]);
+            if let Some(o) = own.get(&b) {
+                copy_part(buf, offset, b * BLOCK, o);
             }
         }
         Ok(())
+    }
+}
+
+/// Copies into `buf` (the bytes from `offset`) the part of `src` (the bytes from `at`) they share.
+fn copy_part(buf: &mut [u8], offset: u64, at: u64, src: &[u8]) {
+    let lo = at.max(offset);
+    let hi = (at + src.len() as u64).min(offset + buf.len() as u64);
+    if lo < hi {
+        buf[(lo - offset) as usize..(hi - offset) as usize]
+            .copy_from_slice(&src[(lo - at) as usize..(hi - at) as usize]);
     }
 }
 
@@ -400,6 +436,7 @@ pub struct StandbySnapshot {
     acknowledged: Lsn,
     taken: std::time::SystemTime,
     build: std::time::Duration,
+    undone: u64,
     _pres: Arc<Preserved>,
 }
 
@@ -426,7 +463,11 @@ impl StandbySnapshot {
     pub fn taken(&self) -> std::time::SystemTime {
         self.taken
     }
-    /// How long building it took (copying the log and the in-memory recovery).
+    /// The transactions in flight at its position, whose changes building it undid.
+    pub fn undone(&self) -> u64 {
+        self.undone
+    }
+    /// How long building it took (the in-memory undo of what was in flight and the two opens).
     pub fn build_time(&self) -> std::time::Duration {
         self.build
     }
@@ -438,21 +479,77 @@ impl std::fmt::Debug for StandbySnapshot {
     }
 }
 
-/// Builds a snapshot at `lsn` from the registration `pres` of `cow`: copies the records from
-/// the view's checkpoint start to `lsn` out of `log` into a scratch log in `scratch`, and opens
-/// the database on the view (`release` is called once the replica log is no longer read).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn build(
-    cow: &CowStorage,
-    pres: Arc<Preserved>,
-    lsn: Lsn,
-    acknowledged: Lsn,
-    log: &Arc<ReplicaLog>,
-    scratch: PathBuf,
-    options: &Options,
-    release: impl FnOnce(),
-) -> Result<StandbySnapshot> {
+/// What a read snapshot starts from, handed over by the apply thread between two records.
+pub(super) struct SnapSource {
+    /// Its registration with the storage.
+    pub(super) pres: Arc<Preserved>,
+    /// The applied position P.
+    pub(super) lsn: Lsn,
+    /// The primary's durable position the standby knew then.
+    pub(super) acknowledged: Lsn,
+    /// The pages changed up to P and not yet written back: (pool tag, file, page), unsealed.
+    pub(super) pages: Vec<((u8, u32, u64), Arc<AlignedBuf>)>,
+    /// The page-change records of the transactions unfinished at P and the record ending at P,
+    /// in log order.
+    pub(super) records: Vec<Arc<ShippedRecord>>,
+}
+
+/// What an applied record is to the transactions ([`Unfinished::applied`]).
+pub(super) enum Role {
+    /// It changes pages for transaction `0` (it carries an operation to undo).
+    Change(u64),
+    /// It ends transaction `0` (commit or abort).
+    End(u64),
+    /// Neither.
+    Other,
+}
+
+/// The transactions the apply thread saw begin and not yet end, with their page-change
+/// records (what a snapshot's undo needs, as recovery's undo would), and the last record
+/// applied. Fed every applied record from the replica log's start, where the oldest
+/// transaction unfinished at the restartpoint began.
+#[derive(Default)]
+pub(super) struct Unfinished {
+    txns: HashMap<u64, Vec<Arc<ShippedRecord>>>,
+    last: Option<Arc<ShippedRecord>>,
+}
+
+impl Unfinished {
+    /// Notes an applied record.
+    pub(super) fn applied(&mut self, rec: ShippedRecord, role: Role) {
+        let rec = Arc::new(rec);
+        match role {
+            Role::Change(t) => self.txns.entry(t).or_default().push(rec.clone()),
+            Role::End(t) => {
+                self.txns.remove(&t);
+            }
+            Role::Other => {}
+        }
+        self.last = Some(rec);
+    }
+
+    /// The records a snapshot at the last applied position needs, in log order.
+    pub(super) fn records(&self) -> Vec<Arc<ShippedRecord>> {
+        let mut v: Vec<Arc<ShippedRecord>> = self.txns.values().flatten().cloned().collect();
+        if let Some(l) = &self.last {
+            if !v.iter().any(|r| Arc::ptr_eq(r, l)) {
+                v.push(l.clone());
+            }
+        }
+        v.sort_unstable_by_key(|r| r.lsn);
+        v
+    }
+}
+
+/// Builds a snapshot of `cow` from `src` (see the module's comment).
+pub(super) fn build(cow: &CowStorage, src: SnapSource, options: &Options) -> Result<StandbySnapshot> {
     let started = std::time::Instant::now();
+    let SnapSource { pres, lsn, acknowledged, pages, records } = src;
+    let mut overlay: HashMap<String, HashMap<u64, Arc<AlignedBuf>>> = HashMap::new();
+    for ((tag, file, page), buf) in pages {
+        let name = if tag == TAG_TABLE { crate::db::heap_name(file) } else { crate::db::index_name(file) };
+        overlay.entry(name).or_default().insert(page, buf);
+    }
     let view = Arc::new(SnapView {
         base: cow.inner().clone(),
         cow: cow.sh.clone(),
@@ -460,13 +557,18 @@ pub(super) fn build(
         files: Mutex::new(HashMap::new()),
         removed: Mutex::new(HashSet::new()),
         location: format!("{} (standby snapshot at LSN {lsn})", cow.location()),
+        overlay,
     });
-    let copied = copy_log(&view, log, lsn, &scratch);
-    release();
-    let _cleanup = Scratch(scratch.clone());
-    let scratch_log = copied?;
+    let undo_from = records.first().map_or(lsn, |r| r.lsn.min(lsn));
+    set_checkpoint(&view, lsn, undo_from)?;
+    let scratch = ReplicaLog::open(Arc::new(MemStorage::new()), undo_from)?;
+    for r in &records {
+        scratch.append_at(r.lsn, r.end, r.kind, &r.payload)?;
+    }
+    scratch.sync()?;
     let opts = Options { create_if_missing: false, read_only: false, ..options.clone() };
-    let db = Database::open_with_log(view.clone(), Some(Box::new(ReplicaLogOpener(scratch_log))), opts)?;
+    let db = Database::open_with_log(view.clone(), Some(Box::new(ReplicaLogOpener(scratch))), opts)?;
+    let undone = db.recovery_report().losers;
     db.close()?;
     let ro = Options { create_if_missing: false, read_only: true, ..options.clone() };
     let db = Database::open_with_log(view, None, ro)?;
@@ -476,48 +578,22 @@ pub(super) fn build(
         acknowledged,
         taken: std::time::SystemTime::now(),
         build: started.elapsed(),
+        undone,
         _pres: pres,
     })
 }
 
-/// Removes a scratch directory when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn copy_log(
-    view: &SnapView,
-    log: &Arc<ReplicaLog>,
-    lsn: Lsn,
-    scratch: &std::path::Path,
-) -> Result<Arc<ReplicaLog>> {
-    let (_, cat) = crate::table::catalog::CatalogStore::load(view.open(crate::db::CATALOG_FILE, false)?)?;
-    let cat = cat.ok_or_else(|| Error::Corruption {
+/// Writes the view's catalog (in the view's memory) with a checkpoint at `redo` (every change
+/// up to it is in the view's pages) whose oldest unfinished transaction began at `undo`.
+fn set_checkpoint(view: &SnapView, redo: Lsn, undo: Lsn) -> Result<()> {
+    let (mut store, cat) =
+        crate::table::catalog::CatalogStore::load(view.open(crate::db::CATALOG_FILE, false)?)?;
+    let mut cat = cat.ok_or_else(|| Error::Corruption {
         file: format!("{}/{}", view.location, crate::db::CATALOG_FILE),
         offset: 0,
         detail: "the catalog is empty".into(),
     })?;
-    let start = cat.checkpoint_redo_lsn.min(cat.checkpoint_undo_lsn);
-    let _ = std::fs::remove_dir_all(scratch);
-    let storage =
-        crate::io::DirStorage::new(scratch, crate::io::FileOptions { direct: false, ..Default::default() })?;
-    let out = ReplicaLog::open(Arc::new(storage), start)?;
-    let mut tail = log.tail()?;
-    // The replica log holds every record from `start` on: it releases only records before a
-    // restartpoint the catalog holds, and nothing while a snapshot copies.
-    while let Some(r) = tail.next_record()? {
-        if r.end > lsn {
-            break;
-        }
-        if r.lsn < start {
-            continue;
-        }
-        out.append_at(r.lsn, r.end, r.kind, &r.payload)?;
-    }
-    out.sync()?;
-    Ok(out)
+    cat.checkpoint_redo_lsn = redo;
+    cat.checkpoint_undo_lsn = undo;
+    store.store(&cat)
 }

@@ -22,7 +22,7 @@
 //!   opens the database on the replica log (redo of everything received, undo of unfinished
 //!   transactions, checkpoint).
 
-use super::apply::{page_changes, start_apply, APPLY_WRITE_BACK_EVERY};
+use super::apply::{page_changes, request_snapshot, start_apply, APPLY_WRITE_BACK_EVERY};
 use super::clock::{Cond, LongLock, Task};
 use super::disk::{DirDisk, Disk};
 use super::env::Env;
@@ -230,8 +230,8 @@ impl Standby {
             table_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.table_page_size as usize)),
             index_page: AtomicUsize::new(cat.as_ref().map_or(0, |c| c.index_page_size as usize)),
             cow,
-            read_step: Mutex::new(()),
-            snapshot_copies: AtomicUsize::new(0),
+            snap_requests: Mutex::new(Vec::new()),
+            snap_pending: AtomicUsize::new(0),
             snapshots_taken: AtomicU64::new(0),
             cfg,
         });
@@ -319,8 +319,9 @@ impl Standby {
     /// part of a transaction), with the lag it was taken at. Read-your-writes: call
     /// [`Standby::wait_applied`] with the commit's LSN first. Applying goes on meanwhile: it
     /// waits for the snapshot only to register between two records, and keeps, while the
-    /// snapshot lives, the old contents of the blocks it overwrites. Building it copies the log
-    /// from the standby's restartpoint and redoes it in memory (see `repl::reads`).
+    /// snapshot lives, the old contents of the blocks it overwrites and of the pages it changes.
+    /// Building it undoes, in memory, the transactions in flight at its position (see
+    /// `repl::reads`); it waits at most 30 s for the apply thread to hand it its start.
     pub fn read_snapshot(&self) -> Result<super::reads::StandbySnapshot> {
         let sh = &self.sh;
         if !sh.seeded.load(Ordering::Acquire) || !sh.cfg.apply {
@@ -343,36 +344,8 @@ impl Standby {
                 detail: "the standby is being promoted".into(),
             });
         }
-        let (pres, lsn, acknowledged) = {
-            let _step = sh.read_step.locked();
-            let pres = sh.cow.register()?;
-            sh.snapshot_copies.fetch_add(1, Ordering::AcqRel);
-            (pres, sh.applied.load(Ordering::Acquire), sh.safe.load(Ordering::Acquire))
-        };
-        let n = sh.snapshots_taken.fetch_add(1, Ordering::Relaxed);
-        let shm = Path::new("/dev/shm");
-        let scratch = if shm.is_dir() {
-            shm.join(format!(
-                "nvmedb-standby-read-{}-{:x}-{n}",
-                std::process::id(),
-                self as *const _ as usize
-            ))
-        } else {
-            sh.cfg.data_dir.join("standby-reads").join(n.to_string())
-        };
-        let release = || {
-            sh.snapshot_copies.fetch_sub(1, Ordering::AcqRel);
-        };
-        super::reads::build(
-            &sh.cow,
-            pres,
-            lsn,
-            acknowledged.max(lsn),
-            &sh.log,
-            scratch,
-            &sh.cfg.options,
-            release,
-        )
+        let src = request_snapshot(sh)?;
+        super::reads::build(&sh.cow, src, &sh.cfg.options)
     }
 
     /// Blocks until the apply thread has applied everything up to `lsn` or `timeout` passes;
