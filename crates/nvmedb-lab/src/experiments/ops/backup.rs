@@ -107,9 +107,10 @@ fn largest_file(dir: &Path) -> Result<PathBuf> {
 }
 
 /// Writes about `bytes` of log: `cfg.writers` threads replacing rows' 4 KiB column (each
-/// update logs the changed bytes before and after) until the log has grown by `bytes`.
+/// update logs the changed bytes before and after) until the log stream (what a restore
+/// replays; not the device's bytes, which count re-written blocks) has grown by `bytes`.
 fn write_log(cfg: &OpsConfig, env: &RunEnv, db: &Database, bytes: u64) -> Result<u64> {
-    let log_bytes = || db.engine_log().map_or(0, |l| l.record_log().stats().bytes_written);
+    let log_bytes = || db.engine_log().map_or(0, |l| l.record_log().stats().durable_bytes);
     let start = log_bytes();
     let tables: Vec<Table> = (0..cfg.tables)
         .map(|i| db.table(&table_name(i)))
