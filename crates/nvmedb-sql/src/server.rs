@@ -50,6 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 
 mod cancel;
+mod priority;
 mod scram;
 use scram::ScramSource;
 
@@ -87,6 +88,10 @@ pub struct ServerConfig {
     pub archive: Option<PathBuf>,
     /// The server certificate and key: clients may then ask for TLS (`sslmode=require`).
     pub tls: Option<crate::tls::TlsFiles>,
+    /// Niceness of the session threads (0: the process's priority). A standby serving reads
+    /// runs its sessions below its log receipt and apply, whose acknowledgements the
+    /// primary's commits wait for.
+    pub session_nice: i32,
 }
 
 /// How long a statement waits for a row lock before it fails with 55P03 (the server's
@@ -112,6 +117,7 @@ impl ServerConfig {
             metrics: None,
             archive: None,
             tls: None,
+            session_nice: 0,
         }
     }
 }
@@ -250,6 +256,7 @@ struct Shared {
     next_conn: AtomicU64,
     tls: Option<pgwire::tokio::TlsAcceptor>,
     cancels: cancel::Cancels,
+    session_nice: i32,
 }
 
 /// The per-connection handler (every pgwire role).
@@ -914,6 +921,7 @@ impl Server {
             next_conn: AtomicU64::new(1),
             tls,
             cancels: cancel::Cancels::default(),
+            session_nice: config.session_nice,
         });
         let workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>> = Arc::default();
         let (sh, wk) = (shared.clone(), workers.clone());
@@ -1021,6 +1029,9 @@ fn accept_loop(
         let startup = Arc::new(Startup { conn: conn.clone(), params: params.clone(), scram });
         let (sh, tls) = (shared.clone(), shared.tls.clone());
         let handle = std::thread::Builder::new().name(format!("nvmedb-conn-{id}")).spawn(move || {
+            if sh.session_nice > 0 {
+                priority::lower_current_thread(sh.session_nice);
+            }
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             if let Ok(rt) = rt {
                 rt.block_on(async move {

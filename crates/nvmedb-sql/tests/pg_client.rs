@@ -854,3 +854,38 @@ async fn statement_timeout_ends_a_long_scan() {
     let e = c.batch_execute("SET statement_timeout = 'soon'").await.unwrap_err();
     assert_eq!(code(&e), "22023", "{e}");
 }
+
+/// A session's thread runs at the server's `session_nice` (what `nvmedb standby --serve` sets,
+/// so that reads yield the CPU to the standby's log receipt and apply), read back from /proc.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_threads_run_at_the_configured_niceness() {
+    let dir = TmpDir::path_only("sql-nice");
+    let mut config = ServerConfig::new(dir.path());
+    config.listen = "127.0.0.1:0".into();
+    config.session_nice = 7;
+    let f = Fixture { server: Some(Server::start(config).expect("server starts")), _dir: dir };
+    let c = f.connect().await;
+    // The query runs on the session's thread: it has set its priority by then.
+    c.simple_query("SELECT 1").await.expect("a query");
+    // Other tests of this binary run servers at the default priority in parallel: their
+    // session threads show 0; this one's must show 7.
+    let nices = session_nices();
+    assert!(nices.contains(&7), "no session thread at niceness 7: {nices:?}");
+}
+
+/// The niceness of every thread of this process named like a session thread.
+fn session_nices() -> Vec<i64> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let p = t.expect("a task").path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        if !comm.starts_with("nvmedb-conn-") {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(p.join("stat")) else { continue };
+        // After the command's closing parenthesis come fields 3 (state) onwards; nice is 19.
+        let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+        out.push(rest.split(' ').nth(16).expect("19 fields").parse().expect("a number"));
+    }
+    out
+}

@@ -36,9 +36,16 @@ pub struct StandbyArgs {
     #[arg(long, value_name = "ADDR")]
     pub serve: Option<String>,
     /// With --serve: how long one snapshot serves new statements before a newer one is taken,
-    /// in milliseconds (each one copies the log from the restartpoint and redoes it in memory).
+    /// in milliseconds (each one starts from the apply thread's pages and undoes the
+    /// transactions in flight).
     #[arg(long, default_value_t = 200)]
     pub snapshot_ms: u64,
+    /// With --serve: niceness of the read sessions' threads (0 to 19; 0: the standby's own
+    /// priority). Above 0 the standby receives, acknowledges and applies the log ahead of
+    /// readers when they compete for its CPUs, so reads slow down before the primary's
+    /// synchronous commits do.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub read_nice: i32,
 }
 
 /// Flags of `nvmedb promote` and `nvmedb status`.
@@ -115,8 +122,11 @@ pub fn standby(a: &StandbyArgs) -> Result<(), CliError> {
                 sb.clone(),
                 std::time::Duration::from_millis(a.snapshot_ms),
             );
-            let config =
-                nvmedb_sql::ServerConfig { listen: addr.clone(), ..nvmedb_sql::ServerConfig::new(&a.data) };
+            let config = nvmedb_sql::ServerConfig {
+                listen: addr.clone(),
+                session_nice: a.read_nice,
+                ..nvmedb_sql::ServerConfig::new(&a.data)
+            };
             let s = nvmedb_sql::Server::start_reads(reads, config)
                 .map_err(|e| CliError::Server { data: a.data.clone(), source: Box::new(e) })?;
             println!("serving reads on {} (snapshots of at most {} ms)", s.addr(), a.snapshot_ms);
