@@ -196,7 +196,6 @@ pub(super) fn request_snapshot(sh: &Shared) -> Result<SnapSource> {
         let _g = sh.apply_mx.locked();
         sh.apply_cv.notify_all();
     }
-    sh.snapshots_taken.fetch_add(1, Ordering::Relaxed);
     let deadline = std::time::Instant::now() + SNAPSHOT_WAIT;
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {

@@ -133,8 +133,6 @@ pub(super) struct Shared {
     pub(super) snap_requests: Mutex<Vec<std::sync::mpsc::Sender<Result<super::reads::SnapSource>>>>,
     /// `snap_requests.len()`, read by the apply thread without the lock.
     pub(super) snap_pending: AtomicUsize,
-    /// Read snapshots taken (names their scratch logs).
-    pub(super) snapshots_taken: AtomicU64,
 }
 
 /// How a promotion is done.

@@ -232,7 +232,6 @@ impl Standby {
             cow,
             snap_requests: Mutex::new(Vec::new()),
             snap_pending: AtomicUsize::new(0),
-            snapshots_taken: AtomicU64::new(0),
             cfg,
         });
         if sh.seeded.load(Ordering::Acquire) && !sh.cfg.apply {
