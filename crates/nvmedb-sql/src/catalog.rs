@@ -244,7 +244,8 @@ impl Catalog {
                 continue;
             }
             let t = db.table(&name)?;
-            let m = meta.get(&name);
+            let cols: Vec<String> = t.schema().columns.iter().map(|c| c.name.clone()).collect();
+            let m = meta.resolve(&name, &cols);
             tables.insert(name, Arc::new(TableInfo::with_meta(t, Arc::default(), m)?));
         }
         let c = Self {
@@ -309,6 +310,17 @@ impl Catalog {
         let stats = self.tables.read_locked().get(table.name()).map(|t| t.stats.clone()).unwrap_or_default();
         let meta = self.meta.get(table.name());
         let info = Arc::new(TableInfo::with_meta(table, stats, meta)?);
+        self.tables.write_locked().insert(info.name.clone(), info.clone());
+        self.index_references();
+        self.version.fetch_add(1, Ordering::AcqRel);
+        Ok(info)
+    }
+
+    /// Installs the SQL view of `table` after a rebuild that changed its columns: as
+    /// [`Catalog::put`], with fresh statistics (the old ones are by column position).
+    pub fn put_reshaped(&self, table: Table) -> SqlResult<Arc<TableInfo>> {
+        let meta = self.meta.get(table.name());
+        let info = Arc::new(TableInfo::with_meta(table, Arc::default(), meta)?);
         self.tables.write_locked().insert(info.name.clone(), info.clone());
         self.index_references();
         self.version.fetch_add(1, Ordering::AcqRel);

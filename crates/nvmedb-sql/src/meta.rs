@@ -8,6 +8,15 @@
 //! DROP TABLE deletes it after the table is gone, so a crash between the two steps leaves at
 //! most a row naming a table that does not exist — ignored, and replaced by the next CREATE
 //! TABLE of that name — never a table with another table's metadata.
+//!
+//! A change that rebuilds a table under new columns (ALTER TABLE … ADD/DROP/RENAME COLUMN, a
+//! multi-column CREATE INDEX, DROP INDEX of one) first writes the row with both definitions:
+//! the current one, and after a line `pending` naming the new engine columns, the one the
+//! table has once the rebuild is switched in ([`MetaStore::set_pending`]); then the table is
+//! rebuilt (one engine catalog update), then the row is written with the new definition alone.
+//! Opening picks the definition whose columns are the engine table's
+//! ([`MetaStore::resolve`]), so a crash at any point leaves the old table with its old
+//! metadata or the new table with its new metadata.
 
 use crate::error::{SqlError, SqlResult};
 use nvmedb::util::sync::{MutexExt, RwLockExt};
@@ -165,8 +174,11 @@ pub fn add_key_column(
     columns: &[String],
     unique: bool,
 ) -> nvmedb::Result<(Schema, KeyDef)> {
-    let n = schema.columns.iter().filter(|c| c.name.starts_with("$key")).count();
-    let column = format!("$key{}", n + 1);
+    // The first free name: DROP INDEX may have removed one before others.
+    let column = (1..)
+        .map(|n| format!("$key{n}"))
+        .find(|c| schema.column_index(c).is_err())
+        .expect("some name is free");
     schema.columns.push(nvmedb::table::Column {
         name: column.clone(),
         ty: ColumnType::Bytes(KEY_BYTES),
@@ -184,6 +196,27 @@ pub struct MetaStore {
     db: Database,
     table: Mutex<Option<Table>>,
     rows: RwLock<HashMap<String, TableMeta>>,
+    /// Definitions written by [`MetaStore::set_pending`] and not yet resolved: table → (the
+    /// engine columns it is for, the definition).
+    pending: RwLock<HashMap<String, (Vec<String>, TableMeta)>>,
+}
+
+/// The line that separates a row's current definition from its pending one.
+const PENDING: &str = "pending";
+
+/// Splits a row's text into its current definition and its pending one (with the engine
+/// columns that one is for), if any.
+fn split_row(text: &str) -> (&str, Option<(Vec<String>, &str)>) {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let l = line.trim_end_matches('\n');
+        if l == PENDING || l.starts_with("pending\t") {
+            let cols = l.split('\t').skip(1).map(unescape).collect();
+            return (&text[..at], Some((cols, &text[at + line.len()..])));
+        }
+        at += line.len();
+    }
+    (text, None)
 }
 
 fn eng(e: nvmedb::Error) -> SqlError {
@@ -194,17 +227,27 @@ impl MetaStore {
     /// Reads the metadata rows of `db` (none if it has no metadata table yet).
     pub fn load(db: &Database) -> SqlResult<Self> {
         let mut rows = HashMap::new();
+        let mut pending = HashMap::new();
         let mut bad = None;
         let table = if db.table_names().iter().any(|n| n == META_TABLE) {
             let t = db.table(META_TABLE)?;
             t.scan(|r| {
                 let name = String::from_utf8_lossy(r.try_bytes(0)?).into_owned();
                 let body = String::from_utf8_lossy(r.try_bytes(1)?).into_owned();
-                match TableMeta::parse(&name, &body) {
+                let (current, next) = split_row(&body);
+                match TableMeta::parse(&name, current) {
                     Ok(m) => {
-                        rows.insert(name, m);
+                        rows.insert(name.clone(), m);
                     }
                     Err(e) => bad = Some(e),
+                }
+                if let Some((cols, text)) = next {
+                    match TableMeta::parse(&name, text) {
+                        Ok(m) => {
+                            pending.insert(name, (cols, m));
+                        }
+                        Err(e) => bad = Some(e),
+                    }
                 }
                 Ok(true)
             })
@@ -216,7 +259,12 @@ impl MetaStore {
         if let Some(e) = bad {
             return Err(e);
         }
-        Ok(Self { db: db.clone(), table: Mutex::new(table), rows: RwLock::new(rows) })
+        Ok(Self {
+            db: db.clone(),
+            table: Mutex::new(table),
+            rows: RwLock::new(rows),
+            pending: RwLock::new(pending),
+        })
     }
 
     fn table(&self) -> SqlResult<Table> {
@@ -235,33 +283,79 @@ impl MetaStore {
         self.rows.read_locked().get(name).cloned().unwrap_or_default()
     }
 
+    /// Picks, for table `name` whose engine columns are `columns`, the definition written for
+    /// them: the pending one when its columns are these (the rebuild that wrote it was
+    /// switched in), else the current one. Only memory changes; the next
+    /// [`MetaStore::set`] of the table rewrites its row.
+    pub fn resolve(&self, name: &str, columns: &[String]) -> TableMeta {
+        let next = self.pending.write_locked().remove(name);
+        if let Some((cols, meta)) = next {
+            if cols == columns {
+                let mut rows = self.rows.write_locked();
+                if meta.is_empty() {
+                    rows.remove(name);
+                } else {
+                    rows.insert(name.to_string(), meta);
+                }
+            }
+        }
+        self.get(name)
+    }
+
     /// Replaces (or, when `meta` is empty, deletes) the row of table `name`; durable when this
     /// returns.
     pub fn set(&self, name: &str, meta: TableMeta) -> SqlResult<()> {
-        let had = self.rows.read_locked().contains_key(name);
-        if !had && meta.is_empty() {
+        let known =
+            self.rows.read_locked().contains_key(name) || self.pending.read_locked().contains_key(name);
+        if !known && meta.is_empty() {
             return Ok(());
         }
-        let t = self.table()?;
-        let key = Value::Bytes(name.as_bytes().to_vec());
-        let mut tx = self.db.begin();
-        if meta.is_empty() {
-            tx.delete(&t, &key).map_err(eng)?;
-        } else {
-            let row = [key, Value::Bytes(meta.to_text().into_bytes())];
-            if had {
-                tx.update(&t, &row).map_err(eng)?;
-            } else {
-                tx.insert(&t, &row).map_err(eng)?;
-            }
-        }
-        tx.commit().map_err(eng)?;
+        let body = (!meta.is_empty()).then(|| meta.to_text());
+        self.write_row(name, body)?;
+        self.pending.write_locked().remove(name);
         let mut rows = self.rows.write_locked();
         if meta.is_empty() {
             rows.remove(name);
         } else {
             rows.insert(name.to_string(), meta);
         }
+        Ok(())
+    }
+
+    /// Before table `name` is rebuilt with engine columns `columns`: writes its row with its
+    /// current definition and `next`, the one it has once the rebuild is switched in (see the
+    /// module documentation); durable when this returns. The definition in use stays the
+    /// current one until [`MetaStore::set`].
+    pub fn set_pending(&self, name: &str, columns: &[String], next: &TableMeta) -> SqlResult<()> {
+        let current = self.get(name);
+        let cols: Vec<String> = columns.iter().map(|c| escape(c)).collect();
+        let body = format!("{}{PENDING}\t{}\n{}", current.to_text(), cols.join("\t"), next.to_text());
+        self.write_row(name, Some(body))?;
+        self.pending.write_locked().insert(name.to_string(), (columns.to_vec(), next.clone()));
+        Ok(())
+    }
+
+    /// Writes (`Some`) or deletes the row of table `name` in a durable transaction of its own.
+    fn write_row(&self, name: &str, body: Option<String>) -> SqlResult<()> {
+        let t = self.table()?;
+        let key = Value::Bytes(name.as_bytes().to_vec());
+        let mut tx = self.db.begin();
+        let had = tx.get_for_update(&t, &key).map_err(eng)?.is_some();
+        match body {
+            None if !had => return Ok(()),
+            None => {
+                tx.delete(&t, &key).map_err(eng)?;
+            }
+            Some(b) => {
+                let row = [key, Value::Bytes(b.into_bytes())];
+                if had {
+                    tx.update(&t, &row).map_err(eng)?;
+                } else {
+                    tx.insert(&t, &row).map_err(eng)?;
+                }
+            }
+        }
+        tx.commit().map_err(eng)?;
         Ok(())
     }
 }

@@ -6,7 +6,8 @@
 //! changes commit durably before the command completes. A session dropped in the middle of
 //! a block (the client went away) rolls it back.
 //!
-//! DDL (CREATE/DROP/TRUNCATE/CREATE INDEX/ALTER TABLE, see `alter`) takes effect at once
+//! DDL (CREATE/DROP/TRUNCATE/CREATE INDEX/DROP INDEX/ALTER TABLE, see `alter` and `reshape`)
+//! takes effect at once
 //! and is not undone by ROLLBACK; it waits, through the gate, until no other statement or
 //! transaction block is running, and is refused inside a block that has already changed
 //! rows.
@@ -38,7 +39,10 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 mod alter;
+mod create_as;
 mod named;
+mod reshape;
+use reshape::rebuild_copy;
 mod settings;
 pub use settings::is_settable;
 use settings::{lookup_setting, parse_memory, SETTINGS};
@@ -807,7 +811,9 @@ impl Session {
             | Stmt::DropTable(..)
             | Stmt::Truncate(..)
             | Stmt::CreateIndex { .. }
+            | Stmt::DropIndex(..)
             | Stmt::Alter(..) => self.ddl(&p.stmt),
+            Stmt::CreateTableAs(plan) => self.create_table_as(plan, p),
             Stmt::Query(_) | Stmt::Insert(_) | Stmt::Update(_) | Stmt::Delete(_) | Stmt::Explain(_) => {
                 self.dml(p, params)
             }
@@ -997,12 +1003,23 @@ impl Session {
 
     /// Runs a DDL statement alone (see the module documentation).
     fn ddl(&mut self, stmt: &Stmt) -> SqlResult<Outcome> {
+        self.ddl_with(|s| s.ddl_locked(stmt))
+    }
+
+    /// 0A000 in a transaction block that has already changed rows (DDL runs at once).
+    fn refuse_ddl_in_dirty_block(&self) -> SqlResult<()> {
         if matches!(self.state, TxnState::Active(_)) && self.dirty {
             return Err(SqlError::new(
                 code::FEATURE_NOT_SUPPORTED,
                 "DDL in a transaction block that has already changed rows is not supported (nvmedb runs DDL at once, outside transactions)",
             ));
         }
+        Ok(())
+    }
+
+    /// Runs `f` alone, holding the gate exclusively (see the module documentation).
+    fn ddl_with(&mut self, f: impl FnOnce(&mut Self) -> SqlResult<Outcome>) -> SqlResult<Outcome> {
+        self.refuse_ddl_in_dirty_block()?;
         let held = self.holds_gate;
         if held {
             self.engine.gate.leave_shared();
@@ -1011,7 +1028,7 @@ impl Session {
         let engine = self.engine.clone();
         let r = {
             let _x = engine.gate.enter_exclusive(engine.ddl_timeout)?;
-            self.ddl_locked(stmt)
+            f(self)
         };
         if held {
             self.engine.gate.enter_shared();
@@ -1148,19 +1165,18 @@ impl Session {
                         row[hidden] = crate::meta::encode_key(&schema, &key_cols, row)
                             .map_or(nvmedb::Value::Null, nvmedb::Value::Bytes);
                     };
-                    e.catalog.meta.set(table, meta)?;
-                    match rebuild_copy(&e.db, table, s, Some(Box::new(fill))) {
-                        Ok(t) => t,
-                        Err(err) => {
-                            e.catalog.meta.set(table, info.meta.clone())?;
-                            return Err(err);
-                        }
-                    }
+                    let from = (0..info.columns.len())
+                        .map(reshape::Source::Old)
+                        .chain(std::iter::once(reshape::Source::Const(nvmedb::Value::Null)))
+                        .collect();
+                    self.reshape(&info, s, from, meta, Some(Box::new(fill)))?;
+                    return Ok(Outcome::Done("CREATE INDEX".into()));
                 };
                 e.catalog.put(t)?;
                 Ok(Outcome::Done("CREATE INDEX".into()))
             }
             Stmt::Alter(table, op) => self.alter(table, op),
+            Stmt::DropIndex(names, if_exists) => self.drop_indexes(names, *if_exists),
             _ => unreachable!("ddl() runs DDL statements"),
         }
     }
@@ -1304,57 +1320,6 @@ fn failed_block() -> SqlError {
         code::IN_FAILED_SQL_TRANSACTION,
         "current transaction is aborted, commands ignored until end of transaction block",
     )
-}
-
-/// Rebuilds `table` under `schema`, copying its rows (by column name) into a bulk load
-/// ([`Database::load_table_replacing`]) fed by a thread that scans the old table; progress on
-/// stderr for big tables.
-/// Fills a row's new columns as a table is copied ([`rebuild_copy`]).
-type RowFill = Box<dyn Fn(&mut [nvmedb::Value]) + Send>;
-
-fn rebuild_copy(
-    db: &Database,
-    table: &str,
-    schema: nvmedb::Schema,
-    fill: Option<RowFill>,
-) -> SqlResult<nvmedb::Table> {
-    let started = Instant::now();
-    let engine_err = |e| SqlError::from_engine(e, Some(table));
-    let old = db.table(table).map_err(engine_err)?;
-    // Where each new column comes from (by name), looked up once rather than per row.
-    let from: Vec<Option<usize>> =
-        schema.columns.iter().map(|c| old.schema().column_index(&c.name).ok()).collect();
-    let (rows, rows_rx) = mpsc::sync_channel::<LoadBatch>(4);
-    let reader = std::thread::spawn(move || {
-        let mut batch = Vec::with_capacity(LOAD_BATCH);
-        let r = old.scan(|row| {
-            let mut r: Vec<nvmedb::Value> =
-                from.iter().map(|f| f.map_or(nvmedb::Value::Null, |i| row.value(i))).collect();
-            if let Some(fill) = &fill {
-                fill(&mut r);
-            }
-            batch.push(Ok(r));
-            if batch.len() >= LOAD_BATCH {
-                let b = std::mem::replace(&mut batch, Vec::with_capacity(LOAD_BATCH));
-                // The load stopped (it failed): stop reading.
-                return Ok(rows.send(b).is_ok());
-            }
-            Ok(true)
-        });
-        if let Err(e) = r {
-            batch.push(Err(e));
-        }
-        let _ = rows.send(batch);
-    });
-    let mut shown = 0;
-    let loaded = db.load_table_replacing(table, schema, rows_rx.into_iter().flatten(), |n| {
-        if n / 1_000_000 > shown {
-            shown = n / 1_000_000;
-            eprintln!("nvmedb: rebuilding {table}: {n} rows ({:.1} s)", started.elapsed().as_secs_f64());
-        }
-    });
-    let _ = reader.join();
-    loaded.map_err(engine_err)
 }
 
 /// Unescapes one field of the COPY text format (borrowed when it has no backslash, as most

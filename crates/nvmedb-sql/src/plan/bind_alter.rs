@@ -28,28 +28,31 @@ pub enum AlterOp {
     AddCheck(Check, Expr),
     /// DROP CONSTRAINT name (a FOREIGN KEY or CHECK) [IF EXISTS].
     DropConstraint(String, bool),
-    /// ADD COLUMN: name, type, NOT NULL, DEFAULT text, and the DEFAULT bound (the value the
-    /// existing rows get), IF NOT EXISTS.
-    AddColumn {
-        /// Column name.
-        name: String,
-        /// Its type.
-        ty: SqlType,
-        /// NULL allowed.
-        nullable: bool,
-        /// DEFAULT as SQL text.
-        default: Option<String>,
-        /// DEFAULT bound, evaluated once for the existing rows.
-        value: Option<Expr>,
-        /// IF NOT EXISTS.
-        if_not_exists: bool,
-    },
+    /// ADD COLUMN.
+    AddColumn(NewColumn),
     /// DROP COLUMN name [IF EXISTS].
     DropColumn(String, bool),
     /// RENAME COLUMN old TO new.
     RenameColumn(String, String),
     /// RENAME TO new.
     RenameTable(String),
+}
+
+/// A column ALTER TABLE … ADD COLUMN adds.
+#[derive(Debug, Clone)]
+pub struct NewColumn {
+    /// Column name.
+    pub name: String,
+    /// Its type.
+    pub ty: SqlType,
+    /// NULL allowed.
+    pub nullable: bool,
+    /// DEFAULT as SQL text.
+    pub default: Option<String>,
+    /// DEFAULT bound, evaluated once for the existing rows.
+    pub value: Option<Expr>,
+    /// IF NOT EXISTS.
+    pub if_not_exists: bool,
 }
 
 impl Binder<'_> {
@@ -181,8 +184,11 @@ impl Binder<'_> {
                 }
             }
         }
+        if crate::catalog::is_hidden_table(&name) || name == crate::catalog::ROWID_COLUMN {
+            return Err(SqlError::new(code::SYNTAX_ERROR, format!("column name \"{name}\" is reserved")));
+        }
         let _ = info;
-        Ok(AlterOp::AddColumn { name, ty, nullable, default, value, if_not_exists })
+        Ok(AlterOp::AddColumn(NewColumn { name, ty, nullable, default, value, if_not_exists }))
     }
 }
 

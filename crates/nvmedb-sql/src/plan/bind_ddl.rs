@@ -73,6 +73,10 @@ impl Binder<'_> {
                 let names = names.iter().map(object_name).collect::<SqlResult<Vec<_>>>()?;
                 (Stmt::DropTable(names, *if_exists), vec![])
             }
+            S::Drop { object_type: ast::ObjectType::Index, if_exists, names, .. } => {
+                let names = names.iter().map(object_name).collect::<SqlResult<Vec<_>>>()?;
+                (Stmt::DropIndex(names, *if_exists), vec![])
+            }
             S::Truncate(t) => {
                 let names =
                     t.table_names.iter().map(|n| object_name(&n.name)).collect::<SqlResult<Vec<_>>>()?;
@@ -176,14 +180,19 @@ impl Binder<'_> {
 
     fn create_table(&mut self, ct: &ast::CreateTable) -> SqlResult<Stmt> {
         let name = object_name(&ct.name)?;
-        if ct.query.is_some() || ct.like.is_some() {
-            return Err(SqlError::unsupported("CREATE TABLE … AS / LIKE"));
-        }
         if is_hidden_table(&name) {
             return Err(SqlError::new(
                 code::INVALID_TABLE_DEFINITION,
                 format!("table names starting with `$` are reserved (\"{name}\")"),
             ));
+        }
+        match (&ct.query, &ct.like) {
+            (Some(q), None) => return self.create_table_as(ct, name, q),
+            (None, Some(ast::CreateTableLikeKind::Parenthesized(like))) => {
+                return self.create_table_like(ct, name, like)
+            }
+            (None, None) => {}
+            _ => return Err(SqlError::unsupported("this form of CREATE TABLE … AS / LIKE")),
         }
         let mut cols: Vec<(String, SqlType, bool)> = Vec::new();
         let mut pk: Option<Vec<String>> = None;
@@ -326,20 +335,28 @@ impl Binder<'_> {
 }
 
 /// What CREATE TABLE found, to become the engine schema.
-struct TableParts {
-    name: String,
-    cols: Vec<(String, SqlType, bool)>,
-    pk: Option<Vec<String>>,
-    pk_name: Option<String>,
-    uniques: Vec<(Option<String>, Vec<String>)>,
-    meta: TableMeta,
-    sequences: Vec<(String, SeqDef)>,
-    if_not_exists: bool,
+pub(super) struct TableParts {
+    /// Table name.
+    pub name: String,
+    /// Visible columns: name, type, NULL allowed.
+    pub cols: Vec<(String, SqlType, bool)>,
+    /// PRIMARY KEY columns (`None`: the hidden row id).
+    pub pk: Option<Vec<String>>,
+    /// The primary key's constraint name.
+    pub pk_name: Option<String>,
+    /// UNIQUE constraints: name, columns.
+    pub uniques: Vec<(Option<String>, Vec<String>)>,
+    /// DEFAULTs, keys, constraints.
+    pub meta: TableMeta,
+    /// Sequences the table owns.
+    pub sequences: Vec<(String, SeqDef)>,
+    /// IF NOT EXISTS.
+    pub if_not_exists: bool,
 }
 
 /// The engine schema of a new table: its columns, the hidden row id when it has no primary
 /// key, and a hidden column for each multi-column key.
-fn finish_table(parts: TableParts) -> SqlResult<Stmt> {
+pub(super) fn finish_table(parts: TableParts) -> SqlResult<Stmt> {
     let TableParts { name, cols, pk, pk_name, uniques, mut meta, sequences, if_not_exists } = parts;
     let single_pk = match pk.as_deref() {
         Some([c]) => Some(c.clone()),

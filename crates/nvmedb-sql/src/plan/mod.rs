@@ -15,6 +15,7 @@
 pub mod bind;
 pub mod bind_alter;
 pub mod bind_constraint;
+pub mod bind_create_as;
 pub mod bind_ddl;
 pub mod bind_dml;
 pub mod bind_expr;
@@ -188,6 +189,15 @@ pub struct CreateTablePlan {
     pub sequences: Vec<(String, crate::sequence::SeqDef)>,
 }
 
+/// CREATE TABLE … AS query: the new table and the query that fills it.
+#[derive(Debug, Clone)]
+pub struct TableAsPlan {
+    /// The new table (its columns are the query's result columns, after the hidden row id).
+    pub table: CreateTablePlan,
+    /// The query.
+    pub query: QueryPlan,
+}
+
 /// What EXPLAIN shows.
 #[derive(Debug, Clone)]
 pub struct ExplainPlan {
@@ -228,6 +238,8 @@ pub enum Stmt {
     Show(String),
     /// CREATE TABLE.
     CreateTable(Box<CreateTablePlan>),
+    /// CREATE TABLE … AS query.
+    CreateTableAs(Box<TableAsPlan>),
     /// CREATE SEQUENCE name, IF NOT EXISTS.
     CreateSequence(String, crate::sequence::SeqDef, bool),
     /// DROP SEQUENCE names, IF EXISTS.
@@ -249,6 +261,8 @@ pub enum Stmt {
         /// IF NOT EXISTS.
         if_not_exists: bool,
     },
+    /// DROP INDEX names, IF EXISTS.
+    DropIndex(Vec<String>, bool),
     /// ALTER TABLE t: one change.
     Alter(String, Box<bind_alter::AlterOp>),
     /// ANALYZE [tables] (empty: all).

@@ -8,7 +8,8 @@
 //! leaves, after a crash between the two, metadata the catalog reads as the old or the new
 //! definition (see each operation).
 
-use super::{rebuild_copy, Outcome, Session};
+use super::reshape::rebuild_copy;
+use super::{Outcome, Session};
 use crate::catalog::{TableInfo, ROWID_COLUMN};
 use crate::constraint::ForeignKey;
 use crate::error::{code, SqlError, SqlResult};
@@ -72,8 +73,11 @@ impl Session {
                 e.catalog.meta.set(table, meta)?;
                 e.catalog.put(info.table.clone())?;
             }
-            other => {
-                return Err(SqlError::unsupported(format!("ALTER TABLE … {}", op_name(other))));
+            AlterOp::AddColumn(def) => return self.add_column(&info, def),
+            AlterOp::DropColumn(name, if_exists) => return self.drop_column(&info, name, *if_exists),
+            AlterOp::RenameColumn(old, new) => return self.rename_column(&info, old, new),
+            AlterOp::RenameTable(_) => {
+                return Err(SqlError::unsupported("ALTER TABLE … RENAME TO"));
             }
         }
         Ok(Outcome::Done("ALTER TABLE".into()))
@@ -105,9 +109,10 @@ impl Session {
         Ok(())
     }
 
-    /// 23514 unless CHECK `x` (over the engine row) holds for every row of `t`.
-    fn validate_check(&self, t: &TableInfo, name: &str, x: &crate::expr::Expr) -> SqlResult<()> {
-        let eval = crate::expr::EvalCtx {
+    /// What a DDL statement evaluates its expressions with (no parameters, settings or
+    /// sequences).
+    fn ddl_eval_ctx(&self) -> crate::expr::EvalCtx<'_> {
+        crate::expr::EvalCtx {
             params: &[],
             settings: &|_| None,
             now: crate::types::now_micros(),
@@ -117,8 +122,17 @@ impl Session {
             subs: Vec::new(),
             outer: Vec::new(),
             seqs: None,
-        };
-        let cx = crate::exec::ExecCtx::new(eval, None);
+        }
+    }
+
+    /// The value of expression `x` without columns (an ADD COLUMN's DEFAULT).
+    pub(super) fn eval_constant(&self, x: &crate::expr::Expr) -> SqlResult<Datum> {
+        x.eval(&[], &self.ddl_eval_ctx())
+    }
+
+    /// 23514 unless CHECK `x` (over the engine row) holds for every row of `t`.
+    fn validate_check(&self, t: &TableInfo, name: &str, x: &crate::expr::Expr) -> SqlResult<()> {
+        let cx = crate::exec::ExecCtx::new(self.ddl_eval_ctx(), None);
         let all: Vec<usize> = (0..t.columns.len()).collect();
         let mut bad = None;
         t.table
@@ -208,17 +222,4 @@ pub(super) fn refuse_if_referenced(
         }
     }
     Ok(())
-}
-
-fn op_name(op: &AlterOp) -> &'static str {
-    match op {
-        AlterOp::AddPrimaryKey(_) => "ADD PRIMARY KEY",
-        AlterOp::AddForeignKey(_) => "ADD FOREIGN KEY",
-        AlterOp::AddCheck(..) => "ADD CHECK",
-        AlterOp::DropConstraint(..) => "DROP CONSTRAINT",
-        AlterOp::AddColumn { .. } => "ADD COLUMN",
-        AlterOp::DropColumn(..) => "DROP COLUMN",
-        AlterOp::RenameColumn(..) => "RENAME COLUMN",
-        AlterOp::RenameTable(_) => "RENAME TO",
-    }
 }
