@@ -239,8 +239,10 @@ impl Catalog {
     pub fn load(db: &Database) -> SqlResult<Self> {
         let mut tables = HashMap::new();
         let meta = MetaStore::load(db)?;
+        let sequences = Sequences::load(db)?;
+        let hidden = crate::rename::finish_at_open(db, &meta, &sequences);
         for name in db.table_names() {
-            if is_hidden_table(&name) {
+            if is_hidden_table(&name) || hidden.contains(&name) {
                 continue;
             }
             let t = db.table(&name)?;
@@ -252,7 +254,7 @@ impl Catalog {
             tables: RwLock::new(tables),
             referenced: RwLock::default(),
             version: AtomicU64::new(1),
-            sequences: Sequences::load(db)?,
+            sequences,
             meta,
         };
         c.index_references();

@@ -30,6 +30,7 @@ pub mod meta;
 pub mod parse;
 pub mod pgcatalog;
 pub mod plan;
+pub mod rename;
 pub mod sequence;
 pub mod server;
 pub mod session;

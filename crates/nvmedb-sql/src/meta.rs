@@ -60,6 +60,9 @@ pub struct TableMeta {
     pub fks: Vec<crate::constraint::ForeignKey>,
     /// CHECK constraints.
     pub checks: Vec<crate::constraint::Check>,
+    /// While ALTER TABLE … RENAME TO is under way: the table's old name (see
+    /// [`crate::rename`]).
+    pub renamed_from: Option<String>,
 }
 
 fn escape(s: &str) -> String {
@@ -87,7 +90,11 @@ fn unescape(s: &str) -> String {
 impl TableMeta {
     /// True when there is nothing to keep.
     pub fn is_empty(&self) -> bool {
-        self.defaults.is_empty() && self.keys.is_empty() && self.fks.is_empty() && self.checks.is_empty()
+        self.defaults.is_empty()
+            && self.keys.is_empty()
+            && self.fks.is_empty()
+            && self.checks.is_empty()
+            && self.renamed_from.is_none()
     }
 
     /// The DEFAULT of column `col`.
@@ -118,6 +125,9 @@ impl TableMeta {
         for c in &self.checks {
             out.push_str(&format!("check\t{}\t{}\n", escape(&c.name), escape(&c.expr)));
         }
+        if let Some(old) = &self.renamed_from {
+            out.push_str(&format!("renamed_from\t{}\n", escape(old)));
+        }
         out
     }
 
@@ -135,6 +145,7 @@ impl TableMeta {
                     unique: f[4] == "1",
                     columns: f[5..].to_vec(),
                 }),
+                Some("renamed_from") if f.len() == 2 => m.renamed_from = Some(f[1].clone()),
                 Some("check") if f.len() == 3 => {
                     m.checks.push(crate::constraint::Check { name: f[1].clone(), expr: f[2].clone() })
                 }
@@ -276,6 +287,13 @@ impl MetaStore {
         let created = self.db.create_table(META_TABLE, s).map_err(eng)?;
         *t = Some(created.clone());
         Ok(created)
+    }
+
+    /// Names of the tables that have metadata, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.rows.read_locked().keys().cloned().collect();
+        v.sort();
+        v
     }
 
     /// The metadata of table `name` (empty if it has none).

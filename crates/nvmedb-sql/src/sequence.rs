@@ -254,6 +254,24 @@ impl Sequences {
         Ok(())
     }
 
+    /// Makes table `owner` the owner of sequence `name` (durably; ALTER TABLE … RENAME TO).
+    /// The row keeps the value reserved on disk, so no value is handed out twice.
+    pub fn set_owner(&self, name: &str, owner: &str) -> SqlResult<()> {
+        let seq = self.get(name)?;
+        let st = seq.state.locked();
+        let def = SeqDef { owner: Some(owner.to_string()), ..seq.def.clone() };
+        let (value, called) = match st.reserved {
+            Some(r) => (r, true),
+            None => (st.last, st.called),
+        };
+        self.persist(name, &def, value, called)?;
+        let state = SeqState { last: st.last, called: st.called, reserved: st.reserved };
+        self.seqs
+            .write_locked()
+            .insert(name.to_string(), Arc::new(Sequence { def, state: Mutex::new(state) }));
+        Ok(())
+    }
+
     fn get(&self, name: &str) -> SqlResult<Arc<Sequence>> {
         self.seqs.read_locked().get(name).cloned().ok_or_else(|| undefined(name))
     }

@@ -76,11 +76,50 @@ impl Session {
             AlterOp::AddColumn(def) => return self.add_column(&info, def),
             AlterOp::DropColumn(name, if_exists) => return self.drop_column(&info, name, *if_exists),
             AlterOp::RenameColumn(old, new) => return self.rename_column(&info, old, new),
-            AlterOp::RenameTable(_) => {
-                return Err(SqlError::unsupported("ALTER TABLE … RENAME TO"));
-            }
+            AlterOp::RenameTable(new) => self.rename_table(&info, new)?,
         }
         Ok(Outcome::Done("ALTER TABLE".into()))
+    }
+
+    /// ALTER TABLE … RENAME TO: the rows are copied under the new name, then the old table is
+    /// dropped (see [`crate::rename`] for the steps and what a crash leaves).
+    fn rename_table(&mut self, info: &TableInfo, new: &str) -> SqlResult<()> {
+        let e = self.engine.clone();
+        let old = info.name.as_str();
+        if e.catalog.exists(new) || e.catalog.sequences.exists(new) {
+            return Err(SqlError::new(code::DUPLICATE_TABLE, format!("relation \"{new}\" already exists")));
+        }
+        if crate::catalog::is_hidden_table(new) {
+            return Err(SqlError::new(
+                code::INVALID_TABLE_DEFINITION,
+                format!("table names starting with `$` are reserved (\"{new}\")"),
+            ));
+        }
+        let mut meta = info.meta.clone();
+        for fk in &mut meta.fks {
+            if fk.parent == old {
+                fk.parent = new.to_string();
+            }
+        }
+        meta.renamed_from = Some(old.to_string());
+        e.catalog.meta.set(new, meta)?;
+        let schema = info.table.schema().clone();
+        let from = (0..schema.columns.len()).map(super::reshape::Source::Old).collect();
+        let t = match super::reshape::copy_table(&e.db, old, new, schema, from, None) {
+            Ok(t) => t,
+            Err(err) => {
+                e.catalog.meta.set(new, crate::meta::TableMeta::default())?;
+                return Err(err);
+            }
+        };
+        let done = crate::rename::finish(&e.db, &e.catalog.meta, &e.catalog.sequences, old, new);
+        e.catalog.remove(old);
+        e.catalog.put(t)?;
+        // The children's views still name the old parent: read their metadata again.
+        for (child, _) in e.catalog.referencing(old) {
+            e.catalog.put(child.table.clone())?;
+        }
+        done
     }
 
     fn add_primary_key(&mut self, info: &TableInfo, column: &str) -> SqlResult<()> {

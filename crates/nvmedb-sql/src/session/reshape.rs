@@ -53,12 +53,25 @@ pub(super) fn rebuild_copy(
     rebuild_from(db, table, schema, from, fill)
 }
 
-/// Rebuilds `table` under `schema`, each new column filled from `from`, into a bulk load
-/// ([`Database::load_table_replacing`]) fed by a thread that scans the old table; progress on
-/// stderr for big tables.
+/// Rebuilds `table` under `schema`, each new column filled from `from`; see [`copy_table`].
 pub(super) fn rebuild_from(
     db: &Database,
     table: &str,
+    schema: Schema,
+    from: Vec<Source>,
+    fill: Option<RowFill>,
+) -> SqlResult<nvmedb::Table> {
+    copy_table(db, table, table, schema, from, fill)
+}
+
+/// Copies the rows of table `table` into table `to` with `schema` (the same name: replacing
+/// it), each new column filled from `from`, by a bulk load ([`Database::load_table_replacing`]
+/// or [`Database::load_table`]) fed by a thread that scans the old table; progress on stderr
+/// for big tables.
+pub(super) fn copy_table(
+    db: &Database,
+    table: &str,
+    to: &str,
     schema: Schema,
     from: Vec<Source>,
     fill: Option<RowFill>,
@@ -94,14 +107,30 @@ pub(super) fn rebuild_from(
         let _ = rows.send(batch);
     });
     let mut shown = 0;
-    let loaded = db.load_table_replacing(table, schema, rows_rx.into_iter().flatten(), |n| {
+    let progress = |n: u64| {
         if n / 1_000_000 > shown {
             shown = n / 1_000_000;
-            eprintln!("nvmedb: rebuilding {table}: {n} rows ({:.1} s)", started.elapsed().as_secs_f64());
+            eprintln!("nvmedb: copying {table}: {n} rows ({:.1} s)", started.elapsed().as_secs_f64());
         }
-    });
+    };
+    let rows = rows_rx.into_iter().flatten();
+    let loaded = if to == table {
+        db.load_table_replacing(table, schema, rows, progress)
+    } else {
+        let mut failed = None;
+        let rows = rows.map_while(|r| r.map_err(|e| failed = Some(e)).ok());
+        let made = db.load_table(to, schema, rows, progress);
+        match (failed, made) {
+            (Some(e), Ok(_)) => {
+                // The copy is partial: it must not stay under the new name.
+                let _ = db.drop_table(to);
+                Err(e)
+            }
+            (_, made) => made,
+        }
+    };
     let _ = reader.join();
-    loaded.map_err(engine_err)
+    loaded.map_err(|e| SqlError::from_engine(e, Some(to)))
 }
 
 /// `schema` with column `at` removed (positions of the key and the indexes after it move down).
