@@ -390,7 +390,7 @@ fn attnum(info: &TableInfo, col: usize) -> i64 {
     (col - info.visible().start + 1) as i64
 }
 
-fn quote_ident(s: &str) -> String {
+pub(crate) fn quote_ident(s: &str) -> String {
     let plain = s.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     if plain {

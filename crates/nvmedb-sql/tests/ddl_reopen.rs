@@ -30,10 +30,15 @@ impl Disks {
 
     fn open(&self) -> Arc<Engine> {
         let logs: (Arc<dyn Storage>, Arc<dyn Storage>) = (self.log_a.clone(), self.log_b.clone());
-        // Small buffers: these tables are tiny, and the test opens a database four times.
+        // Small buffers and log segments: the tables are tiny.
         let options = Options {
             table_buffer: nvmedb::BufferSize::Bytes(16 << 20),
             index_buffer: nvmedb::BufferSize::Bytes(16 << 20),
+            wal_options: nvmedb::wal::WalOptions {
+                segment_bytes: 1 << 20,
+                max_batch_bytes: 256 << 10,
+                ..Default::default()
+            },
             ..Options::default()
         };
         let db = Database::open_with_storages(self.data.clone(), Some(logs), options).unwrap();

@@ -161,23 +161,12 @@ pub(crate) fn rename_ident(sql: &str, old: &str, new: &str) -> Option<String> {
         match t {
             Token::Word(w) if w.quote_style.map_or(w.value.to_lowercase(), |_| w.value.clone()) == old => {
                 found = true;
-                out.push_str(&quote_ident(new));
+                out.push_str(&crate::pgcatalog::quote_ident(new));
             }
             other => out.push_str(&other.to_string()),
         }
     }
     found.then_some(out)
-}
-
-/// `name` as an SQL identifier (quoted unless it is a plain lower-case word).
-fn quote_ident(name: &str) -> String {
-    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        name.to_string()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
 }
 
 fn depends(what: &str, column: &str, table: &str) -> SqlError {
