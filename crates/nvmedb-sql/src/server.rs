@@ -50,7 +50,6 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 
 mod cancel;
-mod priority;
 mod scram;
 use scram::ScramSource;
 
@@ -1030,7 +1029,9 @@ fn accept_loop(
         let (sh, tls) = (shared.clone(), shared.tls.clone());
         let handle = std::thread::Builder::new().name(format!("nvmedb-conn-{id}")).spawn(move || {
             if sh.session_nice > 0 {
-                priority::lower_current_thread(sh.session_nice);
+                // Refused: the session runs at the process's priority (a slower primary is
+                // not an error).
+                let _ = nvmedb::util::sched::lower_thread_priority(sh.session_nice);
             }
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             if let Ok(rt) = rt {

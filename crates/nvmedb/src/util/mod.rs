@@ -4,12 +4,14 @@
 //! Owns: `Rng` (a seeded, reproducible generator, so every randomised test and workload can be
 //! replayed from its printed seed), `crc32c` helpers, an FNV-1a hash, and [`sync`] (taking locks whatever a
 //! panicking holder left), [`bytes`] (the little-endian readers and writer every format
-//! uses), [`calendar`] (civil dates and day numbers), and [`hist`] (the live atomic histograms behind the operational metrics).
+//! uses), [`calendar`] (civil dates and day numbers), [`hist`] (the live atomic histograms behind the operational metrics), and [`sched`] (lowering
+//! a thread's scheduling priority).
 
 pub mod bytes;
 pub mod calendar;
 pub mod hist;
 mod rng;
+pub mod sched;
 pub mod sync;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -55,6 +55,10 @@ pub struct OpsArgs {
     /// every CPU.
     #[arg(long, value_parser = ["split", "shared"])]
     pub cpus: Option<String>,
+    /// Niceness of pgbench, the readers' load generator (default 19: it takes only the CPU
+    /// the standby leaves, as clients on their own machines would; 0: normal priority).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub reader_nice: Option<i32>,
     /// pgbench (PostgreSQL 15's client programs).
     #[arg(long, default_value = "/usr/lib/postgresql/15/bin/pgbench")]
     pub pgbench: PathBuf,
@@ -91,6 +95,9 @@ impl LabArgs for OpsArgs {
         set(self.writers, &mut cfg.writers);
         set(self.readers, &mut cfg.readers);
         set(self.reader_threads, &mut cfg.reader_threads);
+        if let Some(v) = self.reader_nice {
+            cfg.reader_nice = v;
+        }
         if let Some(v) = self.rows {
             cfg.rows = v;
         }

@@ -522,56 +522,62 @@ impl Experiment for EngineBench {
             figures.push(f);
         }
         if let Some(l) = &r.locks {
-            text.push_str(&format!("{}\n", l.uncontended_line()));
-            figures.push(Figure::new(
-                "locks/uncontended_x_release_ns",
-                "lock X + release_all, one thread",
-                l.uncontended_x_release_ns,
-                "ns",
-            ));
-            let mut t = TextTable::new([
-                "locks: waits by",
-                "threads",
-                "txn/s",
-                "txn p50 µs",
-                "txn p99 µs",
-                "waits",
-                "spin-granted %",
-                "parked",
-                "park calls",
-                "mean wait µs",
-                "wait p50 < µs",
-                "p99 < µs",
-                "p99.9 < µs",
-            ]);
-            let q = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-            for c in &l.contended {
-                t.row([
-                    c.setting.clone(),
-                    c.threads.to_string(),
-                    format!("{:.0}", c.txn_per_s),
-                    format!("{:.1}", c.txn_p50_us),
-                    format!("{:.1}", c.txn_p99_us),
-                    c.waits.to_string(),
-                    format!("{:.1}", c.spin_granted_pct),
-                    c.parked_waits.to_string(),
-                    c.park_calls.to_string(),
-                    q(c.mean_wait_us),
-                    q(c.wait_p50_below_us),
-                    q(c.wait_p99_below_us),
-                    q(c.wait_p999_below_us),
-                ]);
-                figures.push(Figure::new(
-                    format!("locks/{}/threads{}/txn_per_s", c.setting, c.threads),
-                    format!("lock transactions, {} waits, {} threads", c.setting, c.threads),
-                    c.txn_per_s,
-                    "txn/s",
-                ));
-            }
-            if !t.is_empty() {
-                text.push_str(&t.to_string());
-            }
+            locks_report(l, &mut text, &mut figures);
         }
         Ok(Summary { text, figures })
+    }
+}
+
+/// The lock manager's part of the report: the uncontended cost, and a table of the contended
+/// runs (adding their figures).
+fn locks_report(l: &LockResults, text: &mut String, figures: &mut Vec<Figure>) {
+    text.push_str(&format!("{}\n", l.uncontended_line()));
+    figures.push(Figure::new(
+        "locks/uncontended_x_release_ns",
+        "lock X + release_all, one thread",
+        l.uncontended_x_release_ns,
+        "ns",
+    ));
+    let mut t = TextTable::new([
+        "locks: waits by",
+        "threads",
+        "txn/s",
+        "txn p50 µs",
+        "txn p99 µs",
+        "waits",
+        "spin-granted %",
+        "parked",
+        "park calls",
+        "mean wait µs",
+        "wait p50 < µs",
+        "p99 < µs",
+        "p99.9 < µs",
+    ]);
+    let q = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    for c in &l.contended {
+        t.row([
+            c.setting.clone(),
+            c.threads.to_string(),
+            format!("{:.0}", c.txn_per_s),
+            format!("{:.1}", c.txn_p50_us),
+            format!("{:.1}", c.txn_p99_us),
+            c.waits.to_string(),
+            format!("{:.1}", c.spin_granted_pct),
+            c.parked_waits.to_string(),
+            c.park_calls.to_string(),
+            q(c.mean_wait_us),
+            q(c.wait_p50_below_us),
+            q(c.wait_p99_below_us),
+            q(c.wait_p999_below_us),
+        ]);
+        figures.push(Figure::new(
+            format!("locks/{}/threads{}/txn_per_s", c.setting, c.threads),
+            format!("lock transactions, {} waits, {} threads", c.setting, c.threads),
+            c.txn_per_s,
+            "txn/s",
+        ));
+    }
+    if !t.is_empty() {
+        text.push_str(&t.to_string());
     }
 }

@@ -436,15 +436,42 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
         load(&db, cfg.tables, cfg.rows, 4, env.progress)?;
         db.close().map_err(LabError::engine("closing the template"))?;
     }
+    let (devices, prepared) = prepare_devices(cfg, env, &template)?;
+    let points = run_points(cfg, env, &prepared)?;
+    let delay = run_delay(cfg, env, &prepared)?;
+    if ram_needed {
+        let _ = std::fs::remove_dir_all(&cfg.ram_dir);
+    }
+    let (failover, failover_note) = failover::run(cfg, env)?;
+    let cpu_placement = point::describe_placement(&point::placement(cfg)?);
+    Ok(HaResults {
+        summary: summarise(cfg, &points),
+        devices,
+        points,
+        delay,
+        failover,
+        failover_note,
+        cpu_placement,
+    })
+}
+
+/// Each device under test: its template (the disk's, or a copy in RAM for the emulated
+/// devices and memory), its measured write latency and label, and the point runner prepared
+/// on it.
+fn prepare_devices(
+    cfg: &HaConfig,
+    env: &RunEnv,
+    template: &std::path::Path,
+) -> Result<(Vec<DeviceReport>, Vec<point::Prepared>)> {
     let mut prepared = Vec::new();
     let mut devices = Vec::new();
     for d in &cfg.devices {
         let t = if *d == DeviceKind::Disk {
-            template.clone()
+            template.to_path_buf()
         } else {
             let ram = cfg.ram_dir.join("template");
             if !ram.exists() {
-                crate::files::copy_files(&template, &ram)?;
+                crate::files::copy_files(template, &ram)?;
                 use nvmedb::io::Storage as _;
                 if !nvmedb::io::DirStorage::new(&ram, Default::default())
                     .map_err(LabError::engine("opening the RAM template"))?
@@ -474,10 +501,15 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
         devices.push(DeviceReport { device: d.name(), label, write_p50_us: p50, write_p99_us: p99 });
         prepared.push(point::Prepared::new(cfg, d, &t));
     }
+    Ok((devices, prepared))
+}
+
+/// The throughput points: every repetition, device, buffer size and replication kind.
+fn run_points(cfg: &HaConfig, env: &RunEnv, prepared: &[point::Prepared]) -> Result<Vec<HaPoint>> {
     let mut points = Vec::new();
     let mut seed = 1;
     for rep in 0..cfg.reps {
-        for dev in &prepared {
+        for dev in prepared {
             for &b in &cfg.buffers {
                 for kind in HaKind::ALL {
                     seed += 1;
@@ -510,12 +542,16 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
             }
         }
     }
-    // Replication delay (seed 002 Fig. 13): log shipping at the largest buffer, each log on
-    // both sides.
+    Ok(points)
+}
+
+/// Replication delay (seed 002 Fig. 13): log shipping at the largest buffer, each log on both
+/// sides.
+fn run_delay(cfg: &HaConfig, env: &RunEnv, prepared: &[point::Prepared]) -> Result<Vec<DelayRow>> {
     let dcfg = HaConfig { duration_s: cfg.delay_s, ..cfg.clone() };
     let top = cfg.buffers.iter().copied().fold(0.0, f64::max);
     let mut delay = Vec::new();
-    for dev in &prepared {
+    for dev in prepared {
         for &log in &cfg.delay_logs {
             let pr =
                 point::run(&dcfg, dev, HaKind::HaLog, log, top, 999, true).map_err(LabError::in_part(
@@ -538,20 +574,7 @@ fn run_parts(cfg: &HaConfig, env: &RunEnv, ram_needed: bool) -> Result<HaResults
             delay.extend(rows);
         }
     }
-    if ram_needed {
-        let _ = std::fs::remove_dir_all(&cfg.ram_dir);
-    }
-    let (failover, failover_note) = failover::run(cfg, env)?;
-    let cpu_placement = point::describe_placement(&point::placement(cfg)?);
-    Ok(HaResults {
-        summary: summarise(cfg, &points),
-        devices,
-        points,
-        delay,
-        failover,
-        failover_note,
-        cpu_placement,
-    })
+    Ok(delay)
 }
 
 /// The failover part (feature `etcd`).

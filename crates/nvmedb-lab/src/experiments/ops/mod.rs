@@ -65,6 +65,12 @@ pub struct OpsConfig {
     /// The primary (with its writers) on the first half of the CPUs, the standby (with its
     /// readers) on the other half, as two servers; `false`: every process on every CPU.
     pub split_cpus: bool,
+    /// Niceness of pgbench, the readers' load generator (0: normal priority). In a deployment
+    /// the clients run on their own machines; here they share the standby's CPU, and at 19
+    /// they take only what the standby leaves, so the point measures what serving the reads
+    /// costs the standby (and through its acknowledgements the primary), not what generating
+    /// them costs.
+    pub reader_nice: i32,
     /// Seconds of each fio run.
     pub fio_s: f64,
     /// MiB of log written after the backup, which each restore replays from the archive (in
@@ -90,6 +96,7 @@ impl OpsConfig {
             reps: 3,
             lag_every_ms: 50,
             split_cpus: true,
+            reader_nice: 19,
             fio_s: 3.0,
             restore_log_mib: 256,
         }
@@ -165,6 +172,9 @@ impl Experiment for Ops {
             if v == 0 {
                 return Err(LabError::config(field, "must be at least 1"));
             }
+        }
+        if !(0..=19).contains(&cfg.reader_nice) {
+            return Err(LabError::config("--reader-nice", format!("{} is outside 0..=19", cfg.reader_nice)));
         }
         if cfg.reader_threads > cfg.readers {
             return Err(LabError::config(

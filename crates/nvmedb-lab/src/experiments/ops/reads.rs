@@ -210,12 +210,18 @@ pub fn run(cfg: &OpsConfig, env: &RunEnv, primary: &Path) -> Result<ReadsPart> {
     } else {
         None
     };
-    let placement = match &place {
+    let mut placement = match &place {
         Some((a, b)) => format!(
             "the primary and its writers on CPU {a:?}; the standby and pgbench (its readers) on CPU {b:?}"
         ),
         None => "every process on every CPU".into(),
     };
+    if cfg.reader_nice > 0 {
+        placement.push_str(&format!(
+            "; pgbench (the readers' load generator, on client machines in a deployment) at niceness {}",
+            cfg.reader_nice
+        ));
+    }
     let pin = |set: Option<&Vec<usize>>| -> Result<Option<Pinned>> {
         set.map(|s| Pinned::new(s).map_err(LabError::io("/proc/self", "pin to CPUs"))).transpose()
     };
@@ -303,6 +309,11 @@ fn point(
                 let _pin = reader_cpus
                     .map(|c| Pinned::new(c).map_err(LabError::io("/proc/self", "pin pgbench")))
                     .transpose()?;
+                // This thread only starts pgbench, which inherits the niceness.
+                if cfg.reader_nice > 0 {
+                    nvmedb::util::sched::lower_thread_priority(cfg.reader_nice)
+                        .map_err(LabError::io("/proc/self", "lower pgbench's priority"))?;
+                }
                 let (c, j, t) = (cfg.readers.to_string(), cfg.reader_threads.to_string(), secs.to_string());
                 let mut args = vec!["-n", "-c", &c, "-j", &j, "-T", &t];
                 let files: Vec<String> = scripts.iter().map(|p| p.display().to_string()).collect();

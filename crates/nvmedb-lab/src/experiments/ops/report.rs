@@ -119,8 +119,8 @@ fn reads_section(
     }
     text.push_str(&t.to_string());
     text.push_str(&format!(
-        "primary commits/s: {:.0} without readers, {:.0} with ({:+.1} % lower; goal <= {GOAL_OVERHEAD_PCT} %); standby reads/s: {:.0}; apply lag median {:.1} ms without readers, {:.1} ms with (largest {:.1} / {:.1} ms)\n",
-        m.tps_without, m.tps_with, m.overhead_pct, m.read_tps, m.lag_ms.0, m.lag_ms.1, m.lag_max_ms.0, m.lag_max_ms.1
+        "primary commits/s: {:.0} without readers, {:.0} with ({:.1} % {}; goal: at most {GOAL_OVERHEAD_PCT} % lower); standby reads/s: {:.0}; apply lag median {:.1} ms without readers, {:.1} ms with (largest {:.1} / {:.1} ms)\n",
+        m.tps_without, m.tps_with, m.overhead_pct.abs(), if m.overhead_pct >= 0.0 { "lower" } else { "higher" }, m.read_tps, m.lag_ms.0, m.lag_ms.1, m.lag_max_ms.0, m.lag_max_ms.1
     ));
     let spread = |with: bool, f: fn(&ReadPoint) -> f64| {
         Spread::of(&r.reads.iter().filter(|p| p.with_reads == with).map(f).collect::<Vec<_>>())

@@ -351,11 +351,7 @@ impl Experiment for PgbenchBench {
                 b.nvmedb_index_buffer_bytes,
             )?;
             let pg = Postgres::start(&bins, &pgdata, b.postgres_shared_buffers_bytes, run_as)?;
-            let on = |s: Server| Pgbench {
-                bin: &pgbench,
-                port: if s == Server::Nvmedb { nv.port } else { pg.port },
-                server: s.label(),
-            };
+            let on = |s: Server| Servers { cfg, nv: &nv, pg: &pg, pgbench: &pgbench }.client(s);
             if cfg.warmup_secs > 0 {
                 for s in [Server::Nvmedb, Server::Postgres] {
                     bar.set_message(format!("warm-up of {} ({})", s.label(), spec.label()));
@@ -386,54 +382,9 @@ impl Experiment for PgbenchBench {
                                 spec.label(),
                                 rep + 1
                             ));
-                            let cpu = || match server {
-                                Server::Nvmedb => (nv.cpu_ns(), 0),
-                                Server::Postgres => pg.cpu_ns(),
-                            };
-                            let (cpu0, live0) = cpu();
-                            let r = on(server)
-                                .run(workload, mode, cfg.clients, cfg.threads, cfg.secs, cfg.max_tries)
-                                .map_err(|e| with_server_log(e, server, &nv, &pg))?;
-                            // PostgreSQL's backends end after pgbench disconnects, and their CPU
-                            // time reaches the postmaster's count only when it has reaped them
-                            // (measured: up to half a second later): read until the backends are
-                            // gone and the count is still for 100 ms.
-                            let deadline = Instant::now() + Duration::from_secs(5);
-                            let mut cpu1 = cpu();
-                            while server == Server::Postgres && Instant::now() < deadline {
-                                std::thread::sleep(Duration::from_millis(100));
-                                let next = cpu();
-                                if next == cpu1 && next.1 <= live0 {
-                                    break;
-                                }
-                                cpu1 = next;
-                            }
-                            let s = Sample {
-                                rep,
-                                buffer: spec,
-                                workload,
-                                mode,
-                                server,
-                                tps: r.parsed.tps,
-                                latency_ms: r.parsed.latency_ms,
-                                transactions: r.parsed.transactions,
-                                failed: r.parsed.failed,
-                                wall_s: r.wall_s,
-                                server_cpu_ns: cpu1.0.saturating_sub(cpu0),
-                                client_cpu_ns: r.client_cpu_ns,
-                            };
+                            let s = Servers { cfg, nv: &nv, pg: &pg, pgbench: &pgbench }
+                                .sample(spec, rep, workload, mode, server)?;
                             env.note(report::sample_line(&s));
-                            if s.tps <= 0.0 || s.transactions == 0 {
-                                return Err(LabError::Inconsistent {
-                                    what: format!(
-                                        "pgbench {} -M {} against {}",
-                                        workload.name(),
-                                        mode.name(),
-                                        server.label()
-                                    ),
-                                    detail: format!("no transaction completed in {} s", cfg.secs),
-                                });
-                            }
                             samples.push(s);
                             bar.inc(1);
                         }
@@ -464,6 +415,80 @@ fn mib(b: u64) -> f64 {
 }
 
 /// Adds the server's last lines of output to a failed pgbench run's error.
+/// The two servers of one buffer size, and the pgbench that drives them.
+struct Servers<'a> {
+    cfg: &'a PgbenchConfig,
+    nv: &'a Nvmedb,
+    pg: &'a Postgres,
+    pgbench: &'a Path,
+}
+
+impl<'a> Servers<'a> {
+    /// pgbench aimed at `s`.
+    fn client(&self, s: Server) -> Pgbench<'a> {
+        Pgbench {
+            bin: self.pgbench,
+            port: if s == Server::Nvmedb { self.nv.port } else { self.pg.port },
+            server: s.label(),
+        }
+    }
+
+    /// One measured pgbench run of `workload` in `mode` against `server`, with the server's
+    /// CPU time across it; a run in which no transaction completed is an error.
+    fn sample(
+        &self,
+        spec: BufferSpec,
+        rep: usize,
+        workload: Workload,
+        mode: Mode,
+        server: Server,
+    ) -> Result<Sample> {
+        let (cfg, nv, pg) = (self.cfg, self.nv, self.pg);
+        let cpu = || match server {
+            Server::Nvmedb => (nv.cpu_ns(), 0),
+            Server::Postgres => pg.cpu_ns(),
+        };
+        let (cpu0, live0) = cpu();
+        let r = self
+            .client(server)
+            .run(workload, mode, cfg.clients, cfg.threads, cfg.secs, cfg.max_tries)
+            .map_err(|e| with_server_log(e, server, nv, pg))?;
+        // PostgreSQL's backends end after pgbench disconnects, and their CPU time reaches the
+        // postmaster's count only when it has reaped them (measured: up to half a second
+        // later): read until the backends are gone and the count is still for 100 ms.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut cpu1 = cpu();
+        while server == Server::Postgres && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            let next = cpu();
+            if next == cpu1 && next.1 <= live0 {
+                break;
+            }
+            cpu1 = next;
+        }
+        if r.parsed.tps <= 0.0 || r.parsed.transactions == 0 {
+            return Err(LabError::Inconsistent {
+                what: format!("pgbench {} -M {} against {}", workload.name(), mode.name(), server.label()),
+                detail: format!("no transaction completed in {} s", cfg.secs),
+            });
+        }
+        Ok(Sample {
+            rep,
+            buffer: spec,
+            workload,
+            mode,
+            server,
+            tps: r.parsed.tps,
+            latency_ms: r.parsed.latency_ms,
+            transactions: r.parsed.transactions,
+            failed: r.parsed.failed,
+            wall_s: r.wall_s,
+            server_cpu_ns: cpu1.0.saturating_sub(cpu0),
+            client_cpu_ns: r.client_cpu_ns,
+        })
+    }
+}
+
 fn with_server_log(e: LabError, server: Server, nv: &Nvmedb, pg: &Postgres) -> LabError {
     let tail = if server == Server::Nvmedb { nv.tail() } else { pg.tail() };
     match e {

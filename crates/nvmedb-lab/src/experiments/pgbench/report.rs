@@ -147,6 +147,23 @@ pub fn page_cache_line(b: &BufferPoint) -> String {
 
 /// Writes samples.csv, points.csv, ratios.csv, the charts, and returns the summary.
 pub fn report(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> Result<Summary> {
+    let ratios = write_csvs(r, env)?;
+    let mut text = header(cfg, r, env);
+    let mut figures = Vec::new();
+    for b in &r.buffers {
+        let t = buffer_table(r, b, &mut figures);
+        text.push_str(&format!("\n{t}{}\n", page_cache_line(b)));
+        charts(cfg, r, env, b)?;
+    }
+    text.push_str("\nsrv µs/txn: CPU time of the server (nvmedb: its process; PostgreSQL: postmaster and backends) per transaction; pgbench µs/txn: the client's\n");
+    if !ratios.is_empty() {
+        ratio_chart(cfg, r, env, &ratios)?;
+    }
+    Ok(Summary { text, figures })
+}
+
+/// Writes `samples.csv`, `points.csv` and `ratios.csv`; returns the ratios.
+fn write_csvs(r: &PgbenchResults, env: &RunEnv) -> Result<Vec<Ratio>> {
     let samples: Vec<SampleRow> = r
         .samples
         .iter()
@@ -189,7 +206,11 @@ pub fn report(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> Result<S
     env.dir.write_csv("points", &rows)?;
     let ratios = ratios(r);
     env.dir.write_csv("ratios", &ratios)?;
+    Ok(ratios)
+}
 
+/// The report's opening lines: the run, the durability and memory settings, the loads.
+fn header(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> String {
     let durability = "durability: both servers wait at commit for fdatasync of their log (PostgreSQL: fsync=on, synchronous_commit=on; nvmedb: its default single file log, fdatasync'd, on the same disk)";
     let page_cache = "memory: PostgreSQL 15 reads through the OS page cache (it has no direct I/O), so what misses its shared_buffers is served from RAM; nvmedb reads O_DIRECT from the disk";
     let mut text = format!(
@@ -219,62 +240,56 @@ pub fn report(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> Result<S
             }
         ));
     }
-    let mut figures = Vec::new();
-    for b in &r.buffers {
-        let mut t = TextTable::new([
-            "workload",
-            "mode",
-            "nvmedb tps",
-            "PostgreSQL tps",
-            "nvmedb/PG",
-            "nvmedb lat ms",
-            "PG lat ms",
-            "nvmedb srv µs/txn",
-            "PG srv µs/txn",
-            "pgbench µs/txn nv|PG",
-            "failed nv|PG",
-        ])
-        .title(buffer_line(b));
-        for nv in r.points.iter().filter(|p| p.buffer == b.spec && p.server == Server::Nvmedb) {
-            let Some(pg) = find(r, nv, Server::Postgres) else { continue };
-            let ratio = nv.tps.median / pg.tps.median.max(1e-9);
-            t.row([
-                nv.workload.name().to_string(),
-                nv.mode.name().to_string(),
-                format!("{:.0} [{:.0}..{:.0}]", nv.tps.median, nv.tps.min, nv.tps.max),
-                format!("{:.0} [{:.0}..{:.0}]", pg.tps.median, pg.tps.min, pg.tps.max),
-                format!("{ratio:.2}x"),
-                format!("{:.2}", nv.latency_ms.median),
-                format!("{:.2}", pg.latency_ms.median),
-                format!("{:.0}", nv.server_cpu_us_per_txn),
-                format!("{:.0}", pg.server_cpu_us_per_txn),
-                format!("{:.0}|{:.0}", nv.client_cpu_us_per_txn, pg.client_cpu_us_per_txn),
-                format!("{}|{}", nv.failed, pg.failed),
-            ]);
-            let name = format!("{}/{}/{}", b.spec.stem(), nv.workload.name(), nv.mode.name());
-            let what = format!("pgbench {} -M {}, {}", nv.workload.name(), nv.mode.name(), b.spec.label());
-            figures.push(
-                Figure::repeated(format!("{name}/nvmedb_tps"), format!("nvmedb tps, {what}"), nv.tps, "tps")
-                    .against(
-                        "PostgreSQL 15 in the same run (equal durability and buffer memory)",
-                        pg.tps.median,
-                    ),
-            );
-            figures.push(Figure::new(
-                format!("{name}/ratio"),
-                format!("nvmedb / PostgreSQL tps, {what}"),
-                ratio,
-                "x",
-            ));
-        }
-        text.push_str(&format!("\n{t}{}\n", page_cache_line(b)));
-        charts(cfg, r, env, b)?;
+    text
+}
+
+/// The table of one buffer size (nvmedb beside PostgreSQL per workload and mode), adding each
+/// row's figures.
+fn buffer_table(r: &PgbenchResults, b: &BufferPoint, figures: &mut Vec<Figure>) -> TextTable {
+    let mut t = TextTable::new([
+        "workload",
+        "mode",
+        "nvmedb tps",
+        "PostgreSQL tps",
+        "nvmedb/PG",
+        "nvmedb lat ms",
+        "PG lat ms",
+        "nvmedb srv µs/txn",
+        "PG srv µs/txn",
+        "pgbench µs/txn nv|PG",
+        "failed nv|PG",
+    ])
+    .title(buffer_line(b));
+    for nv in r.points.iter().filter(|p| p.buffer == b.spec && p.server == Server::Nvmedb) {
+        let Some(pg) = find(r, nv, Server::Postgres) else { continue };
+        let ratio = nv.tps.median / pg.tps.median.max(1e-9);
+        t.row([
+            nv.workload.name().to_string(),
+            nv.mode.name().to_string(),
+            format!("{:.0} [{:.0}..{:.0}]", nv.tps.median, nv.tps.min, nv.tps.max),
+            format!("{:.0} [{:.0}..{:.0}]", pg.tps.median, pg.tps.min, pg.tps.max),
+            format!("{ratio:.2}x"),
+            format!("{:.2}", nv.latency_ms.median),
+            format!("{:.2}", pg.latency_ms.median),
+            format!("{:.0}", nv.server_cpu_us_per_txn),
+            format!("{:.0}", pg.server_cpu_us_per_txn),
+            format!("{:.0}|{:.0}", nv.client_cpu_us_per_txn, pg.client_cpu_us_per_txn),
+            format!("{}|{}", nv.failed, pg.failed),
+        ]);
+        let name = format!("{}/{}/{}", b.spec.stem(), nv.workload.name(), nv.mode.name());
+        let what = format!("pgbench {} -M {}, {}", nv.workload.name(), nv.mode.name(), b.spec.label());
+        figures.push(
+            Figure::repeated(format!("{name}/nvmedb_tps"), format!("nvmedb tps, {what}"), nv.tps, "tps")
+                .against("PostgreSQL 15 in the same run (equal durability and buffer memory)", pg.tps.median),
+        );
+        figures.push(Figure::new(
+            format!("{name}/ratio"),
+            format!("nvmedb / PostgreSQL tps, {what}"),
+            ratio,
+            "x",
+        ));
     }
-    text.push_str("\nsrv µs/txn: CPU time of the server (nvmedb: its process; PostgreSQL: postmaster and backends) per transaction; pgbench µs/txn: the client's\n");
-    if !ratios.is_empty() {
-        ratio_chart(cfg, r, env, &ratios)?;
-    }
-    Ok(Summary { text, figures })
+    t
 }
 
 fn subtitle(cfg: &PgbenchConfig) -> String {

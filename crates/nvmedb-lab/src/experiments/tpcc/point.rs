@@ -14,7 +14,7 @@ use super::{PointResult, TpccConfig};
 use crate::error::{LabError, Result};
 use crate::measure::profile::{folded_stacks, Profiler};
 use crate::measure::{thread_cpu_ns, LatencyHistogram, WindowHooks, Workers};
-use crate::workload::tpcc::txn::{execute_with_retries, Context, TxnOutput};
+use crate::workload::tpcc::txn::{execute_with_retries, Context, Retries, TxnOutput};
 use crate::workload::tpcc::{check_consistency, NuConstants, Terminal, TpccRng, TxnKind};
 use nvmedb::io::{lateness, Lateness};
 use nvmedb::trace::{self, Trace, TraceConfig, TraceKind};
@@ -51,6 +51,89 @@ struct Client {
     timeouts: u64,
 }
 
+impl Client {
+    fn new(terminal: Terminal) -> Self {
+        Self {
+            terminal,
+            latency: Default::default(),
+            cpu_ns: [0; 5],
+            log_bytes: [0; 5],
+            rollbacks: 0,
+            deadlocks: 0,
+            timeouts: 0,
+        }
+    }
+
+    /// Counts a transaction of `kind` that started at `t0` inside the window, with the
+    /// thread's CPU and log bytes when it started (`at_start`).
+    fn record(
+        &mut self,
+        kind: TxnKind,
+        t0: Instant,
+        at_start: (u64, u64),
+        retries: Retries,
+        out: &TxnOutput,
+    ) {
+        let k = kind.index();
+        self.latency[k].record(t0.elapsed());
+        self.cpu_ns[k] += thread_cpu_ns().saturating_sub(at_start.0);
+        self.log_bytes[k] += thread_log_bytes().saturating_sub(at_start.1);
+        self.deadlocks += u64::from(retries.deadlocks);
+        self.timeouts += u64::from(retries.lock_timeouts);
+        if let TxnOutput::NewOrder { rolled_back: true, .. } = out {
+            self.rollbacks += 1;
+        }
+    }
+}
+
+/// Every terminal's window counters summed.
+#[derive(Default)]
+struct Totals {
+    latency: [LatencyHistogram; 5],
+    cpu_ns: [u64; 5],
+    log_bytes: [u64; 5],
+    rollbacks: u64,
+    deadlocks: u64,
+    timeouts: u64,
+}
+
+impl Totals {
+    fn of(clients: &[Client]) -> Self {
+        let mut all = Self::default();
+        for c in clients {
+            for (sum, mine) in all.latency.iter_mut().zip(&c.latency) {
+                sum.add(mine);
+            }
+            for k in 0..5 {
+                all.cpu_ns[k] += c.cpu_ns[k];
+                all.log_bytes[k] += c.log_bytes[k];
+            }
+            all.rollbacks += c.rollbacks;
+            all.deadlocks += c.deadlocks;
+            all.timeouts += c.timeouts;
+        }
+        all
+    }
+
+    /// Transactions counted per type.
+    fn per_type(&self) -> [u64; 5] {
+        TxnKind::ALL.map(|k| self.latency[k.index()].len())
+    }
+
+    /// `x` per transaction of each type, divided by `scale` (0 for a type that did not run).
+    fn mean_per_type(&self, x: &[u64; 5], scale: f64) -> [f64; 5] {
+        let n = self.per_type();
+        TxnKind::ALL.map(|k| {
+            let i = k.index();
+            if n[i] > 0 {
+                x[i] as f64 / scale / n[i] as f64
+            } else {
+                0.0
+            }
+        })
+    }
+}
+
 /// Counter snapshots at the window's edges, and the tracer.
 struct Counters<'a> {
     db: &'a Database,
@@ -74,7 +157,39 @@ struct Counters<'a> {
     profile_error: Option<LabError>,
 }
 
-impl Counters<'_> {
+impl<'a> Counters<'a> {
+    fn new(db: &'a Database, profile: &'a str, observe: &Observe) -> Self {
+        Self {
+            db,
+            profile,
+            late_at_open: Lateness::default(),
+            late: Lateness::default(),
+            traced: observe.traced,
+            at_open: None,
+            delta: None,
+            tables_at_open: Vec::new(),
+            tables: Vec::new(),
+            volume_at_open: LogVolume::default(),
+            volume: LogVolume::default(),
+            profile_to: observe.profile.clone(),
+            profiler: None,
+            profile_error: None,
+        }
+    }
+
+    /// The window's profile as folded stacks (perf's data file removed), or the first error
+    /// the profiler met.
+    fn finish_profile(&mut self) -> Result<Option<Vec<String>>> {
+        if let Some(e) = self.profile_error.take() {
+            return Err(e);
+        }
+        let Some(p) = self.profiler.take() else { return Ok(None) };
+        let data = p.finish()?;
+        let folded = folded_stacks(&data)?;
+        let _ = std::fs::remove_file(&data);
+        Ok(Some(folded))
+    }
+
     fn snapshot(&self) -> (BufferStats, BufferStats, [u64; 2], LockStats) {
         let (t, i) = self.db.buffer_stats();
         let log = self.db.engine_log().map_or([0, 0], |l| {
@@ -195,22 +310,7 @@ pub fn measure(
     let ctx = Context::new(open.db.clone(), open.tables.clone())?;
     let run_constants = NuConstants::for_run(&t.load.constants, &mut TpccRng::new(seed ^ 0xC0));
     let scale = t.load.scale;
-    let mut counters = Counters {
-        db: &open.db,
-        profile: device.0,
-        late_at_open: Lateness::default(),
-        late: Lateness::default(),
-        traced,
-        at_open: None,
-        delta: None,
-        tables_at_open: Vec::new(),
-        tables: Vec::new(),
-        volume_at_open: LogVolume::default(),
-        volume: LogVolume::default(),
-        profile_to: observe.profile.clone(),
-        profiler: None,
-        profile_error: None,
-    };
+    let mut counters = Counters::new(&open.db, device.0, observe);
     let workers = Workers::new(
         "TPC-C terminals",
         cfg.clients,
@@ -223,20 +323,8 @@ pub fn measure(
                 trace::set_thread_label(format!("client {c:02}"));
             }
             let terminal_seed = seed ^ (c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            Ok(Client {
-                terminal: Terminal::new(
-                    scale,
-                    run_constants,
-                    terminal_seed,
-                    home_warehouse(cfg, scale.warehouses, c),
-                ),
-                latency: Default::default(),
-                cpu_ns: [0; 5],
-                log_bytes: [0; 5],
-                rollbacks: 0,
-                deadlocks: 0,
-                timeouts: 0,
-            })
+            let home = home_warehouse(cfg, scale.warehouses, c);
+            Ok(Client::new(Terminal::new(scale, run_constants, terminal_seed, home)))
         },
         |client, measuring| {
             let input = client.terminal.next_input();
@@ -247,15 +335,7 @@ pub fn measure(
             drop(span);
             let (out, retries) = r?;
             if measuring {
-                let k = input.kind().index();
-                client.latency[k].record(t0.elapsed());
-                client.cpu_ns[k] += thread_cpu_ns().saturating_sub(cpu0);
-                client.log_bytes[k] += thread_log_bytes().saturating_sub(log0);
-                client.deadlocks += u64::from(retries.deadlocks);
-                client.timeouts += u64::from(retries.lock_timeouts);
-                if let TxnOutput::NewOrder { rolled_back: true, .. } = out {
-                    client.rollbacks += 1;
-                }
+                client.record(input.kind(), t0, (cpu0, log0), retries, &out);
             }
             Ok(1)
         },
@@ -269,18 +349,7 @@ pub fn measure(
             detail: "it closed without counters".into(),
         })?;
     let (late, volume) = (counters.late, std::mem::take(&mut counters.volume));
-    if let Some(e) = counters.profile_error.take() {
-        return Err(e);
-    }
-    let profile = match counters.profiler.take() {
-        Some(p) => {
-            let data = p.finish()?;
-            let folded = folded_stacks(&data)?;
-            let _ = std::fs::remove_file(&data);
-            Some(folded)
-        }
-        None => None,
-    };
+    let profile = counters.finish_profile()?;
     check_consistency(&ctx.tables)?;
     drop(ctx);
     // The copy is discarded: no closing checkpoint (it would write every dirty page through
@@ -290,36 +359,12 @@ pub fn measure(
     drop(db);
     drop(repl);
 
-    let mut latency: [LatencyHistogram; 5] = Default::default();
-    let (mut rollbacks, mut deadlocks, mut timeouts) = (0, 0, 0);
-    let (mut cpu_ns, mut type_log_bytes) = ([0u64; 5], [0u64; 5]);
-    for c in &run.states {
-        for (all, mine) in latency.iter_mut().zip(&c.latency) {
-            all.add(mine);
-        }
-        for k in 0..5 {
-            cpu_ns[k] += c.cpu_ns[k];
-            type_log_bytes[k] += c.log_bytes[k];
-        }
-        rollbacks += c.rollbacks;
-        deadlocks += c.deadlocks;
-        timeouts += c.timeouts;
-    }
+    let all = Totals::of(&run.states);
     let txns = run.ops;
     let window_s = run.window.as_secs_f64();
     let per_txn = |x: f64| if txns > 0 { x / txns as f64 } else { 0.0 };
-    let per_type = TxnKind::ALL.map(|k| latency[k.index()].len());
-    let of_type = |x: &[u64; 5], scale: f64| {
-        TxnKind::ALL.map(|k| {
-            let n = per_type[k.index()];
-            if n > 0 {
-                x[k.index()] as f64 / scale / n as f64
-            } else {
-                0.0
-            }
-        })
-    };
-    let q = |p: f64| TxnKind::ALL.map(|k| latency[k.index()].quantile_us(p));
+    let per_type = all.per_type();
+    let q = |p: f64| TxnKind::ALL.map(|k| all.latency[k.index()].quantile_us(p));
     let mut result = PointResult {
         device: device.0.to_string(),
         device_label: device.1.to_string(),
@@ -333,9 +378,9 @@ pub fn measure(
         tps: run.ops_per_s(),
         tpmc: per_type[TxnKind::NewOrder.index()] as f64 * 60.0 / window_s.max(1e-9),
         per_type,
-        rollbacks,
-        deadlock_retries: deadlocks,
-        lock_timeout_retries: timeouts,
+        rollbacks: all.rollbacks,
+        deadlock_retries: all.deadlocks,
+        lock_timeout_retries: all.timeouts,
         p50_us: q(0.50),
         p90_us: q(0.90),
         p99_us: q(0.99),
@@ -353,8 +398,8 @@ pub fn measure(
         log_device_bytes_per_txn: per_txn(log_bytes[1] as f64),
         cpu_us_per_txn: per_txn(run.worker_cpu_ns as f64 / 1e3),
         process_cpu_us_per_txn: per_txn(run.process_cpu_ns as f64 / 1e3),
-        cpu_us_per_type: of_type(&cpu_ns, 1e3),
-        log_bytes_per_type: of_type(&type_log_bytes, 1.0),
+        cpu_us_per_type: all.mean_per_type(&all.cpu_ns, 1e3),
+        log_bytes_per_type: all.mean_per_type(&all.log_bytes, 1.0),
         log_bytes_by_kind: volume
             .kinds()
             .map(|(kind, _, bytes)| (nvmedb::wal::engine::kind_name(kind).to_string(), per_txn(bytes as f64)))

@@ -21,7 +21,7 @@
 
 use crate::error::{LabError, Result};
 use crate::measure::{fio, process_cpu_ns};
-use nvmedb::io::{AlignedBuf, Device, IoQueue, IoRequest, QueuedOp, QueuedOpKind, Storage};
+use nvmedb::io::{AlignedBuf, Device, IoQueue, IoRequest, IoResult, QueuedOp, QueuedOpKind, Storage};
 use nvmedb::table::scan_partition_pages;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -183,21 +183,13 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
                         let file = &pattern.files[fi].file;
                         let mut batches = pattern.batches(fi, w);
                         // The first batch, started before the meeting: wait for it.
-                        if let Some((mut q, b)) = early.take() {
-                            let mut done = Vec::new();
-                            let mut err = q.reap(q.in_flight(), &mut done).err();
-                            for c in done {
-                                if let Err(e) = c.result {
-                                    err.get_or_insert(e);
-                                }
-                                early_bufs.push(c.buf);
-                            }
-                            match err {
-                                Some(e) => {
+                        if let Some((q, b)) = early.take() {
+                            match finish_early(q, &mut early_bufs) {
+                                Err(e) => {
                                     failed = true;
                                     fail(format!("replaying the scan's reads of {file} pages {b:?}"), e);
                                 }
-                                None => {
+                                Ok(()) => {
                                     read.fetch_add(b.end - b.start, Ordering::Relaxed);
                                 }
                             }
@@ -228,23 +220,7 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
                             (!failed && fi + 1 < devices.len()).then(|| pattern.batches(fi + 1, w).next());
                         if let Some(b) = first_of_next.flatten() {
                             let next = &pattern.files[fi + 1].file;
-                            let started = devices[fi + 1].open_queue(pattern.batch.max(1) as usize).and_then(
-                                |mut q| {
-                                    let ops = b
-                                        .clone()
-                                        .zip(early_bufs.drain(..))
-                                        .map(|(p, buf)| QueuedOp {
-                                            tag: p,
-                                            kind: QueuedOpKind::Read,
-                                            offset: p * ps as u64,
-                                            buf,
-                                        })
-                                        .collect();
-                                    q.submit_all(ops)?;
-                                    Ok(q)
-                                },
-                            );
-                            match started {
+                            match start_batch(&*devices[fi + 1], pattern, b.clone(), &mut early_bufs) {
                                 Ok(q) => early = Some((q, b)),
                                 Err(e) => {
                                     failed = true;
@@ -275,19 +251,7 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
         });
     }
     let met = met.into_inner().unwrap_or_else(|p| p.into_inner());
-    let files = pattern.files.len();
-    let mut file_s = vec![0.0; files];
-    let mut prev = t0;
-    for (i, &m) in met.iter().enumerate() {
-        file_s[i % files] += (m - prev).as_secs_f64();
-        prev = m;
-    }
-    let file_iops = pattern
-        .files
-        .iter()
-        .zip(&file_s)
-        .map(|(f, &s)| (f.pages * u64::from(passes)) as f64 / s.max(1e-9))
-        .collect();
+    let file_iops = per_file_iops(pattern, &met, t0, passes);
     Ok(Replay {
         pages,
         seconds,
@@ -295,6 +259,53 @@ pub fn replay(storage: &dyn Storage, pattern: &ScanPattern, passes: u32) -> Resu
         cpu_us_per_read: cpu_s * 1e6 / (pages as f64).max(1.0),
         file_iops,
     })
+}
+
+/// Waits for the batch started before the workers met, returning its buffers to `bufs`.
+fn finish_early(mut q: Box<dyn IoQueue + '_>, bufs: &mut Vec<AlignedBuf>) -> IoResult<()> {
+    let mut done = Vec::new();
+    let mut err = q.reap(q.in_flight(), &mut done).err();
+    for c in done {
+        if let Err(e) = c.result {
+            err.get_or_insert(e);
+        }
+        bufs.push(c.buf);
+    }
+    err.map_or(Ok(()), Err)
+}
+
+/// Starts reading pages `b` of `dev` into `bufs` on a queue of the pattern's batch depth.
+fn start_batch<'d>(
+    dev: &'d dyn Device,
+    pattern: &ScanPattern,
+    b: Range<u64>,
+    bufs: &mut Vec<AlignedBuf>,
+) -> IoResult<Box<dyn IoQueue + 'd>> {
+    let ps = pattern.page_size as u64;
+    let mut q = dev.open_queue(pattern.batch.max(1) as usize)?;
+    let ops = b
+        .zip(bufs.drain(..))
+        .map(|(p, buf)| QueuedOp { tag: p, kind: QueuedOpKind::Read, offset: p * ps, buf })
+        .collect();
+    q.submit_all(ops)?;
+    Ok(q)
+}
+
+/// Each file's read rate over `passes`, from the times the workers met after each file.
+fn per_file_iops(pattern: &ScanPattern, met: &[Instant], t0: Instant, passes: u32) -> Vec<f64> {
+    let files = pattern.files.len();
+    let mut file_s = vec![0.0; files];
+    let mut prev = t0;
+    for (i, &m) in met.iter().enumerate() {
+        file_s[i % files] += (m - prev).as_secs_f64();
+        prev = m;
+    }
+    pattern
+        .files
+        .iter()
+        .zip(&file_s)
+        .map(|(f, &s)| (f.pages * u64::from(passes)) as f64 / s.max(1e-9))
+        .collect()
 }
 
 /// fio's run of [`ScanPattern::fio_job`] on the files in `dir` (the job file is written into
