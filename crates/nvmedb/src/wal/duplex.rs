@@ -3,22 +3,12 @@
 //! flushing committer then writes both itself).
 //!
 //! Owns: [`Helper`], a one-slot hand-off (idle -> job -> done) to a dedicated thread that writes
-//! and syncs copy B while the flush leader writes and syncs copy A. Invariants: at most one job
-//! is in flight (the slot is bounded), and every submitted job is answered with its result; the
-//! condition variable is signalled only while a thread sleeps on it (each signal is a system
-//! call), and the leader polls for the answer for up to [`ANSWER_SPIN`] before it sleeps (the
-//! helper's copy usually completes within microseconds of the leader's own).
+//! and syncs copy B while the flush leader writes and syncs copy A. Invariant: at most one job is
+//! in flight (the slot is bounded), and every submitted job is answered with its result.
 
 use crate::io::{AlignedBuf, Device, IoError, IoOpKind};
 use crate::util::sync::{CondvarExt, MutexExt};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-/// How long the flush leader polls for copy B's answer before it sleeps: about one write and
-/// sync of a microsecond device, so a leader whose own copy finished first does not pay two
-/// context switches for the last few microseconds of the other.
-const ANSWER_SPIN: Duration = Duration::from_micros(20);
 
 /// A copy-B write handed to the helper thread.
 pub(crate) struct Job {
@@ -36,39 +26,15 @@ enum HelperState {
     Stop,
 }
 
-/// The hand-off slot and the threads asleep on its condition variable.
-struct Slot {
-    state: HelperState,
-    /// Threads waiting on `Helper::cv` (counted in under the lock before they wait).
-    sleepers: usize,
-}
-
 /// The second copy's writer: one job at a time, so the two copies are written in parallel.
 pub(crate) struct Helper {
-    slot: Mutex<Slot>,
+    state: Mutex<HelperState>,
     cv: Condvar,
-    /// Set when an answer is in the slot (the leader polls it before taking the lock).
-    answered: AtomicBool,
 }
 
 impl Helper {
-    fn lock(&self) -> MutexGuard<'_, Slot> {
-        self.slot.locked()
-    }
-
-    /// Sleeps on the condition variable, counted as a sleeper meanwhile.
-    fn sleep<'a>(&'a self, mut st: MutexGuard<'a, Slot>) -> MutexGuard<'a, Slot> {
-        st.sleepers += 1;
-        let mut st = self.cv.wait_locked(st);
-        st.sleepers -= 1;
-        st
-    }
-
-    /// Wakes the sleepers, if any (the caller holds the lock).
-    fn wake(&self, st: &Slot) {
-        if st.sleepers > 0 {
-            self.cv.notify_all();
-        }
+    fn lock(&self) -> MutexGuard<'_, HelperState> {
+        self.state.locked()
     }
 
     pub(crate) fn run(&self) {
@@ -76,15 +42,15 @@ impl Helper {
             let job = {
                 let mut st = self.lock();
                 loop {
-                    match std::mem::replace(&mut st.state, HelperState::Idle) {
+                    match std::mem::replace(&mut *st, HelperState::Idle) {
                         HelperState::Job(j) => break j,
                         HelperState::Stop => {
-                            st.state = HelperState::Stop;
+                            *st = HelperState::Stop;
                             return;
                         }
                         other => {
-                            st.state = other;
-                            st = self.sleep(st);
+                            *st = other;
+                            st = self.cv.wait_locked(st);
                         }
                     }
                 }
@@ -104,54 +70,40 @@ impl Helper {
             });
             // The buffer's reference goes before the answer, so the leader can reuse it.
             drop(job);
-            let mut st = self.lock();
-            st.state = HelperState::Done(r);
-            self.answered.store(true, Ordering::Release);
-            self.wake(&st);
+            *self.lock() = HelperState::Done(r);
+            self.cv.notify_all();
         }
     }
 
     pub(crate) fn submit(&self, job: Job) {
         let mut st = self.lock();
-        assert!(matches!(st.state, HelperState::Idle), "helper already busy");
-        st.state = HelperState::Job(job);
-        self.wake(&st);
+        assert!(matches!(*st, HelperState::Idle), "helper already busy");
+        *st = HelperState::Job(job);
+        self.cv.notify_all();
     }
 
     pub(crate) fn wait(&self) -> std::result::Result<(), IoError> {
-        let until = Instant::now() + ANSWER_SPIN;
-        while !self.answered.load(Ordering::Acquire) && Instant::now() < until {
-            std::hint::spin_loop();
-        }
         let mut st = self.lock();
         loop {
-            match std::mem::replace(&mut st.state, HelperState::Idle) {
-                HelperState::Done(r) => {
-                    self.answered.store(false, Ordering::Release);
-                    return r;
-                }
+            match std::mem::replace(&mut *st, HelperState::Idle) {
+                HelperState::Done(r) => return r,
                 other => {
-                    st.state = other;
-                    st = self.sleep(st);
+                    *st = other;
+                    st = self.cv.wait_locked(st);
                 }
             }
         }
     }
 
     pub(crate) fn stop(&self) {
-        let mut st = self.lock();
-        st.state = HelperState::Stop;
-        self.wake(&st);
+        *self.lock() = HelperState::Stop;
+        self.cv.notify_all();
     }
 }
 
 impl Helper {
     /// An idle helper (start its thread with [`Helper::run`]).
     pub(crate) fn new() -> Self {
-        Helper {
-            slot: Mutex::new(Slot { state: HelperState::Idle, sleepers: 0 }),
-            cv: Condvar::new(),
-            answered: AtomicBool::new(false),
-        }
+        Helper { state: Mutex::new(HelperState::Idle), cv: Condvar::new() }
     }
 }
