@@ -204,9 +204,17 @@ impl Transaction {
 
     /// Reads the row for update (exclusive lock at once, avoiding S→X upgrade deadlocks).
     pub fn get_for_update(&mut self, table: &Table, key: &Value) -> Result<Option<Vec<Value>>> {
+        let mut row = Vec::new();
+        Ok(self.get_for_update_into(table, key, &mut row)?.then_some(row))
+    }
+
+    /// [`Transaction::get_for_update`] into `row`, reusing the buffers it holds (see
+    /// [`RowView::values_into`]): a caller that reads many rows into one vector allocates
+    /// nothing per row. Returns false, `row` unchanged, when there is no such row.
+    pub fn get_for_update_into(&mut self, table: &Table, key: &Value, row: &mut Vec<Value>) -> Result<bool> {
         self.shared.check_open()?;
         let k = self.lock(table, key, LockMode::Exclusive)?;
-        table.txn_read(&k, |r| r.try_values())?.transpose()
+        Ok(table.txn_read(&k, |r| r.values_into(row))?.transpose()?.is_some())
     }
 
     /// Inserts a row.

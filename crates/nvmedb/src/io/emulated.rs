@@ -441,6 +441,23 @@ impl<D: Device> Device for EmulatedDevice<D> {
         self.inner.sync()
     }
 
+    fn overlaps_writes(&self) -> bool {
+        true
+    }
+
+    fn start_write(&self, offset: u64, buf: &[u8]) -> IoResult<Option<Instant>> {
+        check_alignment(&self.name, self.alignment(), offset, buf.len(), buf.as_ptr() as usize)?;
+        let due = self.schedule(true, offset, buf.len(), Instant::now());
+        self.inner.write_at(offset, buf)?;
+        Ok(Some(due))
+    }
+
+    fn finish_write(&self, due: Option<Instant>) {
+        if let Some(due) = due {
+            self.complete_at(due);
+        }
+    }
+
     fn open_queue(&self, depth: usize) -> IoResult<Box<dyn IoQueue + '_>> {
         Ok(Box::new(EmuQueue { device: self, depth: depth.max(1), pending: Vec::new() }))
     }

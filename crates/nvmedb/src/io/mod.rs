@@ -206,6 +206,26 @@ pub trait Device: Send + Sync {
     /// Makes every completed write durable.
     fn sync(&self) -> IoResult<()>;
 
+    /// True when [`Device::start_write`] returns before the write completes (an emulated
+    /// device: the data reaches its medium at once, the completion is a modelled time), so one
+    /// thread can overlap writes to several devices. The default is false.
+    fn overlaps_writes(&self) -> bool {
+        false
+    }
+
+    /// Starts writing `buf` at `offset`: hands the data to the device and returns when the
+    /// write will have completed (`None`: it already has); [`Device::finish_write`] waits for
+    /// that. The default writes synchronously.
+    fn start_write(&self, offset: u64, buf: &[u8]) -> IoResult<Option<std::time::Instant>> {
+        self.write_at(offset, buf).map(|()| None)
+    }
+
+    /// Waits for the completion of a write [`Device::start_write`] started (`due`: what it
+    /// returned).
+    fn finish_write(&self, due: Option<std::time::Instant>) {
+        let _ = due;
+    }
+
     /// Opens a queue that keeps up to `depth` operations in flight. The default executes each
     /// operation synchronously at submission (depth is accepted but not exploited).
     fn open_queue(&self, depth: usize) -> IoResult<Box<dyn IoQueue + '_>> {
@@ -286,6 +306,15 @@ impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
     }
     fn sync(&self) -> IoResult<()> {
         (**self).sync()
+    }
+    fn overlaps_writes(&self) -> bool {
+        (**self).overlaps_writes()
+    }
+    fn start_write(&self, offset: u64, buf: &[u8]) -> IoResult<Option<std::time::Instant>> {
+        (**self).start_write(offset, buf)
+    }
+    fn finish_write(&self, due: Option<std::time::Instant>) {
+        (**self).finish_write(due)
     }
     fn open_queue(&self, depth: usize) -> IoResult<Box<dyn IoQueue + '_>> {
         (**self).open_queue(depth)

@@ -1,4 +1,6 @@
-//! The second copy's writer thread, so both log copies are written and synced in parallel.
+//! The second copy's writer thread, so both log copies are written and synced in parallel when
+//! their devices cannot overlap writes in one thread (real files; emulated devices can, and the
+//! flushing committer then writes both itself).
 //!
 //! Owns: [`Helper`], a one-slot hand-off (idle -> job -> done) to a dedicated thread that writes
 //! and syncs copy B while the flush leader writes and syncs copy A. Invariant: at most one job is

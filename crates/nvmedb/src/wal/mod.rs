@@ -28,7 +28,8 @@
 //!
 //! Files: `format.rs` (record and segment header encoding), `segment.rs` (slots and finding the
 //! live chain), `reader.rs` (reading back, torn tail vs corruption), `filelog/` (the writer:
-//! batching, group commit, segment switch), `duplex.rs` (the second copy's writer thread),
+//! batching, group commit, segment switch), `duplex.rs` (the second copy's writer thread, for
+//! copies on devices whose writes do not overlap in one thread, such as real files),
 //! `options.rs` (options, counters).
 
 mod duplex;

@@ -243,6 +243,8 @@ fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<T
     let no = [Value::Int(okey), Value::Int(o_id), Value::Int(i64::from(i.d)), Value::Int(i64::from(i.w))];
     tx.insert(&t.new_order, &no).map_err(eng("New-Order: inserting the new-order row"))?;
     let mut sum = 0i64;
+    // One stock row decoded into the same buffers for every line.
+    let mut stock = Vec::new();
     for (n, line) in i.lines.iter().enumerate() {
         let number = n as u32 + 1;
         let Some(price) = tx
@@ -253,10 +255,9 @@ fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<T
             return Ok(TxnOutput::NewOrder { o_id, total: 0, lines: n, rolled_back: true });
         };
         let skey = Value::Int(s::stock_key(line.supply_w, line.item));
-        let mut stock = tx
-            .get_for_update(&t.stock, &skey)
-            .map_err(eng("New-Order: reading stock"))?
-            .ok_or_else(|| missing("stock", format!("item {} of warehouse {}", line.item, line.supply_w)))?;
+        if !tx.get_for_update_into(&t.stock, &skey, &mut stock).map_err(eng("New-Order: reading stock"))? {
+            return Err(missing("stock", format!("item {} of warehouse {}", line.item, line.supply_w)));
+        }
         let q = i64::from(line.quantity);
         let s_quantity = vint(&stock, "stock", s::stock::QUANTITY)?;
         let new_quantity = if s_quantity >= q + 10 { s_quantity - q } else { s_quantity - q + 91 };
@@ -266,8 +267,8 @@ fn new_order(ctx: &Context, tx: &mut Transaction, i: &NewOrderInput) -> Result<T
         if line.supply_w != i.w {
             stock[s::stock::REMOTE_CNT] = Value::Int(vint(&stock, "stock", s::stock::REMOTE_CNT)? + 1);
         }
-        let dist_info = stock[s::stock::DIST_01 + i.d as usize - 1].clone();
         tx.update(&t.stock, &stock).map_err(eng("New-Order: updating stock"))?;
+        let dist_info = std::mem::replace(&mut stock[s::stock::DIST_01 + i.d as usize - 1], Value::Null);
         let amount = q * price;
         sum += amount;
         let ol = [
@@ -436,6 +437,8 @@ fn delivery(ctx: &Context, tx: &mut Transaction, i: &DeliveryInput) -> Result<Tx
     let now = super::load::now_us();
     let mut delivered = Vec::new();
     let mut skipped = 0;
+    // Rows decoded into the same buffers for every district.
+    let (mut order, mut c, mut lines) = (Vec::new(), Vec::new(), Vec::<Vec<Value>>::new());
     for d in 1..=ctx.districts {
         // The oldest undelivered order: the first NEW-ORDER row of the district.
         let lo = Value::Int(s::order_key(i.w, d, 0));
@@ -457,32 +460,40 @@ fn delivery(ctx: &Context, tx: &mut Transaction, i: &DeliveryInput) -> Result<Tx
                 format!("order {o_id} of district {}/{d} (locked, then gone)", i.w),
             ));
         }
-        let mut order = tx
-            .get_for_update(&t.orders, &okey)
+        if !tx
+            .get_for_update_into(&t.orders, &okey, &mut order)
             .map_err(eng("Delivery: reading the order"))?
-            .ok_or_else(|| missing("orders", format!("order {o_id} of district {}/{d}", i.w)))?;
+        {
+            return Err(missing("orders", format!("order {o_id} of district {}/{d}", i.w)));
+        }
         let c_id = vint(&order, "orders", s::orders::C_ID)? as u32;
         order[s::orders::CARRIER_ID] = Value::Int(i64::from(i.carrier));
         tx.update(&t.orders, &order).map_err(eng("Delivery: updating the order"))?;
         let lo = Value::Int(s::order_line_key(i.w, d, o_id, 0));
         let hi = Value::Int(s::order_line_key(i.w, d, o_id, 15));
-        let mut lines = Vec::new();
+        let mut n = 0;
         tx.range(&t.order_line, Bound::Included(&lo), Bound::Included(&hi), LockMode::Exclusive, |r| {
-            lines.push(r.to_values());
+            if n == lines.len() {
+                lines.push(Vec::new());
+            }
+            r.values_into(&mut lines[n])?;
+            n += 1;
             Ok(true)
         })
         .map_err(eng("Delivery: reading the order lines"))?;
         let mut sum = 0;
-        for mut ol in lines {
-            sum += vint(&ol, "order_line", s::order_line::AMOUNT)?;
+        for ol in &mut lines[..n] {
+            sum += vint(ol, "order_line", s::order_line::AMOUNT)?;
             ol[s::order_line::DELIVERY_D] = Value::Int(now);
-            tx.update(&t.order_line, &ol).map_err(eng("Delivery: updating an order line"))?;
+            tx.update(&t.order_line, ol).map_err(eng("Delivery: updating an order line"))?;
         }
         let ckey = Value::Int(s::customer_key(i.w, d, c_id));
-        let mut c = tx
-            .get_for_update(&t.customer, &ckey)
+        if !tx
+            .get_for_update_into(&t.customer, &ckey, &mut c)
             .map_err(eng("Delivery: reading the customer"))?
-            .ok_or_else(|| missing("customer", format!("customer {c_id} of district {}/{d}", i.w)))?;
+        {
+            return Err(missing("customer", format!("customer {c_id} of district {}/{d}", i.w)));
+        }
         c[s::customer::BALANCE] = Value::Int(vint(&c, "customer", s::customer::BALANCE)? + sum);
         c[s::customer::DELIVERY_CNT] = Value::Int(vint(&c, "customer", s::customer::DELIVERY_CNT)? + 1);
         tx.update(&t.customer, &c).map_err(eng("Delivery: updating the customer"))?;

@@ -191,6 +191,14 @@ impl<'a> RowView<'a> {
                 cols.len()
             )));
         }
+        self.walk(col, |_, _| {})
+    }
+
+    /// Walks the row once over columns `0..=last` (which exist), calling `f(i, (offset,
+    /// length))` for each in order (length 0 for a NULL), and returns column `last`'s span.
+    /// Errors as [`RowView::span`].
+    fn walk(&self, last: usize, mut f: impl FnMut(usize, (usize, usize))) -> Result<(usize, usize)> {
+        let cols = &self.schema.columns;
         let short = |c: &Column, need: usize| {
             self.mismatch(format!(
                 "a row of {} bytes ends inside column `{}` (it needs {need} bytes)",
@@ -208,7 +216,8 @@ impl<'a> RowView<'a> {
         }
         for (i, c) in cols.iter().enumerate() {
             if nullable && self.bytes[i / 8] & (1 << (i % 8)) != 0 {
-                if i == col {
+                f(i, (off, 0));
+                if i == last {
                     return Ok((off, 0));
                 }
                 continue;
@@ -237,12 +246,13 @@ impl<'a> RowView<'a> {
                 .checked_add(len)
                 .filter(|&e| e <= self.bytes.len())
                 .ok_or_else(|| short(c, start.saturating_add(len)))?;
-            if i == col {
+            f(i, (start, len));
+            if i == last {
                 return Ok((start, len));
             }
             off = end;
         }
-        unreachable!("col < columns.len()")
+        unreachable!("last < columns.len()")
     }
 
     /// Checks that column `col` exists and has a type `ok` accepts (`want` names them).
@@ -347,13 +357,50 @@ impl<'a> RowView<'a> {
 
     /// All columns as values; an error if the row bytes do not match the schema.
     pub fn try_values(&self) -> Result<Vec<Value>> {
-        // Allocated once at its final size (collecting through `Result` would grow it step by
-        // step, not knowing the length).
+        // Allocated once at its final size.
         let mut values = Vec::with_capacity(self.schema.columns.len());
-        for i in 0..self.schema.columns.len() {
-            values.push(self.try_value(i)?);
-        }
+        self.values_into(&mut values)?;
         Ok(values)
+    }
+
+    /// All columns decoded into `out` (made as long as the row has columns), walking the row
+    /// once and reusing the buffers `out`'s `Bytes` values already hold: a caller that decodes
+    /// rows of one table into the same vector allocates nothing once it holds one. On an error
+    /// (the row bytes do not match the schema) `out` holds no meaningful row.
+    pub fn values_into(&self, out: &mut Vec<Value>) -> Result<()> {
+        let n = self.schema.columns.len();
+        out.resize(n, Value::Null);
+        if n == 0 {
+            return Ok(());
+        }
+        let (bytes, cols) = (self.bytes, &self.schema.columns);
+        self.walk(n - 1, |i, (o, l)| {
+            let (b, slot) = (&bytes[o..o + l], &mut out[i]);
+            if self.is_null(i) {
+                *slot = Value::Null;
+                return;
+            }
+            *slot = match cols[i].ty {
+                ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Date => {
+                    Value::Int(int_le(b))
+                }
+                ColumnType::Timestamp => Value::Timestamp(int_le(b)),
+                ColumnType::Double => Value::Double(f64::from_bits(int_le(b) as u64)),
+                ColumnType::Bool => Value::Bool(b.first().is_some_and(|&x| x != 0)),
+                ColumnType::Numeric { .. } => {
+                    Value::Numeric(b.try_into().map(i128::from_le_bytes).unwrap_or_default())
+                }
+                ColumnType::Char(_) | ColumnType::Bytes(_) | ColumnType::Text(_) => {
+                    if let Value::Bytes(v) = slot {
+                        v.clear();
+                        v.extend_from_slice(b);
+                        return;
+                    }
+                    Value::Bytes(b.to_vec())
+                }
+            };
+        })?;
+        Ok(())
     }
 
     /// Integer value of column `col` (0 for NULL).
@@ -471,5 +518,45 @@ mod tests {
         let e = short.try_int(2).unwrap_err().to_string();
         assert!(e.contains("`b`"), "{e}");
         assert!(short.try_int(7).is_err());
+    }
+
+    #[test]
+    fn values_into_reuses_buffers_and_reads_what_try_value_reads() {
+        let mut schema = Schema::new(vec![
+            ("a", ColumnType::Int),
+            ("t", ColumnType::Text(20)),
+            ("c", ColumnType::Char(4)),
+            ("n", ColumnType::Int16),
+            ("d", ColumnType::Double),
+        ]);
+        schema.columns[3].nullable = true;
+        let rows = [
+            vec![
+                Value::Int(-1),
+                Value::from("a longer text"),
+                Value::from("wxyz"),
+                Value::Int(-3),
+                Value::Double(0.0),
+            ],
+            vec![Value::Int(7), Value::from("hello"), Value::from("ab"), Value::Null, Value::Double(1.5)],
+        ];
+        let mut out = Vec::new();
+        let mut text_ptr = None;
+        for row in &rows {
+            let mut buf = Vec::new();
+            schema.encode_row("t", row, &mut buf).unwrap();
+            let view = RowView::new(&schema, &buf);
+            view.values_into(&mut out).unwrap();
+            let want: Vec<Value> = (0..row.len()).map(|c| view.try_value(c).unwrap()).collect();
+            assert_eq!(out, want);
+            let Value::Bytes(t) = &out[1] else { panic!("text decodes as bytes") };
+            // The second row's (shorter) text goes into the first row's buffer.
+            assert_eq!(*text_ptr.get_or_insert(t.as_ptr()), t.as_ptr(), "the text buffer was reused");
+        }
+        // A row cut short is an error naming the column it ends in.
+        let mut buf = Vec::new();
+        schema.encode_row("t", &rows[0], &mut buf).unwrap();
+        let e = RowView::new(&schema, &buf[..12]).values_into(&mut out).unwrap_err().to_string();
+        assert!(e.contains("`t`"), "{e}");
     }
 }

@@ -275,7 +275,8 @@ impl Inner {
     }
 
     /// Writes the first `len` bytes of `buf` at `offset` of every copy's device and syncs them
-    /// (two copies in parallel: copy B on the helper thread). The buffer is put back in `buf`
+    /// (two copies in parallel: from this thread when both devices overlap writes, as emulated
+    /// ones do, else copy B on the helper thread). The buffer is put back in `buf`
     /// for reuse once no writer holds it.
     fn write_synced(
         &self,
@@ -288,6 +289,19 @@ impl Inner {
         match (&self.helper, devs) {
             (None, [a]) => {
                 let r = a.write_at(offset, &owned[..len]).and_then(|()| a.sync());
+                *buf = Some(owned);
+                r?
+            }
+            (Some(_), [a, b]) if a.overlaps_writes() && b.overlaps_writes() => {
+                // Both copies from this thread, overlapped (each write's completion is a
+                // modelled time): no hand-off to the helper thread and back.
+                let data = &owned[..len];
+                let r = a.start_write(offset, data).and_then(|due_a| {
+                    let due_b = b.start_write(offset, data);
+                    a.finish_write(due_a);
+                    b.finish_write(due_b?);
+                    a.sync().and_then(|()| b.sync())
+                });
                 *buf = Some(owned);
                 r?
             }
