@@ -967,7 +967,8 @@ impl Session {
                     Some(tx)
                 }
                 _ if read_only => None,
-                _ => Some(own.insert(engine.db.begin())),
+                // A statement outside a block runs at the session's level, as in PostgreSQL.
+                _ => Some(own.insert(engine.db.begin_with(engine_isolation(level)))),
             };
             let eval = EvalCtx {
                 params,

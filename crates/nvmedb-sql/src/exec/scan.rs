@@ -225,7 +225,9 @@ impl<'p> Scan<'p> {
             Path::IndexPoint(ix, e) => {
                 let col = t.indexes[*ix].1;
                 match key_point(self.eval(e, cx)?, t, col) {
-                    Some(v) => State::Keys(self.index_keys(*ix, Bound::Included(&v), Bound::Included(&v))?),
+                    Some(v) => {
+                        State::Keys(self.index_keys(cx, *ix, Bound::Included(&v), Bound::Included(&v))?)
+                    }
                     None => State::Done,
                 }
             }
@@ -248,14 +250,14 @@ impl<'p> Scan<'p> {
                     Some((lo, hi)) if k.def.primary => State::Range(lo, hi),
                     Some((lo, hi)) => {
                         let ix = t.index_on(k.column).expect("a multi-column key has an index");
-                        State::Keys(self.index_keys(ix, lo.as_ref(), hi.as_ref())?)
+                        State::Keys(self.index_keys(cx, ix, lo.as_ref(), hi.as_ref())?)
                     }
                 }
             }
             Path::IndexRange(ix, lo, hi) => {
                 let col = t.indexes[*ix].1;
                 match (bound(self, lo, true, col, cx)?, bound(self, hi, false, col, cx)?) {
-                    (Ok(lo), Ok(hi)) => State::Keys(self.index_keys(*ix, lo.as_ref(), hi.as_ref())?),
+                    (Ok(lo), Ok(hi)) => State::Keys(self.index_keys(cx, *ix, lo.as_ref(), hi.as_ref())?),
                     _ => State::Done,
                 }
             }
@@ -263,8 +265,19 @@ impl<'p> Scan<'p> {
         Ok(())
     }
 
-    fn index_keys(&self, ix: usize, lo: Bound<&Value>, hi: Bound<&Value>) -> SqlResult<VecDeque<Vec<u8>>> {
+    fn index_keys(
+        &self,
+        cx: &mut ExecCtx<'_>,
+        ix: usize,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+    ) -> SqlResult<VecDeque<Vec<u8>>> {
         let t = &self.spec.table;
+        if let Some(tx) = &mut cx.txn {
+            // A serializable transaction locks the rows and the key range it reads.
+            let mode = if cx.for_update { LockMode::Exclusive } else { LockMode::Shared };
+            return tx.index_keys(&t.table, ix, lo, hi, mode).map(VecDeque::from).map_err(|e| engine(e, t));
+        }
         let mut keys = VecDeque::new();
         t.table
             .index_keys(ix, lo, hi, |pk| {

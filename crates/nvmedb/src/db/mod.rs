@@ -103,6 +103,12 @@ impl Database {
         self.inner.txn.locks.stats()
     }
 
+    /// Number of key-range locks serializable transactions hold (see
+    /// [`Transaction::range`]); zero once they have all ended.
+    pub fn range_lock_count(&self) -> usize {
+        self.inner.txn.locks.range_lock_count()
+    }
+
     /// The log, when the database keeps one.
     pub fn engine_log(&self) -> Option<&Arc<EngineLog>> {
         self.inner.txn.log.as_ref().map(|t| t.log())

@@ -20,16 +20,23 @@
 //! ([`crate::txn::PendingWriters`]); the transaction withdraws them all once its commit is
 //! logged (durable, without early lock release) or its rollback complete, before its locks go.
 //!
-//! Guarantees: serializable transactions that lock individual keys (point reads and writes, the lab's
-//! workloads) are serializable in commit order; a deadlock or lock timeout is a typed error
-//! (`Error::is_retryable`) after which the caller aborts and retries. Range scans
-//! ([`Transaction::range`], [`Transaction::index_range`]) lock every row they visit but take
-//! no range locks: a row inserted into a scanned range by another transaction after the scan
-//! passed, or still in flight when it passed, is not seen (phantoms are possible). A row whose
+//! Guarantees: serializable transactions are serializable in commit order; a deadlock or lock
+//! timeout is a typed error (`Error::is_retryable`) after which the caller aborts and retries.
+//! Their range scans ([`Transaction::range`], [`Transaction::index_range`],
+//! [`Transaction::index_keys`]) lock every row they visit and hold a key-range lock on the
+//! keys they read (`txn::lock_range`): the whole range for a scan that runs to its end (an
+//! empty range, and past the last key, included), up to the last row taken for one stopped
+//! early. Every insert, and every update that gives a row a new secondary-index entry, of any
+//! transaction, checks the range locks after its page change and waits for (or deadlocks
+//! with) a transaction whose range holds its new entry; a serializable scan waits for the
+//! writers of entries in flight in its range. So no phantom: a row inserted into a scanned
+//! range commits after the scanner. A point read of an absent key locks the key (the lock
+//! manager locks key values, not rows), so an insert of that key waits too. A row whose
 //! delete is in flight is visited and waited for.
 
 use super::Database;
 use crate::error::Result;
+use crate::table::{KeyRange, Serial};
 use crate::table::{RowView, Table, Value};
 use crate::txn::{LockMode, TxnShared};
 use crate::wal::engine::TxnOp;
@@ -223,11 +230,45 @@ impl Transaction {
         let _open = shared.enter_change("an insert")?;
         let pk = table.pk_of(row)?;
         let absent = self.lock_for_change(table, pk)?;
+        // Wait for the ranges read that hold the new entries before making them, and check
+        // again after (a scan that read their leaves meanwhile).
+        let mut entries = None;
+        self.check_new_entries(table, row, true, None, &mut entries)?;
         if let Some(mut op) = table.txn_insert(self.id, row, absent)? {
             // Undoing an insert finds the row through its key: keep only the key in memory
             // (the log record keeps the whole row for recovery), so a large load stays small.
             op.after = None;
             self.undo.push((table.clone(), op));
+            self.check_new_entries(table, row, true, None, &mut entries)?;
+        }
+        Ok(())
+    }
+
+    /// The insert-intention checks of a change (see `txn::lock_range`), made before its page
+    /// change and again after it: waits for the transactions whose range locks hold an index
+    /// entry the change makes (`entries`, computed on first use from `row` and `before`, the
+    /// row's bytes before an update). One relaxed load while no range lock lives on the table.
+    fn check_new_entries(
+        &self,
+        table: &Table,
+        row: &[Value],
+        insert: bool,
+        before: Option<&[u8]>,
+        entries: &mut Option<Vec<(u32, Vec<u8>)>>,
+    ) -> Result<()> {
+        let locks = &self.shared.locks;
+        if !locks.ranges_live(table.id()) {
+            return Ok(());
+        }
+        let entries = match entries {
+            Some(e) => e,
+            None => {
+                let pk = table.lock_key(table.pk_of(row)?)?;
+                entries.insert(table.new_entries(row, &pk, insert, before)?)
+            }
+        };
+        for (index, key) in entries.iter() {
+            locks.check_insert(self.id, table.id(), *index, key)?;
         }
         Ok(())
     }
@@ -238,9 +279,29 @@ impl Transaction {
         let _open = shared.enter_change("an update")?;
         let pk = table.pk_of(row)?;
         self.lock_for_change(table, pk)?;
+        let mut entries = None;
+        if self.shared.locks.ranges_live(table.id()) && !table.schema().indexes.is_empty() {
+            // As an insert: wait before the change for the ranges read that hold its new entries.
+            if let Some(now) = table.txn_read(&table.lock_key(pk)?, |v| v.raw().to_vec())? {
+                self.check_new_entries(table, row, false, Some(&now), &mut entries)?;
+            }
+        }
         let (changed, op) = table.txn_update(self.id, row)?;
         if let Some(op) = op {
+            let ranges = self.shared.locks.ranges_live(table.id()) && !table.schema().indexes.is_empty();
+            let before = match (ranges && entries.is_none(), &op.before) {
+                (false, _) => None,
+                (true, Some(b)) => Some(b.clone()),
+                // A row patch: its row before the change, from the row now.
+                (true, None) => {
+                    let now = table.txn_read(&op.pk, |v| v.raw().to_vec())?;
+                    op.resolve(now.as_deref()).and_then(|o| o.before.clone())
+                }
+            };
             self.undo.push((table.clone(), op));
+            if ranges {
+                self.check_new_entries(table, row, false, before.as_deref(), &mut entries)?;
+            }
         }
         Ok(changed)
     }
@@ -311,7 +372,7 @@ impl Transaction {
     ) -> Result<()> {
         let keys = table.primary_range(lo, hi)?;
         let (me, lock) = (self.id, self.scan_lock(mode));
-        self.locked_scan(table, keys, lock, |pk| {
+        self.locked_scan(table, keys, lock, |_, pk| {
             let seen = match lock {
                 Some(_) => table.txn_read(pk, &mut f)?,
                 None => table.txn_read_committed(me, pk, &mut f)?,
@@ -370,9 +431,13 @@ impl Transaction {
         let pos = table.index_position(index)?;
         let keys = table.secondary_range(pos, lo, hi)?;
         let (me, lock) = (self.id, self.scan_lock(mode));
-        self.locked_scan(table, keys, lock, |pk| {
+        let serial = lock.is_some() && self.isolation == Isolation::Serializable;
+        self.locked_scan(table, keys, lock, |ik, pk| {
             let visit = |row: RowView<'_>| {
-                if table.row_in_index_range(pos, &row, lo, hi) {
+                // A serializable scan passes a row in flight at each of its positions: it
+                // takes it at the one it has.
+                let here = !serial || table.has_index_entry(pos, &row, pk, ik)?;
+                if here && table.row_in_index_range(pos, &row, lo, hi) {
                     f(row).map(Some)
                 } else {
                     Ok(None)
@@ -386,15 +451,59 @@ impl Transaction {
         })
     }
 
+    /// The encoded primary keys of the rows whose value in the column of secondary index
+    /// number `index` lies within `lo..hi`, in index order, for the caller to read (with
+    /// [`Transaction::read_encoded`]). A serializable transaction locks each row in `mode` and
+    /// holds a key-range lock on the range, as [`Transaction::index_range`] does; a
+    /// read-committed one walks the index without locks ([`Table::index_keys`]).
+    pub fn index_keys(
+        &mut self,
+        table: &Table,
+        index: usize,
+        lo: Bound<&Value>,
+        hi: Bound<&Value>,
+        mode: LockMode,
+    ) -> Result<Vec<Vec<u8>>> {
+        self.shared.check_open()?;
+        let mut out = Vec::new();
+        if self.isolation != Isolation::Serializable || index >= table.schema().indexes.len() {
+            table.index_keys(index, lo, hi, |pk| {
+                out.push(pk.to_vec());
+                Ok(true)
+            })?;
+            return Ok(out);
+        }
+        let keys = table.secondary_range(index, lo, hi)?;
+        self.locked_scan(table, keys, Some(mode), |ik, pk| {
+            let here = table.txn_read(pk, |row| -> Result<bool> {
+                Ok(table.has_index_entry(index, &row, pk, ik)?
+                    && table.row_in_index_range(index, &row, lo, hi))
+            })?;
+            if here.transpose()?.unwrap_or(false) {
+                out.push(pk.to_vec());
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     /// Walks `keys` a batch at a time (no latch held between batches), locks each primary key
-    /// in `mode` (if any), and calls `visit` with it until it returns `Ok(false)`.
+    /// in `mode` (if any), and calls `visit(index key, primary key)` until it returns
+    /// `Ok(false)`. A serializable transaction's scan also holds a key-range lock on what it
+    /// read ([`Transaction::serial_scan`]).
     fn locked_scan(
         &mut self,
         table: &Table,
-        mut keys: crate::table::KeyRange,
+        mut keys: KeyRange,
         mode: Option<LockMode>,
-        mut visit: impl FnMut(&[u8]) -> Result<bool>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
+        match mode {
+            Some(mode) if self.isolation == Isolation::Serializable => {
+                return self.serial_scan(table, keys, mode, visit);
+            }
+            _ => {}
+        }
         loop {
             let batch = keys.next_batch(table, Some(self.id), SCAN_BATCH)?;
             if batch.is_empty() {
@@ -404,7 +513,37 @@ impl Transaction {
                 if let Some(mode) = mode {
                     self.shared.locks.lock(self.id, table.id(), pk, mode)?;
                 }
-                if !visit(pk)? {
+                if !visit(pk, pk)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// [`Transaction::locked_scan`] of a serializable transaction: takes a key-range lock on
+    /// the range, covering each leaf's keys before they are read and lowered to the last key
+    /// taken when `visit` stops the scan; visits the keys other transactions have in flight
+    /// at their new positions too, and waits for their writers (`txn::lock_range`).
+    fn serial_scan(
+        &mut self,
+        table: &Table,
+        mut keys: KeyRange,
+        mode: LockMode,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let locks = &self.shared.locks;
+        let (index, lo) = keys.lock_space();
+        let cover = locks.lock_range(self.id, table.id(), index, lo)?;
+        let serial = Serial { locks, cover: &cover };
+        loop {
+            let batch = keys.next_batch_serial(table, self.id, SCAN_BATCH, serial)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for (ik, pk) in &batch {
+                locks.lock(self.id, table.id(), pk, mode)?;
+                if !visit(ik, pk)? {
+                    locks.cover_back(&cover, ik);
                     return Ok(());
                 }
             }

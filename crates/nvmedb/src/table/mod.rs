@@ -61,6 +61,7 @@ pub mod heap;
 mod hints;
 mod index;
 mod locks;
+mod ranges;
 mod read;
 mod scan;
 pub mod schema;
@@ -69,7 +70,7 @@ mod write;
 pub use heap::{HeapFile, RowId};
 pub use read::READ_BATCH;
 pub use scan::scan_partition_pages;
-pub(crate) use scan::KeyRange;
+pub(crate) use scan::{KeyRange, Serial};
 
 use schema::RowLayout;
 pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};

@@ -19,7 +19,8 @@
 use super::{RowId, RowView, Table, Value};
 use crate::error::{Error, Result};
 use crate::txn::pending::BeforeImage;
-use crate::txn::PendingWriters;
+use crate::txn::{LockManager, PendingWriters, RangeCover};
+use std::cell::RefCell;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
@@ -102,6 +103,59 @@ impl KeyRange {
     }
 }
 
+/// What a serializable scan adds to a committed walk: its key-range lock, raised under each
+/// leaf's latch to the end of the keys it is about to read, and the entries of keys other
+/// transactions have in flight with no committed image at that position (new entries), so
+/// the scan waits for their writers (see `txn::lock_range`).
+#[derive(Clone, Copy)]
+pub(crate) struct Serial<'a> {
+    /// The lock manager the range lock lives in.
+    pub(crate) locks: &'a LockManager,
+    /// The scan's range lock.
+    pub(crate) cover: &'a RangeCover,
+}
+
+impl KeyRange {
+    /// The index of the range as the lock manager's range locks name it (0: primary,
+    /// `n + 1`: secondary `n`) and where the next batch starts.
+    pub(crate) fn lock_space(&self) -> (u32, Bound<&[u8]>) {
+        let index = match self.index {
+            RangeIndex::Primary => 0,
+            RangeIndex::Secondary(n) => n as u32 + 1,
+        };
+        (index, self.from.as_ref().map(Vec::as_slice))
+    }
+
+    /// The next batch of a serializable scan: `(index key, primary key)` pairs, at least `max`
+    /// unless the range ends, always up to the end of a leaf visit (the range lock covers the
+    /// keys the batch's leaves were read up to, and no later batch reads them again); keys in
+    /// flight are passed at their committed and at their new positions ([`Serial`]).
+    pub(crate) fn next_batch_serial(
+        &mut self,
+        table: &Table,
+        me: u64,
+        max: usize,
+        serial: Serial<'_>,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        if self.done {
+            return Ok(out);
+        }
+        let leaf_end: RefCell<Option<Vec<u8>>> = RefCell::new(None);
+        let mut stopped = false;
+        self.walk(table, Some(me), Some((serial, &leaf_end)), |ik, pk, _| {
+            out.push((ik.to_vec(), pk.to_vec()));
+            stopped = out.len() >= max && leaf_end.borrow().as_deref() == Some(ik);
+            Ok(!stopped)
+        })?;
+        match out.last() {
+            Some((k, _)) if stopped => self.from = Bound::Excluded(k.clone()),
+            _ => self.done = true,
+        }
+        Ok(out)
+    }
+}
+
 /// What a committed walk ([`KeyRange::for_each_committed`]) found for one key.
 pub(crate) enum Found<'a> {
     /// The key's last committed row, published by the writer that has it in flight.
@@ -151,6 +205,18 @@ impl KeyRange {
         &self,
         table: &Table,
         me: Option<u64>,
+        f: impl FnMut(&[u8], &[u8], Found<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        self.walk(table, me, None, f)
+    }
+
+    /// [`KeyRange::walk_committed`], for a serializable scan with `serial` (which also records
+    /// the last key of each leaf visit, `None` for the range's last visit).
+    fn walk(
+        &self,
+        table: &Table,
+        me: Option<u64>,
+        serial: Option<(Serial<'_>, &RefCell<Option<Vec<u8>>>)>,
         mut f: impl FnMut(&[u8], &[u8], Found<'_>) -> Result<bool>,
     ) -> Result<()> {
         if self.done {
@@ -164,6 +230,14 @@ impl KeyRange {
             from,
             hi,
             |lo, upto| {
+                if let Some((sr, leaf_end)) = serial {
+                    // Under the leaf's latch, before its keys are read.
+                    sr.locks.cover_range(sr.cover, upto);
+                    *leaf_end.borrow_mut() = match upto {
+                        Bound::Included(k) => Some(k.to_vec()),
+                        _ => None,
+                    };
+                }
                 let mut here = InFlightHere::default();
                 if !pending.any_in_flight(id) {
                     return Ok(here);
@@ -208,7 +282,10 @@ impl KeyRange {
                         }
                     }
                     let pk = self.primary_key(table, k)?;
-                    if here.keys.binary_search_by(|p| (**p).cmp(pk)).is_ok() {
+                    if here.keys.binary_search_by(|p| (**p).cmp(pk)).is_ok()
+                        && (serial.is_none()
+                            || here.images.binary_search_by(|(ik, _)| ik.as_slice().cmp(k)).is_ok())
+                    {
                         continue; // in flight: its image (if any) stands for it
                     }
                     let rid = RowId::from_bytes(v).ok_or_else(|| self.malformed(table))?;

@@ -1,7 +1,9 @@
 //! The lock table, the wait protocol and deadlock detection.
 //!
 //! Owns: the sharded lock table (key hash → entry with its holders and FIFO wait queue), the
-//! per-transaction registry (keys held, the one key waited on), and the deadlock detector.
+//! per-transaction registry (keys held, the one key waited on, the range-lock shards it holds
+//! range locks in), and the deadlock detector. The key-range locks themselves live in
+//! `lock_range`; a transaction's are dropped by `release_all` before its keys.
 //!
 //! Locking discipline (no lock-order cycles): a thread holds at most one lock-table shard
 //! mutex or one registry shard mutex at a time, never both. The detector mutex is taken only
@@ -13,6 +15,7 @@
 //! detector sets `VICTIM`, the waiter itself (under the shard mutex) sets `CANCELLED` on
 //! timeout. Exactly one wins, so a wait ends in exactly one way.
 
+use super::lock_range::RangeLocks;
 use super::options::{LockOptions, VictimPolicy};
 use super::stats::{Counters, LockStats, ShardCounters};
 use super::{key_hash, LockKey, LockMode, TxnId};
@@ -226,6 +229,8 @@ struct TxnSlot {
     held: Vec<LockKey>,
     /// The key it is waiting for, if any.
     waiting: Option<(LockKey, Arc<Waiter>)>,
+    /// The range-lock shards it holds range locks in (bitmask; see `lock_range`).
+    ranges: u64,
 }
 
 #[repr(align(128))]
@@ -261,6 +266,8 @@ pub struct LockManager {
     shard_bits: u32,
     detector: Mutex<()>,
     counters: Counters,
+    /// Key-range locks of serializable scans (`lock_range`).
+    pub(super) ranges: RangeLocks,
 }
 
 impl std::fmt::Debug for LockManager {
@@ -284,6 +291,7 @@ impl LockManager {
             txns,
             detector: Mutex::new(()),
             counters: Counters::default(),
+            ranges: RangeLocks::default(),
         })
     }
 
@@ -421,7 +429,7 @@ impl LockManager {
         let slot = m.entry(txn).or_default();
         slot.waiting = None;
         slot.held.extend(newly_held);
-        if slot.held.is_empty() {
+        if slot.held.is_empty() && slot.ranges == 0 {
             m.remove(&txn);
         }
     }
@@ -560,29 +568,59 @@ impl LockManager {
     pub fn release_all(&self, txn: TxnId) -> usize {
         let Some(slot) = self.txn_shard(txn).map.locked().remove(&txn) else { return 0 };
         assert!(slot.waiting.is_none(), "release_all({txn}) while the transaction waits for a lock");
+        if slot.ranges != 0 {
+            // Before the owner key: a writer that then finds no range waits for nothing.
+            self.ranges.release(txn, slot.ranges);
+        }
         for k in &slot.held {
-            let h = key_hash(k.table, &k.key);
-            let shard = &self.shards[self.shard_index(h)];
-            let mut map = shard.table.locked();
-            let woken = match find_entry(&mut map, h, k.table, &k.key) {
-                Some(e) => {
-                    let i = e.holders.iter().position(|&(t, _)| t == txn);
-                    debug_assert!(i.is_some(), "{k}: transaction {txn} released a lock it does not hold");
-                    if let Some(i) = i {
-                        e.holders.swap_remove(i);
-                    }
-                    e.grant_waiters()
-                }
-                None => {
-                    debug_assert!(false, "{k}: released by {txn} but has no entry");
-                    Vec::new()
-                }
-            };
-            remove_if_free(&mut map, h, k.table, &k.key);
-            drop(map);
-            self.wake(woken);
+            self.unhold(txn, k);
         }
         slot.held.len()
+    }
+
+    /// Removes `txn` from the holders of `k` and grants what that unblocks.
+    fn unhold(&self, txn: TxnId, k: &LockKey) {
+        let h = key_hash(k.table, &k.key);
+        let shard = &self.shards[self.shard_index(h)];
+        let mut map = shard.table.locked();
+        let woken = match find_entry(&mut map, h, k.table, &k.key) {
+            Some(e) => {
+                let i = e.holders.iter().position(|&(t, _)| t == txn);
+                debug_assert!(i.is_some(), "{k}: transaction {txn} released a lock it does not hold");
+                if let Some(i) = i {
+                    e.holders.swap_remove(i);
+                }
+                e.grant_waiters()
+            }
+            None => {
+                debug_assert!(false, "{k}: released by {txn} but has no entry");
+                Vec::new()
+            }
+        };
+        remove_if_free(&mut map, h, k.table, &k.key);
+        drop(map);
+        self.wake(woken);
+    }
+
+    /// Releases the one lock `txn` holds on `(table, key)` (an instant-duration lock, taken
+    /// only to wait for its holders).
+    pub(super) fn release_one(&self, txn: TxnId, table: u32, key: &[u8]) {
+        let k = {
+            let mut m = self.txn_shard(txn).map.locked();
+            let Some(slot) = m.get_mut(&txn) else { return };
+            let Some(i) = slot.held.iter().rposition(|k| k.is(table, key)) else { return };
+            let k = slot.held.swap_remove(i);
+            if slot.held.is_empty() && slot.waiting.is_none() && slot.ranges == 0 {
+                m.remove(&txn);
+            }
+            k
+        };
+        self.unhold(txn, &k);
+    }
+
+    /// Records that `txn` holds range locks in the shards of bitmask `bit`.
+    pub(super) fn note_ranges(&self, txn: TxnId, bit: u64) {
+        self.txn_shard(txn).map.locked().entry(txn).or_default().ranges |= bit;
     }
 
     /// The mode in which `txn` holds `(table, key)`, if it does.

@@ -2,7 +2,7 @@
 //! that lock-free readers consult, and the state every transaction of a database shares.
 //!
 //! Owns: [`LockManager`] (the sharded lock table, per-transaction lock lists, the wait
-//! protocol and deadlock detection), its options ([`LockOptions`]) and counters ([`LockStats`]),
+//! protocol and deadlock detection, and the key-range locks of `lock_range`), its options ([`LockOptions`]) and counters ([`LockStats`]),
 //! [`PendingWriters`] (keys with a writer in flight and their last committed images),
 //! `TxnShared` with the auto-commit protocol (`shared`), and the vocabulary types [`TxnId`],
 //! [`LockKey`], [`LockMode`].
@@ -13,9 +13,11 @@
 //! read), *before* touching the key, and releases every lock at once with
 //! [`LockManager::release_all`] only after commit (or abort) is complete. That is strict
 //! two-phase locking: every schedule of committed transactions is conflict-serializable, in the
-//! order of their commits, and no transaction reads or overwrites uncommitted data. (Phantoms
-//! — rows inserted into a range another transaction scanned — need range or predicate locks,
-//! which this layer does not provide; the lab's workloads lock individual keys.)
+//! order of their commits, and no transaction reads or overwrites uncommitted data. Phantoms
+//! — rows inserted into a range another transaction scanned — are kept out by key-range
+//! locks (`lock_range`): a serializable scan holds a shared lock on the interval of index
+//! keys it read, and every new index entry is checked against those intervals
+//! ([`LockManager`]'s insert-intention check) and waits for their holders.
 //!
 //! How the transaction layer uses it:
 //! 1. `begin`: assign a [`TxnId`] larger than every earlier one;
@@ -48,6 +50,7 @@
 //! the thread until a release wakes it; see [`LockOptions`].
 
 mod lock;
+mod lock_range;
 mod options;
 pub mod pending;
 mod shared;
@@ -58,6 +61,7 @@ mod tests;
 
 pub use crate::ids::{LockKey, LockMode, TxnId};
 pub use lock::{LockManager, LockOutcome};
+pub(crate) use lock_range::RangeCover;
 pub use options::{LockOptions, VictimPolicy};
 pub use pending::PendingWriters;
 pub(crate) use shared::TxnShared;
