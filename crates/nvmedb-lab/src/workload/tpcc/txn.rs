@@ -3,7 +3,8 @@
 //! Owns: [`Context`] (database, tables, the source of HISTORY keys), [`execute`] (one attempt
 //! of one transaction) and [`execute_with_retries`]. Invariants:
 //! - every read and write goes through one [`nvmedb::Transaction`] under strict two-phase
-//!   locking: rows read are share-locked, rows changed (or read in order to change them) are
+//!   locking, serializable (key ranges scanned are locked too) except Stock-Level, which
+//!   the specification lets read as committed (§3.4.1) and which takes no lock: rows read are share-locked, rows changed (or read in order to change them) are
 //!   exclusively locked before they are read, all locks are held until the commit is durable;
 //! - the rows every transaction of a warehouse or district touches are locked last, so they are
 //!   held for little more than the commit: New-Order locks its district, customer, items and
@@ -25,7 +26,7 @@ use super::input::{
 use super::schema::{self as s, Tables};
 use crate::error::{LabError, Result};
 use nvmedb::txn::LockMode;
-use nvmedb::{Database, RowView, Transaction, Value};
+use nvmedb::{Database, Isolation, RowView, Transaction, Value};
 use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -153,7 +154,13 @@ fn missing(table: &'static str, key: String) -> LabError {
 /// Runs one attempt of `input`. A retryable error (see [`is_retryable`]) leaves nothing
 /// behind: the transaction was rolled back.
 pub fn execute(ctx: &Context, input: &TxnInput) -> Result<TxnOutput> {
-    let mut tx = ctx.db.begin();
+    // The specification's isolation (§3.4.1): level 3 (serializable) among New-Order,
+    // Payment, Delivery and Order-Status; level 1 (no dirty reads) for Stock-Level, which
+    // therefore reads as committed and takes no locks.
+    let mut tx = match input {
+        TxnInput::StockLevel(_) => ctx.db.begin_with(Isolation::ReadCommitted),
+        _ => ctx.db.begin(),
+    };
     let out = match input {
         TxnInput::NewOrder(i) => new_order(ctx, &mut tx, i)?,
         TxnInput::Payment(i) => payment(ctx, &mut tx, i)?,
