@@ -7,62 +7,14 @@
 //! `SHOW transaction_isolation` reports each level. Waits are observed in the lock manager's
 //! counters, not slept for.
 
-use nvmedb_sql::{Server, ServerConfig};
-use nvmedb_testkit::TmpDir;
-use std::time::{Duration, Instant};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use std::time::Duration;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
-struct Fixture {
-    server: Option<Server>,
-    _dir: TmpDir,
-}
+mod common;
+use common::{code, Fixture};
 
 fn start() -> Fixture {
-    let dir = TmpDir::path_only("sql-iso");
-    let mut config = ServerConfig::new(dir.path());
-    config.listen = "127.0.0.1:0".into();
-    config.options.table_buffer = nvmedb::BufferSize::Bytes(8 << 20);
-    config.options.index_buffer = nvmedb::BufferSize::Bytes(8 << 20);
-    config.options.lock_options.lock_timeout = Duration::from_secs(30);
-    let server = Server::start(config).expect("server starts");
-    Fixture { server: Some(server), _dir: dir }
-}
-
-impl Fixture {
-    async fn connect(&self) -> Client {
-        let addr = self.server.as_ref().unwrap().addr();
-        let conn = format!("host={} port={} user=tester dbname=test", addr.ip(), addr.port());
-        let (client, connection) = tokio_postgres::connect(&conn, NoTls).await.expect("connects");
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        client
-    }
-
-    fn parked(&self) -> u64 {
-        self.server.as_ref().unwrap().engine().db.lock_stats().parked_waits
-    }
-
-    /// Returns once a lock wait has parked since `before` (a statement is blocked).
-    async fn until_parked(&self, before: u64) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.parked() == before {
-            assert!(Instant::now() < deadline, "the statement never waited for a lock");
-            tokio::task::yield_now().await;
-        }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown().unwrap();
-        }
-    }
-}
-
-fn code(e: &tokio_postgres::Error) -> String {
-    e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("not a server error: {e}"))
+    common::start(Duration::from_secs(30))
 }
 
 async fn int(c: &Client, sql: &str) -> i64 {

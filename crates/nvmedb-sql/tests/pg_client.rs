@@ -14,45 +14,8 @@ use nvmedb_testkit::TmpDir;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-struct Fixture {
-    server: Option<Server>,
-    _dir: TmpDir,
-}
-
-fn start(lock_timeout: Duration) -> Fixture {
-    let dir = TmpDir::path_only("sql");
-    let mut config = ServerConfig::new(dir.path());
-    config.listen = "127.0.0.1:0".into();
-    config.options.table_buffer = nvmedb::BufferSize::Bytes(8 << 20);
-    config.options.index_buffer = nvmedb::BufferSize::Bytes(8 << 20);
-    config.options.lock_options.lock_timeout = lock_timeout;
-    let server = Server::start(config).expect("server starts");
-    Fixture { server: Some(server), _dir: dir }
-}
-
-impl Fixture {
-    async fn connect(&self) -> Client {
-        let addr = self.server.as_ref().unwrap().addr();
-        let conn = format!("host={} port={} user=tester dbname=test", addr.ip(), addr.port());
-        let (client, connection) = tokio_postgres::connect(&conn, NoTls).await.expect("connects");
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        client
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown().unwrap();
-        }
-    }
-}
-
-fn code(e: &tokio_postgres::Error) -> String {
-    e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("not a server error: {e}"))
-}
+mod common;
+use common::{code, start, Fixture};
 
 fn message(e: &tokio_postgres::Error) -> String {
     e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default()
@@ -655,19 +618,6 @@ async fn a_lock_wait_does_not_hold_up_other_connections() {
     assert_eq!(c.query_one(&get, &[&1i32]).await.unwrap().get::<_, i32>(0), 6);
 }
 
-/// Waits until the server's lock manager has parked one more waiter than `before`.
-async fn until_parked(f: &Fixture, before: u64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while f.server.as_ref().unwrap().engine().db.lock_stats().parked_waits == before {
-        assert!(Instant::now() < deadline, "the statement never waited for a lock");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-fn parked(f: &Fixture) -> u64 {
-    f.server.as_ref().unwrap().engine().db.lock_stats().parked_waits
-}
-
 /// The anomaly histories the isolation levels promise to prevent. Lost update: two
 /// transactions increment the same counter; at READ COMMITTED (as in PostgreSQL) an `UPDATE
 /// … SET v = v + 1` waits for the other's commit and adds to its result, and at SERIALIZABLE
@@ -684,12 +634,12 @@ async fn lost_updates_are_prevented() {
     // READ COMMITTED: the second increment waits, then adds to the first's committed value.
     a.batch_execute("BEGIN").await.unwrap();
     a.batch_execute("UPDATE counter SET v = v + 1 WHERE k = 1").await.unwrap();
-    let before = parked(&f);
+    let before = f.parked();
     let second = tokio::spawn(async move {
         b.batch_execute("UPDATE counter SET v = v + 1 WHERE k = 1").await.unwrap();
         b
     });
-    until_parked(&f, before).await;
+    f.until_parked(before).await;
     a.batch_execute("COMMIT").await.unwrap();
     let b = second.await.unwrap();
     assert_eq!(value(simple_rows(&a, "SELECT v FROM counter WHERE k = 1").await), 2);
@@ -699,12 +649,12 @@ async fn lost_updates_are_prevented() {
         c.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE").await.unwrap();
         assert_eq!(value(simple_rows(c, "SELECT v FROM counter WHERE k = 1").await), 2);
     }
-    let before = parked(&f);
+    let before = f.parked();
     let first = tokio::spawn(async move {
         let r = a.batch_execute("UPDATE counter SET v = 3 WHERE k = 1").await;
         (a, r)
     });
-    until_parked(&f, before).await;
+    f.until_parked(before).await;
     let r_b = b.batch_execute("UPDATE counter SET v = 3 WHERE k = 1").await;
     let (a, r_a) = first.await.unwrap();
     let mut commits = 0;
@@ -740,12 +690,12 @@ async fn read_skew_is_prevented_at_serializable() {
     let x = value(simple_rows(&a, "SELECT v FROM acct WHERE k = 1").await);
     b.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE").await.unwrap();
     b.batch_execute("UPDATE acct SET v = v + 10 WHERE k = 2").await.unwrap();
-    let before = parked(&f);
+    let before = f.parked();
     let transfer = tokio::spawn(async move {
         let r = b.batch_execute("UPDATE acct SET v = v - 10 WHERE k = 1").await;
         (b, r)
     });
-    until_parked(&f, before).await;
+    f.until_parked(before).await;
     let y = a.simple_query("SELECT v FROM acct WHERE k = 2").await;
     let reader_ok = match &y {
         Ok(_) => true,
