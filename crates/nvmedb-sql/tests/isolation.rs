@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 mod common;
-use common::{code, Fixture};
+use common::{one_victim, Fixture};
 
 fn start() -> Fixture {
     common::start(Duration::from_secs(30))
@@ -90,24 +90,6 @@ async fn phantom_inserts_wait_for_a_serializable_range_and_not_at_read_committed
     b.batch_execute("INSERT INTO t VALUES (26, 0)").await.unwrap();
     assert_eq!(int(&a, "SELECT count(*) FROM t WHERE k BETWEEN 15 AND 35").await, n + 1);
     a.batch_execute("COMMIT").await.unwrap();
-}
-
-/// Both statements' outcomes; exactly one of the two may fail, with 40P01 or 40001.
-async fn one_victim(results: [(&Client, Result<(), tokio_postgres::Error>); 2]) -> usize {
-    let mut commits = 0;
-    for (c, r) in results {
-        match r {
-            Ok(()) => {
-                c.batch_execute("COMMIT").await.unwrap();
-                commits += 1;
-            }
-            Err(e) => {
-                assert!(["40P01", "40001"].contains(&code(&e).as_str()), "{e:?}");
-                c.batch_execute("ROLLBACK").await.unwrap();
-            }
-        }
-    }
-    commits
 }
 
 /// Write skew, the on-call doctors: each of two doctors checks that two are on call and

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 mod common;
-use common::{code, start, Fixture};
+use common::{code, one_victim, start, Fixture};
 
 fn message(e: &tokio_postgres::Error) -> String {
     e.as_db_error().map(|d| d.message().to_string()).unwrap_or_default()
@@ -657,19 +657,7 @@ async fn lost_updates_are_prevented() {
     f.until_parked(before).await;
     let r_b = b.batch_execute("UPDATE counter SET v = 3 WHERE k = 1").await;
     let (a, r_a) = first.await.unwrap();
-    let mut commits = 0;
-    for (c, r) in [(&a, r_a), (&b, r_b)] {
-        match r {
-            Ok(()) => {
-                c.batch_execute("COMMIT").await.unwrap();
-                commits += 1;
-            }
-            Err(e) => {
-                assert!(["40P01", "40001"].contains(&code(&e).as_str()), "{e:?}");
-                c.batch_execute("ROLLBACK").await.unwrap();
-            }
-        }
-    }
+    let commits = one_victim([(&a, r_a), (&b, r_b)]).await;
     assert_eq!(commits, 1, "both read-then-write increments committed: a lost update");
     assert_eq!(value(simple_rows(&a, "SELECT v FROM counter WHERE k = 1").await), 3);
 }

@@ -66,3 +66,23 @@ impl Drop for Fixture {
 pub fn code(e: &tokio_postgres::Error) -> String {
     e.as_db_error().map(|d| d.code().code().to_string()).unwrap_or_else(|| format!("not a server error: {e}"))
 }
+
+/// Ends both transactions by their statements' outcomes: commits where the statement
+/// succeeded, rolls back where it failed, which it may only with 40P01 or 40001; returns the
+/// commits.
+pub async fn one_victim(results: [(&Client, Result<(), tokio_postgres::Error>); 2]) -> usize {
+    let mut commits = 0;
+    for (c, r) in results {
+        match r {
+            Ok(()) => {
+                c.batch_execute("COMMIT").await.unwrap();
+                commits += 1;
+            }
+            Err(e) => {
+                assert!(["40P01", "40001"].contains(&code(&e).as_str()), "{e:?}");
+                c.batch_execute("ROLLBACK").await.unwrap();
+            }
+        }
+    }
+    commits
+}

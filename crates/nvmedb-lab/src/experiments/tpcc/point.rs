@@ -39,29 +39,15 @@ pub struct PointOutcome {
     pub profile: Option<Vec<String>>,
 }
 
-/// One terminal's state.
+/// One terminal's state: its input generator and what it counted in the window.
 struct Client {
     terminal: Terminal,
-    latency: [LatencyHistogram; 5],
-    /// This terminal's thread CPU and log bytes per transaction type in the window.
-    cpu_ns: [u64; 5],
-    log_bytes: [u64; 5],
-    rollbacks: u64,
-    deadlocks: u64,
-    timeouts: u64,
+    counts: Totals,
 }
 
 impl Client {
     fn new(terminal: Terminal) -> Self {
-        Self {
-            terminal,
-            latency: Default::default(),
-            cpu_ns: [0; 5],
-            log_bytes: [0; 5],
-            rollbacks: 0,
-            deadlocks: 0,
-            timeouts: 0,
-        }
+        Self { terminal, counts: Totals::default() }
     }
 
     /// Counts a transaction of `kind` that started at `t0` inside the window, with the
@@ -74,19 +60,20 @@ impl Client {
         retries: Retries,
         out: &TxnOutput,
     ) {
-        let k = kind.index();
-        self.latency[k].record(t0.elapsed());
-        self.cpu_ns[k] += thread_cpu_ns().saturating_sub(at_start.0);
-        self.log_bytes[k] += thread_log_bytes().saturating_sub(at_start.1);
-        self.deadlocks += u64::from(retries.deadlocks);
-        self.timeouts += u64::from(retries.lock_timeouts);
+        let (k, c) = (kind.index(), &mut self.counts);
+        c.latency[k].record(t0.elapsed());
+        c.cpu_ns[k] += thread_cpu_ns().saturating_sub(at_start.0);
+        c.log_bytes[k] += thread_log_bytes().saturating_sub(at_start.1);
+        c.deadlocks += u64::from(retries.deadlocks);
+        c.timeouts += u64::from(retries.lock_timeouts);
         if let TxnOutput::NewOrder { rolled_back: true, .. } = out {
-            self.rollbacks += 1;
+            c.rollbacks += 1;
         }
     }
 }
 
-/// Every terminal's window counters summed.
+/// Window counters: one terminal's, or every terminal's summed. CPU and log bytes are per
+/// transaction type.
 #[derive(Default)]
 struct Totals {
     latency: [LatencyHistogram; 5],
@@ -100,7 +87,7 @@ struct Totals {
 impl Totals {
     fn of(clients: &[Client]) -> Self {
         let mut all = Self::default();
-        for c in clients {
+        for c in clients.iter().map(|c| &c.counts) {
             for (sum, mine) in all.latency.iter_mut().zip(&c.latency) {
                 sum.add(mine);
             }
