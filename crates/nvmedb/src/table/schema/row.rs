@@ -342,15 +342,16 @@ impl<'a> RowView<'a> {
             return Ok(Value::Null);
         }
         Ok(match c.ty {
+            // Integers at a constant offset without walking the row (`try_int`'s fast path).
             ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Date => {
                 Value::Int(self.try_int(col)?)
             }
             ColumnType::Timestamp => Value::Timestamp(self.try_int(col)?),
-            ColumnType::Double => Value::Double(self.try_double(col)?),
-            ColumnType::Bool => Value::Bool(self.try_boolean(col)?),
-            ColumnType::Numeric { .. } => Value::Numeric(self.try_numeric(col)?),
-            ColumnType::Char(_) | ColumnType::Bytes(_) | ColumnType::Text(_) => {
-                Value::Bytes(self.try_bytes(col)?.to_vec())
+            ty => {
+                let (o, l) = self.span(col)?;
+                let mut v = Value::Null;
+                decode_into(ty, &self.bytes[o..o + l], &mut v);
+                v
             }
         })
     }
@@ -375,30 +376,11 @@ impl<'a> RowView<'a> {
         }
         let (bytes, cols) = (self.bytes, &self.schema.columns);
         self.walk(n - 1, |i, (o, l)| {
-            let (b, slot) = (&bytes[o..o + l], &mut out[i]);
             if self.is_null(i) {
-                *slot = Value::Null;
-                return;
+                out[i] = Value::Null;
+            } else {
+                decode_into(cols[i].ty, &bytes[o..o + l], &mut out[i]);
             }
-            *slot = match cols[i].ty {
-                ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Date => {
-                    Value::Int(int_le(b))
-                }
-                ColumnType::Timestamp => Value::Timestamp(int_le(b)),
-                ColumnType::Double => Value::Double(f64::from_bits(int_le(b) as u64)),
-                ColumnType::Bool => Value::Bool(b.first().is_some_and(|&x| x != 0)),
-                ColumnType::Numeric { .. } => {
-                    Value::Numeric(b.try_into().map(i128::from_le_bytes).unwrap_or_default())
-                }
-                ColumnType::Char(_) | ColumnType::Bytes(_) | ColumnType::Text(_) => {
-                    if let Value::Bytes(v) = slot {
-                        v.clear();
-                        v.extend_from_slice(b);
-                        return;
-                    }
-                    Value::Bytes(b.to_vec())
-                }
-            };
         })?;
         Ok(())
     }
@@ -474,6 +456,28 @@ impl<'a> RowView<'a> {
     pub fn schema(&self) -> &'a Schema {
         self.schema
     }
+}
+
+/// The value of a non-NULL column of type `ty` whose bytes in the row are `b` (its span), into
+/// `slot`; a `Bytes` value already in `slot` keeps its buffer.
+fn decode_into(ty: ColumnType, b: &[u8], slot: &mut Value) {
+    *slot = match ty {
+        ColumnType::Int | ColumnType::Int32 | ColumnType::Int16 | ColumnType::Date => Value::Int(int_le(b)),
+        ColumnType::Timestamp => Value::Timestamp(int_le(b)),
+        ColumnType::Double => Value::Double(f64::from_bits(int_le(b) as u64)),
+        ColumnType::Bool => Value::Bool(b.first().is_some_and(|&x| x != 0)),
+        ColumnType::Numeric { .. } => {
+            Value::Numeric(b.try_into().map(i128::from_le_bytes).unwrap_or_default())
+        }
+        ColumnType::Char(_) | ColumnType::Bytes(_) | ColumnType::Text(_) => {
+            if let Value::Bytes(v) = slot {
+                v.clear();
+                v.extend_from_slice(b);
+                return;
+            }
+            Value::Bytes(b.to_vec())
+        }
+    };
 }
 
 #[cfg(test)]
