@@ -244,6 +244,12 @@ impl Transaction {
         Ok(())
     }
 
+    /// True when an update of `table` must check range locks: one lives on the table and the
+    /// table has secondary indexes (an update never moves its row's primary key).
+    fn update_checks_ranges(&self, table: &Table) -> bool {
+        self.shared.locks.ranges_live(table.id()) && !table.schema().indexes.is_empty()
+    }
+
     /// The insert-intention checks of a change (see `txn::lock_range`), made before its page
     /// change and again after it: waits for the transactions whose range locks hold an index
     /// entry the change makes (`entries`, computed on first use from `row` and `before`, the
@@ -280,7 +286,7 @@ impl Transaction {
         let pk = table.pk_of(row)?;
         self.lock_for_change(table, pk)?;
         let mut entries = None;
-        if self.shared.locks.ranges_live(table.id()) && !table.schema().indexes.is_empty() {
+        if self.update_checks_ranges(table) {
             // As an insert: wait before the change for the ranges read that hold its new entries.
             if let Some(now) = table.txn_read(&table.lock_key(pk)?, |v| v.raw().to_vec())? {
                 self.check_new_entries(table, row, false, Some(&now), &mut entries)?;
@@ -288,7 +294,8 @@ impl Transaction {
         }
         let (changed, op) = table.txn_update(self.id, row)?;
         if let Some(op) = op {
-            let ranges = self.shared.locks.ranges_live(table.id()) && !table.schema().indexes.is_empty();
+            // Asked again: a scan may have taken a range lock on the table meanwhile.
+            let ranges = self.update_checks_ranges(table);
             let before = match (ranges && entries.is_none(), &op.before) {
                 (false, _) => None,
                 (true, Some(b)) => Some(b.clone()),
