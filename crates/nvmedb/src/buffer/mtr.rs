@@ -16,7 +16,7 @@
 //!   PostgreSQL's full_page_writes), the first change of a page whose LSN is at or below it (the
 //!   last checkpoint's redo start) is logged as a full page image, which is then what repairs
 //!   a page torn by a crash during its write-back. Without one (the default: the double-write
-//!   area repairs torn pages, `buffer/doublewrite.rs`) every other change is a diff or its
+//!   area repairs torn pages, `buffer/doublewrite/`) every other change is a diff or its
 //!   page operations;
 //! - a page changed only through [`PageMut::change_logged`](super::PageMut::change_logged) is
 //!   logged as its page operations ([`PageChange::Ops`]: a heap insert, a B+tree entry
