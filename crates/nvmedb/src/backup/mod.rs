@@ -357,37 +357,7 @@ pub fn restore(
         check_file(&backup_dir.join(name), *len, *crc)?;
     }
     let archive = archive_dir.map(Archive::new);
-    // The target LSN (None: the end of what is there).
-    let target_lsn = match target {
-        Target::End => None,
-        Target::Lsn(l) => Some(l),
-        Target::Time(t) => {
-            let a = archive.as_ref().ok_or_else(|| {
-                Error::InvalidArgument("a restore to a time needs the log archive (--archive)".into())
-            })?;
-            let marks = a.marks(m.log_id)?;
-            let mark = marks.iter().rev().find(|(mt, _)| *mt <= t).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "the archive in {} has no mark of log {:016x} at or before that time (its first is at \
-                     {} µs since 1970)",
-                    a.dir.display(),
-                    m.log_id,
-                    marks.first().map_or("none".to_string(), |x| x.0.to_string())
-                ))
-            })?;
-            Some(mark.1)
-        }
-    };
-    if let Some(l) = target_lsn {
-        if l < m.end_lsn {
-            return Err(Error::InvalidArgument(format!(
-                "the backup in {} is consistent only from LSN {} on (the end of the log it copied); the \
-                 target LSN {l} is earlier: restore from an older backup",
-                backup_dir.display(),
-                m.end_lsn
-            )));
-        }
-    }
+    let target_lsn = target_lsn(&m, backup_dir, archive.as_ref(), target)?;
     fresh_dir(to)?;
     let wal_dir = to.join("wal");
     std::fs::create_dir_all(&wal_dir).map_err(|e| io_err(&wal_dir, IoOpKind::Setup, e))?;
@@ -400,109 +370,16 @@ pub fn restore(
         std::fs::copy(&src, &dst).map_err(|e| io_err(&dst, IoOpKind::Write, e))?;
         progress(name, *len);
     }
-    // Archived segments after the backup's, in order, until the target.
-    let mut taken = 0;
-    if let Some(a) = &archive {
-        let segs = a.segments(m.log_id)?;
-        let mut next = m.last_seq + 1;
-        let wal = DirStorage::new(&wal_dir, FileOptions::default())?;
-        let mut slot = wal.list()?.iter().filter_map(|n| crate::wal::parse_slot(n)).max().unwrap_or(0) + 1;
-        let mut replace_last = longer_copy_of_last(&segs, &m);
-        loop {
-            let seg = match replace_last.take() {
-                Some(s) => s,
-                None => match segs.get(&next) {
-                    Some(s) => s.clone(),
-                    None => break,
-                },
-            };
-            if let Some(l) = target_lsn {
-                let base = segment_base(&seg.path)?;
-                if base > l && seg.seq > m.last_seq {
-                    break;
-                }
-            }
-            let (crc, len) = seg.sum.ok_or_else(|| Error::Corruption {
-                file: seg.path.display().to_string(),
-                offset: 0,
-                detail: "archived segment without its .sum: its copy never finished".into(),
-            })?;
-            check_file(&seg.path, len, crc)?;
-            let h = segment_header_of(&seg.path)?;
-            if h.log_id != m.log_id || h.seq != seg.seq {
-                return Err(Error::Corruption {
-                    file: seg.path.display().to_string(),
-                    offset: 0,
-                    detail: format!(
-                        "its header says log {:016x} segment {}, expected log {:016x} segment {}",
-                        h.log_id, h.seq, m.log_id, seg.seq
-                    ),
-                });
-            }
-            let name = if seg.seq == m.last_seq {
-                // The whole segment replaces the backup's copy of it, under the same slot.
-                m.files
-                    .iter()
-                    .filter_map(|(n, _, _)| n.strip_prefix("wal/"))
-                    .next_back()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| crate::wal::slot_name(slot))
-            } else {
-                let n = crate::wal::slot_name(slot);
-                slot += 1;
-                n
-            };
-            std::fs::copy(&seg.path, wal_dir.join(&name))
-                .map_err(|e| io_err(&wal_dir.join(&name), IoOpKind::Write, e))?;
-            progress(&seg.path.display().to_string(), len);
-            taken += 1;
-            if seg.seq > m.last_seq {
-                next = seg.seq + 1;
-                if seg.partial {
-                    break;
-                }
-            }
-        }
-        // A gap: a later segment exists while `next` does not.
-        if let Some((&after, _)) = segs.range(next..).next() {
-            let needed = target_lsn.is_none_or(|l| {
-                segs.get(&after).and_then(|s| segment_base(&s.path).ok()).is_some_and(|b| b <= l)
-            });
-            if needed {
-                return Err(Error::NotFound(format!(
-                    "log segment {} ({}) is missing from the archive {}; segment {after} follows it",
-                    next,
-                    archive::segment_name(m.log_id, next),
-                    a.dir.display()
-                )));
-            }
-        }
-    }
+    let taken = match &archive {
+        Some(a) => take_archived(a, &m, &wal_dir, target_lsn, progress)?,
+        None => 0,
+    };
     sync_dir(&wal_dir)?;
     let wal: Arc<dyn Storage> = Arc::new(DirStorage::new(&wal_dir, FileOptions::default())?);
     let end = log_end(&wal, m.start_lsn)?;
     let end = match target_lsn {
         None => end,
-        Some(l) => {
-            if l > end {
-                return Err(Error::NotFound(format!(
-                    "the backup and archive hold the log up to LSN {end}, short of the target LSN {l}{}",
-                    if archive.is_none() { " (no --archive given)" } else { "" }
-                )));
-            }
-            // The last record ending at or before the target.
-            let mut r = crate::wal::LogReader::open_copies(vec![wal.clone()], m.start_lsn)?;
-            let mut cut = m.start_lsn;
-            while let Some(rec) = r.next_record()? {
-                if rec.end_lsn > l {
-                    break;
-                }
-                cut = rec.end_lsn;
-            }
-            drop(r);
-            crate::wal::cut_at(std::slice::from_ref(&wal), cut)?;
-            cut
-        }
+        Some(l) => cut_at_target(&wal, &m, end, l, archive.is_some())?,
     };
     drop(wal);
     let copy_seconds = started.elapsed().as_secs_f64();
@@ -516,6 +393,164 @@ pub fn restore(
         copy_seconds,
         recovery_seconds: t.elapsed().as_secs_f64(),
     })
+}
+
+/// The LSN a restore of the backup `m` (in `backup_dir`) stops at, `None` for the end of what
+/// is there: a time resolves to the archive's last mark at or before it. A target before the
+/// backup's consistent point is refused.
+fn target_lsn(
+    m: &Manifest,
+    backup_dir: &Path,
+    archive: Option<&Archive>,
+    target: Target,
+) -> Result<Option<Lsn>> {
+    let l = match target {
+        Target::End => return Ok(None),
+        Target::Lsn(l) => l,
+        Target::Time(t) => {
+            let a = archive.ok_or_else(|| {
+                Error::InvalidArgument("a restore to a time needs the log archive (--archive)".into())
+            })?;
+            let marks = a.marks(m.log_id)?;
+            let mark = marks.iter().rev().find(|(mt, _)| *mt <= t).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "the archive in {} has no mark of log {:016x} at or before that time (its first is at \
+                     {} µs since 1970)",
+                    a.dir.display(),
+                    m.log_id,
+                    marks.first().map_or("none".to_string(), |x| x.0.to_string())
+                ))
+            })?;
+            mark.1
+        }
+    };
+    if l < m.end_lsn {
+        return Err(Error::InvalidArgument(format!(
+            "the backup in {} is consistent only from LSN {} on (the end of the log it copied); the \
+             target LSN {l} is earlier: restore from an older backup",
+            backup_dir.display(),
+            m.end_lsn
+        )));
+    }
+    Ok(Some(l))
+}
+
+/// Copies into `wal_dir` the archived segments that follow the backup `m`'s, in order, until
+/// the target (the backup's last segment replaced by a longer archived copy of it); returns
+/// how many were taken. A segment missing before the target is an error naming it.
+fn take_archived(
+    a: &Archive,
+    m: &Manifest,
+    wal_dir: &Path,
+    target_lsn: Option<Lsn>,
+    progress: &mut dyn FnMut(&str, u64),
+) -> Result<usize> {
+    let mut taken = 0;
+    let segs = a.segments(m.log_id)?;
+    let mut next = m.last_seq + 1;
+    let wal = DirStorage::new(wal_dir, FileOptions::default())?;
+    let mut slot = wal.list()?.iter().filter_map(|n| crate::wal::parse_slot(n)).max().unwrap_or(0) + 1;
+    let mut replace_last = longer_copy_of_last(&segs, m);
+    loop {
+        let seg = match replace_last.take() {
+            Some(s) => s,
+            None => match segs.get(&next) {
+                Some(s) => s.clone(),
+                None => break,
+            },
+        };
+        if let Some(l) = target_lsn {
+            let base = segment_base(&seg.path)?;
+            if base > l && seg.seq > m.last_seq {
+                break;
+            }
+        }
+        let len = check_archived(&seg, m)?;
+        let name = if seg.seq == m.last_seq {
+            // The whole segment replaces the backup's copy of it, under the same slot.
+            m.files
+                .iter()
+                .filter_map(|(n, _, _)| n.strip_prefix("wal/"))
+                .next_back()
+                .map(str::to_string)
+                .unwrap_or_else(|| crate::wal::slot_name(slot))
+        } else {
+            let n = crate::wal::slot_name(slot);
+            slot += 1;
+            n
+        };
+        std::fs::copy(&seg.path, wal_dir.join(&name))
+            .map_err(|e| io_err(&wal_dir.join(&name), IoOpKind::Write, e))?;
+        progress(&seg.path.display().to_string(), len);
+        taken += 1;
+        if seg.seq > m.last_seq {
+            next = seg.seq + 1;
+            if seg.partial {
+                break;
+            }
+        }
+    }
+    // A gap: a later segment exists while `next` does not.
+    if let Some((&after, _)) = segs.range(next..).next() {
+        let needed = target_lsn.is_none_or(|l| {
+            segs.get(&after).and_then(|s| segment_base(&s.path).ok()).is_some_and(|b| b <= l)
+        });
+        if needed {
+            return Err(Error::NotFound(format!(
+                "log segment {} ({}) is missing from the archive {}; segment {after} follows it",
+                next,
+                archive::segment_name(m.log_id, next),
+                a.dir.display()
+            )));
+        }
+    }
+    Ok(taken)
+}
+
+/// Checks an archived segment before it is taken: its copy finished (its `.sum` exists), its
+/// bytes match the sum, and its header names the backup's log and the expected segment.
+/// Returns its length.
+fn check_archived(seg: &archive::ArchivedSegment, m: &Manifest) -> Result<u64> {
+    let (crc, len) = seg.sum.ok_or_else(|| Error::Corruption {
+        file: seg.path.display().to_string(),
+        offset: 0,
+        detail: "archived segment without its .sum: its copy never finished".into(),
+    })?;
+    check_file(&seg.path, len, crc)?;
+    let h = segment_header_of(&seg.path)?;
+    if h.log_id != m.log_id || h.seq != seg.seq {
+        return Err(Error::Corruption {
+            file: seg.path.display().to_string(),
+            offset: 0,
+            detail: format!(
+                "its header says log {:016x} segment {}, expected log {:016x} segment {}",
+                h.log_id, h.seq, m.log_id, seg.seq
+            ),
+        });
+    }
+    Ok(len)
+}
+
+/// Cuts the restored log (which ends at `end`) after its last record ending at or before the
+/// target `l`; returns the cut. A target past `end` is an error.
+fn cut_at_target(wal: &Arc<dyn Storage>, m: &Manifest, end: Lsn, l: Lsn, archived: bool) -> Result<Lsn> {
+    if l > end {
+        return Err(Error::NotFound(format!(
+            "the backup and archive hold the log up to LSN {end}, short of the target LSN {l}{}",
+            if archived { "" } else { " (no --archive given)" }
+        )));
+    }
+    let mut r = crate::wal::LogReader::open_copies(vec![wal.clone()], m.start_lsn)?;
+    let mut cut = m.start_lsn;
+    while let Some(rec) = r.next_record()? {
+        if rec.end_lsn > l {
+            break;
+        }
+        cut = rec.end_lsn;
+    }
+    drop(r);
+    crate::wal::cut_at(std::slice::from_ref(wal), cut)?;
+    Ok(cut)
 }
 
 fn segment_header_of(path: &Path) -> Result<crate::wal::SegmentHeader> {
