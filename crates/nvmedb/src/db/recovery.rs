@@ -516,17 +516,23 @@ pub(crate) fn redo(
     }
     let redo_from = catalog.checkpoint_redo_lsn.max(recovered.start_lsn).min(log_end);
     let read_from = catalog.checkpoint_undo_lsn.max(recovered.start_lsn).min(redo_from);
-    let mut report = RecoveryReport { redo_from, log_end: recovered.end_lsn, ..Default::default() };
-    let mut cache = RedoPages::new(
+    let cache = RedoPages::new(
         PageFiles::Placed(spaces, catalog),
         if accept_lost_log { u64::MAX } else { log_end },
         REDO_CACHE_PAGES,
         doublewrite,
     );
     let (table_page, index_page) = (catalog.table_page_size as usize, catalog.index_page_size as usize);
-    let live: std::collections::HashSet<u32> = catalog.tables.iter().map(|t| t.id).collect();
-    let mut ops: Losers = BTreeMap::new();
-    let mut max_txn = 0u64;
+    let mut r = Redoer {
+        cache,
+        live: catalog.tables.iter().map(|t| t.id).collect(),
+        redo_from,
+        page_sizes: (table_page, index_page),
+        check_only,
+        ops: BTreeMap::new(),
+        max_txn: 0,
+        report: RecoveryReport { redo_from, log_end: recovered.end_lsn, ..Default::default() },
+    };
     let mut reader = log.reader(read_from)?;
     std::thread::scope(|s| -> Result<(Losers, u64, RecoveryReport)> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Window>>(REDO_READ_AHEAD_WINDOWS);
@@ -548,75 +554,105 @@ pub(crate) fn redo(
             if window.is_empty() {
                 break;
             }
-            // Read the pages the window's changes touch in one batch per file.
-            let wanted: Vec<(u8, u32, u64, usize)> = window
-                .iter()
-                .filter(|(rec, _)| rec.lsn >= redo_from)
-                .filter_map(|(_, d)| match d {
-                    Decoded::Pages { tag, mtr } => Some((*tag, mtr)),
-                    Decoded::Ended(_) | Decoded::Other => None,
-                })
-                .flat_map(|(tag, m)| {
-                    m.changes
-                        .iter()
-                        .filter(|(pid, _)| live.contains(&pid.file))
-                        .map(move |(pid, _)| (tag, pid.file, pid.page, m.page_size))
-                })
-                .collect();
-            cache.prefetch(&wanted)?;
-            for (rec, decoded) in window.drain(..) {
-                report.records += 1;
-                match decoded {
-                    Decoded::Pages { tag, mtr: m } => {
-                        let ps = if tag == TAG_TABLE { table_page } else { index_page };
-                        if let Some(a) = &m.annotation {
-                            let op = TxnOp::decode(a)?;
-                            max_txn = max_txn.max(op.txn);
-                            ops.entry(op.txn).or_default().push((rec.lsn, op));
-                        }
-                        if rec.lsn < redo_from {
-                            continue;
-                        }
-                        for (pid, change) in &m.changes {
-                            if !live.contains(&pid.file) {
-                                // A dropped table, or one rebuilt but not yet switched in: its files
-                                // are gone or about to be removed.
-                                continue;
-                            }
-                            if cache.needs_room(tag, pid.file, pid.page) {
-                                cache.write_back()?;
-                                cache.clear();
-                            }
-                            match cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
-                                Redo::Applied { .. } if check_only => {
-                                    report.pages_redone = 1;
-                                    report.losers = ops.len() as u64;
-                                    return Ok((ops, max_txn, report));
-                                }
-                                Redo::Applied { full } => {
-                                    report.pages_redone += 1;
-                                    report.full_images_applied += u64::from(full);
-                                }
-                                Redo::AlreadyThere => {}
-                                Redo::Unappliable => return Err(unappliable(tag, *pid, rec.lsn)),
-                            }
-                        }
-                    }
-                    Decoded::Ended(txn) => {
-                        max_txn = max_txn.max(txn);
-                        ops.remove(&txn);
-                    }
-                    Decoded::Other => {}
-                }
+            if r.window(&mut window)? {
+                // `check_only` found a page to redo.
+                r.report.pages_redone = 1;
+                break;
             }
         }
         if !check_only {
-            cache.write_back()?;
+            r.cache.write_back()?;
         }
-        report.losers = ops.len() as u64;
-        report.micros = started.elapsed().as_micros() as u64;
-        Ok((ops, max_txn, report))
+        r.report.losers = r.ops.len() as u64;
+        r.report.micros = started.elapsed().as_micros() as u64;
+        Ok((r.ops, r.max_txn, r.report))
     })
+}
+
+/// Redo's state between the windows of records the reader thread hands it.
+struct Redoer<'a> {
+    cache: RedoPages<'a>,
+    /// The tables of the catalog: changes to other files (dropped tables, or ones rebuilt but
+    /// not yet switched in) are skipped.
+    live: std::collections::HashSet<u32>,
+    redo_from: Lsn,
+    /// Table and index page sizes.
+    page_sizes: (usize, usize),
+    check_only: bool,
+    /// The transactions without an end record so far, with their operations.
+    ops: Losers,
+    max_txn: u64,
+    report: RecoveryReport,
+}
+
+impl Redoer<'_> {
+    /// Redoes one window of records: reads the pages its changes touch in one batch per file,
+    /// then applies each change not already on its page. Returns `true` when `check_only`
+    /// found a change to redo (the rest is not needed).
+    fn window(&mut self, window: &mut Window) -> Result<bool> {
+        let wanted: Vec<(u8, u32, u64, usize)> = window
+            .iter()
+            .filter(|(rec, _)| rec.lsn >= self.redo_from)
+            .filter_map(|(_, d)| match d {
+                Decoded::Pages { tag, mtr } => Some((*tag, mtr)),
+                Decoded::Ended(_) | Decoded::Other => None,
+            })
+            .flat_map(|(tag, m)| {
+                m.changes
+                    .iter()
+                    .filter(|(pid, _)| self.live.contains(&pid.file))
+                    .map(move |(pid, _)| (tag, pid.file, pid.page, m.page_size))
+            })
+            .collect();
+        self.cache.prefetch(&wanted)?;
+        for (rec, decoded) in window.drain(..) {
+            self.report.records += 1;
+            match decoded {
+                Decoded::Pages { tag, mtr: m } => {
+                    if let Some(a) = &m.annotation {
+                        let op = TxnOp::decode(a)?;
+                        self.max_txn = self.max_txn.max(op.txn);
+                        self.ops.entry(op.txn).or_default().push((rec.lsn, op));
+                    }
+                    if rec.lsn >= self.redo_from && self.changes(tag, &m, &rec)? {
+                        return Ok(true);
+                    }
+                }
+                Decoded::Ended(txn) => {
+                    self.max_txn = self.max_txn.max(txn);
+                    self.ops.remove(&txn);
+                }
+                Decoded::Other => {}
+            }
+        }
+        Ok(false)
+    }
+
+    /// Applies the page changes of the record `rec` of pool `tag`; `true` as [`Self::window`].
+    fn changes(&mut self, tag: u8, m: &MtrRecord, rec: &LogRecord) -> Result<bool> {
+        let ps = if tag == TAG_TABLE { self.page_sizes.0 } else { self.page_sizes.1 };
+        for (pid, change) in &m.changes {
+            if !self.live.contains(&pid.file) {
+                // A dropped table, or one rebuilt but not yet switched in: its files are gone
+                // or about to be removed.
+                continue;
+            }
+            if self.cache.needs_room(tag, pid.file, pid.page) {
+                self.cache.write_back()?;
+                self.cache.clear();
+            }
+            match self.cache.apply(tag, *pid, change, rec.end_lsn, ps)? {
+                Redo::Applied { .. } if self.check_only => return Ok(true),
+                Redo::Applied { full } => {
+                    self.report.pages_redone += 1;
+                    self.report.full_images_applied += u64::from(full);
+                }
+                Redo::AlreadyThere => {}
+                Redo::Unappliable => return Err(unappliable(tag, *pid, rec.lsn)),
+            }
+        }
+        Ok(false)
+    }
 }
 
 /// The error for a diff to a page that is unreadable (torn or missing) with no full image of
