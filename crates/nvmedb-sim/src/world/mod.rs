@@ -14,13 +14,17 @@
 //! every standby caught up), a last transaction goes through, every node stops cleanly, every
 //! disk loses power once more, and each node's files are opened (recovery) and checked
 //! ([`crate::check`]).
+//!
+//! Files: `mod.rs` (the world, its nodes and clients, the heal phase, a run), `nemesis.rs` (the
+//! faults applied and undone), `workload.rs` (the clients' transactions and the reads the checks
+//! use).
 
 use crate::check::{self, Ack, AckKind, Facts, LeaderEvent};
 use crate::disk::{CrashPlan, DiskIo, SimDisk};
 use crate::net::SimNet;
 use crate::sched::{Group, NodeClock, Sim, Stop};
-use crate::schedule::{Fault, Schedule};
-use crate::store::{NodeStore, STORE};
+use crate::schedule::Schedule;
+use crate::store::NodeStore;
 use nvmedb::repl::clock::{Clock, Cond};
 use nvmedb::repl::coord::MemStore;
 use nvmedb::repl::disk::Disk;
@@ -28,11 +32,15 @@ use nvmedb::repl::ha::LeaseTiming;
 use nvmedb::repl::node::{HaNode, Leadership, NodeConfig, NodeEvent};
 use nvmedb::repl::{Env, ReplicationMode};
 use nvmedb::util::Rng;
-use nvmedb::{BufferSize, ColumnType, Database, Options, Schema, Value};
-use std::collections::BTreeSet;
+use nvmedb::{BufferSize, Database, Options, Value};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
+pub use workload::read_ids;
+use workload::{create_tables, delete_tx, insert_tx};
+
+mod nemesis;
+mod workload;
 
 /// Rows of table `t` each client updates (its own: clients never wait for each other's locks).
 pub const KEYS_PER_CLIENT: i64 = 6;
@@ -437,157 +445,6 @@ impl World {
         }
     }
 
-    /// Applies one fault now.
-    fn apply(&self, f: &Fault) {
-        self.note(format!("nemesis: {f:?}"));
-        match f {
-            Fault::Partition { side, store_on_side, .. } => {
-                self.set_partition(side, *store_on_side, true);
-            }
-            Fault::PowerCut { node, .. } => self.crash(*node, true),
-            Fault::Kill { node, .. } => self.crash(*node, false),
-            Fault::CrashAtIo { node, after_ops, .. } => {
-                let nodes = lock(&self.nodes);
-                if let Some(inc) = &nodes[*node].inc {
-                    let at = inc.io.ops() + after_ops;
-                    let w = self.me.clone();
-                    let n = *node;
-                    inc.io.plan_crash(CrashPlan {
-                        at,
-                        cut: Box::new(move || {
-                            if let Some(w) = w.upgrade() {
-                                w.note(format!("n{n} loses power at a storage operation"));
-                                w.crash(n, true);
-                            }
-                        }),
-                    });
-                }
-            }
-            Fault::Pause { node, duration } => {
-                let nodes = lock(&self.nodes);
-                if let Some(inc) = &nodes[*node].inc {
-                    self.sim.pause(inc.group, self.sim.now() + *duration);
-                }
-            }
-            Fault::Slow { from, to, extra, .. } => {
-                self.net.set_slow(&self.name(*from), &self.name(*to), *extra)
-            }
-            Fault::Reset { node, pick } => {
-                self.net.reset_one(&self.name(*node), *pick);
-            }
-            Fault::DiskFull { node, .. } => lock(&self.nodes)[*node].disk.set_full(true),
-            Fault::ClockJump { node, by } => match node {
-                Some(n) => {
-                    if let Some(inc) = &lock(&self.nodes)[*n].inc {
-                        inc.clock.jump(*by);
-                    }
-                }
-                None => self.store_clock.jump(*by),
-            },
-        }
-    }
-
-    /// Undoes one fault (heals it).
-    fn undo(&self, f: &Fault) {
-        match f {
-            Fault::Partition { side, store_on_side, .. } => {
-                self.note(format!("nemesis heals the partition of {side:?}"));
-                self.set_partition(side, *store_on_side, false);
-            }
-            Fault::PowerCut { node, .. } | Fault::Kill { node, .. } | Fault::CrashAtIo { node, .. } => {
-                let mut nodes = lock(&self.nodes);
-                if let (Fault::CrashAtIo { .. }, Some(inc)) = (f, &nodes[*node].inc) {
-                    // Not crashed by now: the plan is dropped.
-                    inc.io.plan_crash(CrashPlan { at: u64::MAX, cut: Box::new(|| {}) });
-                    return;
-                }
-                let down = nodes[*node].inc.is_none();
-                let _ = &mut nodes;
-                drop(nodes);
-                if down {
-                    self.start_node(*node);
-                }
-            }
-            Fault::Slow { from, to, .. } => {
-                self.net.set_slow(&self.name(*from), &self.name(*to), Duration::ZERO)
-            }
-            Fault::DiskFull { node, .. } => lock(&self.nodes)[*node].disk.set_full(false),
-            Fault::Pause { .. } | Fault::Reset { .. } | Fault::ClockJump { .. } => {}
-        }
-    }
-
-    fn set_partition(&self, side: &[usize], store_on_side: bool, cut: bool) {
-        let names: Vec<String> = (0..self.sched.nodes).map(|i| self.name(i)).collect();
-        for a in 0..self.sched.nodes {
-            for b in 0..self.sched.nodes {
-                if side.contains(&a) && !side.contains(&b) {
-                    self.net.set_cut(&names[a], &names[b], cut);
-                    self.net.set_cut(&names[b], &names[a], cut);
-                }
-            }
-            let a_side = side.contains(&a);
-            if a_side != store_on_side {
-                self.net.set_cut(&names[a], STORE, cut);
-                self.net.set_cut(STORE, &names[a], cut);
-            }
-        }
-    }
-
-    /// Node `i` goes down: `power` cuts its machine's power (unsynced writes dropped, kept or
-    /// torn), otherwise only its process dies.
-    fn crash(&self, i: usize, power: bool) {
-        let mut nodes = lock(&self.nodes);
-        let Some(inc) = nodes[i].inc.take() else { return };
-        self.sim.kill(inc.group);
-        self.net.kill_node(&nodes[i].name);
-        inc.io.die();
-        if power {
-            let o = nodes[i].disk.power_cut(&mut lock(&self.rng));
-            drop(nodes);
-            self.note(format!(
-                "n{i} lost power: {} unsynced writes dropped, {} kept, {} torn",
-                o.dropped, o.persisted, o.torn
-            ));
-        } else {
-            nodes[i].disk.process_died();
-            drop(nodes);
-            self.note(format!("n{i} was killed"));
-        }
-    }
-
-    /// The nemesis: applies the schedule's faults at their times, and heals each after its
-    /// duration.
-    fn nemesis(&self) {
-        let clock = self.sim.clock();
-        let mut actions: Vec<(Duration, bool, Fault)> = Vec::new();
-        for (at, f) in &self.sched.faults {
-            actions.push((*at, true, f.clone()));
-            let undo_after = match f {
-                Fault::Partition { heal_after, .. } => Some(*heal_after),
-                Fault::PowerCut { restart_after, .. }
-                | Fault::Kill { restart_after, .. }
-                | Fault::CrashAtIo { restart_after, .. } => Some(*restart_after),
-                Fault::Slow { duration, .. } | Fault::DiskFull { duration, .. } => Some(*duration),
-                _ => None,
-            };
-            if let Some(d) = undo_after {
-                actions.push(((*at + d).min(self.sched.run_for), false, f.clone()));
-            }
-        }
-        actions.sort_by_key(|a| (a.0, !a.1));
-        for (at, apply, f) in actions {
-            let now = clock.now();
-            if at > now {
-                clock.sleep(at - now);
-            }
-            if apply {
-                self.apply(&f);
-            } else {
-                self.undo(&f);
-            }
-        }
-    }
-
     /// The leader now, if exactly one node leads: (node, its leadership).
     fn leader(&self) -> Option<(usize, Leadership)> {
         let nodes = lock(&self.nodes);
@@ -701,81 +558,6 @@ impl World {
             }
         }
     }
-}
-
-fn create_tables(db: &Database, clients: usize) -> nvmedb::Result<()> {
-    let t = db.create_table(
-        "t",
-        Schema::new(vec![("k", ColumnType::Int), ("val", ColumnType::Int), ("pad", ColumnType::Char(60))]),
-    )?;
-    for k in 0..(clients as i64 * KEYS_PER_CLIENT).max(1) {
-        t.insert(&[Value::Int(k), Value::Int(0), Value::from("t")])?;
-    }
-    db.create_table(
-        "acks",
-        Schema::new(vec![("id", ColumnType::Int), ("k", ColumnType::Int), ("node", ColumnType::Int)])
-            .with_index("by_k", "k")?,
-    )?;
-    db.create_table("gone", Schema::new(vec![("id", ColumnType::Int)]))?;
-    Ok(())
-}
-
-/// Inserts `acks` row `id` and points `t` row `k` at it, in one transaction. An error says
-/// whether the commit had begun (outcome unknown) or not (nothing was committed).
-fn insert_tx(db: &Database, id: i64, k: i64, node: usize) -> Result<(), (nvmedb::Error, bool)> {
-    let (t, acks) = match (db.table("t"), db.table("acks")) {
-        (Ok(t), Ok(a)) => (t, a),
-        (Err(e), _) | (_, Err(e)) => return Err((e, false)),
-    };
-    let mut tx = db.begin();
-    let r = (|| {
-        tx.insert(&acks, &[Value::Int(id), Value::Int(k), Value::Int(node as i64)])?;
-        tx.update_int(&t, &Value::Int(k), 1, id)?;
-        Ok(())
-    })();
-    match r {
-        Ok(()) => tx.commit().map_err(|e| (e, true)),
-        Err(e) => {
-            let _ = tx.abort();
-            Err((e, false))
-        }
-    }
-}
-
-/// Deletes `acks` row `id` and records it in `gone`, in one transaction.
-fn delete_tx(db: &Database, id: i64) -> Result<(), (nvmedb::Error, bool)> {
-    let (acks, gone) = match (db.table("acks"), db.table("gone")) {
-        (Ok(a), Ok(g)) => (a, g),
-        (Err(e), _) | (_, Err(e)) => return Err((e, false)),
-    };
-    let mut tx = db.begin();
-    let r = (|| {
-        tx.delete(&acks, &Value::Int(id))?;
-        tx.insert(&gone, &[Value::Int(id)])?;
-        Ok(())
-    })();
-    match r {
-        Ok(()) => tx.commit().map_err(|e| (e, true)),
-        Err(e) => {
-            let _ = tx.abort();
-            Err((e, false))
-        }
-    }
-}
-
-/// The ids in `acks` and in `gone`.
-pub fn read_ids(db: &Database) -> nvmedb::Result<(BTreeSet<i64>, BTreeSet<i64>)> {
-    let mut acks = BTreeSet::new();
-    db.table("acks")?.scan(|r| {
-        acks.insert(r.int(0));
-        Ok(true)
-    })?;
-    let mut gone = BTreeSet::new();
-    db.table("gone")?.scan(|r| {
-        gone.insert(r.int(0));
-        Ok(true)
-    })?;
-    Ok((acks, gone))
 }
 
 /// A failed schedule: its seed and schedule, what was violated, and the end of its trace.
