@@ -2,7 +2,7 @@
 //! that the checks compare with what was acknowledged.
 
 use super::KEYS_PER_CLIENT;
-use nvmedb::{ColumnType, Database, Schema, Value};
+use nvmedb::{ColumnType, Database, Schema, Transaction, Value};
 use std::collections::BTreeSet;
 
 pub(super) fn create_tables(db: &Database, clients: usize) -> nvmedb::Result<()> {
@@ -29,19 +29,11 @@ pub(super) fn insert_tx(db: &Database, id: i64, k: i64, node: usize) -> Result<(
         (Ok(t), Ok(a)) => (t, a),
         (Err(e), _) | (_, Err(e)) => return Err((e, false)),
     };
-    let mut tx = db.begin();
-    let r = (|| {
+    in_tx(db, |tx| {
         tx.insert(&acks, &[Value::Int(id), Value::Int(k), Value::Int(node as i64)])?;
         tx.update_int(&t, &Value::Int(k), 1, id)?;
         Ok(())
-    })();
-    match r {
-        Ok(()) => tx.commit().map_err(|e| (e, true)),
-        Err(e) => {
-            let _ = tx.abort();
-            Err((e, false))
-        }
-    }
+    })
 }
 
 /// Deletes `acks` row `id` and records it in `gone`, in one transaction.
@@ -50,13 +42,21 @@ pub(super) fn delete_tx(db: &Database, id: i64) -> Result<(), (nvmedb::Error, bo
         (Ok(a), Ok(g)) => (a, g),
         (Err(e), _) | (_, Err(e)) => return Err((e, false)),
     };
-    let mut tx = db.begin();
-    let r = (|| {
+    in_tx(db, |tx| {
         tx.delete(&acks, &Value::Int(id))?;
         tx.insert(&gone, &[Value::Int(id)])?;
         Ok(())
-    })();
-    match r {
+    })
+}
+
+/// Runs `body` in one transaction and commits it; aborts it if `body` fails. An error says
+/// whether the commit had begun (outcome unknown) or not (nothing was committed).
+fn in_tx(
+    db: &Database,
+    body: impl FnOnce(&mut Transaction) -> nvmedb::Result<()>,
+) -> Result<(), (nvmedb::Error, bool)> {
+    let mut tx = db.begin();
+    match body(&mut tx) {
         Ok(()) => tx.commit().map_err(|e| (e, true)),
         Err(e) => {
             let _ = tx.abort();
