@@ -1,7 +1,9 @@
 //! Reads on a standby: snapshots taken while the primary commits transfers (updates), history
 //! rows (inserts) and their removal (deletes) hold a prefix of its commits — never part of a
 //! transaction — stay unchanged while the standby goes on applying, refuse changes, and, after
-//! waiting for a commit's position, hold it (read-your-writes).
+//! waiting for a commit's position, hold it (read-your-writes). Snapshots kept while the
+//! standby writes the same pages back many times hold exactly, row by row, what was committed
+//! at their position, and those write-backs read nothing back from the data files.
 
 mod repl_common;
 
@@ -314,6 +316,259 @@ fn a_transaction_in_flight_is_undone_in_a_snapshot_and_whole_in_the_next() {
     // The first snapshot did not move.
     assert_eq!(look(before.db()), seen, "the snapshot at LSN {} changed", before.lsn());
     drop((before, after));
+    db.close().unwrap();
+    drop(log);
+    drop(sb);
+}
+
+/// What the standby's apply thread does to its data files (heap and index), seen by a hook
+/// below its storage.
+#[derive(Default)]
+struct ApplyIo {
+    /// The blocks it has written.
+    written: Mutex<BTreeSet<(String, u64)>>,
+    /// Its reads of a block it had written before: it holds every page it wrote (its cache is
+    /// far from full here), so only keeping a block for a snapshot reads one back.
+    read_back: std::sync::atomic::AtomicU64,
+    /// Its writes of blocks.
+    writes: std::sync::atomic::AtomicU64,
+    /// Its syncs of heap files (each write-back syncs every file it wrote).
+    syncs: std::sync::atomic::AtomicU64,
+}
+
+impl nvmedb::io::IoHook for ApplyIo {
+    fn before(
+        &self,
+        device: &str,
+        op: nvmedb::io::IoOpKind,
+        offset: u64,
+        len: usize,
+    ) -> nvmedb::io::IoResult<()> {
+        let heap = device.ends_with(".heap");
+        if !(heap || device.ends_with(".idx"))
+            || std::thread::current().name() != Some("nvmedb-standby-apply")
+        {
+            return Ok(());
+        }
+        let mut blocks = offset / 4096..(offset + len as u64).div_ceil(4096);
+        match op {
+            nvmedb::io::IoOpKind::Read => {
+                let w = self.written.lock().unwrap();
+                if blocks.any(|b| w.contains(&(device.to_string(), b))) {
+                    self.read_back.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            nvmedb::io::IoOpKind::Write => {
+                let mut w = self.written.lock().unwrap();
+                for b in blocks {
+                    w.insert((device.to_string(), b));
+                    self.writes.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            nvmedb::io::IoOpKind::Sync if heap => {
+                self.syncs.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// [`cluster`] with the standby's data files behind an [`ApplyIo`] hook, writing back only
+/// when [`write_back`] asks.
+fn hooked_cluster(
+    p: &std::path::Path,
+    s: &std::path::Path,
+) -> (Standby, Database, Arc<ReplicatedLog>, Arc<ApplyIo>) {
+    create(p);
+    seed_standby(p, s).unwrap();
+    let io = Arc::new(ApplyIo::default());
+    let dir: Arc<dyn nvmedb::io::Storage> =
+        Arc::new(nvmedb::io::DirStorage::new(s, nvmedb::io::FileOptions::default()).unwrap());
+    let data = Arc::new(nvmedb::io::HookedStorage::new(dir, io.clone()));
+    let sb = Standby::start_on(
+        nvmedb::repl::StandbyConfig {
+            listen: "127.0.0.1:0".into(),
+            data_dir: s.to_path_buf(),
+            secret: SECRET.to_vec(),
+            apply: true,
+            options: options(),
+        },
+        nvmedb::repl::StandbyDevices { data, log: None },
+    )
+    .unwrap();
+    sb.set_write_back_interval(Duration::from_secs(3600));
+    let (db, log) = open_primary(
+        p,
+        options(),
+        config(vec![sb.addr().to_string()], ReplicationMode::Eager, fail_after(30_000)),
+        None,
+    )
+    .unwrap();
+    (sb, db, log, io)
+}
+
+/// The committed state a single client keeps: per account (balance, cnt), per history row
+/// (account, amount).
+#[derive(Clone, Debug, PartialEq, Default)]
+struct Model {
+    acct: BTreeMap<i64, (i64, i64)>,
+    hist: BTreeMap<i64, (i64, i64)>,
+}
+
+/// Every row of `db`, as a [`Model`].
+fn rows(db: &Database) -> Model {
+    let mut m = Model::default();
+    db.table("acct")
+        .unwrap()
+        .scan(|r| {
+            m.acct.insert(r.int(0), (r.int(1), r.int(2)));
+            Ok(true)
+        })
+        .unwrap();
+    db.table("hist")
+        .unwrap()
+        .scan(|r| {
+            m.hist.insert(r.int(0), (r.int(1), r.int(2)));
+            Ok(true)
+        })
+        .unwrap();
+    db.table("acct").unwrap().check_integrity().unwrap();
+    db.table("hist").unwrap().check_integrity().unwrap();
+    m
+}
+
+/// Commits transaction `n` of the single client (a transfer with its history row, and every
+/// third one deletes the oldest history row and its count) and updates `m`.
+fn commit_one(db: &Database, m: &mut Model, rng: &mut nvmedb::util::Rng, n: i64) {
+    let (a, b) = (rng.below(ACCOUNTS as u64) as i64, rng.below(ACCOUNTS as u64) as i64);
+    let amt = 1 + rng.below(50) as i64;
+    let mut tx = db.begin();
+    transfer(db, &mut tx, n, a, b, amt).unwrap();
+    let old = if n % 3 == 0 { m.hist.iter().next().map(|(id, (acct, _))| (*id, *acct)) } else { None };
+    if let Some((id, acct)) = old {
+        let t = db.table("acct").unwrap();
+        assert!(tx.delete(&db.table("hist").unwrap(), &Value::Int(id)).unwrap());
+        let row = tx.get_for_update(&t, &Value::Int(acct)).unwrap().expect("account");
+        tx.update(&t, &[Value::Int(acct), row[1].clone(), Value::Int(row[2].as_int().unwrap() - 1)]).unwrap();
+    }
+    tx.commit().unwrap();
+    for (k, dbal, dcnt) in [(a, -amt, 1), (b, amt, 0)] {
+        let e = m.acct.get_mut(&k).unwrap();
+        *e = (e.0 + dbal, e.1 + dcnt);
+    }
+    m.hist.insert(n, (a, amt));
+    if let Some((id, acct)) = old {
+        m.hist.remove(&id);
+        m.acct.get_mut(&acct).unwrap().1 -= 1;
+    }
+}
+
+/// Makes the standby write its pages back once (it does not otherwise: see [`hooked_cluster`])
+/// and waits until it has.
+fn write_back(sb: &Standby, io: &ApplyIo) {
+    let before = io.syncs.load(Ordering::SeqCst);
+    sb.set_write_back_interval(Duration::from_millis(1));
+    assert!(wait_for(|| io.syncs.load(Ordering::SeqCst) > before), "no write-back: {}", sb.status());
+    sb.set_write_back_interval(Duration::from_secs(3600));
+}
+
+/// Commits 20 more transactions of the single client (`*n` counts them) and waits until the
+/// standby has applied them.
+fn commit_some(
+    db: &Database,
+    log: &ReplicatedLog,
+    sb: &Standby,
+    m: &mut Model,
+    rng: &mut nvmedb::util::Rng,
+    n: &mut i64,
+) {
+    for _ in 0..20 {
+        *n += 1;
+        commit_one(db, m, rng, *n);
+    }
+    assert!(sb.wait_applied(log.status().durable, Duration::from_secs(60)), "{}", sb.status());
+}
+
+/// A model of the accounts as [`create`] makes them, with no history.
+fn start_model() -> Model {
+    let mut m = Model::default();
+    for a in 0..ACCOUNTS {
+        m.acct.insert(a, (START, 0));
+    }
+    m
+}
+
+/// Snapshots taken at quiet points (some while the apply thread held the pages unwritten,
+/// some just after it wrote them back) are kept while the standby changes and writes back the
+/// same pages many times, then read: each holds exactly, row by row, what was committed at its
+/// position.
+#[test]
+fn snapshots_kept_across_write_backs_hold_exactly_the_commits_at_their_position() {
+    let (p, s) = (tmp("reads-kept-p"), tmp("reads-kept-s"));
+    let (sb, db, log, io) = hooked_cluster(&p, &s);
+    let mut m = start_model();
+    let mut rng = nvmedb::util::Rng::new(seed(7));
+    let mut n = 0i64;
+    let mut kept: Vec<(StandbySnapshot, Model)> = Vec::new();
+    for k in 0..4 {
+        commit_some(&db, &log, &sb, &mut m, &mut rng, &mut n);
+        // Odd: the pages are clean at the registration (their first changes since keep them);
+        // even: the snapshot holds the changed ones as they are in the apply thread's memory.
+        if k % 2 == 1 {
+            write_back(&sb, &io);
+        }
+        let snap = sb.read_snapshot().unwrap();
+        assert!(snap.lsn() >= log.status().durable, "{snap:?} taken at a quiet point");
+        assert_eq!(snap.undone(), 0, "nothing was in flight: {snap:?}");
+        kept.push((snap, m.clone()));
+        if k % 2 == 0 {
+            write_back(&sb, &io);
+        }
+    }
+    for _ in 0..6 {
+        commit_some(&db, &log, &sb, &mut m, &mut rng, &mut n);
+        write_back(&sb, &io);
+    }
+    for (snap, then) in &kept {
+        assert_eq!(&rows(snap.db()), then, "{snap:?} vs what was committed at its position");
+    }
+    assert_eq!(rows(&db), m, "the primary vs its client's record");
+    drop(kept);
+    db.close().unwrap();
+    drop(log);
+    drop(sb);
+}
+
+/// While snapshots live, the apply thread's write-backs of the pages it changed read nothing
+/// back from the data files (the images the snapshots need are kept from its memory).
+#[test]
+fn write_back_with_live_snapshots_reads_nothing_back() {
+    let (p, s) = (tmp("reads-noread-p"), tmp("reads-noread-s"));
+    let (sb, db, log, io) = hooked_cluster(&p, &s);
+    let mut m = start_model();
+    let mut rng = nvmedb::util::Rng::new(seed(11));
+    let mut n = 0i64;
+    commit_some(&db, &log, &sb, &mut m, &mut rng, &mut n);
+    write_back(&sb, &io);
+    let (writes, read_back) = (io.writes.load(Ordering::SeqCst), io.read_back.load(Ordering::SeqCst));
+    // Registered while every page is clean, and while some are not.
+    let first = sb.read_snapshot().unwrap();
+    commit_some(&db, &log, &sb, &mut m, &mut rng, &mut n);
+    let second = sb.read_snapshot().unwrap();
+    for _ in 0..3 {
+        write_back(&sb, &io);
+        commit_some(&db, &log, &sb, &mut m, &mut rng, &mut n);
+    }
+    write_back(&sb, &io);
+    let written = io.writes.load(Ordering::SeqCst) - writes;
+    assert!(written >= 4, "the standby wrote {written} blocks back in 4 write-backs");
+    assert_eq!(
+        io.read_back.load(Ordering::SeqCst) - read_back,
+        0,
+        "blocks the apply thread read back while it wrote {written} blocks with {first:?} and {second:?} live"
+    );
+    drop((first, second));
     db.close().unwrap();
     drop(log);
     drop(sb);

@@ -167,6 +167,10 @@ pub(crate) struct RedoPages<'a> {
     staging: Option<AlignedBuf>,
     /// The double-write area write-backs go through (none: pages are written in place only).
     doublewrite: Option<Arc<DoubleWrite>>,
+    /// Keep each clean page's image as it was before its first change ([`RedoPages::keep_pre_images`]).
+    keep_pre_images: bool,
+    /// Those images, until taken ([`RedoPages::take_pre_images`]).
+    pre_images: Vec<((u8, u32, u64), Arc<AlignedBuf>)>,
 }
 
 impl<'a> RedoPages<'a> {
@@ -188,7 +192,24 @@ impl<'a> RedoPages<'a> {
             spare: HashMap::new(),
             staging: None,
             doublewrite,
+            keep_pre_images: false,
+            pre_images: Vec::new(),
         }
+    }
+
+    /// From now on (`on`), [`RedoPages::apply`] keeps the image of each page it changes while
+    /// the page is clean (its bytes are those of its data file: read from it, or written back
+    /// to it since), taken before the change, for [`RedoPages::take_pre_images`]. A standby
+    /// keeps them for its live read snapshots, so its write-back reads nothing back.
+    pub(crate) fn keep_pre_images(&mut self, on: bool) {
+        self.keep_pre_images = on;
+    }
+
+    /// The images kept since the last call (see [`RedoPages::keep_pre_images`]), keyed by
+    /// (pool tag, file, page): each page's bytes in its data file before its change (zeros for
+    /// a page that lay past the file's end).
+    pub(crate) fn take_pre_images(&mut self) -> Vec<((u8, u32, u64), Arc<AlignedBuf>)> {
+        std::mem::take(&mut self.pre_images)
     }
 
     fn device(&mut self, tag: u8, file: u32) -> Result<Arc<dyn Device>> {
@@ -334,6 +355,7 @@ impl<'a> RedoPages<'a> {
         end_lsn: Lsn,
         page_size: usize,
     ) -> Result<Redo> {
+        let keep = self.keep_pre_images;
         let p = self.page(tag, pid.file, pid.page, page_size)?;
         let full = matches!(change, PageChange::FullImage(_));
         if p.valid && PageHeader::lsn_of(&p.buf) >= end_lsn {
@@ -342,6 +364,8 @@ impl<'a> RedoPages<'a> {
         if !p.valid && !change.is_whole() {
             return Ok(Redo::Unappliable);
         }
+        // A clean page's bytes are its file's: shared here, they are copied by the change.
+        let pre = (keep && !p.dirty).then(|| p.buf.clone());
         apply_page_change(
             &mut Arc::<AlignedBuf>::make_mut(&mut p.buf)[..],
             change,
@@ -358,6 +382,9 @@ impl<'a> RedoPages<'a> {
         })?;
         p.valid = true;
         p.dirty = true;
+        if let Some(pre) = pre {
+            self.pre_images.push(((tag, pid.file, pid.page), pre));
+        }
         Ok(Redo::Applied { full })
     }
 

@@ -11,6 +11,9 @@
 //!   position (`Shared::safe`) are applied, so a primary restart, which may drop records it
 //!   never made durable, never finds them applied here.
 //! - No restartpoint is taken after a change could not be applied (promotion's redo must see it).
+//! - While a read snapshot lives, the image a clean page had before a change is handed to the
+//!   storage (`reads`) before the page is written back: write-back never reads the data files
+//!   back for a snapshot.
 
 use super::link::{repair_torn_pages, Shared};
 use super::reads::{Role, SnapSource, Unfinished};
@@ -147,6 +150,8 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
             }
         };
         let role = if let Some((tag, m)) = page_changes(sh, rec.kind, &rec.payload, rec.lsn)? {
+            // A live read snapshot needs the images of the clean pages this record changes.
+            pages.keep_pre_images(sh.cow.has_live());
             for (pid, change) in &m.changes {
                 if pages.needs_room(tag, pid.file, pid.page) {
                     flush(sh, &mut pages, &mut restart, skipped)?;
@@ -159,6 +164,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     skipped = true;
                 }
             }
+            keep_pre_images(sh, &mut pages);
             match &m.annotation {
                 Some(a) => Role::Change(TxnOp::decode(a)?.txn),
                 None => Role::Other,
@@ -224,16 +230,12 @@ fn serve_snapshots(sh: &Shared, pages: &RedoPages<'_>, unfinished: &Unfinished) 
     sh.snap_pending.fetch_sub(waiting.len(), Ordering::AcqRel);
     let lsn = sh.applied.load(Ordering::Acquire);
     let acknowledged = sh.safe.load(Ordering::Acquire).max(lsn);
-    let src = sh.cow.register().map(|pres| (pres, pages.dirty_pages(), unfinished.records()));
+    let src = sh.cow.register(pages.dirty_pages()).map(|pres| (pres, unfinished.records()));
     for tx in waiting {
         let one = match &src {
-            Ok((pres, pages, records)) => Ok(SnapSource {
-                pres: pres.clone(),
-                lsn,
-                acknowledged,
-                pages: pages.clone(),
-                records: records.clone(),
-            }),
+            Ok((pres, records)) => {
+                Ok(SnapSource { pres: pres.clone(), lsn, acknowledged, records: records.clone() })
+            }
             Err(e) => Err(Error::Config {
                 key: "standby reads".into(),
                 detail: format!("registering a snapshot with {}: {e}", sh.storage.location()),
@@ -241,6 +243,15 @@ fn serve_snapshots(sh: &Shared, pages: &RedoPages<'_>, unfinished: &Unfinished) 
         };
         // A reader that gave up has dropped its receiver.
         let _ = tx.send(one);
+    }
+}
+
+/// Hands the live read snapshots the images of the pages changed since they were last clean
+/// (see `reads`): before those pages are written back, so that the write-back reads nothing.
+fn keep_pre_images(sh: &Shared, pages: &mut RedoPages<'_>) {
+    let pre = pages.take_pre_images();
+    if !pre.is_empty() {
+        sh.cow.keep_pages(pre);
     }
 }
 
@@ -282,6 +293,7 @@ fn flush(
     restart: &mut Option<(Lsn, Lsn)>,
     skipped: bool,
 ) -> Result<()> {
+    keep_pre_images(sh, pages);
     if pages.has_dirty() {
         pages.write_back()?;
     }

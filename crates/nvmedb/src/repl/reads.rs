@@ -1,33 +1,46 @@
 //! Reads on a standby: read-only snapshots of its applied state that are a prefix of the
 //! primary's commits ([`Standby::read_snapshot`](super::Standby::read_snapshot)).
 //!
-//! Owns: [`CowStorage`], the standby's data storage that keeps, for every live snapshot, the
-//! old contents of each block it overwrites (and each file's length before it grows); the
-//! snapshot's view of the data files (`SnapView`: the files as they were when the snapshot
-//! was registered, plus its own writes in memory); and the building of a snapshot.
+//! Owns: [`CowStorage`], the standby's data storage that keeps, for every live snapshot, what
+//! the files held at its registration wherever the apply thread overwrites them (and each
+//! file's length before it grows); the snapshot's view of the data files (`SnapView`: the files
+//! as they were when the snapshot was registered, plus its own writes in memory); and the
+//! building of a snapshot.
 //!
 //! How a snapshot is built: the apply thread, between two applied records, registers it with
 //! the storage (from then on its writes leave the snapshot's view of the files unchanged) and
 //! hands it what the files do not hold yet at the applied position P: the pages it changed
-//! since their last write-back (shared, not copied: the apply thread copies a held page before
-//! it changes it again) and the page-change records of the transactions unfinished at P, with
-//! the record ending at P. The view (the files as registered, those pages over them, its own
-//! writes in memory) then holds every change up to P: nothing is left to redo. The database
-//! is opened on it with a scratch log in memory holding just those records and a catalog whose
-//! checkpoint says so (redo from P, undo from the oldest unfinished transaction's first
-//! record): the open undoes the unfinished transactions and checkpoints, all into the view's
-//! memory. It is closed and opened again read-only, without a log. So it holds exactly the
-//! transactions committed at or before P, never part of one, and every change is refused
-//! (`Error::ReadOnly`). Its cost is opening the database twice and undoing what was in flight,
-//! whatever the log since the last restartpoint.
+//! since their last write-back (its *overlay*: shared, not copied: the apply thread copies a
+//! held page before it changes it again) and the page-change records of the transactions
+//! unfinished at P, with the record ending at P. The view (the files as registered, those pages
+//! over them, its own writes in memory) then holds every change up to P: nothing is left to
+//! redo. The database is opened on it with a scratch log in memory holding just those records
+//! and a catalog whose checkpoint says so (redo from P, undo from the oldest unfinished
+//! transaction's first record): the open undoes the unfinished transactions and checkpoints,
+//! all into the view's memory. It is closed and opened again read-only, without a log. So it
+//! holds exactly the transactions committed at or before P, never part of one, and every
+//! change is refused (`Error::ReadOnly`). Its cost is opening the database twice and undoing
+//! what was in flight, whatever the log since the last restartpoint.
+//!
+//! What the apply thread keeps for a live snapshot, without reading the disk: a data page it
+//! writes back was either unwritten (dirty) at the registration, so the snapshot's overlay
+//! holds it whole and its bytes in the file do not matter to the snapshot, or it was clean then
+//! (held in memory with its file's bytes, or not held, so read from the file later) and changed
+//! since: at that first change the apply thread still holds the file's bytes (the page's
+//! pre-image, [`RedoPages::keep_pre_images`](crate::db::RedoPages)) and keeps them for the
+//! snapshot ([`CowStorage::keep_pages`]). Only writes to other files (the catalog, at a
+//! restartpoint) read the blocks they overwrite back first. The double-write file is not part
+//! of a snapshot's view: nothing was torn in the files it sees (the apply thread restores torn
+//! pages before it serves snapshots, and registers none while it writes).
 //!
 //! Invariants: the apply thread waits for no reader: it serves the snapshots asked for between
 //! two records (registering is a listing of the directory; the pages and records are shared);
-//! a live snapshot costs it one extra block read per block it overwrites for the first time
-//! and one page copy per held page it changes; a snapshot never reads a block written after
-//! its registration nor a page changed after P.
+//! a live snapshot costs it one page copy per page it changes for the first time since the
+//! snapshot's registration or since the page's last write-back, and no read of the data files;
+//! a snapshot never reads a block written after its registration nor a page changed after P.
 
 use super::replica_log::{ReplicaLog, ReplicaLogOpener, ShippedRecord};
+use crate::buffer::doublewrite::DOUBLEWRITE_FILE;
 use crate::error::{Error, Result};
 use crate::io::{
     AlignedBuf, Device, DeviceInfo, IoError, IoOpKind, IoRequest, IoResult, MemDevice, MemStorage, Storage,
@@ -38,32 +51,113 @@ use crate::wal::engine::TAG_TABLE;
 use crate::wal::Lsn;
 use crate::{Database, Options};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-/// The granularity of the copy-on-write bookkeeping.
+/// The granularity of the copy-on-write bookkeeping of files other than the data pages.
 const BLOCK: u64 = 4096;
 
 /// A kept block: its old contents, or `None` when it lay past the file's end.
 type KeptBlock = Option<Box<[u8]>>;
 
+/// Whole pages of one file, by page number, all of one size.
+#[derive(Clone, Default)]
+struct Pages {
+    /// The page size in bytes (0 while there are none).
+    size: u64,
+    by_page: HashMap<u64, Arc<AlignedBuf>>,
+}
+
+impl Pages {
+    fn insert(&mut self, page: u64, buf: Arc<AlignedBuf>) {
+        debug_assert!(self.size == 0 || self.size == buf.len() as u64, "pages of one file differ in size");
+        self.size = buf.len() as u64;
+        self.by_page.entry(page).or_insert(buf);
+    }
+
+    /// True when the pages held cover all of block `b` (of [`BLOCK`] bytes).
+    fn covers_block(&self, b: u64) -> bool {
+        self.size > 0
+            && (b * BLOCK / self.size..=((b + 1) * BLOCK - 1) / self.size)
+                .all(|p| self.by_page.contains_key(&p))
+    }
+}
+
+/// The data file a pool's file is (heap or index).
+fn data_file_name(tag: u8, file: u32) -> String {
+    if tag == TAG_TABLE {
+        crate::db::heap_name(file)
+    } else {
+        crate::db::index_name(file)
+    }
+}
+
+/// Groups pages keyed by (pool tag, file, page) by file name.
+fn by_file(pages: Vec<((u8, u32, u64), Arc<AlignedBuf>)>) -> HashMap<String, Pages> {
+    let mut names: HashMap<(u8, u32), String> = HashMap::new();
+    let mut out: HashMap<String, Pages> = HashMap::new();
+    for ((tag, file, page), buf) in pages {
+        let name = names.entry((tag, file)).or_insert_with(|| data_file_name(tag, file));
+        if !out.contains_key(name.as_str()) {
+            out.insert(name.clone(), Pages::default());
+        }
+        out.get_mut(name.as_str()).expect("inserted above").insert(page, buf);
+    }
+    out
+}
+
 /// What one snapshot keeps of the files as they were at its registration.
-#[derive(Default)]
 pub(super) struct Preserved {
-    /// Old contents of blocks overwritten since (`None`: the block lay past the file's end).
+    /// Old contents of blocks read back before they were overwritten since (`None`: the block
+    /// lay past the file's end): files other than the apply thread's pages.
     blocks: Mutex<HashMap<(String, u64), KeptBlock>>,
+    /// Pages as their files held them at the registration, kept by the apply thread at their
+    /// first change since ([`CowStorage::keep_pages`]), by file name.
+    pages: Mutex<HashMap<String, Pages>>,
+    /// The apply thread's pages not yet written back at the registration (unsealed), by file
+    /// name: the snapshot reads them over the files.
+    overlay: HashMap<String, Pages>,
     /// File lengths before they grew since.
     lengths: Mutex<HashMap<String, u64>>,
-    /// The files that existed.
+    /// The files that existed (but the double-write file).
     names: HashSet<String>,
+    /// The storage's count of live snapshots, which this one leaves when dropped.
+    live: Arc<AtomicUsize>,
+}
+
+impl Drop for Preserved {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Preserved {
+    /// True when the snapshot holds block `b` of `name` already (kept, or in its overlay).
+    fn holds_block(&self, name: &str, b: u64) -> bool {
+        self.overlay.get(name).is_some_and(|f| f.covers_block(b))
+            || self.pages.locked().get(name).is_some_and(|f| f.covers_block(b))
+            || self.blocks.locked().contains_key(&(name.to_string(), b))
+    }
+
+    fn note_length(&self, name: &str, cap: u64) {
+        let mut l = self.lengths.locked();
+        if !l.contains_key(name) {
+            l.insert(name.to_string(), cap);
+        }
+    }
 }
 
 struct CowShared {
     inner: Arc<dyn Storage>,
     /// The live snapshots.
     snaps: Mutex<Vec<Weak<Preserved>>>,
+    /// How many snapshots are live (registered and not dropped).
+    live: Arc<AtomicUsize>,
     /// Serializes writes and growth with the preservation they trigger and with snapshots'
     /// first look at a file's length.
     write: Mutex<()>,
+    /// Blocks read back from the files to keep them for live snapshots.
+    read_back: AtomicU64,
 }
 
 /// The standby's data storage: passes everything through to the directory, keeping first what
@@ -75,18 +169,76 @@ pub struct CowStorage {
 impl CowStorage {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn Storage>) -> Self {
-        Self { sh: Arc::new(CowShared { inner, snaps: Mutex::new(Vec::new()), write: Mutex::new(()) }) }
+        Self {
+            sh: Arc::new(CowShared {
+                inner,
+                snaps: Mutex::new(Vec::new()),
+                live: Arc::new(AtomicUsize::new(0)),
+                write: Mutex::new(()),
+                read_back: AtomicU64::new(0),
+            }),
+        }
     }
 
-    /// Registers a snapshot: from now on, what it would lose is kept for it while it lives.
-    pub(super) fn register(&self) -> Result<Arc<Preserved>> {
+    /// Registers a snapshot whose overlay is `overlay` (the apply thread's pages not written
+    /// back, keyed by (pool tag, file, page), unsealed): from now on, what it would lose is
+    /// kept for it while it lives.
+    pub(super) fn register(&self, overlay: Vec<((u8, u32, u64), Arc<AlignedBuf>)>) -> Result<Arc<Preserved>> {
         let _w = self.sh.write.locked();
-        let names = self.sh.inner.list()?.into_iter().collect();
-        let p = Arc::new(Preserved { names, ..Default::default() });
+        let names = self.sh.inner.list()?.into_iter().filter(|n| n != DOUBLEWRITE_FILE).collect();
+        self.sh.live.fetch_add(1, Ordering::AcqRel);
+        let p = Arc::new(Preserved {
+            blocks: Mutex::new(HashMap::new()),
+            pages: Mutex::new(HashMap::new()),
+            overlay: by_file(overlay),
+            lengths: Mutex::new(HashMap::new()),
+            names,
+            live: self.sh.live.clone(),
+        });
         let mut s = self.sh.snaps.locked();
         s.retain(|w| w.strong_count() > 0);
         s.push(Arc::downgrade(&p));
         Ok(p)
+    }
+
+    /// True while some registered snapshot lives.
+    pub(super) fn has_live(&self) -> bool {
+        self.sh.live.load(Ordering::Acquire) > 0
+    }
+
+    /// Keeps for every live snapshot that does not hold them yet these page images, each the
+    /// bytes its file holds for the page (the apply thread's pre-images: the page was clean when
+    /// it changed, and is written back only after this call). Reads nothing.
+    pub(super) fn keep_pages(&self, images: Vec<((u8, u32, u64), Arc<AlignedBuf>)>) {
+        if images.is_empty() {
+            return;
+        }
+        let live = self.sh.live();
+        if live.is_empty() {
+            return;
+        }
+        let images = by_file(images);
+        for p in &live {
+            let mut kept = p.pages.locked();
+            for (name, f) in &images {
+                let over = p.overlay.get(name);
+                for (&page, buf) in &f.by_page {
+                    if over.is_some_and(|o| o.by_page.contains_key(&page)) {
+                        continue;
+                    }
+                    if !kept.contains_key(name.as_str()) {
+                        kept.insert(name.clone(), Pages::default());
+                    }
+                    kept.get_mut(name.as_str()).expect("inserted above").insert(page, buf.clone());
+                }
+            }
+        }
+    }
+
+    /// The blocks read back from the files to keep them for live snapshots so far (only writes
+    /// to files other than the apply thread's pages need that).
+    pub(super) fn blocks_read_back(&self) -> u64 {
+        self.sh.read_back.load(Ordering::Relaxed)
     }
 
     /// The storage it wraps.
@@ -97,50 +249,70 @@ impl CowStorage {
 
 impl CowShared {
     fn live(&self) -> Vec<Arc<Preserved>> {
+        if self.live.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
         self.snaps.locked().iter().filter_map(Weak::upgrade).collect()
     }
 
     /// Keeps for every live snapshot the blocks of `[offset, offset + len)` of `name` (and its
-    /// length) before they change. Called with `write` held.
+    /// length) before they change, unless it holds them already (the apply thread's pages: in
+    /// its overlay or kept from memory); those it lacks are read back, all in one read. Called
+    /// with `write` held.
     fn preserve(&self, name: &str, dev: &dyn Device, offset: u64, len: u64) -> IoResult<()> {
+        if len == 0 || name == DOUBLEWRITE_FILE {
+            return Ok(());
+        }
         let live = self.live();
-        if live.is_empty() || len == 0 {
+        if live.is_empty() {
             return Ok(());
         }
         let cap = dev.capacity();
         for p in &live {
-            p.lengths.locked().entry(name.to_string()).or_insert(cap);
+            p.note_length(name, cap);
         }
-        let mut buf: Option<AlignedBuf> = None;
+        // Which snapshots lack which blocks.
+        let mut wanting: Vec<(u64, Vec<&Arc<Preserved>>)> = Vec::new();
         for b in offset / BLOCK..(offset + len).div_ceil(BLOCK) {
-            let key = (name.to_string(), b);
-            let wanting: Vec<&Arc<Preserved>> =
-                live.iter().filter(|p| !p.blocks.locked().contains_key(&key)).collect();
-            if wanting.is_empty() {
-                continue;
+            let lack: Vec<&Arc<Preserved>> = live.iter().filter(|p| !p.holds_block(name, b)).collect();
+            if !lack.is_empty() {
+                wanting.push((b, lack));
             }
-            let old = if (b + 1) * BLOCK <= cap {
-                let buf = buf.get_or_insert_with(|| AlignedBuf::new(BLOCK as usize));
-                dev.read_at(b * BLOCK, buf)?;
-                Some(buf.to_vec().into_boxed_slice())
-            } else {
-                None
+        }
+        let inside: Vec<u64> = wanting.iter().map(|(b, _)| *b).filter(|b| (b + 1) * BLOCK <= cap).collect();
+        let mut old = None;
+        if let (Some(&lo), Some(&hi)) = (inside.first(), inside.last()) {
+            let mut buf = AlignedBuf::new(((hi - lo + 1) * BLOCK) as usize);
+            dev.read_at(lo * BLOCK, &mut buf)?;
+            self.read_back.fetch_add(hi - lo + 1, Ordering::Relaxed);
+            old = Some((lo, buf));
+        }
+        for (b, lack) in wanting {
+            let block: KeptBlock = match &old {
+                Some((lo, buf)) if (b + 1) * BLOCK <= cap => {
+                    let at = ((b - lo) * BLOCK) as usize;
+                    Some(buf[at..at + BLOCK as usize].to_vec().into_boxed_slice())
+                }
+                _ => None,
             };
-            for p in wanting {
-                p.blocks.locked().entry(key.clone()).or_insert_with(|| old.clone());
+            for p in lack {
+                p.blocks.locked().entry((name.to_string(), b)).or_insert_with(|| block.clone());
             }
         }
         Ok(())
     }
 
     fn grow(&self, name: &str, dev: &dyn Device) {
+        if name == DOUBLEWRITE_FILE {
+            return;
+        }
         let live = self.live();
         if live.is_empty() {
             return;
         }
         let cap = dev.capacity();
         for p in &live {
-            p.lengths.locked().entry(name.to_string()).or_insert(cap);
+            p.note_length(name, cap);
         }
     }
 }
@@ -233,9 +405,6 @@ struct SnapView {
     files: Mutex<HashMap<String, Arc<SnapDevice>>>,
     removed: Mutex<HashSet<String>>,
     location: String,
-    /// The apply thread's pages not yet written back at the snapshot's position, by file name
-    /// and page number (unsealed).
-    overlay: HashMap<String, HashMap<u64, Arc<AlignedBuf>>>,
 }
 
 impl SnapView {
@@ -255,7 +424,7 @@ impl Storage for SnapView {
             let _w = self.cow.write.locked();
             let len = self.pres.lengths.locked().get(name).copied().unwrap_or_else(|| base.capacity());
             (base, len)
-        } else if create || self.overlay.contains_key(name) {
+        } else if create || self.pres.overlay.contains_key(name) {
             self.removed.locked().remove(name);
             (Arc::new(MemDevice::new(name)), 0)
         } else {
@@ -267,8 +436,8 @@ impl Storage for SnapView {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "not in the standby snapshot"),
             ));
         };
-        let overlay = self.overlay.get(name).cloned().unwrap_or_default();
-        let len = overlay.iter().map(|(p, b)| (p + 1) * b.len() as u64).fold(len, u64::max);
+        let overlay = self.pres.overlay.get(name).cloned().unwrap_or_default();
+        let len = overlay.by_page.keys().map(|p| (p + 1) * overlay.size).fold(len, u64::max);
         let d = Arc::new(SnapDevice {
             name: name.to_string(),
             base,
@@ -283,13 +452,13 @@ impl Storage for SnapView {
     fn exists(&self, name: &str) -> bool {
         self.files.locked().contains_key(name)
             || self.visible_in_base(name)
-            || (self.overlay.contains_key(name) && !self.removed.locked().contains(name))
+            || (self.pres.overlay.contains_key(name) && !self.removed.locked().contains(name))
     }
     fn list(&self) -> IoResult<Vec<String>> {
         let mut v: HashSet<String> = self.files.locked().keys().cloned().collect();
         v.extend(self.pres.names.iter().filter(|n| self.visible_in_base(n)).cloned());
         let removed = self.removed.locked();
-        v.extend(self.overlay.keys().filter(|n| !removed.contains(*n)).cloned());
+        v.extend(self.pres.overlay.keys().filter(|n| !removed.contains(*n)).cloned());
         Ok(v.into_iter().collect())
     }
     fn remove(&self, name: &str) -> IoResult<()> {
@@ -314,19 +483,28 @@ struct SnapDevice {
     len: Mutex<u64>,
     /// Blocks the snapshot wrote.
     own: RwLock<HashMap<u64, Box<[u8]>>>,
-    /// The apply thread's unsealed pages at the snapshot's position, by page number.
-    overlay: HashMap<u64, Arc<AlignedBuf>>,
+    /// The apply thread's unsealed pages at the snapshot's position.
+    overlay: Pages,
 }
 
 impl SnapDevice {
     /// Reads `[offset, offset + buf.len())` as the snapshot sees it.
     fn read_view(&self, offset: u64, buf: &mut [u8]) -> IoResult<()> {
         let len = *self.len.locked();
-        // The directory's bytes first (only below the length the snapshot saw), then what the
-        // apply thread kept for the snapshot (looked at after the read: a block it overwrote
-        // meanwhile was kept before it was written), then the snapshot's own blocks.
+        // The directory's bytes first (only below the length the snapshot saw, and not where
+        // the apply thread's pages cover the whole range), then what the apply thread kept for
+        // the snapshot (looked at after the read: a block it overwrote meanwhile was kept
+        // before it was written), then the snapshot's own blocks.
         let end = offset + buf.len() as u64;
-        let from_base = len.min(self.base.capacity()).min(end).saturating_sub(offset) as usize;
+        let covered = |f: Option<&Pages>| {
+            f.is_some_and(|f| (offset / BLOCK..end.div_ceil(BLOCK)).all(|b| f.covers_block(b)))
+        };
+        let in_memory = covered(Some(&self.overlay)) || covered(self.pres.pages.locked().get(&self.name));
+        let from_base = if in_memory {
+            0
+        } else {
+            len.min(self.base.capacity()).min(end).saturating_sub(offset) as usize
+        };
         let aligned = from_base / self.base.alignment().max(1) * self.base.alignment().max(1);
         if aligned > 0 {
             self.base.read_at(offset, &mut buf[..aligned])?;
@@ -350,9 +528,17 @@ impl SnapDevice {
             }
         }
         drop(kept);
-        if let Some(ps) = self.overlay.values().next().map(|p| p.len() as u64) {
-            for p in offset / ps..end.div_ceil(ps) {
-                if let Some(page) = self.overlay.get(&p) {
+        if let Some(f) = self.pres.pages.locked().get(&self.name) {
+            for p in offset.checked_div(f.size).unwrap_or(end)..end.div_ceil(f.size.max(1)) {
+                if let Some(page) = f.by_page.get(&p) {
+                    copy_part(buf, offset, p * f.size, page);
+                }
+            }
+        }
+        let ps = self.overlay.size;
+        if let Some(first) = offset.checked_div(ps) {
+            for p in first..end.div_ceil(ps) {
+                if let Some(page) = self.overlay.by_page.get(&p) {
                     let mut sealed = page.to_vec();
                     PageHeader::seal(&mut sealed);
                     copy_part(buf, offset, p * ps, &sealed);
@@ -481,14 +667,13 @@ impl std::fmt::Debug for StandbySnapshot {
 
 /// What a read snapshot starts from, handed over by the apply thread between two records.
 pub(super) struct SnapSource {
-    /// Its registration with the storage.
+    /// Its registration with the storage, with the pages changed up to P and not yet written
+    /// back (its overlay).
     pub(super) pres: Arc<Preserved>,
     /// The applied position P.
     pub(super) lsn: Lsn,
     /// The primary's durable position the standby knew then.
     pub(super) acknowledged: Lsn,
-    /// The pages changed up to P and not yet written back: (pool tag, file, page), unsealed.
-    pub(super) pages: Vec<((u8, u32, u64), Arc<AlignedBuf>)>,
     /// The page-change records of the transactions unfinished at P and the record ending at P,
     /// in log order.
     pub(super) records: Vec<Arc<ShippedRecord>>,
@@ -544,12 +729,7 @@ impl Unfinished {
 /// Builds a snapshot of `cow` from `src` (see the module's comment).
 pub(super) fn build(cow: &CowStorage, src: SnapSource, options: &Options) -> Result<StandbySnapshot> {
     let started = std::time::Instant::now();
-    let SnapSource { pres, lsn, acknowledged, pages, records } = src;
-    let mut overlay: HashMap<String, HashMap<u64, Arc<AlignedBuf>>> = HashMap::new();
-    for ((tag, file, page), buf) in pages {
-        let name = if tag == TAG_TABLE { crate::db::heap_name(file) } else { crate::db::index_name(file) };
-        overlay.entry(name).or_default().insert(page, buf);
-    }
+    let SnapSource { pres, lsn, acknowledged, records } = src;
     let view = Arc::new(SnapView {
         base: cow.inner().clone(),
         cow: cow.sh.clone(),
@@ -557,7 +737,6 @@ pub(super) fn build(cow: &CowStorage, src: SnapSource, options: &Options) -> Res
         files: Mutex::new(HashMap::new()),
         removed: Mutex::new(HashSet::new()),
         location: format!("{} (standby snapshot at LSN {lsn})", cow.location()),
-        overlay,
     });
     let undo_from = records.first().map_or(lsn, |r| r.lsn.min(lsn));
     set_checkpoint(&view, lsn, undo_from)?;
@@ -596,4 +775,88 @@ fn set_checkpoint(view: &SnapView, redo: Lsn, undo: Lsn) -> Result<()> {
     cat.checkpoint_redo_lsn = redo;
     cat.checkpoint_undo_lsn = undo;
     store.store(&cat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::mtr::PageChange;
+    use crate::buffer::PageId;
+    use crate::db::{PageFiles, RedoPages};
+    use crate::io::{HookedStorage, IoHook};
+
+    /// Counts the reads that reach the storage below.
+    #[derive(Default)]
+    struct Reads(AtomicU64);
+
+    impl IoHook for Reads {
+        fn before(&self, _: &str, op: IoOpKind, _: u64, _: usize) -> IoResult<()> {
+            if matches!(op, IoOpKind::Read) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    }
+
+    const PS: usize = 4096;
+
+    /// Page `page` of heap file 1 set (as a new page) to hold `v` at byte 100, at `lsn`.
+    fn set(pages: &mut RedoPages<'_>, page: u64, v: u8, lsn: u64) {
+        let change = PageChange::NewPage(vec![(100, vec![v; 8])]);
+        let r = pages.apply(TAG_TABLE, PageId::new(1, page), &change, lsn, PS).unwrap();
+        assert!(matches!(r, crate::db::Redo::Applied { .. }), "{r:?}");
+    }
+
+    /// The byte at 100 of page `page` of heap file 1 as `view` sees it.
+    fn seen(view: &SnapView, page: u64) -> u8 {
+        let dev = view.open(&crate::db::heap_name(1), false).unwrap();
+        let mut buf = AlignedBuf::new(PS);
+        dev.read_at(page * PS as u64, &mut buf).unwrap();
+        buf[100]
+    }
+
+    /// Every way a page can stand when a snapshot registers — unwritten in the apply thread's
+    /// memory, held clean, not held (read back from the file later, after its cache was
+    /// cleared) — and write-backs of it changed twice since: the snapshot sees each page as it
+    /// was, and the write-backs read nothing.
+    #[test]
+    fn write_back_keeps_what_a_live_snapshot_needs_without_reading() {
+        let reads = Arc::new(Reads::default());
+        let cow = CowStorage::new(Arc::new(HookedStorage::new(Arc::new(MemStorage::new()), reads.clone())));
+        let mut pages = RedoPages::new(PageFiles::One(&cow), u64::MAX, 3, None);
+        for p in 0..3 {
+            set(&mut pages, p, 1, 10 + p);
+        }
+        pages.write_back().unwrap();
+        pages.clear();
+        // Page 0 unwritten, page 1 held clean, page 2 not held.
+        set(&mut pages, 0, 2, 20);
+        set(&mut pages, 1, 1, 21);
+        pages.write_back().unwrap();
+        set(&mut pages, 0, 3, 22);
+        let pres = cow.register(pages.dirty_pages()).unwrap();
+        let view = SnapView {
+            base: cow.inner().clone(),
+            cow: cow.sh.clone(),
+            pres,
+            files: Mutex::new(HashMap::new()),
+            removed: Mutex::new(HashSet::new()),
+            location: "test".into(),
+        };
+        assert!(cow.has_live());
+        for (round, v) in [(0u64, 4u8), (1, 5)] {
+            pages.keep_pre_images(cow.has_live());
+            for p in 0..3 {
+                set(&mut pages, p, v, 30 + 10 * round + p);
+            }
+            cow.keep_pages(pages.take_pre_images());
+            let before = reads.0.load(Ordering::SeqCst);
+            pages.write_back().unwrap();
+            assert_eq!(reads.0.load(Ordering::SeqCst), before, "write-back {round} read back");
+            assert_eq!([seen(&view, 0), seen(&view, 1), seen(&view, 2)], [3, 1, 1], "round {round}");
+        }
+        assert_eq!(cow.blocks_read_back(), 0);
+        drop(view);
+        assert!(!cow.has_live());
+    }
 }

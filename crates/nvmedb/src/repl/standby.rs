@@ -459,7 +459,7 @@ fn status_text(sh: &Shared) -> String {
     };
     let history = sh.history.locked().clone();
     format!(
-        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-acknowledged {}  log from {}\n  frames {}  records {}  mirrored page writes {}  base backups {}  restartpoints {} ({} log bytes released)  refused {}  last error: {}\n{set}  history (epoch from LSN): {}\n{}",
+        "role {}  epoch {}  received (persisted) LSN {}  applied {}  primary-acknowledged {}  log from {}\n  frames {}  records {}  mirrored page writes {}  base backups {}  restartpoints {} ({} log bytes released)  blocks read back for read snapshots {}  refused {}  last error: {}\n{set}  history (epoch from LSN): {}\n{}",
         role,
         sh.epoch.load(Ordering::Acquire),
         sh.log.durable_lsn(),
@@ -472,6 +472,7 @@ fn status_text(sh: &Shared) -> String {
         c.base_backups,
         c.restartpoints,
         c.log_released,
+        sh.cow.blocks_read_back(),
         c.refused,
         if c.last_error.is_empty() { "none" } else { &c.last_error },
         history.0.iter().map(|(e, l)| format!("{e} from {l}")).collect::<Vec<_>>().join(", "),
