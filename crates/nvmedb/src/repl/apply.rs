@@ -121,31 +121,7 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
                     flush(sh, &mut pages, &mut restart, skipped)?;
                     last_write_back = clock.now();
                 }
-                let g = sh.apply_mx.locked();
-                if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
-                    sh.apply_cv.notify_all();
-                }
-                if sh.apply_stop.load(Ordering::Acquire) {
-                    continue;
-                }
-                if busy {
-                    // Records keep coming: take them in batches, one wake-up per
-                    // `APPLY_BATCH_WAIT` rather than one per group the log session syncs.
-                    busy = false;
-                    drop(sh.apply_cv.wait_timeout(&sh.apply_mx, g, APPLY_BATCH_WAIT));
-                } else {
-                    // Idle: the log session wakes us when records arrive. Seen under the lock
-                    // after registering, so a sync in between is not missed.
-                    sh.record_waiters.fetch_add(1, Ordering::SeqCst);
-                    let moved = sh.safe.load(Ordering::SeqCst) != safe;
-                    let g = if moved {
-                        g
-                    } else {
-                        sh.apply_cv.wait_timeout(&sh.apply_mx, g, Duration::from_millis(20))
-                    };
-                    sh.record_waiters.fetch_sub(1, Ordering::SeqCst);
-                    drop(g);
-                }
+                wait_for_records(sh, std::mem::take(&mut busy), safe);
                 continue;
             }
         };
@@ -182,6 +158,32 @@ fn apply_loop(sh: &Arc<Shared>) -> Result<()> {
         sh.applied.store(rec.end, Ordering::Release);
         unfinished.applied(rec, role);
         busy = true;
+    }
+}
+
+/// The apply thread caught up with what it may apply (`safe`): wakes the threads waiting for
+/// the applied position, then waits for more records: `APPLY_BATCH_WAIT` while records keep
+/// coming (`busy`: it applied some since it last waited), else until the log session wakes it.
+fn wait_for_records(sh: &Shared, busy: bool, safe: Lsn) {
+    let g = sh.apply_mx.locked();
+    if sh.applied_waiters.load(Ordering::SeqCst) > 0 {
+        sh.apply_cv.notify_all();
+    }
+    if sh.apply_stop.load(Ordering::Acquire) {
+        return;
+    }
+    if busy {
+        // Records keep coming: take them in batches, one wake-up per
+        // `APPLY_BATCH_WAIT` rather than one per group the log session syncs.
+        drop(sh.apply_cv.wait_timeout(&sh.apply_mx, g, APPLY_BATCH_WAIT));
+    } else {
+        // Idle: the log session wakes us when records arrive. Seen under the lock
+        // after registering, so a sync in between is not missed.
+        sh.record_waiters.fetch_add(1, Ordering::SeqCst);
+        let moved = sh.safe.load(Ordering::SeqCst) != safe;
+        let g = if moved { g } else { sh.apply_cv.wait_timeout(&sh.apply_mx, g, Duration::from_millis(20)) };
+        sh.record_waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(g);
     }
 }
 
