@@ -2,7 +2,9 @@
 //! deadlock as a retryable error, durability across reopen.
 
 use nvmedb::io::MemStorage;
+use nvmedb::txn::LockMode;
 use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
+use std::ops::Bound;
 use std::sync::Arc;
 
 fn options() -> Options {
@@ -281,6 +283,27 @@ fn changes_after_a_read_for_update_keep_rows_indexes_and_before_images() {
         assert!(tx.get_for_update_into(&t, &Value::Int(4), &mut row).unwrap());
         assert!(tx.delete(&t, &Value::Int(4)).unwrap());
         assert_eq!(t.get(&Value::Int(4)).unwrap(), Some(original(4)));
+        // An exclusive scan of every key (more rows than a transaction keeps for their
+        // changes), one of keys 6..=9, then a change of each row the second one visited, of
+        // one the first one visited, and a delete.
+        let mut rows = Vec::new();
+        for (lo, hi) in [(0, 19), (6, 9)] {
+            rows.clear();
+            let (lo, hi) = (Value::Int(lo), Value::Int(hi));
+            tx.range(&t, Bound::Included(&lo), Bound::Included(&hi), LockMode::Exclusive, |r| {
+                rows.push(r.try_values()?);
+                Ok(true)
+            })
+            .unwrap();
+        }
+        assert_eq!(rows.len(), 4);
+        for r in &mut rows {
+            r[1] = Value::Int(7);
+            r[2] = Value::Bytes(vec![7; 700]);
+            assert!(tx.update(&t, r).unwrap());
+        }
+        assert!(tx.update(&t, &[Value::Int(12), Value::Int(7), Value::Bytes(vec![])]).unwrap());
+        assert!(tx.delete(&t, &Value::Int(9)).unwrap());
         // Read for update of a row, then an insert of that key fails as the key is taken.
         assert!(tx.get_for_update_into(&t, &Value::Int(5), &mut row).unwrap());
         assert!(matches!(tx.insert(&t, &original(5)), Err(Error::AlreadyExists(_))));
@@ -289,11 +312,19 @@ fn changes_after_a_read_for_update_keep_rows_indexes_and_before_images() {
         } else {
             tx.abort().unwrap();
         }
-        assert_eq!(t.check_integrity().unwrap(), if commit { 19 } else { 20 });
+        assert_eq!(t.check_integrity().unwrap(), if commit { 18 } else { 20 });
+        if !commit {
+            for i in 0..20 {
+                assert_eq!(t.get(&Value::Int(i)).unwrap(), Some(original(i)), "row {i} after the rollback");
+            }
+        }
     }
     let bal = |i: i64| t.get(&Value::Int(i)).unwrap().map(|r| r[1].as_int().unwrap());
     assert_eq!((bal(1), bal(2), bal(3), bal(4), bal(5)), (Some(60), Some(2), Some(3), None, Some(100)));
-    assert_eq!(t.lookup("by_bal", &Value::Int(100)).unwrap().len(), 16);
+    assert_eq!((bal(6), bal(8), bal(9), bal(12), bal(13)), (Some(7), Some(7), None, Some(7), Some(100)));
+    assert_eq!(t.get(&Value::Int(8)).unwrap().unwrap()[2], Value::Bytes(vec![7; 700]));
+    assert_eq!(t.lookup("by_bal", &Value::Int(100)).unwrap().len(), 11);
+    assert_eq!(t.lookup("by_bal", &Value::Int(7)).unwrap().len(), 4);
     assert_eq!(t.lookup("by_bal", &Value::Int(60)).unwrap().len(), 1);
     assert_eq!(t.get(&Value::Int(1)).unwrap().unwrap()[2], Value::Bytes(vec![9; 1500]));
 }

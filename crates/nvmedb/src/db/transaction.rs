@@ -47,6 +47,10 @@ use std::sync::Arc;
 /// Keys a range scan collects from an index before it locks and reads their rows.
 const SCAN_BATCH: usize = 32;
 
+/// Rows a transaction keeps from its reads for update for the changes that follow them (see
+/// `Transaction::locked_rows`): a Delivery's order lines, read by one scan, then changed.
+const LOCKED_ROWS: usize = 16;
+
 /// Changes a transaction's undo list and keys entered have room for at its first change (an
 /// OLTP transaction's few dozen, without growing by doubling from one).
 const FIRST_CHANGES: usize = 32;
@@ -71,11 +75,12 @@ pub struct Transaction {
     /// Keys (table id, encoded primary key) this transaction has entered in the pending
     /// writers, each once, with their before-images.
     entered: HashSet<(u32, Vec<u8>)>,
-    /// The row its last read for update found (table id, encoded primary key, the row), while
-    /// the transaction holds the key's exclusive lock and has not entered it yet: its first
-    /// change takes it as its before-image and does not look for the row again. Any change
-    /// of the transaction takes or drops it, so it never outlives the row it copies.
-    locked_row: Option<(u32, Vec<u8>, LockedRow)>,
+    /// The rows its latest reads for update found (table id, encoded primary key, the row;
+    /// at most [`LOCKED_ROWS`], one per key, oldest first), read under the key's exclusive
+    /// lock: the next change of the key takes its row instead of looking for it again (and,
+    /// as the key's first change, publishes it as the before-image). Every change of a key
+    /// takes the key's row out first, so a row kept is the key's row as it is now.
+    locked_rows: Vec<(u32, Vec<u8>, LockedRow)>,
     done: bool,
     /// Its commit record is logged and its locks are (being) released: it can no longer roll
     /// back.
@@ -107,7 +112,7 @@ impl Database {
             isolation,
             undo: Vec::new(),
             entered: HashSet::new(),
-            locked_row: None,
+            locked_rows: Vec::new(),
             done: false,
             released: false,
         }
@@ -161,23 +166,39 @@ impl Transaction {
     /// yet entered: its row is the before-image, and the change need not look for it again).
     fn lock_for_change(&mut self, table: &Table, key: &Value) -> Result<(bool, Option<LockedRow>)> {
         let k = table.lock_key(key)?;
-        if let Some((t, pk, locked)) = self.locked_row.take() {
-            if t == table.id() && pk == k {
-                self.shared.pending.enter(t, &pk, self.id, Some(locked.row.clone()));
-                self.enter_key((t, pk));
-                return Ok((false, Some(locked)));
-            }
+        let known = self.take_locked_row(table.id(), &k);
+        if known.is_none() {
+            self.shared.locks.lock(self.id, table.id(), &k, LockMode::Exclusive)?;
         }
-        self.shared.locks.lock(self.id, table.id(), &k, LockMode::Exclusive)?;
         let id = (table.id(), k);
-        if !self.entered.contains(&id) {
-            let before = table.before_image(&id.1)?;
-            let absent = before.is_none();
-            self.shared.pending.enter(id.0, &id.1, self.id, before);
-            self.enter_key(id);
-            return Ok((absent, None));
+        if self.entered.contains(&id) {
+            return Ok((false, known));
         }
-        Ok((false, None))
+        let before = match &known {
+            Some(l) => Some(l.row.clone()),
+            None => table.before_image(&id.1)?,
+        };
+        let absent = before.is_none();
+        self.shared.pending.enter(id.0, &id.1, self.id, before);
+        self.enter_key(id);
+        Ok((absent, known))
+    }
+
+    /// Keeps `row`, read just now under the exclusive lock of key `pk` of table `table`, for
+    /// the key's next change (see `locked_rows`).
+    fn keep_locked_row(&mut self, table: u32, pk: Vec<u8>, row: LockedRow) {
+        if let Some(at) = self.locked_rows.iter().position(|(t, k, _)| *t == table && *k == pk) {
+            self.locked_rows.remove(at);
+        } else if self.locked_rows.len() == LOCKED_ROWS {
+            self.locked_rows.remove(0);
+        }
+        self.locked_rows.push((table, pk, row));
+    }
+
+    /// Takes the row kept for key `pk` of table `table`, if any.
+    fn take_locked_row(&mut self, table: u32, pk: &[u8]) -> Option<LockedRow> {
+        let at = self.locked_rows.iter().position(|(t, k, _)| *t == table && k == pk)?;
+        Some(self.locked_rows.remove(at).2)
     }
 
     /// A plain read of encoded key `k`: under a shared lock (serializable), or committed
@@ -256,18 +277,13 @@ impl Transaction {
     /// nothing per row. Returns false, `row` unchanged, when there is no such row.
     pub fn get_for_update_into(&mut self, table: &Table, key: &Value, row: &mut Vec<Value>) -> Result<bool> {
         self.shared.check_open()?;
-        self.locked_row = None;
         let k = self.lock(table, key, LockMode::Exclusive)?;
-        let id = (table.id(), k);
-        if self.entered.contains(&id) {
-            return Ok(table.txn_read(&id.1, |r| r.values_into(row))?.transpose()?.is_some());
-        }
-        // The key's first change is likely next: keep where the row is and its bytes for it.
-        let Some((decoded, locked)) = table.txn_read_locked(&id.1, |r| r.values_into(row))? else {
+        // The key's change is likely next: keep where the row is and its bytes for it.
+        let Some((decoded, locked)) = table.txn_read_locked(&k, |r| r.values_into(row))? else {
             return Ok(false);
         };
         decoded?;
-        self.locked_row = Some((id.0, id.1, locked));
+        self.keep_locked_row(table.id(), k, locked);
         Ok(true)
     }
 
@@ -434,13 +450,26 @@ impl Transaction {
     ) -> Result<()> {
         let keys = table.primary_range(lo, hi)?;
         let (me, lock) = (self.id, self.scan_lock(mode));
-        self.locked_scan(table, keys, lock, |_, pk| {
+        // Rows locked exclusively are kept for the changes that follow (see `locked_rows`).
+        let mut kept = Vec::new();
+        let scanned = self.locked_scan(table, keys, lock, |_, pk| {
             let seen = match lock {
+                Some(LockMode::Exclusive) => match table.txn_read_locked(pk, &mut f)? {
+                    Some((seen, locked)) => {
+                        kept.push((pk.to_vec(), locked));
+                        Some(seen)
+                    }
+                    None => None,
+                },
                 Some(_) => table.txn_read(pk, &mut f)?,
                 None => table.txn_read_committed(me, pk, &mut f)?,
             };
             Ok(seen.transpose()?.unwrap_or(true))
-        })
+        });
+        for (pk, locked) in kept {
+            self.keep_locked_row(table.id(), pk, locked);
+        }
+        scanned
     }
 
     /// The lock a scan takes on each row it visits in `mode`: none for a read-committed
