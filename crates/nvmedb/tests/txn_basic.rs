@@ -2,7 +2,9 @@
 //! deadlock as a retryable error, durability across reopen.
 
 use nvmedb::io::MemStorage;
+use nvmedb::txn::LockMode;
 use nvmedb::{BufferSize, ColumnType, Database, Error, Options, Schema, Value};
+use std::ops::Bound;
 use std::sync::Arc;
 
 fn options() -> Options {
@@ -236,4 +238,93 @@ fn log_volume_checkpoints_bound_the_log_and_lose_nothing() {
         assert_eq!(t.read(&nvmedb::Value::Int(id), |r| r.int(1)).unwrap(), Some(20), "row {id}");
     }
     drop(db);
+}
+
+/// A change that follows the transaction's read of the same row for update takes that read's
+/// row (where it is, its before-image) instead of looking for it again: updates (one that grows
+/// the row until it moves to another page), a second change of the key, a read for update of
+/// another key in between, deletes; rolled back and committed, the rows, their index entries
+/// and what a committed reader sees meanwhile are as with a change that looks the row up.
+#[test]
+fn changes_after_a_read_for_update_keep_rows_indexes_and_before_images() {
+    let db = Database::open_with_storage(Arc::new(MemStorage::new()), options()).unwrap();
+    let s = Schema::new(vec![
+        ("id", ColumnType::Int),
+        ("bal", ColumnType::Int),
+        ("note", ColumnType::Bytes(2000)),
+    ])
+    .with_index("by_bal", "bal")
+    .unwrap();
+    let t = db.create_table("acct", s).unwrap();
+    let original = |i: i64| vec![Value::Int(i), Value::Int(100), Value::Bytes(vec![i as u8; 150])];
+    for i in 0..20 {
+        t.insert(&original(i)).unwrap();
+    }
+    for commit in [false, true] {
+        let mut tx = db.begin();
+        // Read for update, then an update that no longer fits its page: the row moves.
+        let before = tx.get_for_update(&t, &Value::Int(1)).unwrap().unwrap();
+        let grown = vec![Value::Int(1), Value::Int(50), Value::Bytes(vec![9; 1500])];
+        assert!(tx.update(&t, &grown).unwrap());
+        // A committed reader sees the before-image the change published.
+        assert_eq!(t.get(&Value::Int(1)).unwrap(), Some(before));
+        // The key read for update again (already changed): the transaction's own row.
+        let mut row = Vec::new();
+        assert!(tx.get_for_update_into(&t, &Value::Int(1), &mut row).unwrap());
+        assert_eq!(row, grown);
+        row[1] = Value::Int(60);
+        assert!(tx.update(&t, &row).unwrap());
+        // A read for update of key 2, then a change of key 3: 2's row is not taken for it.
+        assert!(tx.get_for_update_into(&t, &Value::Int(2), &mut row).unwrap());
+        assert!(tx.update(&t, &[Value::Int(3), Value::Int(3), Value::Bytes(b"three".to_vec())]).unwrap());
+        row[1] = Value::Int(2);
+        assert!(tx.update(&t, &row).unwrap());
+        // Read for update, then delete.
+        assert!(tx.get_for_update_into(&t, &Value::Int(4), &mut row).unwrap());
+        assert!(tx.delete(&t, &Value::Int(4)).unwrap());
+        assert_eq!(t.get(&Value::Int(4)).unwrap(), Some(original(4)));
+        // An exclusive scan of every key (more rows than a transaction keeps for their
+        // changes), one of keys 6..=9, then a change of each row the second one visited, of
+        // one the first one visited, and a delete.
+        let mut rows = Vec::new();
+        for (lo, hi) in [(0, 19), (6, 9)] {
+            rows.clear();
+            let (lo, hi) = (Value::Int(lo), Value::Int(hi));
+            tx.range(&t, Bound::Included(&lo), Bound::Included(&hi), LockMode::Exclusive, |r| {
+                rows.push(r.try_values()?);
+                Ok(true)
+            })
+            .unwrap();
+        }
+        assert_eq!(rows.len(), 4);
+        for r in &mut rows {
+            r[1] = Value::Int(7);
+            r[2] = Value::Bytes(vec![7; 700]);
+            assert!(tx.update(&t, r).unwrap());
+        }
+        assert!(tx.update(&t, &[Value::Int(12), Value::Int(7), Value::Bytes(vec![])]).unwrap());
+        assert!(tx.delete(&t, &Value::Int(9)).unwrap());
+        // Read for update of a row, then an insert of that key fails as the key is taken.
+        assert!(tx.get_for_update_into(&t, &Value::Int(5), &mut row).unwrap());
+        assert!(matches!(tx.insert(&t, &original(5)), Err(Error::AlreadyExists(_))));
+        if commit {
+            tx.commit().unwrap();
+        } else {
+            tx.abort().unwrap();
+        }
+        assert_eq!(t.check_integrity().unwrap(), if commit { 18 } else { 20 });
+        if !commit {
+            for i in 0..20 {
+                assert_eq!(t.get(&Value::Int(i)).unwrap(), Some(original(i)), "row {i} after the rollback");
+            }
+        }
+    }
+    let bal = |i: i64| t.get(&Value::Int(i)).unwrap().map(|r| r[1].as_int().unwrap());
+    assert_eq!((bal(1), bal(2), bal(3), bal(4), bal(5)), (Some(60), Some(2), Some(3), None, Some(100)));
+    assert_eq!((bal(6), bal(8), bal(9), bal(12), bal(13)), (Some(7), Some(7), None, Some(7), Some(100)));
+    assert_eq!(t.get(&Value::Int(8)).unwrap().unwrap()[2], Value::Bytes(vec![7; 700]));
+    assert_eq!(t.lookup("by_bal", &Value::Int(100)).unwrap().len(), 11);
+    assert_eq!(t.lookup("by_bal", &Value::Int(7)).unwrap().len(), 4);
+    assert_eq!(t.lookup("by_bal", &Value::Int(60)).unwrap().len(), 1);
+    assert_eq!(t.get(&Value::Int(1)).unwrap().unwrap()[2], Value::Bytes(vec![9; 1500]));
 }

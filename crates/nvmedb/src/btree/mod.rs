@@ -430,17 +430,19 @@ impl BTree {
                     return Ok(());
                 }
             }
-            let mut entries = node::entries(n);
+            // The node's entries, borrowed from a copy of it (the node itself is rebuilt).
+            let copy = n.to_vec();
+            let mut entries = node::entries(&copy);
             let level = node::level(n);
             let leaf = level == 0;
             // Appending at the right edge (ascending keys, e.g. a sequential load): keep the
             // left node full and start the right one nearly empty, instead of leaving every
             // left node half empty.
-            let mut appending = leaf
-                && node::link(n) == NO_PAGE
-                && entries.last().is_some_and(|(last, _)| key > last.as_slice());
-            if let Some((k, v)) = pending.take() {
-                let pos = entries.binary_search_by(|e| e.0.as_slice().cmp(&k)).unwrap_or_else(|i| i);
+            let mut appending =
+                leaf && node::link(n) == NO_PAGE && entries.last().is_some_and(|(last, _)| key > *last);
+            let taken = pending.take();
+            if let Some((k, v)) = &taken {
+                let pos = entries.binary_search_by(|e| e.0.cmp(k.as_slice())).unwrap_or_else(|i| i);
                 appending = pos == entries.len();
                 entries.insert(pos, (k, v));
             }
@@ -454,7 +456,7 @@ impl BTree {
             } else {
                 split_point(&entries)
             };
-            let sep = entries[mid].0.clone();
+            let sep = entries[mid].0.to_vec();
             let right_start = if leaf { mid } else { mid + 1 };
             let page_type = if leaf { PageType::BtreeLeaf } else { PageType::BtreeInner };
             if n.page_id().page == self.root {
@@ -467,7 +469,7 @@ impl BTree {
                     node::init(&mut right, 0, NO_PAGE);
                 } else {
                     node::init(&mut left, level, node::link(n));
-                    node::init(&mut right, level, child_of(&entries[mid].1));
+                    node::init(&mut right, level, child_of(entries[mid].1));
                 }
                 node::rebuild(&mut left, &entries[..mid]);
                 node::rebuild(&mut right, &entries[right_start..]);
@@ -488,7 +490,7 @@ impl BTree {
                 node::init(&mut right, 0, node::link(n));
                 node::set_link(n, right_no);
             } else {
-                node::init(&mut right, level, child_of(&entries[mid].1));
+                node::init(&mut right, level, child_of(entries[mid].1));
             }
             node::rebuild(&mut right, &entries[right_start..]);
             node::rebuild(n, &entries[..mid]);
@@ -514,9 +516,10 @@ impl BTree {
                 }
             }
             let mut entries = node::entries(n);
-            if let Some(k) = pending.take() {
-                let pos = entries.binary_search_by(|e| e.0.as_slice().cmp(&k)).unwrap_or_else(|i| i);
-                entries.insert(pos, (k, vec![0u8; 8]));
+            let taken = pending.take();
+            if let Some(k) = &taken {
+                let pos = entries.binary_search_by(|e| e.0.cmp(k.as_slice())).unwrap_or_else(|i| i);
+                entries.insert(pos, (k, &[0u8; 8]));
             }
             if entries.len() < 2 {
                 return Err(self.corrupt(n.page_id().page, "node to split holds fewer than two entries"));
@@ -524,7 +527,7 @@ impl BTree {
             if n.page_id().page == self.root {
                 return Ok(pages + 2);
             }
-            pending = Some(entries[split_point(&entries)].0.clone());
+            pending = Some(entries[split_point(&entries)].0.to_vec());
         }
         Err(self.corrupt(self.root, "split reached a released ancestor: the safe-node rule was broken"))
     }
@@ -823,7 +826,7 @@ fn child_of(v: &[u8]) -> u64 {
 }
 
 /// Index at which to split `entries` so both halves hold about the same number of bytes.
-fn split_point(entries: &[(Vec<u8>, Vec<u8>)]) -> usize {
+fn split_point(entries: &[(&[u8], &[u8])]) -> usize {
     let total: usize = entries.iter().map(|(k, v)| node::entry_space(k, v)).sum();
     let mut acc = 0;
     for (i, (k, v)) in entries.iter().enumerate() {

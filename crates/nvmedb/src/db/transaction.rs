@@ -36,7 +36,7 @@
 
 use super::Database;
 use crate::error::Result;
-use crate::table::{KeyRange, Serial};
+use crate::table::{KeyRange, LockedRow, Serial};
 use crate::table::{RowView, Table, Value};
 use crate::txn::{LockMode, TxnShared};
 use crate::wal::engine::TxnOp;
@@ -46,6 +46,14 @@ use std::sync::Arc;
 
 /// Keys a range scan collects from an index before it locks and reads their rows.
 const SCAN_BATCH: usize = 32;
+
+/// Rows a transaction keeps from its reads for update for the changes that follow them (see
+/// `Transaction::locked_rows`): a Delivery's order lines, read by one scan, then changed.
+const LOCKED_ROWS: usize = 16;
+
+/// Changes a transaction's undo list and keys entered have room for at its first change (an
+/// OLTP transaction's few dozen, without growing by doubling from one).
+const FIRST_CHANGES: usize = 32;
 
 /// How a transaction's plain reads are isolated; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,6 +75,12 @@ pub struct Transaction {
     /// Keys (table id, encoded primary key) this transaction has entered in the pending
     /// writers, each once, with their before-images.
     entered: HashSet<(u32, Vec<u8>)>,
+    /// The rows its latest reads for update found (table id, encoded primary key, the row;
+    /// at most [`LOCKED_ROWS`], one per key, oldest first), read under the key's exclusive
+    /// lock: the next change of the key takes its row instead of looking for it again (and,
+    /// as the key's first change, publishes it as the before-image). Every change of a key
+    /// takes the key's row out first, so a row kept is the key's row as it is now.
+    locked_rows: Vec<(u32, Vec<u8>, LockedRow)>,
     done: bool,
     /// Its commit record is logged and its locks are (being) released: it can no longer roll
     /// back.
@@ -98,6 +112,7 @@ impl Database {
             isolation,
             undo: Vec::new(),
             entered: HashSet::new(),
+            locked_rows: Vec::new(),
             done: false,
             released: false,
         }
@@ -127,21 +142,63 @@ impl Transaction {
         Ok(k)
     }
 
+    /// Keeps `op`, a change of `table`, for a rollback.
+    fn push_undo(&mut self, table: &Table, op: TxnOp) {
+        if self.undo.capacity() == 0 {
+            self.undo.reserve(FIRST_CHANGES);
+        }
+        self.undo.push((table.clone(), op));
+    }
+
+    /// Enters key `id` (table id, encoded primary key) as changed by this transaction.
+    fn enter_key(&mut self, id: (u32, Vec<u8>)) {
+        if self.entered.capacity() == 0 {
+            self.entered.reserve(FIRST_CHANGES);
+        }
+        self.entered.insert(id);
+    }
+
     /// Locks `key` exclusively for a change and, on the transaction's first change of it,
     /// publishes its committed row for lock-free readers (before the change touches a page).
     /// Returns true when it found the key without a row just now (its first change: nobody
-    /// else can give it one while the lock is held).
-    fn lock_for_change(&mut self, table: &Table, key: &Value) -> Result<bool> {
-        let k = self.lock(table, key, LockMode::Exclusive)?;
-        let id = (table.id(), k);
-        if !self.entered.contains(&id) {
-            let before = table.before_image(&id.1)?;
-            let absent = before.is_none();
-            self.shared.pending.enter(id.0, &id.1, self.id, before);
-            self.entered.insert(id);
-            return Ok(absent);
+    /// else can give it one while the lock is held), and the row the transaction's last read
+    /// for update found when that read was of this key (the lock is held since, the key not
+    /// yet entered: its row is the before-image, and the change need not look for it again).
+    fn lock_for_change(&mut self, table: &Table, key: &Value) -> Result<(bool, Option<LockedRow>)> {
+        let k = table.lock_key(key)?;
+        let known = self.take_locked_row(table.id(), &k);
+        if known.is_none() {
+            self.shared.locks.lock(self.id, table.id(), &k, LockMode::Exclusive)?;
         }
-        Ok(false)
+        let id = (table.id(), k);
+        if self.entered.contains(&id) {
+            return Ok((false, known));
+        }
+        let before = match &known {
+            Some(l) => Some(l.row.clone()),
+            None => table.before_image(&id.1)?,
+        };
+        let absent = before.is_none();
+        self.shared.pending.enter(id.0, &id.1, self.id, before);
+        self.enter_key(id);
+        Ok((absent, known))
+    }
+
+    /// Keeps `row`, read just now under the exclusive lock of key `pk` of table `table`, for
+    /// the key's next change (see `locked_rows`).
+    fn keep_locked_row(&mut self, table: u32, pk: Vec<u8>, row: LockedRow) {
+        if let Some(at) = self.locked_rows.iter().position(|(t, k, _)| *t == table && *k == pk) {
+            self.locked_rows.remove(at);
+        } else if self.locked_rows.len() == LOCKED_ROWS {
+            self.locked_rows.remove(0);
+        }
+        self.locked_rows.push((table, pk, row));
+    }
+
+    /// Takes the row kept for key `pk` of table `table`, if any.
+    fn take_locked_row(&mut self, table: u32, pk: &[u8]) -> Option<LockedRow> {
+        let at = self.locked_rows.iter().position(|(t, k, _)| *t == table && k == pk)?;
+        Some(self.locked_rows.remove(at).2)
     }
 
     /// A plain read of encoded key `k`: under a shared lock (serializable), or committed
@@ -221,7 +278,13 @@ impl Transaction {
     pub fn get_for_update_into(&mut self, table: &Table, key: &Value, row: &mut Vec<Value>) -> Result<bool> {
         self.shared.check_open()?;
         let k = self.lock(table, key, LockMode::Exclusive)?;
-        Ok(table.txn_read(&k, |r| r.values_into(row))?.transpose()?.is_some())
+        // The key's change is likely next: keep where the row is and its bytes for it.
+        let Some((decoded, locked)) = table.txn_read_locked(&k, |r| r.values_into(row))? else {
+            return Ok(false);
+        };
+        decoded?;
+        self.keep_locked_row(table.id(), k, locked);
+        Ok(true)
     }
 
     /// Inserts a row.
@@ -229,7 +292,7 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter_change("an insert")?;
         let pk = table.pk_of(row)?;
-        let absent = self.lock_for_change(table, pk)?;
+        let (absent, _) = self.lock_for_change(table, pk)?;
         // Wait for the ranges read that hold the new entries before making them, and check
         // again after (a scan that read their leaves meanwhile).
         let mut entries = None;
@@ -238,7 +301,7 @@ impl Transaction {
             // Undoing an insert finds the row through its key: keep only the key in memory
             // (the log record keeps the whole row for recovery), so a large load stays small.
             op.after = None;
-            self.undo.push((table.clone(), op));
+            self.push_undo(table, op);
             self.check_new_entries(table, row, true, None, &mut entries)?;
         }
         Ok(())
@@ -284,15 +347,23 @@ impl Transaction {
         let shared = self.shared.clone();
         let _open = shared.enter_change("an update")?;
         let pk = table.pk_of(row)?;
-        self.lock_for_change(table, pk)?;
+        let (_, known) = self.lock_for_change(table, pk)?;
         let mut entries = None;
         if self.update_checks_ranges(table) {
             // As an insert: wait before the change for the ranges read that hold its new entries.
-            if let Some(now) = table.txn_read(&table.lock_key(pk)?, |v| v.raw().to_vec())? {
-                self.check_new_entries(table, row, false, Some(&now), &mut entries)?;
+            let read;
+            let now = match &known {
+                Some(k) => Some(&k.row[..]),
+                None => {
+                    read = table.txn_read(&table.lock_key(pk)?, |v| v.raw().to_vec())?;
+                    read.as_deref()
+                }
+            };
+            if let Some(now) = now {
+                self.check_new_entries(table, row, false, Some(now), &mut entries)?;
             }
         }
-        let (changed, op) = table.txn_update(self.id, row)?;
+        let (changed, op) = table.txn_update(self.id, row, known.as_ref())?;
         if let Some(op) = op {
             // Asked again: a scan may have taken a range lock on the table meanwhile.
             let ranges = self.update_checks_ranges(table);
@@ -305,7 +376,7 @@ impl Transaction {
                     op.resolve(now.as_deref()).and_then(|o| o.before.clone())
                 }
             };
-            self.undo.push((table.clone(), op));
+            self.push_undo(table, op);
             if ranges {
                 self.check_new_entries(table, row, false, before.as_deref(), &mut entries)?;
             }
@@ -330,10 +401,10 @@ impl Transaction {
     pub fn delete(&mut self, table: &Table, key: &Value) -> Result<bool> {
         let shared = self.shared.clone();
         let _open = shared.enter_change("a delete")?;
-        self.lock_for_change(table, key)?;
-        let (changed, op) = table.txn_delete(self.id, key)?;
+        let (_, known) = self.lock_for_change(table, key)?;
+        let (changed, op) = table.txn_delete(self.id, key, known.as_ref())?;
         if let Some(op) = op {
-            self.undo.push((table.clone(), op));
+            self.push_undo(table, op);
         }
         Ok(changed)
     }
@@ -379,13 +450,26 @@ impl Transaction {
     ) -> Result<()> {
         let keys = table.primary_range(lo, hi)?;
         let (me, lock) = (self.id, self.scan_lock(mode));
-        self.locked_scan(table, keys, lock, |_, pk| {
+        // Rows locked exclusively are kept for the changes that follow (see `locked_rows`).
+        let mut kept = Vec::new();
+        let scanned = self.locked_scan(table, keys, lock, |_, pk| {
             let seen = match lock {
+                Some(LockMode::Exclusive) => match table.txn_read_locked(pk, &mut f)? {
+                    Some((seen, locked)) => {
+                        kept.push((pk.to_vec(), locked));
+                        Some(seen)
+                    }
+                    None => None,
+                },
                 Some(_) => table.txn_read(pk, &mut f)?,
                 None => table.txn_read_committed(me, pk, &mut f)?,
             };
             Ok(seen.transpose()?.unwrap_or(true))
-        })
+        });
+        for (pk, locked) in kept {
+            self.keep_locked_row(table.id(), pk, locked);
+        }
+        scanned
     }
 
     /// The lock a scan takes on each row it visits in `mode`: none for a read-committed

@@ -6,7 +6,7 @@
 //! lock, so the row and its index entries change together with respect to other writers;
 //! two writers of one value of a unique index are serialised by an exclusive lock on it.
 
-use super::{Table, Value, KEY_LOCK_STRIPES};
+use super::{RowId, Table, Value, KEY_LOCK_STRIPES};
 use crate::buffer::mtr::take_annotation;
 use crate::error::Result;
 use crate::txn::pending::BeforeImage;
@@ -14,6 +14,19 @@ use crate::txn::LockMode;
 use crate::util::sync::MutexExt;
 use crate::wal::engine::TxnOp;
 use std::sync::Arc;
+
+/// A row read by a transaction that holds its key's exclusive lock and has not changed it
+/// since: where it is and its bytes (the key's committed row). The change that follows takes
+/// them for its before-image and its undo record instead of looking for the row again: under
+/// the lock no other writer changes, moves or deletes the row, and a row id stays valid until
+/// its row changes.
+#[derive(Debug, Clone)]
+pub(crate) struct LockedRow {
+    /// Where the row is.
+    pub(crate) rid: RowId,
+    /// Its bytes.
+    pub(crate) row: Arc<[u8]>,
+}
 
 /// Added to a table id to name the lock space of its unique-index values.
 const UNIQUE_LOCK_SPACE: u32 = 0x8000_0000;

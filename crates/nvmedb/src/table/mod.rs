@@ -68,6 +68,7 @@ pub mod schema;
 mod write;
 
 pub use heap::{HeapFile, RowId};
+pub(crate) use locks::LockedRow;
 pub use read::READ_BATCH;
 pub use scan::scan_partition_pages;
 pub(crate) use scan::{KeyRange, Serial};

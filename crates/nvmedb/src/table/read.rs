@@ -9,10 +9,12 @@
 //! unchanged across the lookup; a row-id hint is checked like any row id and never trusted;
 //! a read is acknowledged only once every commit it can have seen is durable.
 
+use super::locks::LockedRow;
 use super::scan::Found;
 use super::{files, ColumnType, RowId, RowView, Table, Value};
 use crate::error::{Error, Result};
 use crate::txn::PendingWriters;
+use std::sync::Arc;
 
 /// Keys whose lookups [`Table::read_many`] interleaves.
 pub const READ_BATCH: usize = 16;
@@ -395,6 +397,11 @@ impl Table {
     /// lookup and the heap read (and the slot may even hold another row by then): look again, a
     /// bounded number of times; a hint that fails is dropped for the index at once.
     pub(super) fn read_pk<R>(&self, pk: &[u8], f: impl FnOnce(RowView<'_>) -> R) -> Result<Option<R>> {
+        self.read_pk_at(pk, |_, v| f(v))
+    }
+
+    /// [`Table::read_pk`], passing `f` the row's id too.
+    fn read_pk_at<R>(&self, pk: &[u8], f: impl FnOnce(RowId, RowView<'_>) -> R) -> Result<Option<R>> {
         let mut f = Some(f);
         let mut last = None;
         let mut hint = self.inner.hints.get(pk);
@@ -408,7 +415,7 @@ impl Table {
             };
             let got = self.inner.heap.read(rid, |b| {
                 let v = self.view(b);
-                Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(v)))
+                Ok::<_, Error>(self.has_pk(&v, pk)?.then(|| (f.take().expect("called once"))(rid, v)))
             });
             match got.and_then(|g| g.transpose()) {
                 Ok(Some(Some(r))) => {
@@ -425,6 +432,21 @@ impl Table {
             std::thread::yield_now();
         }
         Err(self.dangling(last.expect("at least one attempt")))
+    }
+
+    /// [`Table::txn_read`] for a writer that holds the key's exclusive lock and is about to
+    /// change the row: `f`'s result with the row's id and bytes ([`LockedRow`]), which the
+    /// change then takes instead of looking for the row again.
+    pub(crate) fn txn_read_locked<R>(
+        &self,
+        key_bytes: &[u8],
+        f: impl FnOnce(RowView<'_>) -> R,
+    ) -> Result<Option<(R, LockedRow)>> {
+        self.check_poisoned()?;
+        self.read_pk_at(key_bytes, |rid, v| {
+            let row = Arc::from(v.raw());
+            (f(v), LockedRow { rid, row })
+        })
     }
 
     /// The row id and a copy of the row of key `pk`, for a writer that holds the key's

@@ -9,7 +9,7 @@
 //! a row that moves logs where it went before its index entries are re-pointed; `restore` is
 //! idempotent.
 
-use super::{files, RowId, Table, Value};
+use super::{files, LockedRow, RowId, Table, Value};
 use crate::buffer::mtr::{annotate_next_commit, take_annotation};
 use crate::error::{Error, Result};
 use crate::wal::engine::TxnOp;
@@ -115,9 +115,14 @@ impl Table {
     /// error the steps already done are reversed.
     pub fn update(&self, row: &[Value]) -> Result<bool> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, Some(row), |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
+        self.auto_commit(&pk, Some(row), |txn, log, rec| {
+            self.update_locked(txn, log, rec, row, &pk, &bytes, None)
+        })
     }
 
+    /// `known`: the row as its writer read it under the key's exclusive lock (not looked for
+    /// again).
+    #[allow(clippy::too_many_arguments)]
     fn update_locked(
         &self,
         txn: u64,
@@ -126,9 +131,10 @@ impl Table {
         row: &[Value],
         pk: &[u8],
         bytes: &[u8],
+        known: Option<&LockedRow>,
     ) -> Result<bool> {
         let s = &self.inner.schema;
-        let Some((rid, old_row)) = self.locate_for_change(pk)? else { return Ok(false) };
+        let Some((rid, old_row)) = self.located(pk, known)? else { return Ok(false) };
         let old_values: Vec<Value> = {
             let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
@@ -231,13 +237,20 @@ impl Table {
     pub fn delete(&self, key: &Value) -> Result<bool> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
-        self.auto_commit(&pk, None, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
+        self.auto_commit(&pk, None, |txn, log, rec| self.delete_locked(txn, log, rec, &pk, None))
     }
 
-    fn delete_locked(&self, txn: u64, log: bool, rec: &mut Option<TxnOp>, pk: &[u8]) -> Result<bool> {
+    fn delete_locked(
+        &self,
+        txn: u64,
+        log: bool,
+        rec: &mut Option<TxnOp>,
+        pk: &[u8],
+        known: Option<&LockedRow>,
+    ) -> Result<bool> {
         let s = &self.inner.schema;
         let pk = pk.to_vec();
-        let Some((rid, old_row)) = self.locate_for_change(&pk)? else { return Ok(false) };
+        let Some((rid, old_row)) = self.located(&pk, known)? else { return Ok(false) };
         let old_values: Vec<Value> = {
             let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
@@ -290,18 +303,39 @@ impl Table {
             .1)
     }
 
-    /// Explicit-transaction update.
-    pub(crate) fn txn_update(&self, txn: u64, row: &[Value]) -> Result<(bool, Option<TxnOp>)> {
+    /// Explicit-transaction update. `known`: the row as the transaction read it under the
+    /// key's exclusive lock, unchanged since (see [`LockedRow`]).
+    pub(crate) fn txn_update(
+        &self,
+        txn: u64,
+        row: &[Value],
+        known: Option<&LockedRow>,
+    ) -> Result<(bool, Option<TxnOp>)> {
         let (bytes, pk) = self.prepare_row(row)?;
         self.lock_unique_values(txn, row)?;
-        self.in_txn(txn, &pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes))
+        self.in_txn(txn, &pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes, known))
     }
 
-    /// Explicit-transaction delete.
-    pub(crate) fn txn_delete(&self, txn: u64, key: &Value) -> Result<(bool, Option<TxnOp>)> {
+    /// Explicit-transaction delete; `known` as for [`Table::txn_update`].
+    pub(crate) fn txn_delete(
+        &self,
+        txn: u64,
+        key: &Value,
+        known: Option<&LockedRow>,
+    ) -> Result<(bool, Option<TxnOp>)> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
-        self.in_txn(txn, &pk, |txn, log, rec| self.delete_locked(txn, log, rec, &pk))
+        self.in_txn(txn, &pk, |txn, log, rec| self.delete_locked(txn, log, rec, &pk, known))
+    }
+
+    /// The row id and a copy of the row of key `pk` for its change: `known`'s when the
+    /// transaction read it under the key's exclusive lock, else looked for
+    /// ([`Table::locate_for_change`]).
+    fn located(&self, pk: &[u8], known: Option<&LockedRow>) -> Result<Option<(RowId, Vec<u8>)>> {
+        match known {
+            Some(k) => Ok(Some((k.rid, k.row.to_vec()))),
+            None => self.locate_for_change(pk),
+        }
     }
 
     fn apply_undo(&self, u: &Undo) -> Result<()> {
