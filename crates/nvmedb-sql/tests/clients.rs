@@ -1,7 +1,9 @@
 //! Real PostgreSQL clients against the server, unchanged: psql's describe commands (`\d`,
 //! `\dt`, `\di`, `\d t`, `\l`), whose queries read the system catalogs, with their output
 //! checked line by line; SQLAlchemy 2 over psycopg2 (a Python script,
-//! `tests/clients/orm.py`: create_all, inserts, queries, update, delete, reflection); and
+//! `tests/clients/orm.py`: create_all, inserts, queries, update, delete, reflection; and
+//! `tests/clients/reflect.py`: the inspector's keys, indexes and foreign keys, tables loaded
+//! with `autoload_with` and used by the ORM); and
 //! psycopg 3's server-side prepared statements and `executemany` (`tests/clients/psycopg3.py`).
 //!
 //! psql comes from PostgreSQL 15 (`postgresql-15`), the Python drivers from pip
@@ -173,6 +175,19 @@ fn sqlalchemy_over_psycopg2() {
     let out = Command::new("python3").arg(&script).arg(&url).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "{driver}:\n{stdout}\n{stderr}");
+}
+
+#[test]
+fn sqlalchemy_reflects_keys_indexes_and_foreign_keys() {
+    if !nvmedb_testkit::needs_python(&["psycopg2", "sqlalchemy"]) {
+        return;
+    }
+    let f = start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/reflect.py");
+    let url = format!("postgresql+psycopg2://tester@127.0.0.1:{}/shop", f.port());
+    let out = Command::new("python3").arg(&script).arg(&url).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "reflection:\n{stdout}\n{stderr}");
 }
 
 #[test]
