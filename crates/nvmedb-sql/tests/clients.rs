@@ -162,19 +162,24 @@ Indexes:
     assert!(!log.contains("Indexes:"), "{log}");
 }
 
+/// Runs `tests/clients/<script>` with `arg` and checks that it ends with `ok` (its output in
+/// the failure's message, under `what`).
+fn run_script(script: &str, arg: &str, what: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients").join(script);
+    let out = Command::new("python3").arg(&script).arg(arg).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "{what}:\n{stdout}\n{stderr}");
+}
+
 #[test]
 fn sqlalchemy_over_psycopg2() {
     if !nvmedb_testkit::needs_python(&["psycopg2", "sqlalchemy"]) {
         return;
     }
     let f = start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/orm.py");
     // psycopg 3 has its own test (psycopg3_prepared_statements_and_executemany).
-    let driver = "psycopg2";
-    let url = format!("postgresql+{driver}://tester@127.0.0.1:{}/shop", f.port());
-    let out = Command::new("python3").arg(&script).arg(&url).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "{driver}:\n{stdout}\n{stderr}");
+    let url = format!("postgresql+psycopg2://tester@127.0.0.1:{}/shop", f.port());
+    run_script("orm.py", &url, "psycopg2");
 }
 
 #[test]
@@ -183,11 +188,8 @@ fn sqlalchemy_reflects_keys_indexes_and_foreign_keys() {
         return;
     }
     let f = start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/reflect.py");
     let url = format!("postgresql+psycopg2://tester@127.0.0.1:{}/shop", f.port());
-    let out = Command::new("python3").arg(&script).arg(&url).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "reflection:\n{stdout}\n{stderr}");
+    run_script("reflect.py", &url, "reflection");
 }
 
 #[test]
@@ -196,11 +198,8 @@ fn psycopg3_prepared_statements_and_executemany() {
         return;
     }
     let f = start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/psycopg3.py");
     let conninfo = format!("host=127.0.0.1 port={} user=tester dbname=shop sslmode=disable", f.port());
-    let out = Command::new("python3").arg(&script).arg(&conninfo).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "psycopg 3:\n{stdout}\n{stderr}");
+    run_script("psycopg3.py", &conninfo, "psycopg 3");
 }
 
 /// A self-signed certificate for localhost and its key (openssl), in `dir`.
