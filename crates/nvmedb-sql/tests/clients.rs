@@ -202,6 +202,48 @@ fn psycopg3_prepared_statements_and_executemany() {
     run_script("psycopg3.py", &conninfo, "psycopg 3");
 }
 
+/// The pgjdbc version the JDBC test runs (Maven Central's `org.postgresql:postgresql`).
+const PGJDBC: &str = "42.7.14";
+
+/// pgjdbc's jar in the local Maven repository, fetched with `mvn dependency:get` when it is
+/// not there yet. `None` (the test says SKIPPED) when Java, Maven or the download is missing,
+/// unless `CI` or `NVMEDB_REQUIRE_JDBC` is set: then the test fails.
+fn pgjdbc_jar() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let jar = home.join(format!(".m2/repository/org/postgresql/postgresql/{PGJDBC}/postgresql-{PGJDBC}.jar"));
+    let java = Command::new("java").arg("-version").output().is_ok_and(|o| o.status.success());
+    if java && !jar.is_file() {
+        let artifact = format!("-Dartifact=org.postgresql:postgresql:{PGJDBC}");
+        let got = Command::new("mvn").args(["-q", "dependency:get", &artifact]).output();
+        if let Ok(o) = &got {
+            if !o.status.success() {
+                eprintln!("mvn dependency:get failed:\n{}", String::from_utf8_lossy(&o.stdout));
+            }
+        }
+    }
+    if java && jar.is_file() {
+        return Some(jar);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    assert!(
+        !(ci || std::env::var_os("NVMEDB_REQUIRE_JDBC").is_some()),
+        "pgjdbc {PGJDBC} cannot be run here: install a JDK (openjdk-17-jdk-headless) and maven"
+    );
+    eprintln!("SKIPPED: pgjdbc needs a JDK and maven (apt-get install openjdk-17-jdk-headless maven)");
+    None
+}
+
+#[test]
+fn pgjdbc_prepared_batches_transactions_and_metadata() {
+    let Some(jar) = pgjdbc_jar() else { return };
+    let f = start();
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/Jdbc.java");
+    let url = format!("jdbc:postgresql://127.0.0.1:{}/shop?user=tester&sslmode=disable", f.port());
+    let out = Command::new("java").arg("-cp").arg(&jar).arg(&program).arg(&url).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "pgjdbc:\n{stdout}\n{stderr}");
+}
+
 /// A self-signed certificate for localhost and its key (openssl), in `dir`.
 fn self_signed(dir: &Path) -> nvmedb_sql::tls::TlsFiles {
     let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
