@@ -786,6 +786,9 @@ fn rewrite_call(name: &str, args: &[String]) -> Option<Expr> {
         "pg_encoding_to_char" => "'UTF8'".to_string(),
         "getdatabaseencoding" => "'UTF8'".to_string(),
         "pg_get_expr" | "array_to_string" => arg(0),
+        // information_schema._pg_expandarray(a): rows (x, n) of a's elements and their
+        // positions; the record stands for its x (see `expand_field`).
+        "_pg_expandarray" => format!("unnest({})", arg(0)),
         "pg_get_indexdef" => format!("(SELECT def_text FROM nvmedb_catalog_defs WHERE def_oid = {})", arg(0)),
         "pg_get_constraintdef" => {
             format!("(SELECT def_text FROM nvmedb_catalog_defs WHERE def_oid = -({}))", arg(0))
@@ -815,6 +818,7 @@ fn rewrite_expr(e: &mut Expr) {
             None
         }
         Expr::Collate { expr, .. } => Some((**expr).clone()),
+        Expr::CompoundFieldAccess { root, access_chain } => expand_field(root, access_chain),
         Expr::BinaryOp { op: op @ BinaryOperator::PGCustomBinaryOperator(_), .. } => {
             let BinaryOperator::PGCustomBinaryOperator(parts) = &*op else { unreachable!("matched") };
             let new = match parts.last().map(String::as_str) {
@@ -866,6 +870,30 @@ fn rewrite_expr(e: &mut Expr) {
     };
     if let Some(r) = replacement {
         *e = r;
+    }
+}
+
+/// A field of a `_pg_expandarray` record (rewritten to `unnest(a)` before its field, as the
+/// visit is post-order): `.x` is the element, `.n` its position (`generate_series` over the
+/// array's length, which runs in step with the `unnest` beside it); `(keys).x` over a column
+/// that holds such a record is the column.
+fn expand_field(root: &Expr, chain: &[sqlparser::ast::AccessExpr]) -> Option<Expr> {
+    let [sqlparser::ast::AccessExpr::Dot(Expr::Identifier(field))] = chain else { return None };
+    let inner = match root {
+        Expr::Nested(x) => x.as_ref(),
+        x => x,
+    };
+    let unnest_arg = match inner {
+        Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("unnest") => match &f.args {
+            sqlparser::ast::FunctionArguments::List(l) if l.args.len() == 1 => Some(l.args[0].to_string()),
+            _ => None,
+        },
+        _ => None,
+    };
+    match (field.value.to_ascii_lowercase().as_str(), unnest_arg) {
+        ("n", Some(a)) => parse_expr(&format!("generate_series(1, cardinality({a}))")),
+        ("x", _) => Some(inner.clone()),
+        _ => None,
     }
 }
 

@@ -1,6 +1,6 @@
 // pgjdbc against nvmedb: prepared statements (also past prepareThreshold, when the driver
 // switches to named server-side statements), batch inserts, a transaction rolled back, and
-// DatabaseMetaData's getTables and getColumns. Usage:
+// DatabaseMetaData's getTables, getColumns and getPrimaryKeys. Usage:
 // java -cp postgresql.jar Jdbc.java <jdbc url>. Prints `ok` at the end; a failure throws.
 import java.sql.*;
 import java.util.*;
@@ -60,8 +60,11 @@ public class Jdbc {
                 while (r.next()) cols.add(r.getString("COLUMN_NAME") + ":" + r.getString("TYPE_NAME") + ":" + r.getInt("NULLABLE"));
             }
             check(cols.equals(List.of("id:int4:0", "k:int4:0", "name:varchar:0", "price:numeric:1")), "getColumns " + cols);
-            // getPrimaryKeys is not run: its query calls information_schema._pg_expandarray, a
-            // function returning records (x, n), which nvmedb does not have.
+            List<String> pk = new ArrayList<>();
+            try (ResultSet r = md.getPrimaryKeys(null, "public", "j_items")) {
+                while (r.next()) pk.add(r.getString("COLUMN_NAME") + ":" + r.getInt("KEY_SEQ") + ":" + r.getString("PK_NAME"));
+            }
+            check(pk.equals(List.of("id:1:j_items_pkey", "k:2:j_items_pkey")), "getPrimaryKeys " + pk);
             try (Statement s = c.createStatement()) {
                 s.execute("DROP TABLE j_items");
             }
