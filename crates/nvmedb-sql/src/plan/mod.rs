@@ -175,6 +175,8 @@ pub struct CopyPlan {
     pub delimiter: u8,
     /// The NULL marker.
     pub null: String,
+    /// The data is in PostgreSQL's binary COPY format.
+    pub binary: bool,
 }
 
 /// A CREATE TABLE.
