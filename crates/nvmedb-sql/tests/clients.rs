@@ -244,6 +244,32 @@ fn pgjdbc_prepared_batches_transactions_and_metadata() {
     assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "pgjdbc:\n{stdout}\n{stderr}");
 }
 
+/// Whether Go runs: true to go on; otherwise the test fails under `CI` or `NVMEDB_REQUIRE_GO`
+/// and says SKIPPED elsewhere.
+fn go_runs() -> bool {
+    if Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    assert!(!(ci || std::env::var_os("NVMEDB_REQUIRE_GO").is_some()), "go is not installed (golang-go)");
+    eprintln!("SKIPPED: pgx needs Go (apt-get install golang-go)");
+    false
+}
+
+#[test]
+fn pgx_queries_prepares_transactions_and_copies_binary() {
+    if !go_runs() {
+        return;
+    }
+    let f = start();
+    // The module's directory (go.mod pins pgx v5.12.0; `go run` fetches it from the module proxy).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/pgx");
+    let url = format!("postgres://tester@127.0.0.1:{}/shop?sslmode=disable", f.port());
+    let out = Command::new("go").args(["run", "."]).arg(&url).current_dir(&dir).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "pgx:\n{stdout}\n{stderr}");
+}
+
 /// A self-signed certificate for localhost and its key (openssl), in `dir`.
 fn self_signed(dir: &Path) -> nvmedb_sql::tls::TlsFiles {
     let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
