@@ -318,6 +318,25 @@ impl Catalog {
         Ok(info)
     }
 
+    /// Gives columns of table `name` SQL types other than their engine columns' (the catalog
+    /// views' arrays, stored as bytes): `types` are (column name, type).
+    pub fn retype(&self, name: &str, types: &[(&str, SqlType)]) -> SqlResult<()> {
+        let cur = self.get(name)?;
+        let mut info = TableInfo::with_meta(cur.table.clone(), cur.stats.clone(), cur.meta.clone())?;
+        for (col, ty) in types {
+            let c = info.columns.iter_mut().find(|c| c.name == *col).ok_or_else(|| {
+                SqlError::new(
+                    code::UNDEFINED_COLUMN,
+                    format!("column \"{col}\" of relation \"{name}\" does not exist"),
+                )
+            })?;
+            c.ty = *ty;
+        }
+        self.tables.write_locked().insert(name.to_string(), Arc::new(info));
+        self.version.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Installs the SQL view of `table` after a rebuild that changed its columns: as
     /// [`Catalog::put`], with fresh statistics (the old ones are by column position).
     pub fn put_reshaped(&self, table: Table) -> SqlResult<Arc<TableInfo>> {

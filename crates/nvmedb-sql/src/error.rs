@@ -78,6 +78,8 @@ pub mod code {
     pub const INVALID_ROW_COUNT: &str = "2201W";
     /// A scalar subquery returned more than one row.
     pub const CARDINALITY_VIOLATION: &str = "21000";
+    /// A statement asked for more than nvmedb allows (rows of a set-returning function, …).
+    pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
     /// A serialization failure (retry the transaction).
     pub const SERIALIZATION_FAILURE: &str = "40001";
     /// A temporary file (a spilled sort or hash) could not be written or read.

@@ -20,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod array;
 pub mod catalog;
 pub mod constraint;
 pub mod datetime;

@@ -22,6 +22,8 @@ pub struct CopySpec {
     pub delimiter: u8,
     /// NULL marker.
     pub null: String,
+    /// PostgreSQL's binary COPY format (`BINARY`, `FORMAT binary`) instead of text.
+    pub binary: bool,
 }
 
 /// One statement of a query string.
@@ -244,6 +246,17 @@ fn name_of(w: &str) -> String {
     w.strip_prefix('"').map_or_else(|| w.to_string(), str::to_string)
 }
 
+/// COPY's `FORMAT v` or bare `BINARY` option: whether the format is binary.
+fn copy_format(name: &str, value: Option<&str>) -> SqlResult<bool> {
+    match (name, value) {
+        ("format", Some("text")) => Ok(false),
+        ("format", Some("binary")) | ("binary", None) => Ok(true),
+        (_, v) => {
+            Err(SqlError::unsupported(format!("COPY format {} (only text and binary)", v.unwrap_or(name))))
+        }
+    }
+}
+
 fn parse_copy(text: &str) -> SqlResult<CopySpec> {
     let w = words(text)?;
     let mut i = 1;
@@ -284,7 +297,7 @@ fn parse_copy(text: &str) -> SqlResult<CopySpec> {
         ("from", f) => return Err(SqlError::unsupported(format!("COPY FROM {f} (only FROM STDIN)"))),
         (a, _) => return Err(SqlError::syntax(format!("syntax error at or near \"{a}\" in COPY"))),
     }
-    let mut spec = CopySpec { table, columns, delimiter: b'\t', null: "\\N".into() };
+    let mut spec = CopySpec { table, columns, delimiter: b'\t', null: "\\N".into(), binary: false };
     if get(i) == "with" {
         i += 1;
     }
@@ -295,8 +308,7 @@ fn parse_copy(text: &str) -> SqlResult<CopySpec> {
     };
     let mut option = |name: &str, value: Option<&str>| -> SqlResult<()> {
         match (name, value) {
-            ("format", Some("text")) => Ok(()),
-            ("format", Some(v)) => Err(SqlError::unsupported(format!("COPY format {v} (only text)"))),
+            ("format" | "binary", v) => copy_format(name, v).map(|binary| spec.binary = binary),
             ("freeze", None | Some("true" | "on" | "1" | "false" | "off" | "0")) => Ok(()),
             ("delimiter", Some(v)) => {
                 let v = lit(v)?;
@@ -314,7 +326,7 @@ fn parse_copy(text: &str) -> SqlResult<CopySpec> {
                 Ok(())
             }
             ("encoding", Some(v)) if lit(v)?.to_lowercase().replace(['-', '_'], "") == "utf8" => Ok(()),
-            ("csv" | "binary" | "header", _) => {
+            ("csv" | "header", _) => {
                 Err(SqlError::unsupported(format!("COPY option {name} (only the text format)")))
             }
             (n, _) => Err(SqlError::unsupported(format!("COPY option {n}"))),
@@ -525,9 +537,14 @@ mod tests {
                 table: "pgbench_accounts".into(),
                 columns: vec![],
                 delimiter: b'\t',
-                null: "\\N".into()
+                null: "\\N".into(),
+                binary: false,
             }
         );
+        let Parsed::Copy(c) = parse_one("copy t (a) from stdin binary").unwrap() else { panic!() };
+        assert!(c.binary);
+        let Parsed::Copy(c) = parse_one("copy t from stdin (format binary)").unwrap() else { panic!() };
+        assert!(c.binary);
         let Parsed::Copy(c) = parse_one("COPY \"T\" (a, b) FROM STDIN DELIMITER ',' NULL ''").unwrap() else {
             panic!()
         };

@@ -24,8 +24,8 @@
 //!
 //! A query over relations nvmedb never has rows in ([`ALWAYS_EMPTY`]: row-level policies,
 //! publications, inheritance, extended statistics, triggers, rules) whose every branch
-//! inner-joins one of them has no rows; when the planner cannot bind such a query (they use
-//! arrays, which nvmedb does not have), it is answered with its columns and no rows.
+//! inner-joins one of them has no rows; when the planner cannot bind such a query, it is
+//! answered with its columns and no rows.
 //!
 //! Invariants: every view row is built from one catalog snapshot per statement; object ids
 //! are stable while a table exists (they follow its engine id, not its name or position).
@@ -52,6 +52,8 @@ pub const PUBLIC_OID: i64 = 2200;
 pub const INFORMATION_SCHEMA_OID: i64 = 13_000;
 /// OID of the btree access method.
 pub const BTREE_AM: i64 = 403;
+/// OID of the default btree operator class every index column shows.
+const DEFAULT_BTREE_OPCLASS: i64 = 1978;
 /// OID of the heap access method.
 pub const HEAP_AM: i64 = 2;
 /// OID of the one role (every user connects as it).
@@ -100,157 +102,9 @@ pub const ALWAYS_EMPTY: &[&str] = &[
     "pg_event_trigger",
 ];
 
-/// The views (a `CREATE TABLE` of the views' database each; arrays are text).
-pub const VIEW_DDL: &[(&str, &str)] = &[
-    ("pg_namespace", "oid bigint, nspname text, nspowner bigint, nspacl text"),
-    (
-        "pg_class",
-        "oid bigint, relname text, relnamespace bigint, reltype bigint, reloftype bigint, relowner bigint, \
-         relam bigint, relfilenode bigint, reltablespace bigint, relpages integer, reltuples double precision, \
-         relallvisible integer, reltoastrelid bigint, relhasindex boolean, relisshared boolean, \
-         relpersistence text, relkind text, relnatts smallint, relchecks smallint, relhasrules boolean, \
-         relhastriggers boolean, relhassubclass boolean, relrowsecurity boolean, relforcerowsecurity boolean, \
-         relispopulated boolean, relreplident text, relispartition boolean, relrewrite bigint, \
-         relfrozenxid bigint, relminmxid bigint, relacl text, reloptions text, relpartbound text",
-    ),
-    (
-        "pg_attribute",
-        "attrelid bigint, attname text, atttypid bigint, attstattarget integer, attlen smallint, \
-         attnum smallint, attndims integer, attcacheoff integer, atttypmod integer, attbyval boolean, \
-         attalign text, attstorage text, attcompression text, attnotnull boolean, atthasdef boolean, \
-         atthasmissing boolean, attidentity text, attgenerated text, attisdropped boolean, \
-         attislocal boolean, attinhcount integer, attcollation bigint, attacl text, attoptions text, \
-         attfdwoptions text, attmissingval text",
-    ),
-    (
-        "pg_type",
-        "oid bigint, typname text, typnamespace bigint, typowner bigint, typlen smallint, typbyval boolean, \
-         typtype text, typcategory text, typispreferred boolean, typisdefined boolean, typdelim text, \
-         typrelid bigint, typsubscript text, typelem bigint, typarray bigint, typinput text, typoutput text, \
-         typreceive text, typsend text, typmodin text, typmodout text, typanalyze text, typalign text, \
-         typstorage text, typnotnull boolean, typbasetype bigint, typtypmod integer, typndims integer, \
-         typcollation bigint, typdefaultbin text, typdefault text, typacl text",
-    ),
-    (
-        "pg_index",
-        "indexrelid bigint, indrelid bigint, indnatts smallint, indnkeyatts smallint, indisunique boolean, \
-         indnullsnotdistinct boolean, indisprimary boolean, indisexclusion boolean, indimmediate boolean, \
-         indisclustered boolean, indisvalid boolean, indcheckxmin boolean, indisready boolean, \
-         indislive boolean, indisreplident boolean, indkey text, indcollation text, indclass text, \
-         indoption text, indexprs text, indpred text",
-    ),
-    (
-        "pg_constraint",
-        "oid bigint, conname text, connamespace bigint, contype text, condeferrable boolean, \
-         condeferred boolean, convalidated boolean, conrelid bigint, contypid bigint, conindid bigint, \
-         conparentid bigint, confrelid bigint, confupdtype text, confdeltype text, confmatchtype text, \
-         conislocal boolean, coninhcount integer, connoinherit boolean, conkey text, confkey text, \
-         conbin text",
-    ),
-    (
-        "pg_database",
-        "oid bigint, datname text, datdba bigint, encoding integer, datlocprovider text, \
-         datistemplate boolean, datallowconn boolean, datconnlimit integer, datfrozenxid bigint, \
-         datminmxid bigint, dattablespace bigint, datcollate text, datctype text, daticulocale text, \
-         datcollversion text, datacl text",
-    ),
-    (
-        "pg_settings",
-        "name text, setting text, unit text, category text, short_desc text, extra_desc text, context text, \
-         vartype text, source text, min_val text, max_val text, enumvals text, boot_val text, reset_val text, \
-         sourcefile text, sourceline integer, pending_restart boolean",
-    ),
-    ("pg_am", "oid bigint, amname text, amhandler text, amtype text"),
-    (
-        "pg_proc",
-        "oid bigint, proname text, pronamespace bigint, proowner bigint, prolang bigint, procost real, \
-         prorows real, provariadic bigint, prosupport text, prokind text, prosecdef boolean, \
-         proleakproof boolean, proisstrict boolean, proretset boolean, provolatile text, proparallel text, \
-         pronargs smallint, pronargdefaults smallint, prorettype bigint, proargtypes text, \
-         proallargtypes text, proargmodes text, proargnames text, proargdefaults text, protrftypes text, \
-         prosrc text, probin text, prosqlbody text, proconfig text, proacl text",
-    ),
-    (
-        "pg_roles",
-        "oid bigint, rolname text, rolsuper boolean, rolinherit boolean, rolcreaterole boolean, \
-         rolcreatedb boolean, rolcanlogin boolean, rolreplication boolean, rolconnlimit integer, \
-         rolpassword text, rolvaliduntil timestamp, rolbypassrls boolean, rolconfig text",
-    ),
-    (
-        "pg_user",
-        "usename text, usesysid bigint, usecreatedb boolean, usesuper boolean, userepl boolean, \
-         usebypassrls boolean, passwd text, valuntil timestamp, useconfig text",
-    ),
-    ("pg_description", "objoid bigint, classoid bigint, objsubid integer, description text"),
-    ("pg_attrdef", "oid bigint, adrelid bigint, adnum smallint, adbin text"),
-    (
-        "pg_collation",
-        "oid bigint, collname text, collnamespace bigint, collowner bigint, collprovider text, \
-         collisdeterministic boolean, collencoding integer, collcollate text, collctype text",
-    ),
-    ("pg_tablespace", "oid bigint, spcname text, spcowner bigint, spcacl text, spcoptions text"),
-    (
-        "pg_sequence",
-        "seqrelid bigint, seqtypid bigint, seqstart bigint, seqincrement bigint, seqmax bigint, \
-         seqmin bigint, seqcache bigint, seqcycle boolean",
-    ),
-    (
-        "pg_opclass",
-        "oid bigint, opcmethod bigint, opcname text, opcnamespace bigint, opcowner bigint, opcfamily bigint, \
-         opcintype bigint, opcdefault boolean, opckeytype bigint",
-    ),
-    ("pg_inherits", "inhrelid bigint, inhparent bigint, inhseqno integer, inhdetachpending boolean"),
-    ("pg_trigger", "oid bigint, tgrelid bigint, tgname text, tgenabled text, tgisinternal boolean"),
-    ("pg_extension", "oid bigint, extname text, extowner bigint, extnamespace bigint, extversion text"),
-    (
-        "pg_tables",
-        "schemaname text, tablename text, tableowner text, tablespace text, hasindexes boolean, \
-         hasrules boolean, hastriggers boolean, rowsecurity boolean",
-    ),
-    ("pg_indexes", "schemaname text, tablename text, indexname text, tablespace text, indexdef text"),
-    // The definitions `pg_get_indexdef` and `pg_get_constraintdef` return, by oid.
-    ("nvmedb_catalog_defs", "def_oid bigint, def_text text"),
-    // Names by oid for `::regclass` and `::regtype` (column names no catalog uses, so a
-    // look-up's argument never resolves to them).
-    ("nvmedb_relnames", "rel_oid bigint, rel_name text"),
-    ("nvmedb_typnames", "type_oid bigint, type_name text"),
-    ("nvmedb_nspnames", "nsp_oid bigint, nsp_name text"),
-    (
-        "schemata",
-        "catalog_name text, schema_name text, schema_owner text, default_character_set_catalog text, \
-         default_character_set_schema text, default_character_set_name text, sql_path text",
-    ),
-    (
-        "tables",
-        "table_catalog text, table_schema text, table_name text, table_type text, \
-         self_referencing_column_name text, reference_generation text, user_defined_type_catalog text, \
-         user_defined_type_schema text, user_defined_type_name text, is_insertable_into text, is_typed text, \
-         commit_action text",
-    ),
-    (
-        "columns",
-        "table_catalog text, table_schema text, table_name text, column_name text, ordinal_position integer, \
-         column_default text, is_nullable text, data_type text, character_maximum_length integer, \
-         character_octet_length integer, numeric_precision integer, numeric_precision_radix integer, \
-         numeric_scale integer, datetime_precision integer, udt_catalog text, udt_schema text, udt_name text, \
-         is_identity text, identity_generation text, is_generated text, generation_expression text, \
-         is_updatable text",
-    ),
-    (
-        "table_constraints",
-        "constraint_catalog text, constraint_schema text, constraint_name text, table_catalog text, \
-         table_schema text, table_name text, constraint_type text, is_deferrable text, \
-         initially_deferred text, enforced text, nulls_distinct text",
-    ),
-    (
-        "key_column_usage",
-        "constraint_catalog text, constraint_schema text, constraint_name text, table_catalog text, \
-         table_schema text, table_name text, column_name text, ordinal_position integer, \
-         position_in_unique_constraint integer",
-    ),
-    ("views", "table_catalog text, table_schema text, table_name text, view_definition text"),
-];
-
+mod views;
+pub use views::{ARRAY_COLUMNS, VIEW_DDL};
+mod constraints;
 mod routing;
 pub use routing::names_catalog;
 
@@ -278,6 +132,16 @@ fn b(v: bool) -> Value {
 }
 
 const NULL: Value = Value::Null;
+
+/// An array of integers as a view stores it (its text: `{1,2}`).
+fn ints(v: &[i64]) -> Value {
+    t(&format!("{{{}}}", v.iter().map(i64::to_string).collect::<Vec<_>>().join(",")))
+}
+
+/// An `int2vector` or `oidvector` as a view stores it (its text: `1 2`).
+fn vector(v: &[i64]) -> Value {
+    t(&v.iter().map(i64::to_string).collect::<Vec<_>>().join(" "))
+}
 
 /// A type PostgreSQL clients may look up: (oid, name, length, category, array oid, element
 /// oid). Array types are listed so drivers find `typarray`; nvmedb stores none of them.
@@ -580,12 +444,12 @@ fn catalog_rows(of: &Engine, asker: &Asker) -> Rows {
     }
     for name in of.catalog.names() {
         let Ok(info) = of.catalog.get(&name) else { continue };
-        table_rows(&mut r, &info, asker);
+        table_rows(&mut r, &info, of, asker);
     }
     r
 }
 
-fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
+fn table_rows(r: &mut Rows, info: &TableInfo, of: &Engine, asker: &Asker) {
     let db = asker.database.as_str();
     let oid = rel_oid(info.table.id());
     let indexes = indexes_of(info);
@@ -659,6 +523,7 @@ fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
             NULL,
         ],
     );
+    let default_of = |col: &str| info.meta.defaults.iter().find(|(c, _)| c == col).map(|(_, d)| d.as_str());
     let attr = |relid: i64, col: usize, num: i64, notnull: bool| {
         let c = &info.columns[col];
         let (ty, typmod) = column_type(c.ty);
@@ -677,7 +542,7 @@ fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
             t(if c.ty.type_size() > 0 { "p" } else { "x" }),
             t(""),
             b(notnull),
-            b(false),
+            b(relid == oid && default_of(&c.name).is_some()),
             b(false),
             t(""),
             t(""),
@@ -695,6 +560,9 @@ fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
         let c = &info.columns[col];
         let num = attnum(info, col);
         r.push("pg_attribute", attr(oid, col, num, !c.nullable));
+        if let Some(d) = default_of(&c.name) {
+            r.push("pg_attrdef", vec![n(oid + OIDS_PER_TABLE / 2 + num), n(oid), n(num), t(d)]);
+        }
         let (ty, _) = column_type(c.ty);
         let udt = TYPES.iter().find(|x| x.0 == ty).map_or("unknown", |x| x.1);
         let (len, prec, radix, scale, dtprec) = match c.ty {
@@ -726,7 +594,7 @@ fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
                 t(&info.name),
                 t(&c.name),
                 n(num),
-                NULL,
+                default_of(&c.name).map_or(NULL, t),
                 t(if c.nullable { "YES" } else { "NO" }),
                 t(&data_type),
                 len.clone(),
@@ -752,8 +620,8 @@ fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
         for (k, &col) in ix.columns.iter().enumerate() {
             r.push("pg_attribute", attr(ix.oid, col, k as i64 + 1, false));
         }
-        let keys = ix.columns.iter().map(|&c| attnum(info, c).to_string()).collect::<Vec<_>>().join(" ");
-        let zeros = vec!["0"; ix.columns.len()].join(" ");
+        let keys: Vec<i64> = ix.columns.iter().map(|&c| attnum(info, c)).collect();
+        let zeros = vector(&vec![0; keys.len()]);
         r.push(
             "pg_index",
             vec![
@@ -772,10 +640,10 @@ fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
                 b(true),
                 b(true),
                 b(false),
-                t(&keys),
-                t(&zeros),
-                t(&zeros),
-                t(&zeros),
+                vector(&keys),
+                zeros.clone(),
+                vector(&vec![DEFAULT_BTREE_OPCLASS; keys.len()]),
+                zeros,
                 NULL,
                 NULL,
             ],
@@ -783,80 +651,8 @@ fn table_rows(r: &mut Rows, info: &TableInfo, asker: &Asker) {
         let def = index_def(info, ix);
         r.push("pg_indexes", vec![t("public"), t(&info.name), t(&ix.name), NULL, t(&def)]);
         r.push("nvmedb_catalog_defs", vec![n(ix.oid), t(&def)]);
-        if ix.primary {
-            let con = pk_constraint_oid(info.table.id());
-            let conkey = format!("{{{}}}", keys.replace(' ', ","));
-            r.push(
-                "pg_constraint",
-                vec![
-                    n(con),
-                    t(&ix.name),
-                    n(PUBLIC_OID),
-                    t("p"),
-                    b(false),
-                    b(false),
-                    b(true),
-                    n(oid),
-                    n(0),
-                    n(ix.oid),
-                    n(0),
-                    n(0),
-                    t(" "),
-                    t(" "),
-                    t(" "),
-                    b(true),
-                    n(0),
-                    b(true),
-                    t(&conkey),
-                    NULL,
-                    NULL,
-                ],
-            );
-            r.push(
-                "table_constraints",
-                vec![
-                    t(db),
-                    t("public"),
-                    t(&ix.name),
-                    t(db),
-                    t("public"),
-                    t(&info.name),
-                    t("PRIMARY KEY"),
-                    t("NO"),
-                    t("NO"),
-                    t("YES"),
-                    NULL,
-                ],
-            );
-            for (k, &col) in ix.columns.iter().enumerate() {
-                r.push(
-                    "key_column_usage",
-                    vec![
-                        t(db),
-                        t("public"),
-                        t(&ix.name),
-                        t(db),
-                        t("public"),
-                        t(&info.name),
-                        t(&info.columns[col].name),
-                        n(k as i64 + 1),
-                        NULL,
-                    ],
-                );
-            }
-            // The constraint's definition shares the index's oid, so one row serves both.
-            debug_assert_eq!(con, ix.oid);
-        }
     }
-    if let Some(ix) = indexes.iter().find(|ix| ix.primary) {
-        // pg_get_indexdef and pg_get_constraintdef share an oid for a primary key: the
-        // constraint's definition is asked for through pg_constraint.oid, the index's through
-        // pg_index.indexrelid. Clients that ask for the constraint's get it from this table.
-        r.push(
-            "nvmedb_catalog_defs",
-            vec![n(-ix.oid), t(&format!("PRIMARY KEY ({})", column_list(info, &ix.columns)))],
-        );
-    }
+    constraints::rows(r, info, &indexes, of, db);
 }
 
 /// Refills every catalog view of the views' engine `views` from `of`'s catalog.
@@ -897,6 +693,13 @@ pub fn create_views(session: &mut Session) -> SqlResult<()> {
     for (name, cols) in VIEW_DDL {
         for r in session.simple_query(&format!("CREATE TABLE {name} ({cols})")) {
             r?;
+        }
+    }
+    for (view, _) in VIEW_DDL {
+        let types: Vec<(&str, SqlType)> =
+            ARRAY_COLUMNS.iter().filter(|c| c.0 == *view).map(|c| (c.1, c.2)).collect();
+        if !types.is_empty() {
+            session.engine().catalog.retype(view, &types)?;
         }
     }
     Ok(())
@@ -983,6 +786,9 @@ fn rewrite_call(name: &str, args: &[String]) -> Option<Expr> {
         "pg_encoding_to_char" => "'UTF8'".to_string(),
         "getdatabaseencoding" => "'UTF8'".to_string(),
         "pg_get_expr" | "array_to_string" => arg(0),
+        // information_schema._pg_expandarray(a): rows (x, n) of a's elements and their
+        // positions; the record stands for its x (see `expand_field`).
+        "_pg_expandarray" => format!("unnest({})", arg(0)),
         "pg_get_indexdef" => format!("(SELECT def_text FROM nvmedb_catalog_defs WHERE def_oid = {})", arg(0)),
         "pg_get_constraintdef" => {
             format!("(SELECT def_text FROM nvmedb_catalog_defs WHERE def_oid = -({}))", arg(0))
@@ -1012,6 +818,7 @@ fn rewrite_expr(e: &mut Expr) {
             None
         }
         Expr::Collate { expr, .. } => Some((**expr).clone()),
+        Expr::CompoundFieldAccess { root, access_chain } => expand_field(root, access_chain),
         Expr::BinaryOp { op: op @ BinaryOperator::PGCustomBinaryOperator(_), .. } => {
             let BinaryOperator::PGCustomBinaryOperator(parts) = &*op else { unreachable!("matched") };
             let new = match parts.last().map(String::as_str) {
@@ -1063,6 +870,30 @@ fn rewrite_expr(e: &mut Expr) {
     };
     if let Some(r) = replacement {
         *e = r;
+    }
+}
+
+/// A field of a `_pg_expandarray` record (rewritten to `unnest(a)` before its field, as the
+/// visit is post-order): `.x` is the element, `.n` its position (`generate_series` over the
+/// array's length, which runs in step with the `unnest` beside it); `(keys).x` over a column
+/// that holds such a record is the column.
+fn expand_field(root: &Expr, chain: &[sqlparser::ast::AccessExpr]) -> Option<Expr> {
+    let [sqlparser::ast::AccessExpr::Dot(Expr::Identifier(field))] = chain else { return None };
+    let inner = match root {
+        Expr::Nested(x) => x.as_ref(),
+        x => x,
+    };
+    let unnest_arg = match inner {
+        Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("unnest") => match &f.args {
+            sqlparser::ast::FunctionArguments::List(l) if l.args.len() == 1 => Some(l.args[0].to_string()),
+            _ => None,
+        },
+        _ => None,
+    };
+    match (field.value.to_ascii_lowercase().as_str(), unnest_arg) {
+        ("n", Some(a)) => parse_expr(&format!("generate_series(1, cardinality({a}))")),
+        ("x", _) => Some(inner.clone()),
+        _ => None,
     }
 }
 

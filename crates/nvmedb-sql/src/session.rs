@@ -39,6 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 mod alter;
+mod copy_binary;
 mod create_as;
 mod named;
 mod reshape;
@@ -538,6 +539,7 @@ impl Session {
                     targets,
                     delimiter: spec.delimiter,
                     null: spec.null,
+                    binary: spec.binary,
                 })))
             }
             Parsed::Sql(st) => match self.plan_named(text, &st, param_types) {
@@ -1200,16 +1202,43 @@ impl Session {
             }
         };
         let mut start = 0;
-        while let Some(nl) = c.buf[start..].iter().position(|&b| b == b'\n') {
-            let line = &c.buf[start..start + nl];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            start += nl + 1;
-            c.line += 1;
-            if line == b"\\." {
-                c.done = true;
-                break;
-            }
-            let r = copy_row(&c.plan, line, &mut c.row).and_then(|()| match (&mut c.load, &mut tx) {
+        loop {
+            let r = if c.plan.binary {
+                match copy_binary::next(&c.plan, &c.buf[start..], c.line == 0, &mut c.row) {
+                    Ok(copy_binary::Step::More) => break,
+                    Ok(copy_binary::Step::Header(n)) => {
+                        start += n;
+                        c.line += 1;
+                        continue;
+                    }
+                    Ok(copy_binary::Step::End(n)) => {
+                        start += n;
+                        c.done = true;
+                        break;
+                    }
+                    Ok(copy_binary::Step::Row(n)) => {
+                        start += n;
+                        c.line += 1;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        c.line += 1;
+                        Err(e)
+                    }
+                }
+            } else {
+                let Some(nl) = c.buf[start..].iter().position(|&b| b == b'\n') else { break };
+                let line = &c.buf[start..start + nl];
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                start += nl + 1;
+                c.line += 1;
+                if line == b"\\." {
+                    c.done = true;
+                    break;
+                }
+                copy_row(&c.plan, line, &mut c.row)
+            };
+            let r = r.and_then(|()| match (&mut c.load, &mut tx) {
                 (Some(load), _) => load.push(Ok(c.row.clone())),
                 (None, Some(tx)) => tx
                     .insert(&c.plan.table.table, &c.row)

@@ -13,6 +13,9 @@ use nvmedb::table::schema::{format_decimal, parse_decimal};
 use nvmedb::{ColumnType, RowView, Value};
 use std::cmp::Ordering;
 
+mod pgnumeric;
+use pgnumeric::{decode_pg_numeric, encode_pg_numeric};
+
 /// A SQL type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SqlType {
@@ -49,6 +52,10 @@ pub enum SqlType {
     Interval,
     /// A parameter or literal whose type is not known yet (text until decided).
     Unknown,
+    /// A one-dimensional array of the element type (`integer[]`; see [`crate::array`]).
+    Array(&'static SqlType),
+    /// The catalogs' `int2vector` (elements `Int2`) and `oidvector` (elements `Int8`).
+    Vector(&'static SqlType),
 }
 
 /// Scale given to numeric results of division and `avg` when nothing else decides it.
@@ -95,7 +102,7 @@ impl SqlType {
             SqlType::Bpchar(n) => ColumnType::Char(n),
             // Byte strings up to what a 16 KiB page row holds comfortably.
             SqlType::Bytea => ColumnType::Bytes(8000),
-            SqlType::Unknown => return None,
+            SqlType::Unknown | SqlType::Array(_) | SqlType::Vector(_) => return None,
         })
     }
 
@@ -116,6 +123,8 @@ impl SqlType {
             SqlType::Interval => 1186,
             SqlType::Numeric { .. } => 1700,
             SqlType::Unknown => 705,
+            SqlType::Array(e) => crate::array::oid(*e, false),
+            SqlType::Vector(e) => crate::array::oid(*e, true),
         }
     }
 
@@ -135,7 +144,7 @@ impl SqlType {
             1082 => SqlType::Date,
             1186 => SqlType::Interval,
             1700 => SqlType::Numeric { precision: 38, scale: DEFAULT_NUMERIC_SCALE },
-            _ => return None,
+            _ => return crate::array::from_oid(oid),
         })
     }
 
@@ -179,6 +188,7 @@ impl SqlType {
             SqlType::Date => "date".into(),
             SqlType::Interval => "interval".into(),
             SqlType::Unknown => "unknown".into(),
+            SqlType::Array(_) | SqlType::Vector(_) => crate::array::type_name(self),
         }
     }
 
@@ -221,6 +231,8 @@ pub enum Datum {
     Date(i32),
     /// An interval.
     Interval(Interval),
+    /// An array's elements (see [`crate::array`]).
+    Array(Vec<Datum>),
 }
 
 fn invalid(ty: SqlType, text: &str) -> SqlError {
@@ -312,6 +324,7 @@ impl Datum {
             })?),
             SqlType::Interval => Datum::Interval(parse_interval(t)?),
             SqlType::Bytea => Datum::Bytes(parse_bytea(text).ok_or_else(|| invalid(ty, text))?),
+            SqlType::Array(_) | SqlType::Vector(_) => crate::array::parse(text, ty)?,
             SqlType::Text | SqlType::Varchar(_) | SqlType::Bpchar(_) | SqlType::Unknown => {
                 Datum::Text(text.to_string())
             }
@@ -411,6 +424,7 @@ impl Datum {
             Datum::Timestamp(us) => out.extend_from_slice(format_timestamp(*us).as_bytes()),
             Datum::Date(d) => out.extend_from_slice(format_date(*d).as_bytes()),
             Datum::Interval(iv) => out.extend_from_slice(format_interval(*iv).as_bytes()),
+            Datum::Array(items) => crate::array::write_text(items, ty, out),
         }
     }
 
@@ -449,6 +463,9 @@ impl Datum {
                 out.extend_from_slice(&tmp);
             }
             (Datum::Bytes(b), SqlType::Bytea) => out.extend_from_slice(b),
+            (Datum::Array(items), SqlType::Array(_) | SqlType::Vector(_)) => {
+                crate::array::write_binary(items, ty, out)?
+            }
             (d, ty) => {
                 return Err(SqlError::new(
                     code::DATATYPE_MISMATCH,
@@ -507,6 +524,9 @@ impl Datum {
             ),
             (Datum::Interval(iv), SqlType::Interval) => Datum::Interval(iv),
             (Datum::Bytes(b), SqlType::Bytea) => Datum::Bytes(b),
+            (Datum::Array(items), SqlType::Array(e) | SqlType::Vector(e)) => {
+                Datum::Array(items.into_iter().map(|d| d.coerce(*e, column)).collect::<SqlResult<_>>()?)
+            }
             (Datum::Text(t), SqlType::Bytea) => Datum::Bytes(t.into_bytes()),
             (Datum::Text(t), ty) => {
                 let max = match ty {
@@ -549,6 +569,7 @@ impl Datum {
             Datum::Bytes(b) => Value::Bytes(b),
             Datum::Timestamp(v) => Value::Timestamp(v),
             Datum::Date(d) => Value::Int(i64::from(d)),
+            d @ Datum::Array(_) => Value::Bytes(d.to_text(ty).into_bytes()),
             d @ Datum::Interval(_) => {
                 return Err(SqlError::unsupported(format!("storing {d:?} in column \"{column}\"")))
             }
@@ -568,6 +589,10 @@ impl Datum {
             SqlType::Bool => Datum::Bool(row.boolean(col)),
             SqlType::Numeric { scale, .. } => Datum::Numeric(row.numeric(col), scale),
             SqlType::Bytea => Datum::Bytes(row.bytes(col).to_vec()),
+            // Stored as text (the catalog views' arrays); one that does not parse reads as NULL.
+            SqlType::Array(_) | SqlType::Vector(_) => {
+                crate::array::parse(&String::from_utf8_lossy(row.bytes(col)), ty).unwrap_or(Datum::Null)
+            }
             SqlType::Bpchar(_) => {
                 let b = row.bytes(col);
                 let end = b.iter().rposition(|&c| c != 0).map_or(0, |i| i + 1);
@@ -598,6 +623,15 @@ impl Datum {
             (Datum::Date(a), Datum::Timestamp(b)) => (i64::from(*a) * crate::datetime::DAY_US).cmp(b),
             (Datum::Timestamp(a), Datum::Date(b)) => a.cmp(&(i64::from(*b) * crate::datetime::DAY_US)),
             (Datum::Interval(a), Datum::Interval(b)) => a.sort_key().cmp(&b.sort_key()),
+            (Datum::Array(a), Datum::Array(b)) => {
+                for (x, y) in a.iter().zip(b) {
+                    match x.compare(y)? {
+                        Ordering::Equal => {}
+                        o => return Some(o),
+                    }
+                }
+                a.len().cmp(&b.len())
+            }
             (a, b) => a.as_f64()?.total_cmp(&b.as_f64()?),
         })
     }
@@ -710,72 +744,6 @@ fn parse_bytea(s: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// PostgreSQL's binary numeric: ndigits, weight, sign, dscale (i16/u16 each), then base-10000
-/// digits, most significant first.
-fn encode_pg_numeric(v: i128, scale: u8, out: &mut Vec<u8>) {
-    let neg = v < 0;
-    let mut mag = v.unsigned_abs();
-    // Align the fractional part to whole base-10000 digits.
-    let frac_groups = u32::from(scale).div_ceil(4);
-    let pad = frac_groups * 4 - u32::from(scale);
-    mag *= 10u128.pow(pad);
-    let mut groups = Vec::new();
-    while mag > 0 {
-        groups.push((mag % 10_000) as i16);
-        mag /= 10_000;
-    }
-    let mut weight = groups.len() as i16 - 1 - frac_groups as i16;
-    groups.reverse();
-    // Strip leading and trailing zero groups.
-    while groups.first() == Some(&0) {
-        groups.remove(0);
-        weight -= 1;
-    }
-    while groups.last() == Some(&0) {
-        groups.pop();
-    }
-    if groups.is_empty() {
-        weight = 0;
-    }
-    out.extend_from_slice(&(groups.len() as i16).to_be_bytes());
-    out.extend_from_slice(&weight.to_be_bytes());
-    out.extend_from_slice(&(if neg { 0x4000u16 } else { 0 }).to_be_bytes());
-    out.extend_from_slice(&u16::from(scale).to_be_bytes());
-    for g in groups {
-        out.extend_from_slice(&g.to_be_bytes());
-    }
-}
-
-fn decode_pg_numeric(b: &[u8]) -> Option<(i128, u8)> {
-    let g = |i: usize| -> Option<i16> { Some(i16::from_be_bytes(b.get(i..i + 2)?.try_into().ok()?)) };
-    let n = g(0)? as usize;
-    let weight = i32::from(g(2)?);
-    let sign = g(4)? as u16;
-    let dscale = u8::try_from(g(6)?).ok()?;
-    if sign == 0xC000 || b.len() != 8 + 2 * n {
-        return None; // NaN or malformed
-    }
-    // value = Σ digit_i × 10000^(weight - i); scaled by 10^dscale.
-    let mut v: i128 = 0;
-    let mut exp10: i32 = 0; // power of ten of the last digit accumulated
-    for i in 0..n {
-        let d = i128::from(g(8 + 2 * i)?);
-        v = v.checked_mul(10_000)?.checked_add(d)?;
-        exp10 = (weight - i as i32) * 4;
-    }
-    if n == 0 {
-        return Some((0, dscale));
-    }
-    // v × 10^exp10 × 10^dscale
-    let shift = exp10 + i32::from(dscale);
-    let v = if shift >= 0 {
-        v.checked_mul(10i128.checked_pow(shift as u32)?)?
-    } else {
-        rescale(v, (-shift) as u8, 0)?
-    };
-    Some((if sign == 0x4000 { -v } else { v }, dscale))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -795,21 +763,6 @@ mod tests {
         assert_eq!(parse_timestamp("2000-01-01T00:00:01+02"), Some(PG_EPOCH_OFFSET_US + 1_000_000));
         assert_eq!(parse_timestamp("2000-13-01"), None);
         assert_eq!(parse_timestamp("yesterday"), None);
-    }
-
-    #[test]
-    fn numerics_round_trip_through_the_binary_format() {
-        for (v, s) in [(12345i128, 2u8), (-5, 2), (0, 3), (10_000_000, 0), (123_456_789, 4), (1, 9)] {
-            let mut out = Vec::new();
-            encode_pg_numeric(v, s, &mut out);
-            assert_eq!(decode_pg_numeric(&out), Some((v, s)), "{v} scale {s}");
-        }
-        // 123.45 as PostgreSQL sends it: 2 digits, weight 0, +, dscale 2: [123, 4500].
-        let pg = [0, 2, 0, 0, 0, 0, 0, 2, 0, 123, 0x11, 0x94];
-        assert_eq!(decode_pg_numeric(&pg), Some((12345, 2)));
-        let mut out = Vec::new();
-        encode_pg_numeric(12345, 2, &mut out);
-        assert_eq!(out, pg);
     }
 
     #[test]

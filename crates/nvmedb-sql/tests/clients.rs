@@ -1,7 +1,9 @@
 //! Real PostgreSQL clients against the server, unchanged: psql's describe commands (`\d`,
 //! `\dt`, `\di`, `\d t`, `\l`), whose queries read the system catalogs, with their output
 //! checked line by line; SQLAlchemy 2 over psycopg2 (a Python script,
-//! `tests/clients/orm.py`: create_all, inserts, queries, update, delete, reflection); and
+//! `tests/clients/orm.py`: create_all, inserts, queries, update, delete, reflection; and
+//! `tests/clients/reflect.py`: the inspector's keys, indexes and foreign keys, tables loaded
+//! with `autoload_with` and used by the ORM); and
 //! psycopg 3's server-side prepared statements and `executemany` (`tests/clients/psycopg3.py`).
 //!
 //! psql comes from PostgreSQL 15 (`postgresql-15`), the Python drivers from pip
@@ -160,19 +162,34 @@ Indexes:
     assert!(!log.contains("Indexes:"), "{log}");
 }
 
+/// Runs `tests/clients/<script>` with `arg` and checks that it ends with `ok` (its output in
+/// the failure's message, under `what`).
+fn run_script(script: &str, arg: &str, what: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients").join(script);
+    let out = Command::new("python3").arg(&script).arg(arg).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "{what}:\n{stdout}\n{stderr}");
+}
+
 #[test]
 fn sqlalchemy_over_psycopg2() {
     if !nvmedb_testkit::needs_python(&["psycopg2", "sqlalchemy"]) {
         return;
     }
     let f = start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/orm.py");
     // psycopg 3 has its own test (psycopg3_prepared_statements_and_executemany).
-    let driver = "psycopg2";
-    let url = format!("postgresql+{driver}://tester@127.0.0.1:{}/shop", f.port());
-    let out = Command::new("python3").arg(&script).arg(&url).output().unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "{driver}:\n{stdout}\n{stderr}");
+    let url = format!("postgresql+psycopg2://tester@127.0.0.1:{}/shop", f.port());
+    run_script("orm.py", &url, "psycopg2");
+}
+
+#[test]
+fn sqlalchemy_reflects_keys_indexes_and_foreign_keys() {
+    if !nvmedb_testkit::needs_python(&["psycopg2", "sqlalchemy"]) {
+        return;
+    }
+    let f = start();
+    let url = format!("postgresql+psycopg2://tester@127.0.0.1:{}/shop", f.port());
+    run_script("reflect.py", &url, "reflection");
 }
 
 #[test]
@@ -181,11 +198,76 @@ fn psycopg3_prepared_statements_and_executemany() {
         return;
     }
     let f = start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/psycopg3.py");
     let conninfo = format!("host=127.0.0.1 port={} user=tester dbname=shop sslmode=disable", f.port());
-    let out = Command::new("python3").arg(&script).arg(&conninfo).output().unwrap();
+    run_script("psycopg3.py", &conninfo, "psycopg 3");
+}
+
+/// The pgjdbc version the JDBC test runs (Maven Central's `org.postgresql:postgresql`).
+const PGJDBC: &str = "42.7.14";
+
+/// pgjdbc's jar in the local Maven repository, fetched with `mvn dependency:get` when it is
+/// not there yet. `None` (the test says SKIPPED) when Java, Maven or the download is missing,
+/// unless `CI` or `NVMEDB_REQUIRE_JDBC` is set: then the test fails.
+fn pgjdbc_jar() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let jar = home.join(format!(".m2/repository/org/postgresql/postgresql/{PGJDBC}/postgresql-{PGJDBC}.jar"));
+    let java = Command::new("java").arg("-version").output().is_ok_and(|o| o.status.success());
+    if java && !jar.is_file() {
+        let artifact = format!("-Dartifact=org.postgresql:postgresql:{PGJDBC}");
+        let got = Command::new("mvn").args(["-q", "dependency:get", &artifact]).output();
+        if let Ok(o) = &got {
+            if !o.status.success() {
+                eprintln!("mvn dependency:get failed:\n{}", String::from_utf8_lossy(&o.stdout));
+            }
+        }
+    }
+    if java && jar.is_file() {
+        return Some(jar);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    assert!(
+        !(ci || std::env::var_os("NVMEDB_REQUIRE_JDBC").is_some()),
+        "pgjdbc {PGJDBC} cannot be run here: install a JDK (openjdk-17-jdk-headless) and maven"
+    );
+    eprintln!("SKIPPED: pgjdbc needs a JDK and maven (apt-get install openjdk-17-jdk-headless maven)");
+    None
+}
+
+#[test]
+fn pgjdbc_prepared_batches_transactions_and_metadata() {
+    let Some(jar) = pgjdbc_jar() else { return };
+    let f = start();
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/Jdbc.java");
+    let url = format!("jdbc:postgresql://127.0.0.1:{}/shop?user=tester&sslmode=disable", f.port());
+    let out = Command::new("java").arg("-cp").arg(&jar).arg(&program).arg(&url).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "psycopg 3:\n{stdout}\n{stderr}");
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "pgjdbc:\n{stdout}\n{stderr}");
+}
+
+/// Whether Go runs: true to go on; otherwise the test fails under `CI` or `NVMEDB_REQUIRE_GO`
+/// and says SKIPPED elsewhere.
+fn go_runs() -> bool {
+    if Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    assert!(!(ci || std::env::var_os("NVMEDB_REQUIRE_GO").is_some()), "go is not installed (golang-go)");
+    eprintln!("SKIPPED: pgx needs Go (apt-get install golang-go)");
+    false
+}
+
+#[test]
+fn pgx_queries_prepares_transactions_and_copies_binary() {
+    if !go_runs() {
+        return;
+    }
+    let f = start();
+    // The module's directory (go.mod pins pgx v5.12.0; `go run` fetches it from the module proxy).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/pgx");
+    let url = format!("postgres://tester@127.0.0.1:{}/shop?sslmode=disable", f.port());
+    let out = Command::new("go").args(["run", "."]).arg(&url).current_dir(&dir).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.trim_end().ends_with("ok"), "pgx:\n{stdout}\n{stderr}");
 }
 
 /// A self-signed certificate for localhost and its key (openssl), in `dir`.

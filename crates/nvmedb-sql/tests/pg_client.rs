@@ -306,6 +306,76 @@ async fn copy_into_an_empty_table_loads_it() {
     assert_eq!(simple_rows(&c, "SELECT count(*) FROM e").await, [[Some("0".to_string())]]);
 }
 
+/// One binary COPY row of (int4, text or NULL).
+fn binary_row(out: &mut Vec<u8>, id: i32, note: Option<&str>) {
+    out.extend_from_slice(&2i16.to_be_bytes());
+    out.extend_from_slice(&4i32.to_be_bytes());
+    out.extend_from_slice(&id.to_be_bytes());
+    match note {
+        Some(n) => {
+            out.extend_from_slice(&(n.len() as i32).to_be_bytes());
+            out.extend_from_slice(n.as_bytes());
+        }
+        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+    }
+}
+
+/// Sends `data` (bytes) as one COPY FROM STDIN of `sql`, in chunks of 7 bytes.
+async fn copy_bytes(c: &Client, sql: &str, data: &[u8]) -> Result<u64, tokio_postgres::Error> {
+    use futures::SinkExt;
+    let mut sink = Box::pin(c.copy_in(sql).await?);
+    for chunk in data.chunks(7) {
+        sink.send(bytes::Bytes::copy_from_slice(chunk)).await?;
+    }
+    sink.as_mut().finish().await
+}
+
+/// COPY FROM STDIN in the binary format (pgx's CopyFrom): header, rows whose fields are in
+/// their types' binary formats (NULL as length -1), trailer; split across messages anywhere.
+/// A wrong field count, a bad signature and a NULL in a NOT NULL column fail the COPY whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_in_the_binary_format() {
+    let f = start(Duration::from_secs(5));
+    let c = f.connect().await;
+    c.batch_execute(
+        "CREATE TABLE bc (id int PRIMARY KEY, note text); CREATE TABLE nn (id int, note text NOT NULL)",
+    )
+    .await
+    .unwrap();
+    let mut data = b"PGCOPY\n\xff\r\n\0".to_vec();
+    data.extend_from_slice(&0i32.to_be_bytes());
+    data.extend_from_slice(&0i32.to_be_bytes());
+    let header = data.clone();
+    for i in 1..=300 {
+        binary_row(&mut data, i, if i % 7 == 0 { None } else { Some("n\tx") });
+    }
+    data.extend_from_slice(&(-1i16).to_be_bytes());
+    assert_eq!(copy_bytes(&c, "COPY bc (id, note) FROM STDIN BINARY", &data).await.unwrap(), 300);
+    assert_eq!(
+        simple_rows(&c, "SELECT count(*), count(note), sum(id) FROM bc").await,
+        [[Some("300".into()), Some("258".into()), Some("45150".into())]]
+    );
+    assert_eq!(simple_rows(&c, "SELECT note FROM bc WHERE id = 8").await, [[Some("n\tx".to_string())]]);
+    // A row with one field for two columns.
+    let mut bad = header.clone();
+    bad.extend_from_slice(&1i16.to_be_bytes());
+    bad.extend_from_slice(&4i32.to_be_bytes());
+    bad.extend_from_slice(&1i32.to_be_bytes());
+    bad.extend_from_slice(&(-1i16).to_be_bytes());
+    let e = copy_bytes(&c, "COPY bc FROM STDIN (FORMAT binary)", &bad).await.unwrap_err();
+    assert_eq!(code(&e), "22P04", "{e}");
+    let e = copy_bytes(&c, "COPY bc FROM STDIN BINARY", b"NOTCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "22P04", "{e}");
+    let mut null = header;
+    binary_row(&mut null, 1, None);
+    null.extend_from_slice(&(-1i16).to_be_bytes());
+    let e = copy_bytes(&c, "COPY nn FROM STDIN BINARY", &null).await.unwrap_err();
+    assert_eq!(code(&e), "23502", "{e}");
+    assert_eq!(simple_rows(&c, "SELECT count(*) FROM bc").await, [[Some("300".to_string())]]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_promised_sqlstate() {
     let f = start(Duration::from_millis(300));

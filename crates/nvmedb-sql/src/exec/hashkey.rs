@@ -65,6 +65,11 @@ pub fn encode(d: &Datum, out: &mut Vec<u8>) {
             out.push(8);
             out.extend_from_slice(&iv.sort_key().to_le_bytes());
         }
+        Datum::Array(items) => {
+            out.push(9);
+            out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+            encode_all(items, out);
+        }
     }
 }
 

@@ -25,6 +25,7 @@ pub mod limit;
 pub mod modify;
 pub mod nested_loop;
 pub mod project;
+pub mod project_set;
 pub mod scan;
 pub mod setop;
 pub mod sort;
@@ -199,6 +200,9 @@ pub fn build<'p>(node: &'p PhysNode, cx: &ExecCtx<'_>) -> BoxOp<'p> {
             Box::new(hash_agg::HashAgg::new(build(input, cx), group, aggs, node.id))
         }
         PhysOp::Window { input, calls } => Box::new(window::Window::new(build(input, cx), calls, node.id)),
+        PhysOp::ProjectSet { input, calls } => {
+            Box::new(project_set::ProjectSet::new(build(input, cx), calls))
+        }
         PhysOp::Sort { input, keys, limit } => {
             Box::new(sort::Sort::new(build(input, cx), keys, limit, node.id))
         }

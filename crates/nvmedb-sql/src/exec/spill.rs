@@ -80,6 +80,12 @@ fn encode(r: &Row, out: &mut Vec<u8>) {
                 out.extend_from_slice(&iv.days.to_le_bytes());
                 out.extend_from_slice(&iv.micros.to_le_bytes());
             }
+            Datum::Array(items) => {
+                let b = crate::array::encode(items);
+                out.push(10);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(&b);
+            }
         }
     }
 }
@@ -118,6 +124,11 @@ fn decode(r: &mut impl Read) -> SqlResult<Row> {
                 }
             }
             7 => Datum::Timestamp(i64::from_le_bytes(read_n::<8>(r)?)),
+            10 => {
+                let mut b = vec![0; u32::from_le_bytes(read_n::<4>(r)?) as usize];
+                r.read_exact(&mut b).map_err(|e| io("read", e))?;
+                Datum::Array(crate::array::decode(&b, "spilled row")?)
+            }
             8 => Datum::Date(i32::from_le_bytes(read_n::<4>(r)?)),
             9 => Datum::Interval(Interval {
                 months: i32::from_le_bytes(read_n::<4>(r)?),

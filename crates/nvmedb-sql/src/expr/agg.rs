@@ -35,6 +35,61 @@ pub enum AggFunc {
     StddevSamp,
     /// `var_samp(x)` / `variance(x)`
     VarSamp,
+    /// `array_agg(x [ORDER BY …])`: every value, NULLs included; ordered, the argument is
+    /// `ARRAY[x, key, …]` and the values are sorted on the keys at the end.
+    ArrayAgg(AggOrder),
+}
+
+/// The `ORDER BY` of an ordered aggregate: how many keys follow the value in its argument,
+/// and per key (bit `i`) whether it sorts descending and whether NULLs come first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AggOrder {
+    /// Number of keys (at most 8).
+    pub keys: u8,
+    /// Bit `i`: key `i` is descending.
+    pub desc: u8,
+    /// Bit `i`: key `i` puts NULLs first.
+    pub nulls_first: u8,
+}
+
+impl AggOrder {
+    /// Orders two `ARRAY[value, key, …]` entries on their keys.
+    fn compare(self, a: &Datum, b: &Datum) -> Ordering {
+        let (Datum::Array(a), Datum::Array(b)) = (a, b) else { return Ordering::Equal };
+        for k in 0..usize::from(self.keys) {
+            let (x, y) = (a.get(k + 1).unwrap_or(&Datum::Null), b.get(k + 1).unwrap_or(&Datum::Null));
+            let nulls_first = self.nulls_first & (1 << k) != 0;
+            let o = match (x.is_null(), y.is_null()) {
+                (true, true) => Ordering::Equal,
+                (true, false) => {
+                    if nulls_first {
+                        Ordering::Less
+                    } else {
+                        Ordering::Greater
+                    }
+                }
+                (false, true) => {
+                    if nulls_first {
+                        Ordering::Greater
+                    } else {
+                        Ordering::Less
+                    }
+                }
+                _ => {
+                    let o = x.compare(y).unwrap_or(Ordering::Equal);
+                    if self.desc & (1 << k) != 0 {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                }
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
 }
 
 /// The running state of one aggregate.
@@ -50,6 +105,8 @@ pub enum Acc {
     Text(Option<String>),
     /// variance: count, mean, sum of squared differences (Welford)
     Var(i64, f64, f64),
+    /// array_agg: every value so far
+    List(Vec<Datum>),
 }
 
 impl AggFunc {
@@ -67,6 +124,7 @@ impl AggFunc {
             "string_agg" => AggFunc::StringAgg,
             "stddev" | "stddev_samp" => AggFunc::StddevSamp,
             "variance" | "var_samp" => AggFunc::VarSamp,
+            "array_agg" => AggFunc::ArrayAgg(AggOrder::default()),
             _ => return None,
         })
     }
@@ -84,6 +142,7 @@ impl AggFunc {
             AggFunc::StringAgg => "string_agg",
             AggFunc::StddevSamp => "stddev_samp",
             AggFunc::VarSamp => "var_samp",
+            AggFunc::ArrayAgg(_) => "array_agg",
         }
     }
 
@@ -127,6 +186,7 @@ impl AggFunc {
                 _ => SqlType::Numeric { precision: 38, scale: 16 },
             },
             AggFunc::StddevSamp | AggFunc::VarSamp => return Err(bad()),
+            AggFunc::ArrayAgg(_) => SqlType::Array(crate::array::elem(arg)),
         })
     }
 
@@ -138,6 +198,7 @@ impl AggFunc {
             AggFunc::Min | AggFunc::Max | AggFunc::BoolAnd | AggFunc::BoolOr => Acc::Extreme(None),
             AggFunc::StringAgg => Acc::Text(None),
             AggFunc::StddevSamp | AggFunc::VarSamp => Acc::Var(0, 0.0, 0.0),
+            AggFunc::ArrayAgg(_) => Acc::List(Vec::new()),
         }
     }
 
@@ -147,6 +208,10 @@ impl AggFunc {
             if let Acc::Count(n) = acc {
                 *n += 1;
             }
+            return Ok(());
+        }
+        if let Acc::List(l) = acc {
+            l.push(v.clone());
             return Ok(());
         }
         if v.is_null() {
@@ -200,6 +265,7 @@ impl AggFunc {
                 *mean += d / *n as f64;
                 *m2 += d * (x - *mean);
             }
+            Acc::List(_) => unreachable!("array_agg is handled above"),
         }
         Ok(())
     }
@@ -208,6 +274,7 @@ impl AggFunc {
     pub fn merge(self, acc: &mut Acc, other: Acc, sep: &str) -> SqlResult<()> {
         match (acc, other) {
             (Acc::Count(a), Acc::Count(b)) => *a += b,
+            (Acc::List(a), Acc::List(b)) => a.extend(b),
             (Acc::Sum(a, na), Acc::Sum(b, nb)) => {
                 *na += nb;
                 *a = match (a.take(), b) {
@@ -239,6 +306,18 @@ impl AggFunc {
     pub fn finish(self, acc: Acc, result: SqlType) -> SqlResult<Datum> {
         Ok(match acc {
             Acc::Count(n) => Datum::Int(n),
+            Acc::List(l) if l.is_empty() => Datum::Null,
+            Acc::List(mut l) => match self {
+                AggFunc::ArrayAgg(order) if order.keys > 0 => {
+                    l.sort_by(|a, b| order.compare(a, b));
+                    let first = |d: Datum| match d {
+                        Datum::Array(mut v) if !v.is_empty() => v.swap_remove(0),
+                        _ => Datum::Null,
+                    };
+                    Datum::Array(l.into_iter().map(first).collect())
+                }
+                _ => Datum::Array(l),
+            },
             Acc::Extreme(v) => v.unwrap_or(Datum::Null),
             Acc::Text(s) => s.map_or(Datum::Null, Datum::Text),
             Acc::Sum(None, _) => Datum::Null,

@@ -77,6 +77,8 @@ pub enum Func {
     RegexMatch,
     /// `json_build_object(key, value, …)`: a JSON object as text (not strict: NULL is `null`).
     JsonBuildObject,
+    /// A function over arrays; true when its array argument is a vector.
+    Array(crate::array::ArrayFunc, bool),
 }
 
 fn undefined(name: &str, args: &[SqlType]) -> SqlError {
@@ -210,6 +212,10 @@ impl Func {
             let ty = if ty == T::Unknown { T::Text } else { ty };
             Ok((f, ty, vec![ty; n]))
         };
+        if let Some(r) = crate::array::ArrayFunc::resolve(name, args) {
+            let (f, ty, want) = r?;
+            return Ok((Func::Array(f, matches!(args[0], T::Vector(_))), ty, want));
+        }
         Ok(match name {
             "now"
             | "current_timestamp"
@@ -260,11 +266,7 @@ impl Func {
             "coalesce" if n >= 1 => same(Func::Coalesce)?,
             "greatest" if n >= 1 => same(Func::Greatest)?,
             "least" if n >= 1 => same(Func::Least)?,
-            "nullif" => {
-                want(2)?;
-                let (f, ty, tys) = same(Func::Nullif)?;
-                (f, ty, tys)
-            }
+            "nullif" if n == 2 => same(Func::Nullif)?,
             "abs" | "sign" | "floor" | "ceil" | "ceiling" => {
                 want(1)?;
                 let t = num_arg(args[0]);
@@ -428,6 +430,7 @@ impl Func {
         match self {
             Func::Extract => "date_part".into(),
             Func::Log10 => "log".into(),
+            Func::Array(f, _) => f.name().into(),
             _ => out,
         }
     }
@@ -436,6 +439,7 @@ impl Func {
     pub fn eval(self, args: &[Expr], ty: SqlType, row: &[Datum], ctx: &EvalCtx<'_>) -> SqlResult<Datum> {
         // Functions that look at NULL arguments themselves.
         match self {
+            Func::Array(f, vector) => return f.eval(vector, args, ty, row, ctx),
             Func::Coalesce => {
                 for a in args {
                     let v = a.eval(row, ctx)?;
@@ -811,9 +815,8 @@ impl Func {
                 let field = text(0).to_ascii_lowercase();
                 Datum::Timestamp(date_trunc(&field, ts(1))?)
             }
-            Func::Coalesce | Func::Nullif | Func::Greatest | Func::Least | Func::Concat | Func::FormatType | Func::JsonBuildObject => {
-                unreachable!("handled above")
-            }
+            // Coalesce, Nullif, Greatest, Least, Concat, FormatType, JsonBuildObject, Array.
+            _ => unreachable!("handled above"),
         })
         // An integer result where a double was planned (power of integers) is a double.
         .map(|d| match d {
@@ -863,74 +866,4 @@ fn regex_match(s: &str, pattern: &str, case_insensitive: bool) -> SqlResult<bool
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ctx() -> EvalCtx<'static> {
-        EvalCtx {
-            params: &[],
-            settings: &|_| None,
-            now: 0,
-            user: "u",
-            database: "d",
-            backend_pid: 0,
-            subs: vec![],
-            outer: vec![],
-            seqs: None,
-        }
-    }
-
-    fn call(name: &str, args: Vec<Datum>) -> Datum {
-        let types: Vec<SqlType> = args
-            .iter()
-            .map(|d| match d {
-                Datum::Int(_) => SqlType::Int4,
-                Datum::Numeric(_, s) => SqlType::Numeric { precision: 38, scale: *s },
-                Datum::Float(_) => SqlType::Float8,
-                Datum::Date(_) => SqlType::Date,
-                Datum::Timestamp(_) => SqlType::Timestamp,
-                Datum::Null => SqlType::Unknown,
-                _ => SqlType::Text,
-            })
-            .collect();
-        let (f, ty, _) = Func::resolve(name, &types).unwrap();
-        let exprs: Vec<Expr> = args.into_iter().map(Expr::Const).collect();
-        f.eval(&exprs, ty, &[], &ctx()).unwrap()
-    }
-
-    fn t(s: &str) -> Datum {
-        Datum::Text(s.into())
-    }
-
-    #[test]
-    fn string_functions_match_postgres() {
-        assert_eq!(call("substring", vec![t("13-456"), Datum::Int(1), Datum::Int(2)]), t("13"));
-        assert_eq!(call("substr", vec![t("hello"), Datum::Int(0), Datum::Int(2)]), t("h"));
-        assert_eq!(call("substr", vec![t("hello"), Datum::Int(3)]), t("llo"));
-        assert_eq!(call("position", vec![t("hello"), t("ll")]), Datum::Int(3));
-        assert_eq!(call("replace", vec![t("aXbX"), t("X"), t("-")]), t("a-b-"));
-        assert_eq!(call("btrim", vec![t("  x  ")]), t("x"));
-        assert_eq!(call("lpad", vec![t("7"), Datum::Int(3), t("0")]), t("007"));
-        assert_eq!(call("left", vec![t("abcd"), Datum::Int(-1)]), t("abc"));
-        assert_eq!(call("initcap", vec![t("hello wORLD")]), t("Hello World"));
-        assert_eq!(call("split_part", vec![t("a,b,c"), t(","), Datum::Int(2)]), t("b"));
-        assert_eq!(call("coalesce", vec![Datum::Null, t("z")]), t("z"));
-        assert_eq!(call("nullif", vec![Datum::Int(1), Datum::Int(1)]), Datum::Null);
-        assert_eq!(call("greatest", vec![Datum::Int(1), Datum::Int(9), Datum::Null]), Datum::Int(9));
-    }
-
-    #[test]
-    fn numeric_and_date_functions() {
-        assert_eq!(call("round", vec![Datum::Numeric(12345, 3), Datum::Int(1)]), Datum::Numeric(12300, 3));
-        assert_eq!(call("round", vec![Datum::Float(2.5)]), Datum::Float(3.0));
-        assert_eq!(call("trunc", vec![Datum::Numeric(-12345, 3)]), Datum::Numeric(-12000, 3));
-        assert_eq!(call("floor", vec![Datum::Numeric(-15, 1)]), Datum::Numeric(-2, 0));
-        assert_eq!(call("ceil", vec![Datum::Numeric(15, 1)]), Datum::Numeric(2, 0));
-        assert_eq!(call("mod", vec![Datum::Int(7), Datum::Int(3)]), Datum::Int(1));
-        let d = Datum::Date(crate::datetime::parse_date("1995-06-17").unwrap());
-        assert_eq!(call("extract", vec![t("year"), d.clone()]), Datum::Numeric(1995, 0));
-        assert_eq!(call("date_part", vec![t("month"), d.clone()]), Datum::Float(6.0));
-        let tr = call("date_trunc", vec![t("quarter"), d]);
-        assert_eq!(tr.to_text(SqlType::Timestamp), "1995-04-01 00:00:00");
-    }
-}
+mod tests;

@@ -12,7 +12,7 @@ pub mod agg;
 pub mod display;
 pub mod func;
 
-pub use agg::{Acc, AggFunc};
+pub use agg::{Acc, AggFunc, AggOrder};
 pub use func::Func;
 
 use crate::datetime::{add_interval_us, Interval, DAY_US};

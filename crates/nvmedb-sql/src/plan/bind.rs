@@ -15,7 +15,7 @@ use crate::catalog::Catalog;
 use crate::error::{code, SqlError, SqlResult};
 use crate::expr::Expr;
 use crate::types::{Datum, SqlType, DEFAULT_NUMERIC_SCALE};
-use sqlparser::ast;
+use sqlparser::ast::{self, Expr as AstExpr};
 use std::sync::Arc;
 
 /// A column visible in a scope.
@@ -138,6 +138,17 @@ pub fn sql_type(dt: &ast::DataType) -> SqlResult<SqlType> {
         D::Interval { .. } => SqlType::Interval,
         D::Bytea => SqlType::Bytea,
         D::Custom(name, _) if name.to_string().eq_ignore_ascii_case("regclass") => SqlType::Text,
+        D::Custom(name, _) if name.to_string().eq_ignore_ascii_case("int2vector") => {
+            SqlType::Vector(&SqlType::Int2)
+        }
+        D::Custom(name, _) if name.to_string().eq_ignore_ascii_case("oidvector") => {
+            SqlType::Vector(&SqlType::Int8)
+        }
+        D::Array(
+            ast::ArrayElemTypeDef::SquareBracket(inner, _)
+            | ast::ArrayElemTypeDef::AngleBracket(inner)
+            | ast::ArrayElemTypeDef::Qualified(inner, _),
+        ) => SqlType::Array(crate::array::elem(sql_type(inner)?)),
         other => return Err(SqlError::unsupported(format!("type `{other}`"))),
     })
 }
@@ -335,8 +346,62 @@ impl<'a> Binder<'a> {
         self.params.iter().map(|t| if *t == SqlType::Unknown { SqlType::Text } else { *t }).collect()
     }
 
+    /// `GROUP BY n` or `GROUP BY alias`: the select item's expression.
+    pub(crate) fn group_item(&self, g: &AstExpr, projection: &[ast::SelectItem]) -> SqlResult<AstExpr> {
+        match g {
+            AstExpr::Value(v) => match &v.value {
+                ast::Value::Number(n, _) => {
+                    let i: usize = n.parse().unwrap_or(0);
+                    match projection.get(i.wrapping_sub(1)) {
+                        Some(ast::SelectItem::UnnamedExpr(e))
+                        | Some(ast::SelectItem::ExprWithAlias { expr: e, .. }) => Ok(e.clone()),
+                        _ => Err(SqlError::new(
+                            code::UNDEFINED_COLUMN,
+                            format!("GROUP BY position {n} is not in select list"),
+                        )),
+                    }
+                }
+                _ => Ok(g.clone()),
+            },
+            AstExpr::Identifier(id) if self.resolve_column(None, &ident(id)).is_err() => {
+                let name = ident(id);
+                for p in projection {
+                    if let ast::SelectItem::ExprWithAlias { expr, alias } = p {
+                        if ident(alias) == name {
+                            return Ok(expr.clone());
+                        }
+                    }
+                }
+                Ok(g.clone())
+            }
+            _ => Ok(g.clone()),
+        }
+    }
+
     /// A new column id.
     pub(crate) fn new_col(&mut self, name: &str, table: Option<&str>, ty: SqlType) -> ColId {
         self.cols.add(name, table.map(str::to_string), ty)
     }
+}
+
+/// The name of a date/time field (`extract(YEAR from …)`, `interval '1' day`).
+pub(crate) fn datetime_field(f: &ast::DateTimeField) -> SqlResult<&'static str> {
+    use ast::DateTimeField as F;
+    Ok(match f {
+        F::Year | F::Years => "year",
+        F::Month | F::Months => "month",
+        F::Week(_) | F::Weeks => "week",
+        F::Day | F::Days => "day",
+        F::Hour | F::Hours => "hour",
+        F::Minute | F::Minutes => "minute",
+        F::Second | F::Seconds => "second",
+        F::Century => "century",
+        F::Decade => "decade",
+        F::Dow | F::DayOfWeek => "dow",
+        F::Doy | F::DayOfYear => "doy",
+        F::Epoch => "epoch",
+        F::Isodow => "isodow",
+        F::Quarter => "quarter",
+        other => return Err(SqlError::unsupported(format!("the field {other}"))),
+    })
 }

@@ -7,8 +7,9 @@
 //! bound over grouped rows reads only group keys, aggregates and correlated columns
 //! (anything else is 42803, as in PostgreSQL).
 
-use super::bind::{ident, literal, sql_type, Binder};
-use super::logical::{AggCall, ApplyKind, ColId, Logical, SortSpec, WindowCall, WindowFunc};
+use super::bind::{datetime_field, ident, literal, sql_type, Binder};
+use super::bind_array::aggregate_order;
+use super::logical::{AggCall, ApplyKind, ColId, Logical, SortSpec, SrfCall, WindowCall, WindowFunc};
 use crate::error::{code, SqlError, SqlResult};
 use crate::expr::func::common_type;
 use crate::expr::{AggFunc, BinOp, Expr, Func};
@@ -45,6 +46,8 @@ pub(crate) struct BindCx {
     pub windows: Option<Vec<(ColId, WindowCall)>>,
     /// Subqueries to apply before the expression is evaluated.
     pub applies: Vec<PendingApply>,
+    /// Set-returning function calls found (None: not allowed here).
+    pub srfs: Option<Vec<(ColId, SrfCall)>>,
     /// Where the expression is, for messages ("WHERE", "JOIN conditions" ...).
     pub clause: &'static str,
 }
@@ -256,27 +259,6 @@ pub(crate) fn arith_type(op: BinOp, a: SqlType, b: SqlType) -> SqlResult<SqlType
                 format!("operator does not exist: {} {op:?} {}", x.name(), y.name()),
             ))
         }
-    })
-}
-
-fn datetime_field(f: &ast::DateTimeField) -> SqlResult<&'static str> {
-    use ast::DateTimeField as F;
-    Ok(match f {
-        F::Year | F::Years => "year",
-        F::Month | F::Months => "month",
-        F::Week(_) | F::Weeks => "week",
-        F::Day | F::Days => "day",
-        F::Hour | F::Hours => "hour",
-        F::Minute | F::Minutes => "minute",
-        F::Second | F::Seconds => "second",
-        F::Century => "century",
-        F::Decade => "decade",
-        F::Dow | F::DayOfWeek => "dow",
-        F::Doy | F::DayOfYear => "doy",
-        F::Epoch => "epoch",
-        F::Isodow => "isodow",
-        F::Quarter => "quarter",
-        other => return Err(SqlError::unsupported(format!("the field {other}"))),
     })
 }
 
@@ -507,7 +489,7 @@ impl Binder<'_> {
                 AstExpr::Subquery(q) => Ok((self.in_subquery(left, q, cx)?, SqlType::Bool)),
                 // `x = ANY (ARRAY[a, b])` is `x IN (a, b)`.
                 AstExpr::Array(a) => self.in_list(left, &a.elem, false, cx),
-                _ => Err(SqlError::unsupported("= ANY over something other than a subquery or an ARRAY[…]")),
+                other => self.any_array(left, other, cx),
             },
             AstExpr::AllOp { left, compare_op: ast::BinaryOperator::NotEq, right } => match right.as_ref() {
                 AstExpr::Subquery(q) => {
@@ -631,55 +613,9 @@ impl Binder<'_> {
             }
             AstExpr::Function(f) => self.function(f, cx),
             AstExpr::Case { operand, conditions, else_result, .. } => {
-                let op = match operand {
-                    Some(o) => Some(self.bind(o, cx)?),
-                    None => None,
-                };
-                let mut whens = Vec::new();
-                let mut ty = SqlType::Unknown;
-                for cw in conditions {
-                    let (c, ct) = self.bind(&cw.condition, cx)?;
-                    let c = match &op {
-                        Some((_, ot)) => self.convert(c, ct, *ot)?,
-                        None => self.assign_type(c, ct, SqlType::Bool)?.0,
-                    };
-                    let (r, rt) = self.bind(&cw.result, cx)?;
-                    ty = common_type(ty, rt).ok_or_else(|| {
-                        SqlError::new(
-                            code::DATATYPE_MISMATCH,
-                            format!("CASE types {} and {} cannot be matched", ty.name(), rt.name()),
-                        )
-                    })?;
-                    whens.push((c, r, rt));
-                }
-                let else_ = match else_result {
-                    Some(e) => {
-                        let (x, xt) = self.bind(e, cx)?;
-                        ty = common_type(ty, xt).ok_or_else(|| {
-                            SqlError::new(
-                                code::DATATYPE_MISMATCH,
-                                format!("CASE types {} and {} cannot be matched", ty.name(), xt.name()),
-                            )
-                        })?;
-                        Some((x, xt))
-                    }
-                    None => None,
-                };
-                let ty = if ty == SqlType::Unknown { SqlType::Text } else { ty };
-                let mut out = Vec::new();
-                for (c, r, rt) in whens {
-                    out.push((c, self.convert(r, rt, ty)?));
-                }
-                let else_ = match else_ {
-                    Some((x, xt)) => Some(Box::new(self.convert(x, xt, ty)?)),
-                    None => None,
-                };
-                let op = match op {
-                    Some((o, ot)) => Some(Box::new(self.assign_type(o, ot, SqlType::Text)?.0)),
-                    None => None,
-                };
-                Ok((Expr::Case(op, out, else_), ty))
+                self.case(operand.as_deref(), conditions, else_result.as_deref(), cx)
             }
+            AstExpr::Array(a) => self.array(&a.elem, cx),
             other => Err(SqlError::unsupported(format!("the expression `{other}`"))),
         }
     }
@@ -828,6 +764,7 @@ impl Binder<'_> {
             }
             _ => return Err(SqlError::unsupported(format!("function `{}`", f.name))),
         };
+        let mut order = vec![];
         let (args, star, distinct) = match &f.args {
             ast::FunctionArguments::None => (vec![], false, false),
             ast::FunctionArguments::List(l) => {
@@ -840,9 +777,7 @@ impl Binder<'_> {
                         other => return Err(SqlError::unsupported(format!("function argument `{other}`"))),
                     }
                 }
-                if !l.clauses.is_empty() {
-                    return Err(SqlError::unsupported(format!("clauses in the call of {name}")));
-                }
+                order = aggregate_order(&l.clauses, &name)?;
                 (out, star, matches!(l.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)))
             }
             ast::FunctionArguments::Subquery(_) => {
@@ -853,7 +788,10 @@ impl Binder<'_> {
             return self.window_call(&name, &args, star, over, cx);
         }
         if let Some(func) = AggFunc::lookup(&name, star) {
-            return self.aggregate(func, &name, &args, distinct, f.filter.as_deref(), cx);
+            return self.aggregate(func, &name, &args, (distinct, &order), f.filter.as_deref(), cx);
+        }
+        if let Some(srf) = crate::array::Srf::lookup(&name) {
+            return self.srf_call(srf, &name, &args, cx);
         }
         if f.filter.is_some() || distinct {
             return Err(SqlError::new(
@@ -887,7 +825,7 @@ impl Binder<'_> {
         func: AggFunc,
         name: &str,
         args: &[AstExpr],
-        distinct: bool,
+        (distinct, order): (bool, &[ast::OrderByExpr]),
         filter: Option<&AstExpr>,
         cx: &mut BindCx,
     ) -> SqlResult<(Expr, SqlType)> {
@@ -935,6 +873,7 @@ impl Binder<'_> {
             Some(x) => Some(self.over_rows(cx, |b, row| b.bind_predicate(x, row))?),
             None => None,
         };
+        let (func, arg) = self.over_rows(cx, |b, row| b.aggregate_order_keys(func, arg, order, row))?;
         let ty = func.result_type(arg_ty)?;
         let sep = sep.map_or(String::new(), |d| d.to_text(SqlType::Text));
         let call = AggCall { func, arg, arg_ty, ty, distinct, filter, sep };

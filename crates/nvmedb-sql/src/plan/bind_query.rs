@@ -326,7 +326,8 @@ impl Binder<'_> {
             || s.having.is_some()
             || item_exprs.clone().any(contains_aggregate)
             || order.iter().any(|o| contains_aggregate(&o.expr));
-        let mut cx = BindCx { windows: Some(Vec::new()), clause: "SELECT", ..Default::default() };
+        let mut cx =
+            BindCx { windows: Some(vec![]), srfs: Some(vec![]), clause: "SELECT", ..Default::default() };
         let mut group_applies = Vec::new();
         if has_agg {
             let mut state = AggState { group_asts: group_asts.clone(), ..Default::default() };
@@ -389,16 +390,7 @@ impl Binder<'_> {
             }
         }
         // HAVING
-        let having = match &s.having {
-            Some(h) => {
-                cx.clause = "HAVING";
-                let saved = cx.windows.take();
-                let p = self.bind_predicate(h, &mut cx)?;
-                cx.windows = saved;
-                Some(p)
-            }
-            None => None,
-        };
+        let having = self.having(s.having.as_ref(), &mut cx)?;
         // DISTINCT
         let distinct = match &s.distinct {
             None | Some(ast::Distinct::All) => false,
@@ -454,6 +446,9 @@ impl Binder<'_> {
         if !windows.is_empty() {
             plan = Logical::Window { input: Box::new(plan), calls: windows };
         }
+        if let Some(calls) = cx.srfs.take().filter(|c| !c.is_empty()) {
+            plan = Logical::ProjectSet { input: Box::new(plan), calls };
+        }
         let visible = out.len();
         let hidden = exprs.len() > visible;
         plan = Logical::Project { input: Box::new(plan), exprs };
@@ -472,36 +467,14 @@ impl Binder<'_> {
         Ok((plan, out))
     }
 
-    /// `GROUP BY n` or `GROUP BY alias`: the select item's expression.
-    fn group_item(&self, g: &AstExpr, projection: &[ast::SelectItem]) -> SqlResult<AstExpr> {
-        match g {
-            AstExpr::Value(v) => match &v.value {
-                ast::Value::Number(n, _) => {
-                    let i: usize = n.parse().unwrap_or(0);
-                    match projection.get(i.wrapping_sub(1)) {
-                        Some(ast::SelectItem::UnnamedExpr(e))
-                        | Some(ast::SelectItem::ExprWithAlias { expr: e, .. }) => Ok(e.clone()),
-                        _ => Err(SqlError::new(
-                            code::UNDEFINED_COLUMN,
-                            format!("GROUP BY position {n} is not in select list"),
-                        )),
-                    }
-                }
-                _ => Ok(g.clone()),
-            },
-            AstExpr::Identifier(id) if self.resolve_column(None, &ident(id)).is_err() => {
-                let name = ident(id);
-                for p in projection {
-                    if let ast::SelectItem::ExprWithAlias { expr, alias } = p {
-                        if ident(alias) == name {
-                            return Ok(expr.clone());
-                        }
-                    }
-                }
-                Ok(g.clone())
-            }
-            _ => Ok(g.clone()),
-        }
+    /// The HAVING predicate (where neither window nor set-returning functions may be called).
+    fn having(&mut self, having: Option<&AstExpr>, cx: &mut BindCx) -> SqlResult<Option<Expr>> {
+        let Some(h) = having else { return Ok(None) };
+        cx.clause = "HAVING";
+        let saved = (cx.windows.take(), cx.srfs.take());
+        let p = self.bind_predicate(h, cx)?;
+        (cx.windows, cx.srfs) = saved;
+        Ok(Some(p))
     }
 
     /// The columns `*` (or `t.*`) stands for.

@@ -271,8 +271,8 @@ impl Ctx<'_> {
                 self.notes(depth, n);
                 self.node(input, depth + 1);
             }
-            PhysOp::Window { input, .. } => {
-                self.line(depth, "WindowAgg", Some(n));
+            PhysOp::Window { input, .. } | PhysOp::ProjectSet { input, .. } => {
+                self.line(depth, row_calls_title(&n.op), Some(n));
                 self.node(input, depth + 1);
             }
             PhysOp::Sort { input, keys: ks, .. } => {
@@ -342,4 +342,12 @@ pub fn explain(plan: &QueryPlan, stats: Option<&[NodeStats]>) -> Vec<String> {
         cx.node(ip, 1);
     }
     cx.out
+}
+
+/// The title of a node that adds computed columns to each input row.
+fn row_calls_title(op: &PhysOp) -> &'static str {
+    match op {
+        PhysOp::Window { .. } => "WindowAgg",
+        _ => "ProjectSet",
+    }
 }

@@ -157,6 +157,19 @@ pub struct WindowCall {
     pub range_frame: bool,
 }
 
+/// A set-returning function called in a select list.
+#[derive(Debug, Clone)]
+pub struct SrfCall {
+    /// Function.
+    pub func: crate::array::Srf,
+    /// Arguments.
+    pub args: Vec<Expr>,
+    /// Result type (one value per row it returns).
+    pub ty: SqlType,
+    /// The array argument is a vector (subscripts from 0).
+    pub vector: bool,
+}
+
 /// A sort key.
 #[derive(Debug, Clone)]
 pub struct SortSpec {
@@ -254,6 +267,15 @@ pub enum Logical {
         /// (id, call).
         calls: Vec<(ColId, WindowCall)>,
     },
+    /// The select list's set-returning functions, run in step for each input row: as many
+    /// output rows as the longest call returns (the others padded with NULL), none when every
+    /// call returns none; output: the input's columns then one per call.
+    ProjectSet {
+        /// Input.
+        input: Box<Logical>,
+        /// (id, call).
+        calls: Vec<(ColId, SrfCall)>,
+    },
     /// Ordering.
     Sort {
         /// Input.
@@ -335,6 +357,10 @@ impl Logical {
                 input.output_into(out);
                 out.extend(calls.iter().map(|(c, _)| *c));
             }
+            Logical::ProjectSet { input, calls } => {
+                input.output_into(out);
+                out.extend(calls.iter().map(|(c, _)| *c));
+            }
             Logical::Apply { input, col, .. } => {
                 input.output_into(out);
                 out.push(*col);
@@ -375,6 +401,7 @@ impl Logical {
                 set.extend(aggs.iter().map(|(c, _)| *c));
             }
             Logical::Window { calls, .. } => set.extend(calls.iter().map(|(c, _)| *c)),
+            Logical::ProjectSet { calls, .. } => set.extend(calls.iter().map(|(c, _)| *c)),
             Logical::Apply { col, .. } => {
                 set.insert(*col);
             }
@@ -408,6 +435,7 @@ impl Logical {
                     c.order.iter().for_each(|s| f(&s.expr));
                 }
             }
+            Logical::ProjectSet { calls, .. } => calls.iter().flat_map(|(_, c)| &c.args).for_each(f),
             Logical::Sort { keys, .. } => keys.iter().for_each(|s| f(&s.expr)),
             Logical::Limit { limit, offset, .. } => {
                 limit.iter().chain(offset.iter()).for_each(f);
@@ -425,6 +453,7 @@ impl Logical {
             | Logical::Project { input, .. }
             | Logical::Aggregate { input, .. }
             | Logical::Window { input, .. }
+            | Logical::ProjectSet { input, .. }
             | Logical::Sort { input, .. }
             | Logical::Limit { input, .. }
             | Logical::Distinct { input } => vec![input],

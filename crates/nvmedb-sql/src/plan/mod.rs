@@ -14,6 +14,8 @@
 
 pub mod bind;
 pub mod bind_alter;
+pub mod bind_array;
+pub mod bind_case;
 pub mod bind_constraint;
 pub mod bind_create_as;
 pub mod bind_ddl;
@@ -25,6 +27,7 @@ pub mod explain;
 pub mod joins;
 pub mod logical;
 pub mod physical;
+pub mod physical_calls;
 pub mod rewrite;
 pub mod stats;
 
@@ -172,6 +175,8 @@ pub struct CopyPlan {
     pub delimiter: u8,
     /// The NULL marker.
     pub null: String,
+    /// The data is in PostgreSQL's binary COPY format.
+    pub binary: bool,
 }
 
 /// A CREATE TABLE.

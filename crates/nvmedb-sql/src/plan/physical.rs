@@ -142,6 +142,13 @@ pub enum PhysOp {
         /// Calls (partition and order keys over the input row).
         calls: Vec<WindowCall>,
     },
+    /// Set-returning functions run in step; output: the input row then one value per call.
+    ProjectSet {
+        /// Input.
+        input: Box<PhysNode>,
+        /// (function, arguments over the input row, array argument is a vector).
+        calls: Vec<(crate::array::Srf, Vec<Expr>, bool)>,
+    },
     /// Sorting; with `limit` (LIMIT + OFFSET, row-independent) only the first rows are kept
     /// (top-N).
     Sort {
@@ -217,6 +224,7 @@ impl PhysNode {
             PhysOp::Filter(i, _) | PhysOp::Project(i, _) | PhysOp::Distinct(i) => vec![i],
             PhysOp::HashAgg { input, .. }
             | PhysOp::Window { input, .. }
+            | PhysOp::ProjectSet { input, .. }
             | PhysOp::Sort { input, .. }
             | PhysOp::Limit { input, .. } => vec![input],
             PhysOp::IndexJoin { left, .. } => vec![left],
@@ -348,7 +356,7 @@ impl<'c> Planner<'c> {
         Ok(e)
     }
 
-    fn compile_all(&self, es: &[Expr], layout: &[ColId]) -> SqlResult<Vec<Expr>> {
+    pub(crate) fn compile_all(&self, es: &[Expr], layout: &[ColId]) -> SqlResult<Vec<Expr>> {
         es.iter().map(|e| self.compile(e, layout)).collect()
     }
 
@@ -403,37 +411,8 @@ impl<'c> Planner<'c> {
                 self.outer_join(*kind, left, right, on.as_ref(), preds)
             }
             Logical::Aggregate { input, group, aggs } => self.aggregate(input, group, aggs, preds),
-            Logical::Window { input, calls } => {
-                let input = self.plan(input, vec![])?;
-                let calls_c = calls
-                    .iter()
-                    .map(|(_, c)| -> SqlResult<WindowCall> {
-                        Ok(WindowCall {
-                            arg: self.compile(&c.arg, &input.cols)?,
-                            partition: self.compile_all(&c.partition, &input.cols)?,
-                            order: c
-                                .order
-                                .iter()
-                                .map(|s| {
-                                    Ok(SortSpec { expr: self.compile(&s.expr, &input.cols)?, ..s.clone() })
-                                })
-                                .collect::<SqlResult<_>>()?,
-                            ..c.clone()
-                        })
-                    })
-                    .collect::<SqlResult<Vec<_>>>()?;
-                let mut cols = input.cols.clone();
-                cols.extend(calls.iter().map(|(id, _)| *id));
-                let (rows, c) = (input.rows, input.cost + cost::sort_cost(input.rows));
-                let node = self.node(
-                    PhysOp::Window { input: Box::new(input), calls: calls_c },
-                    cols,
-                    rows,
-                    c,
-                    vec![],
-                );
-                self.filter_node(node, preds)
-            }
+            Logical::Window { input, calls } => self.window(input, calls, preds),
+            Logical::ProjectSet { input, calls } => self.project_set(input, calls, preds),
             Logical::Sort { input, keys } => self.sort(input, keys, None, preds),
             Logical::Limit { input, limit, offset } => self.limit(input, limit, offset, preds),
             Logical::Distinct { input } => {

@@ -36,6 +36,7 @@ fn rw(plan: Logical) -> Logical {
             Logical::Aggregate { input: Box::new(rw(*input)), group, aggs }
         }
         Logical::Window { input, calls } => Logical::Window { input: Box::new(rw(*input)), calls },
+        Logical::ProjectSet { input, calls } => Logical::ProjectSet { input: Box::new(rw(*input)), calls },
         Logical::Sort { input, keys } => Logical::Sort { input: Box::new(rw(*input)), keys },
         Logical::Limit { input, limit, offset } => {
             Logical::Limit { input: Box::new(rw(*input)), limit, offset }

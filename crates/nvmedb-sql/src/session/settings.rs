@@ -29,6 +29,7 @@ pub(super) const SETTINGS: &[(&str, &str, Settable)] = &[
     ("client_encoding", "UTF8", Settable::Only(&["utf8", "utf-8", "unicode"])),
     ("client_min_messages", "notice", Settable::Any),
     ("datestyle", "ISO, MDY", Settable::Only(&["iso, mdy", "iso", "iso,mdy", "mdy, iso"])),
+    ("default_table_access_method", "heap", Settable::Only(&["heap"])),
     ("default_transaction_isolation", "read committed", Settable::Any),
     ("default_transaction_read_only", "off", Settable::Only(&["off", "false", "0"])),
     ("extra_float_digits", "1", Settable::Any),
