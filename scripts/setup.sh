@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs the README's commands use, on Debian, when they are missing:
 # `setup.sh main` what the main job needs (fio, the plots' font), `setup.sh test` what the tests
-# run (also etcd, PostgreSQL 15's server and clients, chromium, perf, sysbench). As root it installs them with
+# run (also etcd, PostgreSQL 15's server and clients, chromium, perf, sysbench, a JDK, Maven, Go). As root it installs them with
 # apt-get; otherwise it names the packages to install and goes on (the tests that need a missing
 # program say SKIPPED, or fail under CI: nvmedb_testkit::needs). The build itself needs no
 # system tool: protoc comes from a crate (scripts/protoc). Rust (cargo) must be installed.
@@ -26,6 +26,11 @@ if [ "$what" = test ]; then
   need linux-perf "command -v perf"
   need sysbench "command -v sysbench"
   need openssl "command -v openssl"
+  # The JDBC and Go client tests: a JDK and Maven (which fetches pgjdbc), and Go (which fetches
+  # pgx from the module proxy; it needs Go >= 1.25, newer than Debian 12's golang-go).
+  need default-jdk-headless "command -v java"
+  need maven "command -v mvn"
+  need golang-go "command -v go"
 fi
 
 # The Python PostgreSQL drivers and ORM the client tests drive (PyPI: psycopg2, psycopg 3 and
