@@ -1,6 +1,6 @@
 // pgjdbc against nvmedb: prepared statements (also past prepareThreshold, when the driver
 // switches to named server-side statements), batch inserts, a transaction rolled back, and
-// DatabaseMetaData's getTables, getColumns, getPrimaryKeys and getIndexInfo.
+// DatabaseMetaData's getTables, getColumns, getPrimaryKeys, getIndexInfo and getImportedKeys.
 // Usage:
 // java -cp postgresql.jar Jdbc.java <jdbc url>. Prints `ok` at the end; a failure throws.
 import java.sql.*;
@@ -81,6 +81,13 @@ public class Jdbc {
                 while (r.next()) unique.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME"));
             }
             check(unique.equals(List.of("j_items_pkey:id", "j_items_pkey:k")), "getIndexInfo unique " + unique);
+            List<String> fk = new ArrayList<>();
+            try (ResultSet r = md.getImportedKeys(null, "public", "j_lines")) {
+                while (r.next()) {
+                    fk.add(r.getString("PKTABLE_NAME") + "." + r.getString("PKCOLUMN_NAME") + "<-" + r.getString("FKCOLUMN_NAME") + ":" + r.getInt("KEY_SEQ") + ":" + r.getString("FK_NAME") + ":" + r.getString("PK_NAME"));
+                }
+            }
+            check(fk.equals(List.of("j_items.id<-item:1:j_lines_item_fk:j_items_pkey", "j_items.k<-item_k:2:j_lines_item_fk:j_items_pkey")), "getImportedKeys " + fk);
             try (Statement s = c.createStatement()) {
                 s.execute("DROP TABLE j_lines");
                 s.execute("DROP TABLE j_items");
