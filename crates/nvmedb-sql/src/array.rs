@@ -270,6 +270,8 @@ pub enum ArrayFunc {
     Any,
     /// `array_position(a, x)`: the first subscript whose element equals `x`.
     Position,
+    /// `a[i]`: the element at subscript `i` (NULL outside the array).
+    Subscript,
 }
 
 impl ArrayFunc {
@@ -319,6 +321,7 @@ impl ArrayFunc {
             ArrayFunc::ToString => "array_to_string",
             ArrayFunc::Any => "any",
             ArrayFunc::Position => "array_position",
+            ArrayFunc::Subscript => "subscript",
         }
     }
 
@@ -369,6 +372,12 @@ impl ArrayFunc {
                 .position(|d| d.compare(&vals[1]) == Some(std::cmp::Ordering::Equal) && !d.is_null())
                 .map_or(Datum::Null, |i| Datum::Int(lower + i as i64)),
             ArrayFunc::Any => any(&vals[1], items),
+            ArrayFunc::Subscript => match vals[1] {
+                Datum::Int(i) => {
+                    usize::try_from(i - lower).ok().and_then(|i| items.get(i)).cloned().unwrap_or(Datum::Null)
+                }
+                _ => Datum::Null,
+            },
         })
     }
 }

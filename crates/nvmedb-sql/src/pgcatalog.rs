@@ -789,6 +789,14 @@ fn rewrite_call(name: &str, args: &[String]) -> Option<Expr> {
         // information_schema._pg_expandarray(a): rows (x, n) of a's elements and their
         // positions; the record stands for its x (see `expand_field`).
         "_pg_expandarray" => format!("unnest({})", arg(0)),
+        // pg_get_indexdef(oid, column, pretty): the name of the index's column `column` (its
+        // attribute in pg_attribute), the whole definition for 0.
+        "pg_get_indexdef" if args.len() >= 2 => format!(
+            "CASE WHEN {n} = 0 THEN (SELECT def_text FROM nvmedb_catalog_defs WHERE def_oid = {oid}) \
+             ELSE (SELECT attname FROM pg_attribute WHERE attrelid = {oid} AND attnum = {n}) END",
+            oid = arg(0),
+            n = arg(1)
+        ),
         "pg_get_indexdef" => format!("(SELECT def_text FROM nvmedb_catalog_defs WHERE def_oid = {})", arg(0)),
         "pg_get_constraintdef" => {
             format!("(SELECT def_text FROM nvmedb_catalog_defs WHERE def_oid = -({}))", arg(0))

@@ -4,7 +4,9 @@
 //! range a serializable transaction counted (primary key and secondary index) waits for it.
 //! Write skew: two on-call doctors each check that the other is on call and leave; two
 //! bookings of one free slot. Lost update and read skew as read-then-write histories.
-//! `SHOW transaction_isolation` reports each level. Waits are observed in the lock manager's
+//! `SHOW transaction_isolation` reports each level. Two upserts of one unique value insert
+//! once (the second waits, then updates, skips or inserts as the first committed or rolled
+//! back). Waits are observed in the lock manager's
 //! counters, not slept for.
 
 use std::time::Duration;
@@ -213,4 +215,44 @@ async fn read_committed_allows_lost_update_and_read_skew() {
     let y = int(&a, "SELECT v FROM acct WHERE k = 2").await;
     a.batch_execute("COMMIT").await.unwrap();
     assert_eq!(x + y, 111, "the reader saw the transfer's credit without its debit");
+}
+
+/// Two sessions upsert one value of a unique index (not the primary key). The second waits
+/// for the first: when the first commits, the second finds its row and updates it (DO UPDATE)
+/// or skips (DO NOTHING); when the first rolls back, the second inserts. Never two rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_upserts_of_one_unique_value_insert_once() {
+    let f = start();
+    let (a, b) = (f.connect().await, f.connect().await);
+    a.batch_execute("CREATE TABLE u (id int PRIMARY KEY, email text UNIQUE, hits int NOT NULL)")
+        .await
+        .unwrap();
+    let mut b = Some(b);
+    let rounds = [
+        ("x", "COMMIT", "DO UPDATE SET hits = u.hits + EXCLUDED.hits", "1 11"),
+        ("y", "ROLLBACK", "DO UPDATE SET hits = u.hits + EXCLUDED.hits", "2 10"),
+        ("z", "COMMIT", "DO NOTHING", "1 1"),
+    ];
+    for (n, (email, end, action, want)) in rounds.into_iter().enumerate() {
+        let (id1, id2) = (10 * n + 1, 10 * n + 2);
+        a.batch_execute("BEGIN").await.unwrap();
+        a.batch_execute(&format!("INSERT INTO u VALUES ({id1}, '{email}', 1) ON CONFLICT (email) {action}"))
+            .await
+            .unwrap();
+        let before = f.parked();
+        let sql = format!("INSERT INTO u VALUES ({id2}, '{email}', 10) ON CONFLICT (email) {action}");
+        let w = spawn(b.take().unwrap(), Box::leak(sql.into_boxed_str()));
+        f.until_parked(before).await;
+        a.batch_execute(end).await.unwrap();
+        let (c, r) = w.await.unwrap();
+        r.unwrap();
+        b = Some(c);
+        assert_eq!(int(&a, &format!("SELECT count(*) FROM u WHERE email = '{email}'")).await, 1, "{email}");
+        let got = text(
+            &a,
+            &format!("SELECT (id - {})::text || ' ' || hits::text FROM u WHERE email = '{email}'", 10 * n),
+        )
+        .await;
+        assert_eq!(got, want, "{email} after {end}, {action}");
+    }
 }

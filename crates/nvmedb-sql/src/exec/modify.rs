@@ -1,6 +1,6 @@
 //! INSERT, UPDATE and DELETE: the row changes of a statement, in its transaction.
 //!
-//! Owns: [`insert`] (with ON CONFLICT on the primary key) and [`modify`]. An UPDATE or DELETE first runs its input query in its
+//! Owns: [`insert`] (with ON CONFLICT on the primary key or a unique index) and [`modify`]. An UPDATE or DELETE first runs its input query in its
 //! transaction with every row it reads locked exclusively (so it sees its own transaction's
 //! rows, and two statements changing the same row never both hold it shared and wait for each
 //! other to upgrade), collecting the candidates before changing any, so a change that moves a
@@ -15,6 +15,7 @@ use crate::catalog::TableInfo;
 use crate::error::{code, SqlError, SqlResult};
 use crate::plan::{InsertPlan, InsertSource, ModifyPlan};
 use crate::types::Datum;
+use nvmedb::txn::LockMode;
 use nvmedb::{Transaction, Value};
 
 fn engine(e: nvmedb::Error, t: &TableInfo) -> SqlError {
@@ -155,15 +156,15 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
         let mut values = values_of(t, &row)?;
         check_row(cx, t, &p.checks, &row)?;
         let action = match &p.on_conflict {
-            None => Upsert::Insert,
+            None => {
+                super::fk::check_parents(cx, t, &row, None)?;
+                tx(cx)?.insert(&t.table, &values).map_err(|e| change_error(e, t, &row))?;
+                Upsert::Inserted
+            }
             Some(oc) => upsert(cx, t, oc, &p.checks, &row, &values)?,
         };
         match action {
-            Upsert::Insert => {
-                super::fk::check_parents(cx, t, &row, None)?;
-                tx(cx)?.insert(&t.table, &values).map_err(|e| change_error(e, t, &row))?;
-                inserted += 1;
-            }
+            Upsert::Inserted => inserted += 1,
             Upsert::Skip => continue,
             Upsert::Updated(v) => values = v,
         }
@@ -179,16 +180,80 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
 
 /// What ON CONFLICT made of a proposed row.
 enum Upsert {
-    /// No row has its primary key: insert it (its key is locked).
-    Insert,
+    /// No row had its arbiter keys' values: it was inserted.
+    Inserted,
     /// DO NOTHING, or DO UPDATE whose WHERE was false.
     Skip,
     /// The existing row was updated to these values.
     Updated(Vec<Value>),
 }
 
-/// ON CONFLICT for the proposed `row` (`values` as the engine stores it): the primary key is
-/// locked exclusively first, so two sessions upserting one key take turns.
+/// How many times an upsert looks again for the conflicting row after its insert met a
+/// duplicate of an arbiter index (a writer of the value committed in between). The failed
+/// insert holds the value's lock, so the second look finds the row unless it was deleted.
+const UPSERT_ATTEMPTS: usize = 8;
+
+/// The unique index a duplicate-key error of the engine names (`unique index `name``).
+fn violated_index(e: &nvmedb::Error) -> Option<String> {
+    if !matches!(e, nvmedb::Error::AlreadyExists(_)) {
+        return None;
+    }
+    let msg = e.to_string();
+    msg.split("unique index `").nth(1).and_then(|r| r.split('`').next()).map(str::to_string)
+}
+
+/// The row that has the proposed row's value of an arbiter key, read under its exclusive
+/// lock. The primary key is locked exclusively even when no row has it, so two sessions
+/// upserting one key take turns; a unique index is scanned for the value under exclusive row
+/// locks (a row whose value changed before its lock was granted is passed over).
+fn conflicting_row(
+    cx: &mut ExecCtx<'_>,
+    t: &TableInfo,
+    arbiters: &[crate::plan::Arbiter],
+    values: &[Value],
+) -> SqlResult<Option<Vec<Value>>> {
+    use std::ops::Bound::Included;
+    let tx = tx(cx)?;
+    for a in arbiters {
+        match *a {
+            crate::plan::Arbiter::PrimaryKey => {
+                if let Some(old) = tx.get_for_update(&t.table, &values[t.pk]).map_err(|e| engine(e, t))? {
+                    return Ok(Some(old));
+                }
+            }
+            crate::plan::Arbiter::Index(n) => {
+                let v = &values[t.indexes[n].1];
+                if v.is_null() {
+                    continue;
+                }
+                // Each row is locked exclusively and read as it is now (this transaction's own
+                // rows included), and passed only if it still has the value.
+                let mut found = None;
+                tx.index_range(
+                    &t.table,
+                    &t.indexes[n].0,
+                    Included(v),
+                    Included(v),
+                    LockMode::Exclusive,
+                    |r| {
+                        found = Some(r.try_values()?);
+                        Ok(false)
+                    },
+                )
+                .map_err(|e| engine(e, t))?;
+                if found.is_some() {
+                    return Ok(found);
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// ON CONFLICT for the proposed `row` (`values` as the engine stores it): the conflicting row
+/// of an arbiter key is found and locked ([`conflicting_row`]); without one the row is
+/// inserted. An insert that meets a duplicate of an arbiter index (its writer committed after
+/// the look) looks again, under the value's lock its failed insert took.
 fn upsert(
     cx: &mut ExecCtx<'_>,
     t: &TableInfo,
@@ -197,8 +262,26 @@ fn upsert(
     row: &[Datum],
     values: &[Value],
 ) -> SqlResult<Upsert> {
-    let Some(old) = tx(cx)?.get_for_update(&t.table, &values[t.pk]).map_err(|e| engine(e, t))? else {
-        return Ok(Upsert::Insert);
+    let mut attempt = 0;
+    let old = loop {
+        attempt += 1;
+        if let Some(old) = conflicting_row(cx, t, &oc.arbiters, values)? {
+            break old;
+        }
+        super::fk::check_parents(cx, t, row, None)?;
+        match tx(cx)?.insert(&t.table, values) {
+            Ok(()) => return Ok(Upsert::Inserted),
+            Err(e) => {
+                let arbiter = violated_index(&e).is_some_and(|ix| {
+                    oc.arbiters
+                        .iter()
+                        .any(|a| matches!(*a, crate::plan::Arbiter::Index(n) if t.indexes[n].0 == ix))
+                });
+                if !arbiter || attempt >= UPSERT_ATTEMPTS {
+                    return Err(change_error(e, t, row));
+                }
+            }
+        }
     };
     if !oc.update {
         return Ok(Upsert::Skip);
@@ -218,16 +301,16 @@ fn upsert(
     fill_keys(t, &mut new)?;
     let v = values_of(t, &new)?;
     check_row(cx, t, checks, &new)?;
-    let old = &pair[..t.columns.len()];
-    super::fk::check_parents(cx, t, &new, Some(old))?;
+    let old_row = &pair[..t.columns.len()];
+    super::fk::check_parents(cx, t, &new, Some(old_row))?;
     let tx = tx(cx)?;
-    if v[t.pk] != values[t.pk] {
-        tx.delete(&t.table, &values[t.pk]).map_err(|e| engine(e, t))?;
+    if v[t.pk] != old[t.pk] {
+        tx.delete(&t.table, &old[t.pk]).map_err(|e| engine(e, t))?;
         tx.insert(&t.table, &v).map_err(|e| change_error(e, t, &new))?;
     } else {
         tx.update(&t.table, &v).map_err(|e| change_error(e, t, &new))?;
     }
-    super::fk::parent_changed(cx, t, old, Some(&new))?;
+    super::fk::parent_changed(cx, t, old_row, Some(&new))?;
     Ok(Upsert::Updated(v))
 }
 

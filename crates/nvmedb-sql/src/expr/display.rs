@@ -23,6 +23,8 @@ fn op_text(op: BinOp) -> &'static str {
         BinOp::Mul => "*",
         BinOp::Div => "/",
         BinOp::Mod => "%",
+        BinOp::BitAnd => "&",
+        BinOp::BitOr => "|",
         BinOp::Eq => "=",
         BinOp::Ne => "<>",
         BinOp::Lt => "<",

@@ -34,6 +34,10 @@ pub enum BinOp {
     Div,
     /// `%`
     Mod,
+    /// `&` (integers)
+    BitAnd,
+    /// `|` (integers)
+    BitOr,
     /// `=`
     Eq,
     /// `<>`
@@ -207,6 +211,8 @@ pub fn arith(op: BinOp, a: &Datum, b: &Datum, ty: SqlType) -> SqlResult<Datum> {
                 BinOp::Div => x.checked_div(*y),
                 BinOp::Mod if *y == 0 => return Err(div_zero()),
                 BinOp::Mod => x.checked_rem(*y),
+                BinOp::BitAnd => Some(x & y),
+                BinOp::BitOr => Some(x | y),
                 _ => None,
             }
             .ok_or_else(|| overflow(ty))?;

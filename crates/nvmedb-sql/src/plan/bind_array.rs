@@ -2,7 +2,7 @@
 //! (`unnest`, `generate_subscripts`, `generate_series`) and the `ORDER BY` of an ordered
 //! aggregate (`array_agg(x ORDER BY k)`).
 //!
-//! Owns: [`Binder::array`], [`Binder::any_array`], [`Binder::srf_call`],
+//! Owns: [`Binder::array`], [`Binder::any_array`], [`Binder::subscript`], [`Binder::srf_call`],
 //! [`Binder::aggregate_order_keys`]. Invariant: a set-returning call is bound only where the
 //! select list allows it (elsewhere 0A000, as in PostgreSQL), and becomes a column of the
 //! query level's `ProjectSet`.
@@ -88,6 +88,27 @@ impl Binder<'_> {
         let x = self.convert(x, xt, ty)?;
         let vector = matches!(at, SqlType::Vector(_));
         Ok((Expr::Func(Func::Array(ArrayFunc::Any, vector), vec![a, x], SqlType::Bool), SqlType::Bool))
+    }
+
+    /// `a[i]`: the element of array `a` at subscript `i` (from 1, from 0 for the catalogs'
+    /// `int2vector` / `oidvector`, as in PostgreSQL); NULL outside the array.
+    pub(crate) fn subscript(
+        &mut self,
+        a: &AstExpr,
+        i: &AstExpr,
+        cx: &mut BindCx,
+    ) -> SqlResult<(Expr, SqlType)> {
+        let (a, at) = self.bind(a, cx)?;
+        let Some(e) = element_of(at) else {
+            return Err(SqlError::new(
+                code::DATATYPE_MISMATCH,
+                format!("cannot subscript type {} because it does not support subscripting", at.name()),
+            ));
+        };
+        let (i, it) = self.bind(i, cx)?;
+        let i = self.convert(i, it, SqlType::Int4)?;
+        let vector = matches!(at, SqlType::Vector(_));
+        Ok((Expr::Func(Func::Array(ArrayFunc::Subscript, vector), vec![a, i], e), e))
     }
 
     /// A set-returning function call of a select list: a new column of the query level's

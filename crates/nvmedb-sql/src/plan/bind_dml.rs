@@ -244,31 +244,32 @@ impl Binder<'_> {
         Some(info.composite.iter().find(|k| k.column == info.pk).map_or(vec![info.pk], |k| k.columns.clone()))
     }
 
-    /// Binds ON CONFLICT: its target must be the primary key (by its columns or its
-    /// constraint's name); DO UPDATE's SET and WHERE see the existing row by the table's name
-    /// (and unqualified) and the proposed one as `EXCLUDED`.
+    /// Binds ON CONFLICT: its target must be the primary key or a unique index (by its columns
+    /// or its constraint's name), and is 42P10 when none matches; without a target (DO NOTHING
+    /// only) every unique key is an arbiter. DO UPDATE's SET and WHERE see the existing row by
+    /// the table's name (and unqualified) and the proposed one as `EXCLUDED`.
     fn on_conflict(&mut self, info: &Arc<TableInfo>, oc: &ast::OnConflict) -> SqlResult<super::OnConflict> {
-        let Some(pk) = Self::pk_columns(info) else {
-            return Err(SqlError::unsupported(format!(
-                "INSERT … ON CONFLICT into \"{}\", a table without a primary key",
-                info.name
-            )));
-        };
+        use super::Arbiter;
+        let pk = Self::pk_columns(info);
         let no_match = || {
             SqlError::new(
                 code::INVALID_COLUMN_REFERENCE,
                 "there is no unique or exclusion constraint matching the ON CONFLICT specification",
             )
         };
-        let other_unique =
-            || SqlError::unsupported("ON CONFLICT on a unique constraint other than the primary key");
-        match &oc.conflict_target {
+        // The unique index of a multi-column key is on its hidden column.
+        let index_on = |col: usize| info.indexes.iter().position(|i| i.2 && i.1 == col);
+        let arbiters = match &oc.conflict_target {
             None if matches!(oc.action, ast::OnConflictAction::DoUpdate(_)) => {
                 return Err(SqlError::syntax(
                     "ON CONFLICT DO UPDATE requires inference specification or constraint name",
                 ))
             }
-            None => {}
+            None => pk
+                .iter()
+                .map(|_| Arbiter::PrimaryKey)
+                .chain(info.indexes.iter().enumerate().filter(|(_, i)| i.2).map(|(n, _)| Arbiter::Index(n)))
+                .collect(),
             Some(ast::ConflictTarget::Columns { columns, predicate }) => {
                 if predicate.is_some() {
                     return Err(SqlError::unsupported("ON CONFLICT (…) WHERE (partial unique indexes)"));
@@ -277,19 +278,23 @@ impl Binder<'_> {
                     columns.iter().map(|c| info.column(&ident(c))).collect::<SqlResult<Vec<_>>>()?;
                 cols.sort_unstable();
                 cols.dedup();
-                let mut want = pk.clone();
-                want.sort_unstable();
-                if cols != want {
-                    let unique = (cols.len() == 1 && info.indexes.iter().any(|i| i.2 && i.1 == cols[0]))
-                        || info.composite.iter().any(|k| {
-                            k.def.unique && {
-                                let mut kc = k.columns.clone();
-                                kc.sort_unstable();
-                                kc == cols
-                            }
-                        });
-                    return Err(if unique { other_unique() } else { no_match() });
-                }
+                let sorted = |c: &[usize]| {
+                    let mut c = c.to_vec();
+                    c.sort_unstable();
+                    c
+                };
+                let arbiter = if pk.as_deref().is_some_and(|k| sorted(k) == cols) {
+                    Some(Arbiter::PrimaryKey)
+                } else if cols.len() == 1 {
+                    index_on(cols[0]).map(Arbiter::Index)
+                } else {
+                    info.composite
+                        .iter()
+                        .filter(|k| k.def.unique && !k.def.primary && sorted(&k.columns) == cols)
+                        .find_map(|k| index_on(k.column))
+                        .map(Arbiter::Index)
+                };
+                vec![arbiter.ok_or_else(no_match)?]
             }
             Some(ast::ConflictTarget::OnConstraint(name)) => {
                 let n = object_name(name)?;
@@ -298,20 +303,24 @@ impl Binder<'_> {
                     .iter()
                     .find(|k| k.def.primary)
                     .map_or_else(|| format!("{}_pkey", info.name), |k| k.def.name.clone());
-                if n != pk_name {
-                    if info.indexes.iter().any(|i| i.0 == n) || info.composite.iter().any(|k| k.def.name == n)
-                    {
-                        return Err(other_unique());
+                let arbiter = if pk.is_some() && n == pk_name {
+                    Arbiter::PrimaryKey
+                } else if let Some(i) = info.indexes.iter().position(|i| i.0 == n) {
+                    if !info.indexes[i].2 {
+                        return Err(no_match());
                     }
+                    Arbiter::Index(i)
+                } else {
                     return Err(SqlError::new(
                         code::UNDEFINED_OBJECT,
                         format!("constraint \"{n}\" for table \"{}\" does not exist", info.name),
                     ));
-                }
+                };
+                vec![arbiter]
             }
-        }
+        };
         let ast::OnConflictAction::DoUpdate(du) = &oc.action else {
-            return Ok(super::OnConflict { update: false, sets: vec![], filter: None });
+            return Ok(super::OnConflict { arbiters, update: false, sets: vec![], filter: None });
         };
         // One scope: the existing row (also unqualified, as `merged` names) and EXCLUDED.
         let mut ids = Vec::new();
@@ -349,7 +358,7 @@ impl Binder<'_> {
                     Some(x)
                 }
             };
-            Ok(super::OnConflict { update: true, sets, filter })
+            Ok(super::OnConflict { arbiters, update: true, sets, filter })
         })();
         self.scopes.pop();
         if self.initplans.len() != initplans {

@@ -211,6 +211,8 @@ fn bin_op(op: &ast::BinaryOperator) -> SqlResult<BinOp> {
         ast::BinaryOperator::Multiply => BinOp::Mul,
         ast::BinaryOperator::Divide => BinOp::Div,
         ast::BinaryOperator::Modulo => BinOp::Mod,
+        ast::BinaryOperator::BitwiseAnd => BinOp::BitAnd,
+        ast::BinaryOperator::BitwiseOr => BinOp::BitOr,
         ast::BinaryOperator::Eq => BinOp::Eq,
         ast::BinaryOperator::NotEq => BinOp::Ne,
         ast::BinaryOperator::Lt => BinOp::Lt,
@@ -231,6 +233,17 @@ pub(crate) fn arith_type(op: BinOp, a: SqlType, b: SqlType) -> SqlResult<SqlType
     let (a, b) = (int(a), int(b));
     Ok(match (op, a, b) {
         (_, x, y) if x.is_integer() && y.is_integer() => common_type(x, y).expect("integers"),
+        (BinOp::BitAnd | BinOp::BitOr, x, y) => {
+            return Err(SqlError::new(
+                code::UNDEFINED_FUNCTION,
+                format!(
+                    "operator does not exist: {} {} {}",
+                    x.name(),
+                    if op == BinOp::BitAnd { "&" } else { "|" },
+                    y.name()
+                ),
+            ))
+        }
         (_, T::Float8, y) | (_, y, T::Float8) if y.is_numeric() => T::Float8,
         (_, T::Numeric { scale: s1, .. }, T::Numeric { scale: s2, .. }) => {
             let scale = match op {
@@ -616,6 +629,26 @@ impl Binder<'_> {
                 self.case(operand.as_deref(), conditions, else_result.as_deref(), cx)
             }
             AstExpr::Array(a) => self.array(&a.elem, cx),
+            AstExpr::CompoundFieldAccess { root, access_chain } => match access_chain.as_slice() {
+                [ast::AccessExpr::Subscript(ast::Subscript::Index { index })] => {
+                    self.subscript(root, index, cx)
+                }
+                // `t.a[i]`: the parser's root is `t`, then `.a`, then the subscript.
+                [dots @ .., ast::AccessExpr::Subscript(ast::Subscript::Index { index })] => {
+                    let AstExpr::Identifier(first) = root.as_ref() else {
+                        return Err(SqlError::unsupported(format!("the expression `{e}`")));
+                    };
+                    let mut parts = vec![first.clone()];
+                    for d in dots {
+                        match d {
+                            ast::AccessExpr::Dot(AstExpr::Identifier(i)) => parts.push(i.clone()),
+                            _ => return Err(SqlError::unsupported(format!("the expression `{e}`"))),
+                        }
+                    }
+                    self.subscript(&AstExpr::CompoundIdentifier(parts), index, cx)
+                }
+                _ => Err(SqlError::unsupported(format!("the expression `{e}`"))),
+            },
             other => Err(SqlError::unsupported(format!("the expression `{other}`"))),
         }
     }

@@ -708,6 +708,29 @@ impl Binder<'_> {
                 self.add_item(alias_name.clone(), scope_cols)?;
                 Ok(Logical::Scan { table: info, alias: alias_name, cols: ids })
             }
+            // A set-returning function in FROM (`generate_series(1, 32) pos (n)`): the query
+            // `SELECT f(args)`, its one column named by the alias's column, else the alias,
+            // else the function (as in PostgreSQL). Its arguments see no FROM item beside it.
+            ast::TableFactor::Table { name, alias, args: Some(args), with_hints, .. }
+                if with_hints.is_empty()
+                    && args.settings.is_none()
+                    && crate::array::Srf::lookup(&object_name(name)?).is_some() =>
+            {
+                let fname = object_name(name)?;
+                let alias_name = alias.as_ref().map_or_else(|| fname.clone(), |a| ident(&a.name));
+                let cols: Vec<String> = alias
+                    .as_ref()
+                    .map(|a| a.columns.iter().map(|c| ident(&c.name)).collect())
+                    .unwrap_or_default();
+                let list: Vec<String> = args.args.iter().map(|a| a.to_string()).collect();
+                let text = format!("SELECT {fname}({})", list.join(", "));
+                let q = sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+                    .try_with_sql(&text)
+                    .and_then(|mut p| p.parse_query())
+                    .map_err(|e| SqlError::syntax(e.to_string()))?;
+                let cols = if cols.is_empty() { vec![alias_name.clone()] } else { cols };
+                self.derived(&q, alias_name, cols, false)
+            }
             ast::TableFactor::Derived { lateral, subquery, alias, .. } => {
                 if *lateral {
                     return Err(SqlError::unsupported("LATERAL"));

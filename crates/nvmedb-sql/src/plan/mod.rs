@@ -127,16 +127,19 @@ pub struct InsertPlan {
     pub defaults: Vec<(usize, Expr)>,
     /// Uncorrelated scalar subqueries of the VALUES rows and RETURNING.
     pub initplans: Vec<PhysNode>,
-    /// ON CONFLICT on the primary key.
+    /// ON CONFLICT on the primary key or a unique index.
     pub on_conflict: Option<OnConflict>,
     /// The table's CHECK constraints: (name, expression over the engine row).
     pub checks: Vec<(String, Expr)>,
 }
 
-/// `INSERT … ON CONFLICT (primary key) DO NOTHING | DO UPDATE SET … [WHERE …]`: a proposed row
-/// whose primary key exists is skipped, or the existing row is updated.
+/// `INSERT … ON CONFLICT (key) DO NOTHING | DO UPDATE SET … [WHERE …]`: a proposed row whose
+/// value of an arbiter key exists is skipped, or the existing row is updated.
 #[derive(Debug, Clone)]
 pub struct OnConflict {
+    /// The keys a conflict is looked for on (one for a target; without a target, DO NOTHING's,
+    /// every unique key of the table).
+    pub arbiters: Vec<Arbiter>,
     /// DO UPDATE (false: DO NOTHING).
     pub update: bool,
     /// DO UPDATE's SET: (engine column, value over the existing row followed by the proposed
@@ -144,6 +147,16 @@ pub struct OnConflict {
     pub sets: Vec<(usize, Expr)>,
     /// DO UPDATE's WHERE over the same pair of rows (the row is left as it is when false).
     pub filter: Option<Expr>,
+}
+
+/// A key ON CONFLICT looks for a conflict on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arbiter {
+    /// The primary key.
+    PrimaryKey,
+    /// The unique secondary index at this position of [`TableInfo::indexes`] (the index of a
+    /// multi-column key is on its hidden column).
+    Index(usize),
 }
 
 /// An UPDATE or DELETE: a query that finds the rows (whole table rows, engine order), then a

@@ -45,6 +45,7 @@ pub(super) const SETTINGS: &[(&str, &str, Settable)] = &[
     ("lc_time", "C", Settable::Any),
     ("lock_timeout", "0", Settable::Only(&["0"])),
     ("max_identifier_length", "63", Settable::Fixed),
+    ("max_index_keys", "32", Settable::Fixed),
     (
         "search_path",
         "\"$user\", public",

@@ -1,6 +1,7 @@
 // pgjdbc against nvmedb: prepared statements (also past prepareThreshold, when the driver
 // switches to named server-side statements), batch inserts, a transaction rolled back, and
-// DatabaseMetaData's getTables, getColumns and getPrimaryKeys. Usage:
+// DatabaseMetaData's getTables, getColumns, getPrimaryKeys, getIndexInfo and getImportedKeys.
+// Usage:
 // java -cp postgresql.jar Jdbc.java <jdbc url>. Prints `ok` at the end; a failure throws.
 import java.sql.*;
 import java.util.*;
@@ -13,8 +14,11 @@ public class Jdbc {
     public static void main(String[] args) throws Exception {
         try (Connection c = DriverManager.getConnection(args[0])) {
             try (Statement s = c.createStatement()) {
+                s.execute("DROP TABLE IF EXISTS j_lines");
                 s.execute("DROP TABLE IF EXISTS j_items");
                 s.execute("CREATE TABLE j_items (id int, k int, name varchar(20) NOT NULL, price numeric(8,2), PRIMARY KEY (id, k))");
+                s.execute("CREATE INDEX j_items_price ON j_items (price)");
+                s.execute("CREATE TABLE j_lines (n int PRIMARY KEY, item int, item_k int, CONSTRAINT j_lines_item_fk FOREIGN KEY (item, item_k) REFERENCES j_items (id, k))");
             }
             c.setAutoCommit(false);
             try (PreparedStatement p = c.prepareStatement("INSERT INTO j_items VALUES (?, ?, ?, ?)")) {
@@ -54,7 +58,7 @@ public class Jdbc {
             try (ResultSet r = md.getTables(null, "public", "j_%", new String[] {"TABLE"})) {
                 while (r.next()) tables.add(r.getString("TABLE_NAME"));
             }
-            check(tables.equals(List.of("j_items")), "getTables " + tables);
+            check(tables.equals(List.of("j_items", "j_lines")), "getTables " + tables);
             List<String> cols = new ArrayList<>();
             try (ResultSet r = md.getColumns(null, "public", "j_items", "%")) {
                 while (r.next()) cols.add(r.getString("COLUMN_NAME") + ":" + r.getString("TYPE_NAME") + ":" + r.getInt("NULLABLE"));
@@ -65,7 +69,27 @@ public class Jdbc {
                 while (r.next()) pk.add(r.getString("COLUMN_NAME") + ":" + r.getInt("KEY_SEQ") + ":" + r.getString("PK_NAME"));
             }
             check(pk.equals(List.of("id:1:j_items_pkey", "k:2:j_items_pkey")), "getPrimaryKeys " + pk);
+            List<String> ix = new ArrayList<>();
+            try (ResultSet r = md.getIndexInfo(null, "public", "j_items", false, false)) {
+                while (r.next()) {
+                    ix.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME") + ":" + r.getInt("ORDINAL_POSITION") + ":" + r.getBoolean("NON_UNIQUE"));
+                }
+            }
+            check(ix.equals(List.of("j_items_pkey:id:1:false", "j_items_pkey:k:2:false", "j_items_price:price:1:true")), "getIndexInfo " + ix);
+            List<String> unique = new ArrayList<>();
+            try (ResultSet r = md.getIndexInfo(null, "public", "j_items", true, false)) {
+                while (r.next()) unique.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME"));
+            }
+            check(unique.equals(List.of("j_items_pkey:id", "j_items_pkey:k")), "getIndexInfo unique " + unique);
+            List<String> fk = new ArrayList<>();
+            try (ResultSet r = md.getImportedKeys(null, "public", "j_lines")) {
+                while (r.next()) {
+                    fk.add(r.getString("PKTABLE_NAME") + "." + r.getString("PKCOLUMN_NAME") + "<-" + r.getString("FKCOLUMN_NAME") + ":" + r.getInt("KEY_SEQ") + ":" + r.getString("FK_NAME") + ":" + r.getString("PK_NAME"));
+                }
+            }
+            check(fk.equals(List.of("j_items.id<-item:1:j_lines_item_fk:j_items_pkey", "j_items.k<-item_k:2:j_lines_item_fk:j_items_pkey")), "getImportedKeys " + fk);
             try (Statement s = c.createStatement()) {
+                s.execute("DROP TABLE j_lines");
                 s.execute("DROP TABLE j_items");
             }
         }
