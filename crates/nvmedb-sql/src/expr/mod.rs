@@ -199,26 +199,29 @@ fn div_scale(x: i128, sx: u8, y: i128, sy: u8) -> u8 {
     rscale.min(38 - int_digits.min(37)).min(30) as u8
 }
 
+/// [`arith`] of two integers: overflow and division by zero are errors, and the result must
+/// fit `ty` (or 64 bits when `ty` is not an integer type).
+fn int_arith(op: BinOp, x: i64, y: i64, ty: SqlType) -> SqlResult<i64> {
+    let r = match op {
+        BinOp::Add => x.checked_add(y),
+        BinOp::Sub => x.checked_sub(y),
+        BinOp::Mul => x.checked_mul(y),
+        BinOp::Div | BinOp::Mod if y == 0 => return Err(div_zero()),
+        BinOp::Div => x.checked_div(y),
+        BinOp::Mod => x.checked_rem(y),
+        BinOp::BitAnd => Some(x & y),
+        BinOp::BitOr => Some(x | y),
+        _ => None,
+    }
+    .ok_or_else(|| overflow(ty))?;
+    check_int_range(r, if ty.is_integer() { ty } else { SqlType::Int8 })?;
+    Ok(r)
+}
+
 /// Applies an arithmetic operator to two non-NULL datums; `ty` is the planned result type.
 pub fn arith(op: BinOp, a: &Datum, b: &Datum, ty: SqlType) -> SqlResult<Datum> {
     Ok(match (a, b) {
-        (Datum::Int(x), Datum::Int(y)) => {
-            let r = match op {
-                BinOp::Add => x.checked_add(*y),
-                BinOp::Sub => x.checked_sub(*y),
-                BinOp::Mul => x.checked_mul(*y),
-                BinOp::Div if *y == 0 => return Err(div_zero()),
-                BinOp::Div => x.checked_div(*y),
-                BinOp::Mod if *y == 0 => return Err(div_zero()),
-                BinOp::Mod => x.checked_rem(*y),
-                BinOp::BitAnd => Some(x & y),
-                BinOp::BitOr => Some(x | y),
-                _ => None,
-            }
-            .ok_or_else(|| overflow(ty))?;
-            check_int_range(r, if ty.is_integer() { ty } else { SqlType::Int8 })?;
-            Datum::Int(r)
-        }
+        (Datum::Int(x), Datum::Int(y)) => Datum::Int(int_arith(op, *x, *y, ty)?),
         (Datum::Float(_), Datum::Float(_) | Datum::Int(_) | Datum::Numeric(..))
         | (Datum::Int(_) | Datum::Numeric(..), Datum::Float(_)) => {
             let (x, y) = (a.as_f64().unwrap_or(f64::NAN), b.as_f64().unwrap_or(f64::NAN));
