@@ -456,6 +456,10 @@ impl Transaction {
             let seen = match lock {
                 Some(LockMode::Exclusive) => match table.txn_read_locked(pk, &mut f)? {
                     Some((seen, locked)) => {
+                        // Only the last ones are kept: a long scan holds no copy of every row.
+                        if kept.len() == LOCKED_ROWS {
+                            kept.remove(0);
+                        }
                         kept.push((pk.to_vec(), locked));
                         Some(seen)
                     }
