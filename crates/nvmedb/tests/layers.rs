@@ -335,7 +335,40 @@ fn layer_graph(layer: &str) -> BTreeMap<String, BTreeSet<String>> {
         let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         graph.insert(own.clone(), sibling_imports(layer, &own, &code_of(name, &text), &siblings));
     }
+    // A sub-directory is one module: the union of what its files import.
+    for e in std::fs::read_dir(&dir).expect("layer dir") {
+        let d = e.expect("directory entry").path();
+        if d.is_dir() {
+            let own = stem(&d);
+            let deps = subdir_imports(layer, &own, &d, &siblings);
+            graph.entry(own).or_insert_with(BTreeSet::new).extend(deps);
+        }
+    }
     graph
+}
+
+/// What the files of sub-directory `dir` (module `own` of `layer`) import of `layer`'s other
+/// modules. In its `mod.rs`, `super::` is the layer; in its other files `super::` is the
+/// sub-directory itself and `super::super::` the layer.
+fn subdir_imports(layer: &str, own: &str, dir: &Path, siblings: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let f = e.expect("directory entry").path();
+        if f.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let code = code_of(&name, &text);
+        let code = if name == "mod.rs" {
+            code
+        } else {
+            code.replace("super::super::", &format!("crate::{layer}::"))
+                .replace("super::", &format!("crate::{layer}::{own}::"))
+        };
+        out.extend(sibling_imports(layer, own, &code, siblings));
+    }
+    out
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! operations on it that several of them use (adopting an epoch, ending the log session,
 //! stopping the apply thread, storing shipped records and catalogs).
 //!
-//! Owns no thread and no connection handling of its own: `standby.rs` (the listener and the
+//! Owns no thread and no connection handling of its own: `standby/` (the listener and the
 //! log, mirror and admin connections), `apply.rs` (the apply thread), `forward.rs` (chain
 //! forwarding), `promote.rs` (promotion and fencing) and `seed.rs` (base backups) all work on
 //! this one [`Shared`], and none of them imports another for it: the imports of `repl/` point
