@@ -171,7 +171,7 @@ pub enum NodeEvent {
         /// Wall-clock time of the takeover (ns since the Unix epoch).
         at_unix_ns: u128,
         /// What promotion did (`None`: this node bootstrapped a fresh cluster).
-        promotion: Option<PromoteReport>,
+        promotion: Option<Box<PromoteReport>>,
     },
     /// Gave the leadership up.
     SteppedDown {
@@ -603,7 +603,11 @@ fn become_leader(
     match agent.record_sync_set(&sync_set(sh, lead.epoch)) {
         Ok(true) => {
             set_leading(sh, Some(lead.clone()));
-            (sh.events)(&NodeEvent::Leader { epoch: lead.epoch, at_unix_ns: taken_at, promotion });
+            (sh.events)(&NodeEvent::Leader {
+                epoch: lead.epoch,
+                at_unix_ns: taken_at,
+                promotion: promotion.map(Box::new),
+            });
             Role::Primary { lead, _sb: sb, last_renewal: renewed, sync_recorded: true }
         }
         Ok(false) => step_down(sh, agent, lead, sb, "a newer primary recorded its synchronous set".into()),

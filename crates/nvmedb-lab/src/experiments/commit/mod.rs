@@ -194,6 +194,10 @@ pub struct RecoveryResult {
     pub pages_redone: u64,
     /// Redo time as recovery reports it, s.
     pub redo_s: f64,
+    /// Of the redo time: waiting for the log reader, reading pages, writing pages back, s
+    /// (the rest is applying changes).
+    #[serde(default)]
+    pub redo_split_s: [f64; 3],
     /// fio's sequential read rate of one of the log's segment files, same disk, same run, just
     /// before the reopen (MiB/s; `None` when fio did not run).
     pub fio_seq_read_mib_s: Option<f64>,
@@ -318,7 +322,8 @@ impl Experiment for CommitBench {
             text.push_str(&format!(
                 "recovery after {:.0} MiB of log without a checkpoint ({} log): {:.0} MiB replayed (everything \
                  since the last checkpoint), {:.2} s to open = {:.2} s per GiB replayed ({} records, {} page \
-                 changes redone, redo {:.2} s)\n",
+                 changes redone, redo {:.2} s: waiting for the log reader {:.2} s, reading pages {:.2} s, \
+                 writing pages back {:.2} s, applying changes the rest)\n",
                 mib(rec.log_bytes),
                 cfg.logs[0].name,
                 mib(rec.replayed()),
@@ -326,7 +331,10 @@ impl Experiment for CommitBench {
                 rec.s_per_gib(),
                 rec.records,
                 rec.pages_redone,
-                rec.redo_s
+                rec.redo_s,
+                rec.redo_split_s[0],
+                rec.redo_split_s[1],
+                rec.redo_split_s[2],
             ));
             if let Some(mib_s) = rec.fio_seq_read_mib_s {
                 let read_s = mib(rec.replayed()) / mib_s;

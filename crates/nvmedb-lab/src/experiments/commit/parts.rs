@@ -236,6 +236,8 @@ fn recovery(cfg: &CommitConfig, setup: &LogSetup, env: &RunEnv, db: Database) ->
         records: rep.records,
         pages_redone: rep.pages_redone,
         redo_s: rep.micros as f64 / 1e6,
+        redo_split_s: [rep.redo_wait_log_micros, rep.redo_read_pages_micros, rep.redo_write_back_micros]
+            .map(|us| us as f64 / 1e6),
         fio_seq_read_mib_s,
     })
 }
