@@ -4,6 +4,7 @@
 //! back; a bulk load stores them too; their pages are reused once freed; a power cut with
 //! overflow rows in flight leaves every acknowledged row and no row half written or leaked.
 
+mod repl_common;
 mod support;
 
 use nvmedb::io::{Device, IoError, IoHook, IoOpKind, IoResult, MemStorage, Storage};
@@ -50,6 +51,20 @@ fn row(id: i64, b: &[u8]) -> Vec<Value> {
 
 /// Checks the table holds exactly `model` (key → body) through every read path.
 fn check_all_paths(db: &Database, t: &Table, model: &BTreeMap<i64, Vec<u8>>, ctx: &str) {
+    check_reads(t, model, ctx);
+    let mut tx = db.begin();
+    for (id, b) in model {
+        assert_eq!(
+            tx.get(t, &Value::Int(*id)).unwrap(),
+            Some(row(*id, b)),
+            "{ctx}: transaction's read of {id}"
+        );
+    }
+    tx.commit().unwrap();
+}
+
+/// Checks the table holds exactly `model` through every read path but a transaction's.
+fn check_reads(t: &Table, model: &BTreeMap<i64, Vec<u8>>, ctx: &str) {
     assert_eq!(t.check_integrity().unwrap(), model.len() as u64, "{ctx}: integrity");
     for (id, b) in model {
         let got = t.read(&Value::Int(*id), |r| r.bytes(2).to_vec()).unwrap();
@@ -96,15 +111,6 @@ fn check_all_paths(db: &Database, t: &Table, model: &BTreeMap<i64, Vec<u8>>, ctx
             model.iter().filter(|(i, _)| *i % 3 == g).map(|(i, b)| (*i, b.clone())).collect();
         assert!(got == want, "{ctx}: index lookup of group {g}");
     }
-    let mut tx = db.begin();
-    for (id, b) in model {
-        assert_eq!(
-            tx.get(t, &Value::Int(*id)).unwrap(),
-            Some(row(*id, b)),
-            "{ctx}: transaction's read of {id}"
-        );
-    }
-    tx.commit().unwrap();
 }
 
 #[test]
@@ -417,4 +423,65 @@ fn a_power_cut_with_overflow_rows_in_flight_keeps_every_acknowledged_row_whole()
         stats.0 * 2 >= seeds && stats.1 > 0 && stats.2 > 0,
         "the cuts did not exercise recovery: {stats:?}"
     );
+}
+
+/// A primary shipping its log to a standby: overflow rows inserted, loaded (a load whose log
+/// ships writes its heap pages through the log), updated across the page limit, deleted and
+/// rolled back on the primary are read whole on the standby, by every read path.
+#[test]
+fn a_standby_applies_and_reads_overflow_rows() {
+    use nvmedb::repl::{open_primary, seed_standby, ReplicationMode};
+    let (p, s) = (repl_common::tmp("overflow-p"), repl_common::tmp("overflow-s"));
+    {
+        let db = Database::open(&p, repl_common::options()).unwrap();
+        db.create_table("t", schema()).unwrap();
+        db.close().unwrap();
+    }
+    seed_standby(&p, &s).unwrap();
+    let sb = repl_common::standby(&s, true);
+    let cfg = repl_common::config(
+        vec![sb.addr().to_string()],
+        ReplicationMode::Eager,
+        repl_common::fail_after(30_000),
+    );
+    let (db, log) = open_primary(&p, repl_common::options(), cfg, None).unwrap();
+    let t = db.table("t").unwrap();
+    // The standby's pool is 16 frames: rows of up to 3 pages (a row takes at most a quarter).
+    let mut model = BTreeMap::new();
+    for id in 0..9i64 {
+        let b = body(id, 0, [10, PAGE, 3 * PAGE - 100][id as usize % 3]);
+        t.insert(&row(id, &b)).unwrap();
+        model.insert(id, b);
+    }
+    for (id, len) in [(0, 2 * PAGE), (1, 50), (2, PAGE + 7)] {
+        let b = body(id, 1, len);
+        assert!(t.update(&row(id, &b)).unwrap());
+        model.insert(id, b);
+    }
+    assert!(t.delete(&Value::Int(4)).unwrap());
+    model.remove(&4);
+    let mut tx = db.begin();
+    tx.update(&t, &row(5, &body(5, 9, 20))).unwrap();
+    tx.insert(&t, &row(30, &body(30, 9, 3 * PAGE - 100))).unwrap();
+    tx.abort().unwrap();
+    let mut loaded = BTreeMap::new();
+    let rows: Vec<Vec<Value>> = (0..12i64)
+        .map(|id| {
+            let b = body(id, 5, [PAGE, 7, 2 * PAGE][id as usize % 3]);
+            loaded.insert(id, b.clone());
+            row(id, &b)
+        })
+        .collect();
+    let l = db.load_table("loaded", schema(), rows, |_| {}).unwrap();
+    check_all_paths(&db, &t, &model, "primary");
+    check_all_paths(&db, &l, &loaded, "primary, loaded");
+    assert!(sb.wait_applied(log.status().durable, std::time::Duration::from_secs(60)), "{}", sb.status());
+    let snap = sb.read_snapshot().unwrap();
+    check_reads(&snap.db().table("t").unwrap(), &model, "standby");
+    check_reads(&snap.db().table("loaded").unwrap(), &loaded, "standby, loaded");
+    drop(snap);
+    drop((t, l));
+    db.close().unwrap();
+    drop(log);
+    drop(sb);
 }
