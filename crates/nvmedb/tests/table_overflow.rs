@@ -7,7 +7,7 @@
 mod repl_common;
 mod support;
 
-use nvmedb::io::{Device, IoError, IoHook, IoOpKind, IoResult, MemStorage, Storage};
+use nvmedb::io::{Device, IoHook, MemStorage, Storage};
 use nvmedb::page::overflow;
 use nvmedb::page::{PageHeader, PageType};
 use nvmedb::util::Rng;
@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use support::PowerCut;
 
 const PAGE: usize = 4096;
 
@@ -213,20 +214,6 @@ fn a_bulk_load_stores_rows_larger_than_a_page_and_inspect_shows_their_pages() {
     assert!(t.delete(&Value::Int(3)).unwrap());
     model.remove(&3);
     check_all_paths(&db, &t, &model, "loaded, then changed");
-}
-
-/// Fails every write, sync and resize once the countdown reaches zero (the power is cut).
-struct PowerCut {
-    countdown: AtomicI64,
-}
-
-impl IoHook for PowerCut {
-    fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
-        if op != IoOpKind::Read && self.countdown.fetch_sub(1, Ordering::SeqCst) <= 0 {
-            return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(5)));
-        }
-        Ok(())
-    }
 }
 
 /// Every overflow row in the heap file `file` of `data` as (first page, row bytes), after
