@@ -189,6 +189,34 @@ pub fn describe_page(
                 let _ = writeln!(out, "    … {} more rows", live.len() - 8);
             }
         }
+        PageType::Overflow => {
+            // A page of a row larger than a slotted page: shown field by field (the row is
+            // decoded from its first page only by a read, which follows the chain).
+            use crate::page::overflow;
+            match overflow::check(&buf) {
+                Err(e) => {
+                    let _ = writeln!(out, "  overflow page, layout {e}");
+                }
+                Ok(()) => {
+                    let next = overflow::next(&buf);
+                    let next = if next == overflow::NO_PAGE { "none".to_string() } else { next.to_string() };
+                    let chunk = overflow::chunk(&buf).unwrap_or_default();
+                    let _ = match overflow::state(&buf) {
+                        Some(overflow::State::First) => writeln!(
+                            out,
+                            "  overflow row of {} B starts here (row id slot {}), {} B in this page, next page {next}",
+                            overflow::total_len(&buf),
+                            crate::table::heap::OVERFLOW_SLOT,
+                            chunk.len()
+                        ),
+                        Some(overflow::State::Next) => {
+                            writeln!(out, "  overflow row continued: {} B, next page {next}", chunk.len())
+                        }
+                        _ => writeln!(out, "  overflow page, free"),
+                    };
+                }
+            }
+        }
         PageType::BtreeLeaf | PageType::BtreeInner => {
             // A damaged node is shown without trusting it: sizes and entries only where they
             // lie inside the page.

@@ -7,7 +7,7 @@
 
 mod support;
 
-use nvmedb::io::{Device, IoError, IoHook, IoOpKind, IoResult, Storage};
+use nvmedb::io::{Device, IoHook, Storage};
 use nvmedb::txn::LockOptions;
 use nvmedb::util::Rng;
 use nvmedb::wal::WalOptions;
@@ -17,22 +17,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::workload::{self, Bounds, ClientModel, Plan, Tables};
-use support::SimDisks;
-
-/// Fails every write, sync and resize once the shared countdown reaches zero (the power is
-/// cut); reads still work.
-struct PowerCut {
-    countdown: AtomicI64,
-}
-
-impl IoHook for PowerCut {
-    fn before(&self, device: &str, op: IoOpKind, offset: u64, len: usize) -> IoResult<()> {
-        if op != IoOpKind::Read && self.countdown.fetch_sub(1, Ordering::SeqCst) <= 0 {
-            return Err(IoError::os(device, op, offset, len, std::io::Error::from_raw_os_error(5)));
-        }
-        Ok(())
-    }
-}
+use support::{PowerCut, SimDisks};
 
 fn options() -> Options {
     Options {

@@ -88,17 +88,14 @@ impl Database {
     }
 
     /// Checks a schema and table name for a new table.
-    pub(super) fn check_new_table(&self, name: &str, schema: &Schema, table_page_size: u32) -> Result<()> {
+    pub(super) fn check_new_table(&self, name: &str, schema: &Schema) -> Result<()> {
         schema.validate()?;
         if name.is_empty() || name.len() > 255 {
             return Err(Error::InvalidArgument("a table name needs 1 to 255 bytes".into()));
         }
-        let heap_max = crate::page::slotted::max_record_len(table_page_size as usize);
-        if schema.max_row_bytes() > heap_max {
-            return Err(Error::InvalidArgument(format!(
-                "table `{name}`: rows of up to {} bytes do not fit {table_page_size}-byte table pages (at most {heap_max})",
-                schema.max_row_bytes(),
-            )));
+        // Rows larger than a page go to overflow pages; the bound is the engine's row limit.
+        if schema.max_row_bytes() > crate::table::heap::MAX_ROW_BYTES {
+            return Err(crate::table::heap::row_too_large(name, schema, None, schema.max_row_bytes()));
         }
         Ok(())
     }
@@ -135,7 +132,7 @@ impl Database {
     ) -> Result<Table> {
         self.inner.txn.check_writable(&format!("creating table `{name}`"))?;
         let mut cat = self.inner.catalog.locked();
-        self.check_new_table(name, &schema, cat.1.table_page_size)?;
+        self.check_new_table(name, &schema)?;
         if cat.1.tables.iter().any(|t| t.name == name) {
             return Err(Error::AlreadyExists(format!("table `{name}`")));
         }
@@ -217,7 +214,7 @@ impl Database {
         };
         let id = {
             let mut cat = self.inner.catalog.locked();
-            self.check_new_table(name, &schema, cat.1.table_page_size)?;
+            self.check_new_table(name, &schema)?;
             reserve_table_id(&mut cat)?
         };
         let (table, meta) = self.new_table_files(id, name, schema, &heap_space, &index_space)?;

@@ -27,8 +27,9 @@ use crate::btree::BTree;
 use crate::buffer::PageClass;
 use crate::error::{Error, Result};
 use crate::io::AlignedBuf;
-use crate::page::{slotted, PageType};
+use crate::page::{overflow, slotted, PageType};
 use crate::table::catalog::{TableMeta, DEFAULT_TABLESPACE};
+use crate::table::heap::{row_too_large, MAX_ROW_BYTES, OVERFLOW_SLOT};
 use crate::table::{HeapFile, RowId, Schema, Table, Value};
 use crate::util::sync::{MutexExt, RwLockExt};
 
@@ -180,6 +181,66 @@ impl<'a> HeapBatch<'a> {
             pk,
             secondary,
         });
+        Ok(())
+    }
+
+    /// Adds an encoded row longer than a slotted page holds: its overflow pages (consecutive,
+    /// the first one its row id) are written at once, apart from the batch.
+    fn push_overflow(
+        &mut self,
+        row: &[u8],
+        pk: Vec<u8>,
+        secondary: Vec<Vec<u8>>,
+        primary: &mut Entries,
+        indexes: &mut [Entries],
+    ) -> Result<()> {
+        let ps = self.page_size;
+        let cap = overflow::capacity(ps);
+        let n = row.len().div_ceil(cap);
+        let mut buf = AlignedBuf::new(n * ps);
+        let pool = &self.db.inner.table_pool;
+        let compose = |buf: &mut [u8], first: u64| {
+            for (k, page) in buf.chunks_mut(ps).enumerate() {
+                let chunk = &row[k * cap..((k + 1) * cap).min(row.len())];
+                let (state, total) = if k == 0 {
+                    (overflow::State::First, row.len() as u64)
+                } else {
+                    (overflow::State::Next, 0)
+                };
+                let next = if k + 1 < n { first + k as u64 + 1 } else { overflow::NO_PAGE };
+                overflow::write(page, state, total, next, chunk);
+            }
+        };
+        let first = match self.sink {
+            HeapSink::Logged => {
+                // Nobody else appends to a table being loaded: its pages come in order.
+                let first = pool.file_pages(self.file)?;
+                compose(&mut buf, first);
+                for (k, page) in buf.chunks(ps).enumerate() {
+                    let got = pool.append_page(self.file, PageClass::Data, PageType::Overflow, page)?;
+                    if got != first + k as u64 {
+                        return Err(Error::Poisoned(format!(
+                            "bulk load of heap file {}: an overflow page went to page {got}, not {}",
+                            self.file,
+                            first + k as u64
+                        )));
+                    }
+                }
+                first
+            }
+            HeapSink::Direct { .. } => {
+                let first = pool.reserve_new_pages(self.file, n as u64)?;
+                compose(&mut buf, first);
+                pool.write_new_pages(self.file, first, PageType::Overflow, &mut buf)?;
+                first
+            }
+        };
+        let rid = RowId { page: first, slot: OVERFLOW_SLOT };
+        primary.push(pk, rid);
+        for (e, key) in indexes.iter_mut().zip(secondary) {
+            e.push(key, rid);
+        }
+        self.pages += n as u64;
         Ok(())
     }
 
@@ -350,7 +411,7 @@ impl Database {
                 }
                 None => (DEFAULT_TABLESPACE.to_string(), DEFAULT_TABLESPACE.to_string()),
             };
-            self.check_new_table(name, &schema, cat.1.table_page_size)?;
+            self.check_new_table(name, &schema)?;
             (super::ddl::reserve_table_id(&mut cat)?, spaces.0, spaces.1)
         };
         self.open_table_files(id, &heap_space, &index_space)?;
@@ -423,7 +484,7 @@ impl Database {
     ) -> Result<(TableMeta, u64)> {
         let heap_pool = &self.inner.table_pool;
         let index_pool = &self.inner.index_pool;
-        let max_row = slotted::max_record_len(heap_pool.page_size());
+        let max_inline = slotted::max_record_len(heap_pool.page_size());
         let max_entry = crate::btree::node::max_entry_payload(index_pool.page_size()) - 8;
         let direct = !self.load_logs_heap_pages();
         let (mut primary, secondary, count) = std::thread::scope(|s| -> Result<_> {
@@ -448,11 +509,8 @@ impl Database {
             let mut count = 0u64;
             for row in rows {
                 schema.encode_row(name, &row, &mut bytes)?;
-                if bytes.len() > max_row {
-                    return Err(Error::InvalidArgument(format!(
-                        "table `{name}`: row {count} of {} bytes exceeds the {max_row} bytes a heap page holds",
-                        bytes.len()
-                    )));
+                if bytes.len() > MAX_ROW_BYTES {
+                    return Err(row_too_large(name, schema, Some(&row), bytes.len()));
                 }
                 let pk = schema.primary_key_bytes(name, &row[schema.primary_key])?;
                 let keys: Vec<Vec<u8>> = schema
@@ -467,7 +525,11 @@ impl Database {
                         k.len()
                     )));
                 }
-                heap.push(&bytes, pk, keys, &mut primary, &mut secondary)?;
+                if bytes.len() > max_inline {
+                    heap.push_overflow(&bytes, pk, keys, &mut primary, &mut secondary)?;
+                } else {
+                    heap.push(&bytes, pk, keys, &mut primary, &mut secondary)?;
+                }
                 count += 1;
                 if count.is_multiple_of(LOAD_PROGRESS_EVERY) {
                     progress(count);

@@ -44,6 +44,8 @@ pub enum PageType {
     BtreeLeaf = 3,
     /// B+tree inner node.
     BtreeInner = 4,
+    /// A page of a heap row too large for a slotted page (`page::overflow`).
+    Overflow = 5,
 }
 
 impl PageType {
@@ -54,6 +56,7 @@ impl PageType {
             2 => PageType::Heap,
             3 => PageType::BtreeLeaf,
             4 => PageType::BtreeInner,
+            5 => PageType::Overflow,
             _ => return None,
         })
     }

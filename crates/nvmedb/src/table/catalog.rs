@@ -196,14 +196,14 @@ fn decode(b: &[u8]) -> Option<CatalogData> {
 }
 
 /// Checks what the decoder cannot: page sizes the engine supports, schemas that are valid and
-/// whose rows fit a table page, table ids below the next id and names that are unique.
+/// whose rows fit the row limit, table ids below the next id and names that are unique.
 pub fn validate(c: &CatalogData) -> std::result::Result<(), String> {
     for (what, ps) in [("table page size", c.table_page_size), ("index page size", c.index_page_size)] {
         if ps % 4096 != 0 || !(4096..=65536).contains(&ps) {
             return Err(format!("{what} {ps} is not a multiple of 4096 from 4096 to 65536"));
         }
     }
-    let max_row = crate::page::slotted::max_record_len(c.table_page_size as usize);
+    let max_row = crate::table::heap::MAX_ROW_BYTES;
     for (i, s) in c.tablespaces.iter().enumerate() {
         if s.name.is_empty()
             || s.name == DEFAULT_TABLESPACE
@@ -226,9 +226,8 @@ pub fn validate(c: &CatalogData) -> std::result::Result<(), String> {
         t.schema.validate().map_err(|e| format!("table `{name}`: {e}"))?;
         if t.schema.max_row_bytes() > max_row {
             return Err(format!(
-                "table `{name}`: rows of up to {} bytes cannot fit {}-byte table pages",
+                "table `{name}`: rows of up to {} bytes exceed the {max_row}-byte row limit",
                 t.schema.max_row_bytes(),
-                c.table_page_size
             ));
         }
         for space in [&t.heap_space, &t.index_space] {

@@ -4,12 +4,19 @@
 //! the [`RowId`] encoding (page number << 16 | slot). Invariant: a row id stays valid until its
 //! row is deleted (updates that no longer fit move the row and return its new id; the caller
 //! re-points indexes). New rows go to the current insert page; a new page is appended when it
-//! is full (space freed by deletes on older pages is reused only by in-place updates).
+//! is full (space freed by deletes on older pages is reused only by in-place updates). A row
+//! larger than a slotted page holds is stored in a chain of overflow pages of the same file
+//! (`overflow.rs`): its row id names the chain's first page; every read path gets the row whole,
+//! and scans return it once, at its first page.
+
+mod overflow;
+pub use overflow::{row_too_large, MAX_ROW_BYTES, OVERFLOW_SLOT};
 
 use crate::buffer::{BufferPool, PageClass, PageId, PageRef};
 use crate::error::{Error, Result};
 use crate::page::{slotted, PageHeader, PageType};
 use crate::util::sync::MutexExt;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 
@@ -53,6 +60,8 @@ pub struct HeapFile {
     /// The length of a row seen here (0: none yet), to guess where a row sits in its page
     /// (see [`slotted::likely_record_offset`]). A hint only: set once, never trusted.
     row_len_hint: AtomicU32,
+    /// Overflow pages known free (freed since the open, or seen free by a scan).
+    free_pages: Mutex<BTreeSet<u64>>,
 }
 
 impl HeapFile {
@@ -67,11 +76,18 @@ impl HeapFile {
             insert_page: AtomicU64::new(insert_page),
             alloc_lock: Mutex::new(()),
             row_len_hint: AtomicU32::new(0),
+            free_pages: Mutex::new(BTreeSet::new()),
         })
     }
 
-    /// Largest row the heap can store.
+    /// Largest row the heap can store ([`MAX_ROW_BYTES`]; rows longer than
+    /// [`HeapFile::max_inline_bytes`] go to overflow pages).
     pub fn max_row_bytes(&self) -> usize {
+        MAX_ROW_BYTES
+    }
+
+    /// Largest row stored in a slotted page.
+    pub fn max_inline_bytes(&self) -> usize {
         slotted::max_record_len(self.pool.page_size())
     }
 
@@ -99,15 +115,6 @@ impl HeapFile {
         })
     }
 
-    fn too_big(&self, len: usize) -> Error {
-        Error::InvalidArgument(format!(
-            "row of {len} bytes does not fit a {}-byte page of `{}` (at most {} bytes)",
-            self.pool.page_size(),
-            self.name,
-            self.max_row_bytes()
-        ))
-    }
-
     /// Stores a row and returns its id.
     pub fn insert(&self, row: &[u8]) -> Result<RowId> {
         self.insert_annotated(row, &mut |_| {})
@@ -116,16 +123,18 @@ impl HeapFile {
     /// Like [`HeapFile::insert`]; `annotate(row id)` runs once the row id is known and before
     /// the change is logged (it attaches the transaction's undo information).
     pub fn insert_annotated(&self, row: &[u8], annotate: &mut dyn FnMut(RowId)) -> Result<RowId> {
-        if row.len() > self.max_row_bytes() {
-            return Err(self.too_big(row.len()));
+        if row.len() > self.max_inline_bytes() {
+            return self.insert_overflow(row, annotate);
         }
         loop {
             let hint = self.insert_page.load(Acquire);
             if hint != NO_PAGE {
                 let mtr = self.pool.begin_mtr();
                 let mut g = self.pool.fix_mut(self.pid(hint), PageClass::Data)?;
+                // The last page of a file opened may be an overflow page: then rows need a new one.
+                let heap_page = PageHeader::page_type_of(&g) == Some(PageType::Heap);
                 let placed = g.change_logged(
-                    |p| slotted::insert(p, row),
+                    |p| if heap_page { slotted::insert(p, row) } else { None },
                     |slot, out| {
                         if let Some(s) = slot {
                             slotted::op::insert(out, *s, row);
@@ -177,6 +186,9 @@ impl HeapFile {
     /// Offsets a read of `rid` touches: page header, slot and, once a row length is known, where
     /// the row probably is (see [`slotted::likely_record_offset`]); as an array and the number used.
     fn row_lines(&self, rid: RowId) -> ([usize; 3], usize) {
+        if rid.is_overflow() {
+            return ([0; 3], 1);
+        }
         let slot = rid.slot as usize;
         let len_hint = self.row_len_hint.load(Relaxed) as usize;
         match slotted::likely_record_offset(self.pool.page_size(), slot, len_hint) {
@@ -187,6 +199,9 @@ impl HeapFile {
 
     /// Passes the row at `rid` to `f`; `None` if the slot is free.
     pub fn read<R>(&self, rid: RowId, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        if rid.is_overflow() {
+            return Ok(self.read_overflow(rid.page)?.map(|row| f(&row)));
+        }
         let slot = rid.slot as usize;
         // Frame metadata, page header, the row's slot and (a guess of) the row itself are
         // fetched in parallel.
@@ -215,10 +230,14 @@ impl HeapFile {
     /// (if that fails too, the error is [`Error::Poisoned`]: the row has two copies, the new
     /// one unindexed).
     pub fn update(&self, rid: RowId, row: &[u8], moved: &mut dyn FnMut(RowId)) -> Result<Option<RowId>> {
-        if row.len() > self.max_row_bytes() {
-            return Err(self.too_big(row.len()));
-        }
-        {
+        self.check_row_len(row.len())?;
+        let inline = row.len() <= self.max_inline_bytes();
+        if rid.is_overflow() {
+            // An overflow row is replaced whole: its new copy is written, then its pages freed.
+            if !self.overflow_exists(rid.page)? {
+                return Ok(None);
+            }
+        } else {
             let mtr = self.pool.begin_mtr();
             let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
             let slot = rid.slot as usize;
@@ -228,11 +247,11 @@ impl HeapFile {
             // the thread keeps.
             let mut op = UPDATE_OP.with(|b| std::mem::take(&mut *b.borrow_mut()));
             op.clear();
-            if self.pool.is_logging() {
+            if self.pool.is_logging() && inline {
                 slotted::op::update(&mut op, slot, old, row);
             }
             let updated = g.change_logged(
-                |p| slotted::update(p, slot, row),
+                |p| inline && slotted::update(p, slot, row),
                 |done, out| {
                     if *done {
                         out.extend_from_slice(&op)
@@ -271,6 +290,9 @@ impl HeapFile {
 
     /// Frees the row at `rid`, calling `old` with its bytes; false if there was none.
     pub fn delete(&self, rid: RowId, old: impl FnOnce(&[u8])) -> Result<bool> {
+        if rid.is_overflow() {
+            return self.delete_overflow(rid.page, old);
+        }
         let mtr = self.pool.begin_mtr();
         let mut g = self.pool.fix_mut(self.pid(rid.page), PageClass::Data)?;
         let slot = rid.slot as usize;
@@ -338,6 +360,28 @@ impl HeapFile {
             before()?;
             for page in range.start..end {
                 let g: PageRef<'_> = ra.fix(page)?;
+                if PageHeader::page_type_of(&g) == Some(PageType::Overflow) {
+                    // An overflow row is visited at its first page; its other pages are not rows.
+                    match crate::page::overflow::state(&g) {
+                        Some(crate::page::overflow::State::First) => {
+                            let row = self.assemble(page, &g)?;
+                            if !f(RowId { page, slot: OVERFLOW_SLOT }, &row)? {
+                                return Ok(());
+                            }
+                        }
+                        Some(crate::page::overflow::State::Free) => self.note_free(page),
+                        Some(crate::page::overflow::State::Next) => {}
+                        None => {
+                            let detail = crate::page::overflow::check(&g).err().unwrap_or_default();
+                            return Err(Error::Corruption {
+                                file: self.name.clone(),
+                                offset: page * self.pool.page_size() as u64,
+                                detail: format!("overflow page {page}: {detail}"),
+                            });
+                        }
+                    }
+                    continue;
+                }
                 self.check_heap_page(page, &g)?;
                 for (slot, row) in slotted::live_records(&g) {
                     if !f(RowId { page, slot: slot as u16 }, row)? {

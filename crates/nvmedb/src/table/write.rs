@@ -33,6 +33,9 @@ impl Table {
         let s = &self.inner.schema;
         let mut bytes = Vec::new();
         s.encode_row(&self.inner.name, row, &mut bytes)?;
+        if bytes.len() > crate::table::heap::MAX_ROW_BYTES {
+            return Err(crate::table::heap::row_too_large(&self.inner.name, s, Some(row), bytes.len()));
+        }
         let pk = self.pk_bytes(self.pk_of(row)?)?;
         self.check_index_entries(row, &pk)?;
         Ok((bytes, pk))

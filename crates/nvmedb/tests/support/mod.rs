@@ -5,6 +5,7 @@
 //!
 //! Owns:
 //! - [`cut_log`] and [`snapshot`]: a file log's tail cut at an LSN, a storage copied to memory;
+//! - [`PowerCut`]: an I/O hook that fails every write from the n-th on (a power cut);
 //! - [`decoders`]: every on-disk and wire decoder fed arbitrary bytes (fuzzing);
 //! - [`workload`]: transactions over four tables (inserts, updates and deletes of rows of
 //!   10 B–3 KiB, secondary indexes, counters shared by all clients so that transactions
@@ -67,6 +68,30 @@ pub fn cut_log(a: &dyn nvmedb::io::Storage, b: &dyn nvmedb::io::Storage, lsn: u6
             }
             dev.sync().expect("sync");
         }
+    }
+}
+
+/// Fails every write, sync and resize once the shared countdown reaches zero (the power is
+/// cut); reads still work. Tests set `countdown` to the number of writes before the cut.
+pub struct PowerCut {
+    /// Writes, syncs and resizes left before the cut (`i64::MAX`: none planned).
+    pub countdown: std::sync::atomic::AtomicI64,
+}
+
+impl nvmedb::io::IoHook for PowerCut {
+    fn before(
+        &self,
+        device: &str,
+        op: nvmedb::io::IoOpKind,
+        offset: u64,
+        len: usize,
+    ) -> nvmedb::io::IoResult<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if op != nvmedb::io::IoOpKind::Read && self.countdown.fetch_sub(1, SeqCst) <= 0 {
+            let eio = std::io::Error::from_raw_os_error(5);
+            return Err(nvmedb::io::IoError::os(device, op, offset, len, eio));
+        }
+        Ok(())
     }
 }
 

@@ -149,7 +149,7 @@ impl Default for TpccConfig {
     /// The default scale: 4 warehouses (about 400 MB of tables and 110 MB of indexes) and 4
     /// terminals, one per warehouse; buffers 5/20/100 %; disk and the optane, nand and san
     /// profiles; 2 repetitions of 1 s warm-up and 3 s measured. Table pages of 4 KiB rather
-    /// than the engine's default 16 KiB: TPC-C reads rows of 60 to 700 bytes at random, and a
+    /// than the engine's default 8 KiB: TPC-C reads rows of 60 to 700 bytes at random, and a
     /// 5 % buffer of 16 KiB pages caches a quarter as many of the hot rows (on emulated optane
     /// at 5 %, 2 warehouses: hit ratio 0.79 and 13.5 page reads per transaction with 16 KiB
     /// pages, 0.86 and 8.9 with 4 KiB).

@@ -465,9 +465,10 @@ pub fn write(cfg: &TpccConfig, r: &TpccResults, env: &RunEnv) -> Result<Summary>
     let mut text =
         header("tpcc", <super::Tpcc as crate::experiment::Experiment>::TITLE, env, &r.load, r.load_average);
     text.push_str(&format!(
-        "database: {:.0} MB of tables in {} KiB pages (the engine's default is 16 KiB; TPC-C's small rows cache better in small pages), {:.0} MB of indexes (cached); {} terminals with zero think time, {}; {} s warm-up, {} s measured per point; early lock release {}\n",
+        "database: {:.0} MB of tables in {} KiB pages (the engine's default is {} KiB; TPC-C's small rows cache better in small pages), {:.0} MB of indexes (cached); {} terminals with zero think time, {}; {} s warm-up, {} s measured per point; early lock release {}\n",
         r.table_bytes as f64 / 1e6,
         cfg.table_page_size / 1024,
+        nvmedb::Options::default().table_page_size / 1024,
         r.index_bytes as f64 / 1e6,
         cfg.clients,
         if cfg.clients >= r.load.scale.warehouses as usize {
