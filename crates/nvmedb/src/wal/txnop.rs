@@ -65,25 +65,36 @@ fn patchable(before: &[u8], after: &[u8]) -> bool {
 /// folded in. The one definition of a patch's ranges: [`RowPatch::diff`] collects them, and
 /// [`TxnOp::encode`] writes them straight into the record without collecting them.
 fn for_each_patch_range(before: &[u8], after: &[u8], mut f: impl FnMut(usize, usize)) {
-    let mut i = 0;
-    while i < before.len() {
-        if before[i] == after[i] {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        let mut end = i + 1;
+    let mut next = next_difference(before, after, 0);
+    while let Some(start) = next {
+        let mut end = start + 1;
         // Extend over changes separated by short unchanged gaps.
-        let mut j = end;
-        while j < before.len() && j - end < PATCH_MERGE_GAP {
-            if before[j] != after[j] {
-                end = j + 1;
+        loop {
+            next = next_difference(before, after, end);
+            match next {
+                Some(j) if j - end < PATCH_MERGE_GAP => end = j + 1,
+                _ => break,
             }
-            j += 1;
         }
         f(start, end);
-        i = end;
     }
+}
+
+/// The first offset at or after `from` where `before` and `after` (equal lengths) differ,
+/// compared eight bytes at a time.
+fn next_difference(before: &[u8], after: &[u8], from: usize) -> Option<usize> {
+    let (b, a) = (&before[from..], &after[from..]);
+    let mut i = 0;
+    for (x, y) in b.chunks_exact(8).zip(a.chunks_exact(8)) {
+        let d = u64::from_le_bytes(x.try_into().expect("8 bytes"))
+            ^ u64::from_le_bytes(y.try_into().expect("8 bytes"));
+        if d != 0 {
+            // Little-endian: the lowest non-zero byte of the difference is the first one.
+            return Some(from + i + (d.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    (i..b.len()).find(|&j| b[j] != a[j]).map(|j| from + j)
 }
 
 /// Annotation kind of an operation logged with whole rows, fixed-width fields (log format 2).
@@ -305,6 +316,51 @@ impl TxnOp {
 mod tests {
     use super::*;
     use crate::util::bytes::ByteWriter;
+
+    /// The byte-at-a-time definition of a patch's ranges, which `for_each_patch_range` must
+    /// give however it compares.
+    fn patch_ranges_bytewise(before: &[u8], after: &[u8]) -> Vec<(usize, usize)> {
+        let (mut out, mut i) = (Vec::new(), 0);
+        while i < before.len() {
+            if before[i] == after[i] {
+                i += 1;
+                continue;
+            }
+            let (start, mut end) = (i, i + 1);
+            let mut j = end;
+            while j < before.len() && j - end < PATCH_MERGE_GAP {
+                if before[j] != after[j] {
+                    end = j + 1;
+                }
+                j += 1;
+            }
+            out.push((start, end));
+            i = end;
+        }
+        out
+    }
+
+    #[test]
+    fn patch_ranges_match_the_bytewise_definition() {
+        let mut rng = crate::util::Rng::new(38);
+        for case in 0..2000 {
+            let len = rng.below(80) as usize;
+            let before: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+            let mut after = before.clone();
+            for _ in 0..rng.below(6) {
+                if len > 0 {
+                    let at = rng.below(len as u64) as usize;
+                    let n = (rng.below(12) as usize).min(len - at);
+                    for b in &mut after[at..at + n] {
+                        *b ^= 1 + rng.below(255) as u8;
+                    }
+                }
+            }
+            let mut got = Vec::new();
+            for_each_patch_range(&before, &after, |s, e| got.push((s, e)));
+            assert_eq!(got, patch_ranges_bytewise(&before, &after), "case {case}: {before:?} -> {after:?}");
+        }
+    }
 
     #[test]
     fn txn_ops_round_trip() {
