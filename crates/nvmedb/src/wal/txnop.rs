@@ -1,14 +1,15 @@
 //! The logical undo record of a transaction's operation: [`TxnOp`], and the [`RowPatch`] an
 //! update that keeps a row's length is logged as.
 //!
-//! Owns: their log encoding (varint fields; an update as its changed byte ranges, written
-//! straight from the rows without collecting them first) and its decoding, including the
+//! Owns: their log encoding (varint fields; an update as its changed byte ranges, found in
+//! one pass eight bytes at a time and written straight from the rows) and its decoding, including the
 //! fixed-width encoding of log format 2. Invariants: a patch's ranges are sorted, disjoint,
 //! inside the row, and separated by at least [`PATCH_MERGE_GAP`] unchanged bytes; an encoded
 //! operation decodes to itself (a patch to the patch of its rows).
 
 use crate::error::{Error, Result};
 use crate::util::bytes::{ByteReader, ByteWriter};
+use smallvec::SmallVec;
 
 /// One logical operation of a transaction, logged with the first page change it makes, so
 /// recovery can undo it if the transaction did not commit.
@@ -164,25 +165,24 @@ impl TxnOp {
         if let (Some(b), Some(a)) = (&self.before, &self.after) {
             // Not for an unchanged row (an undo that rewrites a row logs it whole): a patch
             // needs a change to tell the row before from the row after. Nor when it would not
-            // be smaller. The ranges are counted first, then written straight into the record.
+            // be smaller. The ranges are found once (kept on the stack while few), then
+            // written straight from the rows into the record.
             if patchable(b, a) {
-                let (mut count, mut changed) = (0usize, 0usize);
-                for_each_patch_range(b, a, |start, end| {
-                    count += 1;
-                    changed += 2 * (end - start);
-                });
+                let mut ranges: SmallVec<[(usize, usize); 8]> = SmallVec::new();
+                for_each_patch_range(b, a, |start, end| ranges.push((start, end)));
+                let (count, changed) = (ranges.len(), ranges.iter().map(|(s, e)| 2 * (e - s)).sum::<usize>());
                 if count > 0 && changed + 6 * count < 2 * b.len() {
                     let mut out = Vec::with_capacity(24 + self.pk.len() + changed + 6 * count);
                     self.encode_patch_head(&mut out, b.len() as u32, count);
                     let mut prev_end = 0usize;
-                    for_each_patch_range(b, a, |start, end| {
+                    for (start, end) in ranges {
                         ByteWriter::to(&mut out)
                             .var((start - prev_end) as u64)
                             .var((end - start) as u64)
                             .bytes(&b[start..end])
                             .bytes(&a[start..end]);
                         prev_end = end;
-                    });
+                    }
                     return out;
                 }
             }
