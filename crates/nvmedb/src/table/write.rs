@@ -55,7 +55,7 @@ impl Table {
     /// the steps already done are reversed, so the table is as before.
     pub fn insert(&self, row: &[Value]) -> Result<()> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, Some(row), |txn, log, rec| {
+        self.auto_commit(&pk, Some(row), true, |txn, log, rec| {
             self.insert_locked(txn, log, rec, row, &pk, &bytes, false)
         })
     }
@@ -118,7 +118,7 @@ impl Table {
     /// error the steps already done are reversed.
     pub fn update(&self, row: &[Value]) -> Result<bool> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, Some(row), |txn, log, rec| {
+        self.auto_commit(&pk, Some(row), false, |txn, log, rec| {
             self.update_locked(txn, log, rec, row, &pk, bytes, None)
         })
     }
@@ -242,7 +242,7 @@ impl Table {
     pub fn delete(&self, key: &Value) -> Result<bool> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
-        self.auto_commit(&pk, None, |txn, log, rec| self.delete_locked(txn, log, rec, &pk, None))
+        self.auto_commit(&pk, None, false, |txn, log, rec| self.delete_locked(txn, log, rec, &pk, None))
     }
 
     fn delete_locked(
