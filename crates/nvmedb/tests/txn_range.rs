@@ -392,3 +392,57 @@ fn index_range_over_typed_nullable_columns() {
     assert!(tags.windows(2).all(|w| w[0] <= w[1]));
     tx.commit().unwrap();
 }
+
+/// A change outside a transaction (`Table::insert`, `Table::update`) that makes an index entry
+/// within a range a serializable scan read waits for the scanning transaction, as a
+/// transaction's change does: the scan sees no phantom; once its transaction ends the change
+/// goes through. A change outside the ranges read does not wait.
+#[test]
+fn auto_commit_changes_wait_for_the_ranges_serializable_scans_read() {
+    let (db, t) = open_with(Duration::from_millis(100));
+    let row = |id: i64, grp: i64, name: &str| [Value::Int(id), Value::Int(grp), Value::from(name)];
+    for id in [1, 5, 9] {
+        t.insert(&row(id, id % 2, "x")).unwrap();
+    }
+    let scan = |tx: &mut nvmedb::Transaction| {
+        let (mut ids, mut grps) = (Vec::new(), Vec::new());
+        tx.range(
+            &t,
+            Bound::Included(&Value::Int(2)),
+            Bound::Included(&Value::Int(8)),
+            LockMode::Shared,
+            |r| {
+                ids.push(r.int(0));
+                Ok(true)
+            },
+        )
+        .unwrap();
+        let (lo, hi) = (Value::Int(2), Value::Int(3));
+        tx.index_range(&t, "by_grp", Bound::Included(&lo), Bound::Included(&hi), LockMode::Shared, |r| {
+            grps.push(r.int(0));
+            Ok(true)
+        })
+        .unwrap();
+        (ids, grps)
+    };
+    let mut tx = db.begin();
+    assert_eq!(scan(&mut tx), (vec![5], vec![]));
+    // Into the primary-key range read: waits for `tx` (which this thread holds open: until the
+    // lock timeout).
+    let e = t.insert(&row(3, 0, "y")).unwrap_err();
+    assert!(e.is_retryable(), "an insert into a range read went ahead or failed otherwise: {e}");
+    // Row 9 into the secondary range read.
+    let e = t.update(&row(9, 2, "x")).unwrap_err();
+    assert!(e.is_retryable(), "an update into a range read went ahead or failed otherwise: {e}");
+    // Outside both ranges: no wait.
+    t.insert(&row(20, 0, "z")).unwrap();
+    assert!(t.update(&row(1, 0, "w")).unwrap());
+    assert_eq!(scan(&mut tx), (vec![5], vec![]), "a phantom");
+    tx.commit().unwrap();
+    t.insert(&row(3, 0, "y")).unwrap();
+    assert!(t.update(&row(9, 2, "x")).unwrap());
+    let mut tx = db.begin();
+    assert_eq!(scan(&mut tx), (vec![3, 5], vec![9]));
+    tx.commit().unwrap();
+    assert_eq!(t.check_integrity().unwrap(), 5);
+}

@@ -36,11 +36,13 @@
 
 use super::Database;
 use crate::error::Result;
-use crate::table::{KeyRange, LockedRow, Serial};
+use crate::table::{KeyBatch, KeyRange, LockedRow, Serial};
 use crate::table::{RowView, Table, Value};
-use crate::txn::{LockMode, TxnShared};
+use crate::txn::{LockMode, MixHasher, TxnShared};
 use crate::wal::engine::TxnOp;
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -54,6 +56,47 @@ const LOCKED_ROWS: usize = 16;
 /// Changes a transaction's undo list and keys entered have room for at its first change (an
 /// OLTP transaction's few dozen, without growing by doubling from one).
 const FIRST_CHANGES: usize = 32;
+
+/// A key a transaction entered in the pending writers: its table id and encoded primary key,
+/// hashed once (`txn::key_hash`).
+#[derive(PartialEq, Eq)]
+struct Entered {
+    table: u32,
+    pk: Vec<u8>,
+    hash: u64,
+}
+
+impl Entered {
+    fn new(table: u32, pk: Vec<u8>) -> Self {
+        Self { hash: crate::txn::key_hash(table, &pk), table, pk }
+    }
+}
+
+impl Hash for Entered {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// The buffers a transaction grows (its undo list, the keys it entered, the rows it kept, the
+/// keys it leaves), handed by a finished transaction to the next one its thread begins: a
+/// thread that runs transaction after transaction allocates them once, not once each.
+#[derive(Default)]
+struct Buffers {
+    undo: Vec<(Table, TxnOp)>,
+    entered: HashSet<Entered, BuildHasherDefault<MixHasher>>,
+    locked_rows: Vec<(u32, Vec<u8>, LockedRow)>,
+    leaving: Vec<(u32, Vec<u8>)>,
+}
+
+/// Changes beyond which a finished transaction's buffers are freed rather than handed on (a
+/// bulk change's would keep their memory for good).
+const KEEP_CHANGES: usize = 1024;
+
+thread_local! {
+    /// The buffers of this thread's last finished transaction, emptied, for its next one.
+    static SPARE_BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
+}
 
 /// How a transaction's plain reads are isolated; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,13 +117,15 @@ pub struct Transaction {
     undo: Vec<(Table, TxnOp)>,
     /// Keys (table id, encoded primary key) this transaction has entered in the pending
     /// writers, each once, with their before-images.
-    entered: HashSet<(u32, Vec<u8>)>,
+    entered: HashSet<Entered, BuildHasherDefault<MixHasher>>,
     /// The rows its latest reads for update found (table id, encoded primary key, the row;
     /// at most [`LOCKED_ROWS`], one per key, oldest first), read under the key's exclusive
     /// lock: the next change of the key takes its row instead of looking for it again (and,
     /// as the key's first change, publishes it as the before-image). Every change of a key
     /// takes the key's row out first, so a row kept is the key's row as it is now.
     locked_rows: Vec<(u32, Vec<u8>, LockedRow)>,
+    /// The keys entered, taken out at the end to leave them (see [`Buffers`]).
+    leaving: Vec<(u32, Vec<u8>)>,
     done: bool,
     /// Its commit record is logged and its locks are (being) released: it can no longer roll
     /// back.
@@ -106,13 +151,15 @@ impl Database {
         self.txn_shared().checkpoint_if_wanted();
         let shared = self.txn_shared().clone();
         let id = shared.begin();
+        let b = SPARE_BUFFERS.try_with(|s| s.borrow_mut().take()).ok().flatten().unwrap_or_default();
         Transaction {
             shared,
             id,
             isolation,
-            undo: Vec::new(),
-            entered: HashSet::new(),
-            locked_rows: Vec::new(),
+            undo: b.undo,
+            entered: b.entered,
+            locked_rows: b.locked_rows,
+            leaving: b.leaving,
             done: false,
             released: false,
         }
@@ -151,7 +198,7 @@ impl Transaction {
     }
 
     /// Enters key `id` (table id, encoded primary key) as changed by this transaction.
-    fn enter_key(&mut self, id: (u32, Vec<u8>)) {
+    fn enter_key(&mut self, id: Entered) {
         if self.entered.capacity() == 0 {
             self.entered.reserve(FIRST_CHANGES);
         }
@@ -170,16 +217,16 @@ impl Transaction {
         if known.is_none() {
             self.shared.locks.lock(self.id, table.id(), &k, LockMode::Exclusive)?;
         }
-        let id = (table.id(), k);
+        let id = Entered::new(table.id(), k);
         if self.entered.contains(&id) {
             return Ok((false, known));
         }
         let before = match &known {
             Some(l) => Some(l.row.clone()),
-            None => table.before_image(&id.1)?,
+            None => table.before_image(&id.pk)?,
         };
         let absent = before.is_none();
-        self.shared.pending.enter(id.0, &id.1, self.id, before);
+        self.shared.pending.enter(id.table, &id.pk, self.id, before);
         self.enter_key(id);
         Ok((absent, known))
     }
@@ -599,12 +646,14 @@ impl Transaction {
             }
             _ => {}
         }
+        let mut batch = KeyBatch::default();
         loop {
-            let batch = keys.next_batch(table, Some(self.id), SCAN_BATCH)?;
+            keys.next_batch(table, Some(self.id), SCAN_BATCH, &mut batch)?;
             if batch.is_empty() {
                 return Ok(());
             }
-            for pk in &batch {
+            for i in 0..batch.len() {
+                let pk = batch.get(i).1;
                 if let Some(mode) = mode {
                     self.shared.locks.lock(self.id, table.id(), pk, mode)?;
                 }
@@ -630,12 +679,14 @@ impl Transaction {
         let (index, lo) = keys.lock_space();
         let cover = locks.lock_range(self.id, table.id(), index, lo)?;
         let serial = Serial { locks, cover: &cover };
+        let mut batch = KeyBatch::default();
         loop {
-            let batch = keys.next_batch_serial(table, self.id, SCAN_BATCH, serial)?;
+            keys.next_batch_serial(table, self.id, SCAN_BATCH, serial, &mut batch)?;
             if batch.is_empty() {
                 return Ok(());
             }
-            for (ik, pk) in &batch {
+            for i in 0..batch.len() {
+                let (ik, pk) = batch.get(i);
                 locks.lock(self.id, table.id(), pk, mode)?;
                 if !visit(ik, pk)? {
                     locks.cover_back(&cover, ik);
@@ -727,8 +778,10 @@ impl Transaction {
     /// keys (see [`PendingWriters::leave`](crate::txn::PendingWriters::leave)).
     fn finish(&mut self, commit_lsn: u64) {
         // Committed or rolled back: lock-free readers see these keys' pages again.
-        for (table, pk) in self.entered.drain() {
-            self.shared.pending.leave(table, &pk, commit_lsn);
+        if !self.entered.is_empty() {
+            self.leaving.extend(self.entered.drain().map(|e| (e.table, e.pk)));
+            self.shared.pending.leave_all(&mut self.leaving, commit_lsn);
+            self.leaving.clear();
         }
         self.shared.locks.release_all(self.id);
     }
@@ -744,6 +797,20 @@ impl Drop for Transaction {
             }
             self.finish(0);
             self.shared.counters.ended(false, None);
+        }
+        // Finished: its emptied buffers go to the thread's next transaction.
+        self.undo.clear();
+        self.entered.clear();
+        self.locked_rows.clear();
+        self.leaving.clear();
+        if self.undo.capacity().max(self.entered.capacity()).max(self.leaving.capacity()) <= KEEP_CHANGES {
+            let b = Buffers {
+                undo: std::mem::take(&mut self.undo),
+                entered: std::mem::take(&mut self.entered),
+                locked_rows: std::mem::take(&mut self.locked_rows),
+                leaving: std::mem::take(&mut self.leaving),
+            };
+            let _ = SPARE_BUFFERS.try_with(|s| *s.borrow_mut() = Some(b));
         }
     }
 }

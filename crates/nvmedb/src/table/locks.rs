@@ -42,19 +42,33 @@ impl Table {
     /// lock-free readers, the change under the key's physical lock, a durable commit.
     ///
     /// [`TxnShared::auto_commit`]: crate::txn::TxnShared::auto_commit
+    /// `row`: the row an insert (`insert`) or an update makes, whose new index entries are
+    /// checked against the range locks of serializable scans before and after the change
+    /// (`None`: a delete, which makes none).
     pub(super) fn auto_commit<R>(
         &self,
         pk: &[u8],
         row: Option<&[Value]>,
+        insert: bool,
         body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
     ) -> Result<R> {
+        let locks = &self.inner.txn.locks;
+        let check = |txn: u64, before: Option<&[u8]>| -> Result<()> {
+            let Some(row) = row.filter(|_| locks.ranges_live(self.inner.id)) else { return Ok(()) };
+            for (index, key) in self.new_entries(row, pk, insert, before)? {
+                locks.check_insert(txn, self.inner.id, index, &key)?;
+            }
+            Ok(())
+        };
         self.inner.txn.auto_commit(
             self.inner.id,
             pk,
             |txn| row.map_or(Ok(()), |r| self.lock_unique_values(txn, r)),
             || self.before_image(pk),
+            check,
             || self.key_lock(pk),
             body,
+            |op| self.restore(op),
         )
     }
 

@@ -71,7 +71,7 @@ pub use heap::{HeapFile, RowId};
 pub(crate) use locks::LockedRow;
 pub use read::READ_BATCH;
 pub use scan::scan_partition_pages;
-pub(crate) use scan::{KeyRange, Serial};
+pub(crate) use scan::{KeyBatch, KeyRange, Serial};
 
 use schema::RowLayout;
 pub use schema::{Column, ColumnType, IndexDef, RowView, Schema, Value};

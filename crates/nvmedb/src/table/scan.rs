@@ -82,14 +82,20 @@ impl KeyRange {
     /// before-image puts it (a row whose delete is in flight too, so that a locking scan waits
     /// for that delete and does not pass over the row as if it were already gone), and a key it
     /// inserts is not. No latch is held on return.
-    pub(crate) fn next_batch(&mut self, table: &Table, me: Option<u64>, max: usize) -> Result<Vec<Vec<u8>>> {
-        let mut out = Vec::new();
+    pub(crate) fn next_batch(
+        &mut self,
+        table: &Table,
+        me: Option<u64>,
+        max: usize,
+        out: &mut KeyBatch,
+    ) -> Result<()> {
+        out.clear();
         if self.done || max == 0 {
-            return Ok(out);
+            return Ok(());
         }
         let mut last: Option<Vec<u8>> = None;
         self.walk_committed(table, me, |ik, pk, _| {
-            out.push(pk.to_vec());
+            out.push(pk, pk);
             if out.len() == max {
                 last = Some(ik.to_vec());
             }
@@ -99,7 +105,52 @@ impl KeyRange {
             Some(k) => self.from = Bound::Excluded(k),
             None => self.done = true,
         }
-        Ok(out)
+        Ok(())
+    }
+}
+
+/// A batch of `(index key, primary key)` pairs in one buffer, reused from batch to batch: a
+/// scan allocates nothing per key it collects.
+#[derive(Debug, Default)]
+pub(crate) struct KeyBatch {
+    bytes: Vec<u8>,
+    /// Per pair, where its keys lie in `bytes`: the index key `start..split`, the primary key
+    /// `split..end`; `split == start` when the index key is the primary key (a primary range),
+    /// which is then stored once.
+    pairs: Vec<(usize, usize, usize)>,
+}
+
+impl KeyBatch {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.pairs.clear();
+    }
+
+    fn push(&mut self, ik: &[u8], pk: &[u8]) {
+        let start = self.bytes.len();
+        if ik != pk {
+            self.bytes.extend_from_slice(ik);
+        }
+        let split = self.bytes.len();
+        self.bytes.extend_from_slice(pk);
+        self.pairs.push((start, split, self.bytes.len()));
+    }
+
+    /// Pairs in the batch.
+    pub(crate) fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// True when the batch holds no pair (the range is exhausted).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// Pair `i`: (index key, primary key).
+    pub(crate) fn get(&self, i: usize) -> (&[u8], &[u8]) {
+        let (start, split, end) = self.pairs[i];
+        let pk = &self.bytes[split..end];
+        (if split == start { pk } else { &self.bytes[start..split] }, pk)
     }
 }
 
@@ -136,23 +187,24 @@ impl KeyRange {
         me: u64,
         max: usize,
         serial: Serial<'_>,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        out: &mut KeyBatch,
+    ) -> Result<()> {
+        out.clear();
         if self.done {
-            return Ok(out);
+            return Ok(());
         }
         let leaf_end: RefCell<Option<Vec<u8>>> = RefCell::new(None);
         let mut stopped = false;
         self.walk(table, Some(me), Some((serial, &leaf_end)), |ik, pk, _| {
-            out.push((ik.to_vec(), pk.to_vec()));
+            out.push(ik, pk);
             stopped = out.len() >= max && leaf_end.borrow().as_deref() == Some(ik);
             Ok(!stopped)
         })?;
-        match out.last() {
-            Some((k, _)) if stopped => self.from = Bound::Excluded(k.clone()),
+        match out.len().checked_sub(1) {
+            Some(last) if stopped => self.from = Bound::Excluded(out.get(last).0.to_vec()),
             _ => self.done = true,
         }
-        Ok(out)
+        Ok(())
     }
 }
 

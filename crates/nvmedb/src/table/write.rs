@@ -13,18 +13,22 @@ use super::{files, LockedRow, RowId, Table, Value};
 use crate::buffer::mtr::{annotate_next_commit, take_annotation};
 use crate::error::{Error, Result};
 use crate::wal::engine::TxnOp;
+use smallvec::{smallvec, SmallVec};
 
 /// Attempts at a compensating step before the table is poisoned.
 const UNDO_ATTEMPTS: usize = 16;
 
 /// A compensating action that reverses one completed step of a multi-structure change.
-enum Undo {
+enum Undo<'a> {
     HeapDelete(RowId),
-    PrimaryDelete(Vec<u8>),
-    PrimaryInsert(Vec<u8>, RowId),
+    PrimaryDelete(&'a [u8]),
+    PrimaryInsert(&'a [u8], RowId),
     SecondaryDelete(usize, Vec<u8>),
     SecondaryInsert(usize, Vec<u8>, RowId),
 }
+
+/// The completed steps of one change, newest last (a few: no allocation for them).
+type Undos<'a> = SmallVec<[Undo<'a>; 4]>;
 
 impl Table {
     /// Validates and encodes a row for a change: `(row bytes, encoded primary key)`.
@@ -54,7 +58,7 @@ impl Table {
     /// the steps already done are reversed, so the table is as before.
     pub fn insert(&self, row: &[Value]) -> Result<()> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, Some(row), |txn, log, rec| {
+        self.auto_commit(&pk, Some(row), true, |txn, log, rec| {
             self.insert_locked(txn, log, rec, row, &pk, &bytes, false)
         })
     }
@@ -73,15 +77,14 @@ impl Table {
         absent: bool,
     ) -> Result<()> {
         let s = &self.inner.schema;
-        let pk = pk.to_vec();
-        if !absent && self.rid_for(&pk)?.is_some() {
+        if !absent && self.rid_for(pk)?.is_some() {
             return Err(Error::AlreadyExists(format!(
                 "table `{}`: primary key {:?}",
                 self.inner.name, row[s.primary_key]
             )));
         }
         for n in 0..s.indexes.len() {
-            self.check_unique(n, &row[s.indexes[n].column], &pk)?;
+            self.check_unique(n, &row[s.indexes[n].column], pk)?;
         }
         let table = self.inner.id;
         let rid = self.inner.heap.insert_annotated(bytes, &mut |rid| {
@@ -89,7 +92,7 @@ impl Table {
             let op = TxnOp {
                 txn,
                 table,
-                pk: pk.clone(),
+                pk: pk.to_vec(),
                 rid,
                 before: None,
                 // Undo of an insert needs the row only to find the secondary entries it made
@@ -99,13 +102,13 @@ impl Table {
             };
             Self::record_op(log, rec, op);
         })?;
-        let mut undo = vec![Undo::HeapDelete(rid)];
-        if let Err(e) = self.inner.primary.insert(&pk, &rid.to_bytes()) {
+        let mut undo: Undos<'_> = smallvec![Undo::HeapDelete(rid)];
+        if let Err(e) = self.inner.primary.insert(pk, &rid.to_bytes()) {
             return Err(self.roll_back(undo, e));
         }
-        undo.push(Undo::PrimaryDelete(pk.clone()));
+        undo.push(Undo::PrimaryDelete(pk));
         for (n, (ix, tree)) in s.indexes.iter().zip(&self.inner.secondaries).enumerate() {
-            let k = s.secondary_key_bytes(ix.column, &row[ix.column], &pk);
+            let k = s.secondary_key_bytes(ix.column, &row[ix.column], pk);
             if let Err(e) = tree.insert(&k, &rid.to_bytes()) {
                 return Err(self.roll_back(undo, e));
             }
@@ -118,13 +121,13 @@ impl Table {
     /// error the steps already done are reversed.
     pub fn update(&self, row: &[Value]) -> Result<bool> {
         let (bytes, pk) = self.prepare_row(row)?;
-        self.auto_commit(&pk, Some(row), |txn, log, rec| {
-            self.update_locked(txn, log, rec, row, &pk, &bytes, None)
+        self.auto_commit(&pk, Some(row), false, |txn, log, rec| {
+            self.update_locked(txn, log, rec, row, &pk, bytes, None)
         })
     }
 
-    /// `known`: the row as its writer read it under the key's exclusive lock (not looked for
-    /// again).
+    /// `bytes`: the row encoded (it becomes the undo record's row after). `known`: the row as
+    /// its writer read it under the key's exclusive lock (not looked for again).
     #[allow(clippy::too_many_arguments)]
     fn update_locked(
         &self,
@@ -133,7 +136,7 @@ impl Table {
         rec: &mut Option<TxnOp>,
         row: &[Value],
         pk: &[u8],
-        bytes: &[u8],
+        bytes: Vec<u8>,
         known: Option<&LockedRow>,
     ) -> Result<bool> {
         let s = &self.inner.schema;
@@ -153,13 +156,15 @@ impl Table {
             pk: pk.to_vec(),
             rid: u64::from_le_bytes(rid.to_bytes()),
             before: Some(old_row),
-            after: Some(bytes.to_vec()),
+            after: Some(bytes),
             patch: None,
         };
         Self::record_op(log, rec, op);
+        let op = rec.as_ref().expect("the update's undo record was just kept");
+        let bytes = op.after.as_deref().expect("an update's undo record has its row after");
         // 1. New secondary entries first (pointing at the current row), so a failure later
         //    only has to remove them.
-        let mut undo = Vec::new();
+        let mut undo = Undos::new();
         let mut changed = Vec::new();
         for (n, ((ix, tree), old)) in
             s.indexes.iter().zip(&self.inner.secondaries).zip(&old_values).enumerate()
@@ -182,7 +187,7 @@ impl Table {
                     table: self.inner.id,
                     pk: pk.to_vec(),
                     rid: u64::from_le_bytes(new.to_bytes()),
-                    before: rec.as_ref().and_then(|r| r.before.clone()),
+                    before: op.before.clone(),
                     after: Some(bytes.to_vec()),
                     patch: None,
                 };
@@ -240,7 +245,7 @@ impl Table {
     pub fn delete(&self, key: &Value) -> Result<bool> {
         self.check_poisoned()?;
         let pk = self.pk_bytes(key)?;
-        self.auto_commit(&pk, None, |txn, log, rec| self.delete_locked(txn, log, rec, &pk, None))
+        self.auto_commit(&pk, None, false, |txn, log, rec| self.delete_locked(txn, log, rec, &pk, None))
     }
 
     fn delete_locked(
@@ -252,8 +257,7 @@ impl Table {
         known: Option<&LockedRow>,
     ) -> Result<bool> {
         let s = &self.inner.schema;
-        let pk = pk.to_vec();
-        let Some((rid, old_row)) = self.located(&pk, known)? else { return Ok(false) };
+        let Some((rid, old_row)) = self.located(pk, known)? else { return Ok(false) };
         let old_values: Vec<Value> = {
             let v = self.view(&old_row);
             s.indexes.iter().map(|ix| v.try_value(ix.column)).collect::<Result<_>>()?
@@ -262,25 +266,25 @@ impl Table {
         let op = TxnOp {
             txn,
             table: self.inner.id,
-            pk: pk.clone(),
+            pk: pk.to_vec(),
             rid: rid_bytes,
             before: Some(old_row),
             after: None,
             patch: None,
         };
         Self::record_op(log, rec, op);
-        let mut undo = Vec::new();
+        let mut undo = Undos::new();
         for (n, (tree, old)) in self.inner.secondaries.iter().zip(&old_values).enumerate() {
-            let k = s.secondary_key_bytes(s.indexes[n].column, old, &pk);
+            let k = s.secondary_key_bytes(s.indexes[n].column, old, pk);
             if let Err(e) = tree.delete(&k) {
                 return Err(self.roll_back(undo, e));
             }
             undo.push(Undo::SecondaryInsert(n, k, rid));
         }
-        if let Err(e) = self.inner.primary.delete(&pk) {
+        if let Err(e) = self.inner.primary.delete(pk) {
             return Err(self.roll_back(undo, e));
         }
-        undo.push(Undo::PrimaryInsert(pk.clone(), rid));
+        undo.push(Undo::PrimaryInsert(pk, rid));
         match self.inner.heap.delete(rid, |_| {}) {
             Ok(true) => Ok(true),
             Ok(false) => Err(self.roll_back(undo, self.dangling(rid))),
@@ -316,7 +320,7 @@ impl Table {
     ) -> Result<(bool, Option<TxnOp>)> {
         let (bytes, pk) = self.prepare_row(row)?;
         self.lock_unique_values(txn, row)?;
-        self.in_txn(txn, &pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, &bytes, known))
+        self.in_txn(txn, &pk, |txn, log, rec| self.update_locked(txn, log, rec, row, &pk, bytes, known))
     }
 
     /// Explicit-transaction delete; `known` as for [`Table::txn_update`].
@@ -341,7 +345,7 @@ impl Table {
         }
     }
 
-    fn apply_undo(&self, u: &Undo) -> Result<()> {
+    fn apply_undo(&self, u: &Undo<'_>) -> Result<()> {
         let i = &self.inner;
         match u {
             Undo::HeapDelete(rid) => i.heap.delete(*rid, |_| {}).map(|_| ()),
@@ -354,7 +358,7 @@ impl Table {
 
     /// Reverses completed steps (newest first) after `err`, retrying each a bounded number of
     /// times; if one cannot be reversed the table is poisoned. Returns `err` either way.
-    fn roll_back(&self, undo: Vec<Undo>, err: Error) -> Error {
+    fn roll_back(&self, undo: Undos<'_>, err: Error) -> Error {
         for u in undo.iter().rev() {
             if !(0..UNDO_ATTEMPTS).any(|_| self.apply_undo(u).is_ok()) {
                 let why = format!("a failed change could not be reversed after: {err}; reopen the database");

@@ -60,6 +60,7 @@ mod stats;
 mod tests;
 
 pub use crate::ids::{LockKey, LockMode, TxnId};
+pub(crate) use lock::MixHasher;
 pub use lock::{LockManager, LockOutcome};
 pub(crate) use lock_range::RangeCover;
 pub use options::{LockOptions, VictimPolicy};

@@ -188,6 +188,30 @@ impl PendingWriters {
         }
     }
 
+    /// [`PendingWriters::leave`] for every key of `keys` (table id, encoded primary key), each
+    /// shard's mutex taken once for all its keys: a transaction's commit or rollback. Sorts
+    /// `keys` by shard.
+    pub fn leave_all(&self, keys: &mut [(u32, Vec<u8>)], commit_lsn: u64) {
+        if commit_lsn > 0 {
+            // Every key's LSN first: a reader that sees any of the changes finds it.
+            for (table, pk) in keys.iter() {
+                self.released[Self::stripe(*table, pk)].fetch_max(commit_lsn, Ordering::SeqCst);
+            }
+        }
+        keys.sort_unstable_by_key(|(table, _)| Self::shard(*table));
+        for group in keys.chunk_by(|a, b| Self::shard(a.0) == Self::shard(b.0)) {
+            let sh = Self::shard(group[0].0);
+            let mut shard = self.images[sh].locked();
+            for (table, pk) in group {
+                shard.table_mut(*table).remove(&pk[..]).expect("a key left was entered");
+                let s = Self::stripe(*table, pk);
+                let prev = self.stripes[s].fetch_add(LEAVE, Ordering::SeqCst);
+                debug_assert!(prev & ACTIVE_MASK > 0, "leaving stripe {s} nobody is inside");
+            }
+            self.in_flight[sh].fetch_sub(group.len(), Ordering::SeqCst);
+        }
+    }
+
     /// The last committed state of key `pk` of table `table` (in stripe `stripe`) if another
     /// transaction than `me` has it in flight: `Some(None)` for a committed absence. `None`
     /// when no other writer has the key in flight: then the pages hold its committed state
@@ -339,6 +363,27 @@ mod tests {
         p.enter(9, k, 7, None);
         assert_eq!(p.before_image(s, 9, k, None), Some(None), "an insert in flight: absent");
         p.leave(9, k, 0);
+    }
+
+    #[test]
+    fn leave_all_leaves_every_key_of_every_table_and_records_the_commit_lsn() {
+        let p = PendingWriters::new();
+        let k = |i: i64| i.to_be_bytes().to_vec();
+        let mut keys = Vec::new();
+        for (table, i) in [(1, 5), (2, 5), (1 + IMAGE_SHARDS as u32, 5), (1, 9), (3, 1)] {
+            p.enter(table, &k(i), 7, Some(Arc::from(&b"old"[..])));
+            keys.push((table, k(i)));
+        }
+        let before: Vec<u64> = keys.iter().map(|(t, pk)| p.load(PendingWriters::stripe(*t, pk))).collect();
+        p.leave_all(&mut keys, 42);
+        for (t, pk) in &keys {
+            let s = PendingWriters::stripe(*t, pk);
+            assert!(PendingWriters::idle(p.load(s)), "table {t} key {pk:?} left");
+            assert_eq!(p.before_image(s, *t, pk, None), None);
+            assert_eq!(p.released(s), 42);
+        }
+        assert!(before.iter().all(|v| !PendingWriters::idle(*v)));
+        assert!(!p.any_in_flight(1) && !p.any_in_flight(2) && !p.any_in_flight(3));
     }
 
     #[test]

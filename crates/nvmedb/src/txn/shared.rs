@@ -253,19 +253,29 @@ impl TxnShared {
     /// 2. the key's committed state read by `before` under that lock, published as its
     ///    before-image ([`PendingWriters::enter`]) before any page changes, so lock-free
     ///    readers see it instead of waiting;
-    /// 3. `body(txn, logged)` under the guard `physical()` returns (the table's physical key
+    /// 3. `check(txn, before)`, the insert-intention check of the index entries the change
+    ///    makes (see `txn::lock_range`; `before`: the key's committed row): waits for the
+    ///    serializable scans whose range locks hold them;
+    /// 4. `body(txn, logged)` under the guard `physical()` returns (the table's physical key
     ///    lock); its undo information rides in the first page change it logs;
-    /// 4. with a log, the commit record (or, when `body` failed after logging, an abort record:
-    ///    the change was reversed step by step); then the key leaves the pending writers and
-    ///    the locks go; then, with early lock release, the wait for the commit's flush.
+    /// 5. `check` again, the guard released and the key still in flight (a scan that read the
+    ///    leaves between the first check and the change); if that wait fails (a deadlock with
+    ///    the scan, or the lock timeout), `undo` reverses the change from its undo record, as
+    ///    a transaction's rollback does;
+    /// 6. with a log, the commit record (or, when `body` failed after logging or the change
+    ///    was undone, an abort record); then the key leaves the pending writers and the locks
+    ///    go; then, with early lock release, the wait for the commit's flush.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn auto_commit<R, G>(
         &self,
         table: u32,
         pk: &[u8],
         lock_more: impl FnOnce(u64) -> Result<()>,
         before: impl FnOnce() -> Result<super::pending::BeforeImage>,
+        check: impl Fn(u64, Option<&[u8]>) -> Result<()>,
         physical: impl FnOnce() -> G,
         body: impl FnOnce(u64, bool, &mut Option<TxnOp>) -> Result<R>,
+        undo: impl FnOnce(&TxnOp) -> Result<()>,
     ) -> Result<R> {
         self.check_writable("a change")?;
         self.checkpoint_if_wanted();
@@ -285,31 +295,34 @@ impl TxnShared {
                 return Err(e);
             }
         };
+        let committed = before.clone();
         self.pending.enter(table, pk, txn, before);
         let mut flush = None;
         let mut logged_at = None;
-        let result = {
-            let _k = physical();
-            let mut rec = None;
-            let r = body(txn, self.log.is_some(), &mut rec);
-            // An annotation still pending means the change logged nothing.
-            let logged = take_annotation().is_none();
-            match (&self.log, r, logged) {
-                (Some(log), Ok(v), true) => {
-                    logged_at = Some(std::time::Instant::now());
-                    self.log_commit(log, txn).map(|lsn| {
-                        flush = Some(lsn);
-                        v
-                    })
-                }
-                (Some(log), Err(e), true) => {
-                    let _ = log.abort(txn);
-                    Err(e)
-                }
-                (_, r, _) => {
-                    self.forget(txn);
-                    r
-                }
+        let result = match check(txn, committed.as_deref()) {
+            Err(e) => {
+                self.forget(txn);
+                Err(e)
+            }
+            Ok(()) => {
+                let mut rec = None;
+                let (r, logged) = {
+                    let _k = physical();
+                    let r = body(txn, self.log.is_some(), &mut rec);
+                    // An annotation still pending means the change logged nothing.
+                    (r, take_annotation().is_none())
+                };
+                let r = match r {
+                    Ok(v) => match check(txn, committed.as_deref()) {
+                        Ok(()) => Ok(v),
+                        Err(e) => Err(match rec.as_ref().map(undo) {
+                            Some(Err(u)) => u,
+                            _ => e,
+                        }),
+                    },
+                    Err(e) => Err(e),
+                };
+                self.finish_auto_commit(txn, r, logged, &mut flush, &mut logged_at)
             }
         };
         // Committed (its record logged) or reversed: lock-free readers see the pages again.
@@ -321,5 +334,34 @@ impl TxnShared {
         };
         self.counters.ended(r.is_ok(), logged_at);
         r
+    }
+
+    /// The end of an auto-commit change with result `r` (`logged`: it logged page changes):
+    /// its commit record (`flush`: the LSN to wait for), or its abort record, or nothing.
+    fn finish_auto_commit<R>(
+        &self,
+        txn: u64,
+        r: Result<R>,
+        logged: bool,
+        flush: &mut Option<Lsn>,
+        logged_at: &mut Option<std::time::Instant>,
+    ) -> Result<R> {
+        match (&self.log, r, logged) {
+            (Some(log), Ok(v), true) => {
+                *logged_at = Some(std::time::Instant::now());
+                self.log_commit(log, txn).map(|lsn| {
+                    *flush = Some(lsn);
+                    v
+                })
+            }
+            (Some(log), Err(e), true) => {
+                let _ = log.abort(txn);
+                Err(e)
+            }
+            (_, r, _) => {
+                self.forget(txn);
+                r
+            }
+        }
     }
 }
