@@ -13,7 +13,7 @@
 
 mod client;
 mod report;
-mod servers;
+pub(crate) mod servers;
 
 pub use client::{Mode, Workload};
 pub use servers::{PgBins, INSTALL_HINT};
@@ -562,7 +562,7 @@ fn load(
 /// Sizes the buffers of `spec`. nvmedb keeps every index page cached (its default), so its
 /// memory is its table buffer plus its index data; PostgreSQL's shared_buffers gets exactly
 /// that. nvmedb's index buffer limit leaves room for the history table's index to grow.
-fn size_buffers(spec: BufferSpec, loads: &[Load]) -> BufferPoint {
+pub(crate) fn size_buffers(spec: BufferSpec, loads: &[Load]) -> BufferPoint {
     let (heap, idx, pg) = (loads[0].data_bytes, loads[0].index_bytes, loads[1].data_bytes);
     let table = match spec {
         BufferSpec::Memory => heap.max(pg) * 3 / 2 + (32 << 20),
