@@ -20,16 +20,16 @@ mod report;
 
 pub use client::{parse_kit, parse_sysbench, Measured, Sysbench, TpccKit, CLIENTS_HINT, TPCC_KIT};
 
-use super::pgbench::servers::{page_cache_bytes, Nvmedb, PgBins, Postgres, RunAs, Scratch};
+use super::pgbench::servers::{
+    loaded_bytes, page_cache_bytes, with_tail, Nvmedb, PgBins, Postgres, RunAs, Scratch,
+};
 use super::pgbench::{size_buffers, BufferPoint, BufferSpec, Load, Server};
 use crate::error::{LabError, Result};
 use crate::experiment::{self, Experiment, RunEnv, Summary};
-use crate::files::dir_bytes;
 use crate::measure::{progress, Spread};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 /// The workloads: sysbench's OLTP scripts by name, and the kit.
 pub const WORKLOADS: [&str; 5] =
@@ -370,14 +370,7 @@ impl<'a> Servers<'a> {
 
     /// Adds the server's last lines of output to a failed client's error.
     fn with_log(&self, e: LabError, server: Server) -> LabError {
-        let tail = if server == Server::Nvmedb { self.nv.tail() } else { self.pg.tail() };
-        match e {
-            LabError::Tool { tool, detail } => LabError::Tool {
-                tool,
-                detail: format!("{detail}\n{}'s last output:\n{tail}", server.label()),
-            },
-            other => other,
-        }
+        with_tail(e, server.label(), if server == Server::Nvmedb { self.nv.tail() } else { self.pg.tail() })
     }
 
     /// One measured run of `workload` against `server`, with the server's CPU time across it;
@@ -395,18 +388,7 @@ impl<'a> Servers<'a> {
             self.sysbench(server).run(workload, cfg.threads, cfg.secs)
         }
         .map_err(|e| self.with_log(e, server))?;
-        // PostgreSQL's backends' CPU time reaches the postmaster's count when it has reaped
-        // them, after the client disconnects: read until they are gone and the count is still.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut cpu1 = cpu();
-        while server == Server::Postgres && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-            let next = cpu();
-            if next == cpu1 && next.1 <= live0 {
-                break;
-            }
-            cpu1 = next;
-        }
+        let cpu1 = if server == Server::Postgres { self.pg.cpu_ns_after(live0) } else { cpu() };
         if m.transactions == 0 {
             return Err(LabError::Inconsistent {
                 what: format!("{workload} against {}", server.label()),
@@ -475,25 +457,7 @@ fn load(
         spinner.inc(1);
     }
     spinner.finish_and_clear();
-    let (mut heap, mut idx) = (0, 0);
-    for e in std::fs::read_dir(nvdata).map_err(LabError::io(nvdata, "list"))?.filter_map(|e| e.ok()) {
-        let name = e.file_name().to_string_lossy().to_string();
-        let len = e.metadata().map_err(LabError::io(e.path(), "stat"))?.len();
-        if nvmedb::table::files::is_heap_file(&name) {
-            heap += len;
-        } else if nvmedb::table::files::is_index_file(&name) {
-            idx += len;
-        }
-    }
-    let pg_bytes = dir_bytes(&pgdata.join("base"))?;
-    if heap == 0 || idx == 0 || pg_bytes == 0 {
-        return Err(LabError::Inconsistent {
-            what: "the loaded data".into(),
-            detail: format!(
-                "nvmedb heap {heap} B, index {idx} B, PostgreSQL base/ {pg_bytes} B: one is empty"
-            ),
-        });
-    }
+    let (heap, idx, pg_bytes) = loaded_bytes(nvdata, pgdata)?;
     env.note(format!(
         "loaded: nvmedb in {:.1} s ({:.1} MiB tables + {:.1} MiB indexes), PostgreSQL in {:.1} s ({:.1} MiB tables and indexes)",
         secs[0],
