@@ -99,17 +99,7 @@ impl ClientsConfig {
     }
 
     fn buffer_specs(&self) -> Result<Vec<BufferSpec>> {
-        self.buffers
-            .iter()
-            .map(|b| {
-                BufferSpec::parse(b).ok_or_else(|| {
-                    LabError::config(
-                        "--buffers",
-                        format!("`{b}`: expected memory or a percentage in (0, 100]"),
-                    )
-                })
-            })
-            .collect()
+        BufferSpec::parse_list(&self.buffers)
     }
 
     fn runs_sysbench(&self) -> bool {

@@ -64,6 +64,21 @@ impl BufferSpec {
         (p > 0.0 && p <= 100.0).then_some(Self::Percent(p))
     }
 
+    /// Parses every configuration of `--buffers`; the error names the first that is not one.
+    pub fn parse_list(buffers: &[String]) -> Result<Vec<Self>> {
+        buffers
+            .iter()
+            .map(|b| {
+                Self::parse(b).ok_or_else(|| {
+                    LabError::config(
+                        "--buffers",
+                        format!("`{b}`: expected memory or a percentage in (0, 100]"),
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// `in memory` or `5 % buffer`.
     pub fn label(self) -> String {
         match self {
@@ -136,17 +151,7 @@ impl Default for PgbenchConfig {
 
 impl PgbenchConfig {
     fn buffer_specs(&self) -> Result<Vec<BufferSpec>> {
-        self.buffers
-            .iter()
-            .map(|b| {
-                BufferSpec::parse(b).ok_or_else(|| {
-                    LabError::config(
-                        "--buffers",
-                        format!("`{b}`: expected memory or a percentage in (0, 100]"),
-                    )
-                })
-            })
-            .collect()
+        BufferSpec::parse_list(&self.buffers)
     }
 
     fn workload_list(&self) -> Result<Vec<Workload>> {
