@@ -141,6 +141,9 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
     };
     let (mut n, mut inserted) = (0, 0);
     let mut ret = Vec::new();
+    // DO UPDATE: the primary keys of the rows this statement inserted or updated; a proposed
+    // row that conflicts with one of them is refused (21000), as PostgreSQL does.
+    let mut touched = std::collections::HashSet::new();
     for vals in rows {
         let mut row = vec![Datum::Null; t.columns.len()];
         if t.hidden_rowid {
@@ -161,12 +164,15 @@ pub fn insert(cx: &mut ExecCtx<'_>, p: &InsertPlan) -> SqlResult<(u64, Vec<Row>)
                 tx(cx)?.insert(&t.table, &values).map_err(|e| change_error(e, t, &row))?;
                 Upsert::Inserted
             }
-            Some(oc) => upsert(cx, t, oc, &p.checks, &row, &values)?,
+            Some(oc) => upsert(cx, t, oc, &p.checks, &row, &values, &touched)?,
         };
         match action {
             Upsert::Inserted => inserted += 1,
             Upsert::Skip => continue,
             Upsert::Updated(v) => values = v,
+        }
+        if p.on_conflict.as_ref().is_some_and(|oc| oc.update) {
+            touched.insert(values[t.pk].clone());
         }
         n += 1;
         if !p.returning.is_empty() {
@@ -253,7 +259,9 @@ fn conflicting_row(
 /// ON CONFLICT for the proposed `row` (`values` as the engine stores it): the conflicting row
 /// of an arbiter key is found and locked ([`conflicting_row`]); without one the row is
 /// inserted. An insert that meets a duplicate of an arbiter index (its writer committed after
-/// the look) looks again, under the value's lock its failed insert took.
+/// the look) looks again, under the value's lock its failed insert took. DO UPDATE of a row
+/// whose primary key is in `touched` (inserted or updated earlier by the same statement) is
+/// 21000.
 fn upsert(
     cx: &mut ExecCtx<'_>,
     t: &TableInfo,
@@ -261,6 +269,7 @@ fn upsert(
     checks: &[(String, crate::expr::Expr)],
     row: &[Datum],
     values: &[Value],
+    touched: &std::collections::HashSet<Value>,
 ) -> SqlResult<Upsert> {
     let mut attempt = 0;
     let old = loop {
@@ -285,6 +294,16 @@ fn upsert(
     };
     if !oc.update {
         return Ok(Upsert::Skip);
+    }
+    if touched.contains(&old[t.pk]) {
+        return Err(SqlError::new(
+            code::CARDINALITY_VIOLATION,
+            format!(
+                "ON CONFLICT DO UPDATE command cannot affect row a second time: a key of table \"{}\" is proposed twice",
+                t.name
+            ),
+        )
+        .with_detail("Ensure that no rows proposed for insertion within the same command have duplicate constrained values."));
     }
     // The existing row, then EXCLUDED.
     let mut pair: Row = old.iter().zip(&t.columns).map(|(v, c)| value_datum(v, c.ty)).collect();

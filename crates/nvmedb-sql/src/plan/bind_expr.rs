@@ -694,9 +694,17 @@ impl Binder<'_> {
         b: (Expr, SqlType),
     ) -> SqlResult<(Expr, SqlType)> {
         let ((a, at), (b, bt)) = (a, b);
-        // An untyped side takes the other side's type (parameters, string literals).
-        let (a, at) = self.assign_type(a, at, bt)?;
-        let (b, bt) = self.assign_type(b, bt, at)?;
+        // An untyped side takes the other side's type (parameters, string literals); beside
+        // `||` it is text, as PostgreSQL resolves `anynonarray || unknown` (`1 || 'a'`).
+        let (a, at, b, bt) = if op == BinOp::Concat {
+            let (a, at) = self.assign_type(a, at, SqlType::Text)?;
+            let (b, bt) = self.assign_type(b, bt, SqlType::Text)?;
+            (a, at, b, bt)
+        } else {
+            let (a, at) = self.assign_type(a, at, bt)?;
+            let (b, bt) = self.assign_type(b, bt, at)?;
+            (a, at, b, bt)
+        };
         let ty = match op {
             BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
                 let comparable = at == bt

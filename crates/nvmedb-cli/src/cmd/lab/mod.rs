@@ -8,6 +8,7 @@
 //! common: CommonArgs`, an `impl LabArgs`, and one arm in [`LabCommand`] and [`dispatch`] (and
 //! one line in `replot`). `lab report` writes the whole-lab page (`nvmedb_lab::page`).
 
+mod clients;
 mod commit;
 mod cost;
 mod engine;
@@ -108,6 +109,12 @@ pub enum LabCommand {
     /// the nvmedb/PostgreSQL ratio. Default scale 2 (a few minutes); `--scale 10` for the
     /// documented comparison.
     Pgbench(Box<pgbench::PgbenchArgs>),
+    /// sysbench oltp_point_select and oltp_read_write and a TPC-C kit (Python over psycopg2),
+    /// unchanged, against `nvmedb serve` and a private PostgreSQL 15 cluster, interleaved, at
+    /// equal durability and buffer memory, in memory and with a 5 % buffer: tps, tpmC, retries,
+    /// CPU per transaction and the nvmedb/PostgreSQL ratio; the kit's consistency check after
+    /// the runs. Default: a few minutes; `--full-scale W` for TPC-C's full scale.
+    Clients(Box<clients::ClientsArgs>),
     /// nvmedb vs RocksDB, LMDB and SQLite in the same run: in-memory point lookups, durable
     /// single-row updates at 1 and 20 threads beside fio's fdatasync rate, bulk-load time, and
     /// 1 %-cache lookups from 32 threads beside fio's random reads. Needs the `peers` cargo
@@ -134,6 +141,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
         LabCommand::Tier(a) => run(a.as_ref()),
         LabCommand::Cost(a) => run(a),
         LabCommand::Pgbench(a) => run(a.as_ref()),
+        LabCommand::Clients(a) => run(a.as_ref()),
         LabCommand::Peers(a) => peers::run(a),
         LabCommand::Ops(a) => run(a.as_ref()),
         LabCommand::Report { results, out } => report(results, out.as_deref()),
@@ -143,7 +151,7 @@ pub fn dispatch(command: &LabCommand) -> Result<(), CliError> {
 /// Redraws the report of the run in `dir`, whichever experiment it is.
 fn replot(dir: &Path) -> Result<(), CliError> {
     use nvmedb_lab::experiments::{
-        commit, cost, engine, ha, iobench, ops, pgbench, primitive, tier, tpch, xlog,
+        clients, commit, cost, engine, ha, iobench, ops, pgbench, primitive, tier, tpch, xlog,
     };
     let name = experiment::recorded_experiment(dir)?;
     let summary = match name.as_str() {
@@ -158,6 +166,7 @@ fn replot(dir: &Path) -> Result<(), CliError> {
         n if n == cost::Cost::NAME => experiment::replot::<cost::Cost>(dir)?,
         n if n == pgbench::PgbenchBench::NAME => experiment::replot::<pgbench::PgbenchBench>(dir)?,
         n if n == ops::Ops::NAME => experiment::replot::<ops::Ops>(dir)?,
+        n if n == clients::ClientsBench::NAME => experiment::replot::<clients::ClientsBench>(dir)?,
         #[cfg(feature = "peers")]
         n if n == nvmedb_lab::experiments::peers::PeersBench::NAME => {
             experiment::replot::<nvmedb_lab::experiments::peers::PeersBench>(dir)?
@@ -199,6 +208,7 @@ impl LabCommand {
             LabCommand::Tier(_) => "lab tier",
             LabCommand::Cost(_) => "lab cost",
             LabCommand::Pgbench(_) => "lab pgbench",
+            LabCommand::Clients(_) => "lab clients",
             LabCommand::Peers(_) => "lab peers",
             LabCommand::Ops(_) => "lab ops",
             LabCommand::Report { .. } => "lab report",
@@ -235,6 +245,7 @@ mod tests {
             "tier",
             "cost",
             "pgbench",
+            "clients",
             "peers",
         ] {
             let c = parse(&[name, "--results", "/tmp/r", "--no-progress"]);
@@ -262,9 +273,10 @@ mod tests {
                 let l = line.trim();
                 for flag in shared {
                     let field = l.strip_prefix(&format!("pub {flag}: "));
-                    // pgbench's `--buffers` are configurations of two servers (`memory`,
+                    // pgbench's and clients' `--buffers` are configurations of two servers (`memory`,
                     // `5%`), not the engine's list of percentages: its own flag.
-                    let own = path.ends_with("pgbench.rs") && flag == "buffers";
+                    let own =
+                        (path.ends_with("pgbench.rs") || path.ends_with("clients.rs")) && flag == "buffers";
                     let ok = own || field.is_none_or(|ty| ty.ends_with("Arg,"));
                     let named = l.contains(&format!("long = \"{flag}\""));
                     assert!(

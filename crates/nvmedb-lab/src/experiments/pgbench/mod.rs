@@ -13,20 +13,18 @@
 
 mod client;
 mod report;
-mod servers;
+pub(crate) mod servers;
 
 pub use client::{Mode, Workload};
 pub use servers::{PgBins, INSTALL_HINT};
 
 use crate::error::{LabError, Result};
 use crate::experiment::{self, Experiment, RunEnv, Summary};
-use crate::files::dir_bytes;
 use crate::measure::pgbench::Pgbench;
 use crate::measure::{progress, Spread};
 use serde::{Deserialize, Serialize};
 use servers::{page_cache_bytes, Nvmedb, Postgres, RunAs, Scratch};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// The two servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +62,21 @@ impl BufferSpec {
         }
         let p: f64 = s.trim_end_matches('%').trim().parse().ok()?;
         (p > 0.0 && p <= 100.0).then_some(Self::Percent(p))
+    }
+
+    /// Parses every configuration of `--buffers`; the error names the first that is not one.
+    pub fn parse_list(buffers: &[String]) -> Result<Vec<Self>> {
+        buffers
+            .iter()
+            .map(|b| {
+                Self::parse(b).ok_or_else(|| {
+                    LabError::config(
+                        "--buffers",
+                        format!("`{b}`: expected memory or a percentage in (0, 100]"),
+                    )
+                })
+            })
+            .collect()
     }
 
     /// `in memory` or `5 % buffer`.
@@ -138,17 +151,7 @@ impl Default for PgbenchConfig {
 
 impl PgbenchConfig {
     fn buffer_specs(&self) -> Result<Vec<BufferSpec>> {
-        self.buffers
-            .iter()
-            .map(|b| {
-                BufferSpec::parse(b).ok_or_else(|| {
-                    LabError::config(
-                        "--buffers",
-                        format!("`{b}`: expected memory or a percentage in (0, 100]"),
-                    )
-                })
-            })
-            .collect()
+        BufferSpec::parse_list(&self.buffers)
     }
 
     fn workload_list(&self) -> Result<Vec<Workload>> {
@@ -453,19 +456,7 @@ impl<'a> Servers<'a> {
             .client(server)
             .run(workload, mode, cfg.clients, cfg.threads, cfg.secs, cfg.max_tries)
             .map_err(|e| with_server_log(e, server, nv, pg))?;
-        // PostgreSQL's backends end after pgbench disconnects, and their CPU time reaches the
-        // postmaster's count only when it has reaped them (measured: up to half a second
-        // later): read until the backends are gone and the count is still for 100 ms.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut cpu1 = cpu();
-        while server == Server::Postgres && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-            let next = cpu();
-            if next == cpu1 && next.1 <= live0 {
-                break;
-            }
-            cpu1 = next;
-        }
+        let cpu1 = if server == Server::Postgres { pg.cpu_ns_after(live0) } else { cpu() };
         if r.parsed.tps <= 0.0 || r.parsed.transactions == 0 {
             return Err(LabError::Inconsistent {
                 what: format!("pgbench {} -M {} against {}", workload.name(), mode.name(), server.label()),
@@ -490,13 +481,7 @@ impl<'a> Servers<'a> {
 }
 
 fn with_server_log(e: LabError, server: Server, nv: &Nvmedb, pg: &Postgres) -> LabError {
-    let tail = if server == Server::Nvmedb { nv.tail() } else { pg.tail() };
-    match e {
-        LabError::Tool { tool, detail } => {
-            LabError::Tool { tool, detail: format!("{detail}\n{}'s last output:\n{tail}", server.label()) }
-        }
-        other => other,
-    }
+    servers::with_tail(e, server.label(), if server == Server::Nvmedb { nv.tail() } else { pg.tail() })
 }
 
 /// Buffers of the load: generous for both (pgbench data is about 16 MB per scale unit).
@@ -527,25 +512,7 @@ fn load(
     let pg_s = Pgbench { bin: &pgbench, port: pg.port, server: "PostgreSQL" }.init(cfg.scale)?;
     pg.stop()?;
     spinner.finish_and_clear();
-    let (mut heap, mut idx) = (0, 0);
-    for e in std::fs::read_dir(nvdata).map_err(LabError::io(nvdata, "list"))?.filter_map(|e| e.ok()) {
-        let name = e.file_name().to_string_lossy().to_string();
-        let len = e.metadata().map_err(LabError::io(e.path(), "stat"))?.len();
-        if nvmedb::table::files::is_heap_file(&name) {
-            heap += len;
-        } else if nvmedb::table::files::is_index_file(&name) {
-            idx += len;
-        }
-    }
-    let pg_bytes = dir_bytes(&pgdata.join("base"))?;
-    if heap == 0 || idx == 0 || pg_bytes == 0 {
-        return Err(LabError::Inconsistent {
-            what: "the loaded data".into(),
-            detail: format!(
-                "nvmedb heap {heap} B, index {idx} B, PostgreSQL base/ {pg_bytes} B: one is empty"
-            ),
-        });
-    }
+    let (heap, idx, pg_bytes) = servers::loaded_bytes(nvdata, pgdata)?;
     env.note(format!(
         "loaded scale {}: nvmedb in {nv_s:.1} s ({:.1} MiB tables + {:.1} MiB indexes), PostgreSQL in {pg_s:.1} s ({:.1} MiB tables and indexes)",
         cfg.scale,
@@ -562,7 +529,7 @@ fn load(
 /// Sizes the buffers of `spec`. nvmedb keeps every index page cached (its default), so its
 /// memory is its table buffer plus its index data; PostgreSQL's shared_buffers gets exactly
 /// that. nvmedb's index buffer limit leaves room for the history table's index to grow.
-fn size_buffers(spec: BufferSpec, loads: &[Load]) -> BufferPoint {
+pub(crate) fn size_buffers(spec: BufferSpec, loads: &[Load]) -> BufferPoint {
     let (heap, idx, pg) = (loads[0].data_bytes, loads[0].index_bytes, loads[1].data_bytes);
     let table = match spec {
         BufferSpec::Memory => heap.max(pg) * 3 / 2 + (32 << 20),

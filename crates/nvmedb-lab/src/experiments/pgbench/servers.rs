@@ -3,20 +3,23 @@
 //!
 //! Owns: finding PostgreSQL's programs ([`PgBins`]), running them as the `postgres` user when the
 //! lab runs as root (PostgreSQL refuses root), `initdb`, starting and stopping both servers
-//! ([`Postgres`], [`Nvmedb`]), their CPU clocks, how much of their files the OS page cache
-//! holds ([`page_cache_bytes`]), and [`Scratch`], the directory that holds both
-//! data directories. Invariants: a server is reported started only once it has said it accepts
+//! ([`Postgres`], [`Nvmedb`]), their CPU clocks ([`Postgres::cpu_ns_after`] waits for ended
+//! backends to be counted), their loaded data ([`loaded_bytes`]), how much of their files the
+//! OS page cache holds ([`page_cache_bytes`]), a client's error with a server's last output
+//! ([`with_tail`]), and [`Scratch`], the directory that holds both data directories. Invariants: a server is reported started only once it has said it accepts
 //! connections (`measure::process`: its output is drained, its last lines kept for error
 //! messages); a server dropped without a clean stop is shut down
 //! immediately (PostgreSQL) or killed (nvmedb), and [`Scratch`] deletes its directory when
 //! dropped, so a failed run leaves no process and no data behind.
 
 use crate::error::{LabError, Result};
+use crate::files::dir_bytes;
 use crate::measure::process::{free_port, ChildProcess};
 use crate::measure::{pid_cpu_ns, tree_cpu_ns};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// How to install what is missing (Debian 12 packages).
 pub const INSTALL_HINT: &str =
@@ -276,6 +279,24 @@ impl Postgres {
         tree_cpu_ns(self.process.pid()).unwrap_or((0, 0))
     }
 
+    /// [`Postgres::cpu_ns`] after a client that started with `live_before` processes running
+    /// disconnected. Backends' CPU time reaches the postmaster's count only when it has reaped
+    /// them (measured: up to half a second later): read until the backends are gone and the
+    /// count is still for 100 ms (at most 5 s).
+    pub fn cpu_ns_after(&self, live_before: usize) -> (u64, usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut cpu = self.cpu_ns();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            let next = self.cpu_ns();
+            if next == cpu && next.1 <= live_before {
+                break;
+            }
+            cpu = next;
+        }
+        cpu
+    }
+
     /// Fast shutdown (SIGINT: connections end, a checkpoint is written).
     pub fn stop(self) -> Result<()> {
         self.process.stop(libc::SIGINT)
@@ -329,5 +350,40 @@ impl Nvmedb {
     /// Its last lines of output (for an error message).
     pub fn tail(&self) -> String {
         self.process.tail()
+    }
+}
+
+/// The loaded data of both servers: nvmedb's heap files, its index files, PostgreSQL's `base/`
+/// (tables and indexes), bytes; an error when one is empty.
+pub fn loaded_bytes(nvdata: &Path, pgdata: &Path) -> Result<(u64, u64, u64)> {
+    let (mut heap, mut idx) = (0, 0);
+    for e in std::fs::read_dir(nvdata).map_err(LabError::io(nvdata, "list"))?.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().to_string();
+        let len = e.metadata().map_err(LabError::io(e.path(), "stat"))?.len();
+        if nvmedb::table::files::is_heap_file(&name) {
+            heap += len;
+        } else if nvmedb::table::files::is_index_file(&name) {
+            idx += len;
+        }
+    }
+    let pg_bytes = dir_bytes(&pgdata.join("base"))?;
+    if heap == 0 || idx == 0 || pg_bytes == 0 {
+        return Err(LabError::Inconsistent {
+            what: "the loaded data".into(),
+            detail: format!(
+                "nvmedb heap {heap} B, index {idx} B, PostgreSQL base/ {pg_bytes} B: one is empty"
+            ),
+        });
+    }
+    Ok((heap, idx, pg_bytes))
+}
+
+/// A client's error `e` with the last output of the server (`label`) it ran against.
+pub fn with_tail(e: LabError, label: &str, tail: String) -> LabError {
+    match e {
+        LabError::Tool { tool, detail } => {
+            LabError::Tool { tool, detail: format!("{detail}\n{label}'s last output:\n{tail}") }
+        }
+        other => other,
     }
 }
