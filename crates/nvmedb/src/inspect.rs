@@ -149,111 +149,120 @@ pub fn describe_page(
         h.page_type, h.file_id, h.page_no, h.lsn
     );
     match h.page_type {
-        PageType::Heap => {
-            if let Err(e) = slotted::check(&buf) {
-                // A damaged slot directory: its sizes and rows cannot be trusted.
-                let _ = writeln!(out, "  slots {}, layout {e}", slotted::slot_count(&buf));
-                return Ok(out);
-            }
-            let live: Vec<usize> = slotted::live_slots(&buf).collect();
-            let _ = writeln!(
-                out,
-                "  slots {}, live rows {}, free {} B, layout ok",
-                slotted::slot_count(&buf),
-                live.len(),
-                slotted::free_space(&buf),
-            );
-            for &slot in live.iter().take(8) {
-                let row = slotted::get(&buf, slot).unwrap_or_default();
-                match schema {
-                    Some(s) => {
-                        let v = RowView::new(s, row);
-                        let vals: Vec<String> = (0..s.columns.len())
-                            .map(|c| match v.try_value(c) {
-                                Ok(crate::Value::Bytes(b)) => format!(
-                                    "'{}'",
-                                    String::from_utf8_lossy(&b[..b.len().min(24)]).trim_end_matches('\0')
-                                ),
-                                Ok(other) => other.to_string(),
-                                Err(e) => format!("<{e}>"),
-                            })
-                            .collect();
-                        let _ = writeln!(out, "    slot {slot}: ({})", vals.join(", "));
-                    }
-                    None => {
-                        let _ = writeln!(out, "    slot {slot}: {} B {}", row.len(), hex(row));
-                    }
-                }
-            }
-            if live.len() > 8 {
-                let _ = writeln!(out, "    … {} more rows", live.len() - 8);
-            }
-        }
-        PageType::Overflow => {
-            // A page of a row larger than a slotted page: shown field by field (the row is
-            // decoded from its first page only by a read, which follows the chain).
-            use crate::page::overflow;
-            match overflow::check(&buf) {
-                Err(e) => {
-                    let _ = writeln!(out, "  overflow page, layout {e}");
-                }
-                Ok(()) => {
-                    let next = overflow::next(&buf);
-                    let next = if next == overflow::NO_PAGE { "none".to_string() } else { next.to_string() };
-                    let chunk = overflow::chunk(&buf).unwrap_or_default();
-                    let _ = match overflow::state(&buf) {
-                        Some(overflow::State::First) => writeln!(
-                            out,
-                            "  overflow row of {} B starts here (row id slot {}), {} B in this page, next page {next}",
-                            overflow::total_len(&buf),
-                            crate::table::heap::OVERFLOW_SLOT,
-                            chunk.len()
-                        ),
-                        Some(overflow::State::Next) => {
-                            writeln!(out, "  overflow row continued: {} B, next page {next}", chunk.len())
-                        }
-                        _ => writeln!(out, "  overflow page, free"),
-                    };
-                }
-            }
-        }
-        PageType::BtreeLeaf | PageType::BtreeInner => {
-            // A damaged node is shown without trusting it: sizes and entries only where they
-            // lie inside the page.
-            let n = node::count(&buf);
-            let leaf = node::is_leaf(&buf);
-            let link = node::link(&buf);
-            let link = if link == node::NO_PAGE { "none".to_string() } else { link.to_string() };
-            let layout = node::check(&buf);
-            let free = match layout {
-                Ok(()) => format!("{} B", node::free_space(&buf)),
-                Err(_) => "unknown".into(),
-            };
-            let _ = writeln!(
-                out,
-                "  level {}, {} entries, free {free}, {} {link}, layout {}",
-                node::level(&buf),
-                n,
-                if leaf { "right sibling" } else { "leftmost child" },
-                layout.err().unwrap_or_else(|| "ok".into())
-            );
-            for i in (0..n).take(6).chain(n.saturating_sub(2).max(6)..n) {
-                let Some((k, v)) = node::entry_checked(&buf, i) else {
-                    let _ = writeln!(out, "    [{i}] (outside the page)");
-                    continue;
-                };
-                let val = match (leaf, v.get(..8)) {
-                    (false, Some(c)) if v.len() == 8 => {
-                        format!("child {}", u64::from_le_bytes(c.try_into().expect("8 bytes")))
-                    }
-                    _ => hex(v),
-                };
-                let _ = writeln!(out, "    [{i}] key {} -> {val}", hex(k));
-            }
-        }
+        PageType::Heap => describe_heap_page(&mut out, &buf, schema),
+        PageType::Overflow => describe_overflow_page(&mut out, &buf),
+        PageType::BtreeLeaf | PageType::BtreeInner => describe_node(&mut out, &buf),
         PageType::Meta => {}
     }
     Ok(out)
+}
+
+/// The slot directory and the first rows of a heap page (decoded with `schema` when given).
+fn describe_heap_page(out: &mut String, buf: &[u8], schema: Option<&Schema>) {
+    if let Err(e) = slotted::check(buf) {
+        // A damaged slot directory: its sizes and rows cannot be trusted.
+        let _ = writeln!(out, "  slots {}, layout {e}", slotted::slot_count(buf));
+        return;
+    }
+    let live: Vec<usize> = slotted::live_slots(buf).collect();
+    let _ = writeln!(
+        out,
+        "  slots {}, live rows {}, free {} B, layout ok",
+        slotted::slot_count(buf),
+        live.len(),
+        slotted::free_space(buf),
+    );
+    for &slot in live.iter().take(8) {
+        let row = slotted::get(buf, slot).unwrap_or_default();
+        match schema {
+            Some(s) => {
+                let v = RowView::new(s, row);
+                let vals: Vec<String> = (0..s.columns.len())
+                    .map(|c| match v.try_value(c) {
+                        Ok(crate::Value::Bytes(b)) => format!(
+                            "'{}'",
+                            String::from_utf8_lossy(&b[..b.len().min(24)]).trim_end_matches('\0')
+                        ),
+                        Ok(other) => other.to_string(),
+                        Err(e) => format!("<{e}>"),
+                    })
+                    .collect();
+                let _ = writeln!(out, "    slot {slot}: ({})", vals.join(", "));
+            }
+            None => {
+                let _ = writeln!(out, "    slot {slot}: {} B {}", row.len(), hex(row));
+            }
+        }
+    }
+    if live.len() > 8 {
+        let _ = writeln!(out, "    … {} more rows", live.len() - 8);
+    }
+}
+
+/// One page of a row larger than a slotted page, field by field.
+fn describe_overflow_page(out: &mut String, buf: &[u8]) {
+    // A page of a row larger than a slotted page: shown field by field (the row is
+    // decoded from its first page only by a read, which follows the chain).
+    use crate::page::overflow;
+    match overflow::check(buf) {
+        Err(e) => {
+            let _ = writeln!(out, "  overflow page, layout {e}");
+        }
+        Ok(()) => {
+            let next = overflow::next(buf);
+            let next = if next == overflow::NO_PAGE { "none".to_string() } else { next.to_string() };
+            let chunk = overflow::chunk(buf).unwrap_or_default();
+            let _ = match overflow::state(buf) {
+                Some(overflow::State::First) => writeln!(
+                    out,
+                    "  overflow row of {} B starts here (row id slot {}), {} B in this page, next page {next}",
+                    overflow::total_len(buf),
+                    crate::table::heap::OVERFLOW_SLOT,
+                    chunk.len()
+                ),
+                Some(overflow::State::Next) => {
+                    writeln!(out, "  overflow row continued: {} B, next page {next}", chunk.len())
+                }
+                _ => writeln!(out, "  overflow page, free"),
+            };
+        }
+    }
+}
+
+/// A B+tree node's header and its first and last entries.
+fn describe_node(out: &mut String, buf: &[u8]) {
+    // A damaged node is shown without trusting it: sizes and entries only where they
+    // lie inside the page.
+    let n = node::count(buf);
+    let leaf = node::is_leaf(buf);
+    let link = node::link(buf);
+    let link = if link == node::NO_PAGE { "none".to_string() } else { link.to_string() };
+    let layout = node::check(buf);
+    let free = match layout {
+        Ok(()) => format!("{} B", node::free_space(buf)),
+        Err(_) => "unknown".into(),
+    };
+    let _ = writeln!(
+        out,
+        "  level {}, {} entries, free {free}, {} {link}, layout {}",
+        node::level(buf),
+        n,
+        if leaf { "right sibling" } else { "leftmost child" },
+        layout.err().unwrap_or_else(|| "ok".into())
+    );
+    for i in (0..n).take(6).chain(n.saturating_sub(2).max(6)..n) {
+        let Some((k, v)) = node::entry_checked(buf, i) else {
+            let _ = writeln!(out, "    [{i}] (outside the page)");
+            continue;
+        };
+        let val = match (leaf, v.get(..8)) {
+            (false, Some(c)) if v.len() == 8 => {
+                format!("child {}", u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            }
+            _ => hex(v),
+        };
+        let _ = writeln!(out, "    [{i}] key {} -> {val}", hex(k));
+    }
 }
 
 /// Lists the segments of the log kept in `copies` (its directory, and its mirror when
