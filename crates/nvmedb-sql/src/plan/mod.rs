@@ -21,6 +21,7 @@ pub mod bind_create_as;
 pub mod bind_ddl;
 pub mod bind_dml;
 pub mod bind_expr;
+pub(crate) mod bind_ops;
 pub mod bind_query;
 pub mod cost;
 pub mod explain;
