@@ -82,7 +82,7 @@ impl TableStats {
     }
 }
 
-/// Rows a 16 KiB heap page holds, from the schema's widths (variable-length columns counted
+/// Rows a heap page of the table holds, from the schema's widths (variable-length columns counted
 /// at a guessed 24 bytes).
 fn rows_per_page(t: &TableInfo) -> f64 {
     let width: usize = t
@@ -98,7 +98,7 @@ fn rows_per_page(t: &TableInfo) -> f64 {
         })
         .sum::<usize>()
         + 8;
-    (16_000.0 / width as f64).max(1.0)
+    (t.table.heap_page_capacity() as f64 / width as f64).max(1.0)
 }
 
 /// A HyperLogLog sketch of 2^12 registers.

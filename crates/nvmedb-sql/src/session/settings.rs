@@ -24,7 +24,7 @@ pub(super) enum Settable {
 /// cannot honour are refused rather than recorded and ignored.
 pub(super) const SETTINGS: &[(&str, &str, Settable)] = &[
     ("application_name", "", Settable::Any),
-    ("block_size", "16384", Settable::Fixed),
+    ("block_size", "8192", Settable::Fixed),
     ("bytea_output", "hex", Settable::Only(&["hex"])),
     ("client_encoding", "UTF8", Settable::Only(&["utf8", "utf-8", "unicode"])),
     ("client_min_messages", "notice", Settable::Any),

@@ -171,6 +171,12 @@ impl Table {
         self.inner.heap.pages()
     }
 
+    /// Bytes of row a heap page holds (rows longer than that go to overflow pages): what the
+    /// table's page size leaves after the page and slot headers.
+    pub fn heap_page_capacity(&self) -> usize {
+        self.inner.heap.max_inline_bytes()
+    }
+
     /// Makes every later use of this handle (and its clones) fail: the table was dropped or
     /// replaced by a rebuild.
     pub(crate) fn mark_dropped(&self) {
