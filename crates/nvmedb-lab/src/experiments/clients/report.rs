@@ -243,17 +243,7 @@ fn header(cfg: &ClientsConfig, r: &ClientsResults, env: &RunEnv) -> String {
         r.sysbench_version,
     );
     for l in &r.loads {
-        text.push_str(&format!(
-            "load of {}: {:.1} s, {:.1} MiB{}\n",
-            l.server.label(),
-            l.seconds,
-            l.data_bytes as f64 / (1 << 20) as f64,
-            if l.index_bytes > 0 {
-                format!(" tables + {:.1} MiB indexes", l.index_bytes as f64 / (1 << 20) as f64)
-            } else {
-                " tables and indexes".into()
-            }
-        ));
+        text.push_str(&format!("load of {}: {:.1} s, {}\n", l.server.label(), l.seconds, l.size_text()));
     }
     text
 }

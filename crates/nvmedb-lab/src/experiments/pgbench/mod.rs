@@ -190,6 +190,19 @@ pub struct Load {
     pub index_bytes: u64,
 }
 
+impl Load {
+    /// The loaded size for a report: `12.3 MiB tables + 4.5 MiB indexes`, or `… MiB tables and
+    /// indexes` when the server counts them together.
+    pub(crate) fn size_text(&self) -> String {
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        if self.index_bytes > 0 {
+            format!("{:.1} MiB tables + {:.1} MiB indexes", mib(self.data_bytes), mib(self.index_bytes))
+        } else {
+            format!("{:.1} MiB tables and indexes", mib(self.data_bytes))
+        }
+    }
+}
+
 /// The memory both servers get in one buffer configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BufferPoint {

@@ -228,16 +228,11 @@ fn header(cfg: &PgbenchConfig, r: &PgbenchResults, env: &RunEnv) -> String {
     );
     for l in &r.loads {
         text.push_str(&format!(
-            "load of {}: pgbench -i -s {} in {:.1} s, {:.1} MiB{}\n",
+            "load of {}: pgbench -i -s {} in {:.1} s, {}\n",
             l.server.label(),
             cfg.scale,
             l.seconds,
-            l.data_bytes as f64 / (1 << 20) as f64,
-            if l.index_bytes > 0 {
-                format!(" tables + {:.1} MiB indexes", l.index_bytes as f64 / (1 << 20) as f64)
-            } else {
-                " tables and indexes".into()
-            }
+            l.size_text()
         ));
     }
     text

@@ -21,19 +21,18 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, TryLockError};
 use std::time::Duration;
 
+/// Accepts a mirror or admin connection (its `Welcome` carries no position).
+fn welcome(sh: &Shared, w: &mut impl Write, peer: &str) -> std::result::Result<(), ReplError> {
+    wire::write_frame(w, peer, sh.epoch.load(Ordering::Acquire), FrameType::Welcome, &0u64.to_le_bytes())
+}
+
 pub(super) fn serve_mirror(
     sh: &Arc<Shared>,
     mut r: BufReader<Box<dyn Conn>>,
     mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
 ) -> std::result::Result<(), ReplError> {
-    wire::write_frame(
-        &mut w,
-        peer,
-        sh.epoch.load(Ordering::Acquire),
-        FrameType::Welcome,
-        &0u64.to_le_bytes(),
-    )?;
+    welcome(sh, &mut w, peer)?;
     let mut devs: HashMap<String, Arc<dyn Device>> = HashMap::new();
     loop {
         let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
@@ -123,13 +122,7 @@ pub(super) fn serve_admin(
     mut w: BufWriter<Box<dyn Conn>>,
     peer: &str,
 ) -> std::result::Result<(), ReplError> {
-    wire::write_frame(
-        &mut w,
-        peer,
-        sh.epoch.load(Ordering::Acquire),
-        FrameType::Welcome,
-        &0u64.to_le_bytes(),
-    )?;
+    welcome(sh, &mut w, peer)?;
     loop {
         let Some(f) = wire::read_frame(&mut r, peer)? else { return Ok(()) };
         match f.kind {
